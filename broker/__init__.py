@@ -1,0 +1,1 @@
+"""The content-based publish/subscribe overlay: language, matching, routing and transport."""

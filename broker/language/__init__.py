@@ -1,0 +1,42 @@
+"""The message language: text <-> immutable model, with one error type.
+
+```python
+p = parse_publication("[class,stock],[price,100]")
+f = parse_filter("[class,eq,stock],[price,>,99]")
+c = parse_composite("{{[class,eq,a],[x,eq,$S$X]}&{[class,eq,b],[x,eq,$S$X]}}")
+```
+"""
+
+from broker.language.errors import ParseError
+from broker.language.model import (
+    And,
+    Atom,
+    Composite,
+    Filter,
+    Or,
+    Predicate,
+    Publication,
+    Sequence,
+    Times,
+)
+from broker.language.parser import parse_composite, parse_filter, parse_publication
+from broker.language.values import TimeRef, Value, Var
+
+__all__ = [
+    "And",
+    "Atom",
+    "Composite",
+    "Filter",
+    "Or",
+    "ParseError",
+    "Predicate",
+    "Publication",
+    "Sequence",
+    "TimeRef",
+    "Times",
+    "Value",
+    "Var",
+    "parse_composite",
+    "parse_filter",
+    "parse_publication",
+]

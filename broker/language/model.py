@@ -1,0 +1,333 @@
+"""The immutable model of messages: Publication, Predicate, Filter and the Composite tree.
+
+Every object validates itself on construction and has a canonical ``str()``: two texts with the
+same meaning give equal objects and the same canonical text, and parsing that text gives an equal
+object back. The parser only adds positions to the errors raised here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Union
+
+from broker.language.operators import (
+    ALL_OPERATORS,
+    NUMERIC_OPERATORS,
+    PRESENT,
+    STRING_OPERATORS,
+    TIME_ATTRIBUTE,
+    TIME_OPERATORS,
+    VARIABLE_OPERATORS,
+)
+from broker.language.values import (
+    Number,
+    TimeRef,
+    Value,
+    Var,
+    check_name,
+    check_string,
+    format_number,
+    format_string,
+    is_number,
+    normalize_number,
+)
+
+__all__ = [
+    "And",
+    "Atom",
+    "Composite",
+    "Filter",
+    "Or",
+    "Predicate",
+    "Publication",
+    "Sequence",
+    "Times",
+    "combine",
+    "format_value",
+    "normalize_value",
+]
+
+CLASS = "class"
+
+
+def normalize_value(value: Value) -> Value:
+    if isinstance(value, str):
+        return check_string(value)
+    return normalize_number(value)
+
+
+def format_value(value: Value | Var | TimeRef) -> str:
+    if isinstance(value, str):
+        return format_string(value)
+    if isinstance(value, Var | TimeRef):
+        return str(value)
+    return format_number(value)
+
+
+class Publication(Mapping[str, Value]):
+    """An event: a class and attribute values. ``p["class"] == p.cls``; iteration starts at class."""
+
+    __slots__ = ("_attrs", "_hash", "cls")
+
+    cls: str
+    _attrs: dict[str, Value]
+    _hash: int | None
+
+    def __init__(self, cls: str, attributes: Mapping[str, Value] | Iterable[tuple[str, Value]] = ()):
+        items = attributes.items() if isinstance(attributes, Mapping) else attributes
+        attrs: dict[str, Value] = {}
+        for name, value in items:
+            check_name(name, "attribute name")
+            if name == CLASS:
+                raise ValueError("'class' must be the first attribute and appear once")
+            if name == TIME_ATTRIBUTE:
+                raise ValueError("'time' is reserved for the broker's timestamp of a publication")
+            if name in attrs:
+                raise ValueError(f"attribute '{name}' appears more than once")
+            attrs[name] = normalize_value(value)
+        object.__setattr__(self, "cls", check_string(_class_name(cls)))
+        object.__setattr__(self, "_attrs", dict(sorted(attrs.items())))
+        object.__setattr__(self, "_hash", None)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Publication is immutable")
+
+    def __getitem__(self, name: str) -> Value:
+        if name == CLASS:
+            return self.cls
+        return self._attrs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield CLASS
+        yield from self._attrs
+
+    def __len__(self) -> int:
+        return len(self._attrs) + 1
+
+    @property
+    def fields(self) -> Mapping[str, Value]:
+        """The attributes other than class, read-only and sorted by name (the matcher's view)."""
+        return MappingProxyType(self._attrs)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Publication):
+            return NotImplemented
+        return self.cls == other.cls and self._attrs == other._attrs
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash((self.cls, tuple(self._attrs.items()))))
+        assert self._hash is not None
+        return self._hash
+
+    def __str__(self) -> str:
+        pairs = [f"[{CLASS},{format_string(self.cls)}]"]
+        pairs += [f"[{name},{format_value(value)}]" for name, value in self._attrs.items()]
+        return ",".join(pairs)
+
+    def __repr__(self) -> str:
+        return f"Publication({str(self)!r})"
+
+
+def _class_name(cls: str) -> str:
+    if not isinstance(cls, str):
+        raise ValueError(f"class must be a string, not {cls!r}")
+    return cls
+
+
+@dataclass(frozen=True, slots=True)
+class Predicate:
+    """``[attribute,op,value]``: the pairing of operator and value is checked here."""
+
+    attribute: str
+    op: str
+    value: Value | Var | TimeRef
+
+    def __post_init__(self) -> None:
+        check_name(self.attribute, "attribute name")
+        value, op = self.value, self.op
+        if op not in ALL_OPERATORS:
+            raise ValueError(f"unknown operator '{op}'")
+        if self.attribute == TIME_ATTRIBUTE:
+            if op not in TIME_OPERATORS or not isinstance(value, TimeRef):
+                raise ValueError(
+                    "'time' takes < <= > >= with now, now-2h, now+30m or a quoted ISO-8601 timestamp"
+                )
+            return
+        if isinstance(value, TimeRef):
+            raise ValueError(f"a time value is only allowed for 'time', not '{self.attribute}'")
+        if isinstance(value, Var):
+            wanted = VARIABLE_OPERATORS[value.kind]
+            if op != wanted:
+                raise ValueError(f"variable {value} needs the operator '{wanted}', not '{op}'")
+            return
+        if op == PRESENT:
+            # Only the type of the value matters; a fixed representative keeps the text canonical.
+            object.__setattr__(self, "value", "" if isinstance(value, str) else 0)
+            if not isinstance(value, str):
+                normalize_number(value)
+            return
+        if op in STRING_OPERATORS and not isinstance(value, str):
+            raise ValueError(f"string operator '{op}' needs a string value, not the number {value}")
+        if op in NUMERIC_OPERATORS and not is_number(value):
+            raise ValueError(f"numeric operator '{op}' needs a number, not the string '{value}'")
+        object.__setattr__(self, "value", normalize_value(value))
+
+    def __str__(self) -> str:
+        return f"[{self.attribute},{self.op},{format_value(self.value)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """A subscription or advertisement: ``[class,eq,C]`` and at most one predicate per attribute.
+
+    Predicates are kept sorted by attribute, which is their canonical order.
+    """
+
+    cls: str
+    predicates: tuple[Predicate, ...] = ()
+    _by_attribute: dict[str, Predicate] = field(
+        init=False, repr=False, compare=False, hash=False, default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        check_string(_class_name(self.cls))
+        by_attribute: dict[str, Predicate] = {}
+        for predicate in self.predicates:
+            if not isinstance(predicate, Predicate):
+                raise ValueError(f"{predicate!r} is not a Predicate")
+            if predicate.attribute == CLASS:
+                raise ValueError("'class' must be the first attribute and appear once")
+            if predicate.attribute in by_attribute:
+                raise ValueError(f"attribute '{predicate.attribute}' appears more than once")
+            by_attribute[predicate.attribute] = predicate
+        object.__setattr__(self, "predicates", tuple(by_attribute[a] for a in sorted(by_attribute)))
+        object.__setattr__(self, "_by_attribute", by_attribute)
+
+    def __getitem__(self, attribute: str) -> Predicate:
+        return self._by_attribute[attribute]
+
+    def __contains__(self, attribute: object) -> bool:
+        return attribute in self._by_attribute
+
+    @property
+    def variables(self) -> dict[str, Var]:
+        """The variables this filter uses, by name."""
+        return {p.value.name: p.value for p in self.predicates if isinstance(p.value, Var)}
+
+    def __str__(self) -> str:
+        return ",".join([f"[{CLASS},eq,{format_string(self.cls)}]", *map(str, self.predicates)])
+
+
+Composite = Union["Atom", "And", "Or", "Sequence", "Times"]
+
+
+@dataclass(frozen=True, slots=True)
+class Atom:
+    """One filter inside a composite subscription."""
+
+    filter: Filter
+
+    def atoms(self) -> Iterator[Atom]:
+        yield self
+
+    def __str__(self) -> str:
+        return "{" + str(self.filter) + "}"
+
+
+def combine(symbol: str, operands: Iterable[Composite]) -> Composite:
+    """``&``, ``||`` or ``;`` over operands; ``{A}&{A}`` is just ``{A}`` (both are idempotent)."""
+    kinds: dict[str, type[And] | type[Or] | type[Sequence]] = {"&": And, "||": Or, ";": Sequence}
+    kind = kinds[symbol]
+    nodes = tuple(operands)
+    if kind is not Sequence and len({str(o) for o in _flatten(kind, nodes)}) == 1:
+        return nodes[0]
+    return kind(nodes)
+
+
+def _flatten(kind: type, operands: Iterable[Composite]) -> list[Composite]:
+    flat: list[Composite] = []
+    for operand in operands:
+        if not isinstance(operand, Atom | And | Or | Sequence | Times):
+            raise ValueError(f"{operand!r} is not a composite node")
+        same_kind = isinstance(operand, kind) and isinstance(operand, And | Or | Sequence)
+        flat.extend(operand.operands if same_kind else [operand])  # type: ignore[union-attr]
+    return flat
+
+
+@dataclass(frozen=True, slots=True)
+class _Commutative:
+    """``&`` and ``||``: associative, commutative and idempotent, so operands are flattened,
+    de-duplicated and sorted by canonical text."""
+
+    operands: tuple[Composite, ...]
+
+    symbol = ""
+
+    def __post_init__(self) -> None:
+        unique = {str(o): o for o in _flatten(type(self), self.operands)}
+        if len(unique) < 2:
+            raise ValueError(f"'{self.symbol}' needs at least two different operands")
+        object.__setattr__(self, "operands", tuple(unique[k] for k in sorted(unique)))
+
+    def atoms(self) -> Iterator[Atom]:
+        for operand in self.operands:
+            yield from operand.atoms()
+
+    def __str__(self) -> str:
+        return "{" + self.symbol.join(map(str, self.operands)) + "}"
+
+
+class And(_Commutative):
+    symbol = "&"
+
+
+class Or(_Commutative):
+    symbol = "||"
+
+
+@dataclass(frozen=True, slots=True)
+class Sequence:
+    """``{S1};{S2}``: fires when a publication matching S2 arrives after one matching S1."""
+
+    operands: tuple[Composite, ...]
+
+    def __post_init__(self) -> None:
+        flat = _flatten(Sequence, self.operands)
+        if len(flat) < 2:
+            raise ValueError("';' needs at least two operands")
+        object.__setattr__(self, "operands", tuple(flat))
+
+    def atoms(self) -> Iterator[Atom]:
+        for operand in self.operands:
+            yield from operand.atoms()
+
+    def __str__(self) -> str:
+        return "{" + ";".join(map(str, self.operands)) + "}"
+
+
+@dataclass(frozen=True, slots=True)
+class Times:
+    """``Times({S},N,ATTR,STEP)``: N publications matching S whose ATTR changes by STEP each time."""
+
+    operand: Composite
+    count: int
+    attribute: str
+    step: Number
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.operand, Atom | And | Or | Sequence | Times):
+            raise ValueError(f"{self.operand!r} is not a composite node")
+        if not isinstance(self.count, int) or isinstance(self.count, bool) or self.count < 1:
+            raise ValueError(f"Times needs a count of at least 1, not {self.count!r}")
+        check_name(self.attribute, "attribute name")
+        object.__setattr__(self, "step", normalize_number(self.step))
+
+    def atoms(self) -> Iterator[Atom]:
+        yield from self.operand.atoms()
+
+    def __str__(self) -> str:
+        step = format_number(self.step)
+        return f"Times({self.operand},{self.count},{self.attribute},{step})"

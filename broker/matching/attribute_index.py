@@ -1,0 +1,228 @@
+"""Every predicate on one attribute of one class, indexed by operator family.
+
+``collect(value, pos, neg)`` appends the slots of the predicates that ``value`` satisfies to
+``pos``; ``neg`` receives slots to subtract (``neq``/``<>`` are indexed as "all of them, minus the
+ones equal to the value", which is one hash look-up instead of a scan). Each predicate is reported
+at most once per value, which is what makes counting exact.
+
+Number and string predicates are kept apart so that a string value never reaches a numeric
+index and vice versa: that is the language's rule, and it also halves the work per value.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from broker.language.model import Predicate
+from broker.language.operators import PRESENT
+from broker.language.values import Value, Var
+from broker.matching.bounds import Bounds
+
+__all__ = ["AttributeIndex"]
+
+Parts = list[Any]  # NumPy arrays of slots (views, never copies)
+
+
+class Slots:
+    """A growable int64 array: O(1) amortised append, and a view of the live part for counting.
+
+    Buckets are NumPy arrays rather than lists because the matcher concatenates them, and
+    converting a Python list costs as much per element as the whole NumPy count does.
+    """
+
+    __slots__ = ("array", "size")
+
+    def __init__(self) -> None:
+        self.array = np.empty(4, dtype=np.int64)
+        self.size = 0
+
+    def append(self, slot: int) -> None:
+        if self.size == len(self.array):
+            self.array = np.concatenate((self.array, np.empty(self.size, dtype=np.int64)))
+        self.array[self.size] = slot
+        self.size += 1
+
+    def view(self) -> np.ndarray:
+        return self.array[: self.size]
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def _bucket(buckets: dict[Any, Slots], key: Any) -> Slots:
+    bucket = buckets.get(key)
+    if bucket is None:
+        bucket = buckets[key] = Slots()
+    return bucket
+
+
+class _Texts:
+    """Slots by the text of their predicate, and the distinct lengths of those texts."""
+
+    __slots__ = ("by_text", "lengths")
+
+    def __init__(self) -> None:
+        self.by_text: dict[str, Slots] = {}
+        self.lengths: list[int] = []
+
+    def add(self, text: str, slot: int) -> None:
+        _bucket(self.by_text, text).append(slot)
+        if len(text) not in self.lengths:
+            self.lengths = sorted([*self.lengths, len(text)])
+
+
+class _Affixes(_Texts):
+    """``str-prefix`` or ``str-postfix``: one hash look-up per known length."""
+
+    __slots__ = ("suffix",)
+
+    def __init__(self, suffix: bool) -> None:
+        super().__init__()
+        self.suffix = suffix
+
+    def collect(self, value: str, out: Parts) -> None:
+        size = len(value)
+        for length in self.lengths:
+            if length > size:
+                break
+            key = value[size - length :] if self.suffix else value[:length]
+            slots = self.by_text.get(key)
+            if slots is not None:
+                out.append(slots.view())
+
+
+class _Needles(_Texts):
+    """``str-contains``: test each needle, or each substring of a known length, whichever is less."""
+
+    __slots__ = ()
+
+    def collect(self, value: str, out: Parts) -> None:
+        if len(self.by_text) <= len(value) * len(self.lengths):
+            out.extend(slots.view() for needle, slots in self.by_text.items() if needle in value)
+            return
+        found = {
+            value[start : start + length]
+            for length in self.lengths
+            for start in range(len(value) - length + 1)
+        }
+        out.extend(self.by_text[needle].view() for needle in found if needle in self.by_text)
+
+
+class _Family:
+    """The predicates of one value type: hash for equality, bounds for order, affixes."""
+
+    __slots__ = ("eq", "lower", "neq", "neq_all", "present", "upper", "upper_strict")
+
+    def __init__(self) -> None:
+        self.eq: dict[Value, Slots] = {}
+        self.neq: dict[Value, Slots] = {}
+        self.neq_all = Slots()
+        self.present = Slots()
+        self.lower: Bounds | None = None  # value >= key
+        self.upper: Bounds | None = None  # value <= key
+        self.upper_strict: Bounds | None = None  # value < key (strings only)
+
+    def collect(self, value: Value, pos: Parts, neg: Parts) -> None:
+        if self.eq:
+            slots = self.eq.get(value)
+            if slots is not None:
+                pos.append(slots.view())
+        if self.neq_all:
+            pos.append(self.neq_all.view())
+            slots = self.neq.get(value)
+            if slots is not None:
+                neg.append(slots.view())
+        if self.present:
+            pos.append(self.present.view())
+        if self.lower is not None:
+            self.lower.below(value, True, pos)
+        if self.upper is not None:
+            self.upper.above(value, True, pos)
+        if self.upper_strict is not None:
+            self.upper_strict.above(value, False, pos)
+
+
+class AttributeIndex:
+    __slots__ = ("contains", "integers", "numbers", "prefix", "strings", "suffix")
+
+    def __init__(self) -> None:
+        self.numbers = _Family()
+        self.strings = _Family()
+        self.integers = Slots()  # $I$ variables: present and integral
+        self.prefix: _Affixes | None = None
+        self.suffix: _Affixes | None = None
+        self.contains: _Needles | None = None
+
+    def add(self, predicate: Predicate, slot: int) -> None:
+        op, value = predicate.op, predicate.value
+        if isinstance(value, Var):
+            if value.kind == "S":
+                self.strings.present.append(slot)
+            elif value.kind == "F":
+                self.numbers.present.append(slot)
+            else:
+                self.integers.append(slot)
+            return
+        family = self.strings if isinstance(value, str) else self.numbers
+        if op == PRESENT:
+            family.present.append(slot)
+        elif op in ("eq", "="):
+            _bucket(family.eq, value).append(slot)
+        elif op in ("neq", "<>"):
+            _bucket(family.neq, value).append(slot)
+            family.neq_all.append(slot)
+        elif isinstance(value, str):
+            self._add_string(op, value, slot)
+        else:
+            self._add_number(op, value, slot)  # type: ignore[arg-type]
+
+    def _add_number(self, op: str, value: float, slot: int) -> None:
+        family = self.numbers
+        if op in (">", ">="):
+            # x > t is x >= nextafter(t): exact, since every accepted number is a float64.
+            key = math.nextafter(value, math.inf) if op == ">" else value
+            family.lower = family.lower or Bounds()
+            family.lower.add(key, slot)
+        else:
+            key = math.nextafter(value, -math.inf) if op == "<" else value
+            family.upper = family.upper or Bounds()
+            family.upper.add(key, slot)
+
+    def _add_string(self, op: str, value: str, slot: int) -> None:
+        family = self.strings
+        if op in ("str-gt", "str-ge"):
+            # x > t is x >= t + "\0": the smallest string greater than t.
+            family.lower = family.lower or Bounds()
+            family.lower.add(value + "\0" if op == "str-gt" else value, slot)
+        elif op == "str-le":
+            family.upper = family.upper or Bounds()
+            family.upper.add(value, slot)
+        elif op == "str-lt":
+            family.upper_strict = family.upper_strict or Bounds()
+            family.upper_strict.add(value, slot)
+        elif op == "str-prefix":
+            self.prefix = self.prefix or _Affixes(suffix=False)
+            self.prefix.add(value, slot)
+        elif op == "str-postfix":
+            self.suffix = self.suffix or _Affixes(suffix=True)
+            self.suffix.add(value, slot)
+        else:
+            self.contains = self.contains or _Needles()
+            self.contains.add(value, slot)
+
+    def collect(self, value: Value, pos: Parts, neg: Parts) -> None:
+        if isinstance(value, str):
+            self.strings.collect(value, pos, neg)
+            if self.prefix is not None:
+                self.prefix.collect(value, pos)
+            if self.suffix is not None:
+                self.suffix.collect(value, pos)
+            if self.contains is not None:
+                self.contains.collect(value, pos)
+        else:
+            self.numbers.collect(value, pos, neg)
+            if self.integers and isinstance(value, int):
+                pos.append(self.integers.view())
