@@ -1,0 +1,77 @@
+"""What has been forwarded to each neighbour, under a covering policy.
+
+Used twice by the router: for subscriptions (covering off, lazy or active) and for
+advertisements (covering on = lazy, or off). An entry is *wanted* at a hop when routing says it
+should go there; it is *sent* if it went, or *held* if a sent entry covers it, so sending it
+would add nothing. The table turns want/unwant into the messages that keep the neighbour right:
+
+* lazy: a new entry covered by a sent one is held;
+* active: in addition, a new entry retracts the sent entries it covers;
+* either way, withdrawing a sent entry re-sends the held ones it alone covered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Literal
+
+from broker.language.model import Filter
+
+__all__ = ["COVERING_MODES", "Forwarding"]
+
+COVERING_MODES = ("off", "lazy", "active")
+Action = tuple[Literal["send", "retract"], str, Filter]
+
+
+class Forwarding:
+    def __init__(self, mode: str, covers: Callable[[Filter, Filter], bool]) -> None:
+        if mode not in COVERING_MODES:
+            raise ValueError(f"covering must be one of {', '.join(COVERING_MODES)}, not {mode!r}")
+        self.mode = mode
+        self.covers = covers
+        self.sent: dict[Hashable, dict[str, Filter]] = {}
+        self.held: dict[Hashable, dict[str, Filter]] = {}
+
+    def wants(self, hop: Hashable, entry: str) -> bool:
+        return entry in self.sent.get(hop, {}) or entry in self.held.get(hop, {})
+
+    def entries(self, hop: Hashable) -> list[str]:
+        return [*self.sent.get(hop, {}), *self.held.get(hop, {})]
+
+    def want(self, hop: Hashable, entry: str, value: Filter) -> list[Action]:
+        sent = self.sent.setdefault(hop, {})
+        held = self.held.setdefault(hop, {})
+        if entry in sent or entry in held:
+            return []
+        if self.mode != "off" and any(self.covers(other, value) for other in sent.values()):
+            held[entry] = value
+            return []
+        sent[entry] = value
+        actions: list[Action] = [("send", entry, value)]
+        if self.mode == "active":
+            for other_id, other in list(sent.items()):
+                if other_id != entry and self.covers(value, other):
+                    del sent[other_id]
+                    held[other_id] = other
+                    actions.append(("retract", other_id, other))
+        return actions
+
+    def unwant(self, hop: Hashable, entry: str) -> list[Action]:
+        sent = self.sent.get(hop, {})
+        held = self.held.get(hop, {})
+        if held.pop(entry, None) is not None or entry not in sent:
+            return []
+        actions: list[Action] = [("retract", entry, sent.pop(entry))]
+        for other_id, other in list(held.items()):
+            if not any(self.covers(s, other) for s in sent.values()):
+                del held[other_id]
+                actions += self.want(hop, other_id, other)
+        return actions
+
+    def forget(self, hop: Hashable) -> None:
+        """The link is gone: nothing is at the other end any more."""
+        self.sent.pop(hop, None)
+        self.held.pop(hop, None)
+
+    def held_count(self) -> int:
+        return sum(map(len, self.held.values()))

@@ -1,0 +1,194 @@
+"""The messages a router consumes and produces. Everything that crosses a link is one of these.
+
+Frozen, slotted dataclasses that validate their fields on construction (like h11's events), so a
+message that exists is well formed; the wire codec only has to build them. Ids are strings:
+a client names its own requests (``ref``), and the edge broker turns them into overlay-wide ids
+(``<broker>/<client>/<ref>``), so two clients can never collide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.language.model import Filter, Publication
+
+__all__ = [
+    "DEFAULT_TTL",
+    "Ack",
+    "Advertise",
+    "ClientMessage",
+    "Deliver",
+    "LinkDown",
+    "LinkUp",
+    "Message",
+    "Publish",
+    "Refuse",
+    "StatusReply",
+    "StatusRequest",
+    "Subscribe",
+    "Unadvertise",
+    "Unsubscribe",
+]
+
+DEFAULT_TTL = 32  # hops a message may travel: bounds the damage of a misconfigured cyclic overlay
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 512:
+        raise ValueError(f"{what} must be a non-empty string of at most 512 characters")
+    return value
+
+
+def _ttl(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 255:
+        raise ValueError("ttl must be an integer from 0 to 255")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Advertise:
+    """From a client: ``id`` is its ref. Between brokers: the overlay-wide id."""
+
+    id: str
+    filter: Filter
+    ttl: int = DEFAULT_TTL
+
+    def __post_init__(self) -> None:
+        _text(self.id, "advertisement id")
+        _ttl(self.ttl)
+        if not isinstance(self.filter, Filter):
+            raise ValueError("an advertisement needs a Filter")
+
+
+@dataclass(frozen=True, slots=True)
+class Unadvertise:
+    id: str
+
+    def __post_init__(self) -> None:
+        _text(self.id, "advertisement id")
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    id: str
+    filter: Filter
+    ttl: int = DEFAULT_TTL
+
+    def __post_init__(self) -> None:
+        _text(self.id, "subscription id")
+        _ttl(self.ttl)
+        if not isinstance(self.filter, Filter):
+            raise ValueError("a subscription needs a Filter")
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    id: str
+
+    def __post_init__(self) -> None:
+        _text(self.id, "subscription id")
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """From a client: ``id`` is its ref. Between brokers: overlay-wide, for duplicate detection."""
+
+    id: str
+    publication: Publication
+    ttl: int = DEFAULT_TTL
+
+    def __post_init__(self) -> None:
+        _text(self.id, "publication id")
+        _ttl(self.ttl)
+        if not isinstance(self.publication, Publication):
+            raise ValueError("a publication message needs a Publication")
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """To a client: one publication, and every one of its subscriptions that it matched."""
+
+    subscriptions: tuple[str, ...]
+    publication: Publication
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.subscriptions, tuple) or not self.subscriptions:
+            raise ValueError("a delivery names at least one subscription")
+        for sid in self.subscriptions:
+            _text(sid, "subscription id")
+        if not isinstance(self.publication, Publication):
+            raise ValueError("a delivery needs a Publication")
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """To a client: the request ``ref`` was accepted; ``id`` is the overlay-wide id it got."""
+
+    ref: str
+    id: str
+
+    def __post_init__(self) -> None:
+        _text(self.ref, "request ref")
+        _text(self.id, "id")
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """To a client (or a peer): the request ``ref`` was refused, and why, in one line."""
+
+    ref: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ref, str) or len(self.ref) > 512:
+            raise ValueError("request ref must be a string of at most 512 characters")
+        if not isinstance(self.reason, str):
+            raise ValueError("a refusal needs a reason")
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRequest:
+    ref: str
+
+    def __post_init__(self) -> None:
+        _text(self.ref, "request ref")
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReply:
+    ref: str
+    status: dict[str, object]
+
+    def __post_init__(self) -> None:
+        _text(self.ref, "request ref")
+        if not isinstance(self.status, dict):
+            raise ValueError("a status reply carries a dict")
+
+
+@dataclass(frozen=True, slots=True)
+class LinkUp:
+    """From the adapter: a hop is connected. ``broker`` says whether it is a neighbour broker."""
+
+    broker: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LinkDown:
+    """From the adapter: a hop is gone; everything learned through it is withdrawn."""
+
+
+ClientMessage = Advertise | Unadvertise | Subscribe | Unsubscribe | Publish | StatusRequest
+Message = (
+    Advertise
+    | Unadvertise
+    | Subscribe
+    | Unsubscribe
+    | Publish
+    | Deliver
+    | Ack
+    | Refuse
+    | StatusRequest
+    | StatusReply
+    | LinkUp
+    | LinkDown
+)

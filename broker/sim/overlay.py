@@ -1,0 +1,206 @@
+"""An overlay of routers wired together in memory: deterministic, no sockets, no threads.
+
+Messages travel through one FIFO queue and each client call runs the overlay until it is quiet,
+so a test reads like a script and sees exactly what a real overlay would do, hop by hop. Every
+message that crosses a broker-to-broker link is counted per link and per type: these counts are
+the traffic figures of the evaluation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from broker.language import parse_filter, parse_publication
+from broker.language.model import Filter, Publication
+from broker.routing import (
+    Ack,
+    Advertise,
+    Deliver,
+    LinkDown,
+    LinkUp,
+    Message,
+    Publish,
+    Refuse,
+    Router,
+    Subscribe,
+    Unadvertise,
+    Unsubscribe,
+)
+
+__all__ = ["Overlay", "RefusedError", "SimClient"]
+
+
+class RefusedError(Exception):
+    """The edge broker refused a client's request; the message is the broker's reason."""
+
+
+@dataclass
+class SimClient:
+    name: str
+    broker: str
+    overlay: Overlay
+    deliveries: list[Deliver] = field(default_factory=list)
+    refusals: list[Refuse] = field(default_factory=list)
+    _acks: dict[str, str] = field(default_factory=dict)
+    _next: int = 0
+
+    def _request(self, message: Message, ref: str) -> str:
+        self.overlay._send(self.name, self.broker, message)
+        self.overlay.run()
+        if ref in self._acks:
+            return self._acks.pop(ref)
+        refused = [r for r in self.refusals if r.ref == ref]
+        raise RefusedError(refused[-1].reason if refused else f"no answer to {ref}")
+
+    def _ref(self) -> str:
+        self._next += 1
+        return str(self._next)
+
+    def advertise(self, advertisement: str | Filter) -> str:
+        ref = self._ref()
+        return self._request(Advertise(ref, _filter(advertisement)), ref)
+
+    def subscribe(self, subscription: str | Filter) -> str:
+        ref = self._ref()
+        return self._request(Subscribe(ref, _filter(subscription)), ref)
+
+    def publish(self, publication: str | Publication) -> str:
+        ref = self._ref()
+        if isinstance(publication, str):
+            publication = parse_publication(publication)
+        return self._request(Publish(ref, publication), ref)
+
+    def unadvertise(self, adv_id: str) -> None:
+        self._request(Unadvertise(adv_id), adv_id)
+
+    def unsubscribe(self, sub_id: str) -> None:
+        self._request(Unsubscribe(sub_id), sub_id)
+
+    def received(self) -> list[str]:
+        """Canonical texts of the publications delivered so far, in order."""
+        return [str(d.publication) for d in self.deliveries]
+
+    def take(self) -> list[str]:
+        """``received()``, then forget them."""
+        texts = self.received()
+        self.deliveries.clear()
+        return texts
+
+
+def _filter(value: str | Filter) -> Filter:
+    return parse_filter(value) if isinstance(value, str) else value
+
+
+class Overlay:
+    def __init__(self, covering: str = "off", advertisement_covering: bool = False) -> None:
+        self.covering = covering
+        self.advertisement_covering = advertisement_covering
+        self.routers: dict[str, Router] = {}
+        self.clients: dict[str, SimClient] = {}
+        self.links: set[frozenset[str]] = set()
+        self.queue: deque[tuple[str, str, Message]] = deque()
+        self.traffic: Counter[tuple[str, str, str]] = Counter()  # (from, to, message type)
+        self.now = 1_800_000_000.0
+
+    # building -----------------------------------------------------------------------------------
+
+    def add_broker(self, broker_id: str) -> Router:
+        router = Router(broker_id, self.covering, self.advertisement_covering)
+        self.routers[broker_id] = router
+        return router
+
+    def connect(self, a: str, b: str) -> None:
+        self.links.add(frozenset((a, b)))
+        self._send(b, a, LinkUp(broker=True))
+        self._send(a, b, LinkUp(broker=True))
+        self.run()
+
+    def disconnect(self, a: str, b: str) -> None:
+        self.links.discard(frozenset((a, b)))
+        self._send(b, a, LinkDown())
+        self._send(a, b, LinkDown())
+        self.run()
+
+    def restart(self, broker_id: str) -> None:
+        """The broker loses all its state; its links go down and come back, its clients are gone."""
+        neighbours = [next(iter(link - {broker_id})) for link in self.links if broker_id in link]
+        for name in [c.name for c in self.clients.values() if c.broker == broker_id]:
+            del self.clients[name]
+        for other in neighbours:
+            self.disconnect(broker_id, other)
+        self.add_broker(broker_id)
+        for other in neighbours:
+            self.connect(broker_id, other)
+
+    def add_client(self, name: str, broker: str) -> SimClient:
+        if name in self.clients or name in self.routers:
+            raise ValueError(f"name {name!r} is taken")
+        client = SimClient(name, broker, self)
+        self.clients[name] = client
+        self._send(name, broker, LinkUp(broker=False))
+        self.run()
+        return client
+
+    def remove_client(self, name: str) -> None:
+        client = self.clients.pop(name)
+        self._send(name, client.broker, LinkDown())
+        self.run()
+
+    @classmethod
+    def line(cls, count: int, **options: object) -> Overlay:
+        """B1 - B2 - ... - Bn."""
+        overlay = cls(**options)  # type: ignore[arg-type]
+        for i in range(1, count + 1):
+            overlay.add_broker(f"B{i}")
+        for i in range(1, count):
+            overlay.connect(f"B{i}", f"B{i + 1}")
+        return overlay
+
+    @classmethod
+    def star(cls, leaves: int = 4, **options: object) -> Overlay:
+        """B1 in the centre, B2..B(leaves+1) around it."""
+        overlay = cls(**options)  # type: ignore[arg-type]
+        overlay.add_broker("B1")
+        for i in range(2, leaves + 2):
+            overlay.add_broker(f"B{i}")
+            overlay.connect("B1", f"B{i}")
+        return overlay
+
+    # running ------------------------------------------------------------------------------------
+
+    def _send(self, source: str, target: str, message: Message) -> None:
+        self.queue.append((source, target, message))
+
+    def run(self) -> None:
+        """Deliver queued messages, and whatever they cause, until the overlay is quiet."""
+        while self.queue:
+            source, target, message = self.queue.popleft()
+            if target in self.clients and source in self.routers:
+                self._to_client(self.clients[target], message)
+                continue
+            router = self.routers.get(target)
+            if router is None:
+                continue
+            if source in self.routers and not isinstance(message, LinkUp | LinkDown):
+                self.traffic[(source, target, type(message).__name__)] += 1
+            for hop, out in router.handle(message, source, self.now):
+                self._send(target, hop, out)
+
+    @staticmethod
+    def _to_client(client: SimClient, message: Message) -> None:
+        if isinstance(message, Deliver):
+            client.deliveries.append(message)
+        elif isinstance(message, Ack):
+            client._acks[message.ref] = message.id
+        elif isinstance(message, Refuse):
+            client.refusals.append(message)
+
+    # counting -----------------------------------------------------------------------------------
+
+    def messages(self, kind: str | None = None) -> int:
+        """Messages that crossed broker-to-broker links (hops travelled), of one type or all."""
+        return sum(n for (_, _, k), n in self.traffic.items() if kind is None or k == kind)
+
+    def reset_traffic(self) -> None:
+        self.traffic.clear()
