@@ -15,7 +15,7 @@ import click
 
 from broker.language import ParseError, parse_composite, parse_filter, parse_publication
 from broker.language.model import Publication
-from wfm import __version__
+from wfm import __version__, overlay_cli
 
 PARSERS: dict[str, Callable[[str], object]] = {
     "publication": parse_publication,
@@ -57,6 +57,11 @@ def parse(kind: str, text: str, output: str) -> None:
     if isinstance(message, Publication):
         record["attributes"] = dict(message)
     click.echo(json.dumps(record, ensure_ascii=False))
+
+
+cli.add_command(overlay_cli.broker)
+cli.add_command(overlay_cli.status)
+cli.add_command(overlay_cli.client)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,6 @@
+"""Clients of the overlay: async ``Client`` and the blocking ``BlockingClient``."""
+
+from broker.client.blocking import BlockingClient
+from broker.client.client import Client, ConnectError, Delivery, RefusedError, Subscription
+
+__all__ = ["BlockingClient", "Client", "ConnectError", "Delivery", "RefusedError", "Subscription"]

@@ -1,0 +1,77 @@
+"""A blocking wrapper around the async client, for scripts: its event loop runs in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from broker.client.client import Client, Delivery
+from broker.language import Filter, Publication
+from broker.transport.uri import BrokerURI
+
+__all__ = ["BlockingClient"]
+
+T = TypeVar("T")
+
+
+class BlockingClient:
+    """``with BlockingClient(uri) as c: c.subscribe(...); c.receive(timeout=1)``."""
+
+    def __init__(self, uri: BrokerURI | str, client_id: str | None = None, timeout: float = 10.0) -> None:
+        self.timeout = timeout
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="wfm-client", daemon=True)
+        self._thread.start()
+        try:
+            self.client: Client = self._run(Client.connect(uri, client_id, timeout=timeout))
+        except BaseException:
+            self._stop()
+            raise
+
+    def _run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        return future.result(self.timeout if timeout is None else timeout)
+
+    def advertise(self, advertisement: Filter | str) -> str:
+        return self._run(self.client.advertise(advertisement))
+
+    def unadvertise(self, adv_id: str) -> None:
+        self._run(self.client.unadvertise(adv_id))
+
+    def subscribe(self, subscription: Filter | str) -> str:
+        return self._run(self.client.subscribe(subscription)).id
+
+    def unsubscribe(self, sub_id: str) -> None:
+        self._run(self.client.unsubscribe(sub_id))
+
+    def publish(self, publication: Publication | str) -> str:
+        return self._run(self.client.publish(publication))
+
+    def status(self) -> dict[str, object]:
+        return self._run(self.client.status())
+
+    def receive(self, timeout: float = 1.0) -> Delivery | None:
+        """The next delivery, or None if none arrives within ``timeout`` seconds."""
+        try:
+            return self._run(self.client.next(timeout), timeout + self.timeout)
+        except TimeoutError:
+            return None
+
+    def close(self) -> None:
+        try:
+            self._run(self.client.close())
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(self.timeout)
+        self._loop.close()
+
+    def __enter__(self) -> BlockingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

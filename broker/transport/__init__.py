@@ -1,0 +1,25 @@
+"""Broker links on the wire: the frame codec (pure) and its errors.
+
+```python
+frame = encode(Publish("p1", publication))
+for payload in FrameDecoder().feed(frame):
+    message = decode(payload)
+```
+"""
+
+from broker.transport.codec import MAX_FRAME, FrameDecoder, Hello, Ping, Pong, WireMessage, decode, encode
+from broker.transport.errors import BadMessage, FrameTooLarge, ProtocolError
+
+__all__ = [
+    "MAX_FRAME",
+    "BadMessage",
+    "FrameDecoder",
+    "FrameTooLarge",
+    "Hello",
+    "Ping",
+    "Pong",
+    "ProtocolError",
+    "WireMessage",
+    "decode",
+    "encode",
+]

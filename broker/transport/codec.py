@@ -1,0 +1,368 @@
+"""The wire codec of broker links: messages <-> length-prefixed msgpack frames. Pure, no I/O.
+
+A frame is a 4-byte big-endian length and that many bytes of msgpack: an array ``[tag, *fields]``.
+
+====================  ==============  =====================================================
+message               tag             fields
+====================  ==============  =====================================================
+Advertise             ``adv``         id, filter, ttl
+Unadvertise           ``unadv``       id
+Subscribe             ``sub``         id, filter, ttl
+Unsubscribe           ``unsub``       id
+Publish               ``pub``         id, publication, ttl
+Deliver               ``deliver``     [subscription ids], publication
+Ack                   ``ack``         ref, id
+Refuse                ``refuse``      ref, reason
+StatusRequest         ``statreq``     ref
+StatusReply           ``status``      ref, {str: msgpack-native value}
+Hello                 ``hello``       kind, id, version
+Ping / Pong           ``ping/pong``   (none)
+====================  ==============  =====================================================
+
+A publication is ``[class, [[name, value], ...]]`` and a filter ``[class, [[attribute, op, value],
+...]]``, values being int, float or str (msgpack keeps int and float apart), or ``["var", kind,
+name]``, ``["rel", offset_seconds]`` or ``["abs", epoch_seconds]``. An instant that a float cannot
+carry to the microsecond (far from 1970) is sent as ``["abs", whole_seconds, microseconds]``, so
+every filter the model accepts arrives equal.
+
+Decoding trusts nothing: whatever the bytes, ``decode`` returns a valid message or raises
+``BadMessage``, so a hostile peer costs one error reply, never a crashed broker.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgpack
+
+from broker.language.model import Filter, Predicate, Publication
+from broker.language.values import TimeRef, Var
+from broker.routing.messages import (
+    Ack,
+    Advertise,
+    Deliver,
+    Publish,
+    Refuse,
+    StatusReply,
+    StatusRequest,
+    Subscribe,
+    Unadvertise,
+    Unsubscribe,
+)
+from broker.transport.errors import BadMessage, FrameTooLarge
+
+__all__ = [
+    "MAX_FRAME",
+    "FrameDecoder",
+    "Hello",
+    "Ping",
+    "Pong",
+    "WireMessage",
+    "decode",
+    "encode",
+]
+
+MAX_FRAME = 1 << 20  # bytes of payload; a larger prefix means a broken or hostile peer
+
+_HEADER = struct.Struct(">I")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_PEER_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,64}\Z")
+_STATUS_DEPTH = 32  # nesting allowed inside a status reply; also stops a cyclic dict on encode
+_MAX_ERROR = 200  # characters of an error message: a hostile frame must not echo a megabyte back
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """The first frame each side sends: who is speaking, so the adapter knows client from broker."""
+
+    kind: str
+    id: str
+    version: int = 1
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("client", "broker"):
+            raise ValueError(f"hello kind must be 'client' or 'broker', not {self.kind!r}")
+        if not isinstance(self.id, str) or not _PEER_ID.match(self.id):
+            raise ValueError(f"{self.id!r} is not a valid peer id (1 to 64 of A-Z a-z 0-9 _ . : -)")
+        version = self.version
+        if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= 0xFFFF:
+            raise ValueError(f"protocol version must be an integer from 1 to 65535, not {version!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """Heartbeat: a link that carries no traffic still proves the peer is alive."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    """The answer to ``Ping``."""
+
+
+WireMessage = (
+    Advertise
+    | Unadvertise
+    | Subscribe
+    | Unsubscribe
+    | Publish
+    | Deliver
+    | Ack
+    | Refuse
+    | StatusRequest
+    | StatusReply
+    | Hello
+    | Ping
+    | Pong
+)
+
+
+# ---------------------------------------------------------------------------------------- encoding
+
+
+def _publication(publication: Publication) -> list[Any]:
+    return [publication.cls, tuple(publication.fields.items())]
+
+
+def _filter(filter_: Filter) -> list[Any]:
+    return [filter_.cls, [[p.attribute, p.op, _value(p.value)] for p in filter_.predicates]]
+
+
+def _value(value: object) -> object:
+    if isinstance(value, Var):
+        return ["var", value.kind, value.name]
+    if isinstance(value, TimeRef):
+        if value.instant is None:
+            return ["rel", value.offset]
+        return ["abs", *_instant(value.instant)]
+    return value
+
+
+def _instant(instant: datetime) -> list[int | float]:
+    seconds = instant.timestamp()
+    try:
+        if datetime.fromtimestamp(seconds, UTC) == instant:
+            return [seconds]
+    except (ValueError, OverflowError, OSError):
+        pass  # 9999-12-31T23:59:59.999999 rounds up into year 10000
+    delta = instant - _EPOCH
+    return [delta.days * 86400 + delta.seconds, delta.microseconds]
+
+
+_ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
+    Advertise: lambda m: ["adv", m.id, _filter(m.filter), m.ttl],
+    Unadvertise: lambda m: ["unadv", m.id],
+    Subscribe: lambda m: ["sub", m.id, _filter(m.filter), m.ttl],
+    Unsubscribe: lambda m: ["unsub", m.id],
+    Publish: lambda m: ["pub", m.id, _publication(m.publication), m.ttl],
+    Deliver: lambda m: ["deliver", m.subscriptions, _publication(m.publication)],
+    Ack: lambda m: ["ack", m.ref, m.id],
+    Refuse: lambda m: ["refuse", m.ref, m.reason],
+    StatusRequest: lambda m: ["statreq", m.ref],
+    StatusReply: lambda m: ["status", m.ref, _check_status(m.status)],
+    Hello: lambda m: ["hello", m.kind, m.id, m.version],
+    Ping: lambda m: ["ping"],
+    Pong: lambda m: ["pong"],
+}
+
+
+def encode(message: WireMessage) -> bytes:
+    """One complete frame, length prefix included.
+
+    Raises TypeError for what never crosses a link (LinkUp, LinkDown, anything else),
+    FrameTooLarge if the peer would refuse the frame, and BadMessage for content msgpack cannot
+    carry (a status value that is not msgpack-native, an integer beyond 64 bits, a lone surrogate).
+    """
+    try:
+        to_array = _ENCODERS[type(message)]
+    except KeyError:
+        raise TypeError(f"{type(message).__name__} is not a message sent on a link") from None
+    try:
+        payload = msgpack.packb(to_array(message), use_bin_type=True)
+    except (ValueError, TypeError, OverflowError) as error:
+        raise BadMessage(f"cannot encode {type(message).__name__}: {_describe(error)}") from None
+    size = len(payload)
+    if size > MAX_FRAME:
+        raise FrameTooLarge(size, MAX_FRAME)
+    return _HEADER.pack(size) + payload
+
+
+# ---------------------------------------------------------------------------------------- decoding
+
+
+def _to_publication(array: object) -> Publication:
+    if type(array) is not list or len(array) != 2:
+        raise ValueError("a publication must be an array [class, [[name, value], ...]]")
+    cls, pairs = array
+    if type(pairs) is not list:
+        raise ValueError("the attributes of a publication must be an array of [name, value] pairs")
+    for pair in pairs:
+        # without this, a 2-character string or a 2-key map would unpack as a pair
+        if type(pair) is not list or len(pair) != 2:
+            raise ValueError("an attribute of a publication must be an array [name, value]")
+    return Publication(cls, pairs)
+
+
+def _to_filter(array: object) -> Filter:
+    if type(array) is not list or len(array) != 2:
+        raise ValueError("a filter must be an array [class, [[attribute, op, value], ...]]")
+    cls, triples = array
+    if type(triples) is not list:
+        raise ValueError("the predicates of a filter must be an array of [attribute, op, value]")
+    predicates = []
+    for triple in triples:
+        if type(triple) is not list or len(triple) != 3:
+            raise ValueError("a predicate must be an array [attribute, op, value]")
+        attribute, op, value = triple
+        if type(op) is not str:
+            raise ValueError(f"an operator must be a string, not {type(op).__name__}")
+        if type(value) is list:
+            value = _to_tagged_value(value)
+        predicates.append(Predicate(attribute, op, value))
+    return Filter(cls, tuple(predicates))
+
+
+def _to_tagged_value(array: list[Any]) -> Var | TimeRef:
+    tag = array[0] if array else None
+    if tag == "var" and len(array) == 3:
+        return Var(array[1], array[2])
+    if tag == "rel" and len(array) == 2 and type(array[1]) is int:
+        return TimeRef(offset=array[1])
+    if tag == "abs" and len(array) == 2 and type(array[1]) in (int, float) and math.isfinite(array[1]):
+        return TimeRef(instant=datetime.fromtimestamp(array[1], UTC))
+    if tag == "abs" and len(array) == 3 and type(array[1]) is int and type(array[2]) is int:
+        if not 0 <= array[2] < 1_000_000:
+            raise ValueError("microseconds of an instant must be from 0 to 999999")
+        return TimeRef(instant=_EPOCH + timedelta(seconds=array[1], microseconds=array[2]))
+    raise ValueError(
+        'a value array must be ["var", kind, name], ["rel", int seconds], ["abs", epoch seconds]'
+        ' or ["abs", int seconds, int microseconds]'
+    )
+
+
+def _check_status(status: object) -> dict[str, object]:
+    """Only what msgpack carries without extensions, with string keys, so a reply is printable."""
+    if type(status) is not dict:
+        raise ValueError(f"a status must be a map, not {type(status).__name__}")
+    stack: list[tuple[object, int]] = [(status, 0)]
+    while stack:
+        item, depth = stack.pop()
+        # exact types: msgpack's ExtType is a namedtuple
+        if type(item) is dict or type(item) is list or type(item) is tuple:
+            if depth >= _STATUS_DEPTH:
+                raise ValueError(f"a status may nest at most {_STATUS_DEPTH} levels")
+            if type(item) is dict:
+                for key in item:
+                    if not isinstance(key, str):
+                        raise ValueError(f"status keys must be strings, not {type(key).__name__}")
+                item = item.values()
+            stack.extend((value, depth + 1) for value in item)
+        elif item is not None and not isinstance(item, bool | int | float | str | bytes):
+            raise ValueError(f"a status value cannot be {type(item).__name__}")
+    return status
+
+
+def _to_deliver(array: list[Any]) -> Deliver:
+    if type(array[1]) is not list:
+        raise ValueError("the subscriptions of a delivery must be an array of ids")
+    return Deliver(tuple(array[1]), _to_publication(array[2]))
+
+
+# tag -> (name for errors, array length including the tag, builder)
+_DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
+    "adv": ("Advertise", 4, lambda a: Advertise(a[1], _to_filter(a[2]), a[3])),
+    "unadv": ("Unadvertise", 2, lambda a: Unadvertise(a[1])),
+    "sub": ("Subscribe", 4, lambda a: Subscribe(a[1], _to_filter(a[2]), a[3])),
+    "unsub": ("Unsubscribe", 2, lambda a: Unsubscribe(a[1])),
+    "pub": ("Publish", 4, lambda a: Publish(a[1], _to_publication(a[2]), a[3])),
+    "deliver": ("Deliver", 3, _to_deliver),
+    "ack": ("Ack", 3, lambda a: Ack(a[1], a[2])),
+    "refuse": ("Refuse", 3, lambda a: Refuse(a[1], a[2])),
+    "statreq": ("StatusRequest", 2, lambda a: StatusRequest(a[1])),
+    "status": ("StatusReply", 3, lambda a: StatusReply(a[1], _check_status(a[2]))),
+    "hello": ("Hello", 4, lambda a: Hello(a[1], a[2], a[3])),
+    "ping": ("Ping", 1, lambda a: Ping()),
+    "pong": ("Pong", 1, lambda a: Pong()),
+}
+
+
+def _describe(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__  # msgpack's StackError has no text
+    return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 3] + "..."
+
+
+def decode(payload: bytes | bytearray | memoryview) -> WireMessage:
+    """The message in one frame's payload (no length prefix); anything invalid is BadMessage."""
+    try:
+        # unpackb caps every string, array and map length at len(payload): no huge allocations
+        array = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+    except (ValueError, TypeError, OverflowError, msgpack.UnpackException) as error:
+        raise BadMessage(f"bad msgpack: {_describe(error)}") from None
+    if type(array) is not list or not array or type(array[0]) is not str:
+        raise BadMessage("a message must be an array that starts with its type tag")
+    entry = _DECODERS.get(array[0])
+    if entry is None:
+        raise BadMessage(f"unknown message type {_describe(ValueError(repr(array[0])))}")
+    name, length, build = entry
+    if len(array) != length:
+        raise BadMessage(f"bad {name}: expected {length - 1} fields, got {len(array) - 1}")
+    try:
+        return build(array)
+    except (ValueError, TypeError, OverflowError, OSError) as error:
+        raise BadMessage(f"bad {name}: {_describe(error)}") from None
+
+
+# ---------------------------------------------------------------------------------------- framing
+
+
+class FrameDecoder:
+    """Cuts a byte stream into frame payloads, whatever the chunking; one per connection.
+
+    After ``FrameTooLarge`` the stream has lost its frame boundaries, so every later ``feed``
+    raises it again: the caller must close the connection.
+    """
+
+    __slots__ = ("_buffer", "_too_large", "limit")
+
+    def __init__(self, limit: int = MAX_FRAME) -> None:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise ValueError(f"frame limit must be a non-negative integer, not {limit!r}")
+        self.limit = limit
+        self._buffer = bytearray()
+        self._too_large: int | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned (a partial frame)."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Every payload completed by ``data``, in order; a partial frame stays buffered."""
+        if self._too_large is not None:
+            raise FrameTooLarge(self._too_large, self.limit)
+        buffer = self._buffer
+        buffer += data
+        end = len(buffer)
+        start = 0
+        payloads: list[bytes] = []
+        unpack_from = _HEADER.unpack_from
+        limit = self.limit
+        with memoryview(buffer) as view:  # slices of a view copy once; the buffer is not resized inside
+            while end - start >= 4:
+                (size,) = unpack_from(view, start)
+                if size > limit:
+                    self._too_large = size
+                    raise FrameTooLarge(size, limit)
+                stop = start + 4 + size
+                if stop > end:
+                    break
+                payloads.append(view[start + 4 : stop].tobytes())
+                start = stop
+        if start:
+            del buffer[:start]  # CPython drops a bytearray's head without moving the rest
+        return payloads

@@ -1,0 +1,153 @@
+"""One framed connection: frames in, and a bounded outgoing queue written in batches.
+
+Writes never block the broker: ``send`` appends to the queue and a writer task drains it,
+joining everything queued into one ``write`` (batching) before awaiting ``drain`` (back-pressure
+from the socket). A peer that cannot keep up lets the backlog grow; once the bytes waiting for it
+(our queue plus asyncio's transport buffer) pass ``queue_limit`` the link is closed with a logged
+reason. That is the slow-consumer policy: one slow client never stalls the others or eats the
+broker's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Protocol
+
+from broker.transport.codec import FrameDecoder, WireMessage, decode, encode
+from broker.transport.errors import BadMessage
+
+__all__ = ["Link", "LinkClosed"]
+
+log = logging.getLogger(__name__)
+
+
+class LinkClosed(ConnectionError):
+    """The link is closed; ``reason`` says why."""
+
+
+class _Writer(Protocol):
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+    def close(self) -> None: ...
+    def is_closing(self) -> bool: ...
+
+
+class Link:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: _Writer,
+        name: str = "?",
+        queue_limit: int = 64 << 20,
+        frame_limit: int | None = None,
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.name = name
+        self.queue_limit = queue_limit
+        self.decoder = FrameDecoder() if frame_limit is None else FrameDecoder(frame_limit)
+        self._queue: list[bytes] = []
+        self._queued_bytes = 0
+        self.pending: list[WireMessage | BadMessage] = []  # read along with the handshake
+        self._wakeup = asyncio.Event()
+        self.closed: str | None = None
+        self.last_received = self.last_sent = time.monotonic()
+        self.sent_frames = 0
+        self._writer_task = asyncio.get_running_loop().create_task(self._write_loop())
+
+    def send(self, message: WireMessage) -> bool:
+        """Queue a message; False when the link is closed (or just closed for being too slow)."""
+        if self.closed is not None:
+            return False
+        frame = encode(message)
+        backlog = self._queued_bytes + self._transport_backlog()
+        if backlog + len(frame) > self.queue_limit:
+            self.close(f"slow consumer: {backlog} bytes waiting", abort=True)
+            return False
+        self._queue.append(frame)
+        self._queued_bytes += len(frame)
+        self._wakeup.set()
+        return True
+
+    def _transport_backlog(self) -> int:
+        transport = getattr(self.writer, "transport", None)
+        return transport.get_write_buffer_size() if transport is not None else 0
+
+    async def receive(self) -> list[WireMessage | BadMessage]:
+        """The next messages (or per-frame errors) off the wire. Raises ``LinkClosed`` at the end,
+        and ``FrameTooLarge`` for a stream that cannot be trusted any more."""
+        while True:
+            if self.closed is not None:
+                raise LinkClosed(self.closed)
+            try:
+                data = await self.reader.read(1 << 16)
+            except (ConnectionError, OSError) as error:
+                self.close(f"connection error: {error}")
+                raise LinkClosed(self.closed or "closed") from None
+            if not data:
+                self.close("closed by peer")
+                raise LinkClosed("closed by peer")
+            self.last_received = time.monotonic()
+            items: list[WireMessage | BadMessage] = []
+            for payload in self.decoder.feed(data):
+                try:
+                    items.append(decode(payload))
+                except BadMessage as error:
+                    items.append(error)
+            if items:
+                return items
+
+    async def _write_loop(self) -> None:
+        try:
+            while self.closed is None:
+                if not self._queue:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                frames, self._queue, self._queued_bytes = self._queue, [], 0
+                self.writer.write(b"".join(frames))
+                self.sent_frames += len(frames)
+                self.last_sent = time.monotonic()
+                await self.writer.drain()
+        except (ConnectionError, OSError) as error:
+            self.close(f"write failed: {error}")
+        except asyncio.CancelledError:
+            pass
+
+    def close(self, reason: str, abort: bool = False) -> None:
+        """Close the link. ``abort`` drops what is buffered at once; a graceful close would wait
+        for the peer to read it, which a slow or dead peer never does."""
+        if self.closed is not None:
+            return
+        self.closed = reason
+        log.debug("link %s closed: %s", self.name, reason)
+        self._wakeup.set()
+        transport = getattr(self.writer, "transport", None)
+        if abort and transport is not None:
+            transport.abort()
+        elif not self.writer.is_closing():
+            self.writer.close()
+
+    async def flush_and_close(self, reason: str, timeout: float = 1.0) -> None:
+        """Write what is queued (a last error reply, say), then close."""
+        if self._queue and self.closed is None:
+            try:
+                self.writer.write(b"".join(self._queue))
+                self._queue, self._queued_bytes = [], 0
+                await asyncio.wait_for(self.writer.drain(), timeout)
+            except (ConnectionError, OSError, TimeoutError):
+                pass
+        self.close(reason)
+
+    async def wait_closed(self, timeout: float = 2.0) -> None:
+        """Until the socket is really closed (so nothing is left for the garbage collector)."""
+        self.close("closing")
+        self._writer_task.cancel()
+        waiter = getattr(self.writer, "wait_closed", None)
+        if waiter is not None:
+            with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+                await asyncio.wait_for(waiter(), timeout)
+        await asyncio.gather(self._writer_task, return_exceptions=True)

@@ -1,0 +1,224 @@
+"""The broker process: the sans-IO Router behind asyncio TCP links.
+
+This adapter owns what the router must not: sockets, the clock, timers. It accepts clients and
+neighbour brokers (after a ``Hello`` handshake), dials the neighbours it was told about and keeps
+redialling them with backoff, pings every link and drops one that stays silent, and turns every
+frame into a ``router.handle`` call whose output it queues on the target links. Nothing a peer
+sends can stop it: bad frames are answered with ``Refuse``, counted and logged; a peer that breaks
+framing is disconnected; even a bug in the router costs one message, not the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from broker.routing import LinkDown, LinkUp, Refuse, Router, StatusReply
+from broker.routing.messages import Message
+from broker.transport.codec import Hello, Ping, Pong
+from broker.transport.errors import BadMessage, ProtocolError
+from broker.transport.link import Link, LinkClosed
+from broker.transport.uri import BrokerURI
+
+__all__ = ["Broker"]
+
+HANDSHAKE_TIMEOUT = 5.0
+
+
+class Broker:
+    def __init__(
+        self,
+        uri: BrokerURI,
+        neighbors: Sequence[BrokerURI] = (),
+        covering: str = "off",
+        advertisement_covering: bool = False,
+        heartbeat: float = 1.0,
+        dead_after: float = 4.0,
+        queue_limit: int = 64 << 20,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if any(n.id == uri.id for n in neighbors):
+            raise ValueError(f"broker {uri.id} cannot be its own neighbour")
+        self.uri = uri
+        self.neighbors = list(neighbors)
+        self.router = Router(uri.id, covering, advertisement_covering)
+        self.heartbeat = heartbeat
+        self.dead_after = dead_after
+        self.queue_limit = queue_limit
+        self.clock = clock
+        self.links: dict[str, Link] = {}
+        self.counters: Counter[str] = Counter()
+        self.log = logging.LoggerAdapter(logging.getLogger("broker"), {"broker": uri.id})
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._connections: set[asyncio.Task[Any]] = set()  # accepted-connection handlers
+
+    # lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, self.uri.host, self.uri.port)
+        self.log.info("%s listening", self.uri)
+        for neighbor in self.neighbors:
+            self._spawn(self._dial(neighbor))
+        self._spawn(self._heartbeats())
+
+    async def stop(self) -> None:
+        """Close every link, let the connection handlers finish, then cancel the timers."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            if task not in self._connections:
+                task.cancel()
+        links = list(self.links.values())
+        for link in links:
+            link.close("broker stopping")
+        await asyncio.gather(*(link.wait_closed() for link in links))
+        if self._connections:
+            await asyncio.wait(self._connections, timeout=2.0)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def status(self) -> dict[str, object]:
+        status = self.router.status()
+        status["uri"] = str(self.uri)
+        status["counters"] = {**status["counters"], **{f"link.{k}": v for k, v in self.counters.items()}}
+        return status
+
+    # feeding the router -------------------------------------------------------------------------
+
+    def _feed(self, message: Message, hop: str) -> None:
+        try:
+            output = self.router.handle(message, hop, self.clock())
+        except Exception:  # a router bug must cost one message, not the broker
+            self.counters["router_errors"] += 1
+            self.log.exception("router failed on %s from %s", type(message).__name__, hop)
+            return
+        for target, out in output:
+            if isinstance(out, StatusReply):
+                out = StatusReply(out.ref, self.status())
+            link = self.links.get(target)
+            if link is not None:
+                link.send(out)  # type: ignore[arg-type]  # the router never emits LinkUp/LinkDown
+
+    # links --------------------------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+        link = Link(reader, writer, "incoming", self.queue_limit)
+        try:
+            hello = await asyncio.wait_for(self._first(link), HANDSHAKE_TIMEOUT)
+        except (TimeoutError, LinkClosed, ProtocolError) as error:
+            self.counters["handshake_failed"] += 1
+            link.send(Refuse("", f"handshake failed: {error or 'timeout'}"))
+            await link.flush_and_close("handshake failed")
+            await link.wait_closed()
+            return
+        hop = hello.id
+        if hop == self.uri.id or hop in self.links:
+            link.send(Refuse("", f"{hello.kind} id {hop!r} is already connected"))
+            await link.flush_and_close(f"duplicate id {hop}")
+            await link.wait_closed()
+            return
+        link.send(Hello("broker", self.uri.id))
+        await self._serve(link, hop, broker=hello.kind == "broker")
+
+    async def _first(self, link: Link) -> Hello:
+        items = await link.receive()
+        first = items[0]
+        if isinstance(first, BadMessage) or not isinstance(first, Hello):
+            raise ProtocolError(f"expected hello, got {first}")
+        link.pending.extend(items[1:])  # a client may pipeline its first requests behind the hello
+        return first
+
+    async def _dial(self, neighbor: BrokerURI) -> None:
+        delay = 0.1
+        while True:
+            link: Link | None = None
+            if neighbor.id not in self.links:
+                try:
+                    reader, writer = await asyncio.open_connection(neighbor.host, neighbor.port)
+                    link = Link(reader, writer, neighbor.id, self.queue_limit)
+                    link.send(Hello("broker", self.uri.id))
+                    reply = await asyncio.wait_for(self._first(link), HANDSHAKE_TIMEOUT)
+                    if reply.id != neighbor.id:
+                        raise ProtocolError(f"{neighbor} answered as {reply.id!r}")
+                    delay = 0.1
+                    await self._serve(link, neighbor.id, broker=True)
+                except (OSError, TimeoutError, LinkClosed, ProtocolError) as error:
+                    self.log.debug("cannot link to %s: %s", neighbor, error)
+                    if link is not None:
+                        await link.wait_closed()
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 5.0)
+
+    async def _serve(self, link: Link, hop: str, broker: bool) -> None:
+        """Run an established link until it ends; the router hears of it coming and going."""
+        if hop in self.links:
+            await link.wait_closed()
+            return
+        link.name = hop
+        self.links[hop] = link
+        self.log.info("%s %s connected", "broker" if broker else "client", hop)
+        self._feed(LinkUp(broker=broker), hop)
+        try:
+            for item in link.pending:
+                self._handle(link, hop, item)
+            link.pending.clear()
+            while True:
+                for item in await link.receive():
+                    self._handle(link, hop, item)
+        except LinkClosed:
+            pass
+        except ProtocolError as error:  # framing is broken: the stream cannot be trusted any more
+            self.counters["bad_frames"] += 1
+            self.log.warning("%s broke framing: %s", hop, error)
+            link.send(Refuse("", str(error)))
+            await link.flush_and_close(str(error))
+        finally:
+            await link.wait_closed()
+            if self.links.get(hop) is link:
+                del self.links[hop]
+                self.log.info("%s disconnected: %s", hop, link.closed)
+                self._feed(LinkDown(), hop)
+
+    def _handle(self, link: Link, hop: str, item: object) -> None:
+        if isinstance(item, BadMessage):
+            self.counters["bad_messages"] += 1
+            self.log.warning("bad message from %s: %s", hop, item)
+            link.send(Refuse("", f"bad message: {item}"))
+        elif isinstance(item, Ping):
+            link.send(Pong())
+        elif isinstance(item, Pong):
+            pass
+        elif isinstance(item, Hello):
+            self.counters["bad_messages"] += 1
+            link.send(Refuse("", "unexpected hello on an established link"))
+        else:
+            self._feed(item, hop)  # type: ignore[arg-type]
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat / 2)
+            now = time.monotonic()
+            for link in list(self.links.values()):
+                if now - link.last_received > self.dead_after:
+                    self.counters["heartbeat_timeouts"] += 1
+                    link.close(f"no traffic for {self.dead_after:g} s", abort=True)
+                elif now - link.last_sent >= self.heartbeat:
+                    link.send(Ping())

@@ -1,0 +1,233 @@
+"""The asyncio broker over real loopback sockets, all in one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+
+import msgpack
+import pytest
+
+from broker.client import Client, ConnectError, RefusedError
+from broker.language import Publication, parse_filter
+from broker.routing import Refuse, Subscribe
+from broker.transport.codec import Hello, decode, encode
+from broker.transport.server import Broker
+from tests.transport.harness import run, until, uri
+
+ADV = "[class,eq,stock],[price,<,100]"
+
+
+async def line(count: int, **options: object) -> list[Broker]:
+    uris = [uri(f"B{i + 1}") for i in range(count)]
+    brokers = [Broker(u, uris[i - 1 : i] if i else [], **options) for i, u in enumerate(uris)]  # type: ignore[arg-type]
+    for b in brokers:
+        await b.start()
+    for i, b in enumerate(brokers):
+        expected = {x.uri.id for x in brokers[max(i - 1, 0) : i + 2]} - {b.uri.id}
+        await until(lambda b=b, e=expected: set(b.links) >= e, what=f"{b.uri.id} linked")
+    return brokers
+
+
+async def stop(*brokers: Broker) -> None:
+    for b in brokers:
+        await b.stop()
+
+
+def test_three_brokers_end_to_end() -> None:
+    async def scenario() -> None:
+        b1, b2, b3 = await line(3)
+        pub = await Client.connect(b1.uri, "pub")
+        sub = await Client.connect(b3.uri, "sub")
+        await pub.advertise(ADV)
+        s = await sub.subscribe("[class,eq,stock],[price,<,50]")
+        assert s.id == "B3/sub/1"
+        assert await pub.publish("[class,stock],[price,10]") == "B1/pub/2"  # ref 1 was the advertisement
+        with pytest.raises(RefusedError, match="fits no advertisement"):
+            await pub.publish("[class,stock],[price,150]")
+        delivery = await s.next(timeout=5)
+        assert str(delivery.publication) == "[class,stock],[price,10]"
+        for i in range(200):
+            pub.publish_nowait(Publication("stock", {"price": i % 100}))
+        got = [(await s.next(timeout=5)).publication["price"] for _ in range(100)]
+        assert got == [i % 100 for i in range(200) if i % 100 < 50]
+        status = await sub.status()
+        assert status["id"] == "B3" and status["neighbors"] == ["B2"] and status["subscriptions"] == 1
+        await pub.close()
+        await sub.close()
+        await stop(b1, b2, b3)
+
+    run(scenario())
+
+
+def test_neighbour_restart_restores_routing() -> None:
+    async def scenario() -> None:
+        b1, b2, b3 = await line(3, heartbeat=0.1, dead_after=0.5)
+        pub = await Client.connect(b1.uri, "pub")
+        sub = await Client.connect(b3.uri, "sub")
+        await pub.advertise(ADV)
+        s = await sub.subscribe(ADV)
+        await b2.stop()
+        await until(lambda: "B2" not in b1.links and "B2" not in b3.links, what="B2 gone")
+        b2 = Broker(b2.uri, [b1.uri], heartbeat=0.1, dead_after=0.5)
+        await b2.start()  # b3 names b2 as neighbour and redials it; b2 dials b1
+        await until(lambda: set(b2.links) == {"B1", "B3"}, what="B2 relinked")
+        await until(lambda: b2.router.status()["subscriptions"] == 1, what="routing restored")
+        await pub.publish("[class,stock],[price,7]")
+        assert (await s.next(timeout=5)).publication["price"] == 7
+        for c in (pub, sub):
+            await c.close()
+        await stop(b1, b2, b3)
+
+    run(scenario())
+
+
+async def raw(b: Broker) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(b.uri.host, b.uri.port)
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload)) + payload
+
+
+def test_fuzzed_peers_never_stop_the_broker() -> None:
+    rng = random.Random(11)
+
+    async def scenario() -> None:
+        (b,) = await line(1)
+        pub = await Client.connect(b.uri, "pub")
+        sub = await Client.connect(b.uri, "sub")
+        await pub.advertise(ADV)
+        s = await sub.subscribe(ADV)
+        valid = encode(Hello("client", "fuzz"))[4:]
+        payloads = [
+            b"",
+            b"\xc1",
+            msgpack.packb(["sub", "x"]),
+            msgpack.packb(["pub", "1", ["stock", [["price", "NaN"]]], 5]),
+            msgpack.packb(["adv", "1", ["stock", [["price", "<", True]]], 5]),
+            msgpack.packb([[[[[[[[]]]]]]]] * 3),
+            encode(Refuse("", "x"))[4:],
+        ]
+        for attempt in range(60):
+            reader, writer = await raw(b)
+            if attempt % 3:
+                writer.write(frame(valid))  # a proper hello, and its answer, then garbage frames
+                await writer.drain()
+                assert await reader.read(1 << 16)
+            for _ in range(rng.randint(1, 6)):
+                if rng.random() < 0.5:
+                    payload = rng.choice(payloads)
+                else:
+                    payload = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 40)))
+                writer.write(frame(payload))
+            if attempt % 7 == 0:
+                writer.write(b"\xff\xff\xff\xff garbage")  # a length no broker accepts
+            if attempt % 5 == 0:
+                writer.write(bytes(rng.getrandbits(8) for _ in range(64)))  # not even framed
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+        await pub.publish("[class,stock],[price,1]")
+        assert (await s.next(timeout=5)).publication["price"] == 1  # still serving everyone else
+        counters = b.status()["counters"]
+        assert counters["link.bad_messages"] > 20
+        assert counters["link.bad_frames"] >= 3  # oversize prefixes on established links
+        assert counters["link.handshake_failed"] >= 10
+        for c in (pub, sub):
+            await c.close()
+        await stop(b)
+
+    run(scenario(), timeout=60)
+
+
+def test_bad_message_is_answered_with_refuse_and_link_survives() -> None:
+    async def scenario() -> None:
+        (b,) = await line(1)
+        reader, writer = await raw(b)
+        writer.write(encode(Hello("client", "raw")) + frame(b"\x93\xa3sub\x01\x02"))
+        await writer.drain()
+        data = await reader.read(1 << 16)
+        (hello_len,) = struct.unpack(">I", data[:4])
+        assert decode(data[4 : 4 + hello_len]) == Hello("broker", "B1")
+        rest = data[4 + hello_len :] or await reader.read(1 << 16)
+        refusal = decode(rest[4:])
+        assert isinstance(refusal, Refuse) and refusal.reason.startswith("bad message")
+        assert "raw" in b.links  # still connected
+        writer.close()
+        await writer.wait_closed()
+        await stop(b)
+
+    run(scenario())
+
+
+def test_handshake_rules() -> None:
+    async def scenario() -> None:
+        (b,) = await line(1)
+        first = await Client.connect(b.uri, "same")
+        with pytest.raises(ConnectError, match="already connected"):
+            await Client.connect(b.uri, "same")
+        with pytest.raises(ConnectError, match="already connected"):
+            await Client.connect(b.uri, "B1")
+        with pytest.raises(ConnectError, match="answered as"):
+            await Client.connect(b.uri.__class__(b.uri.host, b.uri.port, "B9"))
+        reader, writer = await raw(b)
+        writer.write(frame(msgpack.packb(["statreq", "1"])))  # no hello first
+        await writer.drain()
+        assert await reader.read(1 << 16)  # a refusal, then the close
+        assert await reader.read(1 << 16) == b""
+        writer.close()
+        await writer.wait_closed()
+        assert b.counters["handshake_failed"] == 1
+        await first.close()
+        await stop(b)
+
+    run(scenario())
+
+
+def test_silent_peer_is_dropped_by_heartbeat() -> None:
+    async def scenario() -> None:
+        b = Broker(uri("B1"), heartbeat=0.05, dead_after=0.3)
+        await b.start()
+        _, writer = await raw(b)
+        writer.write(encode(Hello("client", "mute")))  # never answers a ping
+        await writer.drain()
+        await until(lambda: "mute" in b.links, what="connected")
+        await until(lambda: "mute" not in b.links, timeout=3, what="dropped")
+        assert b.counters["heartbeat_timeouts"] == 1
+        writer.close()
+        await writer.wait_closed()
+        await stop(b)
+
+    run(scenario())
+
+
+def test_slow_consumer_is_disconnected_and_others_keep_going() -> None:
+    async def scenario() -> None:
+        b = Broker(uri("B1"), queue_limit=4 << 20)
+        await b.start()
+        pub = await Client.connect(b.uri, "pub")
+        fast = await Client.connect(b.uri, "fast")
+        await pub.advertise("[class,eq,bulk],[n,isPresent,0],[pad,isPresent,'']")
+        fs = await fast.subscribe("[class,eq,bulk]")
+        _, writer = await raw(b)  # subscribes, then never reads
+        writer.write(encode(Hello("client", "slow")))
+        writer.write(encode(Subscribe("1", parse_filter("[class,eq,bulk]"))))
+        await writer.drain()
+        await until(lambda: b.router.status()["subscriptions"] == 2, what="both subscribed")
+        pad = "x" * 10_000  # 30 MB in all: more than the kernel's socket buffers hold
+        for i in range(3000):
+            pub.publish_nowait(Publication("bulk", {"n": i, "pad": pad}))
+            if i % 10 == 0:  # let the fast consumer keep up: 100 kB bursts
+                await asyncio.sleep(0)
+        got = [(await fs.next(timeout=10)).publication["n"] for _ in range(3000)]
+        assert got == list(range(3000))
+        await until(lambda: "slow" not in b.links, what="slow consumer dropped")
+        writer.close()
+        await writer.wait_closed()
+        for c in (pub, fast):
+            await c.close()
+        await stop(b)
+
+    run(scenario(), timeout=60)

@@ -1,0 +1,211 @@
+"""``wfm broker``, ``wfm status`` and ``wfm client``: thin commands over broker.transport/client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from typing import Any
+
+import click
+
+from broker.client import Client, ConnectError, Delivery, RefusedError
+from broker.language import ParseError, parse_filter, parse_publication
+from broker.routing import COVERING_MODES
+from broker.transport.link import LinkClosed
+from broker.transport.server import Broker
+from broker.transport.uri import BrokerURI
+
+log = logging.getLogger("wfm.client")
+
+
+class URIType(click.ParamType):
+    name = "URI"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> BrokerURI:
+        if isinstance(value, BrokerURI):
+            return value
+        try:
+            return BrokerURI.parse(value)
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+URI = URIType()
+broker_option = click.option(
+    "--broker", "broker_uri", type=URI, envvar="WFM_BROKER", required=True,
+    help="Broker to connect to, socket://HOST:PORT/ID (default: $WFM_BROKER).",
+)  # fmt: skip
+output_option = click.option(
+    "-o", "--output", type=click.Choice(["text", "json"]), default="text", help="Output format."
+)
+
+
+@click.command()
+@click.option("--uri", type=URI, required=True, help="This broker's address, socket://HOST:PORT/ID.")
+@click.option("--neighbor", "neighbors", type=URI, multiple=True, help="A neighbour to link to (repeatable).")
+@click.option("--covering", type=click.Choice(COVERING_MODES), default="off", show_default=True,
+              help="Subscription covering.")  # fmt: skip
+@click.option("--advertisement-covering/--no-advertisement-covering", default=False, show_default=True)
+@click.option("--heartbeat", type=click.FloatRange(0.05, 60), default=1.0, show_default=True,
+              help="Seconds between pings on an idle link; silent for 4 of them, it is dropped.")  # fmt: skip
+def broker(uri: BrokerURI, neighbors: tuple[BrokerURI, ...], covering: str, advertisement_covering: bool,
+           heartbeat: float) -> None:  # fmt: skip
+    """Run a broker until SIGINT or SIGTERM."""
+    _log_with_prefix(uri.id)
+    try:
+        node = Broker(uri, neighbors, covering, advertisement_covering, heartbeat, dead_after=4 * heartbeat)
+    except ValueError as error:
+        raise click.ClickException(str(error)) from None
+    try:
+        asyncio.run(_run_broker(node))
+    except OSError as error:
+        raise click.ClickException(f"cannot listen on {uri}: {error.strerror or error}") from None
+
+
+async def _run_broker(node: Broker) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await node.start()
+    await stop.wait()
+    logging.getLogger("broker").info("stopping")
+    await node.stop()
+
+
+def _log_with_prefix(name: str) -> None:
+    root = logging.getLogger()
+    for handler in root.handlers:
+        handler.setFormatter(logging.Formatter(f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s"))
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+
+
+@click.command()
+@broker_option
+@output_option
+def status(broker_uri: BrokerURI, output: str) -> None:
+    """Show a broker's id, neighbours and table sizes."""
+    report = asyncio.run(_status(broker_uri))
+    if output == "json":
+        click.echo(json.dumps(report))
+        return
+    for key in ("id", "uri", "neighbors", "clients", "subscriptions", "advertisements", "covering"):
+        value = report.get(key)
+        click.echo(f"{key:15} {', '.join(value) if isinstance(value, list) else value}")
+
+
+async def _status(uri: BrokerURI) -> dict[str, Any]:
+    try:
+        client = await Client.connect(uri)
+    except ConnectError as error:
+        raise click.ClickException(str(error)) from None
+    async with client:
+        return await client.status()
+
+
+@click.command()
+@broker_option
+@click.option("--id", "client_id", help="Client id (unique at its broker; default: random).")
+@click.option("--linger", type=click.FloatRange(0), default=0.5, show_default=True,
+              help="Seconds to keep receiving after the end of input.")  # fmt: skip
+@output_option
+def client(broker_uri: BrokerURI, client_id: str | None, linger: float, output: str) -> None:
+    """Apply commands read from stdin, one a line, and print every delivery.
+
+    \b
+    a  FILTER        advertise            (prints "adv ID" on stderr)
+    s  FILTER        subscribe            (prints "sub ID" on stderr)
+    p  PUBLICATION   publish
+    ua ID            unadvertise
+    us ID            unsubscribe
+    sleep SECONDS    wait, deliveries keep arriving
+
+    Each line is applied at the broker before the next is read. A bad line prints an error on
+    stderr and the client goes on; the exit status is 1 if any line failed.
+    """
+    failures = asyncio.run(_client(broker_uri, client_id, linger, output == "json"))
+    if failures:
+        sys.exit(1)
+
+
+async def _client(uri: BrokerURI, client_id: str | None, linger: float, as_json: bool) -> int:
+    try:
+        session = await Client.connect(uri, client_id)
+    except ConnectError as error:
+        raise click.ClickException(str(error)) from None
+    printer = asyncio.get_running_loop().create_task(_print_deliveries(session, as_json))
+    failures = 0
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line:
+                break
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            try:
+                await _apply(session, line.strip())
+            except (ParseError, RefusedError, ValueError) as error:
+                failures += 1
+                click.echo(f"wfm: error: {line.strip()[:80]}: {error}", err=True)
+            except LinkClosed as error:
+                raise click.ClickException(f"connection to {uri} lost: {error}") from None
+        await asyncio.sleep(linger)
+    finally:
+        await session.close()
+        await asyncio.gather(printer, return_exceptions=True)
+    return failures
+
+
+async def _apply(session: Client, line: str) -> None:
+    command, _, rest = line.partition(" ")
+    rest = rest.strip()
+    if command == "a":
+        click.echo(f"adv {await session.advertise(parse_filter(rest))}", err=True)
+    elif command == "s":
+        click.echo(f"sub {(await session.subscribe(parse_filter(rest))).id}", err=True)
+    elif command == "p":
+        await session.publish(parse_publication(rest))
+    elif command == "ua":
+        await session.unadvertise(_one_word(rest, "ua"))
+    elif command == "us":
+        await session.unsubscribe(_one_word(rest, "us"))
+    elif command == "sleep":
+        try:
+            seconds = float(rest)
+        except ValueError:
+            raise ValueError(f"sleep needs a number of seconds, not {rest!r}") from None
+        if not 0 <= seconds <= 86400:
+            raise ValueError("sleep takes 0 to 86400 seconds")
+        await asyncio.sleep(seconds)
+    else:
+        raise ValueError(f"unknown command {command!r} (use a, s, p, ua, us or sleep)")
+
+
+def _one_word(rest: str, command: str) -> str:
+    if not rest or " " in rest:
+        raise ValueError(f"{command} needs one id")
+    return rest
+
+
+async def _print_deliveries(session: Client, as_json: bool) -> None:
+    async for delivery in session:
+        click.echo(_format(delivery, as_json))
+        sys.stdout.flush()
+
+
+def _format(delivery: Delivery, as_json: bool) -> str:
+    if not as_json:
+        return f"{delivery.subscription} {delivery.publication}"
+    return json.dumps(
+        {
+            "subscription": delivery.subscription,
+            "publication": str(delivery.publication),
+            "attributes": dict(delivery.publication),
+        },
+        ensure_ascii=False,
+    )
