@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -62,7 +63,8 @@ def broker(uri: BrokerURI, neighbors: tuple[BrokerURI, ...], covering: str, adve
     try:
         asyncio.run(_run_broker(node))
     except OSError as error:
-        raise click.ClickException(f"cannot listen on {uri}: {error.strerror or error}") from None
+        reason = os.strerror(error.errno).lower() if error.errno else str(error)
+        raise click.ClickException(f"cannot listen on {uri}: {reason}") from None
 
 
 async def _run_broker(node: Broker) -> None:

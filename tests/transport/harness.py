@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -13,9 +14,16 @@ T = TypeVar("T")
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A free port below the kernel's ephemeral range (32768 and up on Linux), so that no
+    client's outgoing connection can take it between this check and the broker's bind."""
+    while True:
+        port = random.randint(12000, 30000)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def uri(name: str) -> BrokerURI:

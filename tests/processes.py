@@ -1,0 +1,97 @@
+"""Real ``wfm broker`` processes on loopback ports, for end-to-end tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from broker.client import BlockingClient, ConnectError
+from broker.transport.uri import BrokerURI
+from tests.transport.harness import free_port
+
+WFM = str(Path(sys.executable).with_name("wfm"))
+
+
+@contextmanager
+def brokers(links: dict[str, list[str]], covering: str = "off") -> Iterator[dict[str, BrokerURI]]:
+    """Start one ``wfm broker`` per key; ``links[b]`` are the neighbours ``b`` dials. Waits until
+    every broker sees all its neighbours, and stops them all (checking they exit cleanly)."""
+    uris = {name: BrokerURI("127.0.0.1", free_port(), name) for name in links}
+    procs = {
+        name: subprocess.Popen(
+            [
+                WFM,
+                "broker",
+                "--uri",
+                str(uris[name]),
+                "--covering",
+                covering,
+                "--heartbeat",
+                "0.2",
+                *[arg for n in links[name] for arg in ("--neighbor", str(uris[n]))],
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for name in links
+    }
+    expected = {name: set(links[name]) for name in links}
+    for name, neighbours in links.items():
+        for n in neighbours:
+            expected[n].add(name)
+    try:
+        for name in links:
+            wait_for(lambda n=name: _linked(uris[n], expected[n]), f"{name} linked")
+        yield uris
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+        for name, proc in procs.items():
+            _, err = proc.communicate(timeout=10)
+            assert proc.returncode == 0, f"{name} exited with {proc.returncode}: {err[-2000:]}"
+            assert "Traceback" not in err, err
+
+
+def _linked(uri: BrokerURI, neighbours: set[str]) -> bool:
+    report = status(uri)
+    return report.get("id") == uri.id and set(report["neighbors"]) == neighbours  # type: ignore[arg-type]
+
+
+def status(uri: BrokerURI) -> dict[str, object]:
+    try:
+        with BlockingClient(uri, timeout=5) as client:
+            return client.status()
+    except (ConnectError, OSError, TimeoutError):
+        return {}
+
+
+def wait_for(condition: object, what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def quiet(uris: dict[str, BrokerURI], pause: float = 0.1) -> None:
+    """Until no broker's message counters move between two looks: routing has settled."""
+
+    routing = ("in.Advertise", "in.Unadvertise", "in.Subscribe", "in.Unsubscribe", "in.Publish")
+
+    def snapshot() -> list[object]:  # the look itself (a status client) must not count
+        counters = [status(u).get("counters", {}) for u in uris.values()]
+        return [{k: c.get(k) for k in routing} for c in counters]  # type: ignore[attr-defined]
+
+    before = snapshot()
+    for _ in range(100):
+        time.sleep(pause)
+        after = snapshot()
+        if after == before:
+            return
+        before = after
+    raise AssertionError("the overlay did not settle")

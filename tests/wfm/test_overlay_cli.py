@@ -1,0 +1,85 @@
+"""``wfm broker``, ``wfm status`` and ``wfm client`` as separate processes, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from tests.processes import WFM, brokers
+
+
+def wfm(*args: str, stdin: str = "", timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([WFM, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+def test_clients_through_two_brokers() -> None:
+    with brokers({"B1": [], "B2": ["B1"]}) as uris:
+        sub = subprocess.Popen(
+            [WFM, "client", "--broker", str(uris["B2"]), "--id", "sub", "-o", "json"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert sub.stdin is not None
+        sub.stdin.write("s [class,eq,'stock'],[price,<,100]\n")
+        sub.stdin.flush()
+        time.sleep(0.5)
+        pub = wfm(
+            "client", "--broker", str(uris["B1"]), "--id", "pub", "--linger", "0",
+            stdin="a [class,eq,'stock'],[price,<,100],[amount,>,100]\n"
+            "sleep 0.3\n"
+            "p [class,'stock'],[price,80]\n"
+            "p [class,'stock'],[price,120]\n"
+            "x what\n",
+        )  # fmt: skip
+        assert pub.returncode == 1  # two lines failed, the others were applied
+        errors = pub.stderr.strip().splitlines()
+        assert errors[0] == "adv B1/pub/1"
+        assert "fits no advertisement" in errors[1] and "unknown command 'x'" in errors[2]
+        out, err = sub.communicate("sleep 0.5\n", timeout=20)
+        assert sub.returncode == 0, err
+        assert err.strip() == "sub B2/sub/1"
+        assert [json.loads(line) for line in out.splitlines()] == [
+            {
+                "subscription": "B2/sub/1",
+                "publication": "[class,stock],[price,80]",
+                "attributes": {"class": "stock", "price": 80},
+            }
+        ]
+        status = json.loads(wfm("status", "--broker", str(uris["B1"]), "-o", "json").stdout)
+        assert status["id"] == "B1" and status["uri"] == str(uris["B1"]) and status["neighbors"] == ["B2"]
+        assert status["subscriptions"] == 0 and status["advertisements"] == 0  # both clients left
+
+
+def test_environment_variable_names_the_broker() -> None:
+    with brokers({"B1": []}) as uris:
+        done = subprocess.run(
+            [WFM, "status", "-o", "json"], capture_output=True, text=True, timeout=30,
+            env={"WFM_BROKER": str(uris["B1"]), "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["id"] == "B1"
+
+
+def test_errors_are_one_line() -> None:
+    cases = [
+        (("status", "--broker", "http://x"), "is not a broker URI"),
+        (("status", "--broker", "socket://127.0.0.1:1/B1"), "cannot connect"),
+        (("broker", "--uri", "socket://127.0.0.1:70000/B1"), "out of range"),
+        (
+            ("broker", "--uri", "socket://127.0.0.1:7/B1", "--neighbor", "socket://127.0.0.1:8/B1"),
+            "own neighbour",
+        ),
+        (("client", "--broker", "socket://127.0.0.1:1/B1"), "cannot connect"),
+    ]
+    for args, fragment in cases:
+        done = wfm(*args)
+        assert done.returncode != 0, args
+        assert fragment in done.stderr and done.stderr.count("\n") == 1, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+
+
+def test_busy_port_is_a_clear_error() -> None:
+    with brokers({"B1": []}) as uris:
+        done = wfm("broker", "--uri", str(uris["B1"]))
+        assert done.returncode == 1
+        assert done.stderr.strip().endswith(f"cannot listen on {uris['B1']}: address already in use")
