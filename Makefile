@@ -18,7 +18,12 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	command -v redis-server >/dev/null || { command -v apt-get >/dev/null && \
+		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q redis-server >/dev/null; } || \
+		echo "redis-server not installed: the overlay benchmark runs without its Redis baseline"
 	$(BIN)/python benchmarks/matching.py
+	$(BIN)/python benchmarks/overlay.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check broker agents wfm tests benchmarks

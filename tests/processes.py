@@ -37,7 +37,7 @@ def brokers(links: dict[str, list[str]], covering: str = "off") -> Iterator[dict
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for name in links
     }
     expected = {name: set(links[name]) for name in links}

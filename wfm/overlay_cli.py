@@ -169,7 +169,7 @@ async def _apply(session: Client, line: str) -> None:
     if command == "a":
         click.echo(f"adv {await session.advertise(parse_filter(rest))}", err=True)
     elif command == "s":
-        click.echo(f"sub {(await session.subscribe(parse_filter(rest))).id}", err=True)
+        click.echo(f"sub {(await session.subscribe(parse_filter(rest), own_queue=False)).id}", err=True)
     elif command == "p":
         await session.publish(parse_publication(rest))
     elif command == "ua":

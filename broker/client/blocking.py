@@ -41,7 +41,8 @@ class BlockingClient:
         self._run(self.client.unadvertise(adv_id))
 
     def subscribe(self, subscription: Filter | str) -> str:
-        return self._run(self.client.subscribe(subscription)).id
+        """Deliveries of every subscription arrive through ``receive``."""
+        return self._run(self.client.subscribe(subscription, own_queue=False)).id
 
     def unsubscribe(self, sub_id: str) -> None:
         self._run(self.client.unsubscribe(sub_id))

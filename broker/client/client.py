@@ -1,10 +1,11 @@
 """The async client: ``client = await Client.connect(uri)``, then advertise, subscribe, publish.
 
 Every request returns once the edge broker has accepted it (with the overlay-wide id it got) or
-raises ``RefusedError`` with the broker's reason. Deliveries arrive on bounded queues: the
-client's own (``async for delivery in client``) and each subscription's (``async for delivery in
-sub``). A consumer that falls behind by more than ``queue_limit`` deliveries loses the oldest,
-counted in ``client.dropped`` and logged, rather than growing without bound.
+raises ``RefusedError`` with the broker's reason. Each delivery lands on exactly one bounded
+queue: its subscription's own (``async for delivery in sub``, the default) or, for subscriptions
+made with ``own_queue=False``, the client's merged stream (``async for delivery in client``). A
+consumer that falls behind by more than ``queue_limit`` deliveries loses the oldest, counted in
+``client.dropped`` and logged, rather than growing without bound.
 
 ``publish_nowait`` pipelines publications without waiting for each acknowledgement, for
 throughput; a refusal of one of them is logged and kept in ``client.refusals``.
@@ -76,20 +77,16 @@ class _Queue:
         return await asyncio.wait_for(self.queue.get(), timeout)
 
 
-class Subscription:
-    """A live subscription: its overlay-wide id and its own stream of deliveries."""
+class _Stream:
+    """Deliveries from one queue: ``await next(timeout)`` or ``async for``; ends at disconnect."""
 
-    def __init__(self, client: Client, sub_id: str, subscription: Filter, limit: int) -> None:
-        self.client = client
-        self.id = sub_id
-        self.filter = subscription
-        self._queue = _Queue(limit, client)
+    _queue: _Queue
 
     async def next(self, timeout: float | None = None) -> Delivery:
         """The next delivery; ``TimeoutError`` after ``timeout`` seconds, ``LinkClosed`` at the end."""
         item = await self._queue.get(timeout)
         if item is None:
-            self._queue.put(None)
+            self._queue.put(None)  # the end marker stays for every later reader
             raise LinkClosed("connection closed")
         return item
 
@@ -103,6 +100,21 @@ class Subscription:
             except LinkClosed:
                 return
 
+
+class Subscription(_Stream):
+    """A live subscription: its overlay-wide id and its own stream of deliveries."""
+
+    def __init__(self, client: Client, sub_id: str, subscription: Filter, queue: _Queue) -> None:
+        self.client = client
+        self.id = sub_id
+        self.filter = subscription
+        self._queue = queue
+
+    async def next(self, timeout: float | None = None) -> Delivery:
+        if self._queue is self.client._queue:
+            raise RuntimeError("this subscription delivers to the client's merged stream: use client.next()")
+        return await super().next(timeout)
+
     async def unsubscribe(self) -> None:
         await self.client.unsubscribe(self.id)
 
@@ -114,7 +126,7 @@ class Subscription:
             await self.unsubscribe()
 
 
-class Client:
+class Client(_Stream):
     def __init__(self, link: Link, client_id: str, broker_id: str, queue_limit: int) -> None:
         self.link = link
         self.id = client_id
@@ -123,8 +135,9 @@ class Client:
         self.dropped = 0
         self.refusals: list[Refuse] = []
         self.subscriptions: dict[str, Subscription] = {}
-        self._all = _Queue(queue_limit, self)
+        self._queue = _Queue(queue_limit, self)
         self._pending: dict[str, asyncio.Future[object]] = {}
+        self._awaiting_ack: dict[str, Subscription] = {}
         self._refs = itertools.count(1)
         self._reader = asyncio.get_running_loop().create_task(self._read_loop())
 
@@ -184,11 +197,20 @@ class Client:
     async def unadvertise(self, adv_id: str) -> None:
         await self._request(Unadvertise(adv_id), adv_id)
 
-    async def subscribe(self, subscription: Filter | str) -> Subscription:
+    async def subscribe(self, subscription: Filter | str, own_queue: bool = True) -> Subscription:
+        """Subscribe; deliveries go to the returned subscription's queue, or with
+        ``own_queue=False`` to the client's merged stream."""
         ref = str(next(self._refs))
         parsed = _filter(subscription)
-        sub_id = str(await self._request(Subscribe(ref, parsed), ref))
-        sub = self.subscriptions[sub_id] = Subscription(self, sub_id, parsed, self.queue_limit)
+        queue = _Queue(self.queue_limit, self) if own_queue else self._queue
+        sub = Subscription(self, "", parsed, queue)
+        # Registered when the ack is read, not when this coroutine resumes: deliveries that came
+        # in the same read as the ack must already find their subscription.
+        self._awaiting_ack[ref] = sub
+        try:
+            await self._request(Subscribe(ref, parsed), ref)
+        finally:
+            self._awaiting_ack.pop(ref, None)
         return sub
 
     async def unsubscribe(self, sub_id: str) -> None:
@@ -201,7 +223,7 @@ class Client:
 
     def publish_nowait(self, publication: Publication | str) -> None:
         ref = f"n{next(self._refs)}"
-        if not self.link.send(Publish(ref, _publication(publication))):
+        if not self.link.send(Publish(ref, _publication(publication), ack=False)):
             raise LinkClosed(self.link.closed or "connection closed")
 
     async def status(self) -> dict[str, object]:
@@ -211,23 +233,6 @@ class Client:
         return reply
 
     # deliveries ---------------------------------------------------------------------------------
-
-    async def next(self, timeout: float | None = None) -> Delivery:
-        item = await self._all.get(timeout)
-        if item is None:
-            self._all.put(None)
-            raise LinkClosed(self.link.closed or "connection closed")
-        return item
-
-    def __aiter__(self) -> AsyncIterator[Delivery]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Delivery]:
-        while True:
-            try:
-                yield await self.next()
-            except LinkClosed:
-                return
 
     async def _read_loop(self) -> None:
         try:
@@ -241,19 +246,21 @@ class Client:
                 if not future.done():
                     future.set_exception(LinkClosed(self.link.closed or "connection closed"))
             self._pending.clear()
-            self._all.put(None)
+            self._queue.put(None)
             for sub in self.subscriptions.values():
-                sub._queue.put(None)
+                if sub._queue is not self._queue:
+                    sub._queue.put(None)
 
     def _handle(self, item: object) -> None:
         if isinstance(item, Deliver):
             for sub_id in item.subscriptions:
-                delivery = Delivery(sub_id, item.publication)
-                self._all.put(delivery)
                 sub = self.subscriptions.get(sub_id)
-                if sub is not None:
-                    sub._queue.put(delivery)
+                (sub._queue if sub is not None else self._queue).put(Delivery(sub_id, item.publication))
         elif isinstance(item, Ack | StatusReply):
+            sub = self._awaiting_ack.pop(item.ref, None)
+            if sub is not None and isinstance(item, Ack):
+                sub.id = item.id
+                self.subscriptions[item.id] = sub
             future = self._pending.pop(item.ref, None)
             if future is not None and not future.done():
                 future.set_result(item.id if isinstance(item, Ack) else item.status)

@@ -22,6 +22,7 @@ from broker.language.operators import (
     VARIABLE_OPERATORS,
 )
 from broker.language.values import (
+    MAX_EXACT,
     Number,
     TimeRef,
     Value,
@@ -53,9 +54,25 @@ CLASS = "class"
 
 
 def normalize_value(value: Value) -> Value:
+    kind = type(value)
+    if kind is int and -MAX_EXACT <= value <= MAX_EXACT:  # type: ignore[operator]
+        return value  # the common cases first: publications carry many of these
+    if kind is str and "\n" not in value and "\r" not in value and not ("'" in value and '"' in value):  # type: ignore[operator]
+        return value
     if isinstance(value, str):
         return check_string(value)
     return normalize_number(value)
+
+
+_GOOD_NAMES: set[str] = set()  # attribute names already checked: publications repeat them
+
+
+def _attribute_name(name: str) -> str:
+    if name not in _GOOD_NAMES:
+        check_name(name, "attribute name")
+        if len(_GOOD_NAMES) < 100_000:
+            _GOOD_NAMES.add(name)
+    return name
 
 
 def format_value(value: Value | Var | TimeRef) -> str:
@@ -79,7 +96,7 @@ class Publication(Mapping[str, Value]):
         items = attributes.items() if isinstance(attributes, Mapping) else attributes
         attrs: dict[str, Value] = {}
         for name, value in items:
-            check_name(name, "attribute name")
+            _attribute_name(name)
             if name == CLASS:
                 raise ValueError("'class' must be the first attribute and appear once")
             if name == TIME_ATTRIBUTE:

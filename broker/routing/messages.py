@@ -91,15 +91,22 @@ class Unsubscribe:
 
 @dataclass(frozen=True, slots=True)
 class Publish:
-    """From a client: ``id`` is its ref. Between brokers: overlay-wide, for duplicate detection."""
+    """From a client: ``id`` is its ref. Between brokers: overlay-wide, for duplicate detection.
+
+    ``ack=False`` (fire and forget) asks the edge broker to answer only a refusal: the producer
+    that streams publications saves a frame each way per message.
+    """
 
     id: str
     publication: Publication
     ttl: int = DEFAULT_TTL
+    ack: bool = True
 
     def __post_init__(self) -> None:
         _text(self.id, "publication id")
         _ttl(self.ttl)
+        if not isinstance(self.ack, bool):
+            raise ValueError("ack must be true or false")
         if not isinstance(self.publication, Publication):
             raise ValueError("a publication message needs a Publication")
 

@@ -78,7 +78,7 @@ class Router:
 
     def handle(self, message: Message, hop: str, now: float = 0.0) -> Output:
         """Feed one message that arrived from ``hop``; returns what to send where, in order."""
-        self.counters[f"in.{type(message).__name__}"] += 1
+        self.counters[_COUNTER.get(type(message)) or _counter_name(message)] += 1
         if isinstance(message, LinkUp):
             return self._link_up(hop, message.broker)
         if isinstance(message, LinkDown):
@@ -282,6 +282,14 @@ class Router:
             elif target != hop:
                 out.append((target, Publish(pub_id, publication, ttl - 1)))
         return out
+
+
+_COUNTER: dict[type, str] = {}
+
+
+def _counter_name(message: Message) -> str:
+    name = _COUNTER[type(message)] = f"in.{type(message).__name__}"
+    return name
 
 
 def _fix_time(subscription: Filter, now: float) -> Filter:

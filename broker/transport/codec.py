@@ -9,7 +9,7 @@ Advertise             ``adv``         id, filter, ttl
 Unadvertise           ``unadv``       id
 Subscribe             ``sub``         id, filter, ttl
 Unsubscribe           ``unsub``       id
-Publish               ``pub``         id, publication, ttl
+Publish               ``pub``         id, publication, ttl, ack
 Deliver               ``deliver``     [subscription ids], publication
 Ack                   ``ack``         ref, id
 Refuse                ``refuse``      ref, reason
@@ -159,7 +159,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     Unadvertise: lambda m: ["unadv", m.id],
     Subscribe: lambda m: ["sub", m.id, _filter(m.filter), m.ttl],
     Unsubscribe: lambda m: ["unsub", m.id],
-    Publish: lambda m: ["pub", m.id, _publication(m.publication), m.ttl],
+    Publish: lambda m: ["pub", m.id, _publication(m.publication), m.ttl, m.ack],
     Deliver: lambda m: ["deliver", m.subscriptions, _publication(m.publication)],
     Ack: lambda m: ["ack", m.ref, m.id],
     Refuse: lambda m: ["refuse", m.ref, m.reason],
@@ -279,7 +279,7 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "unadv": ("Unadvertise", 2, lambda a: Unadvertise(a[1])),
     "sub": ("Subscribe", 4, lambda a: Subscribe(a[1], _to_filter(a[2]), a[3])),
     "unsub": ("Unsubscribe", 2, lambda a: Unsubscribe(a[1])),
-    "pub": ("Publish", 4, lambda a: Publish(a[1], _to_publication(a[2]), a[3])),
+    "pub": ("Publish", 5, lambda a: Publish(a[1], _to_publication(a[2]), a[3], a[4])),
     "deliver": ("Deliver", 3, _to_deliver),
     "ack": ("Ack", 3, lambda a: Ack(a[1], a[2])),
     "refuse": ("Refuse", 3, lambda a: Refuse(a[1], a[2])),

@@ -231,3 +231,29 @@ def test_slow_consumer_is_disconnected_and_others_keep_going() -> None:
         await stop(b)
 
     run(scenario(), timeout=60)
+
+
+def test_each_delivery_lands_on_exactly_one_queue() -> None:
+    async def scenario() -> None:
+        (b,) = await line(1)
+        pub = await Client.connect(b.uri, "pub")
+        sub = await Client.connect(b.uri, "sub", queue_limit=50)
+        await pub.advertise(ADV)
+        own = await sub.subscribe("[class,eq,stock],[price,<,10]")
+        merged = await sub.subscribe("[class,eq,stock],[price,>=,10]", own_queue=False)
+        for i in range(20):
+            pub.publish_nowait(Publication("stock", {"price": i}))
+        await pub.publish("[class,stock],[price,99]")
+        assert [(await own.next(timeout=5)).publication["price"] for _ in range(10)] == list(range(10))
+        merged_prices = [(await sub.next(timeout=5)).publication["price"] for _ in range(11)]
+        assert merged_prices == [*range(10, 20), 99]
+        with pytest.raises(TimeoutError):
+            await sub.next(timeout=0.2)  # nothing of `own` leaked into the merged stream
+        with pytest.raises(RuntimeError, match="merged stream"):
+            await merged.next(timeout=0.1)
+        assert sub.dropped == 0
+        for c in (pub, sub):
+            await c.close()
+        await stop(b)
+
+    run(scenario())

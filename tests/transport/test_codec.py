@@ -148,6 +148,7 @@ def test_publication_layout_keeps_int_and_float_apart() -> None:
         "p1",
         ["stock", [["note", "Zürich ✓"], ["price", 100.25], ["symbol", "IBM"], ["volume", 12000]]],
         32,
+        True,
     ]
     assert type(array[2][1][3][1]) is int
     assert type(array[2][1][1][1]) is float
@@ -210,7 +211,7 @@ def test_encode_refuses_what_the_peer_would_refuse() -> None:
     with pytest.raises(FrameTooLarge) as caught:
         encode(big)
     assert caught.value.limit == MAX_FRAME
-    assert caught.value.size == len(pack(["pub", "p", ["c", [["blob", "x" * MAX_FRAME]]], 32]))
+    assert caught.value.size == len(pack(["pub", "p", ["c", [["blob", "x" * MAX_FRAME]]], 32, True]))
     with pytest.raises(BadMessage, match="cannot encode StatusReply: a status value cannot be set"):
         encode(StatusReply("q", {"x": {1, 2}}))
     with pytest.raises(BadMessage, match="status keys must be strings, not int"):
@@ -338,22 +339,39 @@ GOOD_FILTER = ["stock", [["price", ">", 1]]]
         (pack(["PING"]), "unknown message type 'PING'"),
         (pack(["x" * 1000]), "unknown message type 'xxxxxx"),
         (pack(["ping", 1]), "bad Ping: expected 0 fields, got 1"),
-        (pack(["pub", "p1", GOOD_PUB]), "bad Publish: expected 3 fields, got 2"),
-        (pack(["pub", "p1", GOOD_PUB, True]), "bad Publish: ttl must be an integer from 0 to 255"),
-        (pack(["pub", "p1", GOOD_PUB, 256]), "bad Publish: ttl must be an integer from 0 to 255"),
-        (pack(["pub", b"p1", GOOD_PUB, 1]), "bad Publish: publication id must be a non-empty string"),
-        (pack(["pub", "p1", {"stock": 1}, 1]), "bad Publish: a publication must be an array"),
-        (pack(["pub", "p1", ["stock", {"price": 1}], 1]), "bad Publish: the attributes of a publication"),
-        (pack(["pub", "p1", ["stock", ["ab"]], 1]), "bad Publish: an attribute of a publication must"),
-        (pack(["pub", "p1", ["stock", [{"a": 1, "b": 2}]], 1]), "bad Publish: an attribute of a publ"),
-        (pack(["pub", "p1", ["stock", [["p", True]]], 1]), "bad Publish: True is not a number"),
-        (pack(["pub", "p1", ["stock", [["p", None]]], 1]), "bad Publish: None is not a number"),
-        (pack(["pub", "p1", ["stock", [["p", b"x"]]], 1]), "bad Publish: b'x' is not a number"),
-        (pack(["pub", "p1", ["stock", [["p", math.nan]]], 1]), "bad Publish: nan is not a finite number"),
-        (pack(["pub", "p1", ["stock", [["p", 2**64 - 1]]], 1]), "bad Publish: number 18446744073709551615"),
-        (pack(["pub", "p1", ["stock", [[b"p", 1]]], 1]), "bad Publish: b'p' is not a valid attribute name"),
-        (pack(["pub", "p1", [b"stock", []], 1]), "bad Publish: class must be a string, not b'stock'"),
-        (pack(["pub", "p1", ["stock", [["p", 1], ["p", 2]]], 1]), "bad Publish: attribute 'p' appears more"),
+        (pack(["pub", "p1", GOOD_PUB]), "bad Publish: expected 4 fields, got 2"),
+        (pack(["pub", "p1", GOOD_PUB, 5]), "bad Publish: expected 4 fields, got 3"),
+        (pack(["pub", "p1", GOOD_PUB, 5, 1]), "bad Publish: ack must be true or false"),
+        (pack(["pub", "p1", GOOD_PUB, True, True]), "bad Publish: ttl must be an integer from 0 to 255"),
+        (pack(["pub", "p1", GOOD_PUB, 256, True]), "bad Publish: ttl must be an integer from 0 to 255"),
+        (pack(["pub", b"p1", GOOD_PUB, 1, True]), "bad Publish: publication id must be a non-empty string"),
+        (pack(["pub", "p1", {"stock": 1}, 1, True]), "bad Publish: a publication must be an array"),
+        (
+            pack(["pub", "p1", ["stock", {"price": 1}], 1, True]),
+            "bad Publish: the attributes of a publication",
+        ),
+        (pack(["pub", "p1", ["stock", ["ab"]], 1, True]), "bad Publish: an attribute of a publication must"),
+        (pack(["pub", "p1", ["stock", [{"a": 1, "b": 2}]], 1, True]), "bad Publish: an attribute of a publ"),
+        (pack(["pub", "p1", ["stock", [["p", True]]], 1, True]), "bad Publish: True is not a number"),
+        (pack(["pub", "p1", ["stock", [["p", None]]], 1, True]), "bad Publish: None is not a number"),
+        (pack(["pub", "p1", ["stock", [["p", b"x"]]], 1, True]), "bad Publish: b'x' is not a number"),
+        (
+            pack(["pub", "p1", ["stock", [["p", math.nan]]], 1, True]),
+            "bad Publish: nan is not a finite number",
+        ),
+        (
+            pack(["pub", "p1", ["stock", [["p", 2**64 - 1]]], 1, True]),
+            "bad Publish: number 18446744073709551615",
+        ),
+        (
+            pack(["pub", "p1", ["stock", [[b"p", 1]]], 1, True]),
+            "bad Publish: b'p' is not a valid attribute name",
+        ),
+        (pack(["pub", "p1", [b"stock", []], 1, True]), "bad Publish: class must be a string, not b'stock'"),
+        (
+            pack(["pub", "p1", ["stock", [["p", 1], ["p", 2]]], 1, True]),
+            "bad Publish: attribute 'p' appears more",
+        ),
         (
             pack(["sub", "s1", ["c", [["x", "eq", "a"], ["x", "eq", "b"]]], 1]),
             "bad Subscribe: attribute 'x' appears more than once",

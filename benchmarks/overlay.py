@@ -1,0 +1,328 @@
+"""Overlay throughput and latency on loopback, against Redis PUBLISH/SUBSCRIBE in the same run.
+
+Every party is its own process, as in production: ``wfm broker`` processes, one publisher, and
+one or more subscribers (multiprocessing). Figures:
+
+* publications/s through one broker (1 publisher, 1 subscriber, 1,000 other subscriptions);
+* publications/s end to end through a chain of 3 brokers;
+* publications/s with 10 subscribers that each receive every publication;
+* latency p50/p99 at a fixed 1,000 publications/s through one broker.
+
+Redis gets the same shapes (one server; a chain does not exist there, so the 3-broker figure is
+compared with the single Redis server) and messages of the same size. Needs ``redis-server`` on
+PATH (Debian: ``apt-get install redis-server``) and the ``redis`` package; without them the Redis
+columns are left out and the result line says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from broker.client import Client
+from broker.language import Publication
+from broker.transport.uri import BrokerURI
+
+WFM = str(Path(sys.executable).with_name("wfm"))
+PAYLOAD = "x" * 64
+CLASS = "bench"
+
+
+_taken: set[int] = set()
+
+
+def free_port() -> int:
+    """A port nobody listens on and that this run has not handed out yet (a broker process may
+    take a while to bind what it was given)."""
+    for port in range(23000, 30000):
+        if port in _taken:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _taken.add(port)
+        return port
+    raise RuntimeError("no free port")
+
+
+@contextmanager
+def brokers(count: int) -> Iterator[list[BrokerURI]]:
+    """A chain of ``count`` wfm broker processes."""
+    uris: list[BrokerURI] = []
+    procs = []
+    for i in range(count):
+        uri = BrokerURI("127.0.0.1", free_port(), f"B{i + 1}")
+        args = [WFM, "broker", "--uri", str(uri), *(["--neighbor", str(uris[-1])] if uris else [])]
+        procs.append(subprocess.Popen(args, stderr=subprocess.DEVNULL))
+        uris.append(uri)
+        time.sleep(0.3)
+    try:
+        asyncio.run(_wait_linked(uris))
+        yield uris
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
+
+
+async def _wait_linked(uris: list[BrokerURI]) -> None:
+    for i, uri in enumerate(uris):
+        want = (i > 0) + (i < len(uris) - 1)
+        for _ in range(200):
+            try:
+                async with await Client.connect(uri) as c:
+                    if len((await c.status())["neighbors"]) == want:  # type: ignore[arg-type]
+                        break
+            except (OSError, TimeoutError):  # not listening yet, or busy starting
+                pass
+            await asyncio.sleep(0.05)
+
+
+# --- our overlay -------------------------------------------------------------------------------
+
+
+def our_subscriber(uri: BrokerURI, count: int, ready: Any, results: Any) -> None:
+    async def run() -> None:
+        async with await Client.connect(uri) as client:
+            sub = await client.subscribe(f"[class,eq,{CLASS}]")
+            ready.put(True)
+            latencies = []
+            first = last = 0.0
+            for i in range(count):
+                delivery = await sub.next(timeout=60)
+                last = time.time()
+                if i == 0:
+                    first = last
+                latencies.append(last - delivery.publication["t"])  # type: ignore[operator]
+            results.put({"first": first, "last": last, "latencies": latencies})
+
+    asyncio.run(run())
+
+
+def our_publisher(uri: BrokerURI, count: int, rate: float, results: Any) -> None:
+    async def run() -> None:
+        async with await Client.connect(uri) as client:
+            await client.advertise(f"[class,eq,{CLASS}],[seq,isPresent,0],[t,isPresent,0],[pad,isPresent,'']")
+            start = time.time()
+            for i in range(count):
+                if rate:
+                    delay = start + i / rate - time.time()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                client.publish_nowait(Publication(CLASS, {"seq": i, "t": time.time(), "pad": PAYLOAD}))
+                if i % 200 == 0:
+                    await asyncio.sleep(0)  # let the writer run
+            await client.publish(Publication(CLASS, {"seq": -1, "t": time.time(), "pad": PAYLOAD}))
+            results.put({"start": start})
+
+    asyncio.run(run())
+
+
+def holder(uri: BrokerURI, count: int, ready: Any, stop: Any) -> None:
+    """Keeps ``count`` subscriptions that never match in the broker's table until told to stop."""
+
+    async def run() -> None:
+        async with await Client.connect(uri, "others") as client:
+            for i in range(count):
+                await client.subscribe(f"[class,eq,{CLASS}],[seq,<,{-10 - i}]")
+            ready.put(True)
+            while not stop.is_set():
+                await asyncio.sleep(0.1)
+
+    asyncio.run(run())
+
+
+@contextmanager
+def other_subscriptions(uri: BrokerURI, count: int) -> Iterator[None]:
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Queue(), ctx.Event()
+    proc = ctx.Process(target=holder, args=(uri, count, ready, stop))
+    proc.start()
+    ready.get(timeout=120)
+    try:
+        yield
+    finally:
+        stop.set()
+        proc.join(30)
+
+
+def measure(subscriber: Any, publisher: Any, target: Any, count: int, subscribers: int = 1,
+            rate: float = 0.0, publish_to: Any = None) -> dict[str, float]:  # fmt: skip
+    """Run ``subscribers`` subscriber processes and one publisher process against ``target``
+    (the publisher against ``publish_to`` if given) and summarise what they saw."""
+    ctx = mp.get_context("spawn")
+    ready, results = ctx.Queue(), ctx.Queue()
+    subs = [ctx.Process(target=subscriber, args=(target, count, ready, results)) for _ in range(subscribers)]
+    for p in subs:
+        p.start()
+    for _ in subs:
+        ready.get(timeout=60)
+    time.sleep(0.3)
+    pub = ctx.Process(target=publisher, args=(publish_to or target, count, rate, results))
+    pub.start()
+    collected = [results.get(timeout=300) for _ in range(subscribers + 1)]
+    for p in [*subs, pub]:
+        p.join(60)
+    return _summarise(collected, count)
+
+
+def measure_ours(pub_uri: BrokerURI, sub_uri: BrokerURI, count: int, subscribers: int = 1,
+                 rate: float = 0.0) -> dict[str, float]:  # fmt: skip
+    return measure(our_subscriber, our_publisher, sub_uri, count, subscribers, rate, publish_to=pub_uri)
+
+
+# --- redis -------------------------------------------------------------------------------------
+
+
+def redis_subscriber(port: int, count: int, ready: Any, results: Any) -> None:
+    import redis
+
+    pubsub = redis.Redis(port=port).pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(CLASS)
+    ready.put(True)
+    latencies = []
+    first = last = 0.0
+    received = 0
+    while received < count:
+        message = pubsub.get_message(timeout=60)
+        if message is None:
+            continue
+        last = time.time()
+        if received == 0:
+            first = last
+        latencies.append(last - float(message["data"].split(b",", 2)[1]))
+        received += 1
+    results.put({"first": first, "last": last, "latencies": latencies})
+
+
+def redis_publisher(port: int, count: int, rate: float, results: Any) -> None:
+    import redis
+
+    client = redis.Redis(port=port)
+    start = time.time()
+    pipe = client.pipeline(transaction=False)
+    for i in range(count):
+        if rate:
+            delay = start + i / rate - time.time()
+            if delay > 0:
+                pipe.execute()
+                time.sleep(delay)
+        pipe.publish(CLASS, f"{i},{time.time()},{PAYLOAD}")
+        if rate or i % 200 == 199:
+            pipe.execute()
+    pipe.execute()
+    results.put({"start": start})
+
+
+@contextmanager
+def redis_server() -> Iterator[int | None]:
+    if shutil.which("redis-server") is None:
+        yield None
+        return
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        yield None
+        return
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL
+    )
+    time.sleep(0.5)
+    try:
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def measure_redis(port: int, count: int, subscribers: int = 1, rate: float = 0.0) -> dict[str, float]:
+    return measure(redis_subscriber, redis_publisher, port, count, subscribers, rate)
+
+
+def _summarise(collected: list[dict[str, Any]], count: int) -> dict[str, float]:
+    start = next(c["start"] for c in collected if "start" in c)
+    receivers = [c for c in collected if "last" in c]
+    last = max(c["last"] for c in receivers)
+    latencies = sorted(x for c in receivers for x in c["latencies"])
+    return {
+        "per_second": round(count / (last - start)),
+        "p50_ms": round(statistics.median(latencies) * 1000, 3),
+        "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 3),
+    }
+
+
+# --- main --------------------------------------------------------------------------------------
+
+
+KEYS = {
+    "1 broker, 1 subscriber": "one_broker",
+    "1 broker, 10 subscribers": "one_broker_10_subscribers",
+    "latency at 1,000/s": "latency_at_1000_per_s",
+    "3 brokers, 1 subscriber": "three_brokers",
+}
+
+
+def _figure(row: dict[str, float], latency: bool) -> str:
+    return f"p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms" if latency else f"{row['per_second']:,}/s"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=30_000, help="publications per throughput figure")
+    args = parser.parse_args()
+    count = args.count
+    rows: list[tuple[str, dict[str, float], dict[str, float] | None]] = []
+    with redis_server() as port:
+        with brokers(1) as (b1,), other_subscriptions(b1, 1000):
+            rows.append(("1 broker, 1 subscriber", measure_ours(b1, b1, count), None))
+            rows.append(("1 broker, 10 subscribers", measure_ours(b1, b1, count // 5, subscribers=10), None))
+            rows.append(("latency at 1,000/s", measure_ours(b1, b1, 3000, rate=1000), None))
+        with brokers(3) as chain:
+            rows.append(("3 brokers, 1 subscriber", measure_ours(chain[0], chain[-1], count), None))
+        if port is not None:
+            baseline = {
+                "1 broker, 1 subscriber": measure_redis(port, count),
+                "1 broker, 10 subscribers": measure_redis(port, count // 5, subscribers=10),
+                "latency at 1,000/s": measure_redis(port, 3000, rate=1000),
+                "3 brokers, 1 subscriber": measure_redis(port, count),
+            }
+            rows = [(name, ours, baseline[name]) for name, ours, _ in rows]
+    result: dict[str, Any] = {"benchmark": "overlay", "cores": os.cpu_count(), "baseline": "redis pub/sub"}
+    for name, ours, redis_row in rows:
+        latency = name.startswith("latency")
+        line = f"{name:26} ours {_figure(ours, latency):30}"
+        entry: dict[str, Any] = {"ours": ours}
+        if redis_row:
+            # throughput: ours/redis (higher is better); latency: p99 ours/redis (lower is better)
+            ratio = (
+                ours["p99_ms"] / redis_row["p99_ms"]
+                if latency
+                else ours["per_second"] / redis_row["per_second"]
+            )
+            line += f" redis {_figure(redis_row, latency):30} ratio {ratio:.2f}"
+            entry.update(redis=redis_row, ratio=round(ratio, 3))
+        print(line, flush=True)
+        result[KEYS[name]] = entry
+    if rows[0][2] is None:
+        result["baseline"] = "none: redis-server or the redis package is missing"
+    print("RESULT " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
