@@ -114,10 +114,14 @@ def our_subscriber(uri: BrokerURI, count: int, ready: Any, results: Any) -> None
     asyncio.run(run())
 
 
-def our_publisher(uri: BrokerURI, count: int, rate: float, results: Any) -> None:
+def our_publisher(uri: BrokerURI, count: int, rate: float, subscribers: int, results: Any) -> None:
     async def run() -> None:
         async with await Client.connect(uri) as client:
             await client.advertise(f"[class,eq,{CLASS}],[seq,isPresent,0],[t,isPresent,0],[pad,isPresent,'']")
+            # Subscriptions travel towards advertisements, so on a chain they reach this broker
+            # only now; publishing earlier would (rightly) not reach them.
+            while (await client.status())["subscriptions"] < subscribers:  # type: ignore[operator]
+                await asyncio.sleep(0.02)
             start = time.time()
             for i in range(count):
                 if rate:
@@ -172,8 +176,7 @@ def measure(subscriber: Any, publisher: Any, target: Any, count: int, subscriber
         p.start()
     for _ in subs:
         ready.get(timeout=60)
-    time.sleep(0.3)
-    pub = ctx.Process(target=publisher, args=(publish_to or target, count, rate, results))
+    pub = ctx.Process(target=publisher, args=(publish_to or target, count, rate, subscribers, results))
     pub.start()
     collected = [results.get(timeout=300) for _ in range(subscribers + 1)]
     for p in [*subs, pub]:
@@ -210,10 +213,12 @@ def redis_subscriber(port: int, count: int, ready: Any, results: Any) -> None:
     results.put({"first": first, "last": last, "latencies": latencies})
 
 
-def redis_publisher(port: int, count: int, rate: float, results: Any) -> None:
+def redis_publisher(port: int, count: int, rate: float, subscribers: int, results: Any) -> None:
     import redis
 
     client = redis.Redis(port=port)
+    while client.pubsub_numsub(CLASS)[0][1] < subscribers:
+        time.sleep(0.02)
     start = time.time()
     pipe = client.pipeline(transaction=False)
     for i in range(count):

@@ -19,6 +19,7 @@ __all__ = [
     "ClientMessage",
     "Deliver",
     "LinkDown",
+    "LinkMessage",
     "LinkUp",
     "Message",
     "Publish",
@@ -185,17 +186,6 @@ class LinkDown:
 
 
 ClientMessage = Advertise | Unadvertise | Subscribe | Unsubscribe | Publish | StatusRequest
-Message = (
-    Advertise
-    | Unadvertise
-    | Subscribe
-    | Unsubscribe
-    | Publish
-    | Deliver
-    | Ack
-    | Refuse
-    | StatusRequest
-    | StatusReply
-    | LinkUp
-    | LinkDown
-)
+# What crosses a link; LinkUp and LinkDown only ever come from the local adapter.
+LinkMessage = ClientMessage | Deliver | Ack | Refuse | StatusReply
+Message = LinkMessage | LinkUp | LinkDown

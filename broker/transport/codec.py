@@ -47,6 +47,7 @@ from broker.routing.messages import (
     Ack,
     Advertise,
     Deliver,
+    LinkMessage,
     Publish,
     Refuse,
     StatusReply,
@@ -105,21 +106,7 @@ class Pong:
     """The answer to ``Ping``."""
 
 
-WireMessage = (
-    Advertise
-    | Unadvertise
-    | Subscribe
-    | Unsubscribe
-    | Publish
-    | Deliver
-    | Ack
-    | Refuse
-    | StatusRequest
-    | StatusReply
-    | Hello
-    | Ping
-    | Pong
-)
+WireMessage = LinkMessage | Hello | Ping | Pong
 
 
 # ---------------------------------------------------------------------------------------- encoding
