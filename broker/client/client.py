@@ -74,6 +74,10 @@ class _Queue:
         self.queue.put_nowait(item)
 
     async def get(self, timeout: float | None) -> Delivery | None:
+        if not self.queue.empty():  # no timer, no task: wait_for costs more than the delivery
+            return self.queue.get_nowait()
+        if timeout is None:
+            return await self.queue.get()
         return await asyncio.wait_for(self.queue.get(), timeout)
 
 

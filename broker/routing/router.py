@@ -173,10 +173,8 @@ class Router:
         if not any(fits(publication, self.srt[i].filter) for i in self.owned[hop] if i in self.srt):
             self.counters["refused.nonconforming"] += 1
             return self._refuse(hop, message.id, "the publication fits no advertisement of this client")
-        return [
-            (hop, Ack(message.id, global_id)),
-            *self._route(global_id, publication, hop, DEFAULT_TTL, now),
-        ]
+        routed = self._route(global_id, publication, hop, DEFAULT_TTL, now)
+        return [(hop, Ack(message.id, global_id)), *routed] if message.ack else routed
 
     def _refuse(self, hop: str, ref: str, reason: str) -> Output:
         self.counters["refused"] += 1

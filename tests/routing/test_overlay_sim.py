@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from broker.language import parse_filter, parse_publication
-from broker.routing import LinkUp, Publish, Router, Subscribe
+from broker.routing import Advertise, LinkUp, Publish, Router, Subscribe
 from broker.sim import Overlay, RefusedError
 
 MODES = ["off", "lazy", "active"]
@@ -267,3 +267,17 @@ def test_time_subscriptions_are_fixed_at_the_edge() -> None:
     assert len(sub.take()) == 1
     stored = next(iter(overlay.routers["B1"].prt.values())).filter
     assert "now" not in str(stored)  # absolute everywhere on the path
+
+
+def test_fire_and_forget_publications_are_answered_only_when_refused() -> None:
+    router = Router("B1")
+    for client in ("pub", "sub"):
+        router.handle(LinkUp(broker=False), client)
+    router.handle(Advertise("a", parse_filter("[class,eq,s],[n,<,10]")), "pub")
+    router.handle(Subscribe("s", parse_filter("[class,eq,s]")), "sub")
+    quiet = router.handle(Publish("1", parse_publication("[class,s],[n,1]"), ack=False), "pub")
+    assert [(hop, type(m).__name__) for hop, m in quiet] == [("sub", "Deliver")]
+    acked = router.handle(Publish("2", parse_publication("[class,s],[n,2]")), "pub")
+    assert [(hop, type(m).__name__) for hop, m in acked] == [("pub", "Ack"), ("sub", "Deliver")]
+    refused = router.handle(Publish("3", parse_publication("[class,s],[n,20]"), ack=False), "pub")
+    assert [(hop, type(m).__name__) for hop, m in refused] == [("pub", "Refuse")]
