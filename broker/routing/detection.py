@@ -1,0 +1,280 @@
+"""Detecting composite subscriptions: which combinations of publications complete a composite.
+
+A ``Detector`` holds the join state of one composite subscription and is fed publications that
+matched its atoms (the router knows which, from its matcher): ``feed(atom, publication, now)``
+returns the firings that publication completes. Pure: no clock, ``now`` is a value.
+
+Semantics (INTERFACE.md section 1, issue 5):
+
+* an atom's match binds its variables to the publication's values;
+* ``||`` passes on every match of any operand, so it fires once per matching publication;
+* ``&`` completes when every operand has a match and all bindings agree; a single publication
+  may satisfy several atoms and complete an ``&`` by itself;
+* ``;`` is ``&`` in order of arrival: each operand's match arrived after the previous one's;
+* ``Times(S, N, ATTR, STEP)`` completes with N matches of S whose ATTR grows by STEP each time.
+
+A completed combination fires once and its constituents are consumed (oldest waiting match first).
+Waiting state is kept per match, is bounded (``max_waiting`` matches, oldest dropped first, and
+``max_age`` seconds), and ``clear(bindings)`` drops everything waiting under those bindings: the
+workflow layer clears a generation when its ``APPL_END`` arrives, so memory does not grow with
+the number of finished generations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import count
+
+from broker.language.model import Atom, Composite, Or, Publication, Sequence, Times
+from broker.language.values import Value, Var
+
+__all__ = ["Detector", "Match"]
+
+Bindings = tuple[tuple[str, Value], ...]  # sorted by variable name
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A (partial) combination: the publications in it, what they bound, and when they arrived."""
+
+    bindings: Bindings
+    publications: tuple[Publication, ...]
+    first: int  # arrival number of its earliest publication
+    last: int  # and of its latest
+    at: float  # ``now`` when its latest publication arrived
+
+
+def _merge(a: Bindings, b: Bindings) -> Bindings | None:
+    """Both bindings together, or None if they disagree on a shared variable."""
+    merged = dict(a)
+    for name, value in b:
+        if merged.setdefault(name, value) != value:
+            return None
+    return tuple(sorted(merged.items()))
+
+
+def _agrees(bindings: Bindings, wanted: dict[str, Value]) -> bool:
+    return all(wanted.get(name, value) == value for name, value in bindings)
+
+
+class _Node:
+    """A node of the composite tree; matches flow from the atoms up to the root."""
+
+    def __init__(self, detector: Detector) -> None:
+        self.detector = detector
+        self.parent: _Node | None = None
+        self.slot = 0  # which operand of the parent this node is
+
+    def offer(self, child: int, match: Match) -> list[Match]:
+        """A match of operand ``child``; returns the matches of this node it completes."""
+        raise NotImplementedError
+
+    def waiting(self) -> list[list[Match]]:
+        """The lists of matches this node keeps waiting."""
+        return []
+
+
+class _AtomNode(_Node):
+    def __init__(self, detector: Detector, atom: Atom) -> None:
+        super().__init__(detector)
+        self.variables = {
+            p.attribute: p.value.name for p in atom.filter.predicates if isinstance(p.value, Var)
+        }
+
+
+class _OrNode(_Node):
+    def offer(self, child: int, match: Match) -> list[Match]:
+        return [match]
+
+
+class _AndNode(_Node):
+    """Also ``;`` when ``ordered``: operand i's match must have arrived after operand i-1's."""
+
+    def __init__(self, detector: Detector, size: int, ordered: bool) -> None:
+        super().__init__(detector)
+        self.stores: list[list[Match]] = [[] for _ in range(size)]
+        self.ordered = ordered
+
+    def waiting(self) -> list[list[Match]]:
+        return self.stores
+
+    def offer(self, child: int, match: Match) -> list[Match]:
+        last = len(self.stores) - 1
+        if self.ordered and child != last:
+            self.detector._store(self.stores[child], match)
+            return []
+        found = self._complete(child, match)
+        if found is None:
+            if not self.ordered:  # an unmatched last step of a sequence can never complete later
+                self.detector._store(self.stores[child], match)
+            return []
+        chosen, bindings = found
+        for i, used in enumerate(chosen):
+            if i != child:
+                self.stores[i].remove(used)
+                self.detector._waiting -= 1
+        return [
+            Match(
+                bindings,
+                tuple(p for part in chosen for p in part.publications),
+                min(part.first for part in chosen),
+                max(part.last for part in chosen),
+                match.at,
+            )
+        ]
+
+    def _complete(self, child: int, match: Match) -> tuple[list[Match], Bindings] | None:
+        """One waiting match per other operand, all agreeing, oldest first; or None."""
+        chosen: list[Match | None] = [None] * len(self.stores)
+        chosen[child] = match
+        if self.ordered:
+            order: list[int] = list(range(child - 1, -1, -1))
+        else:
+            order = [i for i in range(len(self.stores)) if i != child]
+        bindings = match.bindings
+        for i in order:
+            later = chosen[i + 1] if self.ordered else None
+            for candidate in self.stores[i]:
+                if later is not None and candidate.last >= later.first:
+                    continue
+                merged = _merge(bindings, candidate.bindings)
+                if merged is not None:
+                    chosen[i], bindings = candidate, merged
+                    break
+            else:
+                return None
+        return [m for m in chosen if m is not None], bindings
+
+
+class _TimesNode(_Node):
+    """Runs of matches whose ATTR values step by STEP; a run of N completes."""
+
+    def __init__(self, detector: Detector, times: Times) -> None:
+        super().__init__(detector)
+        self.count, self.attribute, self.step = times.count, times.attribute, times.step
+        self.runs: list[list[Match]] = []
+
+    def waiting(self) -> list[list[Match]]:
+        return self.runs
+
+    def _value(self, match: Match) -> Value | None:
+        for publication in reversed(match.publications):
+            if self.attribute in publication:
+                return publication[self.attribute]
+        return None
+
+    def offer(self, child: int, match: Match) -> list[Match]:
+        value = self._value(match)
+        if isinstance(value, str) or value is None:
+            return []
+        self.runs = [run for run in self.runs if run]  # emptied by clear() or by the size bound
+        for run in self.runs:
+            previous = self._value(run[-1])
+            merged = _merge(run[-1].bindings, match.bindings)
+            if merged is not None and not isinstance(previous, str) and value == previous + self.step:  # type: ignore[operator]
+                run.append(Match(merged, match.publications, match.first, match.last, match.at))
+                break
+        else:
+            run = [match]
+            self.runs.append(run)
+        self.detector._waiting += 1
+        if len(run) < self.count:
+            self.detector._bound()
+            return []
+        self.runs.remove(run)
+        self.detector._waiting -= len(run)
+        publications = tuple(p for m in run for p in m.publications)
+        return [Match(run[-1].bindings, publications, run[0].first, match.last, match.at)]
+
+
+class Detector:
+    """The join state of one composite subscription."""
+
+    def __init__(self, composite: Composite, max_waiting: int = 10_000, max_age: float | None = None) -> None:
+        self.composite = composite
+        self.max_waiting = max_waiting
+        self.max_age = max_age
+        self.atoms: list[_AtomNode] = []  # numbered as composite.atoms() numbers them
+        self.nodes: list[_Node] = []
+        self.dropped = 0
+        self._waiting = 0
+        self._arrivals = count()
+        self._build(composite)
+
+    def _build(self, node: Composite) -> _Node:
+        if isinstance(node, Atom):
+            leaf = _AtomNode(self, node)
+            self.atoms.append(leaf)
+            return leaf
+        built: _Node
+        if isinstance(node, Times):
+            built, operands = _TimesNode(self, node), [node.operand]
+        elif isinstance(node, Or):
+            built, operands = _OrNode(self), list(node.operands)
+        else:
+            built, operands = (
+                _AndNode(self, len(node.operands), isinstance(node, Sequence)),
+                list(node.operands),
+            )
+        self.nodes.append(built)
+        for slot, operand in enumerate(operands):
+            child = self._build(operand)
+            child.parent, child.slot = built, slot
+        return built
+
+    @property
+    def waiting(self) -> int:
+        """Matches waiting for partners: the memory this detector holds."""
+        return self._waiting
+
+    def feed(self, atom: int, publication: Publication, now: float = 0.0) -> list[tuple[Publication, ...]]:
+        """``publication`` matched atom number ``atom``; returns the publications of each firing."""
+        self._expire(now)
+        leaf = self.atoms[atom]
+        if any(attr not in publication for attr in leaf.variables):
+            return []
+        bindings = tuple(sorted((name, publication[attr]) for attr, name in leaf.variables.items()))
+        if _merge((), bindings) is None:  # one variable twice in an atom, with two values
+            return []
+        arrival = next(self._arrivals)
+        matches = [Match(tuple(sorted(set(bindings))), (publication,), arrival, arrival, now)]
+        node: _Node = leaf
+        while matches and node.parent is not None:
+            parent = node.parent
+            matches = [out for m in matches for out in parent.offer(node.slot, m)]
+            node = parent
+        return [m.publications for m in matches]
+
+    def clear(self, bindings: dict[str, Value]) -> int:
+        """Drop every waiting match whose bindings agree with ``bindings``; returns how many."""
+        removed = 0
+        for node in self.nodes:
+            for store in node.waiting():
+                keep = [m for m in store if not _agrees(m.bindings, bindings)]
+                removed += len(store) - len(keep)
+                store[:] = keep
+        self._waiting -= removed
+        return removed
+
+    def _store(self, store: list[Match], match: Match) -> None:
+        store.append(match)
+        self._waiting += 1
+        self._bound()
+
+    def _bound(self) -> None:
+        while self._waiting > self.max_waiting:
+            stores = [s for node in self.nodes for s in node.waiting() if s]
+            min(stores, key=lambda s: s[0].first).pop(0)
+            self._waiting -= 1
+            self.dropped += 1
+
+    def _expire(self, now: float) -> None:
+        if self.max_age is None or not self._waiting:
+            return
+        for node in self.nodes:
+            for store in node.waiting():
+                keep = [m for m in store if now - m.at <= self.max_age]
+                if len(keep) != len(store):
+                    self._waiting -= len(store) - len(keep)
+                    self.dropped += len(store) - len(keep)
+                    store[:] = keep
