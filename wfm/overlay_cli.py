@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from broker.client import Client, ConnectError, Delivery, RefusedError
-from broker.language import ParseError, parse_filter, parse_publication
+from broker.language import ParseError, parse_composite, parse_filter, parse_publication
 from broker.routing import COVERING_MODES
 from broker.transport.link import LinkClosed
 from broker.transport.server import Broker
@@ -121,6 +121,7 @@ def client(broker_uri: BrokerURI, client_id: str | None, linger: float, output: 
     \b
     a  FILTER        advertise            (prints "adv ID" on stderr)
     s  FILTER        subscribe            (prints "sub ID" on stderr)
+    cs COMPOSITE     composite subscribe  (prints "sub ID" on stderr)
     p  PUBLICATION   publish
     ua ID            unadvertise
     us ID            unsubscribe
@@ -170,6 +171,9 @@ async def _apply(session: Client, line: str) -> None:
         click.echo(f"adv {await session.advertise(parse_filter(rest))}", err=True)
     elif command == "s":
         click.echo(f"sub {(await session.subscribe(parse_filter(rest), own_queue=False)).id}", err=True)
+    elif command == "cs":
+        sub = await session.subscribe_composite(parse_composite(rest), own_queue=False)
+        click.echo(f"sub {sub.id}", err=True)
     elif command == "p":
         await session.publish(parse_publication(rest))
     elif command == "ua":
@@ -185,7 +189,7 @@ async def _apply(session: Client, line: str) -> None:
             raise ValueError("sleep takes 0 to 86400 seconds")
         await asyncio.sleep(seconds)
     else:
-        raise ValueError(f"unknown command {command!r} (use a, s, p, ua, us or sleep)")
+        raise ValueError(f"unknown command {command!r} (use a, s, cs, p, ua, us or sleep)")
 
 
 def _one_word(rest: str, command: str) -> str:
@@ -202,7 +206,11 @@ async def _print_deliveries(session: Client, as_json: bool) -> None:
 
 def _format(delivery: Delivery, as_json: bool) -> str:
     if not as_json:
-        return f"{delivery.subscription} {delivery.publication}"
+        texts = [str(p) for p in delivery.publications or (delivery.publication,)]
+        return f"{delivery.subscription} {' | '.join(texts)}"
+    if delivery.publications:
+        each = [{"publication": str(p), "attributes": dict(p)} for p in delivery.publications]
+        return json.dumps({"subscription": delivery.subscription, "publications": each}, ensure_ascii=False)
     return json.dumps(
         {
             "subscription": delivery.subscription,

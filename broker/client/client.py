@@ -17,14 +17,16 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from broker.language import Filter, Publication, parse_filter, parse_publication
+from broker.language import Composite, Filter, Publication, parse_composite, parse_filter, parse_publication
 from broker.routing import (
     Ack,
     Advertise,
+    CompositeSubscribe,
     Deliver,
+    Notify,
     Publish,
     Refuse,
     StatusReply,
@@ -53,8 +55,12 @@ class ConnectError(ConnectionError):
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
+    """A publication for a subscription; for a composite subscription, ``publications`` holds
+    every publication of the firing and ``publication`` is the first of them."""
+
     subscription: str
     publication: Publication
+    publications: tuple[Publication, ...] = ()
 
 
 class _Queue:
@@ -108,10 +114,12 @@ class _Stream:
 class Subscription(_Stream):
     """A live subscription: its overlay-wide id and its own stream of deliveries."""
 
-    def __init__(self, client: Client, sub_id: str, subscription: Filter, queue: _Queue) -> None:
+    def __init__(
+        self, client: Client, sub_id: str, request: Subscribe | CompositeSubscribe, queue: _Queue
+    ) -> None:
         self.client = client
         self.id = sub_id
-        self.filter = subscription
+        self.request = request  # what was asked for: its filter or composite
         self._queue = queue
 
     async def next(self, timeout: float | None = None) -> Delivery:
@@ -204,18 +212,34 @@ class Client(_Stream):
     async def subscribe(self, subscription: Filter | str, own_queue: bool = True) -> Subscription:
         """Subscribe; deliveries go to the returned subscription's queue, or with
         ``own_queue=False`` to the client's merged stream."""
-        ref = str(next(self._refs))
         parsed = _filter(subscription)
+        return await self._subscribe(lambda ref: Subscribe(ref, parsed), own_queue)
+
+    async def _subscribe(
+        self, request: Callable[[str], Subscribe | CompositeSubscribe], own_queue: bool
+    ) -> Subscription:
+        ref = str(next(self._refs))
+        message = request(ref)
         queue = _Queue(self.queue_limit, self) if own_queue else self._queue
-        sub = Subscription(self, "", parsed, queue)
+        sub = Subscription(self, "", message, queue)
         # Registered when the ack is read, not when this coroutine resumes: deliveries that came
         # in the same read as the ack must already find their subscription.
         self._awaiting_ack[ref] = sub
         try:
-            await self._request(Subscribe(ref, parsed), ref)
+            await self._request(message, ref)
         finally:
             self._awaiting_ack.pop(ref, None)
         return sub
+
+    async def subscribe_composite(
+        self, composite: Composite | str, clear: Filter | str | None = None, own_queue: bool = True
+    ) -> Subscription:
+        """A composite subscription; each firing is one Delivery with all its publications.
+        ``clear`` (a filter that may use the composite's variables) drops waiting state under the
+        bindings of each publication it matches."""
+        parsed = parse_composite(composite) if isinstance(composite, str) else composite
+        condition = parse_filter(clear, allow_variables=True) if isinstance(clear, str) else clear
+        return await self._subscribe(lambda ref: CompositeSubscribe(ref, parsed, condition), own_queue)
 
     async def unsubscribe(self, sub_id: str) -> None:
         await self._request(Unsubscribe(sub_id), sub_id)
@@ -260,6 +284,10 @@ class Client(_Stream):
             for sub_id in item.subscriptions:
                 sub = self.subscriptions.get(sub_id)
                 (sub._queue if sub is not None else self._queue).put(Delivery(sub_id, item.publication))
+        elif isinstance(item, Notify):
+            sub = self.subscriptions.get(item.subscription)
+            delivery = Delivery(item.subscription, item.publications[0], item.publications)
+            (sub._queue if sub is not None else self._queue).put(delivery)
         elif isinstance(item, Ack | StatusReply):
             sub = self._awaiting_ack.pop(item.ref, None)
             if sub is not None and isinstance(item, Ack):

@@ -46,6 +46,7 @@ __all__ = [
     "Sequence",
     "Times",
     "combine",
+    "composite_variables",
     "format_value",
     "normalize_value",
 ]
@@ -348,3 +349,13 @@ class Times:
     def __str__(self) -> str:
         step = format_number(self.step)
         return f"Times({self.operand},{self.count},{self.attribute},{step})"
+
+
+def composite_variables(composite: Composite) -> dict[str, Var]:
+    """The variables of a composite by name; ValueError if one name is used with two kinds."""
+    seen: dict[str, Var] = {}
+    for atom in composite.atoms():
+        for name, var in atom.filter.variables.items():
+            if seen.setdefault(name, var) != var:
+                raise ValueError(f"variable {var} is also used as {seen[name]}")
+    return seen

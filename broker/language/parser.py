@@ -50,9 +50,12 @@ def parse_publication(text: str) -> Publication:
     return _parse(text, "publication", allow_variables=False)
 
 
-def parse_filter(text: str) -> Filter:
-    """``[class,eq,stock],[price,>,99]`` -> Filter (a subscription or an advertisement)."""
-    return _parse(text, "filter", allow_variables=False)
+def parse_filter(text: str, allow_variables: bool = False) -> Filter:
+    """``[class,eq,stock],[price,>,99]`` -> Filter (a subscription or an advertisement).
+
+    Variables (``$S$X``) belong to composite subscriptions; ``allow_variables`` admits them for
+    a filter that goes with one, such as the condition that clears a composite's bindings."""
+    return _parse(text, "filter", allow_variables=allow_variables)
 
 
 def parse_composite(text: str) -> Composite:

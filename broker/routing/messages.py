@@ -10,18 +10,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.language.model import Filter, Publication
+from broker.language.model import (
+    And,
+    Atom,
+    Composite,
+    Filter,
+    Or,
+    Publication,
+    Sequence,
+    Times,
+    composite_variables,
+)
 
 __all__ = [
     "DEFAULT_TTL",
     "Ack",
     "Advertise",
     "ClientMessage",
+    "CompositeSubscribe",
     "Deliver",
     "LinkDown",
     "LinkMessage",
     "LinkUp",
     "Message",
+    "Notify",
     "Publish",
     "Refuse",
     "StatusReply",
@@ -80,6 +92,46 @@ class Subscribe:
         _ttl(self.ttl)
         if not isinstance(self.filter, Filter):
             raise ValueError("a subscription needs a Filter")
+
+
+@dataclass(frozen=True, slots=True)
+class CompositeSubscribe:
+    """A composite subscription. ``clear``, if given, names the publication that ends a binding:
+    when one matches it, the waiting state under its variables' values is dropped (the workflow
+    layer passes the generation's APPL_END). Withdrawn with ``Unsubscribe`` like any other."""
+
+    id: str
+    composite: Composite
+    clear: Filter | None = None
+    ttl: int = DEFAULT_TTL
+
+    def __post_init__(self) -> None:
+        _text(self.id, "subscription id")
+        _ttl(self.ttl)
+        if not isinstance(self.composite, Atom | And | Or | Sequence | Times):
+            raise ValueError("a composite subscription needs a composite")
+        variables = composite_variables(self.composite)
+        if self.clear is not None:
+            if not isinstance(self.clear, Filter):
+                raise ValueError("the clear condition must be a Filter")
+            for name, var in self.clear.variables.items():
+                if variables.get(name, var) != var:
+                    raise ValueError(f"clear uses {var}, the composite {variables[name]}")
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """To a client: a composite subscription fired, with the publications that completed it."""
+
+    subscription: str
+    publications: tuple[Publication, ...]
+
+    def __post_init__(self) -> None:
+        _text(self.subscription, "subscription id")
+        if not isinstance(self.publications, tuple) or not self.publications:
+            raise ValueError("a notification carries at least one publication")
+        if not all(isinstance(p, Publication) for p in self.publications):
+            raise ValueError("a notification carries publications")
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +237,9 @@ class LinkDown:
     """From the adapter: a hop is gone; everything learned through it is withdrawn."""
 
 
-ClientMessage = Advertise | Unadvertise | Subscribe | Unsubscribe | Publish | StatusRequest
+ClientMessage = (
+    Advertise | Unadvertise | Subscribe | CompositeSubscribe | Unsubscribe | Publish | StatusRequest
+)
 # What crosses a link; LinkUp and LinkDown only ever come from the local adapter.
-LinkMessage = ClientMessage | Deliver | Ack | Refuse | StatusReply
+LinkMessage = ClientMessage | Deliver | Notify | Ack | Refuse | StatusReply
 Message = LinkMessage | LinkUp | LinkDown

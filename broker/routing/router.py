@@ -24,17 +24,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.language.model import Filter, Predicate, Publication
-from broker.language.values import TimeRef
+from broker.language.values import TimeRef, Var
 from broker.matching import Matcher
+from broker.routing.detection import Detector
 from broker.routing.forwarding import Action, Forwarding
 from broker.routing.messages import (
     DEFAULT_TTL,
     Ack,
     Advertise,
+    CompositeSubscribe,
     Deliver,
     LinkDown,
     LinkUp,
     Message,
+    Notify,
     Publish,
     Refuse,
     StatusReply,
@@ -60,6 +63,19 @@ class _Entry:
     ttl: int
 
 
+# The hop of the subscriptions a composite's detector makes for its atoms: matches of these go to
+# the detector, not out of the broker. No adapter names a hop with the empty string.
+DETECTOR = ""
+
+
+@dataclass(slots=True)
+class _Composite:
+    detector: Detector
+    hop: str  # the subscriber
+    parts: list[str]  # ids of its atom subscriptions, then of its clear subscription if any
+    clear: Filter | None
+
+
 class Router:
     def __init__(self, broker_id: str, covering: str = "off", advertisement_covering: bool = False) -> None:
         self.id = broker_id
@@ -72,6 +88,8 @@ class Router:
         self.subscriptions = Forwarding(covering, subscription_covers)
         self.advertisements = Forwarding("lazy" if advertisement_covering else "off", advertisement_covers)
         self.seen: OrderedDict[str, None] = OrderedDict()
+        self.composites: dict[str, _Composite] = {}
+        self.parts: dict[str, tuple[str, int | None]] = {}  # part id -> (composite, atom; None: clear)
         self.counters: Counter[str] = Counter()
 
     # the one entry point ------------------------------------------------------------------------
@@ -100,6 +118,9 @@ class Router:
             "advertisements": len(self.srt),
             "covering": self.subscriptions.mode,
             "held_subscriptions": self.subscriptions.held_count(),
+            "composite_subscriptions": len(self.composites),
+            "composite_waiting": sum(c.detector.waiting for c in self.composites.values()),
+            "composite_dropped": sum(c.detector.dropped for c in self.composites.values()),
             "counters": dict(sorted(self.counters.items())),
         }
 
@@ -143,19 +164,22 @@ class Router:
         if isinstance(message, StatusRequest):
             return [(hop, StatusReply(message.ref, self.status()))]
         if isinstance(message, Unadvertise | Unsubscribe):
-            table = self.srt if isinstance(message, Unadvertise) else self.prt
-            if message.id not in self.owned[hop] or message.id not in table:
+            if isinstance(message, Unadvertise):
+                known = message.id in self.srt
+            else:
+                known = message.id in self.prt or message.id in self.composites
+            if message.id not in self.owned[hop] or not known:
                 return self._refuse(
                     hop, message.id, f"no {_noun(message)} with id {message.id} of this client"
                 )
             self.owned[hop].discard(message.id)
             return [(hop, Ack(message.id, message.id)), *self._withdraw(message.id)]
-        if not isinstance(message, Advertise | Subscribe | Publish):
+        if not isinstance(message, Advertise | Subscribe | CompositeSubscribe | Publish):
             return self._refuse(hop, "", f"a client cannot send {type(message).__name__}")
         global_id = f"{self.id}/{hop}/{message.id}"
         if isinstance(message, Publish):
             return self._publish_from_client(message, hop, global_id, now)
-        if global_id in self.srt or global_id in self.prt:
+        if global_id in self.srt or global_id in self.prt or global_id in self.composites:
             return self._refuse(hop, message.id, f"id {message.id} is already in use by this client")
         self.owned[hop].add(global_id)
         if isinstance(message, Advertise):
@@ -163,6 +187,8 @@ class Router:
                 (hop, Ack(message.id, global_id)),
                 *self._advertise(global_id, message.filter, hop, DEFAULT_TTL),
             ]
+        if isinstance(message, CompositeSubscribe):
+            return [(hop, Ack(message.id, global_id)), *self._composite(global_id, message, hop, now)]
         return [
             (hop, Ack(message.id, global_id)),
             *self._subscribe(global_id, _fix_time(message.filter, now), hop, DEFAULT_TTL),
@@ -231,7 +257,11 @@ class Router:
 
     def _withdraw(self, entry_id: str) -> Output:
         out: Output = []
-        if entry_id in self.srt:
+        if entry_id in self.composites:
+            for part in self.composites.pop(entry_id).parts:
+                del self.parts[part]
+                out += self._withdraw(part)
+        elif entry_id in self.srt:
             entry = self.srt.pop(entry_id)
             for neighbor in sorted(self.neighbors):
                 out += self._apply(neighbor, self.advertisements.unwant(neighbor, entry_id), True)
@@ -245,6 +275,34 @@ class Router:
             for neighbor in sorted(self.neighbors):
                 out += self._apply(neighbor, self.subscriptions.unwant(neighbor, entry_id), False)
         return out
+
+    def _composite(self, composite_id: str, message: CompositeSubscribe, hop: str, now: float) -> Output:
+        """Detection at this (the subscriber's) broker: each atom becomes a subscription routed
+        like any other, and what matches it feeds the composite's detector."""
+        atoms = [atom.filter for atom in message.composite.atoms()]
+        parts: list[tuple[str, int | None, Filter]] = [
+            (f"{composite_id}#{i}", i, a) for i, a in enumerate(atoms)
+        ]
+        if message.clear is not None:
+            parts.append((f"{composite_id}#clear", None, message.clear))
+        detector = Detector(message.composite)
+        self.composites[composite_id] = _Composite(detector, hop, [p for p, _, _ in parts], message.clear)
+        out: Output = []
+        for part, atom, condition in parts:
+            self.parts[part] = (composite_id, atom)
+            out += self._subscribe(part, _fix_time(condition, now), DETECTOR, DEFAULT_TTL)
+        return out
+
+    def _detect(self, part: str, publication: Publication, now: float) -> Output:
+        composite_id, atom = self.parts[part]
+        entry = self.composites[composite_id]
+        if atom is None:  # the clear condition: forget what waits under its bindings
+            assert entry.clear is not None
+            names = {p.attribute: p.value.name for p in entry.clear.predicates if isinstance(p.value, Var)}
+            entry.detector.clear({name: publication[attribute] for attribute, name in names.items()})
+            return []
+        firings = entry.detector.feed(atom, publication, now)
+        return [(entry.hop, Notify(composite_id, firing)) for firing in firings]
 
     def _routes_to(self, subscription: Filter, neighbor: str) -> bool:
         """Is there an advertisement learned from ``neighbor`` that the subscription overlaps?"""
@@ -274,6 +332,8 @@ class Router:
             assert isinstance(sub_id, str)
             by_hop.setdefault(self.prt[sub_id].hop, []).append(sub_id)
         out: Output = []
+        for part in sorted(by_hop.pop(DETECTOR, [])):
+            out += self._detect(part, publication, now)
         for target in sorted(by_hop):
             if target in self.clients:
                 out.append((target, Deliver(tuple(sorted(by_hop[target])), publication)))

@@ -11,15 +11,17 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from broker.language import parse_filter, parse_publication
-from broker.language.model import Filter, Publication
+from broker.language import parse_composite, parse_filter, parse_publication
+from broker.language.model import Composite, Filter, Publication
 from broker.routing import (
     Ack,
     Advertise,
+    CompositeSubscribe,
     Deliver,
     LinkDown,
     LinkUp,
     Message,
+    Notify,
     Publish,
     Refuse,
     Router,
@@ -41,6 +43,7 @@ class SimClient:
     broker: str
     overlay: Overlay
     deliveries: list[Deliver] = field(default_factory=list)
+    notifications: list[Notify] = field(default_factory=list)
     refusals: list[Refuse] = field(default_factory=list)
     _acks: dict[str, str] = field(default_factory=dict)
     _next: int = 0
@@ -64,6 +67,19 @@ class SimClient:
     def subscribe(self, subscription: str | Filter) -> str:
         ref = self._ref()
         return self._request(Subscribe(ref, _filter(subscription)), ref)
+
+    def subscribe_composite(self, composite: str | Composite, clear: str | Filter | None = None) -> str:
+        ref = self._ref()
+        parsed = parse_composite(composite) if isinstance(composite, str) else composite
+        condition = parse_filter(clear, allow_variables=True) if isinstance(clear, str) else clear
+        return self._request(CompositeSubscribe(ref, parsed, condition), ref)
+
+    def fired(self) -> list[list[str]]:
+        """Each composite notification so far as the canonical texts of its publications; then
+        forget them."""
+        texts = [[str(p) for p in n.publications] for n in self.notifications]
+        self.notifications.clear()
+        return texts
 
     def publish(self, publication: str | Publication) -> str:
         ref = self._ref()
@@ -191,6 +207,8 @@ class Overlay:
     def _to_client(client: SimClient, message: Message) -> None:
         if isinstance(message, Deliver):
             client.deliveries.append(message)
+        elif isinstance(message, Notify):
+            client.notifications.append(message)
         elif isinstance(message, Ack):
             client._acks[message.ref] = message.id
         elif isinstance(message, Refuse):

@@ -8,9 +8,11 @@ message               tag             fields
 Advertise             ``adv``         id, filter, ttl
 Unadvertise           ``unadv``       id
 Subscribe             ``sub``         id, filter, ttl
+CompositeSubscribe    ``csub``        id, composite, clear filter or nil, ttl
 Unsubscribe           ``unsub``       id
 Publish               ``pub``         id, publication, ttl, ack
 Deliver               ``deliver``     [subscription ids], publication
+Notify                ``notify``      subscription id, [publications]
 Ack                   ``ack``         ref, id
 Refuse                ``refuse``      ref, reason
 StatusRequest         ``statreq``     ref
@@ -19,11 +21,12 @@ Hello                 ``hello``       kind, id, version
 Ping / Pong           ``ping/pong``   (none)
 ====================  ==============  =====================================================
 
-A publication is ``[class, [[name, value], ...]]`` and a filter ``[class, [[attribute, op, value],
-...]]``, values being int, float or str (msgpack keeps int and float apart), or ``["var", kind,
-name]``, ``["rel", offset_seconds]`` or ``["abs", epoch_seconds]``. An instant that a float cannot
-carry to the microsecond (far from 1970) is sent as ``["abs", whole_seconds, microseconds]``, so
-every filter the model accepts arrives equal.
+A composite is ``["atom", filter]``, ``["and" | "or" | "seq", [composites]]`` or ``["times",
+composite, count, attribute, step]``. A publication is ``[class, [[name, value], ...]]`` and a
+filter ``[class, [[attribute, op, value], ...]]``, values being int, float or str (msgpack keeps int
+and float apart), or ``["var", kind, name]``, ``["rel", offset_seconds]`` or ``["abs",
+epoch_seconds]``. An instant that a float cannot carry to the microsecond (far from 1970) is sent as
+``["abs", whole_seconds, microseconds]``, so every filter the model accepts arrives equal.
 
 Decoding trusts nothing: whatever the bytes, ``decode`` returns a valid message or raises
 ``BadMessage``, so a hostile peer costs one error reply, never a crashed broker.
@@ -41,13 +44,15 @@ from typing import Any
 
 import msgpack
 
-from broker.language.model import Filter, Predicate, Publication
+from broker.language.model import And, Atom, Composite, Filter, Or, Predicate, Publication, Sequence, Times
 from broker.language.values import TimeRef, Var
 from broker.routing.messages import (
     Ack,
     Advertise,
+    CompositeSubscribe,
     Deliver,
     LinkMessage,
+    Notify,
     Publish,
     Refuse,
     StatusReply,
@@ -145,6 +150,14 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     Advertise: lambda m: ["adv", m.id, _filter(m.filter), m.ttl],
     Unadvertise: lambda m: ["unadv", m.id],
     Subscribe: lambda m: ["sub", m.id, _filter(m.filter), m.ttl],
+    CompositeSubscribe: lambda m: [
+        "csub",
+        m.id,
+        _composite(m.composite),
+        None if m.clear is None else _filter(m.clear),
+        m.ttl,
+    ],
+    Notify: lambda m: ["notify", m.subscription, [_publication(p) for p in m.publications]],
     Unsubscribe: lambda m: ["unsub", m.id],
     Publish: lambda m: ["pub", m.id, _publication(m.publication), m.ttl, m.ack],
     Deliver: lambda m: ["deliver", m.subscriptions, _publication(m.publication)],
@@ -180,6 +193,39 @@ def encode(message: WireMessage) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------- decoding
+
+
+_COMBINATORS: dict[type, str] = {And: "and", Or: "or", Sequence: "seq"}
+
+
+def _composite(node: Composite) -> list[Any]:
+    if isinstance(node, Atom):
+        return ["atom", _filter(node.filter)]
+    if isinstance(node, Times):
+        return ["times", _composite(node.operand), node.count, node.attribute, node.step]
+    return [_COMBINATORS[type(node)], [_composite(o) for o in node.operands]]
+
+
+def _array(value: object, what: str) -> list[Any]:
+    if type(value) is not list:
+        raise ValueError(f"{what} must be an array")
+    return value
+
+
+def _to_composite(array: object) -> Composite:
+    node = _array(array, "a composite")
+    kind = node[0] if node else None
+    if kind == "atom" and len(node) == 2:
+        return Atom(_to_filter(node[1]))
+    if kind == "times" and len(node) == 5:
+        count, attribute, step = node[2], node[3], node[4]
+        if type(count) is not int or type(attribute) is not str or type(step) not in (int, float):
+            raise ValueError("Times needs a whole count, an attribute name and a numeric step")
+        return Times(_to_composite(node[1]), count, attribute, step)
+    combinators: dict[str, type[And] | type[Or] | type[Sequence]] = {"and": And, "or": Or, "seq": Sequence}
+    if kind in combinators and len(node) == 2:
+        return combinators[kind](tuple(_to_composite(o) for o in _array(node[1], "operands")))
+    raise ValueError("a composite must be [atom, filter], [and|or|seq, [...]] or [times, ...]")
 
 
 def _to_publication(array: object) -> Publication:
@@ -265,6 +311,18 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "adv": ("Advertise", 4, lambda a: Advertise(a[1], _to_filter(a[2]), a[3])),
     "unadv": ("Unadvertise", 2, lambda a: Unadvertise(a[1])),
     "sub": ("Subscribe", 4, lambda a: Subscribe(a[1], _to_filter(a[2]), a[3])),
+    "csub": (
+        "CompositeSubscribe",
+        5,
+        lambda a: CompositeSubscribe(
+            a[1], _to_composite(a[2]), None if a[3] is None else _to_filter(a[3]), a[4]
+        ),
+    ),
+    "notify": (
+        "Notify",
+        3,
+        lambda a: Notify(a[1], tuple(_to_publication(p) for p in _array(a[2], "publications"))),
+    ),
     "unsub": ("Unsubscribe", 2, lambda a: Unsubscribe(a[1])),
     "pub": ("Publish", 5, lambda a: Publish(a[1], _to_publication(a[2]), a[3], a[4])),
     "deliver": ("Deliver", 3, _to_deliver),

@@ -13,16 +13,22 @@ def wfm(*args: str, stdin: str = "", timeout: float = 30) -> subprocess.Complete
     return subprocess.run([WFM, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
 
 
+def listening_client(uri: object, client_id: str, first_line: str) -> subprocess.Popen[str]:
+    """A ``wfm client -o json`` that has applied ``first_line`` and keeps reading stdin."""
+    client = subprocess.Popen(
+        [WFM, "client", "--broker", str(uri), "--id", client_id, "-o", "json"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert client.stdin is not None
+    client.stdin.write(first_line + "\n")
+    client.stdin.flush()
+    time.sleep(0.5)
+    return client
+
+
 def test_clients_through_two_brokers() -> None:
     with brokers({"B1": [], "B2": ["B1"]}) as uris:
-        sub = subprocess.Popen(
-            [WFM, "client", "--broker", str(uris["B2"]), "--id", "sub", "-o", "json"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert sub.stdin is not None
-        sub.stdin.write("s [class,eq,'stock'],[price,<,100]\n")
-        sub.stdin.flush()
-        time.sleep(0.5)
+        sub = listening_client(uris["B2"], "sub", "s [class,eq,'stock'],[price,<,100]")
         pub = wfm(
             "client", "--broker", str(uris["B1"]), "--id", "pub", "--linger", "0",
             stdin="a [class,eq,'stock'],[price,<,100],[amount,>,100]\n"
@@ -83,3 +89,27 @@ def test_busy_port_is_a_clear_error() -> None:
         done = wfm("broker", "--uri", str(uris["B1"]))
         assert done.returncode == 1
         assert done.stderr.strip().endswith(f"cannot listen on {uris['B1']}: address already in use")
+
+
+def test_composite_subscription_from_the_command_line() -> None:
+    with brokers({"B1": [], "B2": ["B1"]}) as uris:
+        sub = listening_client(
+            uris["B2"], "agent", "cs {{[class,eq,a],[g,eq,$S$G]}&{[class,eq,b],[g,eq,$S$G]}}"
+        )
+        pub = wfm(
+            "client", "--broker", str(uris["B1"]), "--linger", "0",
+            stdin="a [class,eq,a],[g,isPresent,'']\na [class,eq,b],[g,isPresent,'']\nsleep 0.3\n"
+            "p [class,a],[g,one]\np [class,b],[g,two]\np [class,b],[g,one]\n",
+        )  # fmt: skip
+        assert pub.returncode == 0, pub.stderr
+        out, err = sub.communicate("sleep 0.5\n", timeout=20)
+        assert err.strip() == "sub B2/agent/1"
+        assert [json.loads(line) for line in out.splitlines()] == [
+            {
+                "subscription": "B2/agent/1",
+                "publications": [
+                    {"publication": "[class,a],[g,one]", "attributes": {"class": "a", "g": "one"}},
+                    {"publication": "[class,b],[g,one]", "attributes": {"class": "b", "g": "one"}},
+                ],
+            }
+        ]

@@ -1,0 +1,63 @@
+"""Composite subscriptions and notifications on the wire."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from broker.language import parse_composite, parse_filter, parse_publication
+from broker.routing import CompositeSubscribe, Notify
+from broker.transport.codec import decode, encode
+from broker.transport.errors import BadMessage
+from tests.routing.test_detection import WORKFLOW
+
+COMPOSITES = [
+    WORKFLOW,
+    "{[class,eq,a]}",
+    "{{[class,eq,a]};{[class,eq,b],[n,=,$F$v]}}",
+    "Times({{[class,eq,a]}||{[class,eq,b]}},3,n,-1.5)",
+    "{{[class,eq,a],[time,>,'2026-01-01']}&{[class,eq,b],[time,<,now+1h]}}",
+]
+
+
+@pytest.mark.parametrize("text", COMPOSITES)
+def test_composite_subscriptions_round_trip(text: str) -> None:
+    clear = parse_filter("[class,eq,JOBSTATUS],[GID,eq,$S$X]", allow_variables=True)
+    for message in (
+        CompositeSubscribe("c1", parse_composite(text)),
+        CompositeSubscribe("c2", parse_composite(text), clear, 7),
+    ):
+        assert decode(encode(message)[4:]) == message
+
+
+def test_notifications_round_trip() -> None:
+    message = Notify(
+        "B1/c/1", (parse_publication("[class,a],[n,1.5]"), parse_publication("[class,b],[s,'x y']"))
+    )
+    assert decode(encode(message)[4:]) == message
+
+
+ATOM = ["atom", ["a", [["x", "eq", ["var", "S", "X"]]]]]
+
+
+@pytest.mark.parametrize(
+    ("payload", "fragment"),
+    [
+        (["csub", "1", ["and", [ATOM]], None, 5], "needs at least two different operands"),
+        (["csub", "1", ["xor", []], None, 5], "a composite must be"),
+        (["csub", "1", ["and", "nope"], None, 5], "operands must be an array"),
+        (["csub", "1", ["times", ATOM, 0, "n", 1], None, 5], "count of at least 1"),
+        (["csub", "1", ["times", ATOM, 2, "n", "1"], None, 5], "numeric step"),
+        (
+            ["csub", "1", ["and", [ATOM, ["atom", ["b", [["x", "=", ["var", "I", "X"]]]]]]], None, 5],
+            "also used as",
+        ),
+        (["csub", "1", ATOM, ["c", [["x", "=", ["var", "I", "X"]]]], 5], "clear uses $I$X"),
+        (["csub", "1", ATOM, None], "expected 4 fields"),
+        (["notify", "s", []], "at least one publication"),
+        (["notify", "s", "x"], "publications must be an array"),
+    ],
+)
+def test_bad_composites_are_bad_messages(payload: list[object], fragment: str) -> None:
+    with pytest.raises(BadMessage, match=fragment.replace("$", r"\$")):
+        decode(msgpack.packb(payload))
