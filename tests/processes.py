@@ -17,7 +17,9 @@ WFM = str(Path(sys.executable).with_name("wfm"))
 
 
 @contextmanager
-def brokers(links: dict[str, list[str]], covering: str = "off") -> Iterator[dict[str, BrokerURI]]:
+def brokers(
+    links: dict[str, list[str]], covering: str = "off", heartbeat: float = 0.2
+) -> Iterator[dict[str, BrokerURI]]:
     """Start one ``wfm broker`` per key; ``links[b]`` are the neighbours ``b`` dials. Waits until
     every broker sees all its neighbours, and stops them all (checking they exit cleanly)."""
     uris = {name: BrokerURI("127.0.0.1", free_port(), name) for name in links}
@@ -31,7 +33,7 @@ def brokers(links: dict[str, list[str]], covering: str = "off") -> Iterator[dict
                 "--covering",
                 covering,
                 "--heartbeat",
-                "0.2",
+                str(heartbeat),
                 *[arg for n in links[name] for arg in ("--neighbor", str(uris[n]))],
             ],
             stdout=subprocess.DEVNULL,
@@ -81,7 +83,8 @@ def wait_for(condition: object, what: str, timeout: float = 15.0) -> None:
 def quiet(uris: dict[str, BrokerURI], pause: float = 0.1) -> None:
     """Until no broker's message counters move between two looks: routing has settled."""
 
-    routing = ("in.Advertise", "in.Unadvertise", "in.Subscribe", "in.Unsubscribe", "in.Publish")
+    routing = ("in.Advertise", "in.Unadvertise", "in.Subscribe", "in.CompositeSubscribe", "in.Unsubscribe",
+               "in.Publish", "in.Notify")  # fmt: skip
 
     def snapshot() -> list[object]:  # the look itself (a status client) must not count
         counters = [status(u).get("counters", {}) for u in uris.values()]

@@ -52,12 +52,20 @@ output_option = click.option(
 @click.option("--advertisement-covering/--no-advertisement-covering", default=False, show_default=True)
 @click.option("--heartbeat", type=click.FloatRange(0.05, 60), default=1.0, show_default=True,
               help="Seconds between pings on an idle link; silent for 4 of them, it is dropped.")  # fmt: skip
+@click.option("--composite-max-waiting", type=click.IntRange(1), default=10_000, show_default=True,
+              help="Partial matches one composite detection keeps; beyond it the oldest is dropped "
+                   "(counted in status as composite_dropped).")  # fmt: skip
+@click.option("--composite-max-age", type=click.FloatRange(0, min_open=True), default=None,
+              help="Seconds a partial match may wait for its partners [default: no limit].")  # fmt: skip
 def broker(uri: BrokerURI, neighbors: tuple[BrokerURI, ...], covering: str, advertisement_covering: bool,
-           heartbeat: float) -> None:  # fmt: skip
+           heartbeat: float, composite_max_waiting: int,
+           composite_max_age: float | None) -> None:  # fmt: skip
     """Run a broker until SIGINT or SIGTERM."""
     _log_with_prefix(uri.id)
     try:
-        node = Broker(uri, neighbors, covering, advertisement_covering, heartbeat, dead_after=4 * heartbeat)
+        node = Broker(uri, neighbors, covering, advertisement_covering, heartbeat, dead_after=4 * heartbeat,
+                      composite_max_waiting=composite_max_waiting,
+                      composite_max_age=composite_max_age)  # fmt: skip
     except ValueError as error:
         raise click.ClickException(str(error)) from None
     try:
@@ -86,6 +94,21 @@ def _log_with_prefix(name: str) -> None:
         root.setLevel(logging.INFO)
 
 
+STATUS_KEYS = (
+    "id",
+    "uri",
+    "neighbors",
+    "clients",
+    "subscriptions",
+    "advertisements",
+    "covering",
+    "composite_subscriptions",
+    "composite_detected",
+    "composite_waiting",
+    "composite_dropped",
+)
+
+
 @click.command()
 @broker_option
 @output_option
@@ -95,9 +118,9 @@ def status(broker_uri: BrokerURI, output: str) -> None:
     if output == "json":
         click.echo(json.dumps(report))
         return
-    for key in ("id", "uri", "neighbors", "clients", "subscriptions", "advertisements", "covering"):
+    for key in STATUS_KEYS:
         value = report.get(key)
-        click.echo(f"{key:15} {', '.join(value) if isinstance(value, list) else value}")
+        click.echo(f"{key:24} {', '.join(value) if isinstance(value, list) else value}")
 
 
 async def _status(uri: BrokerURI) -> dict[str, Any]:

@@ -1,8 +1,14 @@
 """Detecting composite subscriptions: which combinations of publications complete a composite.
 
 A ``Detector`` holds the join state of one composite subscription and is fed publications that
-matched its atoms (the router knows which, from its matcher): ``feed(atom, publication, now)``
+matched its atoms (the router knows which, from its matcher): ``feed(leaf, publication, now)``
 returns the firings that publication completes. Pure: no clock, ``now`` is a value.
+
+In distributed detection a subtree of the composite may be detected by another broker: built with
+``remote=[path, ...]``, the detector treats those subtrees as leaves fed whole firings
+(``feed_match``) with the bindings the remote detector made. Leaves are numbered in the order a
+depth-first walk meets them; without remote subtrees, leaf ``i`` is atom ``i`` of
+``composite.atoms()``. A path is the operand indexes from the root (a ``Times``' operand is 0).
 
 Semantics (INTERFACE.md section 1, issue 5):
 
@@ -22,15 +28,26 @@ the number of finished generations.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import count
 
 from broker.language.model import Atom, Composite, Or, Publication, Sequence, Times
 from broker.language.values import Value, Var
 
-__all__ = ["Detector", "Match"]
+__all__ = ["Bindings", "Detector", "Match", "Path", "operands"]
 
 Bindings = tuple[tuple[str, Value], ...]  # sorted by variable name
+Path = tuple[int, ...]
+
+
+def operands(node: Composite) -> tuple[Composite, ...]:
+    """The children of a composite node, in the order paths number them."""
+    if isinstance(node, Atom):
+        return ()
+    if isinstance(node, Times):
+        return (node.operand,)
+    return node.operands
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +91,16 @@ class _Node:
         return []
 
 
-class _AtomNode(_Node):
-    def __init__(self, detector: Detector, atom: Atom) -> None:
+class _LeafNode(_Node):
+    """An atom, or (``variables`` None) a subtree detected elsewhere."""
+
+    def __init__(self, detector: Detector, atom: Atom | None) -> None:
         super().__init__(detector)
-        self.variables = {
-            p.attribute: p.value.name for p in atom.filter.predicates if isinstance(p.value, Var)
-        }
+        self.variables = (
+            None
+            if atom is None
+            else {p.attribute: p.value.name for p in atom.filter.predicates if isinstance(p.value, Var)}
+        )
 
 
 class _OrNode(_Node):
@@ -190,21 +211,30 @@ class _TimesNode(_Node):
 class Detector:
     """The join state of one composite subscription."""
 
-    def __init__(self, composite: Composite, max_waiting: int = 10_000, max_age: float | None = None) -> None:
+    def __init__(
+        self,
+        composite: Composite,
+        max_waiting: int = 10_000,
+        max_age: float | None = None,
+        remote: Iterable[Path] = (),
+    ) -> None:
         self.composite = composite
         self.max_waiting = max_waiting
         self.max_age = max_age
-        self.atoms: list[_AtomNode] = []  # numbered as composite.atoms() numbers them
+        self.leaves: list[_LeafNode] = []
+        self.paths: list[Path] = []  # of each leaf
         self.nodes: list[_Node] = []
         self.dropped = 0
         self._waiting = 0
         self._arrivals = count()
-        self._build(composite)
+        self._remote = frozenset(remote)
+        self._build(composite, ())
 
-    def _build(self, node: Composite) -> _Node:
-        if isinstance(node, Atom):
-            leaf = _AtomNode(self, node)
-            self.atoms.append(leaf)
+    def _build(self, node: Composite, path: Path) -> _Node:
+        if isinstance(node, Atom) or path in self._remote:
+            leaf = _LeafNode(self, node if isinstance(node, Atom) else None)
+            self.leaves.append(leaf)
+            self.paths.append(path)
             return leaf
         built: _Node
         if isinstance(node, Times):
@@ -218,7 +248,7 @@ class Detector:
             )
         self.nodes.append(built)
         for slot, operand in enumerate(operands):
-            child = self._build(operand)
+            child = self._build(operand, (*path, slot))
             child.parent, child.slot = built, slot
         return built
 
@@ -227,23 +257,38 @@ class Detector:
         """Matches waiting for partners: the memory this detector holds."""
         return self._waiting
 
-    def feed(self, atom: int, publication: Publication, now: float = 0.0) -> list[tuple[Publication, ...]]:
-        """``publication`` matched atom number ``atom``; returns the publications of each firing."""
+    def feed(self, leaf: int, publication: Publication, now: float = 0.0) -> list[Match]:
+        """``publication`` matched the atom that is leaf ``leaf``; returns the firings it completes."""
+        variables = self.leaves[leaf].variables
+        if variables is None:
+            raise ValueError(f"leaf {leaf} is detected remotely: feed_match it")
+        if any(attr not in publication for attr in variables):
+            return []
+        bindings = _merge((), tuple((name, publication[attr]) for attr, name in variables.items()))
+        if bindings is None:  # one variable twice in an atom, with two values
+            return []
+        return self._climb(leaf, bindings, (publication,), now)
+
+    def feed_match(
+        self, leaf: int, publications: tuple[Publication, ...], bindings: Bindings, now: float = 0.0
+    ) -> list[Match]:
+        """The remote subtree at leaf ``leaf`` fired with these publications and bindings."""
+        if self.leaves[leaf].variables is not None:
+            raise ValueError(f"leaf {leaf} is an atom: feed it")
+        return self._climb(leaf, tuple(sorted(bindings)), publications, now)
+
+    def _climb(
+        self, leaf: int, bindings: Bindings, publications: tuple[Publication, ...], now: float
+    ) -> list[Match]:
         self._expire(now)
-        leaf = self.atoms[atom]
-        if any(attr not in publication for attr in leaf.variables):
-            return []
-        bindings = tuple(sorted((name, publication[attr]) for attr, name in leaf.variables.items()))
-        if _merge((), bindings) is None:  # one variable twice in an atom, with two values
-            return []
         arrival = next(self._arrivals)
-        matches = [Match(tuple(sorted(set(bindings))), (publication,), arrival, arrival, now)]
-        node: _Node = leaf
+        matches = [Match(bindings, publications, arrival, arrival, now)]
+        node: _Node = self.leaves[leaf]
         while matches and node.parent is not None:
             parent = node.parent
             matches = [out for m in matches for out in parent.offer(node.slot, m)]
             node = parent
-        return [m.publications for m in matches]
+        return matches
 
     def clear(self, bindings: dict[str, Value]) -> int:
         """Drop every waiting match whose bindings agree with ``bindings``; returns how many."""

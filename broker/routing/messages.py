@@ -20,7 +20,9 @@ from broker.language.model import (
     Sequence,
     Times,
     composite_variables,
+    normalize_value,
 )
+from broker.language.values import Value, check_name
 
 __all__ = [
     "DEFAULT_TTL",
@@ -115,16 +117,21 @@ class CompositeSubscribe:
             if not isinstance(self.clear, Filter):
                 raise ValueError("the clear condition must be a Filter")
             for name, var in self.clear.variables.items():
-                if variables.get(name, var) != var:
+                if name not in variables:
+                    raise ValueError(f"clear uses {var}, which the composite does not bind")
+                if variables[name] != var:
                     raise ValueError(f"clear uses {var}, the composite {variables[name]}")
 
 
 @dataclass(frozen=True, slots=True)
 class Notify:
-    """To a client: a composite subscription fired, with the publications that completed it."""
+    """A composite subscription (or, between brokers, a part of one) fired, with the publications
+    that completed it. Between brokers it also carries the variable bindings of the firing, so the
+    broker that joins it with other parts need not work them out again; to a client, none."""
 
     subscription: str
     publications: tuple[Publication, ...]
+    bindings: tuple[tuple[str, Value], ...] = ()
 
     def __post_init__(self) -> None:
         _text(self.subscription, "subscription id")
@@ -132,6 +139,16 @@ class Notify:
             raise ValueError("a notification carries at least one publication")
         if not all(isinstance(p, Publication) for p in self.publications):
             raise ValueError("a notification carries publications")
+        if not isinstance(self.bindings, tuple):
+            raise ValueError("the bindings of a notification must be a tuple of (name, value) pairs")
+        for pair in self.bindings:
+            if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
+                raise ValueError("the bindings of a notification must be (name, value) pairs")
+            check_name(pair[0], "variable name")
+            if normalize_value(pair[1]) != pair[1] or isinstance(pair[1], bool):
+                raise ValueError(f"variable {pair[0]} is bound to an invalid value")
+        if len({name for name, _ in self.bindings}) != len(self.bindings):
+            raise ValueError("a variable is bound twice in a notification")
 
 
 @dataclass(frozen=True, slots=True)

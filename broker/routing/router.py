@@ -23,10 +23,21 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from broker.language.model import Filter, Predicate, Publication
+from broker.language.model import (
+    And,
+    Atom,
+    Composite,
+    Filter,
+    Or,
+    Predicate,
+    Publication,
+    Sequence,
+    Times,
+    composite_variables,
+)
 from broker.language.values import TimeRef, Var
 from broker.matching import Matcher
-from broker.routing.detection import Detector
+from broker.routing.detection import Bindings, Detector
 from broker.routing.forwarding import Action, Forwarding
 from broker.routing.messages import (
     DEFAULT_TTL,
@@ -46,6 +57,7 @@ from broker.routing.messages import (
     Unadvertise,
     Unsubscribe,
 )
+from broker.routing.placement import HERE, NOWHERE, Placement, node_at, place
 from broker.routing.relations import advertisement_covers, fits, overlaps, subscription_covers
 
 __all__ = ["Output", "Router"]
@@ -63,21 +75,36 @@ class _Entry:
     ttl: int
 
 
-# The hop of the subscriptions a composite's detector makes for its atoms: matches of these go to
-# the detector, not out of the broker. No adapter names a hop with the empty string.
+# The hop of what a detection asks of its own broker: the subscriptions of its atoms (their
+# matches feed the detector instead of leaving the broker) and the remote parts it joins.
+# No adapter names a hop with the empty string.
 DETECTOR = ""
 
 
-@dataclass(slots=True)
-class _Composite:
-    detector: Detector
-    hop: str  # the subscriber
-    parts: list[str]  # ids of its atom subscriptions, then of its clear subscription if any
+@dataclass(slots=True, eq=False)
+class _Detection:
+    """A composite (or a part of one) that this broker detects or sends on, for everyone who
+    asked for it: equal requests share one detection, so it is done once and notified to each."""
+
+    id: str  # this broker's name for it: ``<broker>~<n>``, the id it travels under
+    composite: Composite
     clear: Filter | None
+    ttl: int
+    upstream: set[tuple[str, str]]  # (hop, id) to notify; hop DETECTOR: id is ``<parent>#<leaf>``
+    placement: Placement | None = None
+    detector: Detector | None = None
+    subscriptions: tuple[str, ...] = ()  # of its atoms and its clear condition, detected here
 
 
 class Router:
-    def __init__(self, broker_id: str, covering: str = "off", advertisement_covering: bool = False) -> None:
+    def __init__(
+        self,
+        broker_id: str,
+        covering: str = "off",
+        advertisement_covering: bool = False,
+        composite_max_waiting: int = 10_000,
+        composite_max_age: float | None = None,
+    ) -> None:
         self.id = broker_id
         self.neighbors: set[str] = set()
         self.clients: set[str] = set()
@@ -88,8 +115,12 @@ class Router:
         self.subscriptions = Forwarding(covering, subscription_covers)
         self.advertisements = Forwarding("lazy" if advertisement_covering else "off", advertisement_covers)
         self.seen: OrderedDict[str, None] = OrderedDict()
-        self.composites: dict[str, _Composite] = {}
-        self.parts: dict[str, tuple[str, int | None]] = {}  # part id -> (composite, atom; None: clear)
+        self.detections: dict[str, _Detection] = {}
+        self.shared: dict[tuple[str, str], _Detection] = {}  # (composite, clear) texts -> detection
+        self.requests: dict[tuple[str, str], _Detection] = {}  # (hop, id) -> what it asked for
+        self.parts: dict[str, tuple[_Detection, int | None]] = {}  # subscription -> (detection, leaf)
+        self.detector_limits = (composite_max_waiting, composite_max_age)
+        self._next_detection = 0
         self.counters: Counter[str] = Counter()
 
     # the one entry point ------------------------------------------------------------------------
@@ -110,6 +141,7 @@ class Router:
         return []
 
     def status(self) -> dict[str, Any]:
+        detectors = [d.detector for d in self.detections.values() if d.detector is not None]
         return {
             "id": self.id,
             "neighbors": sorted(self.neighbors),
@@ -118,9 +150,10 @@ class Router:
             "advertisements": len(self.srt),
             "covering": self.subscriptions.mode,
             "held_subscriptions": self.subscriptions.held_count(),
-            "composite_subscriptions": len(self.composites),
-            "composite_waiting": sum(c.detector.waiting for c in self.composites.values()),
-            "composite_dropped": sum(c.detector.dropped for c in self.composites.values()),
+            "composite_subscriptions": len(self.detections),
+            "composite_detected": len(detectors),
+            "composite_waiting": sum(d.waiting for d in detectors),
+            "composite_dropped": sum(d.dropped for d in detectors),
             "counters": dict(sorted(self.counters.items())),
         }
 
@@ -147,7 +180,7 @@ class Router:
         out: Output = []
         if hop in self.clients:
             for entry_id in sorted(self.owned.pop(hop)):
-                out += self._withdraw(entry_id)
+                out += self._withdraw_owned(hop, entry_id)
             self.clients.discard(hop)
         elif hop in self.neighbors:
             self.neighbors.discard(hop)
@@ -156,7 +189,19 @@ class Router:
             learned = [i for i, e in [*self.srt.items(), *self.prt.items()] if e.hop == hop]
             for entry_id in learned:
                 out += self._withdraw(entry_id)
+            for asked in [request for request in self.requests if request[0] == hop]:
+                out += self._release(*asked)
+            for detection in list(self.detections.values()):
+                placement = detection.placement
+                if self.detections.get(detection.id) is detection and placement and placement.forward == hop:
+                    detection.placement = None  # the part there is gone with the link
+                    out += self._place(detection)
         return out
+
+    def _withdraw_owned(self, hop: str, entry_id: str) -> Output:
+        if (hop, entry_id) in self.requests:
+            return self._release(hop, entry_id)
+        return self._withdraw(entry_id)
 
     # clients ------------------------------------------------------------------------------------
 
@@ -167,19 +212,19 @@ class Router:
             if isinstance(message, Unadvertise):
                 known = message.id in self.srt
             else:
-                known = message.id in self.prt or message.id in self.composites
+                known = message.id in self.prt or (hop, message.id) in self.requests
             if message.id not in self.owned[hop] or not known:
                 return self._refuse(
                     hop, message.id, f"no {_noun(message)} with id {message.id} of this client"
                 )
             self.owned[hop].discard(message.id)
-            return [(hop, Ack(message.id, message.id)), *self._withdraw(message.id)]
+            return [(hop, Ack(message.id, message.id)), *self._withdraw_owned(hop, message.id)]
         if not isinstance(message, Advertise | Subscribe | CompositeSubscribe | Publish):
             return self._refuse(hop, "", f"a client cannot send {type(message).__name__}")
         global_id = f"{self.id}/{hop}/{message.id}"
         if isinstance(message, Publish):
             return self._publish_from_client(message, hop, global_id, now)
-        if global_id in self.srt or global_id in self.prt or global_id in self.composites:
+        if global_id in self.owned[hop]:
             return self._refuse(hop, message.id, f"id {message.id} is already in use by this client")
         self.owned[hop].add(global_id)
         if isinstance(message, Advertise):
@@ -188,7 +233,12 @@ class Router:
                 *self._advertise(global_id, message.filter, hop, DEFAULT_TTL),
             ]
         if isinstance(message, CompositeSubscribe):
-            return [(hop, Ack(message.id, global_id)), *self._composite(global_id, message, hop, now)]
+            composite = _fix_composite_time(message.composite, now)
+            clear = None if message.clear is None else _fix_time(message.clear, now)
+            return [
+                (hop, Ack(message.id, global_id)),
+                *self._request(hop, global_id, composite, clear, DEFAULT_TTL),
+            ]
         return [
             (hop, Ack(message.id, global_id)),
             *self._subscribe(global_id, _fix_time(message.filter, now), hop, DEFAULT_TTL),
@@ -209,7 +259,7 @@ class Router:
     # brokers ------------------------------------------------------------------------------------
 
     def _from_broker(self, message: Message, hop: str, now: float) -> Output:
-        if isinstance(message, Advertise | Subscribe | Publish) and message.ttl <= 0:
+        if isinstance(message, Advertise | Subscribe | CompositeSubscribe | Publish) and message.ttl <= 0:
             self.counters["dropped.ttl"] += 1
             return []
         if isinstance(message, Advertise | Subscribe):
@@ -219,6 +269,19 @@ class Router:
             if isinstance(message, Advertise):
                 return self._advertise(message.id, message.filter, hop, message.ttl)
             return self._subscribe(message.id, message.filter, hop, message.ttl)
+        if isinstance(message, CompositeSubscribe):
+            if (hop, message.id) in self.requests:
+                self.counters["dropped.duplicate"] += 1
+                return []
+            return self._request(hop, message.id, message.composite, message.clear, message.ttl)
+        if isinstance(message, Notify):
+            detection = self.detections.get(message.subscription)
+            if detection is None or detection.placement is None or detection.placement.forward != hop:
+                self.counters["dropped.unexpected"] += 1  # a part withdrawn while this was under way
+                return []
+            return self._fire(detection, message.publications, message.bindings, now)
+        if isinstance(message, Unsubscribe) and (hop, message.id) in self.requests:
+            return self._release(hop, message.id)
         if isinstance(message, Unadvertise | Unsubscribe):
             table = self.srt if isinstance(message, Unadvertise) else self.prt
             entry = table.get(message.id)
@@ -244,6 +307,15 @@ class Router:
             for sub_id, entry in self.prt.items():
                 if entry.hop != hop and overlaps(entry.filter, advertisement):
                     out += self._apply(hop, self.subscriptions.want(hop, sub_id, entry.filter), False)
+        for detection in list(self.detections.values()):
+            placement = detection.placement
+            if (
+                self.detections.get(detection.id) is detection  # not released by an earlier one
+                and placement is not None
+                and placement.pending
+                and any(overlaps(a.filter, advertisement) for a in detection.composite.atoms())
+            ):
+                out += self._place(detection)
         return out
 
     def _subscribe(self, sub_id: str, subscription: Filter, hop: str, ttl: int) -> Output:
@@ -257,11 +329,7 @@ class Router:
 
     def _withdraw(self, entry_id: str) -> Output:
         out: Output = []
-        if entry_id in self.composites:
-            for part in self.composites.pop(entry_id).parts:
-                del self.parts[part]
-                out += self._withdraw(part)
-        elif entry_id in self.srt:
+        if entry_id in self.srt:
             entry = self.srt.pop(entry_id)
             for neighbor in sorted(self.neighbors):
                 out += self._apply(neighbor, self.advertisements.unwant(neighbor, entry_id), True)
@@ -276,33 +344,136 @@ class Router:
                 out += self._apply(neighbor, self.subscriptions.unwant(neighbor, entry_id), False)
         return out
 
-    def _composite(self, composite_id: str, message: CompositeSubscribe, hop: str, now: float) -> Output:
-        """Detection at this (the subscriber's) broker: each atom becomes a subscription routed
-        like any other, and what matches it feeds the composite's detector."""
-        atoms = [atom.filter for atom in message.composite.atoms()]
-        parts: list[tuple[str, int | None, Filter]] = [
-            (f"{composite_id}#{i}", i, a) for i, a in enumerate(atoms)
-        ]
-        if message.clear is not None:
-            parts.append((f"{composite_id}#clear", None, message.clear))
-        detector = Detector(message.composite)
-        self.composites[composite_id] = _Composite(detector, hop, [p for p, _, _ in parts], message.clear)
+    # composite subscriptions ------------------------------------------------------------------
+
+    def _request(self, hop: str, ref: str, composite: Composite, clear: Filter | None, ttl: int) -> Output:
+        """``hop`` asks for the firings of ``composite`` under ``ref``: share an equal detection or
+        start one."""
+        key = (str(composite), "" if clear is None else str(clear))
+        detection = self.shared.get(key)
         out: Output = []
-        for part, atom, condition in parts:
-            self.parts[part] = (composite_id, atom)
-            out += self._subscribe(part, _fix_time(condition, now), DETECTOR, DEFAULT_TTL)
+        if detection is None:
+            self._next_detection += 1
+            detection = _Detection(f"{self.id}~{self._next_detection}", composite, clear, ttl, set())
+            self.detections[detection.id] = self.shared[key] = detection
+            detection.upstream.add((hop, ref))
+            out = self._place(detection)
+        else:
+            detection.upstream.add((hop, ref))
+        self.requests[(hop, ref)] = detection
         return out
 
-    def _detect(self, part: str, publication: Publication, now: float) -> Output:
-        composite_id, atom = self.parts[part]
-        entry = self.composites[composite_id]
-        if atom is None:  # the clear condition: forget what waits under its bindings
-            assert entry.clear is not None
-            names = {p.attribute: p.value.name for p in entry.clear.predicates if isinstance(p.value, Var)}
-            entry.detector.clear({name: publication[attribute] for attribute, name in names.items()})
+    def _release(self, hop: str, ref: str) -> Output:
+        """``hop`` no longer wants ``ref``; a detection nobody wants is taken down everywhere."""
+        detection = self.requests.pop((hop, ref))
+        detection.upstream.discard((hop, ref))
+        if detection.upstream:
             return []
-        firings = entry.detector.feed(atom, publication, now)
-        return [(entry.hop, Notify(composite_id, firing)) for firing in firings]
+        del self.detections[detection.id]
+        del self.shared[(str(detection.composite), "" if detection.clear is None else str(detection.clear))]
+        return self._unplace(detection)
+
+    def _place(self, detection: _Detection) -> Output:
+        """(Re)decide where the detection happens, and set it up there."""
+        upstream = {hop for hop, _ in detection.upstream if hop in self.neighbors}
+        placement = place(detection.composite, self._whence, upstream)
+        current = detection.placement
+        if current is not None and (current.forward, current.atoms, current.remote) == (
+            placement.forward,
+            placement.atoms,
+            placement.remote,
+        ):
+            detection.placement = placement
+            return []
+        out = self._unplace(detection)
+        detection.placement = placement
+        if placement.forward is not None:
+            message = CompositeSubscribe(
+                detection.id, detection.composite, detection.clear, max(detection.ttl - 1, 0)
+            )
+            return [*out, (placement.forward, message)]
+        max_waiting, max_age = self.detector_limits
+        detector = Detector(detection.composite, max_waiting, max_age, [path for path, _ in placement.remote])
+        detection.detector = detector
+        subscriptions: list[str] = []
+        for leaf, path in enumerate(detector.paths):
+            node = node_at(detection.composite, path)
+            if isinstance(node, Atom):
+                subscriptions.append(f"{detection.id}#{leaf}")
+                self.parts[subscriptions[-1]] = (detection, leaf)
+                out += self._subscribe(subscriptions[-1], node.filter, DETECTOR, detection.ttl)
+            else:
+                clear = _clear_for(node, detection.clear)
+                out += self._request(DETECTOR, f"{detection.id}#{leaf}", node, clear, detection.ttl)
+        if detection.clear is not None:
+            subscriptions.append(f"{detection.id}#clear")
+            self.parts[subscriptions[-1]] = (detection, None)
+            out += self._subscribe(subscriptions[-1], detection.clear, DETECTOR, detection.ttl)
+        detection.subscriptions = tuple(subscriptions)
+        return out
+
+    def _unplace(self, detection: _Detection) -> Output:
+        placement, detection.placement = detection.placement, None
+        if placement is None:
+            return []
+        if placement.forward is not None:
+            return (
+                [(placement.forward, Unsubscribe(detection.id))]
+                if placement.forward in self.neighbors
+                else []
+            )
+        out: Output = []
+        for subscription in detection.subscriptions:
+            del self.parts[subscription]
+            out += self._withdraw(subscription)
+        assert detection.detector is not None
+        for leaf, path in enumerate(detection.detector.paths):
+            if path in dict(placement.remote):
+                out += self._release(DETECTOR, f"{detection.id}#{leaf}")
+        detection.detector, detection.subscriptions = None, ()
+        return out
+
+    def _whence(self, atom: Filter) -> str:
+        """Where publications matching an atom come from (see ``placement``)."""
+        hops = {e.hop for e in self.srt.values() if overlaps(atom, e.filter)}
+        if not hops:
+            return NOWHERE
+        (hop,) = hops if len(hops) == 1 else (HERE,)
+        return hop if hop in self.neighbors else HERE
+
+    def _detect(self, subscription: str, publication: Publication, now: float) -> Output:
+        detection, leaf = self.parts[subscription]
+        assert detection.detector is not None
+        if leaf is None:  # the clear condition: forget what waits under its bindings
+            assert detection.clear is not None
+            names = {
+                p.attribute: p.value.name for p in detection.clear.predicates if isinstance(p.value, Var)
+            }
+            detection.detector.clear({name: publication[attribute] for attribute, name in names.items()})
+            return []
+        out: Output = []
+        for match in detection.detector.feed(leaf, publication, now):
+            out += self._fire(detection, match.publications, match.bindings, now)
+        return out
+
+    def _fire(
+        self, detection: _Detection, publications: tuple[Publication, ...], bindings: Bindings, now: float
+    ) -> Output:
+        """Tell everyone who asked: a client gets a notification, a neighbour one with the bindings,
+        and a detection here that joins this part is fed it."""
+        out: Output = []
+        for hop, ref in sorted(detection.upstream):
+            if hop in self.clients:
+                out.append((hop, Notify(ref, publications)))
+            elif hop != DETECTOR:
+                out.append((hop, Notify(ref, publications, bindings)))
+            else:
+                parent_id, leaf = ref.rsplit("#", 1)
+                parent = self.detections[parent_id]
+                assert parent.detector is not None
+                for match in parent.detector.feed_match(int(leaf), publications, bindings, now):
+                    out += self._fire(parent, match.publications, match.bindings, now)
+        return out
 
     def _routes_to(self, subscription: Filter, neighbor: str) -> bool:
         """Is there an advertisement learned from ``neighbor`` that the subscription overlaps?"""
@@ -360,6 +531,24 @@ def _fix_time(subscription: Filter, now: float) -> Filter:
         for p in subscription.predicates
     )
     return Filter(subscription.cls, predicates)
+
+
+def _fix_composite_time(composite: Composite, now: float) -> Composite:
+    if isinstance(composite, Atom):
+        return Atom(_fix_time(composite.filter, now))
+    if isinstance(composite, Times):
+        return Times(_fix_composite_time(composite.operand, now), composite.count, composite.attribute,
+                     composite.step)  # fmt: skip
+    kind: type[And] | type[Or] | type[Sequence] = type(composite)
+    return kind(tuple(_fix_composite_time(o, now) for o in composite.operands))
+
+
+def _clear_for(part: Composite, clear: Filter | None) -> Filter | None:
+    """A part keeps the clear condition when it binds all its variables: a clear of a variable the
+    part does not bind would drop everything it holds."""
+    if clear is None or not set(clear.variables) <= set(composite_variables(part)):
+        return None
+    return clear
 
 
 def _noun(message: Message) -> str:

@@ -1,14 +1,21 @@
 """An overlay of routers wired together in memory: deterministic, no sockets, no threads.
 
 Messages travel through one FIFO queue and each client call runs the overlay until it is quiet,
-so a test reads like a script and sees exactly what a real overlay would do, hop by hop. Every
+so a test reads like a script and sees exactly what a real overlay would do, hop by hop.
+
+With ``interleave=random.Random(seed)`` the overlay behaves more like real processes: each link
+stays FIFO but the next message is taken from a link chosen at random, and a client call returns
+as soon as its answer arrives, leaving the rest of the work in flight to mix with the next call's
+(``run()`` lets it finish). The seed makes any interleaving it finds reproducible. Every
 message that crosses a broker-to-broker link is counted per link and per type: these counts are
 the traffic figures of the evaluation.
 """
 
 from __future__ import annotations
 
+import random
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.language import parse_composite, parse_filter, parse_publication
@@ -50,7 +57,7 @@ class SimClient:
 
     def _request(self, message: Message, ref: str) -> str:
         self.overlay._send(self.name, self.broker, message)
-        self.overlay.run()
+        self.overlay.run(lambda: ref in self._acks or any(r.ref == ref for r in self.refusals))
         if ref in self._acks:
             return self._acks.pop(ref)
         refused = [r for r in self.refusals if r.ref == ref]
@@ -109,7 +116,13 @@ def _filter(value: str | Filter) -> Filter:
 
 
 class Overlay:
-    def __init__(self, covering: str = "off", advertisement_covering: bool = False) -> None:
+    def __init__(
+        self,
+        covering: str = "off",
+        advertisement_covering: bool = False,
+        interleave: random.Random | None = None,
+    ) -> None:
+        self.interleave = interleave
         self.covering = covering
         self.advertisement_covering = advertisement_covering
         self.routers: dict[str, Router] = {}
@@ -188,10 +201,13 @@ class Overlay:
     def _send(self, source: str, target: str, message: Message) -> None:
         self.queue.append((source, target, message))
 
-    def run(self) -> None:
-        """Deliver queued messages, and whatever they cause, until the overlay is quiet."""
-        while self.queue:
-            source, target, message = self.queue.popleft()
+    def run(self, answered: Callable[[], bool] | None = None) -> None:
+        """Deliver queued messages, and whatever they cause, until the overlay is quiet (when
+        interleaving, until ``answered()`` if given)."""
+        if self.interleave is None:
+            answered = None
+        while self.queue and not (answered is not None and answered()):
+            source, target, message = self._next()
             if target in self.clients and source in self.routers:
                 self._to_client(self.clients[target], message)
                 continue
@@ -202,6 +218,17 @@ class Overlay:
                 self.traffic[(source, target, type(message).__name__)] += 1
             for hop, out in router.handle(message, source, self.now):
                 self._send(target, hop, out)
+
+    def _next(self) -> tuple[str, str, Message]:
+        if self.interleave is None:
+            return self.queue.popleft()
+        links = list(dict.fromkeys((source, target) for source, target, _ in self.queue))
+        link = self.interleave.choice(links)
+        for i, (source, target, message) in enumerate(self.queue):
+            if (source, target) == link:
+                del self.queue[i]
+                return source, target, message
+        raise AssertionError("unreachable: the chosen link has a message")
 
     @staticmethod
     def _to_client(client: SimClient, message: Message) -> None:

@@ -12,7 +12,7 @@ CompositeSubscribe    ``csub``        id, composite, clear filter or nil, ttl
 Unsubscribe           ``unsub``       id
 Publish               ``pub``         id, publication, ttl, ack
 Deliver               ``deliver``     [subscription ids], publication
-Notify                ``notify``      subscription id, [publications]
+Notify                ``notify``      subscription id, [publications], [[name, value], ...]
 Ack                   ``ack``         ref, id
 Refuse                ``refuse``      ref, reason
 StatusRequest         ``statreq``     ref
@@ -157,7 +157,12 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
         None if m.clear is None else _filter(m.clear),
         m.ttl,
     ],
-    Notify: lambda m: ["notify", m.subscription, [_publication(p) for p in m.publications]],
+    Notify: lambda m: [
+        "notify",
+        m.subscription,
+        [_publication(p) for p in m.publications],
+        [list(pair) for pair in m.bindings],
+    ],
     Unsubscribe: lambda m: ["unsub", m.id],
     Publish: lambda m: ["pub", m.id, _publication(m.publication), m.ttl, m.ack],
     Deliver: lambda m: ["deliver", m.subscriptions, _publication(m.publication)],
@@ -228,17 +233,20 @@ def _to_composite(array: object) -> Composite:
     raise ValueError("a composite must be [atom, filter], [and|or|seq, [...]] or [times, ...]")
 
 
+def _to_pair(pair: object, what: str) -> tuple[Any, Any]:
+    # without this, a 2-character string or a 2-key map would unpack as a pair
+    if type(pair) is not list or len(pair) != 2:
+        raise ValueError(f"{what} must be an array [name, value]")
+    return pair[0], pair[1]
+
+
 def _to_publication(array: object) -> Publication:
     if type(array) is not list or len(array) != 2:
         raise ValueError("a publication must be an array [class, [[name, value], ...]]")
     cls, pairs = array
     if type(pairs) is not list:
         raise ValueError("the attributes of a publication must be an array of [name, value] pairs")
-    for pair in pairs:
-        # without this, a 2-character string or a 2-key map would unpack as a pair
-        if type(pair) is not list or len(pair) != 2:
-            raise ValueError("an attribute of a publication must be an array [name, value]")
-    return Publication(cls, pairs)
+    return Publication(cls, [_to_pair(pair, "an attribute of a publication") for pair in pairs])
 
 
 def _to_filter(array: object) -> Filter:
@@ -320,8 +328,12 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     ),
     "notify": (
         "Notify",
-        3,
-        lambda a: Notify(a[1], tuple(_to_publication(p) for p in _array(a[2], "publications"))),
+        4,
+        lambda a: Notify(
+            a[1],
+            tuple(_to_publication(p) for p in _array(a[2], "publications")),
+            tuple(_to_pair(pair, "binding") for pair in _array(a[3], "bindings")),
+        ),
     ),
     "unsub": ("Unsubscribe", 2, lambda a: Unsubscribe(a[1])),
     "pub": ("Publish", 5, lambda a: Publish(a[1], _to_publication(a[2]), a[3], a[4])),

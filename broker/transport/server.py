@@ -41,12 +41,16 @@ class Broker:
         dead_after: float = 4.0,
         queue_limit: int = 64 << 20,
         clock: Callable[[], float] = time.time,
+        composite_max_waiting: int = 10_000,
+        composite_max_age: float | None = None,
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
         self.uri = uri
         self.neighbors = list(neighbors)
-        self.router = Router(uri.id, covering, advertisement_covering)
+        self.router = Router(
+            uri.id, covering, advertisement_covering, composite_max_waiting, composite_max_age
+        )
         self.heartbeat = heartbeat
         self.dead_after = dead_after
         self.queue_limit = queue_limit

@@ -23,7 +23,7 @@ class Feeder:
         for i, atom in enumerate(self.atoms):
             if matches(atom, publication, now=1.0):
                 fired += self.detector.feed(i, publication, now)
-        return [[str(p) for p in firing] for firing in fired]
+        return [[str(p) for p in firing.publications] for firing in fired]
 
 
 def test_and_of_two_classes_with_a_string_variable() -> None:

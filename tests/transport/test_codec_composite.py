@@ -22,12 +22,19 @@ COMPOSITES = [
 
 @pytest.mark.parametrize("text", COMPOSITES)
 def test_composite_subscriptions_round_trip(text: str) -> None:
-    clear = parse_filter("[class,eq,JOBSTATUS],[GID,eq,$S$X]", allow_variables=True)
-    for message in (
-        CompositeSubscribe("c1", parse_composite(text)),
-        CompositeSubscribe("c2", parse_composite(text), clear, 7),
-    ):
+    composite = parse_composite(text)
+    messages = [CompositeSubscribe("c1", composite)]
+    if "$S$X" in text:
+        clear = parse_filter("[class,eq,JOBSTATUS],[GID,eq,$S$X]", allow_variables=True)
+        messages.append(CompositeSubscribe("c2", composite, clear, 7))
+    for message in messages:
         assert decode(encode(message)[4:]) == message
+
+
+def test_a_clear_condition_must_use_only_variables_of_its_composite() -> None:
+    clear = parse_filter("[class,eq,JOBSTATUS],[GID,eq,$S$X]", allow_variables=True)
+    with pytest.raises(ValueError, match=r"clear uses \$S\$X, which the composite does not bind"):
+        CompositeSubscribe("c", parse_composite("{[class,eq,a]}"), clear)
 
 
 def test_notifications_round_trip() -> None:
@@ -35,6 +42,8 @@ def test_notifications_round_trip() -> None:
         "B1/c/1", (parse_publication("[class,a],[n,1.5]"), parse_publication("[class,b],[s,'x y']"))
     )
     assert decode(encode(message)[4:]) == message
+    between_brokers = Notify(message.subscription, message.publications, (("N", 1.5), ("S", "x y")))
+    assert decode(encode(between_brokers)[4:]) == between_brokers
 
 
 ATOM = ["atom", ["a", [["x", "eq", ["var", "S", "X"]]]]]
@@ -54,8 +63,14 @@ ATOM = ["atom", ["a", [["x", "eq", ["var", "S", "X"]]]]]
         ),
         (["csub", "1", ATOM, ["c", [["x", "=", ["var", "I", "X"]]]], 5], "clear uses $I$X"),
         (["csub", "1", ATOM, None], "expected 4 fields"),
-        (["notify", "s", []], "at least one publication"),
-        (["notify", "s", "x"], "publications must be an array"),
+        (["notify", "s", [], []], "at least one publication"),
+        (["notify", "s", "x", []], "publications must be an array"),
+        (["notify", "s", [["a", []]]], "expected 3 fields"),
+        (["notify", "s", [["a", []]], "ab"], "bindings must be an array"),
+        (["notify", "s", [["a", []]], ["ab"]], "binding must be an array"),
+        (["notify", "s", [["a", []]], [["1x", 1]]], "not a valid variable name"),
+        (["notify", "s", [["a", []]], [["X", 1], ["X", 2]]], "bound twice"),
+        (["notify", "s", [["a", []]], [["X", [1]]]], "invalid value|not a number"),
     ],
 )
 def test_bad_composites_are_bad_messages(payload: list[object], fragment: str) -> None:

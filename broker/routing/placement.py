@@ -1,0 +1,81 @@
+"""Where each part of a composite subscription is detected (PADRES's destination tree). Pure.
+
+A broker that receives a composite asks, for each atom, where the publications matching it come
+from: all through one neighbour (its destination is that neighbour), from here or from several
+directions (``HERE``), or from nowhere yet (``NOWHERE``: no advertisement overlaps it). The
+destination tree is built bottom-up: a node's destination is its children's when they all agree
+on one neighbour, and none otherwise. The composite is then split top-down: a whole composite
+whose destination is a neighbour goes there as a unit; otherwise this broker detects the root,
+each child subtree with a neighbour destination becomes a remote part (sent there as a unit and
+joined here when it fires), and the rest is split further. Atoms are plain subscriptions, routed
+like any other, so an atom never needs to travel as a unit.
+
+Detection therefore happens where the atoms' sources diverge, and each remote part sends one
+notification per firing instead of every publication it consumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from broker.language.model import Atom, Composite, Filter
+from broker.routing.detection import Path, operands
+
+__all__ = ["HERE", "NOWHERE", "Placement", "node_at", "place"]
+
+HERE = "."  # sources are local clients, or in more than one direction
+NOWHERE = ""  # no advertisement yet: detect here until one arrives
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    forward: str | None  # the neighbour the whole composite goes to, or None: detected here
+    atoms: tuple[Path, ...] = ()  # atoms subscribed from here
+    remote: tuple[tuple[Path, str], ...] = ()  # subtrees detected at a neighbour
+    pending: bool = False  # some atom had no source: a new advertisement may move the detection
+
+
+def node_at(composite: Composite, path: Path) -> Composite:
+    node = composite
+    for index in path:
+        node = operands(node)[index]
+    return node
+
+
+def place(composite: Composite, whence: Callable[[Filter], str], upstream: Collection[str] = ()) -> Placement:
+    """Split ``composite`` by destination. ``whence(atom filter)`` is a neighbour id, ``HERE`` or
+    ``NOWHERE``; neighbours in ``upstream`` (where the composite came from) are never destinations."""
+    destinations: dict[Path, str | None] = {}
+    pending = False
+
+    def destination(node: Composite, path: Path) -> str | None:
+        nonlocal pending
+        if isinstance(node, Atom):
+            source = whence(node.filter)
+            pending |= source == NOWHERE
+            found = None if source in (HERE, NOWHERE) or source in upstream else source
+        else:
+            children = {destination(child, (*path, i)) for i, child in enumerate(operands(node))}
+            found = children.pop() if len(children) == 1 else None
+        destinations[path] = found
+        return found
+
+    root = destination(composite, ())
+    if root is not None:
+        return Placement(root, pending=pending)
+    atoms: list[Path] = []
+    remote: list[tuple[Path, str]] = []
+
+    def split(node: Composite, path: Path) -> None:
+        target = destinations[path]
+        if isinstance(node, Atom):
+            atoms.append(path)
+        elif target is not None and path:
+            remote.append((path, target))
+        else:
+            for i, child in enumerate(operands(node)):
+                split(child, (*path, i))
+
+    split(composite, ())
+    return Placement(None, tuple(atoms), tuple(remote), pending)
