@@ -46,7 +46,8 @@ def find_cycles(predecessors: Predecessors) -> list[list[str]]:
     stop at jobs an earlier walk covered, so each cycle is reported once; every cycle starts at its
     job that comes first in the map."""
     rank = {job: index for index, job in enumerate(predecessors)}
-    stuck = [job for job in predecessors if job not in set(topological_order(predecessors))]
+    ordered = set(topological_order(predecessors))
+    stuck = [job for job in predecessors if job not in ordered]
     stuck_set = set(stuck)
     covered: set[str] = set()
     cycles: list[list[str]] = []
