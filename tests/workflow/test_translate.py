@@ -161,6 +161,16 @@ def test_versions() -> None:
     )
     assert translate(changed).version != translate(payroll()).version
     assert len(translate(payroll()).version) == 12
+    jobs = payroll().jobs
+    as_float = Workflow(
+        W,
+        (
+            jobs[0],
+            Job("JobB", "agentB", "compute", timeout=600.0, retries=2, after=(After("JobA"),)),
+            *jobs[2:],
+        ),
+    )
+    assert translate(as_float) == translate(payroll())
 
 
 def test_cwd_is_the_directory_of_the_source() -> None:

@@ -56,7 +56,7 @@ class Job:
             "agent": self.agent,
             "command": self.command,
             "schedule": schedule_words(self.schedule),
-            "timeout": self.timeout,
+            "timeout": None if self.timeout is None else float(self.timeout),  # 600 and 600.0: one version
             "retries": self.retries,
             "after": [[after.job, after.on] for after in self.after],
         }
