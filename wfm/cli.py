@@ -15,7 +15,7 @@ import click
 
 from broker.language import ParseError, parse_composite, parse_filter, parse_publication
 from broker.language.model import Publication
-from wfm import __version__, overlay_cli
+from wfm import __version__, overlay_cli, workflow_cli
 
 PARSERS: dict[str, Callable[[str], object]] = {
     "publication": parse_publication,
@@ -62,12 +62,15 @@ def parse(kind: str, text: str, output: str) -> None:
 cli.add_command(overlay_cli.broker)
 cli.add_command(overlay_cli.status)
 cli.add_command(overlay_cli.client)
+cli.add_command(workflow_cli.validate)
+cli.add_command(workflow_cli.deploy)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: click's errors become one line on stderr."""
     try:
-        cli.main(args=argv, prog_name="wfm", standalone_mode=False)
+        # without standalone mode, click returns the status of ctx.exit(N) / raise Exit(N)
+        status = cli.main(args=argv, prog_name="wfm", standalone_mode=False)
     except click.exceptions.Exit as done:
         return done.exit_code
     except click.exceptions.Abort:
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as error:
         click.echo(f"wfm: error: {error.format_message()}", err=True)
         return error.exit_code
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":

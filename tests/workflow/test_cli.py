@@ -1,0 +1,120 @@
+"""``wfm validate`` and ``wfm deploy`` as a user runs them, and the golden plans of workflows/.
+
+The golden files are ``wfm deploy workflows/NAME.xml --dry-run -o json`` with the absolute path of
+workflows/ (it appears as JOBINFO's "cwd") replaced by ``<WORKFLOWS>``. After a deliberate change of
+the plan format, regenerate them with ``WFM_UPDATE_GOLDEN=1 .venv/bin/pytest tests/workflow`` and
+review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from broker.language import parse_publication
+from tests.processes import WFM
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = ROOT / "workflows"
+GOLDEN = Path(__file__).with_name("golden")
+
+
+def wfm(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [WFM, *args], capture_output=True, text=True, timeout=60, cwd=cwd, env={**os.environ, **env}
+    )
+    assert "Traceback" not in done.stderr
+    return done
+
+
+@pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.xml")), ids=lambda p: p.stem)
+def test_golden_plans(path: Path) -> None:
+    done = wfm("deploy", f"workflows/{path.name}", "--dry-run", "-o", "json")
+    assert (done.returncode, done.stderr) == (0, "")
+    plan = done.stdout.replace(str(WORKFLOWS), "<WORKFLOWS>")
+    golden = GOLDEN / f"{path.stem}.json"
+    if os.environ.get("WFM_UPDATE_GOLDEN"):
+        golden.write_text(plan)
+    assert plan == golden.read_text(), f"plan of {path.name} changed (WFM_UPDATE_GOLDEN=1 to accept)"
+    for line in done.stdout.splitlines():
+        record = json.loads(line)
+        assert list(record) == ["agent", "command", "job", "content", "publication"]
+        publication = parse_publication(record["publication"])
+        assert (publication["agentname"], publication["content"]) == (record["agent"], record["content"])
+
+
+def test_every_workflow_has_a_golden_plan() -> None:
+    assert sorted(p.stem for p in GOLDEN.glob("*.json")) == sorted(p.stem for p in WORKFLOWS.glob("*.xml"))
+
+
+def test_validate_ok() -> None:
+    done = wfm("validate", "workflows/payroll.xml")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0, "workflows/payroll.xml: ok (5 jobs, agents agentA, agentB, agentC)\n", ""
+    )  # fmt: skip
+
+
+def test_validate_lists_every_problem(tmp_path: Path) -> None:
+    (tmp_path / "bad.xml").write_text(
+        '<workflow name="W">\n<job name="A" agent="a" schedule="fryday"><command>x</command></job>\n'
+        '<job name="B"><after job="Z"/><command>x</command></job>\n</workflow>\n'
+    )
+    done = wfm("validate", "bad.xml", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "bad.xml:2: job 'A': unknown schedule word 'fryday' (use daily, workdays, weekends or a comma list "
+        "of mon tue wed thu fri sat sun)",
+        "bad.xml:3: job 'B' has no agent",
+        "bad.xml:3: job 'B' is after unknown job 'Z'",
+    ]
+
+
+def test_deploy_names_the_first_problem_on_one_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.xml").write_text('<workflow name="W">\n<job name="A"><command>x</command></job>\n')
+    done = wfm("deploy", "bad.xml", "--dry-run", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith("wfm: error: bad.xml:3: XML syntax error: ")
+    assert done.stderr.count("\n") == 1
+    (tmp_path / "bad.xml").write_text(
+        '<workflow name="W">\n<job name="A"><after job="A"/><command/></job>\n</workflow>'
+    )
+    done = wfm("deploy", "bad.xml", "--dry-run", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "wfm: error: bad.xml:2: job 'A' has no agent (and 2 more: wfm validate bad.xml)\n"
+
+
+def test_deploy_needs_dry_run_for_now() -> None:
+    done = wfm("deploy", "workflows/payroll.xml", WFM_BROKER="socket://127.0.0.1:1/B1")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "wfm: error: deploying needs --dry-run in this version\n"
+
+
+def test_deploy_text_lists_each_agent() -> None:
+    done = wfm("deploy", "workflows/payroll.xml", "--dry-run")
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("PAYROLL version ") and lines[0].endswith(": 5 jobs, coordinator agentA")
+    assert [line for line in lines if line and not line.startswith(" ")][2:] == ["agentA", "agentB", "agentC"]
+    assert sum("COMPOSITESUBSCRIBE" in line for line in lines) == 6
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["validate", "nowhere.xml"], "does not exist"),
+        (
+            ["deploy", "workflows/payroll.xml", "--dry-run", "--broker", "tcp://x"],
+            "Invalid value for '--broker'",
+        ),
+        (["deploy", "workflows", "--dry-run"], "is a directory"),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], fragment: str) -> None:
+    done = wfm(*args)
+    assert done.returncode != 0
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("wfm: error: ") and fragment in done.stderr

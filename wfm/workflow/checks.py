@@ -1,0 +1,88 @@
+"""The semantic rules of a workflow definition, each producing a plain one-line Problem.
+
+These run on every Workflow, however it was made; the XML loader adds only the problems of text
+that cannot even be converted (``timeout="soon"``), worded with the same rules.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from broker.language.values import NAME_RE, is_number
+from wfm.workflow.errors import Problem
+from wfm.workflow.graph import find_cycles
+from wfm.workflow.schedule import DAILY
+
+if TYPE_CHECKING:
+    from wfm.workflow.model import Job, Workflow
+
+__all__ = ["APPL_END", "APPL_START", "ON_VALUES", "RETRIES_RULE", "TIMEOUT_RULE", "find_problems"]
+
+APPL_START = "APPL_START"
+APPL_END = "APPL_END"
+ON_VALUES = ("success", "failure", "always")
+TIMEOUT_RULE = "timeout must be a positive number of seconds"
+RETRIES_RULE = "retries must be a non-negative integer"
+_NAME_RULE = "letters, digits and _ - : /, not starting with a digit or -"
+
+
+def find_problems(workflow: Workflow) -> list[Problem]:
+    """Every problem of the workflow, its jobs and its graph (empty: the workflow is valid)."""
+    problems = list(_name_problems(workflow.name, "workflow name", workflow.line))
+    if not workflow.jobs:
+        problems.append(Problem(workflow.line, f"workflow {workflow.name!r} has no jobs"))
+    first: dict[str, Job] = {}
+    for job in workflow.jobs:
+        if job.name in first:
+            where = f" (first on line {first[job.name].line})" if first[job.name].line else ""
+            problems.append(Problem(job.line, f"duplicate job {job.name!r}{where}"))
+        else:
+            first[job.name] = job
+    for job in workflow.jobs:
+        problems.extend(_job_problems(job, first))
+    graph = {
+        name: [a.job for a in job.after if a.job in first and a.job != name] for name, job in first.items()
+    }
+    for cycle in find_cycles(graph):
+        problems.append(Problem(first[cycle[0]].line, "cycle " + " -> ".join(cycle)))
+    return problems
+
+
+def _name_problems(name: str, what: str, line: int | None) -> Iterator[Problem]:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        yield Problem(line, f"{what} {name!r} is not a valid name ({_NAME_RULE})")
+
+
+def _job_problems(job: Job, known: dict[str, Job]) -> Iterator[Problem]:
+    label = f"job {job.name!r}"
+    yield from _name_problems(job.name, "job name", job.line)
+    if job.name in (APPL_START, APPL_END):
+        yield Problem(job.line, f"job name {job.name!r} is reserved for the virtual job of that name")
+    if not job.agent:
+        yield Problem(job.line, f"{label} has no agent")
+    else:
+        yield from _name_problems(job.agent, f"{label}: agent", job.line)
+    if not isinstance(job.command, str) or not job.command.strip():
+        yield Problem(job.line, f"{label} has an empty command")
+    if not job.schedule or not job.schedule <= DAILY:
+        yield Problem(job.line, f"{label}: a schedule is a non-empty set of weekdays 0 (Monday) to 6")
+    timeout = job.timeout
+    if timeout is not None and not (is_number(timeout) and math.isfinite(timeout) and timeout > 0):
+        yield Problem(job.line, f"{label}: {TIMEOUT_RULE}, not {timeout!r}")
+    if not isinstance(job.retries, int) or isinstance(job.retries, bool) or job.retries < 0:
+        yield Problem(job.line, f"{label}: {RETRIES_RULE}, not {job.retries!r}")
+    seen: dict[str, int | None] = {}
+    for after in job.after:
+        line = after.line or job.line
+        if after.on not in ON_VALUES:
+            yield Problem(line, f"{label}: on={after.on!r} is not one of {', '.join(ON_VALUES)}")
+        if after.job == job.name:
+            yield Problem(line, f"{label} is after itself")
+        elif after.job in seen:
+            where = f" (first on line {seen[after.job]})" if seen[after.job] else ""
+            yield Problem(line, f"{label} is after {after.job!r} twice{where}")
+        elif after.job not in known:
+            yield Problem(line, f"{label} is after unknown job {after.job!r}")
+        seen.setdefault(after.job, after.line)

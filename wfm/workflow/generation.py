@@ -1,0 +1,46 @@
+"""When is a generation over? The coordinator's decision for the virtual job APPL_END. Pure.
+
+APPL_END cannot be a composite subscription over the end jobs: a job on a branch not taken (an
+``on="failure"`` job whose predecessor succeeded, and everything downstream of a job that cannot
+run) never publishes a status, so such a composite would wait forever. Instead the coordinator
+feeds every JOBSTATUS of a generation to :func:`outcome`, with the graph its JOBINFO carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from wfm.workflow.graph import topological_order
+from wfm.workflow.shapes import ACCEPTS, FAILURE, SUCCESS
+
+__all__ = ["outcome"]
+
+Graph = Mapping[str, Sequence[Sequence[str]]]  # job -> [(predecessor, on), ...], as in JOBINFO
+
+
+def outcome(graph: Graph, statuses: Mapping[str, str]) -> tuple[str, str] | None:
+    """None while some job of ``graph`` may still run; else APPL_END's ``(status, detail)``.
+
+    ``statuses`` maps jobs (and APPL_START) to the status they published in this generation. A job
+    without a status can no longer run when a predecessor cannot run either, or ended with a
+    status its ``on`` does not accept. The status is FAILURE if any job failed, else SUCCESS; the
+    detail names the failed and the skipped jobs (``"failed: B; skipped: C, D"``, or empty)."""
+    order = topological_order({job: [pred for pred, _ in edges] for job, edges in graph.items()})
+    if len(order) != len(graph):
+        raise ValueError("the graph has a cycle")
+    skipped: set[str] = set()
+    for job in order:
+        if job in statuses:
+            continue
+        if not any(_blocks(pred, on, statuses, skipped) for pred, on in graph[job]):
+            return None  # it may still run
+        skipped.add(job)
+    failed = [job for job in graph if statuses.get(job) == FAILURE]
+    named = (("failed", failed), ("skipped", [job for job in graph if job in skipped]))
+    detail = "; ".join(f"{what}: {', '.join(jobs)}" for what, jobs in named if jobs)
+    return (FAILURE if failed else SUCCESS), detail
+
+
+def _blocks(pred: str, on: str, statuses: Mapping[str, str], skipped: set[str]) -> bool:
+    """Whether this predecessor edge can no longer be satisfied."""
+    return pred in skipped or (pred in statuses and statuses[pred] not in ACCEPTS[on])

@@ -1,0 +1,124 @@
+"""Workflow XML -> Workflow, reporting every problem with its line.
+
+Three stages, each reporting all it finds: XML syntax (libxml2 stops at the first fatal error, so
+at most one), the shape given by ``workflow.xsd`` (elements, order, attribute names), then the
+values and the graph (:mod:`wfm.workflow.checks`). A stage runs only if the one before passed:
+reading the values of a document of the wrong shape would mostly produce echoes of its shape
+errors. lxml keeps ``sourceline`` on every element, which is why it is used rather than ElementTree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import lru_cache
+from importlib.resources import files
+from pathlib import Path
+
+from lxml import etree
+
+from wfm.workflow.checks import RETRIES_RULE, TIMEOUT_RULE
+from wfm.workflow.errors import DefinitionError, Problem
+from wfm.workflow.model import After, Job, Workflow
+from wfm.workflow.schedule import DAILY, parse_schedule
+
+__all__ = ["load", "loads"]
+
+_TIMEOUT = re.compile(r"\s*(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*\Z")
+_RETRIES = re.compile(r"\s*[0-9]+\s*\Z")
+_LIBXML_POSITION = re.compile(r", line \d+, column \d+\Z")
+
+# libxml2's schema messages -> plain ones; the first pattern that matches wins.
+_SCHEMA_MESSAGES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"Element '(\S+)': Missing child element\(s\)\. Expected is .*\bcommand\b"),
+     "<{0}> needs a <command>"),
+    (re.compile(r"Element '(\S+)': Missing child element\(s\)\. Expected is \( (\S+) \)"),
+     "<{0}> needs at least one <{1}>"),
+    (re.compile(r"Element '(after|command)': This element is not expected"),
+     "unexpected <{0}> (a job holds its <after> elements, then exactly one <command>)"),
+    (re.compile(r"Element '(\S+)': This element is not expected\. Expected is \( (\S+) \)"),
+     "unexpected element <{0}> (expected <{1}>)"),
+    (re.compile(r"Element '(\S+)': This element is not expected\. Expected is one of \( (.+) \)"),
+     "unexpected element <{0}> (expected one of {1})"),
+    (re.compile(r"Element '(\S+)': This element is not expected"), "unexpected element <{0}>"),
+    (re.compile(r"Element '(\S+)', attribute '(\S+)': The attribute .* is not allowed"),
+     "unknown attribute {1!r} on <{0}>"),
+    (re.compile(r"Element '(\S+)': The attribute '(\S+)' is required but missing"),
+     "<{0}> needs a {1!r} attribute"),
+    (re.compile(r"Element '(\S+)': Character content .*not allowed"), "<{0}> cannot contain text"),
+    (re.compile(r"Element '(\S+)': Element content is not allowed"), "<{0}> cannot contain elements"),
+    (re.compile(r"Element '(\S+)': No matching global declaration"),
+     "the root element must be <workflow>, not <{0}>"),
+]  # fmt: skip
+
+
+def load(path: str | os.PathLike[str]) -> Workflow:
+    """Read and check a workflow file; its absolute path becomes the workflow's ``source``."""
+    file = Path(path)
+    return loads(file.read_bytes(), str(file.resolve()))
+
+
+def loads(data: bytes | str, source: str | None = None) -> Workflow:
+    """Parse and check a workflow definition; DefinitionError lists every problem found."""
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
+    try:
+        root = etree.fromstring(data.encode() if isinstance(data, str) else data, parser)
+    except etree.XMLSyntaxError as error:
+        message = _LIBXML_POSITION.sub("", str(error.msg))
+        raise DefinitionError([Problem(error.lineno, f"XML syntax error: {message}")]) from None
+    schema = _schema()
+    if not schema.validate(root):
+        raise DefinitionError(Problem(entry.line, _plain(entry.message)) for entry in schema.error_log)
+    problems: list[Problem] = []
+    jobs = tuple(_job(element, problems) for element in root.iterchildren("job"))
+    try:
+        workflow = Workflow(root.get("name"), jobs, source, root.sourceline)
+    except DefinitionError as error:
+        problems.extend(error.problems)
+    if problems:
+        raise DefinitionError(problems)
+    return workflow
+
+
+@lru_cache(maxsize=1)
+def _schema() -> etree.XMLSchema:
+    return etree.XMLSchema(etree.fromstring((files(__package__) / "workflow.xsd").read_bytes()))
+
+
+def _plain(message: str) -> str:
+    for pattern, plain in _SCHEMA_MESSAGES:
+        match = pattern.match(message)
+        if match:
+            return plain.format(*match.groups())
+    return message.rstrip(".")
+
+
+def _job(element: etree._Element, problems: list[Problem]) -> Job:
+    """One ``<job>``; text that cannot be converted is reported and replaced by the default, so
+    that the rest of the workflow is still checked."""
+    name, line = element.get("name"), element.sourceline
+    label = f"job {name!r}"
+    schedule, timeout, retries = DAILY, None, 0
+    text = element.get("schedule")
+    if text is not None:
+        try:
+            schedule = parse_schedule(text)
+        except ValueError as error:
+            problems.append(Problem(line, f"{label}: {error}"))
+    text = element.get("timeout")
+    if text is not None:
+        if _TIMEOUT.match(text) and float(text) > 0:
+            timeout = float(text)
+        else:
+            problems.append(Problem(line, f"{label}: {TIMEOUT_RULE}, not {text!r}"))
+    text = element.get("retries")
+    if text is not None:
+        if _RETRIES.match(text):
+            retries = int(text)
+        else:
+            problems.append(Problem(line, f"{label}: {RETRIES_RULE}, not {text!r}"))
+    after = tuple(
+        After(a.get("job"), a.get("on", "success"), a.sourceline) for a in element.iterchildren("after")
+    )
+    command = (element.findtext("command") or "").strip()
+    return Job(name, element.get("agent", ""), command, schedule, timeout, retries, after, line)

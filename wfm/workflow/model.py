@@ -1,0 +1,99 @@
+"""The workflow model: immutable Workflow, Job and After, checked as a whole.
+
+A Workflow checks itself, all its jobs and its graph when it is constructed, whether it was read
+from XML or built in code, and raises one :class:`DefinitionError` that lists *every* problem. Jobs
+and Afters are therefore plain values on their own: most of their rules (an unknown predecessor, a
+duplicate name) only make sense inside a workflow, and checking them together is what lets
+``wfm validate`` report all problems of a file at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from wfm.workflow.checks import find_problems
+from wfm.workflow.errors import DefinitionError
+from wfm.workflow.schedule import DAILY, schedule_words
+
+__all__ = ["After", "Job", "Workflow"]
+
+
+@dataclass(frozen=True, slots=True)
+class After:
+    """``<after job on>``: run after ``job`` ended in a way that ``on`` accepts."""
+
+    job: str
+    on: str = "success"
+    line: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """``<job>``: a command that ``agent`` runs on the weekdays of ``schedule`` (0 = Monday).
+
+    ``timeout`` is in seconds (None: no limit); ``retries`` counts extra attempts after a failure."""
+
+    name: str
+    agent: str
+    command: str
+    schedule: frozenset[int] = DAILY
+    timeout: float | None = None
+    retries: int = 0
+    after: tuple[After, ...] = ()
+    line: int | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "schedule", frozenset(self.schedule))
+        object.__setattr__(self, "after", tuple(self.after))
+
+    def definition(self) -> dict[str, Any]:
+        """What the job means, as JSON-ready data (no line): the basis of versions and JOBINFO."""
+        return {
+            "job": self.name,
+            "agent": self.agent,
+            "command": self.command,
+            "schedule": schedule_words(self.schedule),
+            "timeout": None if self.timeout is None else float(self.timeout),  # 600 and 600.0: one version
+            "retries": self.retries,
+            "after": [[after.job, after.on] for after in self.after],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Workflow:
+    """``<workflow>``: named jobs in document order. ``source`` is the absolute path of the file it
+    was read from (None when built in code); it and the line numbers take no part in equality."""
+
+    name: str
+    jobs: tuple[Job, ...]
+    source: str | None = field(default=None, compare=False)
+    line: int | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "jobs", tuple(self.jobs))
+        problems = find_problems(self)
+        if problems:
+            raise DefinitionError(problems)
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        """The agents in the order their first job appears."""
+        return tuple(dict.fromkeys(job.agent for job in self.jobs))
+
+    @property
+    def coordinator(self) -> str:
+        """The agent of the first start job: it runs the virtual jobs APPL_START and APPL_END."""
+        return next(job.agent for job in self.jobs if not job.after)
+
+    def version(self) -> str:
+        """A short sha256 of the canonical definition: equal definitions, equal versions, however
+        the XML was laid out; any change of meaning gives a new one."""
+        canonical = json.dumps(
+            {"workflow": self.name, "jobs": [job.definition() for job in self.jobs]},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
