@@ -253,6 +253,12 @@ class Detector:
         return built
 
     @property
+    def holds_state(self) -> bool:
+        """Whether any match ever waits here (an ``||`` of atoms and remote parts never does), so
+        whether a clear condition means anything to this detector."""
+        return any(isinstance(node, _AndNode | _TimesNode) for node in self.nodes)
+
+    @property
     def waiting(self) -> int:
         """Matches waiting for partners: the memory this detector holds."""
         return self._waiting

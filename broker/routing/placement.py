@@ -8,7 +8,9 @@ on one neighbour, and none otherwise. The composite is then split top-down: a wh
 whose destination is a neighbour goes there as a unit; otherwise this broker detects the root,
 each child subtree with a neighbour destination becomes a remote part (sent there as a unit and
 joined here when it fires), and the rest is split further. Atoms are plain subscriptions, routed
-like any other, so an atom never needs to travel as a unit.
+like any other, so an atom never needs to travel as a unit; nor does a part that keeps no state
+(an ``||`` of atoms): detected remotely it would send one notification per publication, where its
+atoms' publications share each link with every other subscription that wants them.
 
 Detection therefore happens where the atoms' sources diverge, and each remote part sends one
 notification per firing instead of every publication it consumed.
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from broker.language.model import Atom, Composite, Filter
+from broker.language.model import Atom, Composite, Filter, Or
 from broker.routing.detection import Path, operands
 
 __all__ = ["HERE", "NOWHERE", "Placement", "node_at", "place"]
@@ -34,6 +36,11 @@ class Placement:
     atoms: tuple[Path, ...] = ()  # atoms subscribed from here
     remote: tuple[tuple[Path, str], ...] = ()  # subtrees detected at a neighbour
     pending: bool = False  # some atom had no source: a new advertisement may move the detection
+
+
+def holds_state(node: Composite) -> bool:
+    """Whether detecting ``node`` keeps matches waiting: it has an ``&``, ``;`` or ``Times``."""
+    return not isinstance(node, Atom | Or) or any(holds_state(child) for child in operands(node))
 
 
 def node_at(composite: Composite, path: Path) -> Composite:
@@ -62,7 +69,7 @@ def place(composite: Composite, whence: Callable[[Filter], str], upstream: Colle
         return found
 
     root = destination(composite, ())
-    if root is not None:
+    if root is not None and holds_state(composite):
         return Placement(root, pending=pending)
     atoms: list[Path] = []
     remote: list[tuple[Path, str]] = []
@@ -71,7 +78,7 @@ def place(composite: Composite, whence: Callable[[Filter], str], upstream: Colle
         target = destinations[path]
         if isinstance(node, Atom):
             atoms.append(path)
-        elif target is not None and path:
+        elif target is not None and path and holds_state(node):
             remote.append((path, target))
         else:
             for i, child in enumerate(operands(node)):

@@ -93,7 +93,7 @@ class _Detection:
     upstream: set[tuple[str, str]]  # (hop, id) to notify; hop DETECTOR: id is ``<parent>#<leaf>``
     placement: Placement | None = None
     detector: Detector | None = None
-    subscriptions: tuple[str, ...] = ()  # of its atoms and its clear condition, detected here
+    subscriptions: tuple[str, ...] = ()  # of its atoms detected here
 
 
 class Router:
@@ -118,7 +118,9 @@ class Router:
         self.detections: dict[str, _Detection] = {}
         self.shared: dict[tuple[str, str], _Detection] = {}  # (composite, clear) texts -> detection
         self.requests: dict[tuple[str, str], _Detection] = {}  # (hop, id) -> what it asked for
-        self.parts: dict[str, tuple[_Detection, int | None]] = {}  # subscription -> (detection, leaf)
+        self.parts: dict[str, tuple[_Detection, int]] = {}  # subscription of an atom -> (detection, leaf)
+        self.clears: dict[str, tuple[str, set[_Detection]]] = {}  # clear text -> (subscription, users)
+        self.clear_subscriptions: dict[str, Filter] = {}
         self.detector_limits = (composite_max_waiting, composite_max_age)
         self._next_detection = 0
         self.counters: Counter[str] = Counter()
@@ -405,12 +407,32 @@ class Router:
             else:
                 clear = _clear_for(node, detection.clear)
                 out += self._request(DETECTOR, f"{detection.id}#{leaf}", node, clear, detection.ttl)
-        if detection.clear is not None:
-            subscriptions.append(f"{detection.id}#clear")
-            self.parts[subscriptions[-1]] = (detection, None)
-            out += self._subscribe(subscriptions[-1], detection.clear, DETECTOR, detection.ttl)
         detection.subscriptions = tuple(subscriptions)
+        if detection.clear is not None and detector.holds_state:
+            out += self._watch_clear(detection, detection.clear)
         return out
+
+    def _watch_clear(self, detection: _Detection, clear: Filter) -> Output:
+        """One subscription per clear condition and broker, however many detections use it."""
+        key = str(clear)
+        if key in self.clears:
+            self.clears[key][1].add(detection)
+            return []
+        self._next_detection += 1
+        subscription = f"{self.id}~{self._next_detection}"
+        self.clears[key] = (subscription, {detection})
+        self.clear_subscriptions[subscription] = clear
+        return self._subscribe(subscription, clear, DETECTOR, DEFAULT_TTL)
+
+    def _unwatch_clear(self, detection: _Detection) -> Output:
+        if detection.clear is None or str(detection.clear) not in self.clears:
+            return []
+        subscription, users = self.clears[str(detection.clear)]
+        users.discard(detection)
+        if users:
+            return []
+        del self.clears[str(detection.clear)], self.clear_subscriptions[subscription]
+        return self._withdraw(subscription)
 
     def _unplace(self, detection: _Detection) -> Output:
         placement, detection.placement = detection.placement, None
@@ -422,7 +444,7 @@ class Router:
                 if placement.forward in self.neighbors
                 else []
             )
-        out: Output = []
+        out = self._unwatch_clear(detection)
         for subscription in detection.subscriptions:
             del self.parts[subscription]
             out += self._withdraw(subscription)
@@ -442,15 +464,17 @@ class Router:
         return hop if hop in self.neighbors else HERE
 
     def _detect(self, subscription: str, publication: Publication, now: float) -> Output:
+        clear = self.clear_subscriptions.get(subscription)
+        if clear is not None:  # forget what waits under the bindings this publication ends
+            bindings = {
+                p.value.name: publication[p.attribute] for p in clear.predicates if isinstance(p.value, Var)
+            }
+            for user in self.clears[str(clear)][1]:
+                assert user.detector is not None
+                user.detector.clear(bindings)
+            return []
         detection, leaf = self.parts[subscription]
         assert detection.detector is not None
-        if leaf is None:  # the clear condition: forget what waits under its bindings
-            assert detection.clear is not None
-            names = {
-                p.attribute: p.value.name for p in detection.clear.predicates if isinstance(p.value, Var)
-            }
-            detection.detector.clear({name: publication[attribute] for attribute, name in names.items()})
-            return []
         out: Output = []
         for match in detection.detector.feed(leaf, publication, now):
             out += self._fire(detection, match.publications, match.bindings, now)

@@ -292,8 +292,9 @@ def test_workflow_shape_never_joins_two_generations() -> None:
     jobs.publish("[class,JOBSTATUS],[applname,PAYROLL],[jobname,JobA],[GID,g2],[status,NORUN]")
     fired = agent.fired()
     assert [[parse_publication(p)["GID"] for p in firing] for firing in fired] == [["g1", "g1"], ["g2", "g2"]]
-    # statuses from B2 and triggers from B3 meet at B1; the || of two statuses is done at B2
-    assert detected_at(overlay) == {"B1": 1, "B2": 1}
+    # statuses from B2 and triggers from B3 meet at B1; the || of two statuses keeps no state, so
+    # it is not sent to B2 as a part: its atoms are plain subscriptions from B1
+    assert detected_at(overlay) == {"B1": 1}
 
 
 def test_memory_stays_flat_over_ten_thousand_generations() -> None:
@@ -359,3 +360,23 @@ def test_every_case_at_once_with_links_interleaved_at_random(seed: int, flaps: i
         fired[notification.subscription].append([str(p) for p in notification.publications])
     for i, (sub_id, (_, _, firings)) in enumerate(zip(ids, CASES, strict=True)):
         assert fired[sub_id] == [[str(parse_publication(renamed(p, i))) for p in f] for f in firings], i
+
+
+def test_a_part_that_keeps_no_state_is_not_sent_away_and_one_clear_serves_a_broker() -> None:
+    overlay = tree()
+    overlay.add_client("end", "B7").advertise("[class,eq,e],[x,isPresent,'']")
+    one, two = overlay.add_client("one", "B1"), overlay.add_client("two", "B1")
+    clear = "[class,eq,e],[x,eq,$S$X]"
+    either = "{{[class,eq,a],[x,eq,$S$X]}||{[class,eq,b],[x,eq,$S$X]}}"
+    first = one.subscribe_composite("{" + either + "&{[class,eq,c],[x,eq,$S$X]}}", clear=clear)
+    two.subscribe_composite("{{[class,eq,a],[x,eq,$S$X]}&{[class,eq,c],[x,eq,$S$X]}}", clear=clear)
+    # a and b both come from below B2, but their || keeps no state: it is not sent there
+    assert detected_at(overlay) == {"B1": 2}
+    assert overlay.routers["B2"].status()["subscriptions"] == 3  # the atoms a, b and a: no part
+    assert len(overlay.routers["B1"].clear_subscriptions) == 1  # one clear for both detections
+    publish(overlay, "[class,a],[n,1],[x,g]", "[class,c],[n,1],[x,h]")
+    assert overlay.routers["B1"].status()["composite_waiting"] == 4
+    overlay.clients["end"].publish("[class,e],[x,g]")
+    assert overlay.routers["B1"].status()["composite_waiting"] == 2  # only h's c waits, in both
+    one.unsubscribe(first)
+    assert len(overlay.routers["B1"].clear_subscriptions) == 1  # still used by the other
