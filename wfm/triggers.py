@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 from datetime import date, datetime
 
 from broker.client import BlockingClient
@@ -19,6 +20,10 @@ __all__ = ["TriggerPublisher", "check_gid", "check_workflow", "new_gid", "parse_
 
 _GID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}\Z")
 _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
+# A subscription travels towards a publisher only once the publisher's advertisement has reached
+# its broker (docs/overlay.md), so a Trigger published right after a fresh advertisement would miss
+# every subscriber on another broker. Local hops take milliseconds; this leaves a wide margin.
+ADVERTISEMENT_SETTLE = 0.5
 
 
 def new_gid(now: datetime, suffix: str | None = None) -> str:
@@ -59,6 +64,7 @@ def parse_date(text: str) -> date:
 class TriggerPublisher:
     """One connection that advertises Triggers once and publishes any number of them.
 
+    After (re)advertising it waits ADVERTISEMENT_SETTLE seconds before the first publication.
     Reconnects on the next publish after a failure, so a long-running ``wfm schedule`` survives a
     broker restart between two fires."""
 
@@ -73,6 +79,7 @@ class TriggerPublisher:
             client = BlockingClient(self.uri, timeout=self.timeout)
             try:
                 client.advertise(trigger_advertisement())
+                time.sleep(ADVERTISEMENT_SETTLE)
             except BaseException:
                 client.close()
                 raise

@@ -21,19 +21,21 @@ def render(model: Model) -> Group:
     """Every generation seen, oldest first; an empty model says what it is waiting for."""
     if not model.generations:
         return Group(Text("waiting for triggers and job statuses ...", style="dim"))
-    return Group(*(table(g) for g in model.generations.values()))
+    return Group(*(section(g) for g in model.generations.values()))
 
 
-def table(generation: Generation) -> Table:
-    """Job, state (coloured), start, duration and detail; the title says whether it is over."""
+def section(generation: Generation) -> Group:
+    """A heading (workflow, gid, date, whether it is over) over a table of job, state (coloured),
+    start, duration and detail. The heading is not the table's title: a title wraps at the width
+    of the table, and APPL_END's detail can be longer."""
     if generation.end is None:
         state = Text("running", style="cyan")
     else:
         state = Text(generation.end.status, style=STYLES.get(generation.end.status, ""))
         if generation.end.detail:
             state.append(f" ({generation.end.detail})")
-    title = Text(f"{generation.workflow}  {generation.gid}  {generation.date or ''}  ")
-    result = Table(title=title + state, title_justify="left", expand=False)
+    heading = Text(f"{generation.workflow}  {generation.gid}  {generation.date or ''}  ", style="bold")
+    result = Table(expand=False)
     for column in ("job", "state", "start", "duration", "detail"):
         result.add_column(column, no_wrap=column != "detail")
     # APPL_START first: it says when the generation started; the others in arrival order
@@ -45,7 +47,7 @@ def table(generation: Generation) -> Table:
             "" if job_state.duration is None else f"{job_state.duration:.1f}s",
             job_state.detail,
         )
-    return result
+    return Group(heading + state, result)
 
 
 def _clock(epoch: float | None) -> str:
