@@ -156,7 +156,9 @@ def serve(
         for child in agent_children(agents, uris, home / "agents"):
             processes.start(child)
         for name, file in workflows:
-            _deploy(name, file, uris[0], deploy_timeout, processes)
+            _deploy(name, file, uris[0], deploy_timeout, processes, stop)
+            if stop.is_set():
+                return
         say(f"brokers  {' '.join(str(uri) for uri in uris)}")
         say(f"agents   {', '.join(agents)} (logs in {processes.logs})")
         say(f"deployed {', '.join(name for name, _ in workflows)}")
@@ -171,18 +173,33 @@ def serve(
             signal.signal(sig, handler)
 
 
-def _deploy(name: str, file: Path, uri: BrokerURI, timeout: float, processes: Processes) -> None:
+def _deploy(
+    name: str, file: Path, uri: BrokerURI, timeout: float, processes: Processes, stop: threading.Event
+) -> None:
+    """Run ``wfm deploy`` while watching the children: an agent that dies meanwhile (it would never
+    acknowledge) is the error to report, not the deploy's timeout."""
+    deploy = subprocess.Popen(
+        [*WFM, "deploy", str(file), "--broker", str(uri)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + timeout
     try:
-        done = subprocess.run(
-            [*WFM, "deploy", str(file), "--broker", str(uri)],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        raise UpError(f"deploying {name} ({file}) took more than {timeout:g} s") from None
-    if done.returncode != 0:
-        processes.check()  # a dead agent is the better explanation
-        reason = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        while deploy.poll() is None:
+            processes.check()
+            if stop.wait(0.1):
+                return
+            if time.monotonic() > deadline:
+                raise UpError(f"deploying {name} ({file}) took more than {timeout:g} s")
+    finally:
+        if deploy.poll() is None:
+            deploy.kill()
+        _, err = deploy.communicate()
+    if deploy.returncode != 0:
+        for _ in range(10):  # an agent failing at start-up is the better explanation: give it a second
+            processes.check()
+            time.sleep(0.1)
+        reason = (err.strip().splitlines() or [f"exit status {deploy.returncode}"])[-1]
         raise UpError(f"deploying {name} ({file}) failed: {reason}")

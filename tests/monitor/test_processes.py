@@ -5,12 +5,18 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import pytest
+from apscheduler.triggers.cron import CronTrigger
 
 from broker.client import BlockingClient
 from broker.transport.uri import BrokerURI
 from tests.processes import WFM, brokers, quiet, status, wait_for
+from wfm.run_cli import _fire
+from wfm.timetable import Calendar, Entry
+from wfm.triggers import TriggerPublisher
 from wfm.workflow.shapes import JOBSTATUS
 
 TWO = {"B1": [], "B2": ["B1"]}
@@ -128,3 +134,16 @@ def test_bad_input_is_one_line(argv: list[str], message: str) -> None:
     assert done.returncode != 0
     assert message in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_a_schedule_fire_triggers_only_on_days_its_calendar_allows(overlay: dict[str, BrokerURI]) -> None:
+    today = datetime.now(ZoneInfo("UTC")).date()  # the day of the fire, in the cron's zone
+    cron = CronTrigger.from_crontab("0 6 * * *", timezone=ZoneInfo("UTC"))
+    with BlockingClient(overlay["B2"]) as subscriber, TriggerPublisher(overlay["B1"]) as publisher:
+        subscriber.subscribe("[class,eq,Trigger],[applname,isPresent,''],[GID,isPresent,'']")
+        _fire(Entry("HOLIDAY", cron, Calendar(holidays=frozenset({today}))), publisher)
+        _fire(Entry("WORKDAY", cron, Calendar()), publisher)
+        delivery = subscriber.receive(timeout=5)
+        assert delivery is not None and subscriber.receive(timeout=0.5) is None
+    assert delivery.publication["applname"] == "WORKDAY"
+    assert delivery.publication["schedule"] == today.strftime("%Y.%m.%d")
