@@ -136,6 +136,7 @@ def serve(
     port: int,
     say: Callable[[str], None],
     deploy_timeout: float = 60.0,
+    link_timeout: float = 15.0,
 ) -> None:
     """Start everything, deploy ``workflows`` (name, file), then wait for SIGINT/SIGTERM and stop
     everything. UpError if a child exits on its own, the brokers do not link or a deploy fails
@@ -148,11 +149,16 @@ def serve(
         for child in brokers:
             processes.start(child)
         neighbours = [{BROKER_IDS[j] for j in (i - 1, i + 1) if 0 <= j < len(uris)} for i in range(len(uris))]
+        deadline = time.monotonic() + link_timeout
         for uri, expected in zip(uris, neighbours, strict=True):
             while not _linked(uri, expected):
                 processes.check()
                 if stop.wait(0.1):
                     return
+                if time.monotonic() > deadline:
+                    raise UpError(
+                        f"{uri.id} did not link to {', '.join(sorted(expected))} within {link_timeout:g} s"
+                    )
         for child in agent_children(agents, uris, home / "agents"):
             processes.start(child)
         for name, file in workflows:
@@ -163,7 +169,7 @@ def serve(
         say(f"agents   {', '.join(agents)} (logs in {processes.logs})")
         say(f"deployed {', '.join(name for name, _ in workflows)}")
         say("no historian yet: a monitor sees only what happens after it subscribes")
-        example = workflows[0][0]
+        example = workflows[0][0] if workflows else "WORKFLOW"
         say(f"try: export WFM_BROKER={uris[0]}; wfm trigger {example}; wfm monitor {example}")
         while not stop.wait(0.2):
             processes.check()

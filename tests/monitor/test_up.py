@@ -5,6 +5,7 @@ clearly naming the agent that could not run; once it exists, it must start and s
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import shutil
@@ -19,6 +20,7 @@ import pytest
 from broker.transport.uri import BrokerURI
 from tests.processes import WFM, status
 from tests.transport.harness import free_port
+from wfm.up import serve
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
 AGENT_EXISTS = subprocess.run([WFM, "agent", "--help"], capture_output=True).returncode == 0
@@ -94,3 +96,19 @@ def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
     assert up.returncode == 0, err
     assert "Traceback" not in err
     assert not any(_listening(port + i) for i in range(3))
+
+
+def test_serve_links_three_brokers_and_stops_them_on_sigterm(tmp_path: Path) -> None:
+    """The process management of ``wfm up`` without agents or workflows (runs today)."""
+    port, said = free_ports(), []
+
+    def say(line: str) -> None:
+        said.append(line)
+        if line.startswith("try:"):
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+
+    serve([], [], tmp_path, port, say)
+    assert said[0] == "brokers  " + " ".join(f"socket://127.0.0.1:{port + i}/B{i + 1}" for i in range(3))
+    assert not any(_listening(port + i) for i in range(3))
+    for log in (tmp_path / "logs").iterdir():
+        assert "Traceback" not in log.read_text()
