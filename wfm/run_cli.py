@@ -5,6 +5,8 @@ and :mod:`wfm.up`."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -86,6 +88,7 @@ def schedule(config: Path, dry_run: bool, days: int, broker_uri: BrokerURI | Non
     if broker_uri is None:
         raise click.UsageError("--broker (or $WFM_BROKER) is needed unless --dry-run")
     scheduler = BlockingScheduler(timezone=timezone)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop like Ctrl-C, closing the connection
     with TriggerPublisher(broker_uri) as publisher:
         for entry in entries:
             scheduler.add_job(

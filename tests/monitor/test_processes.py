@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -64,6 +66,24 @@ def publish_statuses(uri: BrokerURI, gid: str, statuses: list[tuple[str, str, st
                           f"[status,{state}],[detail,'{detail}']{extras}")  # fmt: skip
 
 
+def start_monitor(uri: BrokerURI, *argv: str) -> subprocess.Popen[str]:
+    """``wfm monitor ARGV --broker URI``, once its two subscriptions are in place at its broker."""
+
+    def subscriptions() -> int:
+        return int(status(uri).get("subscriptions", 0))  # type: ignore[call-overload]
+
+    before = subscriptions()
+    command = [WFM, "monitor", *argv, "--broker", str(uri)]
+    monitor = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: subscriptions() >= before + 2, "monitor subscribed")
+    except AssertionError:
+        monitor.kill()
+        monitor.communicate()
+        raise
+    return monitor
+
+
 @pytest.mark.parametrize(
     ("gid", "end", "code"),
     [
@@ -74,25 +94,8 @@ def publish_statuses(uri: BrokerURI, gid: str, statuses: list[tuple[str, str, st
 def test_monitor_prints_statuses_and_exits_with_the_generation(
     overlay: dict[str, BrokerURI], gid: str, end: tuple[str, str, str], code: int
 ) -> None:
-    def subscriptions() -> int:
-        return int(status(overlay["B2"]).get("subscriptions", 0))  # type: ignore[call-overload]
-
-    before = subscriptions()
-    argv = [
-        "monitor",
-        "PAYROLL",
-        "--gid",
-        gid,
-        "-o",
-        "json",
-        "--timeout",
-        "20",
-        "--broker",
-        str(overlay["B2"]),
-    ]
-    monitor = subprocess.Popen([WFM, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    monitor = start_monitor(overlay["B2"], "PAYROLL", "--gid", gid, "-o", "json", "--timeout", "20")
     try:
-        wait_for(lambda: subscriptions() >= before + 2, "monitor subscribed")
         publish_statuses(overlay["B1"], "other", [("JobA", "SUCCESS", "exit 0")])  # not watched
         job_a = "FAILURE" if code else "SUCCESS"
         publish_statuses(overlay["B1"], gid, [("APPL_START", "SUCCESS", ""), ("JobA", job_a, "exit 0"), end])
@@ -147,3 +150,16 @@ def test_a_schedule_fire_triggers_only_on_days_its_calendar_allows(overlay: dict
         assert delivery is not None and subscriber.receive(timeout=0.5) is None
     assert delivery.publication["applname"] == "WORKDAY"
     assert delivery.publication["schedule"] == today.strftime("%Y.%m.%d")
+
+
+def test_monitor_watch_keeps_going_until_ctrl_c(overlay: dict[str, BrokerURI]) -> None:
+    monitor = start_monitor(overlay["B2"], "PAYROLL", "--watch")
+    try:
+        publish_statuses(overlay["B1"], "g-w", [("JobA", "SUCCESS", "exit 0"), ("APPL_END", "SUCCESS", "")])
+        time.sleep(1)  # past the end of its first generation, a monitor with --watch goes on
+        assert monitor.poll() is None
+        monitor.send_signal(signal.SIGINT)
+    finally:
+        out, err = monitor.communicate(timeout=20)
+    assert monitor.returncode == 0, err
+    assert "PAYROLL  g-w" in out and "SUCCESS" in out and "JobA" in out  # the last table, as text

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 from datetime import date
 from pathlib import Path
 
@@ -52,3 +54,14 @@ def test_bad_config_and_missing_broker_are_one_line(tmp_path: Path) -> None:
         2,
         "wfm: error: --broker (or $WFM_BROKER) is needed unless --dry-run\n",
     )
+
+
+def test_schedule_runs_until_sigterm(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text("[workflows.PAYROLL]\ncron = '0 6 1 1 *'\n")  # no fire during the test
+    command = [WFM, "schedule", str(tmp_path / "s.toml"), "--broker", "socket://127.0.0.1:1/B9"]
+    scheduler = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    assert scheduler.poll() is None
+    scheduler.send_signal(signal.SIGTERM)
+    out, err = scheduler.communicate(timeout=10)
+    assert (scheduler.returncode, out, err) == (0, "", "")
