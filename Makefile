@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test bench lint clean
+.PHONY: install test bench lint demo clean
 
 install: $(STAMP)
 
@@ -30,6 +30,26 @@ lint: $(STAMP)
 	$(BIN)/ruff check broker agents wfm tests benchmarks
 	$(BIN)/ruff format --check broker agents wfm tests benchmarks
 	$(BIN)/mypy
+
+# The embedded default end to end: wfm up, PAYROLL triggered for today and for next Friday, one
+# monitor (on B3, the far end of the line) until both generations end; then wfm up is stopped.
+# The monitor subscribes before the triggers: it sees only what happens after it subscribes.
+DEMO_PORT ?= 7100
+demo: $(STAMP)
+	@set -e; up_out=$$(mktemp); \
+	$(BIN)/wfm up --port $(DEMO_PORT) > $$up_out & up=$$!; \
+	trap 'kill -TERM $$up 2>/dev/null; wait $$up || true; rm -f $$up_out' EXIT; trap 'exit 130' INT TERM; \
+	until grep -q '^try:' $$up_out; do kill -0 $$up 2>/dev/null || { wait $$up; exit 1; }; sleep 0.2; done; \
+	cat $$up_out; \
+	export WFM_BROKER=socket://127.0.0.1:$(DEMO_PORT)/B1; \
+	run=$$(date +%Y%m%d-%H%M%S); \
+	friday=$$($(BIN)/python -c 'import datetime as d; t = d.date.today(); print(t + d.timedelta((4 - t.weekday()) % 7 or 7))'); \
+	$(BIN)/wfm monitor PAYROLL --gid $$run-today --gid $$run-friday --timeout 120 \
+		--broker socket://127.0.0.1:$$(($(DEMO_PORT) + 2))/B3 & monitor=$$!; \
+	sleep 2; \
+	$(BIN)/wfm trigger PAYROLL --gid $$run-today --date $$(date +%F) > /dev/null; \
+	$(BIN)/wfm trigger PAYROLL --gid $$run-friday --date $$friday > /dev/null; \
+	wait $$monitor
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

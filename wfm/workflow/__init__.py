@@ -9,7 +9,7 @@ plan.publications()            # the AGENT_CTL publications, per agent in order
 
 from wfm.workflow.checks import APPL_END, APPL_START, ON_VALUES
 from wfm.workflow.errors import DefinitionError, Problem
-from wfm.workflow.generation import outcome
+from wfm.workflow.generation import outcome, skipped_jobs
 from wfm.workflow.loader import load, loads
 from wfm.workflow.model import After, Job, Workflow
 from wfm.workflow.schedule import DAILY, parse_schedule, schedule_words
@@ -33,5 +33,6 @@ __all__ = [
     "outcome",
     "parse_schedule",
     "schedule_words",
+    "skipped_jobs",
     "translate",
 ]

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from wfm.workflow.graph import topological_order
 from wfm.workflow.shapes import ACCEPTS, FAILURE, SUCCESS
 
-__all__ = ["outcome"]
+__all__ = ["outcome", "skipped_jobs"]
 
 Graph = Mapping[str, Sequence[Sequence[str]]]  # job -> [(predecessor, on), ...], as in JOBINFO
 
@@ -44,3 +44,13 @@ def outcome(graph: Graph, statuses: Mapping[str, str]) -> tuple[str, str] | None
 def _blocks(pred: str, on: str, statuses: Mapping[str, str], skipped: set[str]) -> bool:
     """Whether this predecessor edge can no longer be satisfied."""
     return pred in skipped or (pred in statuses and statuses[pred] not in ACCEPTS[on])
+
+
+def skipped_jobs(detail: str) -> list[str]:
+    """The jobs an APPL_END detail written by :func:`outcome` names as skipped (the monitor shows
+    them, since a skipped job never publishes a status of its own)."""
+    for part in detail.split(";"):
+        what, _, jobs = part.strip().partition(": ")
+        if what == "skipped":
+            return [job.strip() for job in jobs.split(",") if job.strip()]
+    return []

@@ -9,8 +9,9 @@ Agents, the deployer and the monitor use the same functions, so the shapes live 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import date
 
-from broker.language import Atom, Composite, Filter, Predicate, Value, Var
+from broker.language import Atom, Composite, Filter, Predicate, Publication, Value, Var
 from broker.language.model import combine
 from wfm.workflow.checks import APPL_END
 
@@ -27,9 +28,13 @@ __all__ = [
     "deployer_advertisement",
     "generation_end",
     "job_condition",
+    "monitor_subscriptions",
     "status_advertisement",
     "status_subscription",
+    "trigger",
+    "trigger_advertisement",
     "trigger_atom",
+    "trigger_date",
 ]
 
 AGENT_CTL, JOBSTATUS, TRIGGER = "AGENT_CTL", "JOBSTATUS", "Trigger"
@@ -95,3 +100,31 @@ def deployer_advertisement(workflow: str, version: str) -> Filter:
         {"applname": workflow, "version": version},
         present=("agentname", "command", "content", "jobname"),
     )
+
+
+def trigger_advertisement() -> Filter:
+    """What ``wfm trigger`` and ``wfm schedule`` advertise before publishing Triggers of any workflow."""
+    return _filter(TRIGGER, {}, present=("applname", "GID", "schedule"))
+
+
+def trigger(workflow: str, gid: str, day: date) -> Publication:
+    """``[class,Trigger],[applname,W],[GID,G],[schedule,'YYYY.MM.DD']``: start generation ``gid``."""
+    return Publication(TRIGGER, {"applname": workflow, "GID": gid, "schedule": day.strftime("%Y.%m.%d")})
+
+
+def trigger_date(schedule: str) -> date:
+    """The date of a Trigger's ``schedule`` attribute; ValueError if it is not ``YYYY.MM.DD``."""
+    year, month, day = (int(part) for part in schedule.split("."))
+    return date(year, month, day)
+
+
+def monitor_subscriptions(workflow: str | None, gids: Iterable[str] = ()) -> list[Filter]:
+    """The Triggers and job statuses the monitor follows: of ``workflow`` (or of every workflow),
+    of each of ``gids`` (or of every generation)."""
+    scope: dict[str, Value | Var] = {} if workflow is None else {"applname": workflow}
+    scopes = [{**scope, "GID": gid} for gid in gids] or [scope]
+    return [
+        _filter(cls, each, present=() if "GID" in each else ("GID",))
+        for cls in (TRIGGER, JOBSTATUS)
+        for each in scopes
+    ]

@@ -1,0 +1,109 @@
+"""The monitor's model: generations, job states, out-of-order arrival, APPL_END and exit status."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from broker.language import Value
+from wfm.monitor import SKIPPED, Model, render
+
+
+def trig(gid: str, day: str = "2026.11.23", workflow: str = "PAYROLL") -> dict[str, Value]:
+    return {"class": "Trigger", "applname": workflow, "GID": gid, "schedule": day}
+
+
+def status(gid: str, job: str, state: str, detail: str = "", **extras: Value) -> dict[str, Value]:
+    return {"class": "JOBSTATUS", "applname": "PAYROLL", "jobname": job, "GID": gid, "status": state,
+            "detail": detail, **extras}  # fmt: skip
+
+
+def test_a_generation_from_trigger_to_success() -> None:
+    model = Model()
+    assert model.receive(trig("g1")) is None
+    event = model.receive(
+        status("g1", "JobA", "SUCCESS", "exit 0", agentname="agentA", started=1.0e9, duration=2.5)
+    )
+    assert event is not None and event.record() == {
+        "workflow": "PAYROLL", "gid": "g1", "job": "JobA", "status": "SUCCESS", "detail": "exit 0",
+        "agentname": "agentA", "started": 1.0e9, "duration": 2.5,
+    }  # fmt: skip
+    generation = model.generations[("PAYROLL", "g1")]
+    assert generation.date == "2026-11-23" and not model.done
+    assert generation.jobs["JobA"].duration == 2.5
+    model.receive(status("g1", "APPL_END", "SUCCESS"))
+    assert model.done and model.exit_status() == 0
+
+
+def test_out_of_order_statuses() -> None:
+    model = Model(["g1"])
+    model.receive(status("g1", "JobB", "SUCCESS", attempt=2))  # before the trigger
+    model.receive(status("g1", "APPL_END", "SUCCESS"))  # APPL_END overtook JobA
+    assert model.done  # no trigger seen is fine: the generation exists and has ended
+    model.receive(status("g1", "JobB", "FAILURE", "exit 1", attempt=1))  # an older attempt, late
+    model.receive(status("g1", "JobA", "SUCCESS"))
+    model.receive(trig("g1"))
+    generation = model.generations[("PAYROLL", "g1")]
+    assert generation.jobs["JobB"].status == "SUCCESS"
+    assert set(generation.jobs) == {"JobA", "JobB"} and generation.date == "2026-11-23"
+
+
+def test_first_generation_seen_is_watched() -> None:
+    model = Model()
+    model.receive(status("g1", "JobA", "SUCCESS"))
+    model.receive(status("g2", "JobA", "FAILURE"))
+    model.receive(status("g2", "APPL_END", "FAILURE", "failed: JobA"))
+    assert not model.done  # g2 ended, but g1 is the watched one
+    model.receive(status("g1", "APPL_END", "SUCCESS"))
+    assert model.done and model.exit_status() == 0
+    assert [g.gid for g in model.generations.values()] == ["g1", "g2"]
+
+
+def test_several_watched_generations_and_failure() -> None:
+    model = Model(["g1", "g2"])
+    model.receive(status("g3", "APPL_END", "FAILURE"))  # not watched (a wider subscription's)
+    model.receive(status("g1", "APPL_END", "SUCCESS"))
+    assert not model.done  # g2 not seen yet
+    model.receive(status("g2", "APPL_END", "FAILURE", "failed: JobA; skipped: JobB, JobD"))
+    assert model.done and model.exit_status() == 1
+
+
+def test_appl_end_names_skipped_jobs() -> None:
+    model = Model()
+    model.receive(status("g1", "JobA", "FAILURE", "exit 3"))
+    model.receive(status("g1", "APPL_END", "FAILURE", "failed: JobA; skipped: JobB, JobD"))
+    jobs = model.generations[("PAYROLL", "g1")].jobs
+    assert {job: state.status for job, state in jobs.items()} == {
+        "JobA": "FAILURE", "JobB": SKIPPED, "JobD": SKIPPED,
+    }  # fmt: skip
+    model.receive(status("g1", "JobB", "NORUN"))  # a late status beats "skipped"
+    assert jobs["JobB"].status == "NORUN"
+
+
+def test_malformed_messages_are_ignored() -> None:
+    model = Model()
+    assert model.receive({"class": "JOBSTATUS", "applname": "P"}) is None
+    assert (
+        model.receive({"class": "JOBSTATUS", "applname": "P", "GID": "g", "jobname": 3, "status": "X"})
+        is None
+    )
+    assert model.receive({"class": "stock", "applname": "P", "GID": "g"}) is None
+    model.receive(trig("g1", day="soon"))
+    assert model.generations[("PAYROLL", "g1")].date == "soon"
+
+
+def test_render_shows_states_and_the_end() -> None:
+    console = Console(width=120, record=True, color_system=None)
+    model = Model()
+    console.print(render(model))
+    model.receive(trig("g1"))
+    model.receive(status("g1", "APPL_START", "SUCCESS"))
+    model.receive(status("g1", "JobA", "FAILURE", "exit 3", started=0.0, duration=1.25))
+    console.print(render(model))
+    model.receive(status("g1", "APPL_END", "FAILURE", "failed: JobA; skipped: JobB"))
+    console.print(render(model))
+    text = console.export_text()
+    assert "waiting for triggers" in text
+    assert "PAYROLL  g1  2026-11-23  running" in text
+    assert "FAILURE (failed: JobA; skipped: JobB)" in text
+    assert "1.2s" in text and "exit 3" in text and SKIPPED in text
+    assert text.index("APPL_START") < text.index("JobA")

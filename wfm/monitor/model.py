@@ -1,0 +1,150 @@
+"""What the monitor knows: per generation, the state of each job. Sans-IO: feed it the attributes
+of each Trigger and JOBSTATUS publication, ask it what to show and whether it is done.
+
+Publications can arrive in any order: they take different paths through the overlay, so a job's
+status may come before its generation's Trigger, or after APPL_END. Any message creates its
+generation; a retried job's later attempt wins over an earlier one whatever the arrival order; a
+status arriving after APPL_END still updates its job. Jobs named as skipped in APPL_END's detail
+are shown as SKIPPED (a skipped job publishes nothing itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from broker.language import Value
+from wfm.workflow import APPL_END, skipped_jobs
+from wfm.workflow.shapes import FAILURE, JOBSTATUS, TRIGGER, trigger_date
+
+__all__ = ["SKIPPED", "Generation", "JobState", "Model", "StatusEvent"]
+
+SKIPPED = "SKIPPED"
+_CORE = ("class", "applname", "jobname", "GID", "status", "detail")  # the rest are extras
+
+
+@dataclass
+class JobState:
+    """The latest status of one job in one generation (``started``/``duration`` when the agent
+    says; ``attempt`` orders retries)."""
+
+    status: str
+    detail: str = ""
+    started: float | None = None
+    duration: float | None = None
+    attempt: int = 0
+
+
+@dataclass
+class Generation:
+    """One run of a workflow: its date (from the Trigger, when seen), its jobs, and its end."""
+
+    workflow: str
+    gid: str
+    date: str | None = None
+    jobs: dict[str, JobState] = field(default_factory=dict)
+    end: JobState | None = None  # APPL_END's status, once seen
+
+    @property
+    def ended(self) -> bool:
+        return self.end is not None
+
+
+@dataclass(frozen=True)
+class StatusEvent:
+    """One job status as received: what ``-o json`` prints."""
+
+    workflow: str
+    gid: str
+    job: str
+    status: str
+    detail: str
+    extras: Mapping[str, Value]
+
+    def record(self) -> dict[str, object]:
+        return {
+            "workflow": self.workflow,
+            "gid": self.gid,
+            "job": self.job,
+            "status": self.status,
+            "detail": self.detail,
+            **self.extras,
+        }
+
+
+class Model:
+    """Generations in the order first seen. ``watched`` gids (or, if none, the first generation
+    seen) decide when a monitor without ``--watch`` is done, and its exit status."""
+
+    def __init__(self, gids: Iterable[str] = ()) -> None:
+        self.generations: dict[tuple[str, str], Generation] = {}
+        self._watched = set(gids)
+
+    def receive(self, attributes: Mapping[str, Value]) -> StatusEvent | None:
+        """Take one publication's attributes; a StatusEvent for a job status, None for a Trigger or
+        anything that is not a well-formed workflow message (the monitor ignores those)."""
+        workflow, gid = attributes.get("applname"), attributes.get("GID")
+        if not isinstance(workflow, str) or not isinstance(gid, str):
+            return None
+        if attributes.get("class") == TRIGGER:
+            self._trigger(self._generation(workflow, gid), attributes.get("schedule"))
+            return None
+        job, status = attributes.get("jobname"), attributes.get("status")
+        if attributes.get("class") != JOBSTATUS or not isinstance(job, str) or not isinstance(status, str):
+            return None
+        detail = str(attributes.get("detail", ""))
+        state = JobState(
+            status,
+            detail,
+            _number(attributes.get("started")),
+            _number(attributes.get("duration")),
+            int(_number(attributes.get("attempt")) or 0),
+        )
+        self._status(self._generation(workflow, gid), job, state)
+        extras = {k: v for k, v in attributes.items() if k not in _CORE}
+        return StatusEvent(workflow, gid, job, status, detail, extras)
+
+    def _generation(self, workflow: str, gid: str) -> Generation:
+        key = (workflow, gid)
+        if key not in self.generations:
+            self.generations[key] = Generation(workflow, gid)
+            if not self._watched:
+                self._watched.add(gid)
+        return self.generations[key]
+
+    @staticmethod
+    def _trigger(generation: Generation, schedule: Value | None) -> None:
+        try:
+            generation.date = trigger_date(str(schedule)).isoformat()
+        except ValueError:
+            generation.date = str(schedule)
+
+    @staticmethod
+    def _status(generation: Generation, job: str, state: JobState) -> None:
+        if job == APPL_END:
+            generation.end = state
+            for name in skipped_jobs(state.detail):
+                generation.jobs.setdefault(name, JobState(SKIPPED))
+            return
+        known = generation.jobs.get(job)
+        if known is None or known.status == SKIPPED or state.attempt >= known.attempt:
+            generation.jobs[job] = state
+
+    def watched(self) -> list[Generation]:
+        """The watched generations seen so far."""
+        return [g for g in self.generations.values() if g.gid in self._watched]
+
+    @property
+    def done(self) -> bool:
+        """Every watched gid has a generation, and each has ended."""
+        seen = self.watched()
+        return bool(seen) and {g.gid for g in seen} >= self._watched and all(g.ended for g in seen)
+
+    def exit_status(self) -> int:
+        """0 if every watched generation ended SUCCESS, 1 if one ended FAILURE (call when done)."""
+        failed = any(g.end is not None and g.end.status == FAILURE for g in self.watched())
+        return 1 if failed else 0
+
+
+def _number(value: Value | None) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -1,0 +1,173 @@
+"""``wfm trigger``, ``wfm schedule``, ``wfm monitor`` and ``wfm up``: starting and watching
+generations, thin commands over :mod:`wfm.triggers`, :mod:`wfm.timetable`, :mod:`wfm.monitor`
+and :mod:`wfm.up`."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+from datetime import date, datetime, timedelta
+from pathlib import Path
+
+import click
+from apscheduler.schedulers.blocking import BlockingScheduler
+from tzlocal import get_localzone
+
+from broker.client import ConnectError
+from broker.transport.uri import BrokerURI
+from wfm.monitor import TIMED_OUT
+from wfm.monitor import monitor as run_monitor
+from wfm.overlay_cli import URI, broker_option, output_option
+from wfm.timetable import Entry, fires, load_config
+from wfm.triggers import TriggerPublisher, check_gid, check_workflow, new_gid, parse_date
+from wfm.up import UpError, serve
+from wfm.workflow_cli import _load
+
+
+def _checked(check: Callable[[str], object]) -> Callable[[click.Context, click.Parameter, object], object]:
+    """A click callback that turns a validator's ValueError into a one-line usage error."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: object) -> object:
+        try:
+            if isinstance(value, tuple):
+                return tuple(check(v) for v in value)
+            return None if value is None else check(str(value))
+        except ValueError as error:
+            raise click.BadParameter(str(error), ctx, param) from None
+
+    return callback
+
+
+@click.command()
+@click.argument("workflow", callback=_checked(check_workflow))
+@click.option(
+    "--gid", callback=_checked(check_gid), help="Generation id [default: new, e.g. 20261123-114523-3f9a]."
+)
+@click.option(
+    "--date", "day", callback=_checked(parse_date), help="The generation's date, YYYY-MM-DD [default: today]."
+)
+@broker_option
+def trigger(workflow: str, gid: str | None, day: date | None, broker_uri: BrokerURI) -> None:
+    """Start one generation of WORKFLOW: publish a Trigger and print its gid."""
+    gid = gid or new_gid(datetime.now())
+    try:
+        with TriggerPublisher(broker_uri) as publisher:
+            publisher.publish(workflow, gid, day or date.today())
+    except (ConnectError, OSError, TimeoutError) as error:
+        raise click.ClickException(f"cannot trigger {workflow}: {error or 'timed out'}") from None
+    click.echo(gid)
+
+
+@click.command()
+@click.argument("config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--dry-run", is_flag=True, help="Print the triggers of the next --days days and exit (no broker)."
+)
+@click.option(
+    "--days", type=click.IntRange(1, 3660), default=7, show_default=True, help="Days --dry-run looks ahead."
+)
+@click.option("--broker", "broker_uri", type=URI, envvar="WFM_BROKER",
+              help="Broker to publish through, socket://HOST:PORT/ID (default: $WFM_BROKER).")  # fmt: skip
+def schedule(config: Path, dry_run: bool, days: int, broker_uri: BrokerURI | None) -> None:
+    """Trigger workflows by cron expression and business calendar until SIGINT/SIGTERM.
+
+    CONFIG is a TOML file with one [workflows.NAME] table each (cron, calendar, holidays; see
+    docs/workflows.md). Each trigger prints "TIME WORKFLOW DATE GID" on stdout."""
+    timezone = get_localzone()
+    try:
+        entries = load_config(config, timezone)
+    except ValueError as error:
+        raise click.ClickException(str(error)) from None
+    if dry_run:
+        now = datetime.now(timezone)
+        for at, workflow, day in fires(entries, now, now + timedelta(days=days)):
+            click.echo(f"{at:%Y-%m-%d %H:%M %a} {workflow} {day.isoformat()}")
+        return
+    if broker_uri is None:
+        raise click.UsageError("--broker (or $WFM_BROKER) is needed unless --dry-run")
+    scheduler = BlockingScheduler(timezone=timezone)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop like Ctrl-C, closing the connection
+    with TriggerPublisher(broker_uri) as publisher:
+        for entry in entries:
+            scheduler.add_job(
+                _fire, entry.cron, args=(entry, publisher), coalesce=True, misfire_grace_time=60
+            )
+        try:
+            scheduler.start()
+        except (KeyboardInterrupt, SystemExit):
+            scheduler.shutdown(wait=False)
+
+
+def _fire(entry: Entry, publisher: TriggerPublisher) -> None:
+    """One cron fire: trigger today's generation if the calendar allows today. A broker that cannot
+    be reached is reported and retried at the next fire (the scheduler keeps running)."""
+    now = datetime.now(entry.cron.timezone)
+    if not entry.calendar.allows(now.date()):
+        return
+    gid = new_gid(now)
+    try:
+        publisher.publish(entry.workflow, gid, now.date())
+    except (ConnectError, OSError, TimeoutError) as error:
+        click.echo(f"wfm: error: cannot trigger {entry.workflow}: {error or 'timed out'}", err=True)
+        return
+    click.echo(f"{now:%Y-%m-%d %H:%M:%S} {entry.workflow} {now.date().isoformat()} {gid}")
+
+
+@click.command()
+@click.argument("workflow", required=False, callback=_checked(check_workflow))
+@click.option("--gid", "gids", multiple=True, callback=_checked(check_gid),
+              help="Watch this generation (repeatable) [default: the first one seen].")  # fmt: skip
+@broker_option
+@click.option("--watch", is_flag=True, help="Keep showing new generations until Ctrl-C.")
+@output_option
+@click.option(
+    "--timeout", type=click.FloatRange(0, min_open=True), help="Give up after S seconds (exit status 2)."
+)
+def monitor(
+    workflow: str | None,
+    gids: tuple[str, ...],
+    broker_uri: BrokerURI,
+    watch: bool,
+    output: str,
+    timeout: float | None,
+) -> None:
+    """Show job states per generation of WORKFLOW (or of every workflow), live.
+
+    The monitor sees only what is published after it subscribes: start it before the trigger (the
+    history of earlier generations comes with the historian). -o json prints one line per job
+    status. Without --watch it exits when the watched generations end: exit status 0 if all
+    ended SUCCESS, 1 if one ended FAILURE, 2 on --timeout."""
+    try:
+        status = asyncio.run(run_monitor(broker_uri, workflow, gids, watch, output == "json", timeout))
+    except KeyboardInterrupt:
+        if not watch:
+            raise
+        status = 0
+    except (ConnectError, ConnectionError) as error:
+        raise click.ClickException(str(error)) from None
+    if status == TIMED_OUT:
+        click.echo(f"wfm: timed out after {timeout:g} s", err=True)
+    raise click.exceptions.Exit(status)
+
+
+@click.command()
+@click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default="workflows", show_default=True,
+              help="Workflows to deploy (*.xml); state goes to DIR/.wfm.")  # fmt: skip
+@click.option("--port", type=click.IntRange(1024, 65533), default=7100, show_default=True,
+              help="Brokers listen on PORT, PORT+1, PORT+2.")  # fmt: skip
+def up(directory: Path, port: int) -> None:
+    """Run the embedded default until Ctrl-C: three brokers in a line (B1-B2-B3), one agent per
+    agent name in DIR/*.xml, every workflow deployed. Prints the broker addresses and what to try."""
+    files = sorted(directory.glob("*.xml"))
+    if not files:
+        raise click.ClickException(f"no workflows (*.xml) in {directory}")
+    workflows = [_load(file) for file in files]
+    agents = list(dict.fromkeys(agent for workflow in workflows for agent in workflow.agents))
+    named = [(workflow.name, file) for workflow, file in zip(workflows, files, strict=True)]
+    try:
+        serve(named, agents, directory / ".wfm", port, click.echo)
+    except UpError as error:
+        raise click.ClickException(str(error)) from None

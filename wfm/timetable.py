@@ -1,0 +1,137 @@
+"""Which dates produce triggers: the ``wfm schedule`` configuration and business calendars. Pure
+apart from reading the config and holiday files; no broker, no scheduler, no clock (times are
+passed in), so the calendar is tested without waiting for cron.
+
+A config (TOML) has one table per workflow::
+
+    [workflows.PAYROLL]
+    cron = "0 6 * * *"              # standard 5-field crontab: minute hour day month weekday
+    calendar = "workdays"           # schedule words, as in the XML: daily (default), workdays, mon,fri ...
+    holidays = "holidays-2026.txt"  # optional: one YYYY-MM-DD a line, '#' comments; relative to the config
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import date, datetime, tzinfo
+from pathlib import Path
+
+from apscheduler.triggers.cron import CronTrigger
+
+from wfm.triggers import check_workflow, parse_date
+from wfm.workflow.schedule import DAILY, parse_schedule
+
+__all__ = ["Calendar", "Entry", "fires", "load_config", "parse_config", "parse_holidays"]
+
+_KEYS = {"cron", "calendar", "holidays"}
+
+
+@dataclass(frozen=True)
+class Calendar:
+    """The days a workflow is triggered on: its weekdays, except its holidays."""
+
+    weekdays: frozenset[int] = DAILY
+    holidays: frozenset[date] = frozenset()
+
+    def allows(self, day: date) -> bool:
+        return day.weekday() in self.weekdays and day not in self.holidays
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One workflow of the config: when cron fires and the calendar allows that day, trigger it."""
+
+    workflow: str
+    cron: CronTrigger
+    calendar: Calendar
+
+
+def parse_holidays(text: str, source: str) -> frozenset[date]:
+    """One ``YYYY-MM-DD`` a line; blank lines and ``#`` comments are ignored. ValueError names
+    ``source:line``."""
+    days: set[date] = set()
+    for number, line in enumerate(text.splitlines(), 1):
+        word = line.split("#", 1)[0].strip()
+        if word:
+            try:
+                days.add(parse_date(word))
+            except ValueError as error:
+                raise ValueError(f"{source}:{number}: {error}") from None
+    return frozenset(days)
+
+
+def load_config(path: Path, timezone: tzinfo) -> list[Entry]:
+    """The entries of a TOML config file; ValueError (one line naming the file) for any problem."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: {error}") from None
+
+    def holidays(name: str) -> frozenset[date]:
+        file = path.parent / name
+        try:
+            return parse_holidays(file.read_text(encoding="utf-8"), str(file))
+        except (OSError, UnicodeDecodeError) as error:
+            raise ValueError(
+                f"cannot read holiday file {file}: {getattr(error, 'strerror', error)}"
+            ) from None
+
+    try:
+        return parse_config(data, timezone, holidays)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
+def parse_config(
+    data: Mapping[str, object], timezone: tzinfo, read_holidays: Callable[[str], frozenset[date]]
+) -> list[Entry]:
+    """Entries from parsed TOML; ``read_holidays`` turns a ``holidays`` value into dates."""
+    if set(data) != {"workflows"} or not isinstance(data["workflows"], dict) or not data["workflows"]:
+        raise ValueError("expected [workflows.NAME] tables and nothing else")
+    entries = []
+    for workflow, table in data["workflows"].items():
+        try:
+            entries.append(_entry(check_workflow(workflow), table, timezone, read_holidays))
+        except ValueError as error:
+            raise ValueError(f"workflows.{workflow}: {error}") from None
+    return entries
+
+
+def _entry(
+    workflow: str, table: object, timezone: tzinfo, read_holidays: Callable[[str], frozenset[date]]
+) -> Entry:
+    if not isinstance(table, dict):
+        raise ValueError("must be a table with cron, calendar and holidays")
+    if unknown := sorted(set(table) - _KEYS):
+        raise ValueError(f"unknown key {unknown[0]!r} (use {', '.join(sorted(_KEYS))})")
+    values = {key: table.get(key, default) for key, default in (("cron", None), ("calendar", "daily"))}
+    if not isinstance(values["cron"], str):
+        raise ValueError("cron must be a crontab expression such as '0 6 * * mon-fri'")
+    if not isinstance(values["calendar"], str):
+        raise ValueError("calendar must be a string such as 'workdays'")
+    try:
+        cron = CronTrigger.from_crontab(values["cron"], timezone=timezone)
+    except ValueError as error:
+        raise ValueError(f"cron {values['cron']!r}: {error}") from None
+    holidays = table.get("holidays")
+    if holidays is not None and not isinstance(holidays, str):
+        raise ValueError("holidays must be the name of a file")
+    days = read_holidays(holidays) if holidays else frozenset()
+    return Entry(workflow, cron, Calendar(parse_schedule(values["calendar"]), days))
+
+
+def fires(entries: Iterable[Entry], start: datetime, end: datetime) -> list[tuple[datetime, str, date]]:
+    """``(fire time, workflow, trigger date)`` for every cron fire in ``[start, end)`` whose day the
+    workflow's calendar allows, in time order."""
+    found = []
+    for entry in entries:
+        previous = None
+        while (at := entry.cron.get_next_fire_time(previous, previous or start)) is not None and at < end:
+            if entry.calendar.allows(at.date()):
+                found.append((at, entry.workflow, at.date()))
+            previous = at
+    return sorted(found, key=lambda fire: (fire[0], fire[1]))

@@ -1,0 +1,211 @@
+"""``wfm up``: the embedded default on one machine. Three brokers in a line, one agent per agent
+name of the workflows in a directory, every workflow deployed; runs until SIGINT/SIGTERM.
+
+Everything is a child process running the ``wfm`` command line, exactly as a user would start it
+by hand, so the embedded default exercises the same code as a distributed installation. Children
+run in their own sessions: Ctrl-C reaches ``wfm up`` only, which then stops them in reverse order
+(agents before brokers), so a child that exits on its own is always a failure worth reporting.
+No historian is started yet (it does not exist); the history of a generation is what a monitor
+sees after it subscribes.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.client import BlockingClient, ConnectError
+from broker.transport.uri import BrokerURI
+
+__all__ = ["WFM", "Child", "Processes", "UpError", "agent_children", "broker_children", "serve"]
+
+WFM = [sys.executable, "-m", "wfm.cli"]  # the children's command line: this interpreter's wfm
+HOST = "127.0.0.1"
+BROKER_IDS = ("B1", "B2", "B3")
+
+
+class UpError(Exception):
+    """A one-line reason why ``wfm up`` could not start or keep running."""
+
+
+@dataclass(frozen=True)
+class Child:
+    """A process to run: a name for messages and log files, and its command line."""
+
+    name: str
+    argv: tuple[str, ...]
+
+
+def broker_children(port: int) -> tuple[list[BrokerURI], list[Child]]:
+    """B1 - B2 - B3 on ports P, P+1, P+2; each dials the one before it."""
+    uris = [BrokerURI(HOST, port + i, broker_id) for i, broker_id in enumerate(BROKER_IDS)]
+    children = [
+        Child(
+            f"broker-{uri.id}",
+            (*WFM, "broker", "--uri", str(uri), *(["--neighbor", str(uris[i - 1])] if i else [])),
+        )
+        for i, uri in enumerate(uris)
+    ]
+    return uris, children
+
+
+def agent_children(agents: Sequence[str], uris: Sequence[BrokerURI], state: Path) -> list[Child]:
+    """One agent per name, spread over the brokers round-robin, each with its own state directory."""
+    return [
+        Child(
+            f"agent-{name}",
+            (
+                *WFM,
+                "agent",
+                "--name",
+                name,
+                "--broker",
+                str(uris[i % len(uris)]),
+                "--state-dir",
+                str(state / name),
+            ),
+        )
+        for i, name in enumerate(agents)
+    ]
+
+
+class Processes:
+    """Children started in order and stopped in reverse; output of each goes to ``LOGS/NAME.log``."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.running: list[tuple[Child, subprocess.Popen[bytes]]] = []
+
+    def start(self, child: Child) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with open(self.log(child), "ab") as log:
+            process = subprocess.Popen(
+                child.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            )
+        self.running.append((child, process))
+
+    def log(self, child: Child) -> Path:
+        return self.logs / f"{child.name}.log"
+
+    def check(self) -> None:
+        """UpError naming the first child that has exited, with the last line of its log."""
+        for child, process in self.running:
+            if process.poll() is not None:
+                raise UpError(f"{child.name} exited with status {process.returncode}{self._last_line(child)}")
+
+    def _last_line(self, child: Child) -> str:
+        try:
+            lines = self.log(child).read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return f": {lines[-1].strip()} (log: {self.log(child)})" if lines else f" (log: {self.log(child)})"
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM to all (agents first), wait up to ``grace`` seconds in all, then SIGKILL the rest."""
+        for _, process in reversed(self.running):
+            if process.poll() is None:
+                process.terminate()
+        deadline = time.monotonic() + grace
+        for _, process in reversed(self.running):
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _linked(uri: BrokerURI, neighbours: set[str]) -> bool:
+    try:
+        with BlockingClient(uri, timeout=2) as client:
+            report = client.status()
+    except (ConnectError, OSError, TimeoutError):
+        return False
+    return set(report.get("neighbors", ())) == neighbours  # type: ignore[call-overload]
+
+
+def serve(
+    workflows: Sequence[tuple[str, Path]],
+    agents: Sequence[str],
+    home: Path,
+    port: int,
+    say: Callable[[str], None],
+    deploy_timeout: float = 60.0,
+    link_timeout: float = 15.0,
+) -> None:
+    """Start everything, deploy ``workflows`` (name, file), then wait for SIGINT/SIGTERM and stop
+    everything. UpError if a child exits on its own, the brokers do not link or a deploy fails
+    (everything started is stopped first)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    processes = Processes(home / "logs")
+    try:
+        uris, brokers = broker_children(port)
+        for child in brokers:
+            processes.start(child)
+        neighbours = [{BROKER_IDS[j] for j in (i - 1, i + 1) if 0 <= j < len(uris)} for i in range(len(uris))]
+        deadline = time.monotonic() + link_timeout
+        for uri, expected in zip(uris, neighbours, strict=True):
+            while not _linked(uri, expected):
+                processes.check()
+                if stop.wait(0.1):
+                    return
+                if time.monotonic() > deadline:
+                    raise UpError(
+                        f"{uri.id} did not link to {', '.join(sorted(expected))} within {link_timeout:g} s"
+                    )
+        for child in agent_children(agents, uris, home / "agents"):
+            processes.start(child)
+        for name, file in workflows:
+            _deploy(name, file, uris[0], deploy_timeout, processes, stop)
+            if stop.is_set():
+                return
+        say(f"brokers  {' '.join(str(uri) for uri in uris)}")
+        say(f"agents   {', '.join(agents)} (logs in {processes.logs})")
+        say(f"deployed {', '.join(name for name, _ in workflows)}")
+        say("no historian yet: a monitor sees only what happens after it subscribes")
+        example = workflows[0][0] if workflows else "WORKFLOW"
+        say(f"try: export WFM_BROKER={uris[0]}; wfm trigger {example}; wfm monitor {example}")
+        while not stop.wait(0.2):
+            processes.check()
+    finally:
+        processes.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _deploy(
+    name: str, file: Path, uri: BrokerURI, timeout: float, processes: Processes, stop: threading.Event
+) -> None:
+    """Run ``wfm deploy`` while watching the children: an agent that dies meanwhile (it would never
+    acknowledge) is the error to report, not the deploy's timeout."""
+    deploy = subprocess.Popen(
+        [*WFM, "deploy", str(file), "--broker", str(uri)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while deploy.poll() is None:
+            processes.check()
+            if stop.wait(0.1):
+                return
+            if time.monotonic() > deadline:
+                raise UpError(f"deploying {name} ({file}) took more than {timeout:g} s")
+    finally:
+        if deploy.poll() is None:
+            deploy.kill()
+        _, err = deploy.communicate()
+    if deploy.returncode != 0:
+        for _ in range(10):  # an agent failing at start-up is the better explanation: give it a second
+            processes.check()
+            time.sleep(0.1)
+        reason = (err.strip().splitlines() or [f"exit status {deploy.returncode}"])[-1]
+        raise UpError(f"deploying {name} ({file}) failed: {reason}")
