@@ -18,7 +18,8 @@ import pytest
 from broker.client import BlockingClient
 from broker.language import Publication
 from broker.transport.uri import BrokerURI
-from tests.processes import WFM, brokers, quiet
+from tests.processes import WFM, brokers, quiet, status, wait_for
+from tests.transport.harness import free_port
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
 STEP = WORKFLOWS / "scripts" / "step.sh"
@@ -33,12 +34,16 @@ class Overlay:
     def __init__(self, uris: dict[str, BrokerURI], tmp: Path) -> None:
         self.uris, self.tmp, self.output = uris, tmp, tmp / "out"
         self.agents: dict[str, subprocess.Popen[str]] = {}
-        self.observer = BlockingClient(uris["B3"], "observer")
+        self.observe()
+        self.statuses: dict[tuple[str, str], dict[str, Publication]] = {}
+
+    def observe(self) -> None:
+        """(Re)connect the observer at B3: it publishes triggers and receives every status."""
+        self.observer = BlockingClient(self.uris["B3"], "observer")
         self.observer.advertise(
             "[class,eq,Trigger],[applname,isPresent,''],[GID,isPresent,''],[schedule,isPresent,'']"
         )
         self.observer.subscribe("[class,eq,JOBSTATUS],[applname,isPresent,'']")
-        self.statuses: dict[tuple[str, str], dict[str, Publication]] = {}
 
     def start(self, name: str, *extra: str) -> None:
         with (self.tmp / f"{name}.log").open("a") as log:  # the child keeps its own descriptor
@@ -221,3 +226,35 @@ def test_a_hundred_generations_at_once_run_every_job_once(overlay: Overlay) -> N
     for gid in gids:
         assert overlay.records("PAYROLL", gid) == {"JobA": 1, "JobB": 1, "JobD": 1}, gid
         assert overlay.states("PAYROLL", gid)["APPL_END"] == "SUCCESS"
+
+
+def test_agents_reconnect_after_their_broker_restarts(tmp_path: Path) -> None:
+    uri = BrokerURI("127.0.0.1", free_port(), "B1")
+
+    def broker() -> subprocess.Popen[str]:
+        command = [WFM, "broker", "--uri", str(uri), "--heartbeat", "1.0"]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+        wait_for(lambda: status(uri).get("id") == "B1", "broker up")
+        return process
+
+    process = broker()
+    world = Overlay({name: uri for name in LINE}, tmp_path)
+    try:
+        for name in HOMES:
+            world.start(name)
+        time.sleep(0.5)
+        world.deploy(WORKFLOWS / "payroll.xml")
+        world.observer.close()
+        process.terminate()
+        assert process.wait(10) == 0
+        process = broker()
+        world.observe()  # a new session: the old one ended with the broker
+        wait_for(lambda: status(uri).get("subscriptions", 0) >= 10, "agents re-subscribed", timeout=20)  # type: ignore[operator]
+        assert "agentA: 10 UNCHANGED" in world.deploy(WORKFLOWS / "payroll.xml")
+        world.trigger("PAYROLL", ["after-restart"])
+        world.wait_end("PAYROLL", ["after-restart"])
+        assert world.records("PAYROLL", "after-restart") == {"JobA": 1, "JobB": 1, "JobD": 1}
+    finally:
+        world.stop()
+        process.terminate()
+        process.wait(10)
