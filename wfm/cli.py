@@ -15,7 +15,7 @@ import click
 
 from broker.language import ParseError, parse_composite, parse_filter, parse_publication
 from broker.language.model import Publication
-from wfm import __version__, overlay_cli, run_cli, workflow_cli
+from wfm import __version__, agent_cli, overlay_cli, run_cli, workflow_cli
 
 PARSERS: dict[str, Callable[[str], object]] = {
     "publication": parse_publication,
@@ -64,6 +64,8 @@ cli.add_command(overlay_cli.status)
 cli.add_command(overlay_cli.client)
 cli.add_command(workflow_cli.validate)
 cli.add_command(workflow_cli.deploy)
+cli.add_command(workflow_cli.undeploy)
+cli.add_command(agent_cli.agent)
 for command in (run_cli.trigger, run_cli.schedule, run_cli.monitor, run_cli.up):
     cli.add_command(command)
 

@@ -1,12 +1,20 @@
-"""``wfm validate`` and ``wfm deploy``: thin commands over :mod:`wfm.workflow`."""
+"""``wfm validate``, ``wfm deploy`` and ``wfm undeploy``: thin commands over :mod:`wfm.workflow`
+and :mod:`wfm.deploy`."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import click
 
+from broker.client import ConnectError, RefusedError
+from broker.language import Publication
+from broker.transport.link import LinkClosed
 from broker.transport.uri import BrokerURI
+from wfm.deploy import deploy as deploy_plan
+from wfm.deploy import undeploy_publications
 from wfm.overlay_cli import URI, output_option
 from wfm.workflow import DefinitionError, Plan, Problem, Workflow, load, translate
 
@@ -32,13 +40,69 @@ def validate(file: Path) -> None:
               help="Broker to deploy through, socket://HOST:PORT/ID (default: $WFM_BROKER).")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Print the plan and send nothing.")
 @output_option
-def deploy(file: Path, broker_uri: BrokerURI | None, dry_run: bool, output: str) -> None:
-    """Translate a workflow into AGENT_CTL envelopes and deploy them (--dry-run: print them)."""
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True,
+              help="Seconds to wait for every agent's acknowledgement.")  # fmt: skip
+def deploy(file: Path, broker_uri: BrokerURI | None, dry_run: bool, output: str, timeout: float) -> None:
+    """Deploy a workflow: publish its AGENT_CTL envelopes and wait for every agent's acknowledgement
+    (exit status 1 naming the agents that failed or did not answer). --dry-run prints the plan."""
     workflow = _load(file)
     plan = translate(workflow)
-    if not dry_run:
-        raise click.ClickException("deploying needs --dry-run in this version")
-    click.echo(plan.to_json() if output == "json" else _listing(workflow, plan))
+    if dry_run:
+        click.echo(plan.to_json() if output == "json" else _listing(workflow, plan))
+        return
+    agents = plan.by_agent()
+    coordinator = [plan.publication(e) for e in agents[workflow.coordinator]]
+    others = [
+        plan.publication(e) for agent, es in agents.items() if agent != workflow.coordinator for e in es
+    ]
+    _send(broker_uri, plan, [batch for batch in (others, coordinator) if batch], timeout, output)
+
+
+@click.command()
+@workflow_file
+@click.option("--broker", "broker_uri", type=URI, envvar="WFM_BROKER",
+              help="Broker to send through, socket://HOST:PORT/ID (default: $WFM_BROKER).")  # fmt: skip
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True,
+              help="Seconds to wait for every agent's acknowledgement.")  # fmt: skip
+@output_option
+def undeploy(file: Path, broker_uri: BrokerURI | None, timeout: float, output: str) -> None:
+    """Remove a workflow (every version of it) from the agents its FILE names."""
+    plan = translate(_load(file))
+    _send(broker_uri, plan, [undeploy_publications(plan)], timeout, output)
+
+
+def _send(broker_uri: BrokerURI | None, plan: Plan, batches: list[list[Publication]], timeout: float,
+          output: str) -> None:  # fmt: skip
+    if broker_uri is None:
+        raise click.ClickException("no broker: give --broker or set WFM_BROKER")
+    try:
+        reports = asyncio.run(deploy_plan(broker_uri, plan, batches, timeout))
+    except (ConnectError, OSError, RefusedError, LinkClosed) as error:
+        raise click.ClickException(f"cannot deploy through {broker_uri}: {error}") from None
+    for report in reports:
+        if output == "json":
+            record = {"agent": report.agent, **{k.lower(): v for k, v in report.results.items()},
+                      "missing": report.missing, "errors": report.errors}  # fmt: skip
+            click.echo(json.dumps(record))
+            continue
+        counts = ", ".join(f"{n} {result}" for result, n in report.results.items() if n)
+        missing = f", {report.missing} not acknowledged" if report.missing else ""
+        click.echo(f"{report.agent}: {counts or 'nothing'}{missing}")
+        for problem in report.errors:
+            click.echo(f"  ERROR {problem}")
+    failed = [r.agent for r in reports if r.errors]
+    what = f"{plan.workflow} {plan.version}"
+    silent = [r.agent for r in reports if r.missing]
+    if failed:
+        click.echo(
+            f"wfm: error: {plan.workflow} {plan.version}: agents reported errors: {', '.join(failed)}",
+            err=True,
+        )
+    if silent:
+        click.echo(f"wfm: error: {what}: no answer within {timeout:g} s from "
+                   f"{', '.join(silent)}", err=True)  # fmt: skip
+    if failed or silent:
+        raise click.exceptions.Exit(1)
 
 
 def _load(file: Path) -> Workflow:

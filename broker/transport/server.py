@@ -224,5 +224,5 @@ class Broker:
                 if now - link.last_received > self.dead_after:
                     self.counters["heartbeat_timeouts"] += 1
                     link.close(f"no traffic for {self.dead_after:g} s", abort=True)
-                elif now - link.last_sent >= self.heartbeat:
-                    link.send(Ping())
+                elif now - link.last_sent >= self.heartbeat or now - link.last_received >= self.heartbeat:
+                    link.send(Ping())  # also to a peer that only receives: its Pong is its sign of life

@@ -203,6 +203,29 @@ def test_silent_peer_is_dropped_by_heartbeat() -> None:
     run(scenario())
 
 
+def test_a_client_that_only_receives_is_kept_alive() -> None:
+    """A steady stream to a client leaves no idle time for the broker to ping it; it must still
+    be pinged (and answer), or it looks silent and is dropped."""
+
+    async def scenario() -> None:
+        b = Broker(uri("B1"), heartbeat=0.05, dead_after=0.3)
+        await b.start()
+        pub = await Client.connect(b.uri, "pub")
+        reader = await Client.connect(b.uri, "reader")
+        await pub.advertise("[class,eq,tick],[n,isPresent,0]")
+        sub = await reader.subscribe("[class,eq,tick]")
+        for n in range(40):  # 1 s of deliveries every 25 ms, longer than dead_after
+            await pub.publish(Publication("tick", {"n": n}))
+            await sub.next(1.0)
+            await asyncio.sleep(0.025)
+        assert reader.connected and b.counters["heartbeat_timeouts"] == 0
+        await pub.close()
+        await reader.close()
+        await stop(b)
+
+    run(scenario())
+
+
 def test_slow_consumer_is_disconnected_and_others_keep_going() -> None:
     async def scenario() -> None:
         b = Broker(uri("B1"), queue_limit=4 << 20)

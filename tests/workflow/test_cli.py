@@ -88,10 +88,16 @@ def test_deploy_names_the_first_problem_on_one_line(tmp_path: Path) -> None:
     assert done.stderr == "wfm: error: bad.xml:2: job 'A' has no agent (and 2 more: wfm validate bad.xml)\n"
 
 
-def test_deploy_needs_dry_run_for_now() -> None:
+def test_deploy_without_a_reachable_broker_is_one_line() -> None:
     done = wfm("deploy", "workflows/payroll.xml", WFM_BROKER="socket://127.0.0.1:1/B1")
     assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr == "wfm: error: deploying needs --dry-run in this version\n"
+    assert done.stderr.startswith("wfm: error: cannot deploy through socket://127.0.0.1:1/B1: ")
+    assert done.stderr.count("\n") == 1
+
+
+def test_deploy_needs_a_broker() -> None:
+    done = wfm("deploy", "workflows/payroll.xml", WFM_BROKER="")
+    assert (done.returncode, done.stderr) == (1, "wfm: error: no broker: give --broker or set WFM_BROKER\n")
 
 
 def test_deploy_text_lists_each_agent() -> None:

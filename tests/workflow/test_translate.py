@@ -97,7 +97,8 @@ def test_contents() -> None:
     plan = translate(payroll())
     assert parse_filter(content(plan, "JobB", "ADVERTISE")) == parse_filter(
         "[class,eq,JOBSTATUS],[applname,eq,PAYROLL],[jobname,eq,JobB],[GID,isPresent,''],"
-        "[status,isPresent,''],[detail,isPresent,'']"
+        "[status,isPresent,''],[detail,isPresent,''],[version,isPresent,''],[agentname,isPresent,''],"
+        "[attempt,isPresent,0],[started,isPresent,0],[duration,isPresent,0]"
     )
     assert json.loads(content(plan, "JobC", "JOBINFO")) == {
         "workflow": W, "version": plan.version, "job": "JobC", "command": "bonus", "schedule": ["fri"],

@@ -1,0 +1,204 @@
+"""The agent's adapter: broker connection, journal and job processes around :class:`Agent`.
+
+One loop consumes events (deliveries, finished runs, timer ticks) one at a time: journal the event,
+let the state machine decide, carry out its effects. The connection is kept by its own task: the
+client does not reconnect by itself, so after a broker restart or a lost link the agent reconnects
+with backoff and re-issues everything it holds (its control subscription, its acknowledgement
+advertisement and every request the state machine wants), then sends what it had to publish meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from pathlib import Path
+
+from agents.envelope import Subscription
+from agents.journal import Journal
+from agents.runner import execute
+from agents.state import (
+    Agent,
+    Delivery,
+    Effect,
+    Event,
+    Finished,
+    Incoming,
+    Publish,
+    Request,
+    Start,
+    Tick,
+    Withdraw,
+)
+from broker.client import Client, ConnectError
+from broker.language import Publication
+from broker.transport.link import LinkClosed
+from broker.transport.uri import BrokerURI
+from wfm.workflow import shapes
+
+__all__ = ["Daemon"]
+
+log = logging.getLogger(__name__)
+
+CONTROL = "\0control"  # the key of the agent's own AGENT_CTL subscription
+MAX_BACKOFF = 5.0
+FIRST = asyncio.FIRST_COMPLETED
+
+
+class Daemon:
+    """Runs ``agent`` against the broker at ``uri`` until :meth:`stop`."""
+
+    def __init__(self, agent: Agent, uri: BrokerURI, state_dir: Path, workdir: Path) -> None:
+        self.agent, self.uri, self.state_dir, self.workdir = agent, uri, state_dir, workdir
+        self.journal = Journal(state_dir)
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.client: Client | None = None
+        self.issued: dict[str, tuple[str, str]] = {}  # key -> (broker id, command)
+        self.keys: dict[str, str] = {}  # subscription id -> key
+        self.outbox: list[Publication] = []  # publications made while disconnected
+        self.lock = asyncio.Lock()  # requests and re-issuing must not interleave
+        self.runs: set[asyncio.Task[None]] = set()
+        self.stopping = asyncio.Event()
+        self._names = itertools.count(1)
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    async def run(self) -> None:
+        """Replay the journal, resume interrupted runs, then serve until :meth:`stop`."""
+        self.agent.replay(self.journal.read())
+        now = time.time()
+        for finished in self.agent.interrupted(now):
+            await self._handle(finished)
+        await self._handle(Tick())
+        connection = asyncio.create_task(self._keep_connected())
+        stopping = asyncio.create_task(self.stopping.wait())
+        try:
+            while not self.stopping.is_set():
+                wakeup = self.agent.next_wakeup()
+                timeout = 1.0 if wakeup is None else max(0.0, min(1.0, wakeup - time.time()))
+                getter = asyncio.create_task(self.events.get())
+                done, _ = await asyncio.wait(
+                    {getter, stopping}, timeout=timeout, return_when="FIRST_COMPLETED"
+                )
+                if getter in done:
+                    await self._handle(getter.result())
+                else:
+                    getter.cancel()
+                    await self._handle(Tick())
+        finally:
+            stopping.cancel()
+            connection.cancel()
+            for task in self.runs:
+                task.cancel()  # the runs' processes are killed; a restart reports them interrupted
+            await asyncio.gather(connection, *self.runs, return_exceptions=True)
+            if self.client is not None:
+                await self.client.close()
+            self.journal.close()
+
+    async def _handle(self, event: Event) -> None:
+        now = time.time()
+        effects = self.agent.handle(event, now)
+        if effects or not isinstance(event, Tick):
+            self.journal.append(event, now)
+        for effect in effects:
+            await self._apply(effect)
+
+    async def _apply(self, effect: Effect) -> None:
+        if isinstance(effect, Start):
+            task = asyncio.create_task(self._execute(effect))
+            self.runs.add(task)
+            task.add_done_callback(self.runs.discard)
+        elif isinstance(effect, Publish):
+            self._publish(effect.publication)
+        else:
+            async with self.lock:
+                if self.client is not None and self.client.connected:
+                    await self._issue_or_withdraw(self.client, effect)
+
+    async def _execute(self, start: Start) -> None:
+        result = await execute(start.run, self.state_dir, self.workdir)
+        log.info("%s %s %s attempt %d: %s", start.run.workflow, start.run.gid, start.run.job,
+                 start.run.attempt, result.detail)  # fmt: skip
+        self.events.put_nowait(Finished(start.run, result))
+
+    def _publish(self, publication: Publication) -> None:
+        client = self.client
+        if client is None or not client.connected:
+            self.outbox.append(publication)
+            return
+        try:
+            client.publish_nowait(publication)
+        except LinkClosed:
+            self.outbox.append(publication)
+
+    async def _issue_or_withdraw(self, client: Client, effect: Request | Withdraw) -> None:
+        try:
+            if isinstance(effect, Request):
+                await self._issue(client, effect.key, effect.subscription)
+            elif effect.key in self.issued:
+                broker_id, command = self.issued.pop(effect.key)
+                self.keys.pop(broker_id, None)
+                await (client.unadvertise if command == "ADVERTISE" else client.unsubscribe)(broker_id)
+        except LinkClosed:
+            pass  # re-issued from the wanted set on reconnection
+        except Exception as error:
+            log.warning("broker refused %s: %s", effect.key.split(" ", 4)[:4], error)
+
+    async def _issue(self, client: Client, key: str, subscription: Subscription) -> None:
+        if subscription.command == "ADVERTISE":
+            assert subscription.filter is not None
+            broker_id = await client.advertise(subscription.filter)
+        elif subscription.command == "SUBSCRIBE":
+            assert subscription.filter is not None
+            broker_id = (await client.subscribe(subscription.filter, own_queue=False)).id
+        else:
+            assert subscription.composite is not None
+            sub = await client.subscribe_composite(
+                subscription.composite, subscription.clear, own_queue=False
+            )
+            broker_id = sub.id
+        self.issued[key] = (broker_id, subscription.command)
+        self.keys[broker_id] = key
+
+    # connection -----------------------------------------------------------------------------
+
+    async def _keep_connected(self) -> None:
+        delay = 0.2
+        while True:
+            try:
+                client = await self._connect()
+            except (ConnectError, LinkClosed, OSError) as error:
+                log.warning("%s: %s; retrying in %.1f s", self.uri, error, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF)
+                continue
+            delay = 0.2
+            log.info("agent %s connected to %s", self.agent.name, self.uri)
+            await self._read(client)
+            log.warning("lost the connection to %s; reconnecting", self.uri)
+
+    async def _connect(self) -> Client:
+        client = await Client.connect(self.uri, f"{self.agent.name}-{next(self._names)}")
+        async with self.lock:
+            self.issued.clear()
+            self.keys.clear()
+            await client.advertise(shapes.ack_advertisement(self.agent.name))
+            control = await client.subscribe(shapes.control_subscription(self.agent.name), own_queue=False)
+            self.keys[control.id] = CONTROL
+            for key, subscription in list(self.agent.wanted.items()):
+                await self._issue(client, key, subscription)
+            self.client = client
+        outbox, self.outbox = self.outbox, []
+        for publication in outbox:
+            self._publish(publication)
+        return client
+
+    async def _read(self, client: Client) -> None:
+        async for delivery in client:
+            key = self.keys.get(delivery.subscription)
+            if key == CONTROL:
+                self.events.put_nowait(Incoming(delivery.publication))
+            elif key is not None:
+                self.events.put_nowait(Delivery(key, delivery.publications or (delivery.publication,)))

@@ -1,0 +1,171 @@
+"""Checking what arrives from outside: AGENT_CTL envelopes, JOBINFO and the Trigger's date.
+
+Every check raises ``ValueError`` with one line saying what is wrong, so the agent can acknowledge a
+bad envelope with ERROR (and report a bad trigger as a failed job) instead of crashing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from broker.language import Composite, Filter, Publication, parse_composite, parse_filter
+from wfm.workflow import parse_schedule
+from wfm.workflow.shapes import AGENT_CTL, TRIGGER, digest
+from wfm.workflow.shapes import trigger_date as schedule_date
+
+__all__ = [
+    "COMMANDS", "Control", "JobInfo", "Subscription", "ack_fields", "parse_control", "parse_jobinfo",
+    "parse_subscription", "trigger_date",
+]  # fmt: skip
+
+COMMANDS = ("ADVERTISE", "SUBSCRIBE", "COMPOSITESUBSCRIBE", "JOBINFO", "UNDEPLOY")
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """An AGENT_CTL envelope addressed to this agent, its fields checked to be strings."""
+
+    workflow: str
+    version: str
+    command: str
+    job: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """What JOBINFO says about a job; ``graph`` only for APPL_END (the coordinator's)."""
+
+    workflow: str
+    version: str
+    job: str
+    command: str = ""
+    schedule: frozenset[int] = frozenset(range(7))
+    timeout: float | None = None
+    retries: int = 0
+    cwd: str | None = None
+    virtual: bool = False
+    graph: dict[str, list[list[str]]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """What an ADVERTISE, SUBSCRIBE or COMPOSITESUBSCRIBE asks the broker for."""
+
+    command: str
+    filter: Filter | None = None
+    composite: Composite | None = None
+    clear: Filter | None = None
+
+
+def ack_fields(publication: Publication) -> dict[str, str]:
+    """The envelope fields an acknowledgement echoes, whatever their type."""
+    fields = {name: str(publication.get(name, "")) for name in ("applname", "version", "jobname", "command")}
+    return fields | {"digest": digest(str(publication.get("content", "")))}
+
+
+def parse_control(publication: Publication, agent: str) -> Control:
+    if publication.cls != AGENT_CTL:
+        raise ValueError(f"not an AGENT_CTL envelope: class {publication.cls}")
+    if publication.get("agentname") != agent:
+        raise ValueError(f"addressed to {publication.get('agentname')!r}, not {agent!r}")
+    values = {}
+    for name in ("applname", "version", "command", "jobname", "content"):
+        value = publication.get(name, "" if name == "content" else None)
+        if not isinstance(value, str) or (not value and name != "content"):
+            raise ValueError(f"the envelope needs a non-empty string {name}")
+        values[name] = value
+    if values["command"] not in COMMANDS:
+        raise ValueError(f"unknown command {values['command']!r} (one of {', '.join(COMMANDS)})")
+    return Control(
+        values["applname"], values["version"], values["command"], values["jobname"], values["content"]
+    )
+
+
+def parse_subscription(control: Control) -> Subscription:
+    """The filter or composite of an ADVERTISE, SUBSCRIBE or COMPOSITESUBSCRIBE envelope."""
+    if control.command != "COMPOSITESUBSCRIBE":
+        return Subscription(control.command, filter=parse_filter(control.content))
+    data = _json_object(control.content)
+    composite, clear = data.get("composite"), data.get("clear")
+    if not isinstance(composite, str) or not isinstance(clear, str | None):
+        raise ValueError("COMPOSITESUBSCRIBE needs a string composite and an optional string clear")
+    if data.get("job") != control.job:
+        raise ValueError(
+            f"COMPOSITESUBSCRIBE is for job {data.get('job')!r}, the envelope for {control.job!r}"
+        )
+    clear_filter = None if clear is None else parse_filter(clear, allow_variables=True)
+    return Subscription(control.command, composite=parse_composite(composite), clear=clear_filter)
+
+
+def parse_jobinfo(control: Control) -> JobInfo:
+    data = _json_object(control.content)
+    if (data.get("workflow"), data.get("version"), data.get("job")) != (
+        control.workflow,
+        control.version,
+        control.job,
+    ):
+        raise ValueError("JOBINFO's workflow, version and job differ from the envelope's")
+    virtual = data.get("virtual", False) is True
+    graph = data.get("graph")
+    if graph is not None and not _is_graph(graph):
+        raise ValueError("JOBINFO graph must map jobs to [[predecessor, on], ...]")
+    if virtual:
+        return JobInfo(
+            control.workflow, control.version, control.job, virtual=True, graph=graph, cwd=_cwd(data)
+        )
+    command, schedule, retries = data.get("command"), data.get("schedule", ["daily"]), data.get("retries", 0)
+    timeout = data.get("timeout")
+    if not isinstance(command, str) or not command.strip():
+        raise ValueError("JOBINFO needs a non-empty command")
+    if not isinstance(schedule, list) or not all(isinstance(word, str) for word in schedule) or not schedule:
+        raise ValueError("JOBINFO schedule must be a non-empty list of day words")
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
+        raise ValueError("JOBINFO retries must be an integer from 0 to 100")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+    ):
+        raise ValueError("JOBINFO timeout must be a positive number or null")
+    return JobInfo(
+        control.workflow, control.version, control.job, command, parse_schedule(",".join(schedule)),
+        None if timeout is None else float(timeout), retries, _cwd(data),
+    )  # fmt: skip
+
+
+def trigger_date(publications: tuple[Publication, ...]) -> dt.date:
+    """The date of the Trigger among a firing's publications (its ``schedule``, ``YYYY.MM.DD``)."""
+    for publication in publications:
+        if publication.cls == TRIGGER:
+            return schedule_date(str(publication.get("schedule")))
+    raise ValueError("the firing holds no Trigger")
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"content is not JSON: {error.msg} at {error.pos}") from None
+    if not isinstance(data, dict):
+        raise ValueError("content must be a JSON object")
+    return data
+
+
+def _cwd(data: dict[str, Any]) -> str | None:
+    cwd = data.get("cwd")
+    if cwd is not None and not isinstance(cwd, str):
+        raise ValueError("JOBINFO cwd must be a string")
+    return cwd
+
+
+def _is_graph(graph: object) -> bool:
+    return isinstance(graph, dict) and all(
+        isinstance(edges, list)
+        and all(
+            isinstance(edge, list) and len(edge) == 2 and all(isinstance(x, str) for x in edge)
+            for edge in edges
+        )
+        for edges in graph.values()
+    )

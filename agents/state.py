@@ -1,0 +1,479 @@
+"""The agent's state machine, without I/O: events in, effects out, time passed in as a value.
+
+Like the router, the core decides and a thin adapter (:mod:`agents.daemon`) talks to the broker and
+runs processes. That keeps every decision (run, NORUN, ignore, retry, queue, APPL_START, APPL_END,
+forget, drop an old version) testable without sockets, and lets a restarted agent rebuild its state
+by feeding its journal of events back in (:meth:`Agent.replay`): the same events give the same state.
+
+Subscriptions are kept as a wanted set (:attr:`Agent.wanted`, key -> request) rather than only
+emitted once, so the adapter can re-issue all of them after a restart or a reconnection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from agents.envelope import (
+    Control,
+    JobInfo,
+    Subscription,
+    ack_fields,
+    parse_control,
+    parse_jobinfo,
+    parse_subscription,
+    trigger_date,
+)
+from broker.language import Publication
+from wfm.workflow import APPL_END, APPL_START, outcome, shapes
+from wfm.workflow.shapes import FAILURE, JOBSTATUS, NORUN, SUCCESS
+
+__all__ = [
+    "Agent",
+    "Delivery",
+    "Effect",
+    "Event",
+    "Finished",
+    "Incoming",
+    "Publish",
+    "Request",
+    "Result",
+    "Run",
+    "Start",
+    "Tick",
+    "Withdraw",
+]  # fmt: skip
+
+log = logging.getLogger(__name__)
+
+ENDED_MEMORY = 10_000  # generations remembered after APPL_END, to ignore late duplicate firings
+
+
+# events ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """An AGENT_CTL publication addressed to this agent."""
+
+    publication: Publication
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Publications delivered for the subscription ``key`` (several for a composite firing)."""
+
+    key: str
+    publications: tuple[Publication, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One attempt at running a job of a generation."""
+
+    workflow: str
+    version: str
+    gid: str
+    job: str
+    attempt: int
+    command: str
+    cwd: str | None
+    date: str  # YYYY-MM-DD
+    timeout: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """How a run ended: ``ok`` is exit status 0; ``detail`` says exit status or timeout, and duration."""
+
+    ok: bool
+    detail: str
+    started: float
+    duration: float
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    run: Run
+    result: Result
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed: retries whose backoff is over start."""
+
+
+Event = Incoming | Delivery | Finished | Tick
+
+
+# effects --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """Advertise or (composite) subscribe ``subscription`` under ``key``."""
+
+    key: str
+    subscription: Subscription
+
+
+@dataclass(frozen=True, slots=True)
+class Withdraw:
+    """Undo the request made under ``key``."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    publication: Publication
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    run: Run
+
+
+Effect = Request | Withdraw | Publish | Start
+
+
+# state ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Deployment:
+    """One version of a workflow on this agent: its jobs and the keys of its requests."""
+
+    workflow: str
+    version: str
+    order: int  # install order: the latest deployed version of a workflow starts new generations
+    jobs: dict[str, JobInfo] = field(default_factory=dict)
+    keys: set[str] = field(default_factory=set)
+    ended: bool = False  # a generation of this version has ended: older ones start no more
+
+
+@dataclass
+class Generation:
+    """What this agent knows of one generation: its version, its jobs here, and (coordinator) every
+    status of the workflow in it."""
+
+    version: str | None = None
+    jobs: dict[str, str] = field(default_factory=dict)  # job -> queued|running|waiting|done
+    statuses: dict[str, str] = field(default_factory=dict)
+    ended: bool = False  # APPL_END published (coordinator)
+
+
+@dataclass
+class Pending:
+    """A run that is queued (``at`` None) or waiting ``at`` for its retry."""
+
+    run: Run
+    at: float | None = None
+
+
+class Agent:
+    """The decisions of agent ``name``; feed it events with :meth:`handle`."""
+
+    def __init__(self, name: str, max_jobs: int = 4, backoff: float = 1.0) -> None:
+        self.name = name
+        self.max_jobs = max_jobs
+        self.backoff = backoff
+        self.deployments: dict[tuple[str, str], Deployment] = {}
+        self.generations: dict[tuple[str, str], Generation] = {}
+        self.wanted: dict[str, Subscription] = {}
+        self.owners: dict[str, tuple[str, str, str]] = {}  # key -> (workflow, version, job)
+        self.pending: list[Pending] = []
+        self.running: dict[tuple[str, str, str], Run] = {}
+        self.ended: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._installs = 0
+
+    # entry points ---------------------------------------------------------------------------
+
+    def handle(self, event: Event, now: float) -> list[Effect]:
+        if isinstance(event, Incoming):
+            return self._incoming(event.publication)
+        if isinstance(event, Delivery):
+            return self._delivery(event.key, event.publications, now)
+        if isinstance(event, Finished):
+            return self._finished(event.run, event.result, now)
+        return self._pump(now)
+
+    def replay(self, events: Iterable[tuple[Event, float]]) -> None:
+        """Rebuild the state from a journal; what the events caused was already done then."""
+        for event, now in events:
+            self.handle(event, now)
+
+    def interrupted(self, now: float) -> list[Finished]:
+        """After :meth:`replay`: the runs that were running when the agent stopped, as failed
+        attempts ("agent restarted"), to handle (and journal) like any end of a run, so they are
+        retried if they have retries left and reported FAILURE otherwise."""
+        return [Finished(run, Result(False, "agent restarted", now, 0.0)) for run in self.running.values()]
+
+    def next_wakeup(self) -> float | None:
+        """When the earliest retry is due, for the adapter's timer."""
+        return min((p.at for p in self.pending if p.at is not None), default=None)
+
+    # control --------------------------------------------------------------------------------
+
+    def _incoming(self, publication: Publication) -> list[Effect]:
+        fields = ack_fields(publication)
+        try:
+            control = parse_control(publication, self.name)
+            result, effects = self._apply(control)
+        except ValueError as error:
+            log.warning("bad envelope %s: %s", publication, error)
+            return [Publish(shapes.ack(self.name, fields, "ERROR", str(error)))]
+        return [*effects, Publish(shapes.ack(self.name, fields, result, ""))]
+
+    def _apply(self, control: Control) -> tuple[str, list[Effect]]:
+        if control.command == "UNDEPLOY":
+            versions = [v for (w, v) in self.deployments if w == control.workflow]
+            effects = [e for v in versions for e in self._remove(control.workflow, v)]
+            return ("OK" if versions else "UNCHANGED"), effects
+        if control.command == "JOBINFO":
+            info = parse_jobinfo(control)
+            deployment = self._deployment(control.workflow, control.version)
+            if deployment.jobs.get(control.job) == info:
+                return "UNCHANGED", []
+            deployment.jobs[control.job] = info
+            return "OK", self._starts(control.workflow)
+        subscription = parse_subscription(control)
+        key = f"{control.workflow} {control.version} {control.command} {control.job} {control.content}"
+        if key in self.wanted:
+            return "UNCHANGED", []
+        deployment = self._deployment(control.workflow, control.version)
+        deployment.keys.add(key)
+        self.wanted[key] = subscription
+        self.owners[key] = (control.workflow, control.version, control.job)
+        return "OK", [Request(key, subscription), *self._starts(control.workflow)]
+
+    def _deployment(self, workflow: str, version: str) -> Deployment:
+        """The deployment of (workflow, version), created when its first envelope arrives."""
+        if (workflow, version) not in self.deployments:
+            self._installs += 1
+            self.deployments[workflow, version] = Deployment(workflow, version, self._installs)
+        return self.deployments[workflow, version]
+
+    def _remove(self, workflow: str, version: str) -> list[Effect]:
+        deployment = self.deployments.pop((workflow, version))
+        for key in deployment.keys:
+            self.wanted.pop(key, None)
+            self.owners.pop(key, None)
+        log.info("removed %s version %s", workflow, version)
+        return [Withdraw(key) for key in sorted(deployment.keys)] + self._starts(workflow)
+
+    def _starts(self, workflow: str) -> list[Effect]:
+        """Keep the workflow's APPL_START subscription while any version of it is deployed."""
+        key = f"{workflow} starts"
+        deployed = any(w == workflow for w, _ in self.deployments)
+        if deployed and key not in self.wanted:
+            self.wanted[key] = Subscription("SUBSCRIBE", filter=shapes.start_subscription(workflow))
+            self.owners[key] = (workflow, "", APPL_START)
+            return [Request(key, self.wanted[key])]
+        if not deployed and key in self.wanted:
+            del self.wanted[key], self.owners[key]
+            return [Withdraw(key)]
+        return []
+
+    def current(self, workflow: str) -> str | None:
+        """The version new generations of ``workflow`` start on: the last one deployed here (on
+        the coordinator, the last one whose APPL_START is installed)."""
+        versions = [d for (w, _), d in self.deployments.items() if w == workflow]
+        starting = [d for d in versions if APPL_START in d.jobs] or versions
+        return max(starting, key=lambda d: d.order).version if starting else None
+
+    def _collect(self, workflow: str) -> list[Effect]:
+        """Drop the older versions of ``workflow`` that no unfinished generation runs on.
+
+        Called at APPL_END once a generation of the current version has ended: the coordinator
+        published its APPL_START after those of every older generation, so by then this agent has
+        seen (through its APPL_START subscription) every generation still running on an older one."""
+        current = self.current(workflow)
+        used = {g.version for (w, _), g in self.generations.items() if w == workflow}
+        old = [v for (w, v) in self.deployments if w == workflow and v != current and v not in used]
+        return [e for v in old for e in self._remove(workflow, v)] + self._starts(workflow)
+
+    # deliveries -----------------------------------------------------------------------------
+
+    def _delivery(self, key: str, publications: tuple[Publication, ...], now: float) -> list[Effect]:
+        owner = self.owners.get(key)
+        if owner is None:
+            return []  # withdrawn meanwhile
+        if self.wanted[key].command == "SUBSCRIBE":
+            return [e for p in publications for e in self._status(p, now)]
+        workflow, version, job = owner
+        info = self.deployments[workflow, version].jobs.get(job)
+        if info is None:
+            log.warning("%s %s fired before its JOBINFO arrived: ignored", workflow, job)
+            return []
+        return self._fired(info, publications, now)
+
+    def _fired(self, info: JobInfo, publications: tuple[Publication, ...], now: float) -> list[Effect]:
+        gid = next((p.get("GID") for p in publications), None)
+        if not isinstance(gid, str) or (info.workflow, gid) in self.ended:
+            return []
+        versions = {p.get("version") for p in publications if p.cls == JOBSTATUS}
+        if info.job == APPL_START:
+            if info.version != self.current(info.workflow):
+                return []  # a generation starts on the latest version only
+        elif versions != {info.version}:
+            return []  # this generation runs on another version
+        generation = self.generations.setdefault((info.workflow, gid), Generation(info.version))
+        if generation.version is None:
+            generation.version = info.version
+        if info.job in generation.jobs:
+            return []  # a duplicate firing
+        try:
+            date = trigger_date(publications)
+        except ValueError as error:
+            return self._report(info, gid, FAILURE, str(error), now)
+        if info.job == APPL_START:
+            return self._report(info, gid, SUCCESS, f"trigger for {date.isoformat()}", now)
+        if date.weekday() not in info.schedule:
+            return self._report(info, gid, NORUN, f"not scheduled on {date.strftime('%A')} {date}", now)
+        generation.jobs[info.job] = "queued"
+        run = Run(
+            info.workflow,
+            info.version,
+            gid,
+            info.job,
+            1,
+            info.command,
+            info.cwd,
+            date.isoformat(),
+            info.timeout,
+        )
+        self.pending.append(Pending(run))
+        return self._pump(now)
+
+    def _status(self, publication: Publication, now: float) -> list[Effect]:
+        """A JOBSTATUS from a plain subscription: a start, an end, or (coordinator) any status."""
+        workflow, gid, job = (publication.get(name) for name in ("applname", "GID", "jobname"))
+        status, version = publication.get("status"), publication.get("version")
+        if not all(isinstance(x, str) for x in (workflow, gid, job, status, version)):
+            return []
+        assert isinstance(workflow, str) and isinstance(gid, str) and isinstance(job, str)
+        assert isinstance(status, str) and isinstance(version, str)
+        if job == APPL_END:
+            return self._forget(workflow, gid, version)
+        if (workflow, gid) in self.ended:
+            return []
+        if job == APPL_START:
+            self.generations.setdefault((workflow, gid), Generation()).version = version
+        generation = self.generations.get((workflow, gid))
+        if generation is None or generation.version != version:
+            return []
+        generation.statuses.setdefault(job, status)
+        return self._decide_end(workflow, gid, generation, now)
+
+    def _decide_end(self, workflow: str, gid: str, generation: Generation, now: float) -> list[Effect]:
+        """Coordinator: publish APPL_END once :func:`outcome` says the generation is over."""
+        assert generation.version is not None
+        deployment = self.deployments.get((workflow, generation.version))
+        info = deployment.jobs.get(APPL_END) if deployment else None
+        if info is None or info.graph is None or generation.ended or APPL_START not in generation.statuses:
+            return []
+        try:
+            over = outcome(info.graph, generation.statuses)
+        except ValueError as error:  # a graph with a cycle: end the generation rather than hang
+            over = (FAILURE, str(error))
+        if over is None:
+            return []
+        generation.ended = True
+        status, detail = over
+        end = self._publication(info.workflow, info.version, APPL_END, gid, status, detail, 0, now)
+        return [Publish(end)]
+
+    def _forget(self, workflow: str, gid: str, version: str) -> list[Effect]:
+        """APPL_END: forget the generation (its queued runs too), then maybe an old version."""
+        if (workflow, gid) in self.ended:
+            return []
+        self.generations.pop((workflow, gid), None)
+        self.pending = [p for p in self.pending if (p.run.workflow, p.run.gid) != (workflow, gid)]
+        self.ended[workflow, gid] = None
+        while len(self.ended) > ENDED_MEMORY:
+            self.ended.popitem(last=False)
+        current = self.current(workflow)
+        if current is None:
+            return []
+        latest = self.deployments[workflow, current]
+        latest.ended = latest.ended or version == current
+        return self._collect(workflow) if latest.ended else []
+
+    # runs -----------------------------------------------------------------------------------
+
+    def _pump(self, now: float) -> list[Effect]:
+        """Start due runs, oldest first, up to ``max_jobs`` at once."""
+        effects: list[Effect] = []
+        for pending in list(self.pending):
+            if len(self.running) >= self.max_jobs:
+                break
+            if pending.at is not None and pending.at > now:
+                continue
+            self.pending.remove(pending)
+            run = pending.run
+            self.running[run.workflow, run.gid, run.job] = run
+            self._mark(run, "running")
+            effects.append(Start(run))
+        return effects
+
+    def _finished(self, run: Run, result: Result, now: float) -> list[Effect]:
+        if self.running.get((run.workflow, run.gid, run.job)) != run:
+            return []
+        if not result.ok:
+            return self._failed(run, result, now)
+        del self.running[run.workflow, run.gid, run.job]
+        return self._done(run, SUCCESS, result) + self._pump(now)
+
+    def _failed(self, run: Run, result: Result, now: float) -> list[Effect]:
+        del self.running[run.workflow, run.gid, run.job]
+        retries = self._retries(run)
+        if run.attempt <= retries:
+            delay = min(self.backoff * 2 ** (run.attempt - 1), 60.0)
+            log.info("%s %s %s attempt %d failed (%s): retry in %.1f s", run.workflow, run.gid, run.job,
+                     run.attempt, result.detail, delay)  # fmt: skip
+            self.pending.append(Pending(replace(run, attempt=run.attempt + 1), now + delay))
+            self._mark(run, "waiting")
+            return self._pump(now)
+        return self._done(run, FAILURE, result) + self._pump(now)
+
+    def _retries(self, run: Run) -> int:
+        deployment = self.deployments.get((run.workflow, run.version))
+        info = deployment.jobs.get(run.job) if deployment else None
+        return info.retries if info else 0
+
+    def _done(self, run: Run, status: str, result: Result) -> list[Effect]:
+        self._mark(run, "done")
+        publication = self._publication(
+            run.workflow, run.version, run.job, run.gid, status, result.detail,
+            attempt=run.attempt, started=result.started, duration=result.duration,
+        )  # fmt: skip
+        return [Publish(publication)]
+
+    def _mark(self, run: Run, state: str) -> None:
+        generation = self.generations.get((run.workflow, run.gid))
+        if generation is not None:
+            generation.jobs[run.job] = state
+
+    def _report(self, info: JobInfo, gid: str, status: str, detail: str, now: float) -> list[Effect]:
+        """A status decided without running anything: APPL_START, NORUN, a bad trigger."""
+        generation = self.generations[info.workflow, gid]
+        generation.jobs[info.job] = "done"
+        publication = self._publication(
+            info.workflow, info.version, info.job, gid, status, detail, started=now
+        )
+        if info.job != APPL_START:
+            return [Publish(publication)]
+        generation.statuses[APPL_START] = status
+        return [Publish(publication), *self._decide_end(info.workflow, gid, generation, now)]
+
+    def _publication(
+        self, workflow: str, version: str, job: str, gid: str, status: str, detail: str,
+        attempt: int = 0, started: float = 0.0, duration: float = 0.0,
+    ) -> Publication:  # fmt: skip
+        return shapes.job_status(
+            workflow, job, gid, status, detail, version=version, agent=self.name,
+            attempt=attempt, started=started, duration=duration,
+        )  # fmt: skip

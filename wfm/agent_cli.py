@@ -1,0 +1,56 @@
+"""``wfm agent``: one agent daemon, until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import click
+
+from agents.daemon import Daemon
+from agents.state import Agent
+from broker.language.values import check_string
+from broker.transport.uri import BrokerURI
+from wfm.overlay_cli import broker_option
+
+
+def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        check_string(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    if not value.strip():
+        raise click.BadParameter("an agent name cannot be empty")
+    return value
+
+
+@click.command()
+@click.option("--name", required=True, callback=_name, help="The agent name the workflows use.")
+@broker_option
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Journal and run logs (default: ./.wfm/agents/NAME).")  # fmt: skip
+@click.option("--max-jobs", type=click.IntRange(1, 10_000), default=4, show_default=True,
+              help="Jobs run at once; more wait in a queue.")  # fmt: skip
+@click.option("--retry-backoff", type=click.FloatRange(0, 3600), default=1.0, show_default=True,
+              help="Seconds before the first retry of a failed job, doubling per attempt.")  # fmt: skip
+def agent(
+    name: str, broker_uri: BrokerURI, state_dir: Path | None, max_jobs: int, retry_backoff: float
+) -> None:
+    """Run an agent: install the AGENT_CTL envelopes addressed to NAME and run their jobs."""
+    directory = (state_dir or Path(".wfm", "agents", name)).absolute()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise click.ClickException(
+            f"cannot create the state directory {directory}: {error.strerror}"
+        ) from None
+    daemon = Daemon(Agent(name, max_jobs, retry_backoff), broker_uri, directory, Path.cwd())
+    asyncio.run(_serve(daemon))
+
+
+async def _serve(daemon: Daemon) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, daemon.stop)
+    await daemon.run()

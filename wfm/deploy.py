@@ -1,0 +1,103 @@
+"""The deployer: publish a plan's AGENT_CTL envelopes and collect every agent's acknowledgement.
+
+Each envelope is acknowledged by its agent with AGENT_ACK (result OK, UNCHANGED or ERROR), matched
+by (agent, command, job, digest of the content). Envelopes not yet acknowledged are sent again with
+backoff: right after the deployer advertises, the agents' subscriptions may not have reached its
+broker yet, and a repeated envelope only costs an UNCHANGED. The coordinator's envelopes go last,
+once every other agent has acknowledged: the coordinator starts generations, so it must not start
+one on a version some agent does not have yet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from broker.client import Client
+from broker.language import Publication
+from broker.transport.uri import BrokerURI
+from wfm.workflow import Plan, shapes
+
+__all__ = ["AgentReport", "deploy", "undeploy_publications"]
+
+Key = tuple[str, str, str, str]  # agent, command, job, digest
+
+
+@dataclass
+class AgentReport:
+    """What one agent answered: counts per result, the errors, and envelopes never acknowledged."""
+
+    agent: str
+    results: dict[str, int] = field(default_factory=lambda: {"OK": 0, "UNCHANGED": 0, "ERROR": 0})
+    errors: list[str] = field(default_factory=list)
+    missing: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and not self.missing
+
+
+def _key(publication: Publication) -> Key:
+    fields = ("agentname", "command", "jobname")
+    agent, command, job = (str(publication.get(name, "")) for name in fields)
+    return agent, command, job, shapes.digest(str(publication.get("content", "")))
+
+
+def _ack_key(ack: Publication) -> Key:
+    return tuple(str(ack.get(name, "")) for name in ("agentname", "command", "jobname", "digest"))  # type: ignore[return-value]
+
+
+def undeploy_publications(plan: Plan) -> list[Publication]:
+    """One UNDEPLOY envelope per agent of ``plan``: each agent removes every version of the workflow."""
+    return [
+        Publication(
+            shapes.AGENT_CTL,
+            {
+                "agentname": agent,
+                "command": "UNDEPLOY",
+                "content": "",
+                "applname": plan.workflow,
+                "jobname": "*",
+                "version": plan.version,
+            },
+        )
+        for agent in plan.by_agent()
+    ]
+
+
+async def deploy(
+    uri: BrokerURI, plan: Plan, batches: Sequence[Sequence[Publication]], timeout: float
+) -> list[AgentReport]:
+    """Publish each batch in turn, waiting for all its acknowledgements (or ``timeout`` overall)."""
+    reports = {agent: AgentReport(agent) for agent in plan.by_agent()}
+    deadline = time.monotonic() + timeout
+    async with await Client.connect(uri, timeout=max(1.0, timeout)) as client:
+        await client.advertise(plan.deployer_advertisement())
+        acks = await client.subscribe(shapes.ack_subscription(plan.workflow, plan.version))
+        for batch in batches:
+            waiting = {_key(p): p for p in batch}
+            pause = 0.5
+            while waiting and time.monotonic() < deadline and all(r.ok for r in reports.values()):
+                for publication in waiting.values():
+                    client.publish_nowait(publication)
+                resend = min(time.monotonic() + pause, deadline)
+                while waiting and time.monotonic() < resend:
+                    try:
+                        delivery = await acks.next(max(0.0, resend - time.monotonic()))
+                    except TimeoutError:
+                        break
+                    ack = delivery.publication
+                    if waiting.pop(_ack_key(ack), None) is None:
+                        continue  # a repeat
+                    report = reports.setdefault(str(ack["agentname"]), AgentReport(str(ack["agentname"])))
+                    result = str(ack.get("result"))
+                    report.results[result] = report.results.get(result, 0) + 1
+                    if result == "ERROR":
+                        report.errors.append(
+                            f"{ack.get('command')} {ack.get('jobname')}: {ack.get('detail')}"
+                        )
+                pause = min(pause * 2, 4.0)
+            for agent, *_ in waiting:  # later batches are not sent once one is incomplete
+                reports[agent].missing += 1
+    return list(reports.values())
