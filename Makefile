@@ -25,6 +25,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/matching.py
 	$(BIN)/python benchmarks/overlay.py
 	$(BIN)/python benchmarks/composite_traffic.py --plot docs/composite_traffic.png
+	$(BIN)/python benchmarks/workflows.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check broker agents wfm tests benchmarks

@@ -38,6 +38,7 @@ from broker.language.model import (
 from broker.language.values import TimeRef, Var
 from broker.matching import Matcher
 from broker.routing.detection import Bindings, Detector
+from broker.routing.filter_index import FilterIndex
 from broker.routing.forwarding import Action, Forwarding
 from broker.routing.messages import (
     DEFAULT_TTL,
@@ -111,6 +112,8 @@ class Router:
         self.srt: dict[str, _Entry] = {}
         self.prt: dict[str, _Entry] = {}
         self.matcher = Matcher()
+        self.srt_index = FilterIndex()  # which advertisements a subscription may overlap, and
+        self.prt_index = FilterIndex()  # which subscriptions an advertisement may
         self.owned: dict[str, set[str]] = {}  # client hop -> ids of its advertisements and subscriptions
         self.subscriptions = Forwarding(covering, subscription_covers)
         self.advertisements = Forwarding("lazy" if advertisement_covering else "off", advertisement_covers)
@@ -302,11 +305,13 @@ class Router:
 
     def _advertise(self, adv_id: str, advertisement: Filter, hop: str, ttl: int) -> Output:
         self.srt[adv_id] = _Entry(advertisement, hop, ttl)
+        self.srt_index.add(adv_id, advertisement)
         out: Output = []
         for neighbor in sorted(self.neighbors - {hop}):
             out += self._apply(neighbor, self.advertisements.want(neighbor, adv_id, advertisement), True)
         if hop in self.neighbors:  # subscriptions waiting for this direction can now go there
-            for sub_id, entry in self.prt.items():
+            for sub_id in sorted(self.prt_index.candidates(advertisement)):
+                entry = self.prt[sub_id]
                 if entry.hop != hop and overlaps(entry.filter, advertisement):
                     out += self._apply(hop, self.subscriptions.want(hop, sub_id, entry.filter), False)
         for detection in list(self.detections.values()):
@@ -322,6 +327,7 @@ class Router:
 
     def _subscribe(self, sub_id: str, subscription: Filter, hop: str, ttl: int) -> Output:
         self.prt[sub_id] = _Entry(subscription, hop, ttl)
+        self.prt_index.add(sub_id, subscription)
         self.matcher.add(sub_id, subscription)
         out: Output = []
         for neighbor in sorted(self.neighbors - {hop}):
@@ -333,6 +339,7 @@ class Router:
         out: Output = []
         if entry_id in self.srt:
             entry = self.srt.pop(entry_id)
+            self.srt_index.remove(entry_id)
             for neighbor in sorted(self.neighbors):
                 out += self._apply(neighbor, self.advertisements.unwant(neighbor, entry_id), True)
             if entry.hop in self.neighbors:  # subscriptions that only this advertisement drew that way
@@ -341,6 +348,7 @@ class Router:
                         out += self._apply(entry.hop, self.subscriptions.unwant(entry.hop, sub_id), False)
         elif entry_id in self.prt:
             entry = self.prt.pop(entry_id)
+            self.prt_index.remove(entry_id)
             self.matcher.remove(entry_id)
             for neighbor in sorted(self.neighbors):
                 out += self._apply(neighbor, self.subscriptions.unwant(neighbor, entry_id), False)
@@ -457,7 +465,9 @@ class Router:
 
     def _whence(self, atom: Filter) -> str:
         """Where publications matching an atom come from (see ``placement``)."""
-        hops = {e.hop for e in self.srt.values() if overlaps(atom, e.filter)}
+        hops = {
+            self.srt[i].hop for i in self.srt_index.candidates(atom) if overlaps(atom, self.srt[i].filter)
+        }
         if not hops:
             return NOWHERE
         (hop,) = hops if len(hops) == 1 else (HERE,)
@@ -501,7 +511,10 @@ class Router:
 
     def _routes_to(self, subscription: Filter, neighbor: str) -> bool:
         """Is there an advertisement learned from ``neighbor`` that the subscription overlaps?"""
-        return any(e.hop == neighbor and overlaps(subscription, e.filter) for e in self.srt.values())
+        return any(
+            self.srt[i].hop == neighbor and overlaps(subscription, self.srt[i].filter)
+            for i in self.srt_index.candidates(subscription)
+        )
 
     def _apply(self, hop: str, actions: list[Action], advertisement: bool) -> Output:
         out: Output = []

@@ -1,0 +1,87 @@
+"""Which stored filters could overlap a given one, without testing them all.
+
+The router asks "which advertisements does this subscription overlap?" (and the reverse) for every
+subscription and advertisement it handles; tested one by one that is quadratic in a deployment,
+where a thousand jobs each advertise and subscribe their own job name. Two filters can only
+overlap if their classes are equal and, for an attribute both constrain with equality, the values
+are equal. So filters are indexed by class, and within a class by each equality predicate's
+attribute and value; a query takes its most selective equality and gets the filters with that
+value plus those without an equality on that attribute. The caller still tests each candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from broker.language.model import Filter
+from broker.language.values import TimeRef, Var
+
+__all__ = ["FilterIndex"]
+
+EQUALITY = ("eq", "=")
+
+
+def _equalities(filter_: Filter) -> dict[str, object]:
+    return {
+        p.attribute: p.value
+        for p in filter_.predicates
+        if p.op in EQUALITY and not isinstance(p.value, Var | TimeRef)
+    }
+
+
+@dataclass(slots=True)
+class _Class:
+    all: set[str] = field(default_factory=set)
+    equal: dict[str, dict[object, set[str]]] = field(default_factory=dict)  # attribute -> value -> ids
+    unequal: dict[str, set[str]] = field(default_factory=dict)  # attribute -> ids with no equality on it
+
+
+class FilterIndex:
+    def __init__(self) -> None:
+        self._classes: dict[str, _Class] = {}
+        self._keys: dict[str, tuple[str, dict[str, object]]] = {}  # id -> (class, its equalities)
+
+    def add(self, entry: str, filter_: Filter) -> None:
+        index = self._classes.setdefault(filter_.cls, _Class())
+        equalities = _equalities(filter_)
+        self._keys[entry] = (filter_.cls, equalities)
+        for attribute, value in equalities.items():
+            if attribute not in index.equal:
+                index.equal[attribute] = {}
+                index.unequal[attribute] = set(index.all)
+            index.equal[attribute].setdefault(value, set()).add(entry)
+        for attribute, ids in index.unequal.items():
+            if attribute not in equalities:
+                ids.add(entry)
+        index.all.add(entry)
+
+    def remove(self, entry: str) -> None:
+        cls, equalities = self._keys.pop(entry)
+        index = self._classes[cls]
+        index.all.discard(entry)
+        for attribute, value in equalities.items():
+            ids = index.equal[attribute][value]
+            ids.discard(entry)
+            if not ids:
+                del index.equal[attribute][value]
+        for ids in index.unequal.values():
+            ids.discard(entry)
+        if not index.all:
+            del self._classes[cls]
+
+    def candidates(self, query: Filter) -> Iterable[str]:
+        """Every stored filter that may overlap ``query`` (a superset: test each)."""
+        index = self._classes.get(query.cls)
+        if index is None:
+            return ()
+        best: set[str] | None = None
+        best_size = len(index.all)
+        for attribute, value in _equalities(query).items():
+            if attribute not in index.equal:
+                continue
+            same = index.equal[attribute].get(value, set())
+            size = len(same) + len(index.unequal[attribute])
+            if size < best_size:
+                best, best_size = same | index.unequal[attribute], size
+        return index.all.copy() if best is None else best
