@@ -24,6 +24,7 @@ bench: $(STAMP)
 		echo "redis-server not installed: the overlay benchmark runs without its Redis baseline"
 	$(BIN)/python benchmarks/matching.py
 	$(BIN)/python benchmarks/overlay.py
+	$(BIN)/python benchmarks/history.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check broker agents wfm tests benchmarks

@@ -15,7 +15,7 @@ import click
 
 from broker.language import ParseError, parse_composite, parse_filter, parse_publication
 from broker.language.model import Publication
-from wfm import __version__, overlay_cli
+from wfm import __version__, history_cli, overlay_cli
 
 PARSERS: dict[str, Callable[[str], object]] = {
     "publication": parse_publication,
@@ -62,6 +62,9 @@ def parse(kind: str, text: str, output: str) -> None:
 cli.add_command(overlay_cli.broker)
 cli.add_command(overlay_cli.status)
 cli.add_command(overlay_cli.client)
+cli.add_command(history_cli.history)
+cli.add_command(history_cli.compact)
+cli.add_command(history_cli.report)
 
 
 def main(argv: list[str] | None = None) -> int:
