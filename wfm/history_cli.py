@@ -15,7 +15,7 @@ from rich.table import Table
 from broker.language import ParseError, TimeRef, parse_filter
 from wfm.history.html import render_html
 from wfm.history.report import HEADERS, job_report
-from wfm.history.spark import MASTER_ENV, spark_session
+from wfm.history.spark import MASTER_ENV, resolve_master, spark_session
 from wfm.history.store import HistoryStore, StoreError, require_store
 
 output_option = click.option(
@@ -54,7 +54,12 @@ def _open_store(store: Path | None, master: str | None) -> HistoryStore:
         require_store(store)
     except StoreError as error:
         raise click.ClickException(str(error)) from None
-    return HistoryStore(store, spark_session(master))
+    try:
+        spark = spark_session(master)
+    except Exception as error:  # Spark's many start-up errors (bad master, no Java, no connect libs)
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise click.ClickException(f"cannot start Spark ({resolve_master(master)}): {reason}") from None
+    return HistoryStore(store, spark)
 
 
 @click.command()

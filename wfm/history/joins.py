@@ -47,7 +47,7 @@ def query_composite(
             for p in atom.filter.predicates
             if isinstance(p.value, Var)
         }
-        side = store.select(atom.filter, since, until, now).select(
+        side = store.select(atom.filter, since, until, now, frame).select(
             F.struct(*[F.col(f"`{c}`") for c in columns]).alias(f"atom{index}"), *variables.values()
         )
         keys = [f"var_{name}" for name in variables if name in bound]

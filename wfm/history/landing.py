@@ -34,7 +34,7 @@ __all__ = [
     "SEGMENT_SUFFIX",
     "Landing",
     "StoredPublication",
-    "fsync_directory",
+    "fsync_path",
     "read_landing",
     "sealed_segments",
     "segments",
@@ -109,9 +109,9 @@ def read_landing(paths: Iterable[Path]) -> Iterator[StoredPublication]:
                     yield stored
 
 
-def fsync_directory(directory: Path) -> None:
-    """Make file creations and removals in ``directory`` durable."""
-    handle = os.open(directory, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """Make a file's content, or the creations and removals in a directory, durable."""
+    handle = os.open(path, os.O_RDONLY)
     try:
         os.fsync(handle)
     finally:
@@ -183,7 +183,7 @@ class Landing:
         path = self.directory / f"{clock.time_ns():020d}-{os.getpid()}{SEGMENT_SUFFIX}"
         segment = open(path, "xb")  # noqa: SIM115 (held open across flushes, closed by _close_segment)
         fcntl.flock(segment, fcntl.LOCK_EX)
-        fsync_directory(self.directory)  # the new file's name is durable too
+        fsync_path(self.directory)  # the new file's name is durable too
         self._segment = segment
         return segment
 

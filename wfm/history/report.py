@@ -95,7 +95,7 @@ def job_report(
             counted("FAILURE").alias("failures"),
             counted("NORUN").alias("noruns"),
             F.avg("duration").alias("mean"),
-            F.percentile_approx("duration", 0.95).alias("p95"),
+            F.percentile_approx("duration", 0.95, 1000).alias("p95"),
             F.slice(
                 F.sort_array(
                     F.collect_list(F.when(F.col("duration").isNotNull(), F.struct("duration", "gid"))),

@@ -13,6 +13,7 @@ crash anywhere in between leaves segments whose rows a rerun finds already writt
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time as clock
@@ -26,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, DoubleType, StringType, StructField, StructType
 
 from broker.language import Filter, Publication
-from wfm.history.landing import StoredPublication, fsync_directory, sealed_segments, segments
+from wfm.history.landing import StoredPublication, fsync_path, sealed_segments, segments
 from wfm.history.spark_filter import (
     NUMBER_PREFIX,
     STRING_PREFIX,
@@ -78,7 +79,7 @@ class HistoryStore:
         paths = segments(self.landing)
         if not paths:
             return table
-        return table.unionByName(self._unwritten(paths, table), allowMissingColumns=True)
+        return table.unionByName(self._unwritten(paths, table)[0], allowMissingColumns=True)
 
     def select(
         self,
@@ -86,10 +87,12 @@ class HistoryStore:
         since: float | None = None,
         until: float | None = None,
         now: float | None = None,
+        frame: DataFrame | None = None,
     ) -> DataFrame:
-        """Rows matching ``subscription`` with ``since <= time < until``, in time order."""
+        """Rows matching ``subscription`` with ``since <= time < until``, in time order; from
+        ``frame`` (what :meth:`frame` returned earlier) if given."""
         now = clock.time() if now is None else now
-        frame = self.frame()
+        frame = self.frame() if frame is None else frame
         condition = compile_filter(subscription, frame.columns, now)
         condition &= date_bounds(*time_bounds(subscription, now, since, until))
         if since is not None:
@@ -119,11 +122,20 @@ class HistoryStore:
     # -- compaction
 
     def compact(self) -> int:
-        """Move every sealed landing segment into the table; returns how many segments."""
+        """Move every sealed landing segment into the table; returns how many segments.
+
+        One compaction at a time per store (a lock file): a second one waits, then finds the
+        segments gone."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.path / ".compact.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._compact()
+
+    def _compact(self) -> int:
         paths = sealed_segments(self.landing)
         if not paths:
             return 0
-        fresh = self._unwritten(paths, self._table_frame())
+        fresh, dates = self._unwritten(paths, self._table_frame())
         known = self.attributes()
         new = [c for c in fresh.columns if c.startswith((STRING_PREFIX, NUMBER_PREFIX)) and c not in known]
         if new or not self._attributes_file.exists():
@@ -131,10 +143,21 @@ class HistoryStore:
         # one file per day and class and compaction, rather than one per day, class and input split
         fresh = fresh.repartition("date", "class")
         fresh.write.mode("append").partitionBy("date", "class").parquet(str(self.table))
+        self._fsync_days(dates)  # Spark's local writes are not fsync'd; the segments go next
         for path in paths:
             path.unlink()
-        fsync_directory(self.landing)
+        fsync_path(self.landing)
         return len(paths)
+
+    def _fsync_days(self, dates: list[date]) -> None:
+        for day in dates:
+            folder = self.table / f"date={day.isoformat()}"
+            for directory in [folder, *folder.iterdir()] if folder.is_dir() else []:
+                for file in directory.iterdir():
+                    if file.is_file():
+                        fsync_path(file)
+                fsync_path(directory)
+        fsync_path(self.table)
 
     def attributes(self) -> list[str]:
         """The table's attribute columns."""
@@ -150,7 +173,7 @@ class HistoryStore:
             handle.flush()
             os.fsync(handle.fileno())
         temporary.replace(self._attributes_file)
-        fsync_directory(self.table)
+        fsync_path(self.table)
 
     def _table_frame(self) -> DataFrame:
         fields = [*_FIXED, *(_attribute_field(c) for c in self.attributes()), *_PARTITIONS]
@@ -161,11 +184,11 @@ class HistoryStore:
         # Spark writes the empty class as the null partition; no class is null.
         return frame.withColumn("class", F.coalesce(F.col("class"), F.lit("")))
 
-    def _unwritten(self, paths: Sequence[Path], table: DataFrame) -> DataFrame:
+    def _unwritten(self, paths: Sequence[Path], table: DataFrame) -> tuple[DataFrame, list[date]]:
         """The landed rows the table lacks (after a crash between writing the table and removing
-        the segments, it has them): an anti-join on the ids of the days they fall on."""
+        the segments, it has them): an anti-join on the ids of the days they fall on; and the days."""
         landed, dates = self._landing_frame(paths)
-        return landed.join(table.where(F.col("date").isin(dates)).select("id"), "id", "left_anti")
+        return landed.join(table.where(F.col("date").isin(dates)).select("id"), "id", "left_anti"), dates
 
     def _landing_frame(self, paths: Sequence[Path]) -> tuple[DataFrame, list[date]]:
         """Segments parsed by Spark into the wide layout (torn lines dropped, one row per id), and
