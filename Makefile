@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/overlay.py
 	$(BIN)/python benchmarks/composite_traffic.py --plot docs/composite_traffic.png
 	$(BIN)/python benchmarks/workflows.py
+	$(BIN)/python benchmarks/history.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check broker agents wfm tests benchmarks

@@ -83,7 +83,10 @@ class Daemon:
                     {getter, stopping}, timeout=timeout, return_when="FIRST_COMPLETED"
                 )
                 if getter in done:
-                    await self._handle(getter.result())
+                    batch = [getter.result()]
+                    while not self.events.empty():  # what arrived meanwhile shares one fsync
+                        batch.append(self.events.get_nowait())
+                    await self._handle(*batch)
                 else:
                     getter.cancel()
                     await self._handle(Tick())
@@ -97,11 +100,16 @@ class Daemon:
                 await self.client.close()
             self.journal.close()
 
-    async def _handle(self, event: Event) -> None:
+    async def _handle(self, *events: Event) -> None:
+        """Feed events to the state machine, make them durable, then carry out their effects."""
         now = time.time()
-        effects = self.agent.handle(event, now)
-        if effects or not isinstance(event, Tick):
-            self.journal.append(event, now)
+        effects: list[Effect] = []
+        for event in events:
+            caused = self.agent.handle(event, now)
+            if caused or not isinstance(event, Tick):
+                self.journal.write(event, now)
+            effects += caused
+        self.journal.sync()
         for effect in effects:
             await self._apply(effect)
 

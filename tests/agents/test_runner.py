@@ -51,8 +51,9 @@ def test_a_missing_directory_is_a_failure_not_a_crash(tmp_path: Path) -> None:
 def test_the_journal_round_trips_and_skips_a_torn_line(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     event = Finished(run("true"), Result(True, "exit 0 after 0.010 s", 1.5, 0.01))
-    journal.append(event, 2.0)
-    journal.append(Tick(), 3.0)
+    journal.write(event, 2.0)
+    journal.write(Tick(), 3.0)
+    journal.sync()  # one fsync for both
     journal.close()
     with (tmp_path / "journal.jsonl").open("a") as torn:
         torn.write('{"t": 4.0, "event": "deliv')

@@ -198,7 +198,8 @@ def test_a_failed_job_ends_the_generation_as_failure() -> None:
 
 
 def journaled(agent: Agent, journal: Journal, event: Event, now: float) -> list[Effect]:
-    journal.append(event, now)
+    journal.write(event, now)
+    journal.sync()
     return agent.handle(event, now)
 
 

@@ -1,0 +1,107 @@
+"""``wfm history``, ``wfm compact`` and ``wfm report`` as processes: output, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from broker.language import parse_publication
+from tests.processes import WFM
+from wfm.cli import main
+from wfm.history import Landing
+
+T0 = 1_780_000_000.0
+JOBS = [
+    parse_publication(
+        f"[class,JOBSTATUS],[applname,PAYROLL],[jobname,Job{n % 2}],[GID,g{n}],"
+        f"[status,{'FAILURE' if n == 3 else 'SUCCESS'}],[duration,{n + 1}]"
+    )
+    for n in range(6)
+]
+
+
+def wfm(*argv: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([WFM, *argv], capture_output=True, text=True, timeout=180)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    with Landing(tmp_path / "landing") as landing:
+        for n, publication in enumerate(JOBS):
+            landing.append(publication, T0 + 3600 * n, "agentA", f"id{n}")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["history", "[class,eq,J],[status,OK]", "--store", "."], "invalid filter: expected ',' after 'OK'"),
+        (["history", "[class,eq,J]", "--store", "/nonexistent/store"], "no history store at /nonexistent"),
+        (["history", "[class,eq,J]"], "give --store DIR"),
+        (["history", "[class,eq,J]", "--broker", "socket://h:1/b"], "not yet available"),
+        (["history", "[class,eq,J]", "--store", ".", "--since", "yesterday"], "'yesterday' is not a time"),
+        (["report", "--store", "/nonexistent/store"], "no history store"),
+        (["compact"], "give --store DIR"),
+    ],
+)  # fmt: skip
+def test_errors_are_one_line(argv: list[str], fragment: str) -> None:
+    done = wfm(*argv)
+    assert done.returncode != 0 and done.stdout == ""
+    errors = [line for line in done.stderr.splitlines() if line.startswith("wfm: error: ")]
+    assert len(errors) == 1 and fragment in errors[0], done.stderr
+
+
+def test_history_json_in_time_order(store_dir: Path) -> None:
+    since = "2026-05-28T22:00:00"  # T0 is 20:26:40: publications 2.. only
+    done = wfm("history", "[class,eq,JOBSTATUS],[jobname,str-prefix,Job]", "--store", str(store_dir),
+               "--since", since, "--spark-master", "local[1]", "-o", "json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["attributes"]["GID"] for line in lines] == ["g2", "g3", "g4", "g5"]
+    assert lines[0] == {
+        "subscription": "history",
+        "publication": str(JOBS[2]),
+        "attributes": dict(JOBS[2]),
+        "time": T0 + 7200,
+    }
+
+
+def test_compact_and_report_in_process(
+    store_dir: Path, spark: SparkSession, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same commands through ``main`` reuse the tests' SparkSession: no start-up per command."""
+    assert main(["compact", "--store", str(store_dir)]) == 0
+    assert "compacted 1 segment" in capsys.readouterr().err
+    page = store_dir / "report.html"
+    assert (
+        main(
+            [
+                "report",
+                "PAYROLL",
+                "--store",
+                str(store_dir),
+                "--by",
+                "week",
+                "--html",
+                str(page),
+                "-o",
+                "json",
+            ]
+        )
+        == 0
+    )
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["job"], r["runs"], r["failures"], r["mean_duration"]) for r in rows] == [
+        ("Job0", 3, 0, 3.0),
+        ("Job1", 3, 1, 4.0),
+    ]
+    assert "<svg" in page.read_text()
+    assert main(["report", "--store", str(store_dir)]) == 0
+    table = capsys.readouterr().out
+    assert "Job1" in table and "PAYROLL" in table

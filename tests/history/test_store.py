@@ -1,0 +1,82 @@
+"""Compaction: idempotent, never loses landed rows, survives a crash between its steps."""
+
+from __future__ import annotations
+
+import shutil
+
+from pyspark.sql import functions as F
+
+from broker.language import Filter, parse_filter, parse_publication
+from tests.history.conftest import land
+from wfm.history import HistoryStore, Landing
+from wfm.history.landing import segments
+
+DAY = 86400.0
+T0 = 1_780_000_000.0
+ROWS = [
+    (f"j{n}", T0 + n * DAY / 3, parse_publication(f"[class,JOBSTATUS],[jobname,J{n % 2}],[duration,{n}.5]"))
+    for n in range(9)
+] + [("t0", T0, parse_publication("[class,Trigger],[applname,PAYROLL],[GID,g1]"))]
+EVERYTHING = parse_filter("[class,eq,JOBSTATUS]")
+
+
+def ids(store: HistoryStore, subscription: Filter = EVERYTHING) -> list[str]:
+    return [s.id for s in store.query(subscription, now=T0)]
+
+
+def table_ids(store: HistoryStore) -> list[str]:
+    return sorted(r.id for r in store.spark.read.parquet(str(store.table)).select("id").collect())
+
+
+def test_compaction_moves_landing_into_a_partitioned_table(store: HistoryStore) -> None:
+    land(store, ROWS)
+    before = ids(store)
+    assert store.compact() == 1
+    assert segments(store.landing) == []
+    assert ids(store) == before == [f"j{n}" for n in range(9)]
+    assert table_ids(store) == sorted(id for id, _, _ in ROWS)
+    days = sorted(p.name for p in store.table.glob("date=*"))
+    assert days == ["date=2026-05-28", "date=2026-05-29", "date=2026-05-30", "date=2026-05-31"]
+    assert {p.name for p in store.table.glob("date=*/class=*")} == {"class=JOBSTATUS", "class=Trigger"}
+    frame = store.frame()
+    assert dict(frame.dtypes)["n_duration"] == "double" and dict(frame.dtypes)["s_jobname"] == "string"
+    assert [s.publication for s in store.query(parse_filter("[class,eq,JOBSTATUS],[duration,>,7]"))] == [
+        ROWS[7][2],
+        ROWS[8][2],
+    ]
+
+
+def test_compacting_twice_or_the_same_rows_again_changes_nothing(store: HistoryStore) -> None:
+    land(store, ROWS[:5])
+    store.compact()
+    assert store.compact() == 0
+    land(store, ROWS)  # a historian that landed the first five again, and more
+    store.compact()
+    assert table_ids(store) == sorted(id for id, _, _ in ROWS)
+
+
+def test_crash_between_writing_the_table_and_removing_segments(store: HistoryStore) -> None:
+    land(store, ROWS)
+    kept = store.path / "kept"
+    shutil.copytree(store.landing, kept)
+    store.compact()
+    shutil.rmtree(store.landing)
+    shutil.copytree(kept, store.landing)  # as if the process died before removing the segments
+    assert ids(store) == [f"j{n}" for n in range(9)]  # read once, though both in table and landing
+    assert store.compact() == 1
+    assert table_ids(store) == sorted(id for id, _, _ in ROWS)
+    assert segments(store.landing) == []
+
+
+def test_the_segment_being_written_is_left_alone(store: HistoryStore) -> None:
+    land(store, ROWS[:3])
+    writer = Landing(store.landing)
+    for id, time, publication in ROWS[3:]:
+        writer.append(publication, time, "tester", id)
+    writer.flush()
+    assert store.compact() == 1
+    assert len(segments(store.landing)) == 1
+    assert ids(store) == [f"j{n}" for n in range(9)]  # visible before it is compacted
+    writer.close()
+    store.compact()
+    assert segments(store.landing) == [] and store.frame().where(F.col("class") == "JOBSTATUS").count() == 9

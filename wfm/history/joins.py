@@ -1,0 +1,62 @@
+"""Composite historic queries: ``&`` of atoms sharing ``$S$X`` / ``$I$X`` / ``$F$X`` variables.
+
+Each atom selects its matching rows (the same compiled filter as a plain query); atoms are then
+joined on the columns their variables bind, so "every Trigger of PAYROLL with the JOBSTATUS of the
+same GID" is one Spark join rather than a loop in Python. Atoms that share no variable pair up every
+way (a cross join), as the composite's meaning asks.
+"""
+
+from __future__ import annotations
+
+import time as clock
+from collections.abc import Iterator
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from broker.language import And, Atom, Composite, Var
+from broker.language.model import composite_variables
+from wfm.history.landing import StoredPublication
+from wfm.history.spark_filter import value_column
+from wfm.history.store import HistoryStore, to_stored
+
+__all__ = ["query_composite"]
+
+
+def query_composite(
+    store: HistoryStore,
+    composite: Composite,
+    since: float | None = None,
+    until: float | None = None,
+    now: float | None = None,
+) -> Iterator[tuple[StoredPublication, ...]]:
+    """Every group of stored publications, one per atom (in ``composite.atoms()`` order), that
+    matches its atom with equal values for each shared variable; ordered by the groups' times."""
+    operands = composite.operands if isinstance(composite, And) else (composite,)
+    if not all(isinstance(o, Atom) for o in operands):
+        raise ValueError("a historic composite query is an & of atoms, without nested || ; or Times")
+    composite_variables(composite)  # refuses one name used with two kinds
+    now = clock.time() if now is None else now
+    frame = store.frame()
+    columns = frame.columns
+    joined: DataFrame | None = None
+    bound: set[str] = set()
+    for index, atom in enumerate(composite.atoms()):
+        variables = {
+            p.value.name: value_column(p.attribute, p.value.kind == "S", columns).alias(f"var_{p.value.name}")
+            for p in atom.filter.predicates
+            if isinstance(p.value, Var)
+        }
+        side = store.select(atom.filter, since, until, now, frame).select(
+            F.struct(*[F.col(f"`{c}`") for c in columns]).alias(f"atom{index}"), *variables.values()
+        )
+        keys = [f"var_{name}" for name in variables if name in bound]
+        joined = (
+            side if joined is None else joined.join(side, keys, "inner") if keys else joined.crossJoin(side)
+        )
+        bound |= set(variables)
+    assert joined is not None
+    atoms = [f"atom{i}" for i in range(len(operands))]
+    ordered = joined.orderBy(*[F.col(f"{a}.time") for a in atoms], *[F.col(f"{a}.id") for a in atoms])
+    for row in ordered.toLocalIterator():
+        yield tuple(to_stored(row[a], columns) for a in atoms)

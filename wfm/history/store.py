@@ -1,0 +1,245 @@
+"""The history store: a landing log and a Parquet table, queried together with Spark.
+
+``STORE/landing/`` holds the JSON-lines segments the historian appends (see ``landing.py``);
+``STORE/table/`` the Parquet table, partitioned by ``date`` (UTC day of the broker time) and
+``class``, in the wide layout of ``spark_filter.py``; ``STORE/table/_attributes.json`` lists its
+attribute columns, so reads need no schema merging and files written before an attribute first
+appeared simply read null for it.
+
+Compaction (landing -> table) is idempotent and never loses landing data: it records the new
+columns, writes only ids the table lacks, and removes the segments after the write committed; a
+crash anywhere in between leaves segments whose rows a rerun finds already written.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time as clock
+from collections.abc import Iterator, Sequence
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, DoubleType, StringType, StructField, StructType
+
+from broker.language import Filter, Publication
+from wfm.history.landing import StoredPublication, fsync_path, sealed_segments, segments
+from wfm.history.spark_filter import (
+    NUMBER_PREFIX,
+    STRING_PREFIX,
+    compile_filter,
+    date_bounds,
+    time_bounds,
+)
+
+__all__ = ["HistoryStore", "StoreError", "require_store", "to_stored"]
+
+_FIXED = [
+    StructField("id", StringType()),
+    StructField("time", DoubleType()),
+    StructField("publisher", StringType()),
+]
+_FIXED_NAMES = [f.name for f in _FIXED]
+_PARTITIONS = [StructField("date", DateType()), StructField("class", StringType())]
+_LANDING_SCHEMA = "struct<id:string,time:double,publisher:string,class:string,attributes:map<string,variant>>"
+
+
+class StoreError(Exception):
+    """The store cannot answer: a missing or unreadable store directory."""
+
+
+def require_store(path: Path) -> None:
+    """StoreError unless ``path`` looks like a store (it has a landing log or a table)."""
+    if not (path / "landing").is_dir() and not (path / "table").is_dir():
+        raise StoreError(f"no history store at {path} (no landing/ or table/ inside)")
+
+
+class HistoryStore:
+    """``HistoryStore(path, spark).query(filter, since, until)``: stored publications in time order."""
+
+    def __init__(self, path: Path | str, spark: SparkSession) -> None:
+        self.path = Path(path)
+        self.spark = spark
+        self.landing = self.path / "landing"
+        self.table = self.path / "table"
+        self._attributes_file = self.table / "_attributes.json"
+
+    # -- reading
+
+    def frame(self) -> DataFrame:
+        """Every stored publication, compacted or still landing, one row per id (wide layout).
+
+        Ids are unique in the table (compaction writes only new ones), so only landed rows are
+        checked against it."""
+        table = self._table_frame()
+        paths = segments(self.landing)
+        if not paths:
+            return table
+        return table.unionByName(self._unwritten(paths, table)[0], allowMissingColumns=True)
+
+    def select(
+        self,
+        subscription: Filter,
+        since: float | None = None,
+        until: float | None = None,
+        now: float | None = None,
+        frame: DataFrame | None = None,
+    ) -> DataFrame:
+        """Rows matching ``subscription`` with ``since <= time < until``, in time order; from
+        ``frame`` (what :meth:`frame` returned earlier) if given."""
+        now = clock.time() if now is None else now
+        frame = self.frame() if frame is None else frame
+        condition = compile_filter(subscription, frame.columns, now)
+        condition &= date_bounds(*time_bounds(subscription, now, since, until))
+        if since is not None:
+            condition &= F.col("time") >= F.lit(since)
+        if until is not None:
+            condition &= F.col("time") < F.lit(until)
+        return frame.where(condition).orderBy("time", "id")
+
+    def query(
+        self,
+        subscription: Filter,
+        since: float | None = None,
+        until: float | None = None,
+        now: float | None = None,
+    ) -> Iterator[StoredPublication]:
+        """The stored publications matching ``subscription`` in time order (ties by id).
+
+        ``time`` predicates are resolved at ``now`` (default: the clock); ``since`` is inclusive
+        and ``until`` exclusive, so a caller joining history to live data at an instant T asks for
+        ``until=T`` and takes live publications from T on.
+        """
+        frame = self.select(subscription, since, until, now)
+        columns = frame.columns
+        for row in frame.toLocalIterator():
+            yield to_stored(row, columns)
+
+    # -- compaction
+
+    def compact(self) -> int:
+        """Move every sealed landing segment into the table; returns how many segments.
+
+        One compaction at a time per store (a lock file): a second one waits, then finds the
+        segments gone."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.path / ".compact.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._compact()
+
+    def _compact(self) -> int:
+        paths = sealed_segments(self.landing)
+        if not paths:
+            return 0
+        fresh, dates = self._unwritten(paths, self._table_frame())
+        known = self.attributes()
+        new = [c for c in fresh.columns if c.startswith((STRING_PREFIX, NUMBER_PREFIX)) and c not in known]
+        if new or not self._attributes_file.exists():
+            self._write_attributes(sorted({*known, *new}))
+        # one file per day and class and compaction, rather than one per day, class and input split
+        fresh = fresh.repartition("date", "class")
+        fresh.write.mode("append").partitionBy("date", "class").parquet(str(self.table))
+        self._fsync_days(dates)  # Spark's local writes are not fsync'd; the segments go next
+        for path in paths:
+            path.unlink()
+        fsync_path(self.landing)
+        return len(paths)
+
+    def _fsync_days(self, dates: list[date]) -> None:
+        for day in dates:
+            folder = self.table / f"date={day.isoformat()}"
+            for directory in [folder, *folder.iterdir()] if folder.is_dir() else []:
+                for file in directory.iterdir():
+                    if file.is_file():
+                        fsync_path(file)
+                fsync_path(directory)
+        fsync_path(self.table)
+
+    def attributes(self) -> list[str]:
+        """The table's attribute columns."""
+        if not self._attributes_file.exists():
+            return []
+        return list(json.loads(self._attributes_file.read_text()))
+
+    def _write_attributes(self, columns: list[str]) -> None:
+        self.table.mkdir(parents=True, exist_ok=True)
+        temporary = self._attributes_file.with_suffix(".tmp")
+        with open(temporary, "w") as handle:
+            json.dump(columns, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temporary.replace(self._attributes_file)
+        fsync_path(self.table)
+
+    def _table_frame(self) -> DataFrame:
+        fields = [*_FIXED, *(_attribute_field(c) for c in self.attributes()), *_PARTITIONS]
+        schema = StructType(fields)
+        if not self._attributes_file.exists():
+            return self.spark.createDataFrame([], schema)
+        frame = self.spark.read.schema(schema).parquet(str(self.table))
+        # Spark writes the empty class as the null partition; no class is null.
+        return frame.withColumn("class", F.coalesce(F.col("class"), F.lit("")))
+
+    def _unwritten(self, paths: Sequence[Path], table: DataFrame) -> tuple[DataFrame, list[date]]:
+        """The landed rows the table lacks (after a crash between writing the table and removing
+        the segments, it has them): an anti-join on the ids of the days they fall on; and the days."""
+        landed, dates = self._landing_frame(paths)
+        return landed.join(table.where(F.col("date").isin(dates)).select("id"), "id", "left_anti"), dates
+
+    def _landing_frame(self, paths: Sequence[Path]) -> tuple[DataFrame, list[date]]:
+        """Segments parsed by Spark into the wide layout (torn lines dropped, one row per id), and
+        the days they cover."""
+        lines = self.spark.read.text([str(p) for p in paths])
+        parsed = lines.select(F.from_json("value", _LANDING_SCHEMA).alias("r")).select("r.*")
+        parsed = parsed.where(F.col("id").isNotNull()).dropDuplicates(["id"])
+        is_string: Any = lambda _, v: F.schema_of_variant(v) == "STRING"  # noqa: E731
+        typed = parsed.select(
+            *_FIXED_NAMES,
+            "class",
+            F.to_date(F.timestamp_seconds("time")).alias("date"),
+            F.transform_values(
+                F.map_filter("attributes", is_string), lambda _, v: F.variant_get(v, "$", "string")
+            ).alias("strings"),
+            # the number's JSON text, parsed by Java: correctly rounded like Python's float()
+            F.transform_values(
+                F.map_filter("attributes", lambda k, v: ~is_string(k, v)), lambda _, v: F.to_json(v)
+            ).alias("numbers"),
+        )
+        keys = F.array_union(
+            F.transform(F.map_keys("strings"), lambda k: F.concat(F.lit(STRING_PREFIX), k)),
+            F.transform(F.map_keys("numbers"), lambda k: F.concat(F.lit(NUMBER_PREFIX), k)),
+        )
+        found = typed.agg(
+            F.array_distinct(F.flatten(F.collect_set(keys))).alias("columns"),
+            F.collect_set("date").alias("dates"),
+        ).first()
+        assert found is not None
+        columns: list[Column | str] = [*_FIXED_NAMES, *map(_landed, sorted(found.columns)), "date", "class"]
+        return typed.select(*columns), list(found.dates)
+
+
+def _landed(column: str) -> Column:
+    if column.startswith(STRING_PREFIX):
+        return F.col("strings")[column.removeprefix(STRING_PREFIX)].alias(column)
+    return F.col("numbers")[column.removeprefix(NUMBER_PREFIX)].cast("double").alias(column)
+
+
+def _attribute_field(column: str) -> StructField:
+    return StructField(column, StringType() if column.startswith(STRING_PREFIX) else DoubleType())
+
+
+def to_stored(row: Row, columns: Sequence[str]) -> StoredPublication:
+    """A row of the wide layout back to the publication it stores."""
+    values = row.asDict()
+    attributes = {
+        column.removeprefix(STRING_PREFIX).removeprefix(NUMBER_PREFIX): values[column]
+        for column in columns
+        if column.startswith((STRING_PREFIX, NUMBER_PREFIX)) and values[column] is not None
+    }
+    return StoredPublication(
+        values["id"], values["time"], values["publisher"], Publication(values["class"], attributes)
+    )

@@ -1,0 +1,129 @@
+"""``wfm history``, ``wfm compact`` and ``wfm report``: thin commands over ``wfm.history``."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from broker.language import ParseError, TimeRef, parse_filter
+from wfm.history.html import render_html
+from wfm.history.report import HEADERS, job_report
+from wfm.history.spark import MASTER_ENV, resolve_master, spark_session
+from wfm.history.store import HistoryStore, StoreError, require_store
+
+output_option = click.option(
+    "-o", "--output", type=click.Choice(["text", "json"]), default="text", help="Output format."
+)
+store_option = click.option(
+    "--store", type=click.Path(file_okay=False, path_type=Path), help="History store directory."
+)
+master_option = click.option(
+    "--spark-master", envvar=MASTER_ENV, default=None,
+    help="Spark master: local[*] (default), spark://HOST:PORT, yarn or sc://HOST:PORT (Spark Connect).",
+)  # fmt: skip
+
+
+class TimeType(click.ParamType):
+    """now, now-2h, now+30m (s m h d) or an ISO-8601 timestamp, as epoch seconds."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return TimeRef.parse(value).resolve(time.time())
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+TIME = TimeType()
+
+
+def _open_store(store: Path | None, master: str | None) -> HistoryStore:
+    if store is None:
+        raise click.ClickException("give --store DIR")
+    try:
+        require_store(store)
+    except StoreError as error:
+        raise click.ClickException(str(error)) from None
+    try:
+        spark = spark_session(master)
+    except Exception as error:  # Spark's many start-up errors (bad master, no Java, no connect libs)
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise click.ClickException(f"cannot start Spark ({resolve_master(master)}): {reason}") from None
+    return HistoryStore(store, spark)
+
+
+@click.command()
+@click.argument("subscription", metavar="FILTER")
+@click.option("--broker", "broker_uri", help="Ask the historian through the overlay (not yet).")
+@store_option
+@click.option("--since", type=TIME, help="From this time on (inclusive).")
+@click.option("--until", type=TIME, help="Up to this time (exclusive).")
+@master_option
+@output_option
+def history(subscription: str, broker_uri: str | None, store: Path | None, since: float | None,
+            until: float | None, spark_master: str | None, output: str) -> None:  # fmt: skip
+    """Stored publications matching FILTER, in time order, straight from a store (Spark).
+
+    wfm history "[class,eq,JOBSTATUS],[status,eq,FAILURE],[time,>,now-7d]" --store DIR
+    """
+    try:
+        wanted = parse_filter(subscription)
+    except ParseError as error:
+        raise click.ClickException(f"invalid filter: {error}") from None
+    if broker_uri is not None:
+        raise click.ClickException("history through the overlay (--broker) is not yet available; use --store")
+    for stored in _open_store(store, spark_master).query(wanted, since, until):
+        if output == "json":
+            record = {
+                "subscription": "history",
+                "publication": str(stored.publication),
+                "attributes": dict(stored.publication),
+                "time": stored.time,
+            }
+            click.echo(json.dumps(record, ensure_ascii=False))
+        else:
+            click.echo(f"{datetime.fromtimestamp(stored.time, UTC).isoformat()} {stored.publication}")
+
+
+@click.command()
+@store_option
+@master_option
+def compact(store: Path | None, spark_master: str | None) -> None:
+    """Move the sealed landing segments of a store into its Parquet table."""
+    count = _open_store(store, spark_master).compact()
+    click.echo(f"compacted {count} segment{'s' * (count != 1)}", err=True)
+
+
+@click.command()
+@click.argument("workflow", required=False)
+@store_option
+@click.option("--since", type=TIME, help="Only runs from this time on.")
+@click.option("--by", type=click.Choice(["day", "week"]), default="day", show_default=True)
+@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a page with a chart of duration per job over time.")  # fmt: skip
+@master_option
+@output_option
+def report(workflow: str | None, store: Path | None, since: float | None, by: str, html_file: Path | None,
+           spark_master: str | None, output: str) -> None:  # fmt: skip
+    """Per job and day (or week): runs, failures, NORUNs, mean and p95 duration, slowest generations."""
+    rows = job_report(_open_store(store, spark_master), workflow, since, by)
+    if html_file is not None:
+        html_file.write_text(render_html(rows, f"wfm report {workflow or 'all workflows'} by {by}"))
+    if output == "json":
+        for row in rows:
+            click.echo(json.dumps(row.to_json(), ensure_ascii=False))
+        return
+    table = Table(*HEADERS)
+    for row in rows:
+        table.add_row(*row.cells())
+    Console().print(table)
