@@ -1,7 +1,5 @@
-"""``wfm up``: three brokers, agents and deployments as child processes, stopped cleanly.
-
-Until ``wfm agent`` exists (another branch), ``wfm up`` must start the brokers and then fail
-clearly naming the agent that could not run; once it exists, it must start and stop cleanly."""
+"""``wfm up``: three brokers, agents and deployments as child processes, stopped cleanly; a child
+that dies is named, and the others are stopped."""
 
 from __future__ import annotations
 
@@ -15,15 +13,12 @@ import subprocess
 import threading
 from pathlib import Path
 
-import pytest
-
 from broker.transport.uri import BrokerURI
 from tests.processes import WFM, status
 from tests.transport.harness import free_port
 from wfm.up import serve
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
-AGENT_EXISTS = subprocess.run([WFM, "agent", "--help"], capture_output=True).returncode == 0
 
 
 def free_ports(count: int = 3) -> int:
@@ -57,24 +52,22 @@ def workflow_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.skipif(
-    AGENT_EXISTS, reason="wfm agent exists: test_up_starts_and_stops_on_sigterm covers wfm up"
-)
-def test_up_reports_a_missing_agent_command(tmp_path: Path) -> None:
+def test_up_reports_an_agent_that_dies_and_stops_the_rest(tmp_path: Path) -> None:
     port = free_ports()
+    state = workflow_dir(tmp_path) / ".wfm" / "agents"
+    state.mkdir(parents=True)
+    (state / "agentA").touch()  # a file where agentA's state directory must go: it cannot start
     done = subprocess.run(
-        [WFM, "up", "--dir", str(workflow_dir(tmp_path)), "--port", str(port)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [WFM, "up", "--dir", str(tmp_path), "--port", str(port)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 1
-    assert re.match(r"wfm: error: agent-agent[ABC] exited with status 2: ", done.stderr), done.stderr
-    assert "No such command 'agent'" in done.stderr and done.stderr.count("\n") == 1
+    assert re.match(r"wfm: error: agent-agentA exited with status 2: .*is a file", done.stderr), done.stderr
+    assert done.stderr.count("\n") == 1
     logs = tmp_path / ".wfm" / "logs"
     assert {p.name for p in logs.iterdir()} >= {"broker-B1.log", "broker-B2.log", "broker-B3.log"}
     assert not any(_listening(port + i) for i in range(3))  # the brokers were stopped
 
 
-@pytest.mark.skipif(not AGENT_EXISTS, reason="`wfm agent --help` fails: the agent daemon is not merged yet")
 def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = free_ports()
     up = subprocess.Popen(
