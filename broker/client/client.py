@@ -61,6 +61,8 @@ class Delivery:
     subscription: str
     publication: Publication
     publications: tuple[Publication, ...] = ()
+    id: str = ""  # the publication's overlay-wide id (who published it), for a plain delivery
+    time: float = 0.0  # when its edge broker accepted it
 
 
 class _Queue:
@@ -283,7 +285,8 @@ class Client(_Stream):
         if isinstance(item, Deliver):
             for sub_id in item.subscriptions:
                 sub = self.subscriptions.get(sub_id)
-                (sub._queue if sub is not None else self._queue).put(Delivery(sub_id, item.publication))
+                delivery = Delivery(sub_id, item.publication, (), item.id, item.time)
+                (sub._queue if sub is not None else self._queue).put(delivery)
         elif isinstance(item, Notify):
             sub = self.subscriptions.get(item.subscription)
             delivery = Delivery(item.subscription, item.publications[0], item.publications)

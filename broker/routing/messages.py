@@ -54,6 +54,13 @@ def _text(value: object, what: str) -> str:
     return value
 
 
+def _time(value: object, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e11:
+        raise ValueError("time must be epoch seconds")
+
+
 def _ttl(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 255:
         raise ValueError("ttl must be an integer from 0 to 255")
@@ -164,31 +171,40 @@ class Publish:
     """From a client: ``id`` is its ref. Between brokers: overlay-wide, for duplicate detection.
 
     ``ack=False`` (fire and forget) asks the edge broker to answer only a refusal: the producer
-    that streams publications saves a frame each way per message.
+    that streams publications saves a frame each way per message. ``time`` is when the edge
+    broker accepted it (epoch seconds), set there and carried along; a client leaves it None.
     """
 
     id: str
     publication: Publication
     ttl: int = DEFAULT_TTL
     ack: bool = True
+    time: float | None = None
 
     def __post_init__(self) -> None:
         _text(self.id, "publication id")
         _ttl(self.ttl)
         if not isinstance(self.ack, bool):
             raise ValueError("ack must be true or false")
+        _time(self.time, optional=True)
         if not isinstance(self.publication, Publication):
             raise ValueError("a publication message needs a Publication")
 
 
 @dataclass(frozen=True, slots=True)
 class Deliver:
-    """To a client: one publication, and every one of its subscriptions that it matched."""
+    """To a client: one publication, and every one of its subscriptions that it matched; with the
+    publication's overlay-wide id (``<broker>/<client>/<ref>``: who published it) and the time
+    its edge broker accepted it, which is what a historian keeps."""
 
     subscriptions: tuple[str, ...]
     publication: Publication
+    id: str = "-"
+    time: float = 0.0
 
     def __post_init__(self) -> None:
+        _text(self.id, "publication id")
+        _time(self.time)
         if not isinstance(self.subscriptions, tuple) or not self.subscriptions:
             raise ValueError("a delivery names at least one subscription")
         for sid in self.subscriptions:

@@ -254,7 +254,7 @@ class Router:
         if not any(fits(publication, self.srt[i].filter) for i in self.owned[hop] if i in self.srt):
             self.counters["refused.nonconforming"] += 1
             return self._refuse(hop, message.id, "the publication fits no advertisement of this client")
-        routed = self._route(global_id, publication, hop, DEFAULT_TTL, now)
+        routed = self._route(global_id, publication, hop, DEFAULT_TTL, now, now)
         return [(hop, Ack(message.id, global_id)), *routed] if message.ack else routed
 
     def _refuse(self, hop: str, ref: str, reason: str) -> Output:
@@ -295,7 +295,8 @@ class Router:
             if message.id in self.seen:
                 self.counters["dropped.duplicate"] += 1
                 return []
-            return self._route(message.id, message.publication, hop, message.ttl, now)
+            accepted = now if message.time is None else message.time
+            return self._route(message.id, message.publication, hop, message.ttl, now, accepted)
         if isinstance(message, Refuse):
             log.warning("%s: neighbour %s refused %r: %s", self.id, hop, message.ref, message.reason)
         self.counters["dropped.unexpected"] += 1
@@ -531,7 +532,9 @@ class Router:
 
     # publications -------------------------------------------------------------------------------
 
-    def _route(self, pub_id: str, publication: Publication, hop: str, ttl: int, now: float) -> Output:
+    def _route(
+        self, pub_id: str, publication: Publication, hop: str, ttl: int, now: float, accepted: float
+    ) -> Output:
         self.seen[pub_id] = None
         if len(self.seen) > SEEN_PUBLICATIONS:
             self.seen.popitem(last=False)
@@ -544,9 +547,9 @@ class Router:
             out += self._detect(part, publication, now)
         for target in sorted(by_hop):
             if target in self.clients:
-                out.append((target, Deliver(tuple(sorted(by_hop[target])), publication)))
+                out.append((target, Deliver(tuple(sorted(by_hop[target])), publication, pub_id, accepted)))
             elif target != hop:
-                out.append((target, Publish(pub_id, publication, ttl - 1)))
+                out.append((target, Publish(pub_id, publication, ttl - 1, time=accepted)))
         return out
 
 

@@ -10,8 +10,8 @@ Unadvertise           ``unadv``       id
 Subscribe             ``sub``         id, filter, ttl
 CompositeSubscribe    ``csub``        id, composite, clear filter or nil, ttl
 Unsubscribe           ``unsub``       id
-Publish               ``pub``         id, publication, ttl, ack
-Deliver               ``deliver``     [subscription ids], publication
+Publish               ``pub``         id, publication, ttl, ack, time or nil
+Deliver               ``deliver``     [subscription ids], publication, id, time
 Notify                ``notify``      subscription id, [publications], [[name, value], ...]
 Ack                   ``ack``         ref, id
 Refuse                ``refuse``      ref, reason
@@ -164,8 +164,8 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
         [list(pair) for pair in m.bindings],
     ],
     Unsubscribe: lambda m: ["unsub", m.id],
-    Publish: lambda m: ["pub", m.id, _publication(m.publication), m.ttl, m.ack],
-    Deliver: lambda m: ["deliver", m.subscriptions, _publication(m.publication)],
+    Publish: lambda m: ["pub", m.id, _publication(m.publication), m.ttl, m.ack, m.time],
+    Deliver: lambda m: ["deliver", m.subscriptions, _publication(m.publication), m.id, m.time],
     Ack: lambda m: ["ack", m.ref, m.id],
     Refuse: lambda m: ["refuse", m.ref, m.reason],
     StatusRequest: lambda m: ["statreq", m.ref],
@@ -311,7 +311,7 @@ def _check_status(status: object) -> dict[str, object]:
 def _to_deliver(array: list[Any]) -> Deliver:
     if type(array[1]) is not list:
         raise ValueError("the subscriptions of a delivery must be an array of ids")
-    return Deliver(tuple(array[1]), _to_publication(array[2]))
+    return Deliver(tuple(array[1]), _to_publication(array[2]), array[3], array[4])
 
 
 # tag -> (name for errors, array length including the tag, builder)
@@ -336,8 +336,8 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
         ),
     ),
     "unsub": ("Unsubscribe", 2, lambda a: Unsubscribe(a[1])),
-    "pub": ("Publish", 5, lambda a: Publish(a[1], _to_publication(a[2]), a[3], a[4])),
-    "deliver": ("Deliver", 3, _to_deliver),
+    "pub": ("Publish", 6, lambda a: Publish(a[1], _to_publication(a[2]), a[3], a[4], a[5])),
+    "deliver": ("Deliver", 5, _to_deliver),
     "ack": ("Ack", 3, lambda a: Ack(a[1], a[2])),
     "refuse": ("Refuse", 3, lambda a: Refuse(a[1], a[2])),
     "statreq": ("StatusRequest", 2, lambda a: StatusRequest(a[1])),

@@ -281,3 +281,19 @@ def test_fire_and_forget_publications_are_answered_only_when_refused() -> None:
     assert [(hop, type(m).__name__) for hop, m in acked] == [("pub", "Ack"), ("sub", "Deliver")]
     refused = router.handle(Publish("3", parse_publication("[class,s],[n,20]"), ack=False), "pub")
     assert [(hop, type(m).__name__) for hop, m in refused] == [("pub", "Refuse")]
+
+
+def test_a_delivery_names_its_publication_and_when_its_edge_broker_took_it() -> None:
+    overlay = Overlay.line(3)
+    publisher = overlay.add_client("pub", "B1")
+    publisher.advertise("[class,eq,a]")
+    subscriber = overlay.add_client("sub", "B3")
+    subscriber.subscribe("[class,eq,a]")
+    first = publisher.publish("[class,a]")
+    overlay.now += 42.5
+    second = publisher.publish("[class,a]")
+    assert first.startswith("B1/pub/") and first != second
+    assert [(d.id, d.time) for d in subscriber.deliveries] == [
+        (first, 1_800_000_000.0),
+        (second, 1_800_000_042.5),
+    ]

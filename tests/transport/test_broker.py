@@ -105,7 +105,7 @@ def test_fuzzed_peers_never_stop_the_broker() -> None:
             b"",
             b"\xc1",
             msgpack.packb(["sub", "x"]),
-            msgpack.packb(["pub", "1", ["stock", [["price", "NaN"]]], 5]),
+            msgpack.packb(["pub", "1", ["stock", [["price", "NaN"]]], 5, True, None]),
             msgpack.packb(["adv", "1", ["stock", [["price", "<", True]]], 5]),
             msgpack.packb([[[[[[[[]]]]]]]] * 3),
             encode(Refuse("", "x"))[4:],

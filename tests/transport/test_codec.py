@@ -86,6 +86,8 @@ EXAMPLES = [
     Publish("p1", PUBLICATION, ttl=255),
     Publish("p2", Publication("empty")),
     Deliver(("b1/c1/s1", "b1/c2/s9"), PUBLICATION),
+    Deliver(("b1/c1/s1",), PUBLICATION, "b2/c3/7", 1_800_000_000.25),
+    Publish("b2/c3/7", PUBLICATION, 5, True, 1_800_000_000.25),
     Ack("r1", "b1/c1/r1"),
     Refuse("", "bad frame: not msgpack"),
     Refuse("r2", "attribute 'x' appears more than once"),
@@ -149,6 +151,7 @@ def test_publication_layout_keeps_int_and_float_apart() -> None:
         ["stock", [["note", "Zürich ✓"], ["price", 100.25], ["symbol", "IBM"], ["volume", 12000]]],
         32,
         True,
+        None,
     ]
     assert type(array[2][1][3][1]) is int
     assert type(array[2][1][1][1]) is float
@@ -211,7 +214,7 @@ def test_encode_refuses_what_the_peer_would_refuse() -> None:
     with pytest.raises(FrameTooLarge) as caught:
         encode(big)
     assert caught.value.limit == MAX_FRAME
-    assert caught.value.size == len(pack(["pub", "p", ["c", [["blob", "x" * MAX_FRAME]]], 32, True]))
+    assert caught.value.size == len(pack(["pub", "p", ["c", [["blob", "x" * MAX_FRAME]]], 32, True, None]))
     with pytest.raises(BadMessage, match="cannot encode StatusReply: a status value cannot be set"):
         encode(StatusReply("q", {"x": {1, 2}}))
     with pytest.raises(BadMessage, match="status keys must be strings, not int"):
@@ -339,37 +342,54 @@ GOOD_FILTER = ["stock", [["price", ">", 1]]]
         (pack(["PING"]), "unknown message type 'PING'"),
         (pack(["x" * 1000]), "unknown message type 'xxxxxx"),
         (pack(["ping", 1]), "bad Ping: expected 0 fields, got 1"),
-        (pack(["pub", "p1", GOOD_PUB]), "bad Publish: expected 4 fields, got 2"),
-        (pack(["pub", "p1", GOOD_PUB, 5]), "bad Publish: expected 4 fields, got 3"),
-        (pack(["pub", "p1", GOOD_PUB, 5, 1]), "bad Publish: ack must be true or false"),
-        (pack(["pub", "p1", GOOD_PUB, True, True]), "bad Publish: ttl must be an integer from 0 to 255"),
-        (pack(["pub", "p1", GOOD_PUB, 256, True]), "bad Publish: ttl must be an integer from 0 to 255"),
-        (pack(["pub", b"p1", GOOD_PUB, 1, True]), "bad Publish: publication id must be a non-empty string"),
-        (pack(["pub", "p1", {"stock": 1}, 1, True]), "bad Publish: a publication must be an array"),
+        (pack(["pub", "p1", GOOD_PUB]), "bad Publish: expected 5 fields, got 2"),
+        (pack(["pub", "p1", GOOD_PUB, 5, True]), "bad Publish: expected 5 fields, got 4"),
+        (pack(["pub", "p1", GOOD_PUB, 5, 1, None]), "bad Publish: ack must be true or false"),
         (
-            pack(["pub", "p1", ["stock", {"price": 1}], 1, True]),
+            pack(["pub", "p1", GOOD_PUB, True, True, None]),
+            "bad Publish: ttl must be an integer from 0 to 255",
+        ),
+        (pack(["pub", "p1", GOOD_PUB, 256, True, None]), "bad Publish: ttl must be an integer from 0 to 255"),
+        (pack(["pub", "p1", GOOD_PUB, 5, True, "now"]), "bad Publish: time must be epoch seconds"),
+        (pack(["pub", "p1", GOOD_PUB, 5, True, -1.0]), "bad Publish: time must be epoch seconds"),
+        (
+            pack(["pub", b"p1", GOOD_PUB, 1, True, None]),
+            "bad Publish: publication id must be a non-empty string",
+        ),
+        (pack(["pub", "p1", {"stock": 1}, 1, True, None]), "bad Publish: a publication must be an array"),
+        (
+            pack(["pub", "p1", ["stock", {"price": 1}], 1, True, None]),
             "bad Publish: the attributes of a publication",
         ),
-        (pack(["pub", "p1", ["stock", ["ab"]], 1, True]), "bad Publish: an attribute of a publication must"),
-        (pack(["pub", "p1", ["stock", [{"a": 1, "b": 2}]], 1, True]), "bad Publish: an attribute of a publ"),
-        (pack(["pub", "p1", ["stock", [["p", True]]], 1, True]), "bad Publish: True is not a number"),
-        (pack(["pub", "p1", ["stock", [["p", None]]], 1, True]), "bad Publish: None is not a number"),
-        (pack(["pub", "p1", ["stock", [["p", b"x"]]], 1, True]), "bad Publish: b'x' is not a number"),
         (
-            pack(["pub", "p1", ["stock", [["p", math.nan]]], 1, True]),
+            pack(["pub", "p1", ["stock", ["ab"]], 1, True, None]),
+            "bad Publish: an attribute of a publication must",
+        ),
+        (
+            pack(["pub", "p1", ["stock", [{"a": 1, "b": 2}]], 1, True, None]),
+            "bad Publish: an attribute of a publ",
+        ),
+        (pack(["pub", "p1", ["stock", [["p", True]]], 1, True, None]), "bad Publish: True is not a number"),
+        (pack(["pub", "p1", ["stock", [["p", None]]], 1, True, None]), "bad Publish: None is not a number"),
+        (pack(["pub", "p1", ["stock", [["p", b"x"]]], 1, True, None]), "bad Publish: b'x' is not a number"),
+        (
+            pack(["pub", "p1", ["stock", [["p", math.nan]]], 1, True, None]),
             "bad Publish: nan is not a finite number",
         ),
         (
-            pack(["pub", "p1", ["stock", [["p", 2**64 - 1]]], 1, True]),
+            pack(["pub", "p1", ["stock", [["p", 2**64 - 1]]], 1, True, None]),
             "bad Publish: number 18446744073709551615",
         ),
         (
-            pack(["pub", "p1", ["stock", [[b"p", 1]]], 1, True]),
+            pack(["pub", "p1", ["stock", [[b"p", 1]]], 1, True, None]),
             "bad Publish: b'p' is not a valid attribute name",
         ),
-        (pack(["pub", "p1", [b"stock", []], 1, True]), "bad Publish: class must be a string, not b'stock'"),
         (
-            pack(["pub", "p1", ["stock", [["p", 1], ["p", 2]]], 1, True]),
+            pack(["pub", "p1", [b"stock", []], 1, True, None]),
+            "bad Publish: class must be a string, not b'stock'",
+        ),
+        (
+            pack(["pub", "p1", ["stock", [["p", 1], ["p", 2]]], 1, True, None]),
             "bad Publish: attribute 'p' appears more",
         ),
         (
@@ -396,9 +416,21 @@ GOOD_FILTER = ["stock", [["price", ">", 1]]]
         (pack(["sub", "s1", ["c", [["x", "eq", []]]], 1]), "bad Subscribe: a value array must"),
         (pack(["sub", "s1", ["c", [["x", "eq", {"a": 1}]]], 1]), "string operator 'eq' needs a string"),
         (pack(["sub", "s1", ["c", [["x", "eq\nfoo", "a"]]], 1]), "bad Subscribe: unknown operator 'eq foo'"),
-        (pack(["deliver", "s1", GOOD_PUB]), "bad Deliver: the subscriptions of a delivery must be an array"),
-        (pack(["deliver", [], GOOD_PUB]), "bad Deliver: a delivery names at least one subscription"),
-        (pack(["deliver", [1], GOOD_PUB]), "bad Deliver: subscription id must be a non-empty string"),
+        (pack(["deliver", "s1", GOOD_PUB, "p", 1.0]), "bad Deliver: the subscriptions of a delivery must be"),
+        (
+            pack(["deliver", [], GOOD_PUB, "p", 1.0]),
+            "bad Deliver: a delivery names at least one subscription",
+        ),
+        (
+            pack(["deliver", [1], GOOD_PUB, "p", 1.0]),
+            "bad Deliver: subscription id must be a non-empty string",
+        ),
+        (pack(["deliver", ["s"], GOOD_PUB]), "bad Deliver: expected 4 fields, got 2"),
+        (
+            pack(["deliver", ["s"], GOOD_PUB, "", 1.0]),
+            "bad Deliver: publication id must be a non-empty string",
+        ),
+        (pack(["deliver", ["s"], GOOD_PUB, "p", "t"]), "bad Deliver: time must be epoch seconds"),
         (pack(["refuse", "r", None]), "bad Refuse: a refusal needs a reason"),
         (pack(["status", "q", []]), "bad StatusReply: a status must be a map, not list"),
         (pack(["status", "q", {"a": {b"k": 1}}]), "bad StatusReply: status keys must be strings, not bytes"),
