@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 CONTROL = "\0control"  # the key of the agent's own AGENT_CTL subscription
 MAX_BACKOFF = 5.0
+BATCH = 32  # events handled (and fsync'd) together before the event loop gets a turn
 FIRST = asyncio.FIRST_COMPLETED
 
 
@@ -84,9 +85,10 @@ class Daemon:
                 )
                 if getter in done:
                     batch = [getter.result()]
-                    while not self.events.empty():  # what arrived meanwhile shares one fsync
+                    while not self.events.empty() and len(batch) < BATCH:  # one fsync for them all
                         batch.append(self.events.get_nowait())
                     await self._handle(*batch)
+                    await asyncio.sleep(0)  # a burst of envelopes must not starve the link's heartbeats
                 else:
                     getter.cancel()
                     await self._handle(Tick())

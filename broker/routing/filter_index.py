@@ -11,7 +11,7 @@ value plus those without an equality on that attribute. The caller still tests e
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from broker.language.model import Filter
@@ -72,12 +72,17 @@ class FilterIndex:
 
     def candidates(self, query: Filter) -> Iterable[str]:
         """Every stored filter that may overlap ``query`` (a superset: test each)."""
-        index = self._classes.get(query.cls)
+        return self.lookup(query.cls, _equalities(query))
+
+    def lookup(self, cls: str, equalities: Mapping[str, object]) -> Iterable[str]:
+        """Every stored filter of class ``cls`` that allows these attribute values (a superset);
+        a publication's attributes ask which advertisements it may fit."""
+        index = self._classes.get(cls)
         if index is None:
             return ()
         best: set[str] | None = None
         best_size = len(index.all)
-        for attribute, value in _equalities(query).items():
+        for attribute, value in equalities.items():
             if attribute not in index.equal:
                 continue
             same = index.equal[attribute].get(value, set())

@@ -114,6 +114,9 @@ class Router:
         self.matcher = Matcher()
         self.srt_index = FilterIndex()  # which advertisements a subscription may overlap, and
         self.prt_index = FilterIndex()  # which subscriptions an advertisement may
+        self.client_adverts: dict[str, FilterIndex] = {}  # client hop -> its advertisements
+        self.pending = FilterIndex()  # atoms of detections placed before an advertisement of theirs
+        self.pending_atoms: dict[str, Filter] = {}
         self.owned: dict[str, set[str]] = {}  # client hop -> ids of its advertisements and subscriptions
         self.subscriptions = Forwarding(covering, subscription_covers)
         self.advertisements = Forwarding("lazy" if advertisement_covering else "off", advertisement_covers)
@@ -170,6 +173,7 @@ class Router:
         if not broker:
             self.clients.add(hop)
             self.owned[hop] = set()
+            self.client_adverts[hop] = FilterIndex()
             return []
         self.neighbors.add(hop)
         out: Output = []
@@ -187,6 +191,7 @@ class Router:
             for entry_id in sorted(self.owned.pop(hop)):
                 out += self._withdraw_owned(hop, entry_id)
             self.clients.discard(hop)
+            del self.client_adverts[hop]
         elif hop in self.neighbors:
             self.neighbors.discard(hop)
             self.subscriptions.forget(hop)
@@ -251,7 +256,8 @@ class Router:
 
     def _publish_from_client(self, message: Publish, hop: str, global_id: str, now: float) -> Output:
         publication = message.publication
-        if not any(fits(publication, self.srt[i].filter) for i in self.owned[hop] if i in self.srt):
+        possible = self.client_adverts[hop].lookup(publication.cls, publication.fields)
+        if not any(fits(publication, self.srt[i].filter) for i in possible):
             self.counters["refused.nonconforming"] += 1
             return self._refuse(hop, message.id, "the publication fits no advertisement of this client")
         routed = self._route(global_id, publication, hop, DEFAULT_TTL, now, now)
@@ -307,6 +313,8 @@ class Router:
     def _advertise(self, adv_id: str, advertisement: Filter, hop: str, ttl: int) -> Output:
         self.srt[adv_id] = _Entry(advertisement, hop, ttl)
         self.srt_index.add(adv_id, advertisement)
+        if hop in self.clients:
+            self.client_adverts[hop].add(adv_id, advertisement)
         out: Output = []
         for neighbor in sorted(self.neighbors - {hop}):
             out += self._apply(neighbor, self.advertisements.want(neighbor, adv_id, advertisement), True)
@@ -315,14 +323,14 @@ class Router:
                 entry = self.prt[sub_id]
                 if entry.hop != hop and overlaps(entry.filter, advertisement):
                     out += self._apply(hop, self.subscriptions.want(hop, sub_id, entry.filter), False)
-        for detection in list(self.detections.values()):
-            placement = detection.placement
-            if (
-                self.detections.get(detection.id) is detection  # not released by an earlier one
-                and placement is not None
-                and placement.pending
-                and any(overlaps(a.filter, advertisement) for a in detection.composite.atoms())
-            ):
+        waiting = {
+            atom.rsplit("#", 1)[0]
+            for atom in self.pending.candidates(advertisement)
+            if overlaps(self.pending_atoms[atom], advertisement)
+        }
+        for detection_id in sorted(waiting):  # detections that had no source for an atom of theirs
+            detection = self.detections.get(detection_id)
+            if detection is not None and detection.placement is not None and detection.placement.pending:
                 out += self._place(detection)
         return out
 
@@ -341,10 +349,18 @@ class Router:
         if entry_id in self.srt:
             entry = self.srt.pop(entry_id)
             self.srt_index.remove(entry_id)
+            if entry.hop in self.clients:
+                self.client_adverts[entry.hop].remove(entry_id)
             for neighbor in sorted(self.neighbors):
                 out += self._apply(neighbor, self.advertisements.unwant(neighbor, entry_id), True)
             if entry.hop in self.neighbors:  # subscriptions that only this advertisement drew that way
-                for sub_id in self.subscriptions.entries(entry.hop):
+                drawn = [
+                    sub_id
+                    for sub_id in sorted(self.prt_index.candidates(entry.filter))
+                    if self.subscriptions.wants(entry.hop, sub_id)
+                    and overlaps(self.prt[sub_id].filter, entry.filter)
+                ]
+                for sub_id in drawn:
                     if not self._routes_to(self.prt[sub_id].filter, entry.hop):
                         out += self._apply(entry.hop, self.subscriptions.unwant(entry.hop, sub_id), False)
         elif entry_id in self.prt:
@@ -382,12 +398,28 @@ class Router:
             return []
         del self.detections[detection.id]
         del self.shared[(str(detection.composite), "" if detection.clear is None else str(detection.clear))]
+        self._note_pending(detection, False)
         return self._unplace(detection)
+
+    def _note_pending(self, detection: _Detection, pending: bool) -> None:
+        """Index the atoms of a detection that waits for an advertisement, so that one arriving
+        finds the detections it may move without testing them all."""
+        atoms = [f"{detection.id}#{i}" for i, _ in enumerate(detection.composite.atoms())]
+        if pending == (atoms[0] in self.pending_atoms):
+            return
+        for name, atom in zip(atoms, detection.composite.atoms(), strict=True):
+            if pending:
+                self.pending.add(name, atom.filter)
+                self.pending_atoms[name] = atom.filter
+            else:
+                self.pending.remove(name)
+                del self.pending_atoms[name]
 
     def _place(self, detection: _Detection) -> Output:
         """(Re)decide where the detection happens, and set it up there."""
         upstream = {hop for hop, _ in detection.upstream if hop in self.neighbors}
         placement = place(detection.composite, self._whence, upstream)
+        self._note_pending(detection, placement.pending)
         current = detection.placement
         if current is not None and (current.forward, current.atoms, current.remote) == (
             placement.forward,
