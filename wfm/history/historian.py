@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from broker.client import Client, ConnectError, Delivery
+from broker.client import Client, ConnectError, Delivery, RefusedError
 from broker.language import Filter, Publication
 from broker.transport.link import LinkClosed
 from broker.transport.uri import BrokerURI
@@ -156,14 +156,14 @@ class Historian:
 
     # queries --------------------------------------------------------------------------------
 
-    def _answer(self, client: Client, delivery: Delivery) -> None:
+    def _answer(self, delivery: Delivery) -> None:
         try:
             query_id, query = parse_query(delivery.publication)
         except ValueError as error:
             log.warning("ignoring a query without a valid id: %s", error)
             return
         if isinstance(query, str):
-            client.publish_nowait(final_publication(query_id, 0, query))
+            self._send(final_publication(query_id, 0, query))
             return
         if query_id in self._answering:
             return  # a repeat: the asker did not hear from us yet because we are still busy
@@ -177,26 +177,27 @@ class Historian:
     async def _run_query(self, query: Query) -> None:
         loop = asyncio.get_running_loop()
 
-        def send(publication: Publication) -> None:
-            client = self.client
-            if client is not None and client.connected:
-                with contextlib.suppress(LinkClosed):  # the asker retries the query meanwhile
-                    client.publish_nowait(publication)
-
         def work() -> int:
             count = 0
             for stored in self.store().query(query.filter, query.since, query.until):
                 count += 1
                 result = result_publication(query.id, count, stored.id, stored.time, stored.publication)
-                loop.call_soon_threadsafe(send, result)
+                loop.call_soon_threadsafe(self._send, result)
             return count
 
         try:
             count = await asyncio.to_thread(work)
         except Exception as error:  # Spark's errors: the asker gets one line
-            send(final_publication(query.id, 0, f"query failed: {first_line(error)}"))
+            self._send(final_publication(query.id, 0, f"query failed: {first_line(error)}"))
             return
-        send(final_publication(query.id, count))
+        self._send(final_publication(query.id, count))
+
+    def _send(self, publication: Publication) -> None:
+        """Publish on the current connection; an answer lost to a broken link is asked again."""
+        client = self.client
+        if client is not None and client.connected:
+            with contextlib.suppress(LinkClosed):
+                client.publish_nowait(publication)
 
     # connection -----------------------------------------------------------------------------
 
@@ -205,7 +206,7 @@ class Historian:
         while True:
             try:
                 client = await self._connect()
-            except (ConnectError, LinkClosed, OSError) as error:
+            except (ConnectError, LinkClosed, OSError, RefusedError) as error:
                 log.warning("%s: %s; retrying in %.1f s", self.uri, error, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_BACKOFF)
@@ -214,7 +215,7 @@ class Historian:
             log.info("historian connected to %s, keeping %s", self.uri, ", ".join(self.keep))
             async for delivery in client:
                 if delivery.subscription in self.queries:
-                    self._answer(client, delivery)
+                    self._answer(delivery)
                 else:
                     self._land(delivery)
             self.landing.flush()
