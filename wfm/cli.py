@@ -15,7 +15,7 @@ import click
 
 from broker.language import ParseError, parse_composite, parse_filter, parse_publication
 from broker.language.model import Publication
-from wfm import __version__, agent_cli, history_cli, overlay_cli, run_cli, workflow_cli
+from wfm import __version__, agent_cli, historian_cli, history_cli, overlay_cli, run_cli, workflow_cli
 
 PARSERS: dict[str, Callable[[str], object]] = {
     "publication": parse_publication,
@@ -69,6 +69,7 @@ cli.add_command(agent_cli.agent)
 for command in (run_cli.trigger, run_cli.schedule, run_cli.monitor, run_cli.up):
     cli.add_command(command)
 cli.add_command(history_cli.history)
+cli.add_command(historian_cli.historian)
 cli.add_command(history_cli.compact)
 cli.add_command(history_cli.report)
 

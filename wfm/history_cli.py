@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from datetime import UTC, datetime
@@ -13,10 +14,16 @@ from rich.console import Console
 from rich.table import Table
 
 from broker.language import ParseError, TimeRef, parse_filter
+from broker.transport.uri import BrokerURI
+from wfm.historian_cli import overlay_history
+from wfm.history.asker import HistoryError, Result, absolute
 from wfm.history.html import render_html
+from wfm.history.landing import StoredPublication
 from wfm.history.report import HEADERS, job_report
 from wfm.history.spark import MASTER_ENV, resolve_master, spark_session
+from wfm.history.spark_filter import time_bounds
 from wfm.history.store import HistoryStore, StoreError, require_store
+from wfm.overlay_cli import URI
 
 output_option = click.option(
     "-o", "--output", type=click.Choice(["text", "json"]), default="text", help="Output format."
@@ -64,28 +71,48 @@ def _open_store(store: Path | None, master: str | None) -> HistoryStore:
 
 @click.command()
 @click.argument("subscription", metavar="FILTER")
-@click.option("--broker", "broker_uri", help="Ask the historian through the overlay (not yet).")
+@click.option(
+    "--broker",
+    "broker_uri",
+    type=URI,
+    envvar="WFM_BROKER",
+    help="Ask the historians through the overlay, socket://HOST:PORT/ID (default: $WFM_BROKER).",
+)
 @store_option
 @click.option("--since", type=TIME, help="From this time on (inclusive).")
-@click.option("--until", type=TIME, help="Up to this time (exclusive).")
+@click.option(
+    "--until",
+    type=TIME,
+    help="Up to this time (exclusive); later than now: live publications follow until then.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=10.0,
+    show_default=True,
+    help="With --broker: seconds to wait for a historian's answer.",
+)
 @master_option
 @output_option
-def history(subscription: str, broker_uri: str | None, store: Path | None, since: float | None,
-            until: float | None, spark_master: str | None, output: str) -> None:  # fmt: skip
-    """Stored publications matching FILTER, in time order, straight from a store (Spark).
+def history(subscription: str, broker_uri: BrokerURI | None, store: Path | None, since: float | None,
+            until: float | None, timeout: float, spark_master: str | None, output: str) -> None:  # fmt: skip
+    """Stored publications matching FILTER, in time order, from the historians (--broker) or
+    straight from a store (--store, Spark).
 
     wfm history "[class,eq,JOBSTATUS],[status,eq,FAILURE],[time,>,now-7d]" --store DIR
+
+    Through the overlay, a range that ends in the future (--until, or a time predicate with < or
+    <=) is followed by live publications until it ends or Ctrl-C, each publication once.
     """
     try:
         wanted = parse_filter(subscription)
     except ParseError as error:
         raise click.ClickException(f"invalid filter: {error}") from None
-    if broker_uri is not None:
-        raise click.ClickException("history through the overlay (--broker) is not yet available; use --store")
-    for stored in _open_store(store, spark_master).query(wanted, since, until):
+
+    def emit(name: str, stored: Result | StoredPublication) -> None:
         if output == "json":
             record = {
-                "subscription": "history",
+                "subscription": name,
                 "publication": str(stored.publication),
                 "attributes": dict(stored.publication),
                 "time": stored.time,
@@ -93,6 +120,20 @@ def history(subscription: str, broker_uri: str | None, store: Path | None, since
             click.echo(json.dumps(record, ensure_ascii=False))
         else:
             click.echo(f"{datetime.fromtimestamp(stored.time, UTC).isoformat()} {stored.publication}")
+
+    if store is None and broker_uri is None:
+        raise click.ClickException("give --broker URI or --store DIR")
+    if store is not None or broker_uri is None:
+        for stored in _open_store(store, spark_master).query(wanted, since, until):
+            emit("history", stored)
+        return
+    now = time.time()
+    window = absolute(wanted, now)
+    low, high = time_bounds(window, now, since, until)
+    try:
+        asyncio.run(overlay_history(broker_uri, window, low, high, timeout, emit, now))
+    except HistoryError as error:
+        raise click.ClickException(str(error)) from None
 
 
 @click.command()

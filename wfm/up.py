@@ -5,8 +5,8 @@ Everything is a child process running the ``wfm`` command line, exactly as a use
 by hand, so the embedded default exercises the same code as a distributed installation. Children
 run in their own sessions: Ctrl-C reaches ``wfm up`` only, which then stops them in reverse order
 (agents before brokers), so a child that exits on its own is always a failure worth reporting.
-No historian is started yet (it does not exist); the history of a generation is what a monitor
-sees after it subscribes.
+A historian on B1 keeps Trigger, JOBSTATUS and AGENT_CTL in ``DIR/.wfm/history`` (started before
+the agents, so it sees every generation); it starts Spark only when first asked.
 """
 
 from __future__ import annotations
@@ -159,6 +159,8 @@ def serve(
                     raise UpError(
                         f"{uri.id} did not link to {', '.join(sorted(expected))} within {link_timeout:g} s"
                     )
+        history = ("--store", str(home / "history"))
+        processes.start(Child("historian", (*WFM, "historian", "--broker", str(uris[0]), *history)))
         for child in agent_children(agents, uris, home / "agents"):
             processes.start(child)
         for name, file in workflows:
@@ -168,7 +170,7 @@ def serve(
         say(f"brokers  {' '.join(str(uri) for uri in uris)}")
         say(f"agents   {', '.join(agents)} (logs in {processes.logs})")
         say(f"deployed {', '.join(name for name, _ in workflows)}")
-        say("no historian yet: a monitor sees only what happens after it subscribes")
+        say(f"history  {home / 'history'} (wfm history FILTER --broker {uris[0]})")
         example = workflows[0][0] if workflows else "WORKFLOW"
         say(f"try: export WFM_BROKER={uris[0]}; wfm trigger {example}; wfm monitor {example}")
         while not stop.wait(0.2):

@@ -43,8 +43,9 @@ def store_dir(tmp_path: Path) -> Path:
     [
         (["history", "[class,eq,J],[status,OK]", "--store", "."], "invalid filter: expected ',' after 'OK'"),
         (["history", "[class,eq,J]", "--store", "/nonexistent/store"], "no history store at /nonexistent"),
-        (["history", "[class,eq,J]"], "give --store DIR"),
-        (["history", "[class,eq,J]", "--broker", "socket://h:1/b"], "not yet available"),
+        (["history", "[class,eq,J]"], "give --broker URI or --store DIR"),
+        (["history", "[class,eq,J]", "--broker", "socket://127.0.0.1:1/b"], "cannot connect to socket://"),
+        (["history", "[class,eq,J]", "--broker", "b1"], "is not a broker URI"),
         (["history", "[class,eq,J]", "--store", ".", "--since", "yesterday"], "'yesterday' is not a time"),
         (["report", "--store", "/nonexistent/store"], "no history store"),
         (["compact"], "give --store DIR"),

@@ -1,0 +1,221 @@
+"""``wfm historian`` and ``wfm history --broker`` as processes over two real brokers (B1 - B2).
+
+One historian (on B2) serves the whole module, so Spark starts once in it; its first query, made
+before any publication, is the zero-result case. The kill -9 test runs its own historian, which
+never starts Spark (landing needs none)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.client import BlockingClient
+from broker.transport.uri import BrokerURI
+from tests.processes import WFM, brokers, status, wait_for
+from tests.transport.harness import free_port
+from wfm.history.landing import read_landing, segments
+from wfm.history.protocol import final_publication, parse_answer, query_advertisement, result_subscription
+
+KEEP = ["--keep", "JOBSTATUS", "--keep", "SEAM"]
+
+
+def start_historian(uri: BrokerURI, store: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [WFM, "historian", "--broker", str(uri), "--store", str(store), *KEEP, "--compact-every", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop(process: subprocess.Popen[str]) -> str:
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err, err
+    return err
+
+
+def landed(store: Path) -> list[tuple[str, float, str, str]]:
+    rows = read_landing(segments(store / "landing"))
+    return [(s.id, s.time, s.publisher, str(s.publication)) for s in rows]
+
+
+def wfm(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([WFM, *argv], capture_output=True, text=True, timeout=timeout)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def overlay() -> Iterator[dict[str, BrokerURI]]:
+    with brokers({"B1": [], "B2": ["B1"]}, heartbeat=1.0) as uris:
+        yield uris
+
+
+@pytest.fixture(scope="module")
+def historian(overlay: dict[str, BrokerURI], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    store = tmp_path_factory.mktemp("historian")
+    process = start_historian(overlay["B2"], store)
+    time.sleep(1.0)  # its subscriptions reach B1
+    # the first query starts the historian's Spark: wait for it once here; it has no results
+    warm = wfm(
+        "history", "[class,eq,JOBSTATUS]", "--broker", str(overlay["B1"]), "-o", "json", "--timeout", "60"
+    )
+    assert warm.returncode == 0 and warm.stdout == "", warm.stderr
+    yield store
+    stop(process)
+
+
+def publisher(uri: BrokerURI, name: str, cls: str) -> BlockingClient:
+    client = BlockingClient(uri, name)
+    client.advertise(f"[class,eq,{cls}],[n,isPresent,0],[note,isPresent,'']")
+    time.sleep(0.5)  # the historian's subscription travels towards the new advertisement
+    return client
+
+
+def test_lands_deliveries_with_publisher_id_and_time(overlay: dict[str, BrokerURI], historian: Path) -> None:
+    before = time.time()
+    with publisher(overlay["B1"], "pub-land", "JOBSTATUS") as client:
+        ids = [client.publish(f'[class,JOBSTATUS],[n,{n}],[note,"it\'s"]') for n in range(20)]
+    wait_for(lambda: {row[0] for row in landed(historian)} >= set(ids), "all 20 landed", 10)
+    rows = {row[0]: row for row in landed(historian)}
+    for n, id in enumerate(ids):
+        _, at, who, text = rows[id]
+        assert who == "pub-land" and id.split("/")[0] == "B1"
+        assert before <= at <= time.time()
+        assert text == f'[class,JOBSTATUS],[n,{n}],[note,"it\'s"]'
+
+
+def test_history_through_the_overlay(overlay: dict[str, BrokerURI], historian: Path) -> None:
+    with publisher(overlay["B1"], "pub-query", "JOBSTATUS") as client:
+        ids = [client.publish(f"[class,JOBSTATUS],[n,{n}],[note,'a\"b']") for n in range(5)]
+    wait_for(lambda: {row[0] for row in landed(historian)} >= set(ids), "landed", 10)
+    done = wfm("history", "[class,eq,JOBSTATUS],[n,<,5],[time,>,now-1h]", "--broker", str(overlay["B1"]),
+               "-o", "json", "--timeout", "60")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    ours = [line for line in lines if line["attributes"]["note"] == 'a"b']
+    assert [line["attributes"]["n"] for line in ours] == list(range(5))
+    assert [line["time"] for line in lines] == sorted(line["time"] for line in lines)
+    assert {line["subscription"] for line in lines} == {lines[0]["subscription"]}
+    assert ours[0]["publication"] == "[class,JOBSTATUS],[n,0],[note,'a\"b']"
+
+
+def test_historian_reports_a_bad_query(overlay: dict[str, BrokerURI], historian: Path) -> None:
+    with BlockingClient(overlay["B1"], "asker") as client:
+        client.subscribe(result_subscription("q-bad"))
+        client.advertise(query_advertisement())
+        time.sleep(0.5)
+        client.publish("[class,HISTORY_QUERY],[query,'q-bad'],[filter,'\"[class,eq,X],[n,OK]\"']")
+        delivery = client.receive(timeout=20)
+    assert delivery is not None
+    answer = parse_answer(delivery.publication)
+    assert answer.last and answer.count == 0 and answer.error.startswith("invalid filter:")
+    assert delivery.publication == final_publication("q-bad", 0, answer.error)
+
+
+def test_no_historian_is_one_line() -> None:
+    with brokers({"X": []}, heartbeat=1.0) as alone:
+        done = wfm("history", "[class,eq,JOBSTATUS]", "--broker", str(alone["X"]), "--timeout", "1")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == ["wfm: error: no historian answered within 1 s"]
+
+
+def test_seam_between_history_and_live(overlay: dict[str, BrokerURI], historian: Path) -> None:
+    """Publications before the query come from history, those during and after it live, each once."""
+    sent: list[int] = []
+    stopping = threading.Event()
+    with publisher(overlay["B1"], "pub-seam", "SEAM") as client:
+
+        def stream() -> None:
+            n = 0
+            while not stopping.is_set():
+                client.publish(f"[class,SEAM],[n,{n}],[note,seam]")
+                sent.append(n)
+                n += 1
+                time.sleep(0.02)
+
+        thread = threading.Thread(target=stream)
+        thread.start()
+        try:
+            time.sleep(1.5)
+            asker = subprocess.Popen(
+                [WFM, "history", "[class,eq,SEAM]", "--broker", str(overlay["B2"]), "--until", "now+6s",
+                 "-o", "json", "--timeout", "60"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            time.sleep(4.0)  # the answer arrives and live delivery takes over while the stream goes on
+        finally:
+            stopping.set()
+            thread.join()
+        out, err = asker.communicate(timeout=30)
+    assert asker.returncode == 0 and "Traceback" not in err, err
+    shown = [json.loads(line)["attributes"]["n"] for line in out.splitlines()]
+    assert sorted(shown) == sent, (len(shown), len(sent))
+    assert shown == sent  # history in time order, then live in order: the stream's own order
+
+
+def test_kill_9_loses_nothing_durable(overlay: dict[str, BrokerURI], tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    process = start_historian(overlay["B1"], store)
+    time.sleep(1.0)
+    with publisher(overlay["B2"], "pub-kill", "JOBSTATUS") as client:
+        first = [client.publish(f"[class,JOBSTATUS],[n,{n}],[note,k]") for n in range(50)]
+        wait_for(lambda: {row[0] for row in landed(store)} >= set(first), "first batch durable", 10)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        durable = landed(store)
+        # a restarted historian that lands the same deliveries again (as one would after an
+        # unacknowledged batch): a copy of the killed one's segment
+        for path in segments(store / "landing"):
+            shutil.copy(path, path.with_name("9" + path.name[1:]))
+        process = start_historian(overlay["B1"], store)
+        time.sleep(1.0)
+        second = [client.publish(f"[class,JOBSTATUS],[n,{n}],[note,k]") for n in range(50, 60)]
+        wait_for(lambda: {row[0] for row in landed(store)} >= set(second), "second batch durable", 10)
+    stop(process)
+    after = landed(store)
+    assert after[: len(durable)] == durable  # nothing fsync'd is lost
+    assert len({row[0] for row in after}) == len(after) == 60
+    done = wfm("history", "[class,eq,JOBSTATUS],[note,eq,k]", "--store", str(store), "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["attributes"]["n"] for line in done.stdout.splitlines()] == list(range(60))
+
+
+def test_reconnects_after_a_broker_restart(tmp_path: Path) -> None:
+    uri = BrokerURI("127.0.0.1", free_port(), "R")
+
+    def broker() -> subprocess.Popen[str]:
+        process = subprocess.Popen([WFM, "broker", "--uri", str(uri)], stderr=subprocess.DEVNULL, text=True)
+        wait_for(lambda: status(uri).get("id") == "R", "broker up")
+        return process
+
+    first = broker()
+    historian = start_historian(uri, tmp_path)
+    try:
+        wait_for(lambda: status(uri).get("subscriptions", 0) >= 3, "historian subscribed")  # type: ignore[operator]
+        first.terminate()
+        first.wait(10)
+        second = broker()
+        try:
+            wait_for(lambda: status(uri).get("subscriptions", 0) >= 3, "historian back")  # type: ignore[operator]
+            with publisher(uri, "pub-again", "SEAM") as client:
+                id = client.publish("[class,SEAM],[n,1],[note,again]")
+            wait_for(lambda: id in {row[0] for row in landed(tmp_path)}, "landed after the restart", 10)
+        finally:
+            stop(historian)
+            second.terminate()
+            second.wait(10)
+    finally:
+        if historian.poll() is None:
+            historian.kill()
+            historian.wait()

@@ -1,0 +1,236 @@
+"""The historian: lands every publication of the kept classes and answers historic queries.
+
+A thin asyncio adapter around :class:`Recorder` (landing, pure but for the disk) and
+``HistoryStore`` (Spark). One loop owns the landing log; Spark work (compaction, queries) runs in
+worker threads so landing never waits for it. The SparkSession is made on first need: a
+historian that is never asked and never compacts starts no JVM.
+
+The client does not reconnect by itself: after a broker restart or a lost link the historian
+reconnects with backoff and re-issues its subscriptions and advertisement (like the agent daemon).
+A query publication is answered only after everything landed before it is flushed, so an asker
+sees every publication the historian received before its question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from broker.client import Client, ConnectError, Delivery, RefusedError
+from broker.language import Filter, Publication
+from broker.transport.link import LinkClosed
+from broker.transport.uri import BrokerURI
+from wfm.history.landing import Landing
+from wfm.history.protocol import (
+    Query,
+    final_publication,
+    parse_query,
+    query_subscription,
+    result_advertisement,
+    result_publication,
+)
+from wfm.history.spark import spark_session
+from wfm.history.store import HistoryStore
+
+__all__ = ["DEFAULT_CLASSES", "Historian", "Recorder", "first_line", "publisher_of"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CLASSES = ("Trigger", "JOBSTATUS", "AGENT_CTL")
+MAX_BACKOFF = 5.0
+SEEN_LIMIT = 100_000  # ids remembered per process; older repeats are removed on read by id
+
+
+def publisher_of(publication_id: str) -> str:
+    """The client that published: the middle of ``<broker>/<client>/<ref>`` (broker ids and refs
+    hold no ``/``; a client name may)."""
+    parts = publication_id.split("/", 1)
+    return parts[1].rsplit("/", 1)[0] if len(parts) == 2 and "/" in parts[1] else ""
+
+
+def first_line(error: BaseException) -> str:
+    """Spark's errors span pages; a log line or an answer takes the first line."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+class Recorder:
+    """Appends deliveries to the landing log once per id (the log also dedups on read, but a
+    redelivery within a process need not cost disk)."""
+
+    def __init__(self, landing: Landing) -> None:
+        self.landing = landing
+        self.landed = 0
+        self._seen: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
+
+    def record(self, publication: Publication, at: float, publication_id: str) -> bool:
+        if publication_id in self._seen:
+            return False
+        self._seen[publication_id] = None
+        if len(self._seen) > SEEN_LIMIT:
+            del self._seen[next(iter(self._seen))]
+        self.landing.append(publication, at, publisher_of(publication_id), publication_id)
+        self.landed += 1
+        return True
+
+
+class Historian:
+    """Runs until :meth:`stop`; the landing log is flushed before :meth:`run` returns."""
+
+    def __init__(
+        self,
+        uri: BrokerURI,
+        store: Path,
+        keep: Sequence[str] = DEFAULT_CLASSES,
+        spark_master: str | None = None,
+        compact_every: float = 300.0,
+        name: str = "historian",
+    ) -> None:
+        self.uri, self.path, self.keep = uri, store, tuple(dict.fromkeys(keep))
+        self.spark_master = spark_master
+        self.compact_every = compact_every
+        self.name = name
+        self.landing = Landing(store / "landing")
+        self.recorder = Recorder(self.landing)
+        self.client: Client | None = None
+        self.queries: set[str] = set()  # ids of the current connection's HISTORY_QUERY subscriptions
+        self.stopping = asyncio.Event()
+        self._store: HistoryStore | None = None
+        self._store_lock = threading.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._answering: set[str] = set()  # ids of the queries being answered
+        self._connections = 0
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def store(self) -> HistoryStore:
+        """The store, with the process's SparkSession made on first call (from any thread)."""
+        with self._store_lock:
+            if self._store is None:
+                self._store = HistoryStore(self.path, spark_session(self.spark_master))
+            return self._store
+
+    async def run(self) -> None:
+        loops = [self._keep_connected(), self._flush_timer()]
+        if self.compact_every > 0:
+            loops.append(self._compact_timer())
+        tasks = [asyncio.create_task(loop) for loop in loops]
+        try:
+            await self.stopping.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.landing.close()
+            if self.client is not None:
+                await self.client.close()
+            log.info("historian stopped; %d publications landed", self.recorder.landed)
+
+    # landing --------------------------------------------------------------------------------
+
+    def _land(self, delivery: Delivery) -> None:
+        self.recorder.record(delivery.publication, delivery.time, delivery.id)
+        self.landing.maybe_flush(time.time())
+
+    async def _flush_timer(self) -> None:
+        """A quiet stream still gets its last batch on disk within ``batch_seconds``."""
+        while True:
+            await asyncio.sleep(self.landing.batch_seconds)
+            self.landing.maybe_flush(time.time())
+
+    async def _compact_timer(self) -> None:
+        while True:
+            await asyncio.sleep(self.compact_every)
+            self.landing.close()  # seal the current segment so this compaction takes it
+            try:
+                moved = await asyncio.to_thread(lambda: self.store().compact())
+                log.info("compacted %d segments", moved)
+            except Exception as error:  # Spark's errors; landing goes on, the next run retries
+                log.warning("compaction failed: %s", first_line(error))
+
+    # queries --------------------------------------------------------------------------------
+
+    def _answer(self, delivery: Delivery) -> None:
+        try:
+            query_id, query = parse_query(delivery.publication)
+        except ValueError as error:
+            log.warning("ignoring a query without a valid id: %s", error)
+            return
+        if isinstance(query, str):
+            self._send(final_publication(query_id, 0, query))
+            return
+        if query_id in self._answering:
+            return  # a repeat: the asker did not hear from us yet because we are still busy
+        self.landing.flush()  # what landed before the question is part of the answer
+        self._answering.add(query_id)
+        task = asyncio.create_task(self._run_query(query))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: self._answering.discard(query_id))
+
+    async def _run_query(self, query: Query) -> None:
+        loop = asyncio.get_running_loop()
+
+        def work() -> int:
+            count = 0
+            for stored in self.store().query(query.filter, query.since, query.until):
+                count += 1
+                result = result_publication(query.id, count, stored.id, stored.time, stored.publication)
+                loop.call_soon_threadsafe(self._send, result)
+            return count
+
+        try:
+            count = await asyncio.to_thread(work)
+        except Exception as error:  # Spark's errors: the asker gets one line
+            self._send(final_publication(query.id, 0, f"query failed: {first_line(error)}"))
+            return
+        self._send(final_publication(query.id, count))
+
+    def _send(self, publication: Publication) -> None:
+        """Publish on the current connection; an answer lost to a broken link is asked again."""
+        client = self.client
+        if client is not None and client.connected:
+            with contextlib.suppress(LinkClosed):
+                client.publish_nowait(publication)
+
+    # connection -----------------------------------------------------------------------------
+
+    async def _keep_connected(self) -> None:
+        delay = 0.2
+        while True:
+            try:
+                client = await self._connect()
+            except (ConnectError, LinkClosed, OSError, RefusedError) as error:
+                log.warning("%s: %s; retrying in %.1f s", self.uri, error, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF)
+                continue
+            delay = 0.2
+            log.info("historian connected to %s, keeping %s", self.uri, ", ".join(self.keep))
+            async for delivery in client:
+                if delivery.subscription in self.queries:
+                    self._answer(delivery)
+                else:
+                    self._land(delivery)
+            self.landing.flush()
+            log.warning("lost the connection to %s; reconnecting", self.uri)
+
+    async def _connect(self) -> Client:
+        self._connections += 1
+        client = await Client.connect(self.uri, f"{self.name}-{self._connections}")
+        try:
+            for cls in self.keep:
+                await client.subscribe(Filter(cls), own_queue=False)
+            await client.advertise(result_advertisement())
+            self.queries = {(await client.subscribe(query_subscription(), own_queue=False)).id}
+        except BaseException:
+            await client.close()
+            raise
+        self.client = client
+        return client

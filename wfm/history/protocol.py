@@ -1,0 +1,180 @@
+"""Historic queries over the overlay: the HISTORY_QUERY and HISTORY_RESULT publications.
+
+Pure shapes and parsing, shared by the historian (which answers) and ``wfm history --broker`` (which
+asks), so both sides agree on every attribute name in one place::
+
+    [class,HISTORY_QUERY],[query,'<uuid>'],[filter,'<filter>'],[since,T],[until,T]
+    [class,HISTORY_RESULT],[query,'<uuid>'],[seq,N],[id,'<publication id>'],[at,T],[publication,'<text>']
+    [class,HISTORY_RESULT],[query,'<uuid>'],[last,1],[count,N]               (and [error,'...'])
+
+``since`` and ``until`` are optional epoch seconds. ``time`` is reserved for the broker's timestamp,
+so a result carries the stored publication's broker time as ``at``. Filter and publication texts may
+hold both quote kinds, which a string value may not, so they travel as JSON string literals with
+``'`` written ``\\u0027`` (like ``wfm.workflow.translate.encode``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from broker.language import Filter, ParseError, Publication, parse_filter, parse_publication
+
+__all__ = [
+    "QUERY",
+    "RESULT",
+    "Answer",
+    "Query",
+    "check_query_id",
+    "decode_text",
+    "encode_text",
+    "final_publication",
+    "parse_answer",
+    "parse_query",
+    "query_advertisement",
+    "query_publication",
+    "query_subscription",
+    "result_advertisement",
+    "result_publication",
+    "result_subscription",
+]
+
+_QUERY_ID_RE = re.compile(r"[A-Za-z0-9-]{1,64}\Z")
+QUERY = "HISTORY_QUERY"
+RESULT = "HISTORY_RESULT"
+
+
+def encode_text(text: str) -> str:
+    """Any text as a string value: a JSON string literal without ``'`` or line breaks."""
+    return json.dumps(text, ensure_ascii=False).replace("'", "\\u0027")
+
+
+def decode_text(value: object) -> str:
+    """The inverse of :func:`encode_text`; ValueError if ``value`` is not one."""
+    if not isinstance(value, str):
+        raise ValueError(f"expected an encoded text, not {value!r}")
+    text = json.loads(value)
+    if not isinstance(text, str):
+        raise ValueError(f"expected an encoded text, not {value!r}")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A historic query as the historian receives it."""
+
+    id: str
+    filter: Filter
+    since: float | None
+    until: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One HISTORY_RESULT: a stored publication (``last`` False) or the final marker of one
+    historian's answer (``count`` results, or ``error``)."""
+
+    query: str
+    last: bool
+    seq: int = 0
+    id: str = ""
+    at: float = 0.0
+    publication: Publication | None = None
+    count: int = 0
+    error: str = ""
+
+
+def query_advertisement() -> str:
+    return (
+        f"[class,eq,{QUERY}],[query,isPresent,''],[filter,isPresent,''],[since,isPresent,0],"
+        "[until,isPresent,0]"
+    )
+
+
+def query_subscription() -> str:
+    return f"[class,eq,{QUERY}]"
+
+
+def result_advertisement() -> str:
+    return (
+        f"[class,eq,{RESULT}],[query,isPresent,''],[seq,isPresent,0],[last,isPresent,0],"
+        "[count,isPresent,0],[error,isPresent,''],[id,isPresent,''],[at,isPresent,0],"
+        "[publication,isPresent,'']"
+    )
+
+
+def result_subscription(query_id: str) -> str:
+    return f"[class,eq,{RESULT}],[query,eq,'{check_query_id(query_id)}']"
+
+
+def check_query_id(value: object) -> str:
+    """A query id is a plain token (the asker uses a uuid), so it needs no quoting anywhere."""
+    if not isinstance(value, str) or not _QUERY_ID_RE.match(value):
+        raise ValueError(f"invalid query id {value!r} (1 to 64 letters, digits and -)")
+    return value
+
+
+def query_publication(query_id: str, text: str, since: float | None, until: float | None) -> Publication:
+    attributes: dict[str, str | float] = {"query": check_query_id(query_id), "filter": encode_text(text)}
+    if since is not None:
+        attributes["since"] = since
+    if until is not None:
+        attributes["until"] = until
+    return Publication(QUERY, attributes)
+
+
+def parse_query(publication: Publication) -> tuple[str, Query | str]:
+    """(query id, the query or a one-line reason it cannot be answered); ValueError without an id."""
+    query_id = check_query_id(publication.get("query"))
+    try:
+        text = decode_text(publication.get("filter"))
+        wanted = parse_filter(text)
+    except ParseError as error:
+        return query_id, f"invalid filter: {error}"
+    except ValueError as error:
+        return query_id, f"invalid query: {error}"
+    bounds: list[float | None] = []
+    for name in ("since", "until"):
+        value = publication.get(name)
+        if value is not None and (isinstance(value, str | bool)):
+            return query_id, f"invalid query: {name} must be epoch seconds"
+        bounds.append(None if value is None else float(value))
+    return query_id, Query(query_id, wanted, bounds[0], bounds[1])
+
+
+def result_publication(query_id: str, seq: int, id: str, at: float, publication: Publication) -> Publication:
+    attributes: dict[str, str | float] = {
+        "query": check_query_id(query_id),
+        "seq": seq,
+        "id": encode_text(id),
+        "at": at,
+        "publication": encode_text(str(publication)),
+    }
+    return Publication(RESULT, attributes)
+
+
+def final_publication(query_id: str, count: int, error: str = "") -> Publication:
+    attributes: dict[str, str | int] = {"query": check_query_id(query_id), "last": 1, "count": count}
+    if error:
+        attributes["error"] = encode_text(error)
+    return Publication(RESULT, attributes)
+
+
+def parse_answer(publication: Publication) -> Answer:
+    """A HISTORY_RESULT publication; ValueError if it is malformed."""
+    query_id = check_query_id(publication.get("query"))
+    if "last" in publication:
+        count = publication.get("count", 0)
+        error = publication.get("error")
+        return Answer(
+            query_id,
+            True,
+            count=int(count) if not isinstance(count, str) else 0,
+            error="" if error is None else decode_text(error),
+        )
+    at, seq = publication.get("at"), publication.get("seq")
+    if isinstance(at, str) or isinstance(seq, str) or at is None or seq is None:
+        raise ValueError(f"malformed {RESULT}: {publication}")
+    stored = parse_publication(decode_text(publication.get("publication")))
+    return Answer(query_id, False, int(seq), decode_text(publication.get("id")), float(at), stored)
