@@ -88,9 +88,9 @@ def _open_store(store: Path | None, master: str | None) -> HistoryStore:
 @click.option(
     "--timeout",
     type=click.FloatRange(0.1, 3600),
-    default=10.0,
+    default=60.0,
     show_default=True,
-    help="With --broker: seconds to wait for a historian's answer.",
+    help="With --broker: seconds to wait for the historians' answers (a first query also starts Spark).",
 )
 @master_option
 @output_option
