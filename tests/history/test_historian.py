@@ -172,7 +172,7 @@ def test_kill_9_loses_nothing_durable(overlay: dict[str, BrokerURI], tmp_path: P
         first = [client.publish(f"[class,JOBSTATUS],[n,{n}],[note,k]") for n in range(50)]
         wait_for(lambda: {row[0] for row in landed(store)} >= set(first), "first batch durable", 10)
         process.send_signal(signal.SIGKILL)
-        process.wait()
+        process.communicate(timeout=30)  # reaps it and closes its stderr pipe
         durable = landed(store)
         # a restarted historian that lands the same deliveries again (as one would after an
         # unacknowledged batch): a copy of the killed one's segment
@@ -218,4 +218,4 @@ def test_reconnects_after_a_broker_restart(tmp_path: Path) -> None:
     finally:
         if historian.poll() is None:
             historian.kill()
-            historian.wait()
+            historian.communicate(timeout=30)
