@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 from datetime import UTC, date, datetime
+from pathlib import Path
 
 from broker.language import Publication
 from tests.history.conftest import land
@@ -69,3 +71,30 @@ def test_weekly_since_and_all_workflows(store: HistoryStore) -> None:
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<polyline" in page
     assert "weekly &lt;report&gt;" in page and "PAYROLL/JobA" in page
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_rollups_follow_each_compaction_and_rebuild_when_deleted(store: HistoryStore, tmp_path: Path) -> None:
+    """Whole days come from the daily rollups: a day compacted twice, a rollup deleted, and rows
+    still landing must all give the figures of one report over the raw rows."""
+    rows = [
+        (MONDAY + n * 3600, status(f"g{n}", "JobA", ("SUCCESS", "FAILURE", "NORUN")[n % 3], 10.0 + n))
+        for n in range(36)  # a day and a half: Monday and Tuesday morning
+    ]
+    published = [(f"r{n}", t, p) for n, (t, p) in enumerate(rows)]
+    reference = HistoryStore(tmp_path / "reference", store.spark)
+    land(reference, published)  # never compacted: the report reads its landing rows
+    expected = {by: job_report(reference, by=by) for by in ("day", "week")}
+
+    land(store, published[:10])
+    store.compact()
+    assert [r.runs for r in job_report(store)] == [7]  # Monday's rollup, from one table file
+    land(store, published[10:30])
+    store.compact()  # Monday gets a second file, so its rollup is recomputed
+    assert [r.runs for r in job_report(store)] == [11, 9]  # Monday's 16 rows, Tuesday's first 14
+    shutil.rmtree(store.rollups.path / "month=2026-03")
+    land(store, published[30:])  # Tuesday's last rows are still landing
+    assert {by: job_report(store, by=by) for by in ("day", "week")} == expected
+    week = expected["week"][0]
+    assert (week.runs, week.failures, week.noruns) == (24, 12, 12)
+    assert week.slowest == (("g34", 44.0), ("g33", 43.0), ("g31", 41.0))
+    assert week.p95_duration == 43.0  # the 23rd of the 24 durations 10, 11, 13, 14, ..., 43, 44

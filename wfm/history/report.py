@@ -1,5 +1,5 @@
 """``wfm report``: per job and period, runs, failures, NORUNs, mean and p95 duration and the slowest
-generations, computed by Spark SQL over the JOBSTATUS history.
+generations, computed by Spark SQL from the daily rollups of the JOBSTATUS history (``rollup.py``).
 
 A JOBSTATUS publication is ``[applname,W],[jobname,J],[GID,G],[status,SUCCESS|FAILURE|NORUN]`` and,
 from the agents, a numeric ``duration`` in seconds. Runs are SUCCESS and FAILURE (a NORUN did not
@@ -9,19 +9,16 @@ run); durations are those of runs. The virtual jobs APPL_START and APPL_END are 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import date
+from datetime import UTC, date, datetime
 
-from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from broker.language import Filter, Predicate
-from wfm.history.spark_filter import compile_filter, date_bounds, value_column
+from wfm.history.rollup import SKETCH_K, SLOWEST_KEPT, job_rows, partials
 from wfm.history.store import HistoryStore
 
 __all__ = ["HEADERS", "PERIODS", "JobPeriod", "job_report"]
 
 PERIODS = ("day", "week")
-VIRTUAL_JOBS = ["APPL_START", "APPL_END"]
 HEADERS = ("workflow", "job", "period", "runs", "failures", "NORUN", "mean s", "p95 s", "slowest generations")
 
 
@@ -65,49 +62,49 @@ def job_report(
     by: str = "day",
     slowest: int = 3,
 ) -> list[JobPeriod]:
-    """One entry per (workflow, job, period), sorted by those."""
+    """One entry per (workflow, job, period), sorted by those: the merge of the daily rollups of
+    whole days, and of the same partials computed from the rows of a partial first day and of the
+    landing log."""
     if by not in PERIODS:
         raise ValueError(f"period must be one of {', '.join(PERIODS)}, not {by!r}")
-    frame = store.frame()
-    columns = frame.columns
-    wanted = Filter("JOBSTATUS", (Predicate("applname", "eq", workflow),) if workflow else ())
-    condition = compile_filter(wanted, columns, now=0.0) & date_bounds(since, None)
-    if since is not None:
-        condition &= F.col("time") >= F.lit(since)
-
-    def text(name: str) -> Column:
-        return value_column(name, True, columns)
-
-    jobs = frame.where(condition & ~text("jobname").isin(VIRTUAL_JOBS)).select(
-        text("applname").alias("workflow"),
-        text("jobname").alias("job"),
-        F.to_date(F.date_trunc(by, F.timestamp_seconds("time"))).alias("period"),
-        text("status").alias("status"),
-        text("GID").alias("gid"),
-        F.when(text("status") != "NORUN", value_column("duration", False, columns)).alias("duration"),
-    )
-    counted = lambda status: F.sum(F.when(F.col("status") == status, 1).otherwise(0))  # noqa: E731
-    rows = (
-        jobs.where(F.col("workflow").isNotNull() & F.col("job").isNotNull())
-        .groupBy("workflow", "job", "period")
-        .agg(
-            (counted("SUCCESS") + counted("FAILURE")).alias("runs"),
-            counted("FAILURE").alias("failures"),
-            counted("NORUN").alias("noruns"),
-            F.avg("duration").alias("mean"),
-            F.percentile_approx("duration", 0.95, 1000).alias("p95"),
-            F.slice(
-                F.sort_array(
-                    F.collect_list(F.when(F.col("duration").isNotNull(), F.struct("duration", "gid"))),
-                    asc=False,
+    if not 0 <= slowest <= SLOWEST_KEPT:
+        raise ValueError(f"slowest must be 0 to {SLOWEST_KEPT}, not {slowest}")
+    with store.locked():
+        store.rollups.refresh()
+        days, raw = store.rollups.frame(), store.landed()
+        if since is not None:
+            first = _day(since)
+            days = days.where(F.col("date") > first)
+            table = store.table_frame()
+            table = table.where((F.col("date") == first) & (F.col("time") >= since))
+            raw = table if raw is None else table.unionByName(raw, allowMissingColumns=True)
+            raw = raw.where(F.col("time") >= since)
+        merged = days if raw is None else days.unionByName(partials(job_rows(raw)))
+        if workflow is not None:
+            merged = merged.where(F.col("workflow") == workflow)
+        timed = F.sum("duration_count") > 0  # a merged sketch of no durations has no quantile
+        rows = (
+            merged.groupBy(
+                "workflow",
+                "job",
+                F.to_date(F.date_trunc(by, F.col("date").cast("timestamp"))).alias("period"),
+            )
+            .agg(
+                F.sum("runs").alias("runs"),
+                F.sum("failures").alias("failures"),
+                F.sum("noruns").alias("noruns"),
+                F.when(timed, F.sum("duration_sum") / F.sum("duration_count")).alias("mean"),
+                F.when(
+                    timed,
+                    F.kll_sketch_get_quantile_double(F.kll_merge_agg_double("sketch", SKETCH_K), F.lit(0.95)),
+                ).alias("p95"),
+                F.slice(F.sort_array(F.flatten(F.collect_list("slowest")), asc=False), 1, slowest).alias(
+                    "slowest"
                 ),
-                1,
-                slowest,
-            ).alias("slowest"),
+            )
+            .orderBy("workflow", "job", "period")
+            .collect()
         )
-        .orderBy("workflow", "job", "period")
-        .collect()
-    )
     return [
         JobPeriod(
             r.workflow,
@@ -122,6 +119,10 @@ def job_report(
         )
         for r in rows
     ]
+
+
+def _day(seconds: float) -> date:
+    return datetime.fromtimestamp(seconds, UTC).date()
 
 
 def _seconds(value: float | None) -> str:

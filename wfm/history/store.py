@@ -18,6 +18,7 @@ import json
 import os
 import time as clock
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from pyspark.sql.types import DateType, DoubleType, StringType, StructField, Str
 
 from broker.language import Filter, Publication
 from wfm.history.landing import StoredPublication, fsync_path, sealed_segments, segments
+from wfm.history.rollup import Rollups
 from wfm.history.spark_filter import (
     NUMBER_PREFIX,
     STRING_PREFIX,
@@ -67,6 +69,7 @@ class HistoryStore:
         self.landing = self.path / "landing"
         self.table = self.path / "table"
         self._attributes_file = self.table / "_attributes.json"
+        self.rollups = Rollups(self.path, self.table, spark, self._table_days)
 
     # -- reading
 
@@ -75,11 +78,16 @@ class HistoryStore:
 
         Ids are unique in the table (compaction writes only new ones), so only landed rows are
         checked against it."""
-        table = self._table_frame()
+        table = self.table_frame()
         paths = segments(self.landing)
         if not paths:
             return table
         return table.unionByName(self._unwritten(paths, table)[0], allowMissingColumns=True)
+
+    def landed(self) -> DataFrame | None:
+        """The landing log's rows the table does not hold yet (None when nothing is landing)."""
+        paths = segments(self.landing)
+        return self._unwritten(paths, self.table_frame())[0] if paths else None
 
     def select(
         self,
@@ -121,21 +129,29 @@ class HistoryStore:
 
     # -- compaction
 
-    def compact(self) -> int:
-        """Move every sealed landing segment into the table; returns how many segments.
-
-        One compaction at a time per store (a lock file): a second one waits, then finds the
-        segments gone."""
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """The store's lock (a lock file, so across processes and threads): compactions and
+        reports take it, so a second compaction waits and then finds the segments gone, and no
+        rollup or landing segment is removed while a report reads it."""
         self.path.mkdir(parents=True, exist_ok=True)
         with open(self.path / ".compact.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            return self._compact()
+            yield
+
+    def compact(self) -> int:
+        """Move every sealed landing segment into the table and bring the daily rollups up to date;
+        returns how many segments."""
+        with self.locked():
+            moved = self._compact()
+            self.rollups.refresh()
+            return moved
 
     def _compact(self) -> int:
         paths = sealed_segments(self.landing)
         if not paths:
             return 0
-        fresh, dates = self._unwritten(paths, self._table_frame())
+        fresh, dates = self._unwritten(paths, self.table_frame())
         known = self.attributes()
         new = [c for c in fresh.columns if c.startswith((STRING_PREFIX, NUMBER_PREFIX)) and c not in known]
         if new or not self._attributes_file.exists():
@@ -175,7 +191,7 @@ class HistoryStore:
         temporary.replace(self._attributes_file)
         fsync_path(self.table)
 
-    def _table_frame(self) -> DataFrame:
+    def table_frame(self) -> DataFrame:
         fields = [*_FIXED, *(_attribute_field(c) for c in self.attributes()), *_PARTITIONS]
         schema = StructType(fields)
         if not self._attributes_file.exists():
@@ -183,6 +199,9 @@ class HistoryStore:
         frame = self.spark.read.schema(schema).parquet(str(self.table))
         # Spark writes the empty class as the null partition; no class is null.
         return frame.withColumn("class", F.coalesce(F.col("class"), F.lit("")))
+
+    def _table_days(self, days: list[date]) -> DataFrame:
+        return self.table_frame().where(F.col("date").isin(days))
 
     def _unwritten(self, paths: Sequence[Path], table: DataFrame) -> tuple[DataFrame, list[date]]:
         """The landed rows the table lacks (after a crash between writing the table and removing
