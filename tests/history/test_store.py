@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
+import pytest
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from broker.language import Filter, parse_filter, parse_publication
@@ -80,3 +83,33 @@ def test_the_segment_being_written_is_left_alone(store: HistoryStore) -> None:
     writer.close()
     store.compact()
     assert segments(store.landing) == [] and store.frame().where(F.col("class") == "JOBSTATUS").count() == 9
+
+
+def test_small_files_of_a_folder_are_merged_into_one(tmp_path: Path, spark: SparkSession) -> None:
+    store = HistoryStore(tmp_path / "store", spark, merge_at=3)
+    folder = store.table / "date=2026-05-29" / "class=JOBSTATUS"  # j1, j2 and j3 fall on that day
+    for n in (1, 2, 3):
+        land(store, [ROWS[n]])
+        store.compact()
+        assert len(list(folder.glob("*.parquet"))) == (n if n < 3 else 1)
+    assert ids(store) == ["j1", "j2", "j3"]
+    assert list(store.table.glob("date=*/.*")) == list(store.path.glob(".merge-staging-*")) == []
+
+
+@pytest.mark.parametrize("moment", ["prepared", "renamed away", "swapped"])
+def test_a_merge_a_crash_interrupted_is_completed_or_dropped(
+    tmp_path: Path, spark: SparkSession, moment: str
+) -> None:
+    store = HistoryStore(tmp_path / "store", spark)
+    land(store, ROWS[1:4])
+    store.compact()
+    folder = store.table / "date=2026-05-29" / "class=JOBSTATUS"
+    merged, old = (folder.with_name(prefix + folder.name) for prefix in (".merge-", ".old-"))
+    shutil.copytree(folder, merged)  # the merge, complete, as the swap found it
+    if moment != "prepared":
+        folder.rename(old)
+    if moment == "swapped":
+        merged.rename(folder)
+    assert store.compact() == 0  # nothing landed: it only recovers
+    assert ids(store) == ["j1", "j2", "j3"]  # each once
+    assert list(store.table.glob("date=*/.*")) == []

@@ -37,6 +37,17 @@ def query_composite(
         raise ValueError("a historic composite query is an & of atoms, without nested || ; or Times")
     composite_variables(composite)  # refuses one name used with two kinds
     now = clock.time() if now is None else now
+    with store.reading():
+        yield from _joined(store, composite, since, until, now)
+
+
+def _joined(
+    store: HistoryStore,
+    composite: Composite,
+    since: float | None,
+    until: float | None,
+    now: float,
+) -> Iterator[tuple[StoredPublication, ...]]:
     frame = store.frame()
     columns = frame.columns
     joined: DataFrame | None = None
@@ -56,7 +67,7 @@ def query_composite(
         )
         bound |= set(variables)
     assert joined is not None
-    atoms = [f"atom{i}" for i in range(len(operands))]
+    atoms = [f"atom{i}" for i, _ in enumerate(composite.atoms())]
     ordered = joined.orderBy(*[F.col(f"{a}.time") for a in atoms], *[F.col(f"{a}.id") for a in atoms])
     for row in ordered.toLocalIterator():
         yield tuple(to_stored(row[a], columns) for a in atoms)

@@ -18,7 +18,7 @@ import json
 import os
 import time as clock
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from pyspark.sql.types import DateType, DoubleType, StringType, StructField, Str
 
 from broker.language import Filter, Publication
 from wfm.history.landing import StoredPublication, fsync_path, sealed_segments, segments
+from wfm.history.merging import merge_small_files, recover
 from wfm.history.rollup import Rollups
 from wfm.history.spark_filter import (
     NUMBER_PREFIX,
@@ -63,13 +64,14 @@ def require_store(path: Path) -> None:
 class HistoryStore:
     """``HistoryStore(path, spark).query(filter, since, until)``: stored publications in time order."""
 
-    def __init__(self, path: Path | str, spark: SparkSession) -> None:
+    def __init__(self, path: Path | str, spark: SparkSession, merge_at: int = 8) -> None:
         self.path = Path(path)
         self.spark = spark
         self.landing = self.path / "landing"
         self.table = self.path / "table"
         self._attributes_file = self.table / "_attributes.json"
         self.rollups = Rollups(self.path, self.table, spark, self._table_days)
+        self.merge_at = merge_at  # small files in a folder that make compaction merge them
 
     # -- reading
 
@@ -122,10 +124,11 @@ class HistoryStore:
         and ``until`` exclusive, so a caller joining history to live data at an instant T asks for
         ``until=T`` and takes live publications from T on.
         """
-        frame = self.select(subscription, since, until, now)
-        columns = frame.columns
-        for row in frame.toLocalIterator():
-            yield to_stored(row, columns)
+        with self.reading():
+            frame = self.select(subscription, since, until, now)
+            columns = frame.columns
+            for row in frame.toLocalIterator():
+                yield to_stored(row, columns)
 
     # -- compaction
 
@@ -139,11 +142,27 @@ class HistoryStore:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
+    @contextmanager
+    def _files_lock(self, kind: int) -> Iterator[None]:
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.path / ".files.lock", "w") as lock:
+            fcntl.flock(lock, kind)
+            yield
+
+    def reading(self) -> AbstractContextManager[None]:
+        """Held while a query lists and reads files: compaction removes none meanwhile."""
+        return self._files_lock(fcntl.LOCK_SH)
+
+    def _removing(self) -> AbstractContextManager[None]:
+        return self._files_lock(fcntl.LOCK_EX)
+
     def compact(self) -> int:
-        """Move every sealed landing segment into the table and bring the daily rollups up to date;
-        returns how many segments."""
+        """Move every sealed landing segment into the table, merge folders of small files and
+        bring the daily rollups up to date; returns how many segments."""
         with self.locked():
+            recover(self.table)
             moved = self._compact()
+            merge_small_files(self.table, self.merge_at, self._table_files, self._removing)
             self.rollups.refresh()
             return moved
 
@@ -160,8 +179,9 @@ class HistoryStore:
         fresh = fresh.repartition("date", "class")
         fresh.write.mode("append").partitionBy("date", "class").parquet(str(self.table))
         self._fsync_days(dates)  # Spark's local writes are not fsync'd; the segments go next
-        for path in paths:
-            path.unlink()
+        with self._removing():
+            for path in paths:
+                path.unlink()
         fsync_path(self.landing)
         return len(paths)
 
@@ -202,6 +222,10 @@ class HistoryStore:
 
     def _table_days(self, days: list[date]) -> DataFrame:
         return self.table_frame().where(F.col("date").isin(days))
+
+    def _table_files(self, files: list[Path]) -> DataFrame:
+        schema = self.table_frame().schema
+        return self.spark.read.schema(schema).option("basePath", str(self.table)).parquet(*map(str, files))
 
     def _unwritten(self, paths: Sequence[Path], table: DataFrame) -> tuple[DataFrame, list[date]]:
         """The landed rows the table lacks (after a crash between writing the table and removing
