@@ -94,23 +94,10 @@ def test_results_fit_the_historians_advertisement() -> None:
         assert fits(publication, advertisement), publication
 
 
-def test_answers_merge_historians_by_id() -> None:
-    one = parse_publication("[class,A],[n,1]")
-    answers = Answers()
-    answers.add("h1", parse_answer(result_publication("q", 1, "B1/p/2", 2.0, one)))
-    answers.add("h2", parse_answer(result_publication("q", 1, "B1/p/1", 1.0, one)))
-    answers.add("h2", parse_answer(result_publication("q", 2, "B1/p/2", 2.0, one)))
-    answers.add("h2", parse_answer(final_publication("q", 2)))
-    assert not answers.complete  # h1 has started but not finished
-    answers.add("h1", parse_answer(final_publication("q", 1)))
-    assert answers.complete
-    assert [r.id for r in answers.in_time_order()] == ["B1/p/1", "B1/p/2"]
-
-
 def test_seam_drops_what_history_returned_and_what_is_out_of_the_window() -> None:
     publication = parse_publication("[class,A],[n,1]")
-    answers = Answers()
-    answers.add("h", parse_answer(result_publication("q", 1, "B1/p/1", 100.0, publication)))
+    answers = Answers(0.0, 10.0)
+    answers.add("h", parse_answer(result_publication("q", 1, "B1/p/1", 100.0, publication)), 1.0)
     window = absolute(parse_filter("[class,eq,A],[time,<,now]"), 200.0)
     seam = Seam(window, 50.0, 300.0)
     assert [r.id for r in seam.history(answers)] == ["B1/p/1"]
