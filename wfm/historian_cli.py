@@ -73,8 +73,9 @@ async def overlay_history(
     emit: Callable[[str, Result], None],
     now: float,
 ) -> None:
-    """Print the historians' answer, then, if ``until`` is later than ``now``, live publications
-    until then or SIGINT/SIGTERM. HistoryError (one line) if the broker or every historian fails."""
+    """Print the historians' answer (and a warning line for each historian that stopped answering),
+    then, if ``until`` is later than ``now``, live publications until then or SIGINT/SIGTERM.
+    HistoryError (one line) if the broker or every historian fails."""
     query_id = uuid.uuid4().hex
     try:
         client = await Client.connect(uri)
@@ -87,7 +88,10 @@ async def overlay_history(
         if live is not None:
             await asyncio.sleep(ADVERTISEMENT_SETTLE)
         seam = Seam(window, since, until)
-        for result in seam.history(await ask(client, query_id, window, since, until, timeout)):
+        answers = await ask(client, query_id, window, since, until, timeout)
+        for warning in answers.warnings():
+            click.echo(f"wfm: warning: {warning}", err=True)
+        for result in seam.history(answers):
             emit(query_id, result)
         if live is None or until is None:
             return

@@ -88,9 +88,10 @@ def _open_store(store: Path | None, master: str | None) -> HistoryStore:
 @click.option(
     "--timeout",
     type=click.FloatRange(0.1, 3600),
-    default=60.0,
+    default=10.0,
     show_default=True,
-    help="With --broker: seconds to wait for the historians' answers (a first query also starts Spark).",
+    help="With --broker: seconds to wait for a historian to accept the query (one that has accepted is "
+    "waited for as long as it keeps saying it is answering).",
 )
 @master_option
 @output_option

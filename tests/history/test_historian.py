@@ -1,8 +1,9 @@
 """``wfm historian`` and ``wfm history --broker`` as processes over two real brokers (B1 - B2).
 
 One historian (on B2) serves the whole module, so Spark starts once in it; its first query, made
-before any publication, is the zero-result case. The kill -9 test runs its own historian, which
-never starts Spark (landing needs none)."""
+before any publication, is the zero-result case. The two-historian test adds a second one (on B1),
+whose first query starts Spark too. The kill -9 test runs its own historian, which never starts
+Spark (landing needs none)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from broker.client import BlockingClient
+from broker.language import parse_publication
 from broker.transport.uri import BrokerURI
 from tests.processes import WFM, brokers, status, wait_for
 from tests.transport.harness import free_port
-from wfm.history.landing import read_landing, segments
+from wfm.history.landing import Landing, read_landing, segments
 from wfm.history.protocol import final_publication, parse_answer, query_advertisement, result_subscription
 
 KEEP = ["--keep", "JOBSTATUS", "--keep", "SEAM"]
@@ -66,10 +68,9 @@ def historian(overlay: dict[str, BrokerURI], tmp_path_factory: pytest.TempPathFa
     store = tmp_path_factory.mktemp("historian")
     process = start_historian(overlay["B2"], store)
     time.sleep(1.0)  # its subscriptions reach B1
-    # the first query starts the historian's Spark: wait for it once here; it has no results
-    warm = wfm(
-        "history", "[class,eq,JOBSTATUS]", "--broker", str(overlay["B1"]), "-o", "json", "--timeout", "60"
-    )
+    # the first query starts the historian's Spark (it accepts at once, so the default timeout
+    # does); wait for it once here; it has no results
+    warm = wfm("history", "[class,eq,JOBSTATUS]", "--broker", str(overlay["B1"]), "-o", "json")
     assert warm.returncode == 0 and warm.stdout == "", warm.stderr
     yield store
     stop(process)
@@ -100,7 +101,7 @@ def test_history_through_the_overlay(overlay: dict[str, BrokerURI], historian: P
         ids = [client.publish(f"[class,JOBSTATUS],[n,{n}],[note,'a\"b']") for n in range(5)]
     wait_for(lambda: {row[0] for row in landed(historian)} >= set(ids), "landed", 10)
     done = wfm("history", "[class,eq,JOBSTATUS],[n,<,5],[time,>,now-1h]", "--broker", str(overlay["B1"]),
-               "-o", "json", "--timeout", "60")  # fmt: skip
+               "-o", "json")  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     ours = [line for line in lines if line["attributes"]["note"] == 'a"b']
@@ -150,7 +151,7 @@ def test_seam_between_history_and_live(overlay: dict[str, BrokerURI], historian:
             time.sleep(1.5)
             asker = subprocess.Popen(
                 [WFM, "history", "[class,eq,SEAM]", "--broker", str(overlay["B2"]), "--until", "now+6s",
-                 "-o", "json", "--timeout", "60"],
+                 "-o", "json"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
             time.sleep(4.0)  # the answer arrives and live delivery takes over while the stream goes on
@@ -162,6 +163,44 @@ def test_seam_between_history_and_live(overlay: dict[str, BrokerURI], historian:
     shown = [json.loads(line)["attributes"]["n"] for line in out.splitlines()]
     assert sorted(shown) == sent, (len(shown), len(sent))
     assert shown == sent  # history in time order, then live in order: the stream's own order
+
+
+def test_two_historians_answer_as_one(overlay: dict[str, BrokerURI], historian: Path, tmp_path: Path) -> None:
+    """A second historian (on B1, its own store) starts after some publications and holds some of
+    its own; one query shows each publication once, in time order, from both. Its first query starts
+    Spark, so it answers long after the module's historian: the asker waits for it because it has
+    accepted."""
+    second_store = tmp_path / "second"
+    with publisher(overlay["B1"], "pub-two", "JOBSTATUS") as client:
+        before = [client.publish(f"[class,JOBSTATUS],[n,{n}],[note,two]") for n in range(3)]
+        wait_for(lambda: {row[0] for row in landed(historian)} >= set(before), "landed by the first", 10)
+        times = sorted(row[1] for row in landed(historian) if row[0] in before)
+        # only the second one has these: landed between the first ones, from elsewhere
+        with Landing(second_store / "landing") as landing:
+            for n, at in enumerate([(times[0] + times[1]) / 2, (times[1] + times[2]) / 2, times[2] + 0.001]):
+                text = f"[class,JOBSTATUS],[n,{10 + n}],[note,two]"
+                landing.append(parse_publication(text), at, "elsewhere", f"B9/elsewhere/{n}")
+        second = start_historian(overlay["B1"], second_store)
+        try:
+
+            def probe_landed() -> bool:  # then its subscriptions, the query's too, are in place
+                client.publish("[class,JOBSTATUS],[n,-1],[note,probe]")
+                return any("probe" in row[3] for row in landed(second_store))
+
+            wait_for(probe_landed, "the second historian subscribed", 30)
+            both = [client.publish(f"[class,JOBSTATUS],[n,{n}],[note,two]") for n in range(3, 6)]
+            for store in (historian, second_store):
+                wait_for(lambda s=store: {row[0] for row in landed(s)} >= set(both), f"landed in {store}", 10)
+            assert not set(before) & {row[0] for row in landed(second_store)}
+            done = wfm(
+                "history", "[class,eq,JOBSTATUS],[note,eq,two]", "--broker", str(overlay["B2"]), "-o", "json"
+            )
+        finally:
+            stop(second)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["attributes"]["n"] for line in lines] == [0, 10, 1, 11, 2, 12, 3, 4, 5]
+    assert [line["time"] for line in lines] == sorted(line["time"] for line in lines)
 
 
 def test_kill_9_loses_nothing_durable(overlay: dict[str, BrokerURI], tmp_path: Path) -> None:

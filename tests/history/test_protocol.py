@@ -8,15 +8,19 @@ import pytest
 
 from broker.client import Delivery
 from broker.language import Publication, parse_filter, parse_publication
+from broker.routing.relations import fits
 from wfm.history.asker import Answers, Seam, absolute, without_time
-from wfm.history.historian import publisher_of
+from wfm.history.historian import Recent, publisher_of
 from wfm.history.protocol import (
+    Answer,
+    accepted_publication,
     decode_text,
     encode_text,
     final_publication,
     parse_answer,
     parse_query,
     query_publication,
+    result_advertisement,
     result_publication,
 )
 
@@ -69,25 +73,31 @@ def test_result_and_final_round_trip() -> None:
     assert answer.publication == stored
     final = parse_answer(final_publication("q3", 0, "invalid filter: 'x'"))
     assert final.last and final.count == 0 and final.error == "invalid filter: 'x'"
+    assert not answer.accepted and not final.accepted
 
 
-def test_answers_merge_historians_by_id() -> None:
-    one = parse_publication("[class,A],[n,1]")
-    answers = Answers()
-    answers.add("h1", parse_answer(result_publication("q", 1, "B1/p/2", 2.0, one)))
-    answers.add("h2", parse_answer(result_publication("q", 1, "B1/p/1", 1.0, one)))
-    answers.add("h2", parse_answer(result_publication("q", 2, "B1/p/2", 2.0, one)))
-    answers.add("h2", parse_answer(final_publication("q", 2)))
-    assert not answers.complete  # h1 has started but not finished
-    answers.add("h1", parse_answer(final_publication("q", 1)))
-    assert answers.complete
-    assert [r.id for r in answers.in_time_order()] == ["B1/p/1", "B1/p/2"]
+def test_accepted_round_trip() -> None:
+    accepted = parse_answer(parse_publication(str(accepted_publication("q4"))))
+    assert accepted == Answer("q4", False, accepted=True)
+
+
+def test_results_fit_the_historians_advertisement() -> None:
+    """A publication that fits no advertisement is refused by the broker, so each shape must fit."""
+    advertisement = parse_filter(result_advertisement())
+    stored = parse_publication("[class,A],[n,1]")
+    for publication in [
+        accepted_publication("q"),
+        result_publication("q", 1, "B1/p/1", 1.0, stored),
+        final_publication("q", 1),
+        final_publication("q", 0, "query failed: x"),
+    ]:
+        assert fits(publication, advertisement), publication
 
 
 def test_seam_drops_what_history_returned_and_what_is_out_of_the_window() -> None:
     publication = parse_publication("[class,A],[n,1]")
-    answers = Answers()
-    answers.add("h", parse_answer(result_publication("q", 1, "B1/p/1", 100.0, publication)))
+    answers = Answers(0.0, 10.0)
+    answers.add("h", parse_answer(result_publication("q", 1, "B1/p/1", 100.0, publication)), 1.0)
     window = absolute(parse_filter("[class,eq,A],[time,<,now]"), 200.0)
     seam = Seam(window, 50.0, 300.0)
     assert [r.id for r in seam.history(answers)] == ["B1/p/1"]
@@ -118,3 +128,10 @@ def test_publisher_is_the_middle_of_the_id() -> None:
     assert publisher_of("B1/agent/7") == "agent"
     assert publisher_of("B1/a/b/7") == "a/b"
     assert publisher_of("nonsense") == ""
+
+
+def test_recent_remembers_the_last_ids_only() -> None:
+    recent = Recent(2)
+    for id in ["a", "b", "c"]:
+        recent.add(id)
+    assert ("a" in recent, "b" in recent, "c" in recent) == (False, True, True)

@@ -1,10 +1,13 @@
 """Asking the historians through the overlay, and joining their answer to live delivery.
 
-:class:`Answers` (pure) merges what any number of historians return: results by publication id, and
-a historian's answer is complete at its final marker. :func:`ask` publishes the query, again every
-``retry`` seconds until a final marker arrives (the first copy may be lost while the asker's
-advertisement and the historians' subscriptions are still travelling), and once one historian has
-finished waits ``grace`` seconds more for the others that have started answering.
+:class:`Answers` (pure: the clock is passed in) merges what any number of historians return, results
+by publication id, and decides how long to listen: ``timeout`` seconds for a first historian to
+accept or answer; then for each historian heard from until its final marker, as long as it is never
+silent for ``stall`` seconds (an answering historian repeats its accepted marker every
+``protocol.HEARTBEAT`` seconds); and ``grace`` seconds after the first final marker for historians
+not heard from at all. :func:`ask` publishes the query, and again every ``retry`` seconds while it
+listens: a historian's subscription reaches the asker only after the asker's new advertisement has
+reached the historian, so a distant historian may miss the first copies that a near one answers.
 
 :class:`Seam` joins history to live delivery: the live subscription is made before the query, its
 deliveries are held while history arrives, those history returned are dropped by id, and the rest
@@ -20,8 +23,8 @@ from dataclasses import dataclass, field
 from broker.client import Client, Delivery, Subscription
 from broker.language import Filter, Predicate, Publication, TimeRef
 from broker.language.operators import TIME_ATTRIBUTE, holds
-from wfm.history.historian import publisher_of
 from wfm.history.protocol import (
+    STALL,
     Answer,
     parse_answer,
     query_advertisement,
@@ -29,7 +32,19 @@ from wfm.history.protocol import (
     result_subscription,
 )
 
-__all__ = ["Answers", "HistoryError", "Result", "Seam", "absolute", "ask", "without_time"]
+__all__ = [
+    "GRACE",
+    "Answers",
+    "HistoryError",
+    "Result",
+    "Seam",
+    "absolute",
+    "ask",
+    "historian_of",
+    "without_time",
+]
+
+GRACE = 0.3  # seconds after the first final marker for historians not heard from at all
 
 
 class HistoryError(Exception):
@@ -45,29 +60,72 @@ class Result:
 
 @dataclass
 class Answers:
-    """The merged answer to one query, from every historian that replies."""
+    """The merged answer to one query asked at ``asked_at``, from every historian that replies."""
 
+    asked_at: float
+    timeout: float
+    stall: float = STALL
+    grace: float = GRACE
     results: dict[str, Result] = field(default_factory=dict)
-    started: set[str] = field(default_factory=set)  # historians (publisher names) heard from
+    heard: dict[str, float] = field(default_factory=dict)  # historian -> when it last said anything
     finished: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
+    first_finish: float | None = None
 
-    def add(self, historian: str, answer: Answer) -> None:
-        self.started.add(historian)
+    def add(self, historian: str, answer: Answer, now: float) -> None:
+        if historian in self.finished:  # its answer is complete (a late heartbeat, a repeat's answer)
+            return
+        self.heard[historian] = now
         if answer.last:
             self.finished.add(historian)
+            if self.first_finish is None:
+                self.first_finish = now
             if answer.error:
                 self.errors.append(answer.error)
         elif answer.publication is not None:
             self.results.setdefault(answer.id, Result(answer.id, answer.at, answer.publication))
 
+    def wait(self, now: float) -> float | None:
+        """Seconds to listen before deciding again, or None: the answer is as complete as it gets."""
+        if not self.heard:
+            left = self.asked_at + self.timeout - now
+            return left if left > 0 else None
+        waits = [at + self.stall - now for h, at in self.heard.items() if h not in self.finished]
+        if self.first_finish is not None:
+            waits.append(self.first_finish + self.grace - now)
+        return min((w for w in waits if w > 0), default=None)
+
     @property
-    def complete(self) -> bool:
-        """Some historian finished and every one heard from has."""
-        return bool(self.finished) and self.started <= self.finished
+    def stalled(self) -> list[str]:
+        """Once :meth:`wait` says stop: the historians that accepted but never finished."""
+        return sorted(set(self.heard) - self.finished)
+
+    def failure(self) -> str | None:
+        """Once :meth:`wait` says stop: one line if there is no answer to show, else None."""
+        if not self.heard:
+            return f"no historian answered within {self.timeout:g} s"
+        if not self.finished:
+            return self._stopped(self.stalled)
+        if len(self.errors) == len(self.finished):  # every historian that finished refused it
+            return self.errors[0]
+        return None
+
+    def warnings(self) -> list[str]:
+        """Once :meth:`wait` says stop: one line per historian missing from a shown answer."""
+        return [f"{self._stopped([h])}; the answer may lack what only it kept" for h in self.stalled]
+
+    def _stopped(self, historians: list[str]) -> str:
+        who = f"historian{'s' * (len(historians) > 1)} {', '.join(historians)}"
+        return f"{who} stopped answering (nothing for {self.stall:g} s)"
 
     def in_time_order(self) -> list[Result]:
         return sorted(self.results.values(), key=lambda r: (r.time, r.id))
+
+
+def historian_of(publication_id: str) -> str:
+    """``<broker>/<client>`` of ``<broker>/<client>/<ref>``: unique in the overlay (a broker refuses a
+    second client of the same name), where two historians on two brokers may share a client name."""
+    return publication_id.rpartition("/")[0]
 
 
 def without_time(wanted: Filter) -> Filter:
@@ -83,45 +141,30 @@ async def ask(
     until: float | None,
     timeout: float,
     retry: float = 1.0,
-    grace: float = 0.3,
 ) -> Answers:
-    """The historians' merged answer; HistoryError if none finishes within ``timeout`` seconds or
-    all that did report errors (a bad filter)."""
-    answers = Answers()
+    """The historians' merged answer; HistoryError if none accepts or answers within ``timeout``
+    seconds, none that did finishes, or all that finished report errors (a bad filter)."""
     results = await client.subscribe(result_subscription(query_id))
     await client.advertise(query_advertisement())
     query = query_publication(query_id, str(wanted), since, until)
-    deadline = time.monotonic() + timeout
-    first_finish: float | None = None
+    answers = Answers(time.monotonic(), timeout)
     next_send = 0.0
-    while True:
-        now = time.monotonic()
-        if first_finish is not None and (answers.complete or now >= first_finish + grace):
-            break
-        if now >= deadline:
-            break
-        if not answers.started and now >= next_send:
+    while (wait := answers.wait(now := time.monotonic())) is not None:
+        if now >= next_send:
             await client.publish(query)
             next_send = now + retry
-        if first_finish is not None:
-            wait = first_finish + grace - now
-        else:
-            wait = (deadline if answers.started else min(deadline, next_send)) - now
-        delivery = await _next(results, max(wait, 0.01))
+        delivery = await _next(results, max(min(wait, next_send - now), 0.01))
         if delivery is None:
             continue
         try:
             answer = parse_answer(delivery.publication)
         except ValueError:
             continue  # not a well-formed answer: not from a historian of this protocol
-        answers.add(publisher_of(delivery.id), answer)
-        if answer.last and first_finish is None:
-            first_finish = time.monotonic()
+        answers.add(historian_of(delivery.id), answer, time.monotonic())
     await results.unsubscribe()
-    if not answers.finished:
-        raise HistoryError(f"no historian answered within {timeout:g} s")
-    if len(answers.errors) == len(answers.finished):  # every historian that finished refused it
-        raise HistoryError(answers.errors[0])
+    failure = answers.failure()
+    if failure is not None:
+        raise HistoryError(failure)
     return answers
 
 

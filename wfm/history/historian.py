@@ -8,7 +8,10 @@ historian that is never asked and never compacts starts no JVM.
 The client does not reconnect by itself: after a broker restart or a lost link the historian
 reconnects with backoff and re-issues its subscriptions and advertisement (like the agent daemon).
 A query publication is answered only after everything landed before it is flushed, so an asker
-sees every publication the historian received before its question.
+sees every publication the historian received before its question. While it answers, it says so:
+an accepted marker when the query arrives (and for each repeat of it), then one every ``heartbeat``
+seconds until the final marker, so an asker waits for a slow historian and gives up on a dead one.
+Repeats of a query already answered are ignored.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from broker.transport.link import LinkClosed
 from broker.transport.uri import BrokerURI
 from wfm.history.landing import Landing
 from wfm.history.protocol import (
+    HEARTBEAT,
     Query,
+    accepted_publication,
     final_publication,
     parse_query,
     query_subscription,
@@ -37,13 +42,14 @@ from wfm.history.protocol import (
 from wfm.history.spark import spark_session
 from wfm.history.store import HistoryStore
 
-__all__ = ["DEFAULT_CLASSES", "Historian", "Recorder", "first_line", "publisher_of"]
+__all__ = ["DEFAULT_CLASSES", "Historian", "Recent", "Recorder", "first_line", "publisher_of"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CLASSES = ("Trigger", "JOBSTATUS", "AGENT_CTL")
 MAX_BACKOFF = 5.0
 SEEN_LIMIT = 100_000  # ids remembered per process; older repeats are removed on read by id
+ANSWERED_LIMIT = 10_000  # ids of answered queries whose repeats (an asker asks while it listens) are ignored
 
 
 def publisher_of(publication_id: str) -> str:
@@ -59,6 +65,22 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+class Recent:
+    """The last ``limit`` ids added: enough to know a repeat, which comes soon after the original."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._ids: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
+
+    def __contains__(self, id: object) -> bool:
+        return id in self._ids
+
+    def add(self, id: str) -> None:
+        self._ids[id] = None
+        if len(self._ids) > self.limit:
+            del self._ids[next(iter(self._ids))]
+
+
 class Recorder:
     """Appends deliveries to the landing log once per id (the log also dedups on read, but a
     redelivery within a process need not cost disk)."""
@@ -66,14 +88,12 @@ class Recorder:
     def __init__(self, landing: Landing) -> None:
         self.landing = landing
         self.landed = 0
-        self._seen: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
+        self._seen = Recent(SEEN_LIMIT)
 
     def record(self, publication: Publication, at: float, publication_id: str) -> bool:
         if publication_id in self._seen:
             return False
-        self._seen[publication_id] = None
-        if len(self._seen) > SEEN_LIMIT:
-            del self._seen[next(iter(self._seen))]
+        self._seen.add(publication_id)
         self.landing.append(publication, at, publisher_of(publication_id), publication_id)
         self.landed += 1
         return True
@@ -90,11 +110,13 @@ class Historian:
         spark_master: str | None = None,
         compact_every: float = 300.0,
         name: str = "historian",
+        heartbeat: float = HEARTBEAT,
     ) -> None:
         self.uri, self.path, self.keep = uri, store, tuple(dict.fromkeys(keep))
         self.spark_master = spark_master
         self.compact_every = compact_every
         self.name = name
+        self.heartbeat = heartbeat
         self.landing = Landing(store / "landing")
         self.recorder = Recorder(self.landing)
         self.client: Client | None = None
@@ -104,6 +126,7 @@ class Historian:
         self._store_lock = threading.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
         self._answering: set[str] = set()  # ids of the queries being answered
+        self._answered = Recent(ANSWERED_LIMIT)
         self._connections = 0
 
     def stop(self) -> None:
@@ -165,14 +188,21 @@ class Historian:
         if isinstance(query, str):
             self._send(final_publication(query_id, 0, query))
             return
-        if query_id in self._answering:
-            return  # a repeat: the asker did not hear from us yet because we are still busy
+        if query_id in self._answering:  # a repeat: the asker hears we are still at it
+            self._send(accepted_publication(query_id))
+            return
+        if query_id in self._answered:  # a repeat: the asker has our answer
+            return
         self.landing.flush()  # what landed before the question is part of the answer
         self._answering.add(query_id)
         task = asyncio.create_task(self._run_query(query))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(lambda _: self._answering.discard(query_id))
+        task.add_done_callback(lambda _: self._done(query_id))
+
+    def _done(self, query_id: str) -> None:
+        self._answering.discard(query_id)
+        self._answered.add(query_id)
 
     async def _run_query(self, query: Query) -> None:
         loop = asyncio.get_running_loop()
@@ -185,8 +215,12 @@ class Historian:
                 loop.call_soon_threadsafe(self._send, result)
             return count
 
+        running = asyncio.ensure_future(asyncio.to_thread(work))
+        while not running.done():  # accepted at once, then a heartbeat until the answer is complete
+            self._send(accepted_publication(query.id))
+            await asyncio.wait({running}, timeout=self.heartbeat)
         try:
-            count = await asyncio.to_thread(work)
+            count = running.result()
         except Exception as error:  # Spark's errors: the asker gets one line
             self._send(final_publication(query.id, 0, f"query failed: {first_line(error)}"))
             return

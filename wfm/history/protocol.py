@@ -4,6 +4,7 @@ Pure shapes and parsing, shared by the historian (which answers) and ``wfm histo
 asks), so both sides agree on every attribute name in one place::
 
     [class,HISTORY_QUERY],[query,'<uuid>'],[filter,'<filter>'],[since,T],[until,T]
+    [class,HISTORY_RESULT],[query,'<uuid>'],[accepted,1]                     (at once, then each HEARTBEAT)
     [class,HISTORY_RESULT],[query,'<uuid>'],[seq,N],[id,'<publication id>'],[at,T],[publication,'<text>']
     [class,HISTORY_RESULT],[query,'<uuid>'],[last,1],[count,N]               (and [error,'...'])
 
@@ -11,6 +12,10 @@ asks), so both sides agree on every attribute name in one place::
 so a result carries the stored publication's broker time as ``at``. Filter and publication texts may
 hold both quote kinds, which a string value may not, so they travel as JSON string literals with
 ``'`` written ``\\u0027`` (like ``wfm.workflow.translate.encode``).
+
+A historian's answer can take many seconds (Spark), so it says at once that it has accepted a query
+and repeats that every :data:`HEARTBEAT` seconds until its final marker: an asker tells a slow
+historian from a dead one, and gives up on one silent for :data:`STALL` seconds.
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ from dataclasses import dataclass
 from broker.language import Filter, ParseError, Publication, parse_filter, parse_publication
 
 __all__ = [
+    "HEARTBEAT",
     "QUERY",
     "RESULT",
+    "STALL",
     "Answer",
     "Query",
+    "accepted_publication",
     "check_query_id",
     "decode_text",
     "encode_text",
@@ -43,6 +51,8 @@ __all__ = [
 _QUERY_ID_RE = re.compile(r"[A-Za-z0-9-]{1,64}\Z")
 QUERY = "HISTORY_QUERY"
 RESULT = "HISTORY_RESULT"
+HEARTBEAT = 2.0  # seconds between a historian's accepted markers while it answers
+STALL = 5 * HEARTBEAT  # seconds without a word after which an asker gives a historian up
 
 
 def encode_text(text: str) -> str:
@@ -72,8 +82,8 @@ class Query:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """One HISTORY_RESULT: a stored publication (``last`` False) or the final marker of one
-    historian's answer (``count`` results, or ``error``)."""
+    """One HISTORY_RESULT: a stored publication, a historian's accepted marker (``accepted``: it is
+    still answering) or the final marker of its answer (``last``: ``count`` results, or ``error``)."""
 
     query: str
     last: bool
@@ -83,6 +93,7 @@ class Answer:
     publication: Publication | None = None
     count: int = 0
     error: str = ""
+    accepted: bool = False
 
 
 def query_advertisement() -> str:
@@ -98,8 +109,8 @@ def query_subscription() -> str:
 
 def result_advertisement() -> str:
     return (
-        f"[class,eq,{RESULT}],[query,isPresent,''],[seq,isPresent,0],[last,isPresent,0],"
-        "[count,isPresent,0],[error,isPresent,''],[id,isPresent,''],[at,isPresent,0],"
+        f"[class,eq,{RESULT}],[query,isPresent,''],[accepted,isPresent,0],[seq,isPresent,0],"
+        "[last,isPresent,0],[count,isPresent,0],[error,isPresent,''],[id,isPresent,''],[at,isPresent,0],"
         "[publication,isPresent,'']"
     )
 
@@ -154,6 +165,11 @@ def result_publication(query_id: str, seq: int, id: str, at: float, publication:
     return Publication(RESULT, attributes)
 
 
+def accepted_publication(query_id: str) -> Publication:
+    attributes: dict[str, str | int] = {"query": check_query_id(query_id), "accepted": 1}
+    return Publication(RESULT, attributes)
+
+
 def final_publication(query_id: str, count: int, error: str = "") -> Publication:
     attributes: dict[str, str | int] = {"query": check_query_id(query_id), "last": 1, "count": count}
     if error:
@@ -173,6 +189,8 @@ def parse_answer(publication: Publication) -> Answer:
             count=int(count) if not isinstance(count, str) else 0,
             error="" if error is None else decode_text(error),
         )
+    if "accepted" in publication:
+        return Answer(query_id, False, accepted=True)
     at, seq = publication.get("at"), publication.get("seq")
     if isinstance(at, str) or isinstance(seq, str) or at is None or seq is None:
         raise ValueError(f"malformed {RESULT}: {publication}")
