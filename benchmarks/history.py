@@ -3,7 +3,7 @@
 Generates ``--rows`` (default 10 million) JOBSTATUS publications as landing-log JSON lines with
 Spark, once, into ``--cache`` (about 2 GB; reused by later runs), then in a fresh store:
 
-- compaction of those lines into the Parquet table;
+- compaction of those lines into the Parquet table, with the daily rollups reports read;
 - a selective historic query, one job over one week (target under 2 s);
 - a report per job and week over the whole year (target under 30 s);
 - landing-log ingestion, appends per second with fsync'd batches: the historian's inner loop
