@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from datetime import UTC, datetime
@@ -13,11 +14,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from broker.language import ParseError, TimeRef, parse_filter
+from broker.language import ParseError, TimeRef, parse_composite, parse_filter
 from broker.transport.uri import BrokerURI
 from wfm.historian_cli import overlay_history
 from wfm.history.asker import HistoryError, Result, absolute
 from wfm.history.html import render_html
+from wfm.history.joins import query_composite
 from wfm.history.landing import StoredPublication
 from wfm.history.report import HEADERS, job_report
 from wfm.history.spark import MASTER_ENV, resolve_master, spark_session
@@ -104,7 +106,21 @@ def history(subscription: str, broker_uri: BrokerURI | None, store: Path | None,
 
     Through the overlay, a range that ends in the future (--until, or a time predicate with < or
     <=) is followed by live publications until it ends or Ctrl-C, each publication once.
+
+    With --store, FILTER may also be a composite: an & of atoms whose variables join them, e.g.
+    every Trigger with the JOBSTATUS of its generation:
+
+    wfm history "{[class,eq,Trigger],[GID,eq,$S$X]}&{[class,eq,JOBSTATUS],[GID,eq,$S$X]}" --store DIR
     """
+    if store is None and broker_uri is None:
+        raise click.ClickException("give --broker URI or --store DIR")
+    if subscription.lstrip().startswith("{"):
+        if store is None:
+            raise click.ClickException(
+                "a composite historic query needs --store DIR (the overlay carries filters)"
+            )
+        _composite_history(subscription, _open_store(store, spark_master), since, until, output)
+        return
     try:
         wanted = parse_filter(subscription)
     except ParseError as error:
@@ -112,18 +128,11 @@ def history(subscription: str, broker_uri: BrokerURI | None, store: Path | None,
 
     def emit(name: str, stored: Result | StoredPublication) -> None:
         if output == "json":
-            record = {
-                "subscription": name,
-                "publication": str(stored.publication),
-                "attributes": dict(stored.publication),
-                "time": stored.time,
-            }
+            record = {"subscription": name, **_delivered(stored)}
             click.echo(json.dumps(record, ensure_ascii=False))
         else:
-            click.echo(f"{datetime.fromtimestamp(stored.time, UTC).isoformat()} {stored.publication}")
+            click.echo(_line(stored))
 
-    if store is None and broker_uri is None:
-        raise click.ClickException("give --broker URI or --store DIR")
     if store is not None or broker_uri is None:
         for stored in _open_store(store, spark_master).query(wanted, since, until):
             emit("history", stored)
@@ -144,6 +153,36 @@ def compact(store: Path | None, spark_master: str | None) -> None:
     """Move the sealed landing segments of a store into its Parquet table."""
     count = _open_store(store, spark_master).compact()
     click.echo(f"compacted {count} segment{'s' * (count != 1)}", err=True)
+
+
+def _composite_history(
+    text: str, store: HistoryStore, since: float | None, until: float | None, output: str
+) -> None:
+    """Each group of stored publications that completes the composite, one per line."""
+    try:
+        groups = query_composite(store, parse_composite(text), since, until)
+        first = next(groups, None)
+    except (ParseError, ValueError) as error:
+        raise click.ClickException(f"invalid composite: {error}") from None
+    for group in itertools.chain([first] if first is not None else [], groups):
+        if output == "json":
+            record = {"subscription": "history", "publications": [_delivered(s) for s in group]}
+            click.echo(json.dumps(record, ensure_ascii=False))
+        else:
+            click.echo("  &  ".join(map(_line, group)))
+
+
+def _delivered(stored: Result | StoredPublication) -> dict[str, object]:
+    """A stored publication as ``-o json`` shows a delivery (INTERFACE.md), with its broker time."""
+    return {
+        "publication": str(stored.publication),
+        "attributes": dict(stored.publication),
+        "time": stored.time,
+    }
+
+
+def _line(stored: Result | StoredPublication) -> str:
+    return f"{datetime.fromtimestamp(stored.time, UTC).isoformat()} {stored.publication}"
 
 
 @click.command()

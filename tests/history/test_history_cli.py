@@ -49,6 +49,8 @@ def store_dir(tmp_path: Path) -> Path:
         (["history", "[class,eq,J]", "--store", ".", "--since", "yesterday"], "'yesterday' is not a time"),
         (["report", "--store", "/nonexistent/store"], "no history store"),
         (["compact"], "give --store DIR"),
+        (["history", "{[class,eq,J],[g,eq,$S$X]}&{[class,eq,K],[g,eq,$S$X]}", "--broker", "socket://127.0.0.1:1/b"],
+         "a composite historic query needs --store DIR"),
     ],
 )  # fmt: skip
 def test_errors_are_one_line(argv: list[str], fragment: str) -> None:
@@ -106,3 +108,28 @@ def test_compact_and_report_in_process(
     assert main(["report", "--store", str(store_dir)]) == 0
     table = capsys.readouterr().out
     assert "Job1" in table and "PAYROLL" in table
+
+
+def test_composite_history_joins_on_variables(
+    store_dir: Path, spark: SparkSession, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Landing(store_dir / "landing") as landing:
+        for n in (3, 1):
+            landing.append(
+                parse_publication(f"[class,Trigger],[applname,PAYROLL],[GID,g{n}]"), T0 + n, "t", f"t{n}"
+            )
+    joined = "{[class,eq,Trigger],[GID,eq,$S$X]}&{[class,eq,JOBSTATUS],[GID,eq,$S$X],[jobname,eq,Job1]}"
+    assert main(["history", joined, "--store", str(store_dir), "-o", "json"]) == 0
+    groups = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [[p["attributes"]["GID"] for p in g["publications"]] for g in groups] == [
+        ["g1", "g1"],
+        ["g3", "g3"],
+    ]
+    # a group lists its publications in the composite's canonical atom order, as notifications do
+    assert groups[1]["publications"][0] == {
+        "publication": str(JOBS[3]),
+        "attributes": dict(JOBS[3]),
+        "time": T0 + 3 * 3600,
+    }
+    assert main(["history", "{[class,eq,Trigger]}||{[class,eq,JOBSTATUS]}", "--store", str(store_dir)]) == 1
+    assert "invalid composite: a historic composite query is an & of atoms" in capsys.readouterr().err
