@@ -118,6 +118,10 @@ class Router:
         self.pending = FilterIndex()  # atoms of detections placed before an advertisement of theirs
         self.pending_atoms: dict[str, Filter] = {}
         self.owned: dict[str, set[str]] = {}  # client hop -> ids of its advertisements and subscriptions
+        # client hop -> when it connected (ms, hex): a publication id is <broker>/<client>/<ref>@<this>,
+        # since a client that reconnects under the same name counts its refs from 1 again, and the
+        # historians and the history/live seam tell publications apart by id
+        self.sessions: dict[str, str] = {}
         self.subscriptions = Forwarding(covering, subscription_covers)
         self.advertisements = Forwarding("lazy" if advertisement_covering else "off", advertisement_covers)
         self.seen: OrderedDict[str, None] = OrderedDict()
@@ -137,7 +141,7 @@ class Router:
         """Feed one message that arrived from ``hop``; returns what to send where, in order."""
         self.counters[_COUNTER.get(type(message)) or _counter_name(message)] += 1
         if isinstance(message, LinkUp):
-            return self._link_up(hop, message.broker)
+            return self._link_up(hop, message.broker, now)
         if isinstance(message, LinkDown):
             return self._link_down(hop)
         if hop in self.clients:
@@ -167,11 +171,12 @@ class Router:
 
     # links --------------------------------------------------------------------------------------
 
-    def _link_up(self, hop: str, broker: bool) -> Output:
+    def _link_up(self, hop: str, broker: bool, now: float) -> Output:
         if hop in self.neighbors or hop in self.clients:
             return []
         if not broker:
             self.clients.add(hop)
+            self.sessions[hop] = format(round(now * 1000), "x")
             self.owned[hop] = set()
             self.client_adverts[hop] = FilterIndex()
             return []
@@ -191,6 +196,7 @@ class Router:
             for entry_id in sorted(self.owned.pop(hop)):
                 out += self._withdraw_owned(hop, entry_id)
             self.clients.discard(hop)
+            self.sessions.pop(hop, None)
             del self.client_adverts[hop]
         elif hop in self.neighbors:
             self.neighbors.discard(hop)
@@ -233,7 +239,7 @@ class Router:
             return self._refuse(hop, "", f"a client cannot send {type(message).__name__}")
         global_id = f"{self.id}/{hop}/{message.id}"
         if isinstance(message, Publish):
-            return self._publish_from_client(message, hop, global_id, now)
+            return self._publish_from_client(message, hop, f"{global_id}@{self.sessions[hop]}", now)
         if global_id in self.owned[hop]:
             return self._refuse(hop, message.id, f"id {message.id} is already in use by this client")
         self.owned[hop].add(global_id)

@@ -158,6 +158,19 @@ def test_ids_are_checked(mode: str) -> None:
         a.unsubscribe(sid)
 
 
+def test_a_reconnected_client_publishes_under_new_ids(mode: str) -> None:
+    """Its refs count from 1 again; historians and the history/live seam tell publications by id."""
+    overlay = Overlay.line(1, covering=mode)
+    ids = []
+    for connected_at in (1_800_000_000.0, 1_800_000_000.001):
+        overlay.now = connected_at
+        client = overlay.add_client("agent", "B1")
+        client.advertise(ADV)
+        ids.append(client.publish("[class,stock],[price,1]"))
+        overlay.remove_client("agent")
+    assert ids[0] != ids[1] and all(i.startswith("B1/agent/") for i in ids), ids
+
+
 def test_client_disconnect_withdraws_its_state(mode: str) -> None:
     overlay = Overlay.line(2, covering=mode)
     pub, sub = overlay.add_client("pub", "B1"), overlay.add_client("sub", "B2")

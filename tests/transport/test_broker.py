@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import struct
 
 import msgpack
@@ -43,7 +44,8 @@ def test_three_brokers_end_to_end() -> None:
         await pub.advertise(ADV)
         s = await sub.subscribe("[class,eq,stock],[price,<,50]")
         assert s.id == "B3/sub/1"
-        assert await pub.publish("[class,stock],[price,10]") == "B1/pub/2"  # ref 1 was the advertisement
+        # ref 1 was the advertisement; @ when pub connected (ms, hex)
+        assert re.fullmatch(r"B1/pub/2@[0-9a-f]+", await pub.publish("[class,stock],[price,10]"))
         with pytest.raises(RefusedError, match="fits no advertisement"):
             await pub.publish("[class,stock],[price,150]")
         delivery = await s.next(timeout=5)
