@@ -27,8 +27,18 @@ def final(count: int = 0, error: str = "") -> Answer:
 
 
 def asked() -> Answers:
-    """Asked at 100 with the CLI's default timeout (10 s), the protocol's stall (10 s) and grace."""
-    return Answers(100.0, 10.0)
+    """Asked at 100 with the CLI's default timeout (10 s), the protocol's stall (10 s) and grace;
+    without the settling time (tested on its own below), so answers may complete at once."""
+    return Answers(100.0, 10.0, settle=0.0)
+
+
+def test_an_answer_is_not_complete_before_the_query_had_time_to_travel() -> None:
+    answers = Answers(100.0, 10.0)  # settle: 2 s
+    answers.add("near", final(0), 100.05)  # a historian beside the asker, answering at once
+    assert answers.wait(100.4) == pytest.approx(1.6)  # a distant one has not had the query yet
+    answers.add("far", ACCEPTED, 101.2)
+    answers.add("far", final(0), 101.5)
+    assert answers.wait(101.5) == pytest.approx(0.5) and answers.wait(102.0) is None
 
 
 def test_answers_merge_historians_by_id() -> None:

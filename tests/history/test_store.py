@@ -113,3 +113,14 @@ def test_a_merge_a_crash_interrupted_is_completed_or_dropped(
     assert store.compact() == 0  # nothing landed: it only recovers
     assert ids(store) == ["j1", "j2", "j3"]  # each once
     assert list(store.table.glob("date=*/.*")) == []
+
+
+def test_queries_over_the_landing_log_alone_start_no_spark(tmp_path: Path) -> None:
+    def no_spark() -> SparkSession:
+        raise AssertionError("Spark was started")
+
+    store = HistoryStore(tmp_path / "store", no_spark)
+    land(store, ROWS)
+    assert ids(store) == [f"j{n}" for n in range(9)]
+    assert ids(store, parse_filter("[class,eq,JOBSTATUS],[duration,>,7],[time,>=,now]")) == ["j7", "j8"]
+    assert ids(store, parse_filter("[class,eq,JOBSTATUS],[time,<,now]")) == []  # none before T0

@@ -4,10 +4,11 @@
 by publication id, and decides how long to listen: ``timeout`` seconds for a first historian to
 accept or answer; then for each historian heard from until its final marker, as long as it is never
 silent for ``stall`` seconds (an answering historian repeats its accepted marker every
-``protocol.HEARTBEAT`` seconds); and ``grace`` seconds after the first final marker for historians
-not heard from at all. :func:`ask` publishes the query, and again every ``retry`` seconds while it
-listens: a historian's subscription reaches the asker only after the asker's new advertisement has
-reached the historian, so a distant historian may miss the first copies that a near one answers.
+``protocol.HEARTBEAT`` seconds); and ``grace`` seconds after the first final marker, but not less
+than ``settle`` seconds after asking, for historians not heard from at all. :func:`ask` publishes
+the query, and again every ``retry`` seconds while it listens: a historian's subscription reaches
+the asker only after the asker's new advertisement has reached the historian, so a distant historian
+may miss the first copies that a near one answers.
 
 :class:`Seam` joins history to live delivery: the live subscription is made before the query, its
 deliveries are held while history arrives, those history returned are dropped by id, and the rest
@@ -34,6 +35,7 @@ from wfm.history.protocol import (
 
 __all__ = [
     "GRACE",
+    "SETTLE",
     "Answers",
     "HistoryError",
     "Result",
@@ -45,6 +47,10 @@ __all__ = [
 ]
 
 GRACE = 0.3  # seconds after the first final marker for historians not heard from at all
+# Nor is an answer taken as complete sooner than this after asking: a historian a few brokers away
+# gets the query only once the asker's advertisement has reached it, and then the next resend
+# (every second), while a near one may have answered in milliseconds.
+SETTLE = 2.0
 
 
 class HistoryError(Exception):
@@ -66,6 +72,7 @@ class Answers:
     timeout: float
     stall: float = STALL
     grace: float = GRACE
+    settle: float = SETTLE
     results: dict[str, Result] = field(default_factory=dict)
     heard: dict[str, float] = field(default_factory=dict)  # historian -> when it last said anything
     finished: set[str] = field(default_factory=set)
@@ -92,7 +99,7 @@ class Answers:
             return left if left > 0 else None
         waits = [at + self.stall - now for h, at in self.heard.items() if h not in self.finished]
         if self.first_finish is not None:
-            waits.append(self.first_finish + self.grace - now)
+            waits.append(max(self.first_finish + self.grace, self.asked_at + self.settle) - now)
         return min((w for w in waits if w > 0), default=None)
 
     @property

@@ -2,8 +2,8 @@
 
 A thin asyncio adapter around :class:`Recorder` (landing, pure but for the disk) and
 ``HistoryStore`` (Spark). One loop owns the landing log; Spark work (compaction, queries) runs in
-worker threads so landing never waits for it. The SparkSession is made on first need: a
-historian that is never asked and never compacts starts no JVM.
+worker threads so landing never waits for it. The SparkSession is made on first need: queries
+read the landing log without it, so a historian starts no JVM before its first compaction.
 
 The client does not reconnect by itself: after a broker restart or a lost link the historian
 reconnects with backoff and re-issues its subscriptions and advertisement (like the agent daemon).
@@ -133,10 +133,10 @@ class Historian:
         self.stopping.set()
 
     def store(self) -> HistoryStore:
-        """The store, with the process's SparkSession made on first call (from any thread)."""
+        """The store (from any thread); it makes the process's SparkSession when it first needs it."""
         with self._store_lock:
             if self._store is None:
-                self._store = HistoryStore(self.path, spark_session(self.spark_master))
+                self._store = HistoryStore(self.path, lambda: spark_session(self.spark_master))
             return self._store
 
     async def run(self) -> None:

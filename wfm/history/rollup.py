@@ -113,7 +113,11 @@ class Rollups:
     """The rollup directory of one store's table (``table``: ``STORE/table``)."""
 
     def __init__(
-        self, store: Path, table: Path, spark: SparkSession, read_days: Callable[[list[date]], DataFrame]
+        self,
+        store: Path,
+        table: Path,
+        spark: Callable[[], SparkSession],
+        read_days: Callable[[list[date]], DataFrame],
     ) -> None:
         self.path = store / "rollup"
         self._staging_root = store / ".rollup-staging"
@@ -123,7 +127,7 @@ class Rollups:
 
     def frame(self) -> DataFrame:
         """Every day's partials (refresh first)."""
-        return self.spark.read.schema(SCHEMA).parquet(str(self.path)).select(*SCHEMA.fieldNames())
+        return self.spark().read.schema(SCHEMA).parquet(str(self.path)).select(*SCHEMA.fieldNames())
 
     def refresh(self) -> list[date]:
         """Recompute the days whose table files changed, drop those the table no longer has;
@@ -149,7 +153,7 @@ class Rollups:
         rows = partials(job_rows(self._read_days(stale)))
         kept = [self._folder(m) for m in stale_months if recorded[m] is not None]
         if kept:  # the stale months' other days, rewritten unchanged into the month's new file
-            old = self.spark.read.schema(SCHEMA).parquet(*map(str, kept))
+            old = self.spark().read.schema(SCHEMA).parquet(*map(str, kept))
             rows = rows.unionByName(old.where(~F.col("date").isin(stale)))
         staging = self._staging_root / uuid.uuid4().hex
         month = F.date_format("date", "yyyy-MM")
