@@ -14,6 +14,7 @@ from broker.matching.oracle import matches
 from tests.history.conftest import land
 from tests.matching.random_messages import random_filter, random_publication
 from wfm.history import HistoryStore, compile_filter
+from wfm.history.store import PYTHON_LANDING_BYTES
 
 # Just before a UTC midnight, so the data spans two date partitions.
 NOW = datetime(2026, 3, 1, 0, 30, tzinfo=UTC).timestamp()
@@ -59,6 +60,10 @@ def test_random_filters_match_the_oracle(store: HistoryStore, compacted: bool) -
         assert got == expected, str(subscription)
         if i < 12:  # query() itself: the table through Spark, the landing log through the oracle
             assert {s.id for s in store.query(subscription, now=NOW)} == expected, str(subscription)
+        elif i < 16:  # and a landing log too big for Python, through Spark with the table
+            store.python_landing_bytes = 0
+            assert {s.id for s in store.query(subscription, now=NOW)} == expected, str(subscription)
+            store.python_landing_bytes = PYTHON_LANDING_BYTES
 
 
 def test_query_returns_publications_in_time_order_within_the_window(store: HistoryStore) -> None:

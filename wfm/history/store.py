@@ -42,7 +42,7 @@ from wfm.history.spark_filter import (
     time_bounds,
 )
 
-__all__ = ["HistoryStore", "StoreError", "require_store", "to_stored"]
+__all__ = ["PYTHON_LANDING_BYTES", "HistoryStore", "StoreError", "require_store", "to_stored"]
 
 _FIXED = [
     StructField("id", StringType()),
@@ -52,6 +52,9 @@ _FIXED = [
 _FIXED_NAMES = [f.name for f in _FIXED]
 _PARTITIONS = [StructField("date", DateType()), StructField("class", StringType())]
 _LANDING_SCHEMA = "struct<id:string,time:double,publisher:string,class:string,attributes:map<string,variant>>"
+
+
+PYTHON_LANDING_BYTES = 32 * 1024 * 1024  # about 100,000 publications: a second or two in Python
 
 
 class StoreError(Exception):
@@ -79,6 +82,7 @@ class HistoryStore:
         self._attributes_file = self.table / "_attributes.json"
         self.rollups = Rollups(self.path, self.table, lambda: self.spark, self._table_days)
         self.merge_at = merge_at  # small files in a folder that make compaction merge them
+        self.python_landing_bytes = PYTHON_LANDING_BYTES
 
     # -- reading
 
@@ -137,16 +141,21 @@ class HistoryStore:
         and ``until`` exclusive, so a caller joining history to live data at an instant T asks for
         ``until=T`` and takes live publications from T on.
 
-        The table is read by Spark; the landing log, the few minutes of publications between
-        compactions, by the oracle matcher in Python (the compiled filters are tested equal to
-        it), which spares Spark a job or two per query and, while the table is empty, Spark
-        altogether.
+        The table is read by Spark. The landing log, normally the few minutes of publications
+        between compactions, is read by the oracle matcher in Python (the compiled filters are
+        tested equal to it) while it is under ``python_landing_bytes``: that spares Spark a job
+        or two per query and, while the table is empty, Spark altogether. A larger landing log
+        (compaction off or failing) goes through Spark with the table.
         """
         now = clock.time() if now is None else now
         with self.reading():
-            landed = [
-                s for s in read_landing(segments(self.landing)) if _in(subscription, s, since, until, now)
-            ]
+            paths = segments(self.landing)
+            if sum(path.stat().st_size for path in paths) > self.python_landing_bytes:
+                frame = self.select(subscription, since, until, now)
+                columns = frame.columns
+                yield from (to_stored(row, columns) for row in frame.toLocalIterator())
+                return
+            landed = [s for s in read_landing(paths) if _in(subscription, s, since, until, now)]
             written: Iterator[StoredPublication] = iter(())
             if self._attributes_file.exists():
                 frame = self.select(subscription, since, until, now, self.table_frame())
