@@ -91,8 +91,11 @@ def test_rollups_follow_each_compaction_and_rebuild_when_deleted(store: HistoryS
     land(store, published[10:30])
     store.compact()  # Monday gets a second file, so its rollup is recomputed
     assert [r.runs for r in job_report(store)] == [11, 9]  # Monday's 16 rows, Tuesday's first 14
+    land(store, published[30:33])
+    store.compact()  # Tuesday recomputed; Monday's rollup copied into the month's new file
+    assert [r.runs for r in job_report(store)] == [11, 11]
     shutil.rmtree(store.rollups.path / "month=2026-03")
-    land(store, published[30:])  # Tuesday's last rows are still landing
+    land(store, published[33:])  # Tuesday's last rows are still landing
     assert {by: job_report(store, by=by) for by in ("day", "week")} == expected
     week = expected["week"][0]
     assert (week.runs, week.failures, week.noruns) == (24, 12, 12)

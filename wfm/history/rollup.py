@@ -153,8 +153,9 @@ class Rollups:
         rows = partials(job_rows(self._read_days(stale)))
         kept = [self._folder(m) for m in stale_months if recorded[m] is not None]
         if kept:  # the stale months' other days, rewritten unchanged into the month's new file
+            present = [date.fromisoformat(day) for month in stale_months for day in current[month]]
             old = self.spark().read.schema(SCHEMA).parquet(*map(str, kept))
-            rows = rows.unionByName(old.where(~F.col("date").isin(stale)))
+            rows = rows.unionByName(old.where(F.col("date").isin(present) & ~F.col("date").isin(stale)))
         staging = self._staging_root / uuid.uuid4().hex
         month = F.date_format("date", "yyyy-MM")
         rows.withColumn("month", month).repartition("month").write.partitionBy("month").parquet(str(staging))
