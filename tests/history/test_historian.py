@@ -24,7 +24,13 @@ from broker.transport.uri import BrokerURI
 from tests.processes import WFM, brokers, status, wait_for
 from tests.transport.harness import free_port
 from wfm.history.landing import Landing, read_landing, segments
-from wfm.history.protocol import final_publication, parse_answer, query_advertisement, result_subscription
+from wfm.history.protocol import (
+    final_publication,
+    parse_answer,
+    query_advertisement,
+    result_subscription,
+    signed,
+)
 
 KEEP = ["--keep", "JOBSTATUS", "--keep", "SEAM"]
 
@@ -121,7 +127,7 @@ def test_historian_reports_a_bad_query(overlay: dict[str, BrokerURI], historian:
     assert delivery is not None
     answer = parse_answer(delivery.publication)
     assert answer.last and answer.count == 0 and answer.error.startswith("invalid filter:")
-    assert delivery.publication == final_publication("q-bad", 0, answer.error)
+    assert delivery.publication == signed(final_publication("q-bad", 0, answer.error), answer.historian)
 
 
 def test_no_historian_is_one_line() -> None:

@@ -97,6 +97,8 @@ async def rest(answers: Subscription) -> list[Answer]:
 def check_answer(got: list[Answer]) -> None:
     assert [(a.last, a.id) for a in got] == [(False, "B1/p/1"), (False, "B1/p/2"), (True, "")]
     assert got[-1].count == 2 and not got[-1].error
+    # who answers, the same in each message (and across reconnections, unlike the client name)
+    assert len({a.historian for a in got}) == 1 and got[0].historian.startswith("historian@")
 
 
 def test_accepted_before_the_answer_again_on_a_repeat_and_not_after(tmp_path: Path) -> None:

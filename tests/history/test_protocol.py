@@ -22,6 +22,7 @@ from wfm.history.protocol import (
     query_publication,
     result_advertisement,
     result_publication,
+    signed,
 )
 
 AWKWARD = "[class,eq,X],[note,eq,\"it's\"],[ü,str-prefix,'a\"']"
@@ -92,6 +93,9 @@ def test_results_fit_the_historians_advertisement() -> None:
         final_publication("q", 0, "query failed: x"),
     ]:
         assert fits(publication, advertisement), publication
+        sent = signed(publication, "historian@host:42")
+        assert fits(sent, advertisement), sent  # as the historian sends them
+        assert parse_answer(sent).historian == "historian@host:42"
 
 
 def test_seam_drops_what_history_returned_and_what_is_out_of_the_window() -> None:

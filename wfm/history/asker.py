@@ -167,7 +167,7 @@ async def ask(
             answer = parse_answer(delivery.publication)
         except ValueError:
             continue  # not a well-formed answer: not from a historian of this protocol
-        answers.add(historian_of(delivery.id), answer, time.monotonic())
+        answers.add(answer.historian or historian_of(delivery.id), answer, time.monotonic())
     await results.unsubscribe()
     failure = answers.failure()
     if failure is not None:

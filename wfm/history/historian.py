@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -38,6 +40,7 @@ from wfm.history.protocol import (
     query_subscription,
     result_advertisement,
     result_publication,
+    signed,
 )
 from wfm.history.spark import spark_session
 from wfm.history.store import HistoryStore
@@ -117,6 +120,7 @@ class Historian:
         self.compact_every = compact_every
         self.name = name
         self.heartbeat = heartbeat
+        self.identity = f"{name}@{socket.gethostname()}:{os.getpid()}"
         self.landing = Landing(store / "landing")
         self.recorder = Recorder(self.landing)
         self.client: Client | None = None
@@ -226,12 +230,13 @@ class Historian:
             return
         self._send(final_publication(query.id, count))
 
-    def _send(self, publication: Publication) -> None:
-        """Publish on the current connection; an answer lost to a broken link is asked again."""
+    def _send(self, answer: Publication) -> None:
+        """Publish on the current connection; an answer lost to a broken link is asked again. Each
+        one says who answers: after a reconnection the client name differs, this does not."""
         client = self.client
         if client is not None and client.connected:
             with contextlib.suppress(LinkClosed):
-                client.publish_nowait(publication)
+                client.publish_nowait(signed(answer, self.identity))
 
     # connection -----------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker.language import Filter, ParseError, Publication, parse_filter, parse_publication
 
@@ -46,6 +46,7 @@ __all__ = [
     "result_advertisement",
     "result_publication",
     "result_subscription",
+    "signed",
 ]
 
 _QUERY_ID_RE = re.compile(r"[A-Za-z0-9-]{1,64}\Z")
@@ -94,6 +95,7 @@ class Answer:
     count: int = 0
     error: str = ""
     accepted: bool = False
+    historian: str = ""  # who answers, the same across its reconnections ("" from an older one)
 
 
 def query_advertisement() -> str:
@@ -111,7 +113,7 @@ def result_advertisement() -> str:
     return (
         f"[class,eq,{RESULT}],[query,isPresent,''],[accepted,isPresent,0],[seq,isPresent,0],"
         "[last,isPresent,0],[count,isPresent,0],[error,isPresent,''],[id,isPresent,''],[at,isPresent,0],"
-        "[publication,isPresent,'']"
+        "[publication,isPresent,''],[historian,isPresent,'']"
     )
 
 
@@ -177,8 +179,22 @@ def final_publication(query_id: str, count: int, error: str = "") -> Publication
     return Publication(RESULT, attributes)
 
 
+def signed(answer: Publication, historian: str) -> Publication:
+    """The answer with who sends it: a historian's identity survives its reconnections, which give
+    it a new client name (and so a new ``<broker>/<client>`` in its publications' ids)."""
+    return Publication(
+        answer.cls, [*((k, v) for k, v in answer.items() if k != "class"), ("historian", historian)]
+    )
+
+
 def parse_answer(publication: Publication) -> Answer:
     """A HISTORY_RESULT publication; ValueError if it is malformed."""
+    answer = _answer(publication)
+    historian = publication.get("historian")
+    return replace(answer, historian=historian) if isinstance(historian, str) else answer
+
+
+def _answer(publication: Publication) -> Answer:
     query_id = check_query_id(publication.get("query"))
     if "last" in publication:
         count = publication.get("count", 0)
