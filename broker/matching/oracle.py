@@ -14,11 +14,14 @@ from broker.language.operators import TIME_ATTRIBUTE, holds
 __all__ = ["LinearMatcher", "matches"]
 
 
-def matches(subscription: Filter, publication: Publication, now: float | None = None) -> bool:
+def matches(
+    subscription: Filter, publication: Publication, now: float | None = None, at: float | None = None
+) -> bool:
     """Same class, and every predicate's attribute present and satisfied.
 
-    ``now`` (epoch seconds) is both the publication's time, which ``time`` predicates compare, and
-    the instant that relative references such as ``now-1h`` are taken from.
+    ``now`` (epoch seconds) is the instant that relative references such as ``now-1h`` are taken
+    from, and ``at`` the publication's time, which ``time`` predicates compare: by default ``now``,
+    as for a live publication; a stored one has its own.
     """
     if subscription.cls != publication.cls:
         return False
@@ -26,7 +29,7 @@ def matches(subscription: Filter, publication: Publication, now: float | None = 
         now = time.time()
     for predicate in subscription.predicates:
         if predicate.attribute == TIME_ATTRIBUTE:
-            if not holds(predicate.op, predicate.value, now, now):
+            if not holds(predicate.op, predicate.value, now if at is None else at, now):
                 return False
         elif predicate.attribute not in publication or not holds(
             predicate.op, predicate.value, publication[predicate.attribute]

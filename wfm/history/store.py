@@ -29,7 +29,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, DoubleType, StringType, StructField, StructType
 
 from broker.language import Filter, Publication
-from broker.language.operators import TIME_ATTRIBUTE, holds
 from broker.matching.oracle import matches
 from wfm.history.landing import StoredPublication, fsync_path, read_landing, sealed_segments, segments
 from wfm.history.merging import merge_small_files, recover
@@ -92,10 +91,8 @@ class HistoryStore:
         Ids are unique in the table (compaction writes only new ones), so only landed rows are
         checked against it."""
         table = self.table_frame()
-        paths = segments(self.landing)
-        if not paths:
-            return table
-        return table.unionByName(self._unwritten(paths, table)[0], allowMissingColumns=True)
+        landed = self.landed(table)
+        return table if landed is None else table.unionByName(landed, allowMissingColumns=True)
 
     @property
     def spark(self) -> SparkSession:
@@ -103,10 +100,13 @@ class HistoryStore:
             self._spark = self._spark()
         return self._spark
 
-    def landed(self) -> DataFrame | None:
-        """The landing log's rows the table does not hold yet (None when nothing is landing)."""
+    def landed(self, table: DataFrame | None = None) -> DataFrame | None:
+        """The landing log's rows the table (``table``: what :meth:`table_frame` returned) does
+        not hold yet; None when nothing is landing."""
         paths = segments(self.landing)
-        return self._unwritten(paths, self.table_frame())[0] if paths else None
+        if not paths:
+            return None
+        return self._unwritten(paths, self.table_frame() if table is None else table)[0]
 
     def select(
         self,
@@ -309,18 +309,10 @@ def _time_order(stored: StoredPublication) -> tuple[float, str]:
 def _in(
     subscription: Filter, stored: StoredPublication, since: float | None, until: float | None, now: float
 ) -> bool:
-    """``oracle.matches`` with the stored broker time as the publication's time and ``now`` for
-    relative references, within [since, until)."""
+    """Within [since, until), and matched with its broker time as the publication's time."""
     if (since is not None and stored.time < since) or (until is not None and stored.time >= until):
         return False
-    if TIME_ATTRIBUTE in subscription:
-        window = subscription[TIME_ATTRIBUTE]
-        if not holds(window.op, window.value, stored.time, now):
-            return False
-    timeless = Filter(
-        subscription.cls, tuple(p for p in subscription.predicates if p.attribute != TIME_ATTRIBUTE)
-    )
-    return matches(timeless, stored.publication)
+    return matches(subscription, stored.publication, now, stored.time)
 
 
 def _landed(column: str) -> Column:
