@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import time
 from datetime import UTC, datetime
@@ -161,10 +160,9 @@ def _composite_history(
     """Each group of stored publications that completes the composite, one per line."""
     try:
         groups = query_composite(store, parse_composite(text), since, until)
-        first = next(groups, None)
     except (ParseError, ValueError) as error:
         raise click.ClickException(f"invalid composite: {error}") from None
-    for group in itertools.chain([first] if first is not None else [], groups):
+    for group in groups:
         if output == "json":
             record = {"subscription": "history", "publications": [_delivered(s) for s in group]}
             click.echo(json.dumps(record, ensure_ascii=False))

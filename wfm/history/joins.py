@@ -31,14 +31,22 @@ def query_composite(
     now: float | None = None,
 ) -> Iterator[tuple[StoredPublication, ...]]:
     """Every group of stored publications, one per atom (in ``composite.atoms()`` order), that
-    matches its atom with equal values for each shared variable; ordered by the groups' times."""
+    matches its atom with equal values for each shared variable; ordered by the groups' times.
+    ValueError at once (not when first iterated) for a composite that is not an & of atoms."""
     operands = composite.operands if isinstance(composite, And) else (composite,)
     if not all(isinstance(o, Atom) for o in operands):
         raise ValueError("a historic composite query is an & of atoms, without nested || ; or Times")
     composite_variables(composite)  # refuses one name used with two kinds
-    now = clock.time() if now is None else now
+    groups = _joined(store, composite, since, until, clock.time() if now is None else now)
+    return _reading(store, groups)
+
+
+def _reading(
+    store: HistoryStore, groups: Iterator[tuple[StoredPublication, ...]]
+) -> Iterator[tuple[StoredPublication, ...]]:
+    """The groups, with the store's files kept from compaction while they are read."""
     with store.reading():
-        yield from _joined(store, composite, since, until, now)
+        yield from groups
 
 
 def _joined(

@@ -9,11 +9,12 @@ run); durations are those of runs. The virtual jobs APPL_START and APPL_END are 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import UTC, date, datetime
+from datetime import date
 
 from pyspark.sql import functions as F
 
 from wfm.history.rollup import SKETCH_K, SLOWEST_KEPT, job_rows, partials
+from wfm.history.spark_filter import utc_day
 from wfm.history.store import HistoryStore
 
 __all__ = ["HEADERS", "PERIODS", "JobPeriod", "job_report"]
@@ -73,10 +74,9 @@ def job_report(
         store.rollups.refresh()
         days, raw = store.rollups.frame(), store.landed()
         if since is not None:
-            first = _day(since)
+            first = utc_day(since)
             days = days.where(F.col("date") > first)
-            table = store.table_frame()
-            table = table.where((F.col("date") == first) & (F.col("time") >= since))
+            table = store.table_frame().where(F.col("date") == first)
             raw = table if raw is None else table.unionByName(raw, allowMissingColumns=True)
             raw = raw.where(F.col("time") >= since)
         merged = days if raw is None else days.unionByName(partials(job_rows(raw)))
@@ -119,10 +119,6 @@ def job_report(
         )
         for r in rows
     ]
-
-
-def _day(seconds: float) -> date:
-    return datetime.fromtimestamp(seconds, UTC).date()
 
 
 def _seconds(value: float | None) -> str:

@@ -31,6 +31,7 @@ __all__ = [
     "compile_filter",
     "date_bounds",
     "time_bounds",
+    "utc_day",
     "value_column",
 ]
 
@@ -107,11 +108,12 @@ def date_bounds(low: float | None, high: float | None) -> Column:
     """A condition on the ``date`` partition column alone, so Spark reads only the days in range."""
     conditions = [F.lit(True)]
     if low is not None:
-        conditions.append(F.col("date") >= F.lit(_day(low)))
+        conditions.append(F.col("date") >= F.lit(utc_day(low)))
     if high is not None:
-        conditions.append(F.col("date") <= F.lit(_day(high)))
+        conditions.append(F.col("date") <= F.lit(utc_day(high)))
     return reduce(Column.__and__, conditions)
 
 
-def _day(seconds: float) -> date:
+def utc_day(seconds: float) -> date:
+    """The ``date`` partition an instant falls in."""
     return datetime.fromtimestamp(seconds, UTC).date()
