@@ -34,10 +34,12 @@ class HeldStore:
 
     def __init__(self) -> None:
         self.release = threading.Event()
+        self.threads: list[threading.Thread] = []  # where the queries ran
 
     def query(
         self, subscription: Filter, since: float | None, until: float | None
     ) -> Iterator[StoredPublication]:
+        self.threads.append(threading.current_thread())
         if not self.release.wait(30):
             raise TimeoutError("the test never released the query")
         return iter(ROWS)
@@ -53,12 +55,21 @@ class HeldHistorian(Historian):
 Scenario = Callable[[Client, Subscription, HeldStore], Awaitable[None]]
 
 
-def with_historian(tmp_path: Path, heartbeat: float, scenario: Scenario) -> None:
+def with_historian(
+    tmp_path: Path,
+    heartbeat: float,
+    scenario: Scenario,
+    store: HeldStore | None = None,
+    stop_first: bool = False,
+) -> None:
+    """Run ``scenario`` against a historian over one broker; the held query is released before the
+    historian stops, unless ``stop_first``."""
+
     async def main() -> None:
         broker = Broker(uri("B1"))
         await broker.start()
         historian = HeldHistorian(broker.uri, tmp_path, ("JOBSTATUS",), compact_every=0, heartbeat=heartbeat)
-        historian.held = HeldStore()
+        historian.held = store or HeldStore()
         running = asyncio.create_task(historian.run())
         asker = await Client.connect(broker.uri, "asker")
         try:
@@ -67,7 +78,8 @@ def with_historian(tmp_path: Path, heartbeat: float, scenario: Scenario) -> None
             await until(lambda: historian.client is not None, what="the historian subscribed")
             await scenario(asker, answers, historian.held)
         finally:
-            historian.held.release.set()
+            if not stop_first:
+                historian.held.release.set()
             historian.stop()
             await running
             await asker.close()
@@ -126,3 +138,22 @@ def test_heartbeats_while_the_query_runs(tmp_path: Path) -> None:
         check_answer(await rest(answers))
 
     with_historian(tmp_path, 0.05, scenario)
+
+
+def test_stopping_does_not_wait_for_a_running_query(tmp_path: Path) -> None:
+    """SIGTERM while a Spark query (or compaction) runs: the historian stops at once, and the
+    interpreter does not wait for the query's thread either (closing the event loop joins the
+    threads of its executor, so a query there kept the process alive until it ended). What landed
+    is already flushed, and compaction is safe to interrupt."""
+
+    async def scenario(asker: Client, answers: Subscription, store: HeldStore) -> None:
+        await ask(asker)
+        assert (await next_answer(answers)).accepted
+
+    store = HeldStore()
+    try:
+        with_historian(tmp_path, 3600.0, scenario, store=store, stop_first=True)
+        [thread] = store.threads
+        assert thread.is_alive() and thread.daemon  # not waited for, and no exit waits for it
+    finally:
+        store.release.set()

@@ -2,8 +2,9 @@
 
 A thin asyncio adapter around :class:`Recorder` (landing, pure but for the disk) and
 ``HistoryStore`` (Spark). One loop owns the landing log; Spark work (compaction, queries) runs in
-worker threads so landing never waits for it. The SparkSession is made on first need: queries
-read the landing log without it, so a historian starts no JVM before its first compaction.
+daemon threads so landing never waits for it, and neither does a SIGTERM. The SparkSession is made
+on first need: queries read the landing log without it, so a historian starts no JVM before its
+first compaction.
 
 The client does not reconnect by itself: after a broker restart or a lost link the historian
 reconnects with backoff and re-issues its subscriptions and advertisement (like the agent daemon).
@@ -23,8 +24,9 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 from broker.client import Client, ConnectError, Delivery, RefusedError
 from broker.language import Filter, Publication
@@ -53,6 +55,35 @@ DEFAULT_CLASSES = ("Trigger", "JOBSTATUS", "AGENT_CTL")
 MAX_BACKOFF = 5.0
 SEEN_LIMIT = 100_000  # ids remembered per process; older repeats are removed on read by id
 ANSWERED_LIMIT = 10_000  # ids of answered queries whose repeats (an asker asks while it listens) are ignored
+
+T = TypeVar("T")
+
+
+def in_daemon_thread(work: Callable[[], T], name: str) -> asyncio.Future[T]:
+    """``work()`` in a new daemon thread, as a future of the running loop.
+
+    Not ``asyncio.to_thread``: closing an event loop joins its executor's threads, so a stopped
+    historian stayed alive until a long Spark query or compaction ended. Both may be abandoned: a
+    compaction is idempotent and a query's asker notices the heartbeats stop."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def run() -> None:
+        outcome: tuple[Callable[[Any], None], Any]
+        try:
+            outcome = (future.set_result, work())
+        except Exception as error:
+            outcome = (future.set_exception, error)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(_settle, future, *outcome)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
+def _settle(future: asyncio.Future[Any], setter: Callable[[Any], None], value: object) -> None:
+    if not future.done():  # a cancelled waiter leaves it cancelled
+        setter(value)
 
 
 def publisher_of(publication_id: str) -> str:
@@ -151,9 +182,9 @@ class Historian:
         try:
             await self.stopping.wait()
         finally:
-            for task in tasks:
+            for task in (*tasks, *self._tasks):  # queries too: their threads are left to the exit
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, *self._tasks, return_exceptions=True)
             self.landing.close()
             if self.client is not None:
                 await self.client.close()
@@ -176,7 +207,7 @@ class Historian:
             await asyncio.sleep(self.compact_every)
             self.landing.close()  # seal the current segment so this compaction takes it
             try:
-                moved = await asyncio.to_thread(lambda: self.store().compact())
+                moved = await in_daemon_thread(lambda: self.store().compact(), "compaction")
                 log.info("compacted %d segments", moved)
             except Exception as error:  # Spark's errors; landing goes on, the next run retries
                 log.warning("compaction failed: %s", first_line(error))
@@ -219,7 +250,7 @@ class Historian:
                 loop.call_soon_threadsafe(self._send, result)
             return count
 
-        running = asyncio.ensure_future(asyncio.to_thread(work))
+        running = in_daemon_thread(work, f"query {query.id}")
         while not running.done():  # accepted at once, then a heartbeat until the answer is complete
             self._send(accepted_publication(query.id))
             await asyncio.wait({running}, timeout=self.heartbeat)
