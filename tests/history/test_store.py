@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import threading
+import time as clock
 from pathlib import Path
 
 import pytest
@@ -113,6 +115,33 @@ def test_a_merge_a_crash_interrupted_is_completed_or_dropped(
     assert store.compact() == 0  # nothing landed: it only recovers
     assert ids(store) == ["j1", "j2", "j3"]  # each once
     assert list(store.table.glob("date=*/.*")) == []
+
+
+def test_a_query_racing_a_compaction_sees_every_row_once(tmp_path: Path, spark: SparkSession) -> None:
+    """A compaction that starts while a query reads writes the table at once, but removes landing
+    segments and swaps merged folders only after the query ends: the query read the landing log
+    and listed the table's files before, and every row reaches it exactly once."""
+    store = HistoryStore(tmp_path / "store", spark, merge_at=2)
+    land(store, [ROWS[1]])  # j1's folder gets a second file from this compaction, and is merged
+    store.compact()
+    land(store, ROWS[2:])
+    expected = [f"j{n}" for n in range(1, 9)]
+    reading = store.query(EVERYTHING, now=T0)
+    got = [next(reading).id]  # the query is under way: landing read, table files listed
+    compaction = threading.Thread(target=store.compact)
+    compaction.start()
+    deadline = clock.monotonic() + 120
+    while len(table_ids(store)) < len(ROWS) - 1:  # its write committed; now it waits for the query
+        assert compaction.is_alive() and clock.monotonic() < deadline, "compaction did not write"
+        clock.sleep(0.2)
+    compaction.join(1.0)
+    assert compaction.is_alive() and segments(store.landing)  # nothing removed under the query
+    got += [stored.id for stored in reading]
+    assert got == expected
+    compaction.join(120)
+    assert not compaction.is_alive() and segments(store.landing) == []
+    assert len(list((store.table / "date=2026-05-29" / "class=JOBSTATUS").glob("*.parquet"))) == 1
+    assert ids(store) == expected
 
 
 def test_queries_over_the_landing_log_alone_start_no_spark(tmp_path: Path) -> None:
