@@ -9,6 +9,8 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
+import pytest
+
 from broker.client import Client, Subscription
 from broker.language import Filter, parse_publication
 from broker.transport.server import Broker
@@ -35,6 +37,9 @@ class HeldStore:
     def __init__(self) -> None:
         self.release = threading.Event()
         self.threads: list[threading.Thread] = []  # where the queries ran
+
+    def has_table(self) -> bool:
+        return False
 
     def query(
         self, subscription: Filter, since: float | None, until: float | None
@@ -157,3 +162,40 @@ def test_stopping_does_not_wait_for_a_running_query(tmp_path: Path) -> None:
         assert thread.is_alive() and thread.daemon  # not waited for, and no exit waits for it
     finally:
         store.release.set()
+
+
+@pytest.mark.parametrize("table", [True, False])
+def test_spark_starts_with_the_historian_only_on_a_store_with_a_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: bool
+) -> None:
+    """After a restart, the first query of the table would otherwise wait seconds for Spark; a
+    store without a table is answered from the landing log and needs none."""
+    started = threading.Event()
+
+    def spark_session(master: str | None) -> object:
+        started.set()
+        return object()
+
+    monkeypatch.setattr("wfm.history.historian.spark_session", spark_session)
+    if table:
+        (tmp_path / "table").mkdir()
+        (tmp_path / "table" / "_attributes.json").write_text("[]")
+
+    async def main() -> None:
+        broker = Broker(uri("B1"))
+        await broker.start()
+        historian = Historian(broker.uri, tmp_path, ("JOBSTATUS",), compact_every=0)
+        running = asyncio.create_task(historian.run())
+        try:
+            await until(lambda: historian.client is not None, what="the historian subscribed")
+            if table:
+                await until(started.is_set, what="Spark started")
+            else:
+                await asyncio.sleep(0.3)
+                assert not started.is_set()
+        finally:
+            historian.stop()
+            await running
+            await broker.stop()
+
+    run(main())

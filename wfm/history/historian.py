@@ -175,6 +175,8 @@ class Historian:
             return self._store
 
     async def run(self) -> None:
+        if self.store().has_table():
+            in_daemon_thread(self._start_spark, "spark start")
         loops = [self._keep_connected(), self._flush_timer()]
         if self.compact_every > 0:
             loops.append(self._compact_timer())
@@ -189,6 +191,14 @@ class Historian:
             if self.client is not None:
                 await self.client.close()
             log.info("historian stopped; %d publications landed", self.recorder.landed)
+
+    def _start_spark(self) -> None:
+        """On a store with a table, Spark starts with the historian, in the background: else the
+        first query after a restart waits seconds for it, and the next compaction starts it anyway."""
+        try:
+            _ = self.store().spark  # made on first access
+        except Exception as error:  # the query or compaction that needs it reports it again
+            log.warning("could not start Spark: %s", first_line(error))
 
     # landing --------------------------------------------------------------------------------
 

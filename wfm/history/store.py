@@ -17,6 +17,7 @@ import fcntl
 import heapq
 import json
 import os
+import threading
 import time as clock
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -76,6 +77,7 @@ class HistoryStore:
         answers queries from its landing log without starting Spark."""
         self.path = Path(path)
         self._spark = spark
+        self._spark_lock = threading.Lock()
         self.landing = self.path / "landing"
         self.table = self.path / "table"
         self._attributes_file = self.table / "_attributes.json"
@@ -84,6 +86,10 @@ class HistoryStore:
         self.python_landing_bytes = PYTHON_LANDING_BYTES
 
     # -- reading
+
+    def has_table(self) -> bool:
+        """Whether a compaction wrote the table: only then do queries need Spark."""
+        return self._attributes_file.exists()
 
     def frame(self) -> DataFrame:
         """Every stored publication, compacted or still landing, one row per id (wide layout).
@@ -96,8 +102,9 @@ class HistoryStore:
 
     @property
     def spark(self) -> SparkSession:
-        if not isinstance(self._spark, SparkSession):
-            self._spark = self._spark()
+        with self._spark_lock:  # a historian's query may ask while its start-up thread makes it
+            if not isinstance(self._spark, SparkSession):
+                self._spark = self._spark()
         return self._spark
 
     def landed(self, table: DataFrame | None = None) -> DataFrame | None:
@@ -157,7 +164,7 @@ class HistoryStore:
                 return
             landed = [s for s in read_landing(paths) if _in(subscription, s, since, until, now)]
             written: Iterator[StoredPublication] = iter(())
-            if self._attributes_file.exists():
+            if self.has_table():
                 frame = self.select(subscription, since, until, now, self.table_frame())
                 columns = frame.columns
                 written = (to_stored(row, columns) for row in frame.toLocalIterator())
