@@ -6,23 +6,24 @@ import asyncio
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
 
 from broker.client import Client, ConnectError
-from broker.language import Filter
+from broker.language import Atom, Filter
 from broker.language.values import check_string
 from broker.transport.link import LinkClosed
 from broker.transport.uri import BrokerURI
-from wfm.history.asker import HistoryError, Result, Seam, ask, without_time
+from wfm.history.asker import Answers, HistoryError, Result, Seam, ask, without_time
+from wfm.history.groups import join
 from wfm.history.historian import DEFAULT_CLASSES, Historian
 from wfm.history.spark import MASTER_ENV
 from wfm.overlay_cli import broker_option
 from wfm.triggers import ADVERTISEMENT_SETTLE
 
-__all__ = ["historian", "overlay_history"]
+__all__ = ["historian", "overlay_composite_history", "overlay_history"]
 
 LATE = 0.5
 
@@ -116,3 +117,38 @@ async def overlay_history(
         raise HistoryError(f"lost the connection to {uri}: {error}") from None
     finally:
         await client.close()
+
+
+async def overlay_composite_history(
+    uri: BrokerURI,
+    atoms: Sequence[Atom],
+    windows: Sequence[tuple[Filter, float | None, float | None]],
+    timeout: float,
+) -> list[tuple[Result, ...]]:
+    """The groups of stored publications that complete an & of ``atoms``: each atom is asked at
+    once as the plain filter of ``windows`` (filter, since, until), and the answers are joined on
+    the variables here, so historians that keep different classes still join. A warning line for
+    each historian that stopped answering; HistoryError (one line) if the broker fails or no
+    historian answers an atom."""
+    try:
+        client = await Client.connect(uri)
+    except ConnectError as error:
+        raise HistoryError(str(error)) from None
+    try:
+        asked = [
+            ask(client, uuid.uuid4().hex, window, since, until, timeout) for window, since, until in windows
+        ]
+        outcomes = await asyncio.gather(*asked, return_exceptions=True)
+    finally:
+        await client.close()
+    answers: list[Answers] = []
+    for outcome in outcomes:
+        if isinstance(outcome, LinkClosed):
+            raise HistoryError(f"lost the connection to {uri}: {outcome}")
+        if isinstance(outcome, BaseException):
+            raise outcome
+        answers.append(outcome)
+    for warning in dict.fromkeys(w for answer in answers for w in answer.warnings()):
+        click.echo(f"wfm: warning: {warning}", err=True)
+    rows = [answer.in_time_order() for answer in answers]
+    return join(atoms, rows, lambda result: result.publication, lambda result: (result.time, result.id))

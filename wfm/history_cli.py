@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,9 @@ from rich.table import Table
 
 from broker.language import ParseError, TimeRef, parse_composite, parse_filter
 from broker.transport.uri import BrokerURI
-from wfm.historian_cli import overlay_history
+from wfm.historian_cli import overlay_composite_history, overlay_history
 from wfm.history.asker import HistoryError, Result, absolute
+from wfm.history.groups import joinable_atoms, plain_filter
 from wfm.history.html import render_html
 from wfm.history.joins import query_composite
 from wfm.history.landing import StoredPublication
@@ -106,19 +108,18 @@ def history(subscription: str, broker_uri: BrokerURI | None, store: Path | None,
     Through the overlay, a range that ends in the future (--until, or a time predicate with < or
     <=) is followed by live publications until it ends or Ctrl-C, each publication once.
 
-    With --store, FILTER may also be a composite: an & of atoms whose variables join them, e.g.
-    every Trigger with the JOBSTATUS of its generation:
+    FILTER may also be a composite: an & of atoms whose variables join them, one group of
+    publications per line, e.g. every Trigger with the JOBSTATUS of its generation:
 
     wfm history "{[class,eq,Trigger],[GID,eq,$S$X]}&{[class,eq,JOBSTATUS],[GID,eq,$S$X]}" --store DIR
+
+    A composite covers the past only; through the overlay each atom is asked as a filter and the
+    answers are joined here.
     """
     if store is None and broker_uri is None:
         raise click.ClickException("give --broker URI or --store DIR")
     if subscription.lstrip().startswith("{"):
-        if store is None:
-            raise click.ClickException(
-                "a composite historic query needs --store DIR (the overlay carries filters)"
-            )
-        _composite_history(subscription, _open_store(store, spark_master), since, until, output)
+        _composite_history(subscription, store, broker_uri, since, until, timeout, spark_master, output)
         return
     try:
         wanted = parse_filter(subscription)
@@ -155,13 +156,39 @@ def compact(store: Path | None, spark_master: str | None) -> None:
 
 
 def _composite_history(
-    text: str, store: HistoryStore, since: float | None, until: float | None, output: str
+    text: str,
+    store: Path | None,
+    broker_uri: BrokerURI | None,
+    since: float | None,
+    until: float | None,
+    timeout: float,
+    spark_master: str | None,
+    output: str,
 ) -> None:
     """Each group of stored publications that completes the composite, one per line."""
     try:
-        groups = query_composite(store, parse_composite(text), since, until)
+        composite = parse_composite(text)
+        atoms = joinable_atoms(composite)
     except (ParseError, ValueError) as error:
         raise click.ClickException(f"invalid composite: {error}") from None
+    groups: Iterable[tuple[Result | StoredPublication, ...]]
+    if store is not None or broker_uri is None:
+        groups = query_composite(_open_store(store, spark_master), composite, since, until)
+    else:
+        now = time.time()
+        windows = []
+        for atom in atoms:
+            window = absolute(plain_filter(atom), now)
+            low, high = time_bounds(window, now, since, until)
+            if high is not None and high > now:
+                raise click.ClickException(
+                    "a composite historic query covers the past only: it cannot end later than now"
+                )
+            windows.append((window, low, high))
+        try:
+            groups = asyncio.run(overlay_composite_history(broker_uri, atoms, windows, timeout))
+        except HistoryError as error:
+            raise click.ClickException(str(error)) from None
     for group in groups:
         if output == "json":
             record = {"subscription": "history", "publications": [_delivered(s) for s in group]}

@@ -130,6 +130,33 @@ def test_history_through_the_overlay(overlay: dict[str, BrokerURI], historian: P
     assert ours[0]["publication"] == "[class,JOBSTATUS],[n,0],[note,'a\"b']"
 
 
+def test_composite_history_through_the_overlay(overlay: dict[str, BrokerURI], historian: Path) -> None:
+    """Each atom is asked as a filter and the answers are joined by the asker, in time order."""
+    with publisher(overlay["B1"], "pub-join", "JOBSTATUS") as client:
+        sides = [("left", n) for n in (1, 2, 3)] + [("right", n) for n in (2, 3, 3, 4)]
+        ids = [client.publish(f"[class,JOBSTATUS],[n,{100 + n}],[note,{side}]") for side, n in sides]
+    wait_for(lambda: {row[0] for row in landed(historian)} >= set(ids), "landed", 10)
+    composite = (
+        "{{[class,eq,JOBSTATUS],[note,eq,left],[n,=,$I$N]}&{[class,eq,JOBSTATUS],[note,eq,right],[n,=,$I$N]}}"
+    )
+    done = wfm("history", composite, "--broker", str(overlay["B1"]), "--since", "now-1h", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    groups = [json.loads(line)["publications"] for line in done.stdout.splitlines()]
+    assert [[(p["attributes"]["note"], p["attributes"]["n"]) for p in group] for group in groups] == [
+        [("left", 102), ("right", 102)],
+        [("left", 103), ("right", 103)],
+        [("left", 103), ("right", 103)],
+    ]
+    assert groups[1][1]["time"] < groups[2][1]["time"]  # the two rights of 103, in time order
+    text = wfm("history", composite, "--broker", str(overlay["B1"]))
+    assert text.returncode == 0 and len(text.stdout.splitlines()) == 3 and "  &  " in text.stdout
+    live = wfm("history", composite, "--broker", str(overlay["B1"]), "--until", "now+1m")
+    assert live.returncode != 0 and live.stdout == ""
+    assert live.stderr.strip() == (
+        "wfm: error: a composite historic query covers the past only: it cannot end later than now"
+    )
+
+
 def test_historian_reports_a_bad_query(overlay: dict[str, BrokerURI], historian: Path) -> None:
     with BlockingClient(overlay["B1"], "asker") as client:
         client.subscribe(result_subscription("q-bad"))

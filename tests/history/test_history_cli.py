@@ -49,8 +49,12 @@ def store_dir(tmp_path: Path) -> Path:
         (["history", "[class,eq,J]", "--store", ".", "--since", "yesterday"], "'yesterday' is not a time"),
         (["report", "--store", "/nonexistent/store"], "no history store"),
         (["compact"], "give --store DIR"),
+        (["history", "{[class,eq,J],[g,eq,$S$X]}&{[class,eq,K],[g,eq,$S$X]}", "--broker", "socket://127.0.0.1:1/b",
+          "--until", "now+1h"], "a composite historic query covers the past only"),
+        (["history", "{[class,eq,J]}||{[class,eq,K]}", "--broker", "socket://127.0.0.1:1/b"],
+         "invalid composite: a historic composite query is an & of atoms"),
         (["history", "{[class,eq,J],[g,eq,$S$X]}&{[class,eq,K],[g,eq,$S$X]}", "--broker", "socket://127.0.0.1:1/b"],
-         "a composite historic query needs --store DIR"),
+         "cannot connect to socket://127.0.0.1:1/b"),
     ],
 )  # fmt: skip
 def test_errors_are_one_line(argv: list[str], fragment: str) -> None:

@@ -1,4 +1,5 @@
-"""Composite historic queries against a brute-force evaluation on small data."""
+"""Composite historic queries against a brute-force evaluation on small data: joined by Spark
+(``--store``) and in Python (through the overlay, each atom asked as a plain filter)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from broker.language.values import Var
 from broker.matching.oracle import matches
 from tests.history.conftest import land
 from wfm.history import HistoryStore
+from wfm.history.groups import join, joinable_atoms, plain_filter
 from wfm.history.joins import query_composite
 
 T0 = 1_780_000_000.0
@@ -53,7 +55,19 @@ def rows() -> list[tuple[str, float, Publication]]:
     return out
 
 
-@pytest.mark.parametrize(
+def joined_here(text: str, data: list[tuple[str, float, Publication]]) -> list[tuple[str, ...]]:
+    """What ``wfm history --broker`` does with a composite: each atom asked as a plain filter (what
+    a historian answers, in time order), the answers joined in Python."""
+    atoms = joinable_atoms(parse_composite(text))
+    answers = [
+        sorted((row for row in data if matches(plain_filter(atom), row[2], T0)), key=lambda r: (r[1], r[0]))
+        for atom in atoms
+    ]
+    groups = join(atoms, answers, lambda row: row[2], lambda row: (row[1], row[0]))
+    return [tuple(id for id, _, _ in group) for group in groups]
+
+
+COMPOSITES = pytest.mark.parametrize(
     "text",
     [
         "{{[class,eq,Trigger],[applname,eq,PAYROLL],[GID,eq,$S$G]}"
@@ -62,19 +76,42 @@ def rows() -> list[tuple[str, float, Publication]]:
         "&{[class,eq,JOBSTATUS],[jobname,eq,B],[GID,eq,$S$G],[run,=,$I$R]}"
         "&{[class,eq,Trigger],[applname,eq,BILLING],[GID,eq,$S$G]}}",
         "{[class,eq,Trigger],[GID,eq,$S$G],[applname,eq,BILLING]}",
+        "{{[class,eq,Trigger],[applname,eq,BILLING]}&{[class,eq,JOBSTATUS],[run,=,2.5]}}",
+        "{{[class,eq,JOBSTATUS],[GID,eq,$S$G]}&{[class,eq,JOBSTATUS],[GID,eq,$S$G],[jobname,eq,A]}}",
     ],
-    ids=["trigger-and-status", "three-atoms-two-variables", "one-atom"],
+    ids=["trigger-and-status", "three-atoms-two-variables", "one-atom", "no-variable", "same-class"],
 )
+
+
+@COMPOSITES
 def test_composite_equals_brute_force(store: HistoryStore, text: str) -> None:
     data = rows()
     land(store, data)
-    got = sorted(
-        tuple(s.id for s in group) for group in query_composite(store, parse_composite(text), now=T0)
-    )
-    assert got == brute_force(text, data)
+    got = [tuple(s.id for s in group) for group in query_composite(store, parse_composite(text), now=T0)]
+    assert sorted(got) == brute_force(text, data)
     assert got, "the data should give some groups"
+    assert got == joined_here(text, data)  # the same groups in the same order either way
+
+
+@COMPOSITES
+def test_joined_in_python_equals_brute_force(text: str) -> None:
+    data = rows()
+    got = joined_here(text, data)
+    assert sorted(got) == brute_force(text, data) and got
+    times = {id: time for id, time, _ in data}
+    keys = [([times[id] for id in group], list(group)) for group in got]
+    assert keys == sorted(keys)  # by the atoms' times, then their ids
+
+
+def test_a_variable_becomes_presence_of_its_type() -> None:
+    [atom] = parse_composite("{[class,eq,a],[g,eq,$S$G],[n,=,$I$N],[x,=,$F$X],[k,eq,v]}").atoms()
+    assert str(plain_filter(atom)) == "[class,eq,a],[g,isPresent,''],[k,eq,v],[n,isPresent,0],[x,isPresent,0]"
 
 
 def test_only_and_of_atoms(store: HistoryStore) -> None:
     with pytest.raises(ValueError, match="an & of atoms"):
         list(query_composite(store, parse_composite("{{[class,eq,a]}||{[class,eq,b]}}")))
+    with pytest.raises(ValueError, match="an & of atoms"):
+        joinable_atoms(parse_composite("{{[class,eq,a]}&{{[class,eq,b]}||{[class,eq,c]}}}"))
+    with pytest.raises(ValueError):
+        joinable_atoms(parse_composite("{{[class,eq,a],[g,eq,$S$G]}&{[class,eq,b],[g,=,$I$G]}}"))

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from broker.language import And, Atom, Composite, Var
-from broker.language.model import composite_variables
+from broker.language import Composite, Var
+from wfm.history.groups import joinable_atoms
 from wfm.history.landing import StoredPublication
 from wfm.history.spark_filter import value_column
 from wfm.history.store import HistoryStore, to_stored
@@ -33,10 +33,7 @@ def query_composite(
     """Every group of stored publications, one per atom (in ``composite.atoms()`` order), that
     matches its atom with equal values for each shared variable; ordered by the groups' times.
     ValueError at once (not when first iterated) for a composite that is not an & of atoms."""
-    operands = composite.operands if isinstance(composite, And) else (composite,)
-    if not all(isinstance(o, Atom) for o in operands):
-        raise ValueError("a historic composite query is an & of atoms, without nested || ; or Times")
-    composite_variables(composite)  # refuses one name used with two kinds
+    joinable_atoms(composite)
     groups = _joined(store, composite, since, until, clock.time() if now is None else now)
     return _reading(store, groups)
 
