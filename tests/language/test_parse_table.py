@@ -315,3 +315,15 @@ def test_publication_api() -> None:
     assert dict(p) == {"class": "stock", "price": 100, "ratio": 0.5}
     with pytest.raises(AttributeError):
         p.cls = "bond"  # type: ignore[misc]
+
+
+def test_cached_filters_still_refuse_bad_text_every_time() -> None:
+    """Filters and composites are cached by text; errors are not, and a variable refused in a
+    plain filter is not admitted because the same text was parsed with variables allowed."""
+    text = "[class,eq,a],[g,eq,$S$X]"
+    assert parse_filter(text, allow_variables=True) is parse_filter(text, allow_variables=True)
+    for _ in range(2):
+        with pytest.raises(ParseError):
+            parse_filter(text)
+        with pytest.raises(ParseError):
+            parse_composite("{[class,eq,a]}&")
