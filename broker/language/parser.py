@@ -11,7 +11,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, TypeVar
 
-from lark import Lark, Token, Transformer, Tree
+from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, VisitError
 
 from broker.language.errors import ParseError
@@ -40,7 +40,7 @@ def parser() -> Lark:
         rel_to=__file__,
         parser="lalr",
         start=["publication", "filter", "composite"],
-        propagate_positions=True,
+        propagate_positions=False,  # error columns come from tokens, which always have them
         maybe_placeholders=False,
     )
 
@@ -84,7 +84,7 @@ def _parse(text: str, start: str, allow_variables: bool) -> Any:
         raise
 
 
-def _at(token: Token | Tree, action: Callable[[], T]) -> T:
+def _at(token: Token, action: Callable[[], T]) -> T:
     """Run a model constructor, blaming ``token``'s column for any ValueError it raises."""
     try:
         return action()
@@ -92,10 +92,8 @@ def _at(token: Token | Tree, action: Callable[[], T]) -> T:
         raise ParseError(str(error), _column(token)) from None
 
 
-def _column(item: Token | Tree) -> int:
-    if isinstance(item, Token):
-        return item.column or 1
-    return item.meta.column if not item.meta.empty else 1
+def _column(token: Token) -> int:
+    return token.column or 1
 
 
 def _value(token: Token, attribute: str) -> Value | TimeRef:
