@@ -103,6 +103,7 @@ def history(subscription: str, broker_uri: BrokerURI | None, store: Path | None,
     """Stored publications matching FILTER, in time order, from the historians (--broker) or
     straight from a store (--store, Spark).
 
+    \b
     wfm history "[class,eq,JOBSTATUS],[status,eq,FAILURE],[time,>,now-7d]" --store DIR
 
     Through the overlay, a range that ends in the future (--until, or a time predicate with < or
@@ -111,6 +112,7 @@ def history(subscription: str, broker_uri: BrokerURI | None, store: Path | None,
     FILTER may also be a composite: an & of atoms whose variables join them, one group of
     publications per line, e.g. every Trigger with the JOBSTATUS of its generation:
 
+    \b
     wfm history "{[class,eq,Trigger],[GID,eq,$S$X]}&{[class,eq,JOBSTATUS],[GID,eq,$S$X]}" --store DIR
 
     A composite covers the past only; through the overlay each atom is asked as a filter and the
