@@ -50,23 +50,31 @@ def parse_publication(text: str) -> Publication:
     return _parse(text, "publication", allow_variables=False)
 
 
-@lru_cache(maxsize=4096)
 def parse_filter(text: str, allow_variables: bool = False) -> Filter:
     """``[class,eq,stock],[price,>,99]`` -> Filter (a subscription or an advertisement).
 
     Variables (``$S$X``) belong to composite subscriptions; ``allow_variables`` admits them for
-    a filter that goes with one, such as the condition that clears a composite's bindings.
+    a filter that goes with one, such as the condition that clears a composite's bindings."""
+    return _remembered(text, "filter", allow_variables)
 
-    Filters and composites are immutable and short, and the same texts come again and again (every
-    job of a workflow names the same clear filter): both are cached. Publications are not: each
-    is new, and a large one would stay in memory."""
-    return _parse(text, "filter", allow_variables=allow_variables)
+
+def parse_composite(text: str) -> Composite:
+    """``{{[class,eq,a],[x,eq,$S$X]}&{[class,eq,b],[x,eq,$S$X]}}`` -> composite tree."""
+    return _remembered(text, "composite", True)
+
+
+def _remembered(text: str, start: str, allow_variables: bool) -> Any:
+    """Filters and composites are immutable and short, and the same texts come again and again
+    (every job of a workflow names the same clear filter), so their parses are cached (errors are
+    not). Publications are not: each is new, and a large one would stay in memory."""
+    if not isinstance(text, str):  # unhashable, perhaps: _parse says what is wrong
+        return _parse(text, start, allow_variables)
+    return _parse_cached(text, start, allow_variables)
 
 
 @lru_cache(maxsize=4096)
-def parse_composite(text: str) -> Composite:
-    """``{{[class,eq,a],[x,eq,$S$X]}&{[class,eq,b],[x,eq,$S$X]}}`` -> composite tree."""
-    return _parse(text, "composite", allow_variables=True)
+def _parse_cached(text: str, start: str, allow_variables: bool) -> Any:
+    return _parse(text, start, allow_variables)
 
 
 def _parse(text: str, start: str, allow_variables: bool) -> Any:

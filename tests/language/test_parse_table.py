@@ -327,3 +327,5 @@ def test_cached_filters_still_refuse_bad_text_every_time() -> None:
             parse_filter(text)
         with pytest.raises(ParseError):
             parse_composite("{[class,eq,a]}&")
+        with pytest.raises(ParseError, match="expected a message text, not list"):
+            parse_filter(["[class,eq,a]"])  # type: ignore[arg-type]
