@@ -2,9 +2,9 @@
 
 A thin asyncio adapter around :class:`Recorder` (landing, pure but for the disk) and
 ``HistoryStore`` (Spark). One loop owns the landing log; Spark work (compaction, queries) runs in
-daemon threads so landing never waits for it, and neither does a SIGTERM. The SparkSession is made
-on first need: queries read the landing log without it, so a historian starts no JVM before its
-first compaction.
+daemon threads so landing never waits for it, and neither does a SIGTERM. A store without a table
+needs no Spark (queries read the landing log in Python), so the SparkSession is made at its first
+compaction; on a store with a table it is started at once, in the background.
 
 The client does not reconnect by itself: after a broker restart or a lost link the historian
 reconnects with backoff and re-issues its subscriptions and advertisement (like the agent daemon).
