@@ -186,7 +186,8 @@ def _composite_history(
                 raise click.ClickException(
                     "a composite historic query covers the past only: it cannot end later than now"
                 )
-            windows.append((window, low, high))
+            # every atom up to the same instant, though historians answer them at different times
+            windows.append((window, low, now if high is None else high))
         try:
             groups = asyncio.run(overlay_composite_history(broker_uri, atoms, windows, timeout))
         except HistoryError as error:

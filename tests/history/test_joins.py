@@ -36,13 +36,13 @@ def brute_force(composite_text: str, rows: list[tuple[str, float, Publication]])
 
 
 def rows() -> list[tuple[str, float, Publication]]:
-    rng = random.Random(5)
+    rng = random.Random(1)
     out = []
     for n in range(40):
         gid = rng.choice(["g1", "g2", "g3", "g4"])
         if rng.random() < 0.3:
             attributes: dict[str, object] = {"applname": rng.choice(["PAYROLL", "BILLING"]), "GID": gid}
-            out.append((f"t{n}", T0 + n, Publication("Trigger", attributes)))  # type: ignore[arg-type]
+            out.append((f"t{n}", T0 + n // 3, Publication("Trigger", attributes)))  # type: ignore[arg-type]
         else:
             attributes = {
                 "applname": rng.choice(["PAYROLL", "BILLING"]),
@@ -50,8 +50,10 @@ def rows() -> list[tuple[str, float, Publication]]:
                 "jobname": rng.choice(["A", "B"]),
                 "status": rng.choice(["SUCCESS", "FAILURE"]),
                 "run": rng.choice([1, 2, 2.5]),
+                "retry": rng.choice([1, 2]),
             }
-            out.append((f"s{n}", T0 + n, Publication("JOBSTATUS", attributes)))  # type: ignore[arg-type]
+            # times repeat, so groups with equal times are ordered by their ids
+            out.append((f"s{n}", T0 + n // 3, Publication("JOBSTATUS", attributes)))  # type: ignore[arg-type]
     return out
 
 
@@ -78,8 +80,16 @@ COMPOSITES = pytest.mark.parametrize(
         "{[class,eq,Trigger],[GID,eq,$S$G],[applname,eq,BILLING]}",
         "{{[class,eq,Trigger],[applname,eq,BILLING]}&{[class,eq,JOBSTATUS],[run,=,2.5]}}",
         "{{[class,eq,JOBSTATUS],[GID,eq,$S$G]}&{[class,eq,JOBSTATUS],[GID,eq,$S$G],[jobname,eq,A]}}",
+        "{{[class,eq,JOBSTATUS],[run,=,$I$R],[retry,=,$I$R]}&{[class,eq,JOBSTATUS],[jobname,eq,B],[run,=,$I$R]}}",
     ],
-    ids=["trigger-and-status", "three-atoms-two-variables", "one-atom", "no-variable", "same-class"],
+    ids=[
+        "trigger-and-status",
+        "three-atoms-two-variables",
+        "one-atom",
+        "no-variable",
+        "same-class",
+        "a-variable-twice-in-an-atom",
+    ],
 )
 
 

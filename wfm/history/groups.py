@@ -50,17 +50,18 @@ def join(
     publication: Callable[[Row], Publication],
     order: Callable[[Row], tuple[float, str]],
 ) -> list[tuple[Row, ...]]:
-    """Every group of rows, one per atom (``rows[i]`` matched ``atoms[i]``), whose shared variables
-    bind equal values; ordered by the rows' ``order`` keys (time, id): all times first, then ids."""
+    """Every group of rows, one per atom (``rows[i]`` matched ``atoms[i]``), in which each variable
+    binds one value (across atoms, and within an atom that uses it twice); ordered by the rows'
+    ``order`` keys (time, id): all times first, then ids. The groups are built in memory: a
+    composite whose atoms share no variable is their whole product."""
     groups: list[tuple[tuple[Row, ...], dict[str, Value]]] = [((), {})]
     for atom, candidates in zip(atoms, rows, strict=True):
-        variables = {p.value: p.attribute for p in atom.filter.predicates if isinstance(p.value, Var)}
-        shared = sorted(var.name for var in variables if groups and var.name in groups[0][1])
+        uses = [(p.value, p.attribute) for p in atom.filter.predicates if isinstance(p.value, Var)]
+        shared = sorted({var.name for var, _ in uses if groups and var.name in groups[0][1]})
         by_key: defaultdict[tuple[Value, ...], list[tuple[Row, dict[str, Value]]]] = defaultdict(list)
         for row in candidates:
-            values = publication(row)
-            bound = {var.name: values[attribute] for var, attribute in variables.items()}
-            if all(var.accepts(bound[var.name]) for var in variables):  # $I$ binds integers only
+            bound = _bindings(uses, publication(row))
+            if bound is not None:
                 by_key[tuple(bound[name] for name in shared)].append((row, bound))
         groups = [
             ((*group, row), {**bindings, **bound})
@@ -70,3 +71,14 @@ def join(
     keyed = [(tuple(order(row) for row in group), group) for group, _ in groups]
     keyed.sort(key=lambda item: ([k[0] for k in item[0]], [k[1] for k in item[0]]))
     return [group for _, group in keyed]
+
+
+def _bindings(uses: Sequence[tuple[Var, str]], values: Publication) -> dict[str, Value] | None:
+    """The values the atom's variables take in one publication; None if one has the wrong type
+    (``$I$`` binds integers only) or one variable used twice takes two values."""
+    bound: dict[str, Value] = {}
+    for var, attribute in uses:
+        value = values[attribute]
+        if not var.accepts(value) or bound.setdefault(var.name, value) != value:
+            return None
+    return bound

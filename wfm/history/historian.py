@@ -72,7 +72,7 @@ def in_daemon_thread(work: Callable[[], T], name: str) -> asyncio.Future[T]:
         outcome: tuple[Callable[[Any], None], Any]
         try:
             outcome = (future.set_result, work())
-        except Exception as error:
+        except BaseException as error:  # whatever it is, the waiter hears of it
             outcome = (future.set_exception, error)
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             loop.call_soon_threadsafe(_settle, future, *outcome)

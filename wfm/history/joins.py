@@ -11,7 +11,7 @@ from __future__ import annotations
 import time as clock
 from collections.abc import Iterator
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from broker.language import Composite, Var
@@ -58,12 +58,18 @@ def _joined(
     joined: DataFrame | None = None
     bound: set[str] = set()
     for index, atom in enumerate(composite.atoms()):
-        variables = {
-            p.value.name: value_column(p.attribute, p.value.kind == "S", columns).alias(f"var_{p.value.name}")
-            for p in atom.filter.predicates
-            if isinstance(p.value, Var)
-        }
-        side = store.select(atom.filter, since, until, now, frame).select(
+        uses: dict[str, list[Column]] = {}  # variable -> its columns (one per use in the atom)
+        for p in atom.filter.predicates:
+            if isinstance(p.value, Var):
+                uses.setdefault(p.value.name, []).append(
+                    value_column(p.attribute, p.value.kind == "S", columns)
+                )
+        side = store.select(atom.filter, since, until, now, frame)
+        for first, *others in uses.values():  # a variable used twice in one atom binds one value
+            for other in others:
+                side = side.where(first == other)
+        variables = {name: cols[0].alias(f"var_{name}") for name, cols in uses.items()}
+        side = side.select(
             F.struct(*[F.col(f"`{c}`") for c in columns]).alias(f"atom{index}"), *variables.values()
         )
         keys = [f"var_{name}" for name in variables if name in bound]
