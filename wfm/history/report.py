@@ -8,8 +8,10 @@ run); durations are those of runs. The virtual jobs APPL_START and APPL_END are 
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from datetime import date
+from typing import Any
 
 from pyspark.sql import functions as F
 
@@ -103,22 +105,27 @@ def job_report(
                 ),
             )
             .orderBy("workflow", "job", "period")
+            # one JSON text per row: PySpark turns nested Rows into Python objects slowly, and a
+            # year by day is 365,000 of them (collecting them took 27 s, these texts 16.5 s)
+            .select(F.to_json(F.struct("*")))
             .collect()
         )
-    return [
-        JobPeriod(
-            r.workflow,
-            r.job,
-            r.period,
-            r.runs,
-            r.failures,
-            r.noruns,
-            r.mean,
-            r.p95,
-            tuple((s.gid, s.duration) for s in r.slowest),
-        )
-        for r in rows
-    ]
+    return [_job_period(json.loads(row[0])) for row in rows]
+
+
+def _job_period(r: dict[str, Any]) -> JobPeriod:
+    """A row of the report's frame, from its JSON (which leaves out null fields)."""
+    return JobPeriod(
+        r["workflow"],
+        r["job"],
+        date.fromisoformat(r["period"]),
+        r["runs"],
+        r["failures"],
+        r["noruns"],
+        r.get("mean"),
+        r.get("p95"),
+        tuple((s["gid"], s["duration"]) for s in r["slowest"]),
+    )
 
 
 def _seconds(value: float | None) -> str:
