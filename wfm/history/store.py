@@ -217,7 +217,7 @@ class HistoryStore:
         fresh, dates = self._unwritten(paths, self.table_frame())
         known = self.attributes()
         new = [c for c in fresh.columns if c.startswith((STRING_PREFIX, NUMBER_PREFIX)) and c not in known]
-        if new or not self._attributes_file.exists():
+        if new or not self.has_table():
             self._write_attributes(sorted({*known, *new}))
         # one file per day and class and compaction, rather than one per day, class and input split
         fresh = fresh.repartition("date", "class")
@@ -241,7 +241,7 @@ class HistoryStore:
 
     def attributes(self) -> list[str]:
         """The table's attribute columns."""
-        if not self._attributes_file.exists():
+        if not self.has_table():
             return []
         return list(json.loads(self._attributes_file.read_text()))
 
@@ -258,7 +258,7 @@ class HistoryStore:
     def table_frame(self) -> DataFrame:
         fields = [*_FIXED, *(_attribute_field(c) for c in self.attributes()), *_PARTITIONS]
         schema = StructType(fields)
-        if not self._attributes_file.exists():
+        if not self.has_table():
             return self.spark.createDataFrame([], schema)
         frame = self.spark.read.schema(schema).parquet(str(self.table))
         # Spark writes the empty class as the null partition; no class is null.
