@@ -18,6 +18,7 @@ from broker.language import ParseError, TimeRef, parse_composite, parse_filter
 from broker.transport.uri import BrokerURI
 from wfm.historian_cli import overlay_composite_history, overlay_history
 from wfm.history.asker import HistoryError, Result, absolute
+from wfm.history.connect import warm_url
 from wfm.history.groups import joinable_atoms, plain_filter
 from wfm.history.html import render_html
 from wfm.history.joins import query_composite
@@ -64,6 +65,7 @@ def _open_store(store: Path | None, master: str | None) -> HistoryStore:
         require_store(store)
     except StoreError as error:
         raise click.ClickException(str(error)) from None
+    master = master or warm_url(store)  # the store's warm Spark Connect server, when it has one
     try:
         spark = spark_session(master)
     except Exception as error:  # Spark's many start-up errors (bad master, no Java, no connect libs)

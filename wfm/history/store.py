@@ -76,7 +76,10 @@ class HistoryStore:
         """``spark`` may be a function that makes the session: a store whose table is still empty
         answers queries from its landing log without starting Spark."""
         self.path = Path(path)
-        self._spark = spark
+        # neither session class is callable (a Spark Connect session is no subclass of the classic
+        # one, so an isinstance test against SparkSession would call a Connect session)
+        self._make_spark: Callable[[], SparkSession] | None = spark if callable(spark) else None
+        self._spark: SparkSession | None = None if callable(spark) else spark
         self._spark_lock = threading.Lock()
         self.landing = self.path / "landing"
         self.table = self.path / "table"
@@ -103,8 +106,9 @@ class HistoryStore:
     @property
     def spark(self) -> SparkSession:
         with self._spark_lock:  # a historian's query may ask while its start-up thread makes it
-            if not isinstance(self._spark, SparkSession):
-                self._spark = self._spark()
+            if self._spark is None:
+                assert self._make_spark is not None  # one of the two is set
+                self._spark = self._make_spark()
         return self._spark
 
     def landed(self, table: DataFrame | None = None) -> DataFrame | None:

@@ -1,0 +1,250 @@
+"""History on a real Spark cluster and through Spark Connect gives the answers of local mode.
+
+A standalone Master and Worker and a Spark Connect server are started on loopback from the
+installed pyspark; ``wfm history`` (a filter and a composite), ``wfm report`` and ``wfm compact``
+then run as processes against copies of one store through each, and their output is compared with
+local mode's, byte for byte. The store holds both a compacted table and a landing log, so queries
+read both, and compaction has something to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyspark
+import pytest
+from click.testing import CliRunner
+from pyspark.sql import SparkSession
+
+from broker.language import parse_publication
+from tests.processes import WFM
+from tests.transport.harness import free_port
+from wfm.cli import cli
+from wfm.history import HistoryStore, Landing
+from wfm.history.connect import serve_connect, warm_url
+
+SPARK_HOME = Path(pyspark.__file__).parent
+JAVA = os.environ.get("JAVA_HOME") or shutil.which("java")
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(not JAVA, reason="no Java: neither JAVA_HOME nor java on PATH"),
+]
+
+T0 = 1_779_000_000.0  # 2026-05-17
+FILTER = "[class,eq,JOBSTATUS],[duration,>,20]"
+COMPOSITE = (
+    "{[class,eq,JOBSTATUS],[applname,eq,LEDGER],[jobname,eq,Load],[GID,eq,$S$G]}"
+    "&{[class,eq,JOBSTATUS],[applname,eq,LEDGER],[jobname,eq,Check],[status,eq,FAILURE],[GID,eq,$S$G]}"
+)
+# each step's command line (--store and --spark-master are added); compaction then the queries again
+STEPS = [
+    ("history", FILTER, "-o", "json"),
+    ("history", COMPOSITE, "-o", "json"),
+    ("report", "-o", "json"),
+    ("report", "PAYROLL", "--by", "week", "-o", "json"),
+    ("compact",),
+    ("history", FILTER, "-o", "json"),
+    ("report", "-o", "json"),
+]
+
+
+def _publications() -> Iterator[tuple[float, str]]:
+    """Triggers and job statuses of three workflows over ten days, with seeded durations."""
+    rng = random.Random(17)
+    for generation in range(120):
+        start = T0 + generation * 7200
+        for workflow in ("PAYROLL", "LEDGER", "RECOVERY"):
+            yield start, f"[class,Trigger],[applname,{workflow}],[GID,g{generation}]"
+            for n, job in enumerate(("Load", "Check", "Post")):
+                status = "FAILURE" if rng.random() < 0.15 else "SUCCESS"
+                duration = round(rng.uniform(1, 40), 3)
+                yield (
+                    start + n + 1,
+                    f"[class,JOBSTATUS],[applname,{workflow}],[jobname,{job}],[GID,g{generation}],"
+                    f"[status,{status}],[duration,{duration}]",
+                )
+
+
+@pytest.fixture(scope="module")
+def base_store(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Path:
+    """Two thirds compacted into the table (in local mode), the rest in the landing log."""
+    path = tmp_path_factory.mktemp("cluster") / "store"
+    rows = [(n, time_, text) for n, (time_, text) in enumerate(_publications())]
+    cut = len(rows) * 2 // 3
+    for part in (rows[:cut], rows[cut:]):
+        with Landing(path / "landing") as landing:
+            for n, time_, text in part:
+                landing.append(parse_publication(text), time_, "agentA", f"id{n}")
+        if len(part) == cut:
+            HistoryStore(path, spark).compact()
+    return path
+
+
+def _run_in_process(store: Path, master: str) -> list[str]:
+    """The steps' outputs, every command run in this process, so they share one Spark session."""
+    runner = CliRunner()
+    outputs = []
+    for step in STEPS:
+        done = runner.invoke(cli, [*step, "--store", str(store), "--spark-master", master])
+        assert done.exit_code == 0, done.output
+        outputs.append(done.stdout)
+    return outputs
+
+
+def _run_in_a_process(store: Path, master: str) -> list[str]:
+    """:func:`_run_in_process` in a new process: a remote master's driver must not share a JVM or
+    a Connect session with this process's local one (pyspark chooses per process)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.history.test_cluster", str(store), master],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return list(json.loads(done.stdout.splitlines()[-1]))
+
+
+def _run_processes(store: Path, master: str | None, env: dict[str, str] | None = None) -> list[str]:
+    outputs = []
+    for step in STEPS:
+        argv = [WFM, *step, "--store", str(store), *(["--spark-master", master] if master else [])]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (step, done.stderr[-3000:])
+        outputs.append(done.stdout)
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def local_answers(base_store: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    store = tmp_path_factory.mktemp("local") / "store"
+    shutil.copytree(base_store, store)
+    answers = _run_in_process(store, "local[2]")
+    assert all(answers[i] for i in (0, 1, 2, 3, 5, 6)), "every query and report has rows to compare"
+    return answers
+
+
+def _wait_for(log: Path, text: str, process: subprocess.Popen[bytes], timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        assert process.poll() is None, f"exited with {process.returncode}: {log.read_text()[-2000:]}"
+        assert time.monotonic() < deadline, f"no {text!r} in {timeout:g} s: {log.read_text()[-2000:]}"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A standalone Master and one Worker on loopback; yields the master URL."""
+    work = tmp_path_factory.mktemp("standalone")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    port = free_port()
+    spark_class = str(SPARK_HOME / "bin" / "spark-class")
+    started = []
+    try:
+        master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)]
+        worker = [
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            "127.0.0.1",
+            "--cores",
+            "2",
+            "--memory",
+            "2g",
+        ]
+        worker += ["--work-dir", str(work / "work"), f"spark://127.0.0.1:{port}"]
+        for name, argv, ready in [
+            ("master", master, "I have been elected leader"),
+            ("worker", worker, "Successfully registered with master"),
+        ]:
+            log = work / f"{name}.log"
+            with open(log, "wb") as out:
+                argv += ["--webui-port", str(free_port())]
+                process = subprocess.Popen([spark_class, *argv], stdout=out, stderr=out, env=env)
+            started.append(process)
+            _wait_for(log, ready, process)
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        for process in reversed(started):
+            process.terminate()
+            process.wait(30)
+
+
+@pytest.fixture(scope="module")
+def connect_store(base_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """A copy of the store with a warm Spark Connect server announced in it."""
+    store = tmp_path_factory.mktemp("connect") / "store"
+    shutil.copytree(base_store, store)
+    stop = threading.Event()
+    urls: list[str] = []
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            serve_connect(store, free_port(), "local[2]", stop.wait, urls.append)
+        except BaseException as error:  # handed to the test below
+            errors.append(error)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    deadline = time.monotonic() + 120
+    while not urls and not errors and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert urls and not errors, errors or "Spark Connect did not start in 120 s"
+    try:
+        yield store, urls[0]
+    finally:
+        stop.set()
+        server.join(30)
+    assert warm_url(store) is None, "a stopped server is no longer announced"
+
+
+def test_standalone_cluster_answers_like_local_mode(
+    base_store: Path, local_answers: list[str], standalone: str, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    shutil.copytree(base_store, store)
+    assert _run_in_a_process(store, standalone) == local_answers
+
+
+def test_spark_connect_answers_like_local_mode(
+    connect_store: tuple[Path, str], local_answers: list[str], tmp_path: Path
+) -> None:
+    store, url = connect_store
+    other = tmp_path / "store"  # the server reads any path it can see, not only the announcing store
+    shutil.copytree(store, other, ignore=shutil.ignore_patterns(".spark-connect*"))
+    assert _run_in_a_process(other, url) == local_answers
+
+
+def test_a_store_with_a_warm_server_uses_it(
+    connect_store: tuple[Path, str], local_answers: list[str], tmp_path: Path
+) -> None:
+    """No --spark-master and no Java: only the announced server can answer."""
+    store, url = connect_store
+    assert warm_url(store) == url
+    without_java = {**os.environ, "JAVA_HOME": "/nonexistent"}
+    without_java.pop("WFM_SPARK_MASTER", None)
+    unannounced = tmp_path / "store"
+    shutil.copytree(store, unannounced, ignore=shutil.ignore_patterns(".spark-connect*"))
+    refused = subprocess.run(
+        [WFM, *STEPS[0], "--store", str(unannounced)],
+        capture_output=True,
+        text=True,
+        env=without_java,
+        timeout=120,
+    )
+    assert refused.returncode != 0 and "cannot start Spark (local[*])" in refused.stderr, refused.stderr
+    assert _run_processes(store, None, without_java) == local_answers
+
+
+if __name__ == "__main__":  # python -m tests.history.test_cluster STORE MASTER: see _run_in_a_process
+    print(json.dumps(_run_in_process(Path(sys.argv[1]), sys.argv[2])))
