@@ -29,8 +29,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/history.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check broker agents wfm tests benchmarks
-	$(BIN)/ruff format --check broker agents wfm tests benchmarks
+	$(BIN)/ruff check broker workflow_messages agents wfm tests benchmarks
+	$(BIN)/ruff format --check broker workflow_messages agents wfm tests benchmarks
 	$(BIN)/mypy
 
 # The embedded default end to end: wfm up, PAYROLL triggered for today and for next Friday, one

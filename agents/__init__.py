@@ -1,5 +1,6 @@
-"""Agent daemons: receive AGENT_CTL envelopes, run jobs, publish JOBSTATUS.
+"""Agents: receive AGENT_CTL envelopes, run jobs, publish JOBSTATUS.
 
-:mod:`agents.state` decides (no I/O), :mod:`agents.daemon` connects it to a broker, the journal
-(:mod:`agents.journal`) and job processes (:mod:`agents.runner`); ``wfm agent`` runs one.
+:class:`agents.state.Agent` decides (no I/O); :class:`agents.service.AgentService` connects it to a
+broker, the journal (:mod:`agents.journal`) and job processes (:mod:`agents.runner`); ``wfm agent``
+runs one. Agents speak the vocabulary of :mod:`workflow_messages` and never import :mod:`wfm`.
 """

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from broker.language import Composite, Filter, Publication, parse_composite, parse_filter
-from wfm.workflow import parse_schedule
-from wfm.workflow.shapes import AGENT_CTL, TRIGGER, digest
-from wfm.workflow.shapes import trigger_date as schedule_date
+from workflow_messages import AGENT_CTL, TRIGGER, Calendar, digest, parse_weekdays, trigger_date
 
 __all__ = [
-    "COMMANDS", "Control", "JobInfo", "Subscription", "ack_fields", "parse_control", "parse_jobinfo",
-    "parse_subscription", "trigger_date",
-]  # fmt: skip
+    "COMMANDS",
+    "Control",
+    "JobInfo",
+    "Registration",
+    "ack_fields",
+    "firing_date",
+    "parse_control",
+    "parse_jobinfo",
+    "parse_registration",
+]
 
 COMMANDS = ("ADVERTISE", "SUBSCRIBE", "COMPOSITESUBSCRIBE", "JOBINFO", "UNDEPLOY")
 
@@ -43,7 +48,7 @@ class JobInfo:
     version: str
     job: str
     command: str = ""
-    schedule: frozenset[int] = frozenset(range(7))
+    calendar: Calendar = field(default_factory=Calendar)  # the days the job runs on
     timeout: float | None = None
     retries: int = 0
     cwd: str | None = None
@@ -52,8 +57,10 @@ class JobInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class Subscription:
-    """What an ADVERTISE, SUBSCRIBE or COMPOSITESUBSCRIBE asks the broker for."""
+class Registration:
+    """What an ADVERTISE, SUBSCRIBE or COMPOSITESUBSCRIBE envelope asks the agent to keep registered
+    at its broker, re-issued after every reconnection (unlike :class:`broker.client.Subscription`,
+    the handle one connection returns for one subscription)."""
 
     command: str
     filter: Filter | None = None
@@ -85,10 +92,10 @@ def parse_control(publication: Publication, agent: str) -> Control:
     )
 
 
-def parse_subscription(control: Control) -> Subscription:
+def parse_registration(control: Control) -> Registration:
     """The filter or composite of an ADVERTISE, SUBSCRIBE or COMPOSITESUBSCRIBE envelope."""
     if control.command != "COMPOSITESUBSCRIBE":
-        return Subscription(control.command, filter=parse_filter(control.content))
+        return Registration(control.command, filter=parse_filter(control.content))
     data = _json_object(control.content)
     composite, clear = data.get("composite"), data.get("clear")
     if not isinstance(composite, str) or not isinstance(clear, str | None):
@@ -98,7 +105,7 @@ def parse_subscription(control: Control) -> Subscription:
             f"COMPOSITESUBSCRIBE is for job {data.get('job')!r}, the envelope for {control.job!r}"
         )
     clear_filter = None if clear is None else parse_filter(clear, allow_variables=True)
-    return Subscription(control.command, composite=parse_composite(composite), clear=clear_filter)
+    return Registration(control.command, composite=parse_composite(composite), clear=clear_filter)
 
 
 def parse_jobinfo(control: Control) -> JobInfo:
@@ -117,11 +124,11 @@ def parse_jobinfo(control: Control) -> JobInfo:
         return JobInfo(
             control.workflow, control.version, control.job, virtual=True, graph=graph, cwd=_cwd(data)
         )
-    command, schedule, retries = data.get("command"), data.get("schedule", ["daily"]), data.get("retries", 0)
+    command, words, retries = data.get("command"), data.get("schedule", ["daily"]), data.get("retries", 0)
     timeout = data.get("timeout")
     if not isinstance(command, str) or not command.strip():
         raise ValueError("JOBINFO needs a non-empty command")
-    if not isinstance(schedule, list) or not all(isinstance(word, str) for word in schedule) or not schedule:
+    if not isinstance(words, list) or not all(isinstance(word, str) for word in words) or not words:
         raise ValueError("JOBINFO schedule must be a non-empty list of day words")
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
         raise ValueError("JOBINFO retries must be an integer from 0 to 100")
@@ -130,16 +137,16 @@ def parse_jobinfo(control: Control) -> JobInfo:
     ):
         raise ValueError("JOBINFO timeout must be a positive number or null")
     return JobInfo(
-        control.workflow, control.version, control.job, command, parse_schedule(",".join(schedule)),
+        control.workflow, control.version, control.job, command, Calendar(parse_weekdays(",".join(words))),
         None if timeout is None else float(timeout), retries, _cwd(data),
     )  # fmt: skip
 
 
-def trigger_date(publications: tuple[Publication, ...]) -> dt.date:
+def firing_date(publications: tuple[Publication, ...]) -> dt.date:
     """The date of the Trigger among a firing's publications (its ``schedule``, ``YYYY.MM.DD``)."""
     for publication in publications:
         if publication.cls == TRIGGER:
-            return schedule_date(str(publication.get("schedule")))
+            return trigger_date(str(publication.get("schedule")))
     raise ValueError("the firing holds no Trigger")
 
 

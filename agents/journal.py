@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agents.state import Delivery, Event, Finished, Incoming, Result, Run, Tick
+from agents.state import Delivered, Event, Finished, Incoming, Result, Run, Tick
 from broker.language import ParseError, parse_publication
 
 __all__ = ["Journal"]
@@ -58,7 +58,7 @@ class Journal:
 def _encode(event: Event) -> dict[str, Any]:
     if isinstance(event, Incoming):
         return {"event": "incoming", "publication": str(event.publication)}
-    if isinstance(event, Delivery):
+    if isinstance(event, Delivered):
         return {"event": "delivery", "key": event.key, "publications": [str(p) for p in event.publications]}
     if isinstance(event, Finished):
         run, result = event.run, event.result
@@ -75,7 +75,7 @@ def _decode(record: dict[str, Any]) -> Event:
     if kind == "incoming":
         return Incoming(parse_publication(record["publication"]))
     if kind == "delivery":
-        return Delivery(record["key"], tuple(parse_publication(p) for p in record["publications"]))
+        return Delivered(record["key"], tuple(parse_publication(p) for p in record["publications"]))
     if kind == "finished":
         return Finished(Run(**record["run"]), Result(**record["result"]))
     if kind == "tick":

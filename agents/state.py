@@ -1,12 +1,13 @@
 """The agent's state machine, without I/O: events in, effects out, time passed in as a value.
 
-Like the router, the core decides and a thin adapter (:mod:`agents.daemon`) talks to the broker and
+Like the router, the core decides and a thin adapter (:mod:`agents.service`) talks to the broker and
 runs processes. That keeps every decision (run, NORUN, ignore, retry, queue, APPL_START, APPL_END,
 forget, drop an old version) testable without sockets, and lets a restarted agent rebuild its state
 by feeding its journal of events back in (:meth:`Agent.replay`): the same events give the same state.
 
-Subscriptions are kept as a wanted set (:attr:`Agent.wanted`, key -> request) rather than only
-emitted once, so the adapter can re-issue all of them after a restart or a reconnection.
+Registrations (advertisements and subscriptions) are kept as a wanted set (:attr:`Agent.wanted`,
+key -> registration) rather than only emitted once, so the adapter can re-issue all of them after a
+restart or a reconnection.
 """
 
 from __future__ import annotations
@@ -19,20 +20,30 @@ from dataclasses import dataclass, field, replace
 from agents.envelope import (
     Control,
     JobInfo,
-    Subscription,
+    Registration,
     ack_fields,
+    firing_date,
     parse_control,
     parse_jobinfo,
-    parse_subscription,
-    trigger_date,
+    parse_registration,
 )
 from broker.language import Publication
-from wfm.workflow import APPL_END, APPL_START, outcome, shapes
-from wfm.workflow.shapes import FAILURE, JOBSTATUS, NORUN, SUCCESS
+from workflow_messages import (
+    APPL_END,
+    APPL_START,
+    FAILURE,
+    JOBSTATUS,
+    NORUN,
+    SUCCESS,
+    ack,
+    decide_end,
+    job_status,
+    start_subscription,
+)
 
 __all__ = [
     "Agent",
-    "Delivery",
+    "Delivered",
     "Effect",
     "Event",
     "Finished",
@@ -62,8 +73,10 @@ class Incoming:
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
-    """Publications delivered for the subscription ``key`` (several for a composite firing)."""
+class Delivered:
+    """Publications delivered for the registration ``key`` (several for a composite firing): a
+    :class:`broker.client.Delivery` named by the agent's own key, which outlives reconnections,
+    instead of the broker's subscription id, which does not."""
 
     key: str
     publications: tuple[Publication, ...]
@@ -105,7 +118,7 @@ class Tick:
     """Time passed: retries whose backoff is over start."""
 
 
-Event = Incoming | Delivery | Finished | Tick
+Event = Incoming | Delivered | Finished | Tick
 
 
 # effects --------------------------------------------------------------------------------------
@@ -113,10 +126,10 @@ Event = Incoming | Delivery | Finished | Tick
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """Advertise or (composite) subscribe ``subscription`` under ``key``."""
+    """Advertise or (composite) subscribe ``registration`` under ``key``."""
 
     key: str
-    subscription: Subscription
+    registration: Registration
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +168,10 @@ class Deployment:
 
 
 @dataclass
-class Generation:
+class GenerationState:
     """What this agent knows of one generation: its version, its jobs here, and (coordinator) every
-    status of the workflow in it."""
+    status of the workflow in it. The monitor's :class:`wfm.monitor.Generation` is what a watcher
+    was shown of one; this is what an agent needs to decide."""
 
     version: str | None = None
     jobs: dict[str, str] = field(default_factory=dict)  # job -> queued|running|waiting|done
@@ -181,8 +195,8 @@ class Agent:
         self.max_jobs = max_jobs
         self.backoff = backoff
         self.deployments: dict[tuple[str, str], Deployment] = {}
-        self.generations: dict[tuple[str, str], Generation] = {}
-        self.wanted: dict[str, Subscription] = {}
+        self.generations: dict[tuple[str, str], GenerationState] = {}
+        self.wanted: dict[str, Registration] = {}
         self.owners: dict[str, tuple[str, str, str]] = {}  # key -> (workflow, version, job)
         self.pending: list[Pending] = []
         self.running: dict[tuple[str, str, str], Run] = {}
@@ -194,7 +208,7 @@ class Agent:
     def handle(self, event: Event, now: float) -> list[Effect]:
         if isinstance(event, Incoming):
             return self._incoming(event.publication)
-        if isinstance(event, Delivery):
+        if isinstance(event, Delivered):
             return self._delivery(event.key, event.publications, now)
         if isinstance(event, Finished):
             return self._finished(event.run, event.result, now)
@@ -224,8 +238,8 @@ class Agent:
             result, effects = self._apply(control)
         except ValueError as error:
             log.warning("bad envelope %s: %s", publication, error)
-            return [Publish(shapes.ack(self.name, fields, "ERROR", str(error)))]
-        return [*effects, Publish(shapes.ack(self.name, fields, result, ""))]
+            return [Publish(ack(self.name, fields, "ERROR", str(error)))]
+        return [*effects, Publish(ack(self.name, fields, result, ""))]
 
     def _apply(self, control: Control) -> tuple[str, list[Effect]]:
         if control.command == "UNDEPLOY":
@@ -239,15 +253,15 @@ class Agent:
                 return "UNCHANGED", []
             deployment.jobs[control.job] = info
             return "OK", self._starts(control.workflow)
-        subscription = parse_subscription(control)
+        registration = parse_registration(control)
         key = f"{control.workflow} {control.version} {control.command} {control.job} {control.content}"
         if key in self.wanted:
             return "UNCHANGED", []
         deployment = self._deployment(control.workflow, control.version)
         deployment.keys.add(key)
-        self.wanted[key] = subscription
+        self.wanted[key] = registration
         self.owners[key] = (control.workflow, control.version, control.job)
-        return "OK", [Request(key, subscription), *self._starts(control.workflow)]
+        return "OK", [Request(key, registration), *self._starts(control.workflow)]
 
     def _deployment(self, workflow: str, version: str) -> Deployment:
         """The deployment of (workflow, version), created when its first envelope arrives."""
@@ -269,7 +283,7 @@ class Agent:
         key = f"{workflow} starts"
         deployed = any(w == workflow for w, _ in self.deployments)
         if deployed and key not in self.wanted:
-            self.wanted[key] = Subscription("SUBSCRIBE", filter=shapes.start_subscription(workflow))
+            self.wanted[key] = Registration("SUBSCRIBE", filter=start_subscription(workflow))
             self.owners[key] = (workflow, "", APPL_START)
             return [Request(key, self.wanted[key])]
         if not deployed and key in self.wanted:
@@ -320,18 +334,18 @@ class Agent:
                 return []  # a generation starts on the latest version only
         elif versions != {info.version}:
             return []  # this generation runs on another version
-        generation = self.generations.setdefault((info.workflow, gid), Generation(info.version))
+        generation = self.generations.setdefault((info.workflow, gid), GenerationState(info.version))
         if generation.version is None:
             generation.version = info.version
         if info.job in generation.jobs:
             return []  # a duplicate firing
         try:
-            date = trigger_date(publications)
+            date = firing_date(publications)
         except ValueError as error:
             return self._report(info, gid, FAILURE, str(error), now)
         if info.job == APPL_START:
             return self._report(info, gid, SUCCESS, f"trigger for {date.isoformat()}", now)
-        if date.weekday() not in info.schedule:
+        if not info.calendar.allows(date):
             return self._report(info, gid, NORUN, f"not scheduled on {date.strftime('%A')} {date}", now)
         generation.jobs[info.job] = "queued"
         run = Run(
@@ -361,24 +375,21 @@ class Agent:
         if (workflow, gid) in self.ended:
             return []
         if job == APPL_START:
-            self.generations.setdefault((workflow, gid), Generation()).version = version
+            self.generations.setdefault((workflow, gid), GenerationState()).version = version
         generation = self.generations.get((workflow, gid))
         if generation is None or generation.version != version:
             return []
         generation.statuses.setdefault(job, status)
-        return self._decide_end(workflow, gid, generation, now)
+        return self._end_if_over(workflow, gid, generation, now)
 
-    def _decide_end(self, workflow: str, gid: str, generation: Generation, now: float) -> list[Effect]:
-        """Coordinator: publish APPL_END once :func:`outcome` says the generation is over."""
+    def _end_if_over(self, workflow: str, gid: str, generation: GenerationState, now: float) -> list[Effect]:
+        """Coordinator: publish APPL_END once :func:`decide_end` says the generation is over."""
         assert generation.version is not None
         deployment = self.deployments.get((workflow, generation.version))
         info = deployment.jobs.get(APPL_END) if deployment else None
-        if info is None or info.graph is None or generation.ended or APPL_START not in generation.statuses:
+        if info is None or info.graph is None or generation.ended:
             return []
-        try:
-            over = outcome(info.graph, generation.statuses)
-        except ValueError as error:  # a graph with a cycle: end the generation rather than hang
-            over = (FAILURE, str(error))
+        over = decide_end(info.graph, generation.statuses)
         if over is None:
             return []
         generation.ended = True
@@ -467,13 +478,13 @@ class Agent:
         if info.job != APPL_START:
             return [Publish(publication)]
         generation.statuses[APPL_START] = status
-        return [Publish(publication), *self._decide_end(info.workflow, gid, generation, now)]
+        return [Publish(publication), *self._end_if_over(info.workflow, gid, generation, now)]
 
     def _publication(
         self, workflow: str, version: str, job: str, gid: str, status: str, detail: str,
         attempt: int = 0, started: float = 0.0, duration: float = 0.0,
     ) -> Publication:  # fmt: skip
-        return shapes.job_status(
+        return job_status(
             workflow, job, gid, status, detail, version=version, agent=self.name,
             attempt=attempt, started=started, duration=duration,
         )  # fmt: skip

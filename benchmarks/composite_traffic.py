@@ -39,8 +39,8 @@ from broker.language import Filter, Predicate, Publication, Var, parse_composite
 from broker.routing.detection import Detector
 from broker.sim import Overlay
 from broker.sim.overlay import SimClient
-from wfm.workflow import After, Envelope, Job, Workflow, encode, shapes, translate
-from wfm.workflow.checks import APPL_END
+from wfm.workflow import After, Envelope, Job, Workflow, encode, translate
+from workflow_messages import APPL_END, generation_end, status_subscription, trigger_atom
 
 LEAVES = ["B2", "B3", "B4", "B5"]
 
@@ -198,14 +198,14 @@ def end_job_tracking(workflow: Workflow, envelopes: Iterable[Envelope]) -> list[
     can end a generation early, is subscribed to as well (none comes in these runs). Without
     composites, :func:`atomic` turns the composite into atoms that the coordinator joins."""
     name = workflow.name
-    every = str(shapes.status_subscription(name))
+    every = str(status_subscription(name))
     ends = sorted({j.name for j in workflow.jobs} - {a.job for j in workflow.jobs for a in j.after})
     atoms = [
         f"{{[class,eq,JOBSTATUS],[GID,eq,$S$X],[applname,eq,{name}],[jobname,eq,{end}]}}" for end in ends
     ]
-    condition = "{" + "&".join([*atoms, str(shapes.trigger_atom(name))]) + "}"
+    condition = "{" + "&".join([*atoms, str(trigger_atom(name))]) + "}"
     failures = f"[class,eq,JOBSTATUS],[GID,isPresent,''],[applname,eq,{name}],[status,eq,FAILURE]"
-    content = encode({"job": APPL_END, "composite": condition, "clear": str(shapes.generation_end(name))})
+    content = encode({"job": APPL_END, "composite": condition, "clear": str(generation_end(name))})
     out = []
     for envelope in envelopes:
         if envelope.command == "SUBSCRIBE" and envelope.content == every:

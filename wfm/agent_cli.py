@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from agents.daemon import Daemon
+from agents.service import AgentService
 from agents.state import Agent
 from broker.language.values import check_string
 from broker.transport.uri import BrokerURI
@@ -45,12 +45,12 @@ def agent(
         raise click.ClickException(
             f"cannot create the state directory {directory}: {error.strerror}"
         ) from None
-    daemon = Daemon(Agent(name, max_jobs, retry_backoff), broker_uri, directory, Path.cwd())
-    asyncio.run(_serve(daemon))
+    service = AgentService(Agent(name, max_jobs, retry_backoff), broker_uri, directory, Path.cwd())
+    asyncio.run(_serve(service))
 
 
-async def _serve(daemon: Daemon) -> None:
+async def _serve(service: AgentService) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, daemon.stop)
-    await daemon.run()
+        loop.add_signal_handler(sig, service.stop)
+    await service.run()

@@ -6,6 +6,7 @@ with a non-zero exit status; bad input never shows a traceback.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import sys
@@ -15,7 +16,7 @@ import click
 
 from broker.language import ParseError, parse_composite, parse_filter, parse_publication
 from broker.language.model import Publication
-from wfm import __version__, agent_cli, historian_cli, history_cli, overlay_cli, run_cli, workflow_cli
+from wfm import __version__
 
 PARSERS: dict[str, Callable[[str], object]] = {
     "publication": parse_publication,
@@ -24,7 +25,42 @@ PARSERS: dict[str, Callable[[str], object]] = {
 }
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Each command's module is imported only when that command is used: ``wfm agent`` must not load
+# lxml (the XML loader of ``wfm deploy``), Spark (``wfm history``) or APScheduler (``wfm schedule``).
+COMMANDS = {
+    "broker": "wfm.overlay_cli",
+    "status": "wfm.overlay_cli",
+    "client": "wfm.overlay_cli",
+    "validate": "wfm.workflow_cli",
+    "deploy": "wfm.workflow_cli",
+    "undeploy": "wfm.workflow_cli",
+    "agent": "wfm.agent_cli",
+    "trigger": "wfm.run_cli",
+    "schedule": "wfm.run_cli",
+    "monitor": "wfm.run_cli",
+    "up": "wfm.run_cli",
+    "history": "wfm.history_cli",
+    "historian": "wfm.historian_cli",
+    "compact": "wfm.history_cli",
+    "report": "wfm.history_cli",
+}
+
+
+class LazyGroup(click.Group):
+    """A group that imports the module of a command in :data:`COMMANDS` when it is looked up."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        command = getattr(importlib.import_module(COMMANDS[cmd_name]), cmd_name)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="wfm")
 @click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug).")
 def cli(verbose: int) -> None:
@@ -57,21 +93,6 @@ def parse(kind: str, text: str, output: str) -> None:
     if isinstance(message, Publication):
         record["attributes"] = dict(message)
     click.echo(json.dumps(record, ensure_ascii=False))
-
-
-cli.add_command(overlay_cli.broker)
-cli.add_command(overlay_cli.status)
-cli.add_command(overlay_cli.client)
-cli.add_command(workflow_cli.validate)
-cli.add_command(workflow_cli.deploy)
-cli.add_command(workflow_cli.undeploy)
-cli.add_command(agent_cli.agent)
-for command in (run_cli.trigger, run_cli.schedule, run_cli.monitor, run_cli.up):
-    cli.add_command(command)
-cli.add_command(history_cli.history)
-cli.add_command(historian_cli.historian)
-cli.add_command(history_cli.compact)
-cli.add_command(history_cli.report)
 
 
 def main(argv: list[str] | None = None) -> int:

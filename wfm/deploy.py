@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from broker.client import Client
 from broker.language import Publication
 from broker.transport.uri import BrokerURI
-from wfm.workflow import Plan, shapes
+from wfm.workflow import Plan
+from workflow_messages import AGENT_CTL, ack_subscription, digest
 
 __all__ = ["AgentReport", "deploy", "undeploy_publications"]
 
@@ -41,7 +42,7 @@ class AgentReport:
 def _key(publication: Publication) -> Key:
     fields = ("agentname", "command", "jobname")
     agent, command, job = (str(publication.get(name, "")) for name in fields)
-    return agent, command, job, shapes.digest(str(publication.get("content", "")))
+    return agent, command, job, digest(str(publication.get("content", "")))
 
 
 def _ack_key(ack: Publication) -> Key:
@@ -52,7 +53,7 @@ def undeploy_publications(plan: Plan) -> list[Publication]:
     """One UNDEPLOY envelope per agent of ``plan``: each agent removes every version of the workflow."""
     return [
         Publication(
-            shapes.AGENT_CTL,
+            AGENT_CTL,
             {
                 "agentname": agent,
                 "command": "UNDEPLOY",
@@ -74,7 +75,7 @@ async def deploy(
     deadline = time.monotonic() + timeout
     async with await Client.connect(uri, timeout=max(1.0, timeout)) as client:
         await client.advertise(plan.deployer_advertisement())
-        acks = await client.subscribe(shapes.ack_subscription(plan.workflow, plan.version))
+        acks = await client.subscribe(ack_subscription(plan.workflow, plan.version))
         for batch in batches:
             waiting = {_key(p): p for p in batch}
             pause = 0.5

@@ -1,6 +1,7 @@
-"""Which dates produce triggers: the ``wfm schedule`` configuration and business calendars. Pure
-apart from reading the config and holiday files; no broker, no scheduler, no clock (times are
-passed in), so the calendar is tested without waiting for cron.
+"""The trigger timetable of ``wfm schedule``: when cron fires for each workflow, and which of those
+days its calendar (:class:`workflow_messages.Calendar`, weekdays and holidays) allows. Pure apart
+from reading the config and holiday files; no broker, no scheduler, no clock (times are passed in),
+so the timetable is tested without waiting for cron.
 
 A config (TOML) has one table per workflow::
 
@@ -21,22 +22,11 @@ from pathlib import Path
 from apscheduler.triggers.cron import CronTrigger
 
 from wfm.triggers import check_workflow, parse_date
-from wfm.workflow.schedule import DAILY, parse_schedule
+from workflow_messages import Calendar, parse_weekdays
 
-__all__ = ["Calendar", "Entry", "fires", "load_config", "parse_config", "parse_holidays"]
+__all__ = ["Entry", "fires", "load_config", "parse_config", "parse_holidays"]
 
 _KEYS = {"cron", "calendar", "holidays"}
-
-
-@dataclass(frozen=True)
-class Calendar:
-    """The days a workflow is triggered on: its weekdays, except its holidays."""
-
-    weekdays: frozenset[int] = DAILY
-    holidays: frozenset[date] = frozenset()
-
-    def allows(self, day: date) -> bool:
-        return day.weekday() in self.weekdays and day not in self.holidays
 
 
 @dataclass(frozen=True)
@@ -121,7 +111,7 @@ def _entry(
     if holidays is not None and not isinstance(holidays, str):
         raise ValueError("holidays must be the name of a file")
     days = read_holidays(holidays) if holidays else frozenset()
-    return Entry(workflow, cron, Calendar(parse_schedule(values["calendar"]), days))
+    return Entry(workflow, cron, Calendar(parse_weekdays(values["calendar"]), days))
 
 
 def fires(entries: Iterable[Entry], start: datetime, end: datetime) -> list[tuple[datetime, str, date]]:

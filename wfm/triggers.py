@@ -14,7 +14,7 @@ from datetime import date, datetime
 from broker.client import BlockingClient
 from broker.language.values import NAME_RE
 from broker.transport.uri import BrokerURI
-from wfm.workflow.shapes import trigger, trigger_advertisement
+from workflow_messages import trigger, trigger_advertisement
 
 __all__ = ["TriggerPublisher", "check_gid", "check_workflow", "new_gid", "parse_date"]
 

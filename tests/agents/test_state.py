@@ -7,10 +7,22 @@ from pathlib import Path
 import pytest
 
 from agents.journal import Journal
-from agents.state import Agent, Delivery, Effect, Event, Finished, Incoming, Publish, Result, Run, Start, Tick
+from agents.state import (
+    Agent,
+    Delivered,
+    Effect,
+    Event,
+    Finished,
+    Incoming,
+    Publish,
+    Result,
+    Run,
+    Start,
+    Tick,
+)
 from broker.language import Publication
 from wfm.workflow import Plan, load, translate
-from wfm.workflow.shapes import job_status
+from workflow_messages import job_status
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
 PLAN = translate(load(WORKFLOWS / "payroll.xml"))
@@ -50,7 +62,7 @@ def status(job: str, gid: str, value: str = "SUCCESS", version: str = V) -> Publ
 
 def fire(agent: Agent, job: str, gid: str, *after: str, date: str = MONDAY, now: float = 1.0) -> list[Effect]:
     pubs = (trigger(gid, date), *(status(a, gid) for a in after))
-    return agent.handle(Delivery(key(agent, job), pubs), now)
+    return agent.handle(Delivered(key(agent, job), pubs), now)
 
 
 def acks(effects: list[Effect]) -> list[tuple[str, str]]:
@@ -93,7 +105,7 @@ def test_a_bad_envelope_is_acknowledged_error(changes: dict[str, object], fragme
 def test_appl_start_then_the_first_job() -> None:
     agent = Agent("agentA")
     install(agent)
-    [start] = published(agent.handle(Delivery(key(agent, "APPL_START"), (trigger("g1"),)), 1.0))
+    [start] = published(agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g1"),)), 1.0))
     assert (start["jobname"], start["status"], start["version"], start["GID"]) == (
         "APPL_START",
         "SUCCESS",
@@ -128,7 +140,7 @@ def test_duplicates_and_other_versions_are_ignored() -> None:
     assert runs(fire(agent, "JobB", "g1", "JobA"))
     assert fire(agent, "JobB", "g1", "JobA") == []
     other = (trigger("g2"), status("JobA", "g2", version="0123456789ab"))
-    assert agent.handle(Delivery(key(agent, "JobB"), other), 1.0) == []
+    assert agent.handle(Delivered(key(agent, "JobB"), other), 1.0) == []
 
 
 def test_retries_with_backoff_then_failure() -> None:
@@ -173,27 +185,27 @@ def test_the_concurrency_limit_queues_runs() -> None:
 def test_the_coordinator_ends_a_generation_and_everyone_forgets_it() -> None:
     agent = Agent("agentA")
     install(agent)
-    agent.handle(Delivery(key(agent, "APPL_START"), (trigger("g1"),)), 1.0)
+    agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g1"),)), 1.0)
     statuses = key(agent, "APPL_END", "SUBSCRIBE")
     ends: list[Publication] = []
     for job, value in (("JobA", "SUCCESS"), ("JobB", "SUCCESS"), ("JobC", "NORUN"), ("JobD", "SUCCESS")):
         assert ends == []
-        ends = published(agent.handle(Delivery(statuses, (status(job, "g1", value),)), 2.0))
+        ends = published(agent.handle(Delivered(statuses, (status(job, "g1", value),)), 2.0))
     [end] = ends
     assert (end["jobname"], end["status"], end["detail"]) == ("APPL_END", "SUCCESS", "skipped: Alert")
-    assert agent.handle(Delivery(statuses, (status("JobD", "g1"),)), 3.0) == []  # no second APPL_END
-    agent.handle(Delivery(statuses, (end,)), 3.0)
+    assert agent.handle(Delivered(statuses, (status("JobD", "g1"),)), 3.0) == []  # no second APPL_END
+    agent.handle(Delivered(statuses, (end,)), 3.0)
     assert ("PAYROLL", "g1") not in agent.generations
-    assert agent.handle(Delivery(key(agent, "APPL_START"), (trigger("g1"),)), 4.0) == []  # late repeat
+    assert agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g1"),)), 4.0) == []  # late repeat
 
 
 def test_a_failed_job_ends_the_generation_as_failure() -> None:
     agent = Agent("agentA")
     install(agent)
-    agent.handle(Delivery(key(agent, "APPL_START"), (trigger("g1"),)), 1.0)
+    agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g1"),)), 1.0)
     statuses = key(agent, "APPL_END", "SUBSCRIBE")
-    agent.handle(Delivery(statuses, (status("JobA", "g1", "FAILURE"),)), 2.0)
-    [end] = published(agent.handle(Delivery(statuses, (status("Alert", "g1"),)), 2.0))
+    agent.handle(Delivered(statuses, (status("JobA", "g1", "FAILURE"),)), 2.0)
+    [end] = published(agent.handle(Delivered(statuses, (status("Alert", "g1"),)), 2.0))
     assert (end["status"], end["detail"]) == ("FAILURE", "failed: JobA; skipped: JobB, JobC, JobD")
 
 
@@ -210,10 +222,10 @@ def test_a_restart_resumes_from_the_journal(tmp_path: Path) -> None:
         if publication["agentname"] == "agentB":
             journaled(agent, journal, Incoming(publication), 0.0)
     g1 = (trigger("g1"), status("JobA", "g1"))
-    [done] = runs(journaled(agent, journal, Delivery(key(agent, "JobB"), g1), 1.0))
+    [done] = runs(journaled(agent, journal, Delivered(key(agent, "JobB"), g1), 1.0))
     journaled(agent, journal, Finished(done, Result(True, "exit 0", 1.0, 0.1)), 2.0)
     [running] = runs(
-        journaled(agent, journal, Delivery(key(agent, "JobB"), (trigger("g2"), status("JobA", "g2"))), 3.0)
+        journaled(agent, journal, Delivered(key(agent, "JobB"), (trigger("g2"), status("JobA", "g2"))), 3.0)
     )
     journal.close()
 
@@ -222,7 +234,7 @@ def test_a_restart_resumes_from_the_journal(tmp_path: Path) -> None:
     restarted.replay(reopened.read())
     reopened.close()
     assert restarted.wanted == agent.wanted
-    assert restarted.handle(Delivery(key(restarted, "JobB"), g1), 5.0) == []  # finished: not again
+    assert restarted.handle(Delivered(key(restarted, "JobB"), g1), 5.0) == []  # finished: not again
     [interrupted] = restarted.interrupted(10.0)
     assert interrupted.run == running and interrupted.result.detail == "agent restarted"
     assert restarted.handle(interrupted, 10.0) == []  # JobB has retries left
@@ -242,26 +254,26 @@ def test_a_running_job_without_retries_fails_after_a_restart() -> None:
 def test_a_generation_stays_on_its_version_and_the_old_one_goes_when_unused() -> None:
     agent = Agent("agentA")
     install(agent)
-    agent.handle(Delivery(key(agent, "APPL_START"), (trigger("g1"),)), 1.0)  # g1 on V
+    agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g1"),)), 1.0)  # g1 on V
     workflow = load(WORKFLOWS / "payroll.xml")
     changed = translate(type(workflow)(workflow.name, (*workflow.jobs[:-1],), workflow.source))  # no Alert
     assert changed.version != V
     acks_v2 = acks(install(agent, changed))
     assert acks_v2 and {r for _, r in acks_v2} == {"OK"}
     assert agent.current("PAYROLL") == changed.version
-    assert agent.handle(Delivery(key(agent, "APPL_START"), (trigger("g2"),)), 2.0) == []  # old version: no
+    assert agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g2"),)), 2.0) == []  # old version: no
     [start] = published(
-        agent.handle(Delivery(key(agent, "APPL_START", version=changed.version), (trigger("g2"),)), 2.0)
+        agent.handle(Delivered(key(agent, "APPL_START", version=changed.version), (trigger("g2"),)), 2.0)
     )
     assert start["version"] == changed.version
     assert runs(fire(agent, "JobA", "g1", "APPL_START"))  # g1's statuses carry V
     v2_job_a = (trigger("g1"), status("APPL_START", "g1"))
-    assert agent.handle(Delivery(key(agent, "JobA", version=changed.version), v2_job_a), 3.0) == []
+    assert agent.handle(Delivered(key(agent, "JobA", version=changed.version), v2_job_a), 3.0) == []
 
     cleanup = key(agent, "APPL_END", "SUBSCRIBE")
-    agent.handle(Delivery(cleanup, (status("APPL_END", "g2", version=changed.version),)), 4.0)
+    agent.handle(Delivered(cleanup, (status("APPL_END", "g2", version=changed.version),)), 4.0)
     assert ("PAYROLL", V) in agent.deployments  # g1 still runs on V
-    withdrawn = agent.handle(Delivery(cleanup, (status("APPL_END", "g1"),)), 5.0)
+    withdrawn = agent.handle(Delivered(cleanup, (status("APPL_END", "g1"),)), 5.0)
     assert ("PAYROLL", V) not in agent.deployments and withdrawn
     assert all(
         v == changed.version for _, v, _ in (agent.owners[k] for k in agent.wanted if "starts" not in k)

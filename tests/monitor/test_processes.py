@@ -17,9 +17,9 @@ from broker.client import BlockingClient
 from broker.transport.uri import BrokerURI
 from tests.processes import WFM, brokers, quiet, status, wait_for
 from wfm.run_cli import _fire
-from wfm.timetable import Calendar, Entry
+from wfm.timetable import Entry
 from wfm.triggers import TriggerPublisher
-from wfm.workflow.shapes import JOBSTATUS
+from workflow_messages import JOBSTATUS, Calendar
 
 TWO = {"B1": [], "B2": ["B1"]}
 

@@ -8,8 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from wfm.timetable import Calendar, fires, load_config, parse_holidays
-from wfm.workflow.schedule import WORDS
+from wfm.timetable import fires, load_config, parse_holidays
 
 UTC = ZoneInfo("UTC")
 MONDAY = date(2026, 11, 23)
@@ -23,13 +22,6 @@ def config(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "schedule.toml"
     path.write_text(text)
     return path
-
-
-def test_calendars_allow_days() -> None:
-    week = [date(2026, 11, 23 + i) for i in range(7)]  # Monday .. Sunday
-    assert all(Calendar().allows(day) for day in week)
-    workdays = Calendar(WORDS["workdays"], frozenset({date(2026, 11, 26)}))
-    assert [workdays.allows(day) for day in week] == [True, True, True, False, True, False, False]
 
 
 def test_holiday_file_comments_and_errors() -> None:

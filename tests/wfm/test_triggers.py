@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import datetime
 
 import pytest
 
 from wfm.triggers import check_gid, check_workflow, new_gid, parse_date
-from wfm.workflow.shapes import trigger, trigger_date
 
 
 def test_new_gid_is_short_sortable_and_unique() -> None:
@@ -49,9 +48,3 @@ def test_workflow_names(name: str, ok: bool) -> None:
     else:
         with pytest.raises(ValueError, match="invalid workflow name"):
             check_workflow(name)
-
-
-def test_trigger_shape_round_trips_its_date() -> None:
-    publication = trigger("PAYROLL", "g001", date(2026, 11, 27))
-    assert str(publication) == "[class,Trigger],[GID,g001],[applname,PAYROLL],[schedule,'2026.11.27']"
-    assert trigger_date(str(publication["schedule"])) == date(2026, 11, 27)

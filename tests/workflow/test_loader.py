@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from wfm.workflow import After, DefinitionError, Job, Workflow, load, loads, parse_schedule
+from wfm.workflow import After, DefinitionError, Job, Workflow, load, loads
 
 JOB_A = '<job name="A" agent="a"><command>run a</command></job>'
 
@@ -104,7 +104,7 @@ def test_a_valid_definition(tmp_path: Path) -> None:
     assert workflow.agents == ("a", "b")
     assert workflow.coordinator == "a"
     first = workflow.jobs[0]
-    assert (first.name, first.command, first.schedule, first.timeout, first.retries, first.line) == (
+    assert (first.name, first.command, first.weekdays, first.timeout, first.retries, first.line) == (
         "A", "echo 'it' && true", frozenset({0, 1, 2, 3, 4, 5}), 1.5, 2, 4,
     )  # fmt: skip
     assert workflow.jobs[1].after == (After("A", "failure"), After("C"))
@@ -143,24 +143,3 @@ def test_a_long_chain_in_code() -> None:
     with pytest.raises(DefinitionError) as caught:
         Workflow("W", looped)
     assert [p.message[:20] for p in caught.value.problems] == ["cycle J0 -> J1 -> J2"]
-
-
-@pytest.mark.parametrize(
-    ("text", "days"),
-    [
-        ("daily", set(range(7))),
-        ("workdays", {0, 1, 2, 3, 4}),
-        ("weekends", {5, 6}),
-        ("fri", {4}),
-        ("mon, wed,fri", {0, 2, 4}),
-        ("weekends,fri", {4, 5, 6}),
-    ],
-)
-def test_schedules(text: str, days: set[int]) -> None:
-    assert parse_schedule(text) == days
-
-
-@pytest.mark.parametrize("text", ["", "Fri", "mon,", "friday", "daily fri"])
-def test_bad_schedules(text: str) -> None:
-    with pytest.raises(ValueError, match="unknown schedule word"):
-        parse_schedule(text)

@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from broker.language import Value
-from wfm.workflow import APPL_END, skipped_jobs
-from wfm.workflow.shapes import FAILURE, JOBSTATUS, TRIGGER, trigger_date
+from workflow_messages import APPL_END, FAILURE, JOBSTATUS, TRIGGER, skipped_jobs, trigger_date
 
 __all__ = ["SKIPPED", "Generation", "JobState", "Model", "StatusEvent"]
 
@@ -113,11 +112,11 @@ class Model:
         return self.generations[key]
 
     @staticmethod
-    def _trigger(generation: Generation, schedule: Value | None) -> None:
+    def _trigger(generation: Generation, day: Value | None) -> None:
         try:
-            generation.date = trigger_date(str(schedule)).isoformat()
+            generation.date = trigger_date(str(day)).isoformat()
         except ValueError:
-            generation.date = str(schedule)
+            generation.date = str(day)
 
     @staticmethod
     def _status(generation: Generation, job: str, state: JobState) -> None:

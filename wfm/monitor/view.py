@@ -9,8 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from wfm.monitor.model import SKIPPED, Generation, Model
-from wfm.workflow import APPL_START
-from wfm.workflow.shapes import FAILURE, NORUN, SUCCESS
+from workflow_messages import APPL_START, FAILURE, NORUN, SUCCESS
 
 __all__ = ["STYLES", "render"]
 

@@ -15,7 +15,7 @@ from broker.transport.link import LinkClosed
 from broker.transport.uri import BrokerURI
 from wfm.monitor.model import Model
 from wfm.monitor.view import render
-from wfm.workflow.shapes import monitor_subscriptions
+from workflow_messages import monitor_subscriptions
 
 __all__ = ["TIMED_OUT", "monitor"]
 

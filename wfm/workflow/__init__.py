@@ -1,4 +1,4 @@
-"""Workflow definitions: XML -> checked model -> deployment plan, and when a generation ends.
+"""Workflow definitions: XML -> checked model -> deployment plan.
 
 ```python
 from wfm.workflow import load, translate
@@ -7,18 +7,13 @@ plan.publications()            # the AGENT_CTL publications, per agent in order
 ```
 """
 
-from wfm.workflow.checks import APPL_END, APPL_START, ON_VALUES
+from wfm.workflow.checks import ON_VALUES
 from wfm.workflow.errors import DefinitionError, Problem
-from wfm.workflow.generation import outcome, skipped_jobs
 from wfm.workflow.loader import load, loads
 from wfm.workflow.model import After, Job, Workflow
-from wfm.workflow.schedule import DAILY, parse_schedule, schedule_words
 from wfm.workflow.translate import Envelope, Plan, encode, translate
 
 __all__ = [
-    "APPL_END",
-    "APPL_START",
-    "DAILY",
     "ON_VALUES",
     "After",
     "DefinitionError",
@@ -30,9 +25,5 @@ __all__ = [
     "encode",
     "load",
     "loads",
-    "outcome",
-    "parse_schedule",
-    "schedule_words",
-    "skipped_jobs",
     "translate",
 ]

@@ -12,16 +12,13 @@ from typing import TYPE_CHECKING
 
 from broker.language.values import NAME_RE, is_number
 from wfm.workflow.errors import Problem
-from wfm.workflow.graph import find_cycles
-from wfm.workflow.schedule import DAILY
+from workflow_messages import APPL_END, APPL_START, DAILY, find_cycles
 
 if TYPE_CHECKING:
     from wfm.workflow.model import Job, Workflow
 
-__all__ = ["APPL_END", "APPL_START", "ON_VALUES", "RETRIES_RULE", "TIMEOUT_RULE", "find_problems"]
+__all__ = ["ON_VALUES", "RETRIES_RULE", "TIMEOUT_RULE", "find_problems"]
 
-APPL_START = "APPL_START"
-APPL_END = "APPL_END"
 ON_VALUES = ("success", "failure", "always")
 TIMEOUT_RULE = "timeout must be a positive number of seconds"
 RETRIES_RULE = "retries must be a non-negative integer"
@@ -66,7 +63,7 @@ def _job_problems(job: Job, known: dict[str, Job]) -> Iterator[Problem]:
         yield from _name_problems(job.agent, f"{label}: agent", job.line)
     if not isinstance(job.command, str) or not job.command.strip():
         yield Problem(job.line, f"{label} has an empty command")
-    if not job.schedule or not job.schedule <= DAILY:
+    if not job.weekdays or not job.weekdays <= DAILY:
         yield Problem(job.line, f"{label}: a schedule is a non-empty set of weekdays 0 (Monday) to 6")
     timeout = job.timeout
     if timeout is not None and not (is_number(timeout) and math.isfinite(timeout) and timeout > 0):

@@ -20,7 +20,7 @@ from lxml import etree
 from wfm.workflow.checks import RETRIES_RULE, TIMEOUT_RULE
 from wfm.workflow.errors import DefinitionError, Problem
 from wfm.workflow.model import After, Job, Workflow
-from wfm.workflow.schedule import DAILY, parse_schedule
+from workflow_messages import DAILY, parse_weekdays
 
 __all__ = ["load", "loads"]
 
@@ -98,11 +98,11 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
     that the rest of the workflow is still checked."""
     name, line = element.get("name"), element.sourceline
     label = f"job {name!r}"
-    schedule, timeout, retries = DAILY, None, 0
+    weekdays, timeout, retries = DAILY, None, 0
     text = element.get("schedule")
     if text is not None:
         try:
-            schedule = parse_schedule(text)
+            weekdays = parse_weekdays(text)
         except ValueError as error:
             problems.append(Problem(line, f"{label}: {error}"))
     text = element.get("timeout")
@@ -121,4 +121,4 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
         After(a.get("job"), a.get("on", "success"), a.sourceline) for a in element.iterchildren("after")
     )
     command = (element.findtext("command") or "").strip()
-    return Job(name, element.get("agent", ""), command, schedule, timeout, retries, after, line)
+    return Job(name, element.get("agent", ""), command, weekdays, timeout, retries, after, line)

@@ -16,7 +16,7 @@ from typing import Any
 
 from wfm.workflow.checks import find_problems
 from wfm.workflow.errors import DefinitionError
-from wfm.workflow.schedule import DAILY, schedule_words
+from workflow_messages import DAILY, weekday_words
 
 __all__ = ["After", "Job", "Workflow"]
 
@@ -32,21 +32,22 @@ class After:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """``<job>``: a command that ``agent`` runs on the weekdays of ``schedule`` (0 = Monday).
+    """``<job>``: a command that ``agent`` runs on its ``weekdays`` (0 = Monday; the XML
+    attribute ``schedule``).
 
     ``timeout`` is in seconds (None: no limit); ``retries`` counts extra attempts after a failure."""
 
     name: str
     agent: str
     command: str
-    schedule: frozenset[int] = DAILY
+    weekdays: frozenset[int] = DAILY
     timeout: float | None = None
     retries: int = 0
     after: tuple[After, ...] = ()
     line: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "schedule", frozenset(self.schedule))
+        object.__setattr__(self, "weekdays", frozenset(self.weekdays))
         object.__setattr__(self, "after", tuple(self.after))
 
     def definition(self) -> dict[str, Any]:
@@ -55,7 +56,7 @@ class Job:
             "job": self.name,
             "agent": self.agent,
             "command": self.command,
-            "schedule": schedule_words(self.schedule),
+            "schedule": weekday_words(self.weekdays),
             "timeout": None if self.timeout is None else float(self.timeout),  # 600 and 600.0: one version
             "retries": self.retries,
             "after": [[after.job, after.on] for after in self.after],

@@ -5,7 +5,7 @@ JOBINFO (JSON: what to run, when, after what) and COMPOSITESUBSCRIBE (JSON: the 
 it, and the filter that clears a generation's join state). Each agent first SUBSCRIBEs to the
 workflow's APPL_END, to forget finished generations. The coordinator (the agent of the first start
 job) also runs the virtual jobs: APPL_START fires on the trigger; APPL_END is not a composite but
-decided by :func:`wfm.workflow.generation.outcome` over every status of a generation, because jobs
+decided by :func:`workflow_messages.decide_end` over every status of a generation, because jobs
 on a branch not taken never publish (see docs/workflows.md).
 """
 
@@ -18,9 +18,19 @@ from itertools import chain
 from typing import Any
 
 from broker.language import Filter, Publication
-from wfm.workflow import shapes
-from wfm.workflow.checks import APPL_END, APPL_START
 from wfm.workflow.model import Workflow
+from workflow_messages import (
+    AGENT_CTL,
+    APPL_END,
+    APPL_START,
+    cleanup_subscription,
+    deployer_advertisement,
+    generation_end,
+    job_condition,
+    status_advertisement,
+    status_subscription,
+    trigger_atom,
+)
 
 __all__ = ["Envelope", "Plan", "encode", "translate"]
 
@@ -53,7 +63,7 @@ class Plan:
     def publication(self, envelope: Envelope) -> Publication:
         """The AGENT_CTL publication that carries ``envelope``."""
         return Publication(
-            shapes.AGENT_CTL,
+            AGENT_CTL,
             {
                 "agentname": envelope.agent,
                 "command": envelope.command,
@@ -69,7 +79,7 @@ class Plan:
 
     def deployer_advertisement(self) -> Filter:
         """What the deployer advertises before publishing :meth:`publications`."""
-        return shapes.deployer_advertisement(self.workflow, self.version)
+        return deployer_advertisement(self.workflow, self.version)
 
     def to_json(self) -> str:
         """One JSON object per envelope and line: agent, command, job, content, publication."""
@@ -100,23 +110,23 @@ def translate(workflow: Workflow) -> Plan:
     base = {"workflow": name, "version": version}
     if workflow.source is not None:  # commands run in the workflow file's directory
         base["cwd"] = posixpath.dirname(workflow.source)
-    clear = str(shapes.generation_end(name))
+    clear = str(generation_end(name))
     graph = {
         job.name: [(a.job, a.on) for a in job.after] or [(APPL_START, "success")] for job in workflow.jobs
     }
     agents = [coordinator, *(agent for agent in workflow.agents if agent != coordinator)]
-    envelopes = {agent: [Envelope(agent, "SUBSCRIBE", str(shapes.cleanup_subscription(name)), APPL_END)]
+    envelopes = {agent: [Envelope(agent, "SUBSCRIBE", str(cleanup_subscription(name)), APPL_END)]
                  for agent in agents}  # fmt: skip
 
     def add(agent: str, job: str, info: dict[str, Any], command: str, content: str) -> None:
         envelopes[agent] += [
-            Envelope(agent, "ADVERTISE", str(shapes.status_advertisement(name, job)), job),
+            Envelope(agent, "ADVERTISE", str(status_advertisement(name, job)), job),
             Envelope(agent, "JOBINFO", encode({**base, "job": job, **info}), job),
             Envelope(agent, command, content, job),
         ]
 
     def subscribe(job: str, after: list[tuple[str, str]]) -> str:
-        condition = shapes.job_condition(name, after) if after else shapes.trigger_atom(name)
+        condition = job_condition(name, after) if after else trigger_atom(name)
         return encode({"job": job, "composite": str(condition), "clear": clear})
 
     add(coordinator, APPL_START, {"virtual": True}, "COMPOSITESUBSCRIBE", subscribe(APPL_START, []))
@@ -126,5 +136,5 @@ def translate(workflow: Workflow) -> Plan:
         info = {**definition, "after": graph[job.name]}
         add(job.agent, job.name, info, "COMPOSITESUBSCRIBE", subscribe(job.name, graph[job.name]))
     end_info = {"virtual": True, "graph": graph}
-    add(coordinator, APPL_END, end_info, "SUBSCRIBE", str(shapes.status_subscription(name)))
+    add(coordinator, APPL_END, end_info, "SUBSCRIBE", str(status_subscription(name)))
     return Plan(name, version, tuple(chain.from_iterable(envelopes.values())))

@@ -3,19 +3,33 @@
 APPL_END cannot be a composite subscription over the end jobs: a job on a branch not taken (an
 ``on="failure"`` job whose predecessor succeeded, and everything downstream of a job that cannot
 run) never publishes a status, so such a composite would wait forever. Instead the coordinator
-feeds every JOBSTATUS of a generation to :func:`outcome`, with the graph its JOBINFO carries.
+feeds every JOBSTATUS of a generation to :func:`decide_end`, with the graph its JOBINFO carries.
+The rule lives here, not in the agent, because the monitor reads what it wrote (:func:`skipped_jobs`)
+and the tests state it as a table, without an agent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from wfm.workflow.graph import topological_order
-from wfm.workflow.shapes import ACCEPTS, FAILURE, SUCCESS
+from workflow_messages.graph import topological_order
+from workflow_messages.names import ACCEPTS, APPL_START, FAILURE, SUCCESS
 
-__all__ = ["outcome", "skipped_jobs"]
+__all__ = ["Graph", "decide_end", "outcome", "skipped_jobs"]
 
 Graph = Mapping[str, Sequence[Sequence[str]]]  # job -> [(predecessor, on), ...], as in JOBINFO
+
+
+def decide_end(graph: Graph, statuses: Mapping[str, str]) -> tuple[str, str] | None:
+    """The coordinator's decision: APPL_END's ``(status, detail)`` once the generation is over, else
+    None. Nothing ends before APPL_START has a status; a graph with a cycle ends the generation as
+    FAILURE rather than leave it hanging."""
+    if APPL_START not in statuses:
+        return None
+    try:
+        return outcome(graph, statuses)
+    except ValueError as error:
+        return FAILURE, str(error)
 
 
 def outcome(graph: Graph, statuses: Mapping[str, str]) -> tuple[str, str] | None:

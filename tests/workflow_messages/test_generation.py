@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wfm.workflow import outcome
+from workflow_messages import decide_end, outcome
 
 S = "APPL_START"
 PAYROLL = {
@@ -72,3 +72,11 @@ def test_a_failed_start_is_impossible_to_follow() -> None:
 def test_a_cycle_is_refused() -> None:
     with pytest.raises(ValueError, match="cycle"):
         outcome({"A": [["B", "success"]], "B": [["A", "success"]]}, {})
+
+
+def test_the_coordinator_ends_nothing_before_appl_start_and_a_cycle_as_failure() -> None:
+    finished = {"JobA": OK, "JobB": OK, "JobC": OK, "JobD": OK}
+    assert decide_end(PAYROLL, finished) is None
+    assert decide_end(PAYROLL, {S: OK, **finished}) == ("SUCCESS", "skipped: Alert")
+    cycle = {"A": [["B", "success"]], "B": [["A", "success"]]}
+    assert decide_end(cycle, {S: OK}) == ("FAILURE", "the graph has a cycle")

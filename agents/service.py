@@ -15,12 +15,12 @@ import logging
 import time
 from pathlib import Path
 
-from agents.envelope import Subscription
+from agents.envelope import Registration
 from agents.journal import Journal
 from agents.runner import execute
 from agents.state import (
     Agent,
-    Delivery,
+    Delivered,
     Effect,
     Event,
     Finished,
@@ -35,9 +35,9 @@ from broker.client import Client, ConnectError
 from broker.language import Publication
 from broker.transport.link import LinkClosed
 from broker.transport.uri import BrokerURI
-from wfm.workflow import shapes
+from workflow_messages import ack_advertisement, control_subscription
 
-__all__ = ["Daemon"]
+__all__ = ["AgentService"]
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ BATCH = 32  # events handled (and fsync'd) together before the event loop gets a
 FIRST = asyncio.FIRST_COMPLETED
 
 
-class Daemon:
+class AgentService:
     """Runs ``agent`` against the broker at ``uri`` until :meth:`stop`."""
 
     def __init__(self, agent: Agent, uri: BrokerURI, state_dir: Path, workdir: Path) -> None:
@@ -146,7 +146,7 @@ class Daemon:
     async def _issue_or_withdraw(self, client: Client, effect: Request | Withdraw) -> None:
         try:
             if isinstance(effect, Request):
-                await self._issue(client, effect.key, effect.subscription)
+                await self._issue(client, effect.key, effect.registration)
             elif effect.key in self.issued:
                 broker_id, command = self.issued.pop(effect.key)
                 self.keys.pop(broker_id, None)
@@ -156,20 +156,20 @@ class Daemon:
         except Exception as error:
             log.warning("broker refused %s: %s", effect.key.split(" ", 4)[:4], error)
 
-    async def _issue(self, client: Client, key: str, subscription: Subscription) -> None:
-        if subscription.command == "ADVERTISE":
-            assert subscription.filter is not None
-            broker_id = await client.advertise(subscription.filter)
-        elif subscription.command == "SUBSCRIBE":
-            assert subscription.filter is not None
-            broker_id = (await client.subscribe(subscription.filter, own_queue=False)).id
+    async def _issue(self, client: Client, key: str, registration: Registration) -> None:
+        if registration.command == "ADVERTISE":
+            assert registration.filter is not None
+            broker_id = await client.advertise(registration.filter)
+        elif registration.command == "SUBSCRIBE":
+            assert registration.filter is not None
+            broker_id = (await client.subscribe(registration.filter, own_queue=False)).id
         else:
-            assert subscription.composite is not None
+            assert registration.composite is not None
             sub = await client.subscribe_composite(
-                subscription.composite, subscription.clear, own_queue=False
+                registration.composite, registration.clear, own_queue=False
             )
             broker_id = sub.id
-        self.issued[key] = (broker_id, subscription.command)
+        self.issued[key] = (broker_id, registration.command)
         self.keys[broker_id] = key
 
     # connection -----------------------------------------------------------------------------
@@ -194,11 +194,11 @@ class Daemon:
         async with self.lock:
             self.issued.clear()
             self.keys.clear()
-            await client.advertise(shapes.ack_advertisement(self.agent.name))
-            control = await client.subscribe(shapes.control_subscription(self.agent.name), own_queue=False)
+            await client.advertise(ack_advertisement(self.agent.name))
+            control = await client.subscribe(control_subscription(self.agent.name), own_queue=False)
             self.keys[control.id] = CONTROL
-            for key, subscription in list(self.agent.wanted.items()):
-                await self._issue(client, key, subscription)
+            for key, registration in list(self.agent.wanted.items()):
+                await self._issue(client, key, registration)
             self.client = client
         outbox, self.outbox = self.outbox, []
         for publication in outbox:
@@ -211,4 +211,4 @@ class Daemon:
             if key == CONTROL:
                 self.events.put_nowait(Incoming(delivery.publication))
             elif key is not None:
-                self.events.put_nowait(Delivery(key, delivery.publications or (delivery.publication,)))
+                self.events.put_nowait(Delivered(key, delivery.publications or (delivery.publication,)))

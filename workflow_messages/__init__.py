@@ -1,0 +1,95 @@
+"""The wire vocabulary of workflows: what agents, the deployer, the trigger issuers and the monitor
+publish and subscribe to, and the rules they must agree on.
+
+It sits between the overlay (:mod:`broker`) and its two users, :mod:`agents` and :mod:`wfm`, so an
+agent can speak it without loading the workflow layer (XML, Spark, the command line), and a change
+of a message shape is made in one place. Everything here is pure; it imports only
+:mod:`broker.language`.
+
+- :mod:`~workflow_messages.names`: message classes, virtual jobs, statuses, what each ``on`` accepts
+- :mod:`~workflow_messages.trigger`, :mod:`~workflow_messages.jobstatus`,
+  :mod:`~workflow_messages.agent_ctl`: the filters, composites and publications of each message
+- :mod:`~workflow_messages.calendars`: on which dates a job runs or a workflow is triggered
+- :mod:`~workflow_messages.generation`: when a generation is over (the coordinator's APPL_END),
+  over the dependency graphs of :mod:`~workflow_messages.graph`
+"""
+
+from workflow_messages.agent_ctl import (
+    ack,
+    ack_advertisement,
+    ack_subscription,
+    control_subscription,
+    deployer_advertisement,
+    digest,
+)
+from workflow_messages.calendars import DAILY, DAYS, WORDS, Calendar, parse_weekdays, weekday_words
+from workflow_messages.generation import Graph, decide_end, outcome, skipped_jobs
+from workflow_messages.graph import find_cycles, topological_order
+from workflow_messages.jobstatus import (
+    cleanup_subscription,
+    generation_end,
+    job_condition,
+    job_status,
+    monitor_subscriptions,
+    start_subscription,
+    status_advertisement,
+    status_subscription,
+)
+from workflow_messages.names import (
+    ACCEPTS,
+    AGENT_ACK,
+    AGENT_CTL,
+    APPL_END,
+    APPL_START,
+    FAILURE,
+    GID,
+    JOBSTATUS,
+    NORUN,
+    SUCCESS,
+    TRIGGER,
+)
+from workflow_messages.trigger import trigger, trigger_advertisement, trigger_atom, trigger_date
+
+__all__ = [
+    "ACCEPTS",
+    "AGENT_ACK",
+    "AGENT_CTL",
+    "APPL_END",
+    "APPL_START",
+    "DAILY",
+    "DAYS",
+    "FAILURE",
+    "GID",
+    "JOBSTATUS",
+    "NORUN",
+    "SUCCESS",
+    "TRIGGER",
+    "WORDS",
+    "Calendar",
+    "Graph",
+    "ack",
+    "ack_advertisement",
+    "ack_subscription",
+    "cleanup_subscription",
+    "control_subscription",
+    "decide_end",
+    "deployer_advertisement",
+    "digest",
+    "find_cycles",
+    "generation_end",
+    "job_condition",
+    "job_status",
+    "monitor_subscriptions",
+    "outcome",
+    "parse_weekdays",
+    "skipped_jobs",
+    "start_subscription",
+    "status_advertisement",
+    "status_subscription",
+    "topological_order",
+    "trigger",
+    "trigger_advertisement",
+    "trigger_atom",
+    "trigger_date",
+    "weekday_words",
+]

@@ -1,0 +1,36 @@
+"""The fixed words of workflow messages (INTERFACE.md section 3): classes, virtual jobs, statuses.
+
+Outside checks match these exact strings, and the translator, the agents and the monitor must agree
+on them, so each is spelled once, here.
+"""
+
+from __future__ import annotations
+
+from broker.language import Var
+
+__all__ = [
+    "ACCEPTS",
+    "AGENT_ACK",
+    "AGENT_CTL",
+    "APPL_END",
+    "APPL_START",
+    "FAILURE",
+    "GID",
+    "JOBSTATUS",
+    "NORUN",
+    "SUCCESS",
+    "TRIGGER",
+]
+
+AGENT_CTL, AGENT_ACK, JOBSTATUS, TRIGGER = "AGENT_CTL", "AGENT_ACK", "JOBSTATUS", "Trigger"
+SUCCESS, FAILURE, NORUN = "SUCCESS", "FAILURE", "NORUN"
+# The virtual jobs every workflow has: APPL_START runs first (when the Trigger arrives), APPL_END
+# is published by the coordinator once the generation is over (see workflow_messages.generation).
+APPL_START = "APPL_START"
+APPL_END = "APPL_END"
+GID = Var("S", "X")  # binds one generation id across all atoms of a job's condition
+ACCEPTS: dict[str, tuple[str, ...]] = {  # the predecessor statuses each `on` lets a job run after
+    "success": (SUCCESS, NORUN),
+    "failure": (FAILURE,),
+    "always": (SUCCESS, NORUN, FAILURE),
+}

@@ -1,0 +1,38 @@
+"""Trigger: the publication that starts a generation of a workflow for a date.
+
+Its ``schedule`` attribute (the name is pinned by INTERFACE.md) holds the date, ``YYYY.MM.DD``,
+that the jobs' calendars are checked against.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+from broker.language import Atom, Filter, Publication
+from workflow_messages._build import filter_of
+from workflow_messages.names import GID, TRIGGER
+
+__all__ = ["trigger", "trigger_advertisement", "trigger_atom", "trigger_date"]
+
+
+def trigger_advertisement() -> Filter:
+    """What ``wfm trigger`` and ``wfm schedule`` advertise before publishing Triggers of any workflow."""
+    return filter_of(TRIGGER, {}, present=("applname", "GID", "schedule"))
+
+
+def trigger(workflow: str, gid: str, day: date) -> Publication:
+    """``[class,Trigger],[applname,W],[GID,G],[schedule,'YYYY.MM.DD']``: start generation ``gid``."""
+    return Publication(TRIGGER, {"applname": workflow, "GID": gid, "schedule": day.strftime("%Y.%m.%d")})
+
+
+def trigger_date(text: str) -> date:
+    """The date a Trigger's ``schedule`` attribute holds; ValueError if it is not ``YYYY.MM.DD``."""
+    try:
+        return datetime.strptime(text, "%Y.%m.%d").date()
+    except ValueError:
+        raise ValueError(f"the trigger's schedule {text!r} is not a date YYYY.MM.DD") from None
+
+
+def trigger_atom(workflow: str) -> Atom:
+    """``{[class,eq,Trigger],[applname,eq,W],[GID,eq,$S$X]}``: a generation of ``workflow`` starts."""
+    return Atom(filter_of(TRIGGER, {"applname": workflow, "GID": GID}))
