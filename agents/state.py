@@ -34,10 +34,10 @@ __all__ = [
     "Agent",
     "Delivery",
     "Effect",
+    "Emit",
     "Event",
     "Finished",
     "Incoming",
-    "Publish",
     "Request",
     "Result",
     "Run",
@@ -127,7 +127,9 @@ class Withdraw:
 
 
 @dataclass(frozen=True, slots=True)
-class Publish:
+class Emit:
+    """Publish ``publication`` (the broker's ``Publish`` is the message that carries one)."""
+
     publication: Publication
 
 
@@ -136,7 +138,7 @@ class Start:
     run: Run
 
 
-Effect = Request | Withdraw | Publish | Start
+Effect = Request | Withdraw | Emit | Start
 
 
 # state ----------------------------------------------------------------------------------------
@@ -224,8 +226,8 @@ class Agent:
             result, effects = self._apply(control)
         except ValueError as error:
             log.warning("bad envelope %s: %s", publication, error)
-            return [Publish(shapes.ack(self.name, fields, "ERROR", str(error)))]
-        return [*effects, Publish(shapes.ack(self.name, fields, result, ""))]
+            return [Emit(shapes.ack(self.name, fields, "ERROR", str(error)))]
+        return [*effects, Emit(shapes.ack(self.name, fields, result, ""))]
 
     def _apply(self, control: Control) -> tuple[str, list[Effect]]:
         if control.command == "UNDEPLOY":
@@ -384,7 +386,7 @@ class Agent:
         generation.ended = True
         status, detail = over
         end = self._publication(info.workflow, info.version, APPL_END, gid, status, detail, 0, now)
-        return [Publish(end)]
+        return [Emit(end)]
 
     def _forget(self, workflow: str, gid: str, version: str) -> list[Effect]:
         """APPL_END: forget the generation (its queued runs too), then maybe an old version."""
@@ -450,7 +452,7 @@ class Agent:
             run.workflow, run.version, run.job, run.gid, status, result.detail,
             attempt=run.attempt, started=result.started, duration=result.duration,
         )  # fmt: skip
-        return [Publish(publication)]
+        return [Emit(publication)]
 
     def _mark(self, run: Run, state: str) -> None:
         generation = self.generations.get((run.workflow, run.gid))
@@ -465,9 +467,9 @@ class Agent:
             info.workflow, info.version, info.job, gid, status, detail, started=now
         )
         if info.job != APPL_START:
-            return [Publish(publication)]
+            return [Emit(publication)]
         generation.statuses[APPL_START] = status
-        return [Publish(publication), *self._decide_end(info.workflow, gid, generation, now)]
+        return [Emit(publication), *self._decide_end(info.workflow, gid, generation, now)]
 
     def _publication(
         self, workflow: str, version: str, job: str, gid: str, status: str, detail: str,
