@@ -22,7 +22,7 @@ from broker.routing.filter_index import FilterIndex
 from broker.routing.forwarding import Action, Forwarding
 from broker.routing.ids import DETECTOR, Hop
 from broker.routing.messages import Advertise, Message, Subscribe, Unadvertise, Unsubscribe
-from broker.routing.placement import HERE, NOWHERE
+from broker.routing.placement import HERE, NOWHERE, Source
 from broker.routing.relations import advertisement_covers, fits, overlaps, subscription_covers
 
 __all__ = ["Output", "Tables"]
@@ -164,15 +164,16 @@ class Tables:
                 by_hop.setdefault(hop, []).append(sub_id)
         return sorted(local), by_hop
 
-    def whence(self, atom: Filter) -> str:
+    def whence(self, atom: Filter) -> str | Source:
         """Where publications matching an atom come from (see ``placement``)."""
         hops = {
             self.srt[i].hop for i in self.srt_index.candidates(atom) if overlaps(atom, self.srt[i].filter)
         }
         if not hops:
             return NOWHERE
-        (hop,) = hops if len(hops) == 1 else (HERE,)
-        return hop if hop in self.neighbors else HERE
+        if len(hops) == 1 and (hop := hops.pop()) in self.neighbors:
+            return hop
+        return HERE  # local clients, or more than one direction
 
     def _routes_to(self, subscription: Filter, neighbor: str) -> bool:
         """Is there an advertisement learned from ``neighbor`` that the subscription overlaps?"""
