@@ -5,7 +5,8 @@ that others made as opaque text, which it only compares: a neighbour's subscript
 ref, a publication that arrives from elsewhere. The ids it makes itself it keeps as records and
 prints when they go into a message, so nothing in the router splits a string to learn what it
 names; the one it must recognise when it comes back (a neighbour notifies one of its detections)
-is parsed once, where the message arrives.
+is parsed once, where the message arrives. Hops are the adapter's text, but for one: ``DETECTOR``,
+the broker itself as the subscriber of its detections' atoms.
 """
 
 from __future__ import annotations

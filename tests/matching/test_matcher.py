@@ -90,6 +90,13 @@ def test_time_predicates_use_the_given_now(matcher: Matcher) -> None:
     assert matcher.match(p, now=1_700_000_000.0) == {"recent", "before"}
 
 
+def test_without_now_the_pinned_matcher_takes_the_publication_as_published_now() -> None:
+    m = Matcher()
+    m.add("recent", parse_filter("[class,eq,T],[time,>,now-1h]"))
+    m.add("past", parse_filter("[class,eq,T],[time,<,'2020-01-01']"))
+    assert m.match(parse_publication("[class,T]")) == {"recent"}
+
+
 def test_add_remove_and_errors(matcher: Matcher) -> None:
     f = parse_filter("[class,eq,s],[x,>,1]")
     matcher.add(("tuple", 1), f)
