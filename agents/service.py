@@ -22,10 +22,10 @@ from agents.state import (
     Agent,
     Delivered,
     Effect,
+    Emit,
     Event,
     Finished,
     Incoming,
-    Publish,
     Request,
     Start,
     Tick,
@@ -120,7 +120,7 @@ class AgentService:
             task = asyncio.create_task(self._execute(effect))
             self.runs.add(task)
             task.add_done_callback(self.runs.discard)
-        elif isinstance(effect, Publish):
+        elif isinstance(effect, Emit):
             self._publish(effect.publication)
         else:
             async with self.lock:

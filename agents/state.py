@@ -45,10 +45,10 @@ __all__ = [
     "Agent",
     "Delivered",
     "Effect",
+    "Emit",
     "Event",
     "Finished",
     "Incoming",
-    "Publish",
     "Request",
     "Result",
     "Run",
@@ -140,7 +140,9 @@ class Withdraw:
 
 
 @dataclass(frozen=True, slots=True)
-class Publish:
+class Emit:
+    """Publish ``publication`` (the broker's ``Publish`` is the message that carries one)."""
+
     publication: Publication
 
 
@@ -149,7 +151,7 @@ class Start:
     run: Run
 
 
-Effect = Request | Withdraw | Publish | Start
+Effect = Request | Withdraw | Emit | Start
 
 
 # state ----------------------------------------------------------------------------------------
@@ -238,8 +240,8 @@ class Agent:
             result, effects = self._apply(control)
         except ValueError as error:
             log.warning("bad envelope %s: %s", publication, error)
-            return [Publish(ack(self.name, fields, "ERROR", str(error)))]
-        return [*effects, Publish(ack(self.name, fields, result, ""))]
+            return [Emit(ack(self.name, fields, "ERROR", str(error)))]
+        return [*effects, Emit(ack(self.name, fields, result, ""))]
 
     def _apply(self, control: Control) -> tuple[str, list[Effect]]:
         if control.command == "UNDEPLOY":
@@ -395,7 +397,7 @@ class Agent:
         generation.ended = True
         status, detail = over
         end = self._publication(info.workflow, info.version, APPL_END, gid, status, detail, 0, now)
-        return [Publish(end)]
+        return [Emit(end)]
 
     def _forget(self, workflow: str, gid: str, version: str) -> list[Effect]:
         """APPL_END: forget the generation (its queued runs too), then maybe an old version."""
@@ -461,7 +463,7 @@ class Agent:
             run.workflow, run.version, run.job, run.gid, status, result.detail,
             attempt=run.attempt, started=result.started, duration=result.duration,
         )  # fmt: skip
-        return [Publish(publication)]
+        return [Emit(publication)]
 
     def _mark(self, run: Run, state: str) -> None:
         generation = self.generations.get((run.workflow, run.gid))
@@ -476,9 +478,9 @@ class Agent:
             info.workflow, info.version, info.job, gid, status, detail, started=now
         )
         if info.job != APPL_START:
-            return [Publish(publication)]
+            return [Emit(publication)]
         generation.statuses[APPL_START] = status
-        return [Publish(publication), *self._end_if_over(info.workflow, gid, generation, now)]
+        return [Emit(publication), *self._end_if_over(info.workflow, gid, generation, now)]
 
     def _publication(
         self, workflow: str, version: str, job: str, gid: str, status: str, detail: str,

@@ -288,7 +288,8 @@ def join_locally(
     for job, (detector, ids) in agent.local.items():
         for leaf, sub_id in enumerate(ids):
             if sub_id in subscriptions:
-                out += [(job, str(m.publications[0]["GID"])) for m in detector.feed(leaf, publication)]
+                fired = detector.feed(leaf, publication, agent.client.overlay.now)
+                out += [(job, str(m.publications[0]["GID"])) for m in fired]
     return out
 
 

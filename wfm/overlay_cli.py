@@ -16,7 +16,7 @@ from broker.client import Client, ConnectError, Delivery, RefusedError
 from broker.language import ParseError, parse_composite, parse_filter, parse_publication
 from broker.routing import COVERING_MODES
 from broker.transport.link import LinkClosed
-from broker.transport.server import Broker
+from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 
 log = logging.getLogger("wfm.client")
@@ -63,9 +63,9 @@ def broker(uri: BrokerURI, neighbors: tuple[BrokerURI, ...], covering: str, adve
     """Run a broker until SIGINT or SIGTERM."""
     _log_with_prefix(uri.id)
     try:
-        node = Broker(uri, neighbors, covering, advertisement_covering, heartbeat, dead_after=4 * heartbeat,
-                      composite_max_waiting=composite_max_waiting,
-                      composite_max_age=composite_max_age)  # fmt: skip
+        node = RouterService(uri, neighbors, covering, advertisement_covering, heartbeat,
+                             dead_after=4 * heartbeat, composite_max_waiting=composite_max_waiting,
+                             composite_max_age=composite_max_age)  # fmt: skip
     except ValueError as error:
         raise click.ClickException(str(error)) from None
     try:
@@ -75,7 +75,7 @@ def broker(uri: BrokerURI, neighbors: tuple[BrokerURI, ...], covering: str, adve
         raise click.ClickException(f"cannot listen on {uri}: {reason}") from None
 
 
-async def _run_broker(node: Broker) -> None:
+async def _run_broker(node: RouterService) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

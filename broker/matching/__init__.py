@@ -1,6 +1,10 @@
-"""Matching publications against many filters: the counting ``Matcher`` and the literal oracle."""
+"""Matching publications against many filters: the counting matcher and the literal oracle.
 
-from broker.matching.matcher import Matcher
+``CountingMatcher`` takes the time as an argument; ``Matcher`` is the same with the one-argument
+``match(p)`` that INTERFACE.md pins, which reads the system clock.
+"""
+
+from broker.matching.matcher import CountingMatcher, Matcher
 from broker.matching.oracle import LinearMatcher, matches
 
-__all__ = ["LinearMatcher", "Matcher", "matches"]
+__all__ = ["CountingMatcher", "LinearMatcher", "Matcher", "matches"]

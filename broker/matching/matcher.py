@@ -13,8 +13,9 @@ Removal is O(1): the slot is marked dead (its needed count becomes -1, which no 
 its index entries are left behind. When dead slots outnumber live ones the class's indexes are
 rebuilt from the live filters, so memory and time stay proportional to what is live.
 
-The matcher does no I/O and reads no clock unless asked to match ``time`` predicates without
-being told the time.
+The counting matcher does no I/O and reads no clock: ``now`` is an argument. Only ``Matcher``, the
+name INTERFACE.md pins for outside users (``m.match(p)``), reads the system clock when it is not
+given the time; the router uses ``CountingMatcher``, so it cannot forget its clock.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from broker.language.operators import TIME_ATTRIBUTE, holds
 from broker.language.values import Value
 from broker.matching.attribute_index import AttributeIndex
 
-__all__ = ["Matcher"]
+__all__ = ["CountingMatcher", "Matcher"]
 
 _DEAD = -1
 _SMALL = 128  # fewer satisfied predicates than this: count in a dict, NumPy's fixed cost is higher
@@ -96,7 +97,7 @@ class _ClassIndex:
             fresh.add(subscription_id, subscription)
         return fresh
 
-    def match(self, fields: Mapping[str, Value], now: float | None, out: set[Hashable]) -> None:
+    def match(self, fields: Mapping[str, Value], now: float, out: set[Hashable]) -> None:
         pos: list[Any] = []
         neg: list[Any] = []
         attributes = self.attributes
@@ -108,8 +109,6 @@ class _ClassIndex:
         if self.always:
             hits.extend(self.always)
         if self.timed:
-            if now is None:
-                now = time.time()
             hits = [s for s in hits if s not in self.timed or self._in_time(s, now)]
         ids = self.ids
         out.update([ids[s] for s in hits])
@@ -135,12 +134,11 @@ class _ClassIndex:
         return all(holds(p.op, p.value, now, now) for p in self.timed[slot])
 
 
-class Matcher:
+class CountingMatcher:
     """Subscriptions by id; ``match`` returns the ids whose filter a publication satisfies.
 
     ``now`` (epoch seconds) is the publication's time for ``time`` predicates; a broker passes its
-    own clock's value. Only when a class has such predicates and no ``now`` is given is the
-    system clock read.
+    own clock's value.
     """
 
     def __init__(self) -> None:
@@ -168,7 +166,7 @@ class Matcher:
         elif index.wants_compaction():
             self._classes[cls] = index.compacted()
 
-    def match(self, publication: Publication, now: float | None = None) -> set[Hashable]:
+    def match(self, publication: Publication, now: float) -> set[Hashable]:
         out: set[Hashable] = set()
         index = self._classes.get(publication.cls)
         if index is not None:
@@ -190,3 +188,11 @@ class Matcher:
 
     def __iter__(self) -> Iterator[Hashable]:
         return iter(self._class_of)
+
+
+class Matcher(CountingMatcher):
+    """The matcher of INTERFACE.md, where ``m.match(p)`` is pinned: a publication matched without
+    ``now`` is one published now, by the system clock."""
+
+    def match(self, publication: Publication, now: float | None = None) -> set[Hashable]:
+        return super().match(publication, time.time() if now is None else now)

@@ -5,7 +5,6 @@ It is the reference the fast matcher is tested against, and the "linear scan" of
 
 from __future__ import annotations
 
-import time
 from collections.abc import Hashable
 
 from broker.language.model import Filter, Publication
@@ -14,9 +13,7 @@ from broker.language.operators import TIME_ATTRIBUTE, holds
 __all__ = ["LinearMatcher", "matches"]
 
 
-def matches(
-    subscription: Filter, publication: Publication, now: float | None = None, at: float | None = None
-) -> bool:
+def matches(subscription: Filter, publication: Publication, now: float, at: float | None = None) -> bool:
     """Same class, and every predicate's attribute present and satisfied.
 
     ``now`` (epoch seconds) is the instant that relative references such as ``now-1h`` are taken
@@ -25,8 +22,6 @@ def matches(
     """
     if subscription.cls != publication.cls:
         return False
-    if now is None:
-        now = time.time()
     for predicate in subscription.predicates:
         if predicate.attribute == TIME_ATTRIBUTE:
             if not holds(predicate.op, predicate.value, now if at is None else at, now):
@@ -52,7 +47,7 @@ class LinearMatcher:
     def remove(self, subscription_id: Hashable) -> None:
         del self._filters[subscription_id]
 
-    def match(self, publication: Publication, now: float | None = None) -> set[Hashable]:
+    def match(self, publication: Publication, now: float) -> set[Hashable]:
         return {sid for sid, f in self._filters.items() if matches(f, publication, now)}
 
     def __len__(self) -> int:

@@ -263,7 +263,7 @@ class Detector:
         """Matches waiting for partners: the memory this detector holds."""
         return self._waiting
 
-    def feed(self, leaf: int, publication: Publication, now: float = 0.0) -> list[Match]:
+    def feed(self, leaf: int, publication: Publication, now: float) -> list[Match]:
         """``publication`` matched the atom that is leaf ``leaf``; returns the firings it completes."""
         variables = self.leaves[leaf].variables
         if variables is None:
@@ -276,7 +276,7 @@ class Detector:
         return self._climb(leaf, bindings, (publication,), now)
 
     def feed_match(
-        self, leaf: int, publications: tuple[Publication, ...], bindings: Bindings, now: float = 0.0
+        self, leaf: int, publications: tuple[Publication, ...], bindings: Bindings, now: float
     ) -> list[Match]:
         """The remote subtree at leaf ``leaf`` fired with these publications and bindings."""
         if self.leaves[leaf].variables is not None:

@@ -11,13 +11,16 @@ value plus those without an equality on that attribute. The caller still tests e
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from broker.language.model import Filter
 from broker.language.values import TimeRef, Var
 
 __all__ = ["FilterIndex"]
+
+K = TypeVar("K", bound=Hashable)  # what names a stored filter: an entry's id, a detection's part
 
 EQUALITY = ("eq", "=")
 
@@ -31,18 +34,18 @@ def _equalities(filter_: Filter) -> dict[str, object]:
 
 
 @dataclass(slots=True)
-class _Class:
-    all: set[str] = field(default_factory=set)
-    equal: dict[str, dict[object, set[str]]] = field(default_factory=dict)  # attribute -> value -> ids
-    unequal: dict[str, set[str]] = field(default_factory=dict)  # attribute -> ids with no equality on it
+class _Class(Generic[K]):
+    all: set[K] = field(default_factory=set)
+    equal: dict[str, dict[object, set[K]]] = field(default_factory=dict)  # attribute -> value -> ids
+    unequal: dict[str, set[K]] = field(default_factory=dict)  # attribute -> ids with no equality on it
 
 
-class FilterIndex:
+class FilterIndex(Generic[K]):
     def __init__(self) -> None:
-        self._classes: dict[str, _Class] = {}
-        self._keys: dict[str, tuple[str, dict[str, object]]] = {}  # id -> (class, its equalities)
+        self._classes: dict[str, _Class[K]] = {}
+        self._keys: dict[K, tuple[str, dict[str, object]]] = {}  # id -> (class, its equalities)
 
-    def add(self, entry: str, filter_: Filter) -> None:
+    def add(self, entry: K, filter_: Filter) -> None:
         index = self._classes.setdefault(filter_.cls, _Class())
         equalities = _equalities(filter_)
         self._keys[entry] = (filter_.cls, equalities)
@@ -56,7 +59,7 @@ class FilterIndex:
                 ids.add(entry)
         index.all.add(entry)
 
-    def remove(self, entry: str) -> None:
+    def remove(self, entry: K) -> None:
         cls, equalities = self._keys.pop(entry)
         index = self._classes[cls]
         index.all.discard(entry)
@@ -70,17 +73,17 @@ class FilterIndex:
         if not index.all:
             del self._classes[cls]
 
-    def candidates(self, query: Filter) -> Iterable[str]:
+    def candidates(self, query: Filter) -> Iterable[K]:
         """Every stored filter that may overlap ``query`` (a superset: test each)."""
         return self.lookup(query.cls, _equalities(query))
 
-    def lookup(self, cls: str, equalities: Mapping[str, object]) -> Iterable[str]:
+    def lookup(self, cls: str, equalities: Mapping[str, object]) -> Iterable[K]:
         """Every stored filter of class ``cls`` that allows these attribute values (a superset);
         a publication's attributes ask which advertisements it may fit."""
         index = self._classes.get(cls)
         if index is None:
             return ()
-        best: set[str] | None = None
+        best: set[K] | None = None
         best_size = len(index.all)
         for attribute, value in equalities.items():
             if attribute not in index.equal:

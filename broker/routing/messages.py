@@ -1,9 +1,9 @@
 """The messages a router consumes and produces. Everything that crosses a link is one of these.
 
 Frozen, slotted dataclasses that validate their fields on construction (like h11's events), so a
-message that exists is well formed; the wire codec only has to build them. Ids are strings:
-a client names its own requests (``ref``), and the edge broker turns them into overlay-wide ids
-(``<broker>/<client>/<ref>``), so two clients can never collide.
+message that exists is well formed; the wire codec only has to build them. Ids are text, as on
+the wire: a client names its own requests (``ref``), and the edge broker turns them into
+overlay-wide ids (``ids.OverlayId``), so two clients can never collide.
 """
 
 from __future__ import annotations

@@ -20,14 +20,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from enum import Enum
+from typing import Final
 
 from broker.language.model import Atom, Composite, Filter, Or
 from broker.routing.detection import Path, operands
 
-__all__ = ["HERE", "NOWHERE", "Placement", "node_at", "place"]
+__all__ = ["HERE", "NOWHERE", "Placement", "Source", "node_at", "place"]
 
-HERE = "."  # sources are local clients, or in more than one direction
-NOWHERE = ""  # no advertisement yet: detect here until one arrives
+
+class Source(Enum):
+    """Where an atom's publications come from when it is not one neighbour (a neighbour is its id:
+    these are not text, so no broker's name can be mistaken for them)."""
+
+    HERE = "here"  # local clients, or more than one direction
+    NOWHERE = "nowhere"  # no advertisement yet: detect here until one arrives
+
+
+HERE: Final = Source.HERE
+NOWHERE: Final = Source.NOWHERE
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +61,9 @@ def node_at(composite: Composite, path: Path) -> Composite:
     return node
 
 
-def place(composite: Composite, whence: Callable[[Filter], str], upstream: Collection[str] = ()) -> Placement:
+def place(
+    composite: Composite, whence: Callable[[Filter], str | Source], upstream: Collection[str] = ()
+) -> Placement:
     """Split ``composite`` by destination. ``whence(atom filter)`` is a neighbour id, ``HERE`` or
     ``NOWHERE``; neighbours in ``upstream`` (where the composite came from) are never destinations."""
     destinations: dict[Path, str | None] = {}
@@ -61,7 +74,7 @@ def place(composite: Composite, whence: Callable[[Filter], str], upstream: Colle
         if isinstance(node, Atom):
             source = whence(node.filter)
             pending |= source == NOWHERE
-            found = None if source in (HERE, NOWHERE) or source in upstream else source
+            found = None if isinstance(source, Source) or source in upstream else source
         else:
             children = {destination(child, (*path, i)) for i, child in enumerate(operands(node))}
             found = children.pop() if len(children) == 1 else None

@@ -1,4 +1,4 @@
-"""The broker process: the sans-IO Router behind asyncio TCP links.
+"""The broker process: ``RouterService``, the sans-IO ``Router`` behind asyncio TCP links.
 
 This adapter owns what the router must not: sockets, the clock, timers. It accepts clients and
 neighbour brokers (after a ``Hello`` handshake), dials the neighbours it was told about and keeps
@@ -25,12 +25,12 @@ from broker.transport.errors import BadMessage, ProtocolError
 from broker.transport.link import Link, LinkClosed
 from broker.transport.uri import BrokerURI
 
-__all__ = ["Broker"]
+__all__ = ["RouterService"]
 
 HANDSHAKE_TIMEOUT = 5.0
 
 
-class Broker:
+class RouterService:
     def __init__(
         self,
         uri: BrokerURI,

@@ -7,19 +7,7 @@ from pathlib import Path
 import pytest
 
 from agents.journal import Journal
-from agents.state import (
-    Agent,
-    Delivered,
-    Effect,
-    Event,
-    Finished,
-    Incoming,
-    Publish,
-    Result,
-    Run,
-    Start,
-    Tick,
-)
+from agents.state import Agent, Delivered, Effect, Emit, Event, Finished, Incoming, Result, Run, Start, Tick
 from broker.language import Publication
 from wfm.workflow import Plan, load, translate
 from workflow_messages import job_status
@@ -37,7 +25,7 @@ def install(agent: Agent, plan: Plan = PLAN) -> list[Effect]:
 
 
 def published(effects: list[Effect]) -> list[Publication]:
-    return [e.publication for e in effects if isinstance(e, Publish)]
+    return [e.publication for e in effects if isinstance(e, Emit)]
 
 
 def runs(effects: list[Effect]) -> list[Run]:
@@ -76,7 +64,7 @@ def test_every_envelope_is_acknowledged_and_a_repeat_changes_nothing() -> None:
     assert len(acks(first)) == len(PLAN.by_agent()["agentB"])
     again = install(agent)
     assert {result for _, result in acks(again)} == {"UNCHANGED"}
-    assert [e for e in again if not isinstance(e, Publish)] == []
+    assert [e for e in again if not isinstance(e, Emit)] == []
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import pytest
 
 from broker.client import Client, Subscription
 from broker.language import Filter, parse_publication
-from broker.transport.server import Broker
+from broker.transport.server import RouterService
 from tests.transport.harness import run, until, uri
 from wfm.history.historian import Historian
 from wfm.history.landing import StoredPublication
@@ -71,7 +71,7 @@ def with_historian(
     historian stops, unless ``stop_first``."""
 
     async def main() -> None:
-        broker = Broker(uri("B1"))
+        broker = RouterService(uri("B1"))
         await broker.start()
         historian = HeldHistorian(broker.uri, tmp_path, ("JOBSTATUS",), compact_every=0, heartbeat=heartbeat)
         historian.held = store or HeldStore()
@@ -182,7 +182,7 @@ def test_spark_starts_with_the_historian_only_on_a_store_with_a_table(
         (tmp_path / "table" / "_attributes.json").write_text("[]")
 
     async def main() -> None:
-        broker = Broker(uri("B1"))
+        broker = RouterService(uri("B1"))
         await broker.start()
         historian = Historian(broker.uri, tmp_path, ("JOBSTATUS",), compact_every=0)
         running = asyncio.create_task(historian.run())

@@ -65,7 +65,7 @@ CASES = [
 @pytest.mark.parametrize(("text", "publication", "expected"), CASES)
 def test_cases(matcher: Matcher, text: str, publication: str, expected: bool) -> None:
     matcher.add("s", parse_filter(text))
-    assert matcher.match(parse_publication(publication)) == ({"s"} if expected else set())
+    assert matcher.match(parse_publication(publication), NOW) == ({"s"} if expected else set())
 
 
 def test_variables_in_atoms_match_by_type() -> None:
@@ -90,6 +90,13 @@ def test_time_predicates_use_the_given_now(matcher: Matcher) -> None:
     assert matcher.match(p, now=1_700_000_000.0) == {"recent", "before"}
 
 
+def test_without_now_the_pinned_matcher_takes_the_publication_as_published_now() -> None:
+    m = Matcher()
+    m.add("recent", parse_filter("[class,eq,T],[time,>,now-1h]"))
+    m.add("past", parse_filter("[class,eq,T],[time,<,'2020-01-01']"))
+    assert m.match(parse_publication("[class,T]")) == {"recent"}
+
+
 def test_add_remove_and_errors(matcher: Matcher) -> None:
     f = parse_filter("[class,eq,s],[x,>,1]")
     matcher.add(("tuple", 1), f)
@@ -100,9 +107,9 @@ def test_add_remove_and_errors(matcher: Matcher) -> None:
         matcher.remove(("tuple", 1))
     with pytest.raises(KeyError):
         matcher.remove("never added")
-    assert matcher.match(parse_publication("[class,s],[x,2]")) == set()
+    assert matcher.match(parse_publication("[class,s],[x,2]"), NOW) == set()
     matcher.add(("tuple", 1), f)  # the id is free again
-    assert matcher.match(parse_publication("[class,s],[x,2]")) == {("tuple", 1)}
+    assert matcher.match(parse_publication("[class,s],[x,2]"), NOW) == {("tuple", 1)}
     assert len(matcher) == 1
 
 
@@ -126,5 +133,5 @@ def test_compaction_keeps_ids_and_filters() -> None:
 
 def test_oracle_function_matches_contract() -> None:
     f = parse_filter("[class,eq,stock],[price,<,100]")
-    assert matches(f, parse_publication("[class,stock],[price,80],[volume,1]"))
-    assert not matches(f, parse_publication("[class,stock],[volume,1]"))
+    assert matches(f, parse_publication("[class,stock],[price,80],[volume,1]"), NOW)
+    assert not matches(f, parse_publication("[class,stock],[volume,1]"), NOW)

@@ -147,9 +147,10 @@ def test_random_traffic_fires_exactly_as_one_detector_at_the_edge(mode: str, see
         overlay.clients[publication.cls].publish(publication)
         for i, detector in enumerate(references):
             for leaf, atom in enumerate(detector.composite.atoms()):
-                if matches(atom.filter, publication):
+                if matches(atom.filter, publication, overlay.now):
                     expected[i] += [
-                        [str(p) for p in m.publications] for m in detector.feed(leaf, publication)
+                        [str(p) for p in m.publications]
+                        for m in detector.feed(leaf, publication, overlay.now)
                     ]
     for sub, wanted in zip(subscribers, expected, strict=True):
         assert sorted(sub.fired()) == sorted(wanted)
@@ -316,7 +317,7 @@ def test_memory_stays_flat_over_ten_thousand_generations() -> None:
 
 def test_join_state_is_bounded_oldest_dropped_first_and_counted() -> None:
     overlay = Overlay.line(2)
-    overlay.routers["B1"].detector_limits = (100, None)
+    overlay.routers["B1"].composites.detector_limits = (100, None)
     overlay.add_client("p", "B1").advertise("[class,eq,a],[x,isPresent,0]")
     overlay.add_client("q", "B1").advertise("[class,eq,b],[x,isPresent,0]")
     sub = overlay.add_client("sub", "B2")
@@ -373,10 +374,10 @@ def test_a_part_that_keeps_no_state_is_not_sent_away_and_one_clear_serves_a_brok
     # a and b both come from below B2, but their || keeps no state: it is not sent there
     assert detected_at(overlay) == {"B1": 2}
     assert overlay.routers["B2"].status()["subscriptions"] == 3  # the atoms a, b and a: no part
-    assert len(overlay.routers["B1"].clear_subscriptions) == 1  # one clear for both detections
+    assert len(overlay.routers["B1"].composites.clear_subscriptions) == 1  # one clear for both detections
     publish(overlay, "[class,a],[n,1],[x,g]", "[class,c],[n,1],[x,h]")
     assert overlay.routers["B1"].status()["composite_waiting"] == 4
     overlay.clients["end"].publish("[class,e],[x,g]")
     assert overlay.routers["B1"].status()["composite_waiting"] == 2  # only h's c waits, in both
     one.unsubscribe(first)
-    assert len(overlay.routers["B1"].clear_subscriptions) == 1  # still used by the other
+    assert len(overlay.routers["B1"].composites.clear_subscriptions) == 1  # still used by the other

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from broker.language import parse_filter, parse_publication
-from broker.routing import Advertise, LinkUp, Publish, Router, Subscribe
+from broker.routing import Advertise, LinkUp, Notify, Publish, Router, Subscribe
 from broker.sim import Overlay, RefusedError
 
 MODES = ["off", "lazy", "active"]
@@ -263,10 +263,19 @@ def test_cycle_degrades_instead_of_flooding() -> None:
 
 def test_ttl_expiry_is_counted() -> None:
     router = Router("B1")
-    router.handle(LinkUp(broker=True), "B0")
-    assert router.handle(Subscribe("x", parse_filter("[class,eq,a]"), ttl=0), "B0") == []
-    assert router.handle(Publish("p", parse_publication("[class,a]"), ttl=0), "B0") == []
+    router.handle(LinkUp(broker=True), "B0", 0.0)
+    assert router.handle(Subscribe("x", parse_filter("[class,eq,a]"), ttl=0), "B0", 0.0) == []
+    assert router.handle(Publish("p", parse_publication("[class,a]"), ttl=0), "B0", 0.0) == []
     assert router.counters["dropped.ttl"] == 2
+
+
+def test_a_notification_for_no_detection_here_is_dropped_and_counted() -> None:
+    router = Router("B1")
+    router.handle(LinkUp(broker=True), "B0", 0.0)
+    publications = (parse_publication("[class,a]"),)
+    for subscription in ("B1~1", "B0/c/1"):  # no such detection; not an id of a detection at all
+        assert router.handle(Notify(subscription, publications), "B0", 0.0) == []
+    assert router.counters["dropped.unexpected"] == 2
 
 
 def test_time_subscriptions_are_fixed_at_the_edge() -> None:
@@ -278,21 +287,21 @@ def test_time_subscriptions_are_fixed_at_the_edge() -> None:
     overlay.now += 7200  # two hours later the subscription's window has closed
     pub.publish("[class,T]")
     assert len(sub.take()) == 1
-    stored = next(iter(overlay.routers["B1"].prt.values())).filter
+    stored = next(iter(overlay.routers["B1"].tables.prt.values())).filter
     assert "now" not in str(stored)  # absolute everywhere on the path
 
 
 def test_fire_and_forget_publications_are_answered_only_when_refused() -> None:
     router = Router("B1")
     for client in ("pub", "sub"):
-        router.handle(LinkUp(broker=False), client)
-    router.handle(Advertise("a", parse_filter("[class,eq,s],[n,<,10]")), "pub")
-    router.handle(Subscribe("s", parse_filter("[class,eq,s]")), "sub")
-    quiet = router.handle(Publish("1", parse_publication("[class,s],[n,1]"), ack=False), "pub")
+        router.handle(LinkUp(broker=False), client, 0.0)
+    router.handle(Advertise("a", parse_filter("[class,eq,s],[n,<,10]")), "pub", 0.0)
+    router.handle(Subscribe("s", parse_filter("[class,eq,s]")), "sub", 0.0)
+    quiet = router.handle(Publish("1", parse_publication("[class,s],[n,1]"), ack=False), "pub", 0.0)
     assert [(hop, type(m).__name__) for hop, m in quiet] == [("sub", "Deliver")]
-    acked = router.handle(Publish("2", parse_publication("[class,s],[n,2]")), "pub")
+    acked = router.handle(Publish("2", parse_publication("[class,s],[n,2]")), "pub", 0.0)
     assert [(hop, type(m).__name__) for hop, m in acked] == [("pub", "Ack"), ("sub", "Deliver")]
-    refused = router.handle(Publish("3", parse_publication("[class,s],[n,20]"), ack=False), "pub")
+    refused = router.handle(Publish("3", parse_publication("[class,s],[n,20]"), ack=False), "pub", 0.0)
     assert [(hop, type(m).__name__) for hop, m in refused] == [("pub", "Refuse")]
 
 

@@ -14,15 +14,15 @@ from broker.client import Client, ConnectError, RefusedError
 from broker.language import Publication, parse_filter
 from broker.routing import Refuse, Subscribe
 from broker.transport.codec import Hello, decode, encode
-from broker.transport.server import Broker
+from broker.transport.server import RouterService
 from tests.transport.harness import run, until, uri
 
 ADV = "[class,eq,stock],[price,<,100]"
 
 
-async def line(count: int, **options: object) -> list[Broker]:
+async def line(count: int, **options: object) -> list[RouterService]:
     uris = [uri(f"B{i + 1}") for i in range(count)]
-    brokers = [Broker(u, uris[i - 1 : i] if i else [], **options) for i, u in enumerate(uris)]  # type: ignore[arg-type]
+    brokers = [RouterService(u, uris[i - 1 : i] if i else [], **options) for i, u in enumerate(uris)]  # type: ignore[arg-type]
     for b in brokers:
         await b.start()
     for i, b in enumerate(brokers):
@@ -31,7 +31,7 @@ async def line(count: int, **options: object) -> list[Broker]:
     return brokers
 
 
-async def stop(*brokers: Broker) -> None:
+async def stop(*brokers: RouterService) -> None:
     for b in brokers:
         await b.stop()
 
@@ -72,7 +72,7 @@ def test_neighbour_restart_restores_routing() -> None:
         s = await sub.subscribe(ADV)
         await b2.stop()
         await until(lambda: "B2" not in b1.links and "B2" not in b3.links, what="B2 gone")
-        b2 = Broker(b2.uri, [b1.uri], heartbeat=0.1, dead_after=0.5)
+        b2 = RouterService(b2.uri, [b1.uri], heartbeat=0.1, dead_after=0.5)
         await b2.start()  # b3 names b2 as neighbour and redials it; b2 dials b1
         await until(lambda: set(b2.links) == {"B1", "B3"}, what="B2 relinked")
         await until(lambda: b2.router.status()["subscriptions"] == 1, what="routing restored")
@@ -85,7 +85,7 @@ def test_neighbour_restart_restores_routing() -> None:
     run(scenario())
 
 
-async def raw(b: Broker) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def raw(b: RouterService) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection(b.uri.host, b.uri.port)
 
 
@@ -190,7 +190,7 @@ def test_handshake_rules() -> None:
 
 def test_silent_peer_is_dropped_by_heartbeat() -> None:
     async def scenario() -> None:
-        b = Broker(uri("B1"), heartbeat=0.05, dead_after=0.3)
+        b = RouterService(uri("B1"), heartbeat=0.05, dead_after=0.3)
         await b.start()
         _, writer = await raw(b)
         writer.write(encode(Hello("client", "mute")))  # never answers a ping
@@ -210,7 +210,7 @@ def test_a_client_that_only_receives_is_kept_alive() -> None:
     be pinged (and answer), or it looks silent and is dropped."""
 
     async def scenario() -> None:
-        b = Broker(uri("B1"), heartbeat=0.05, dead_after=0.3)
+        b = RouterService(uri("B1"), heartbeat=0.05, dead_after=0.3)
         await b.start()
         pub = await Client.connect(b.uri, "pub")
         reader = await Client.connect(b.uri, "reader")
@@ -230,7 +230,7 @@ def test_a_client_that_only_receives_is_kept_alive() -> None:
 
 def test_slow_consumer_is_disconnected_and_others_keep_going() -> None:
     async def scenario() -> None:
-        b = Broker(uri("B1"), queue_limit=4 << 20)
+        b = RouterService(uri("B1"), queue_limit=4 << 20)
         await b.start()
         pub = await Client.connect(b.uri, "pub")
         fast = await Client.connect(b.uri, "fast")

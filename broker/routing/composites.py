@@ -1,0 +1,286 @@
+"""Composite subscriptions at one broker: who asked for which, where each is detected, firing.
+
+A request for a composite (from a client, from a neighbour, or from a detection here that joins a
+part of it) shares an equal detection if there is one, so each is detected once and notified to
+everyone who asked. ``placement`` decides where: the whole detection goes on to the neighbour its
+sources all lie behind, or a ``Detector`` here joins it; its atoms are then subscribed through the
+routing tables under the hop ``DETECTOR``, and the parts it leaves to neighbours are requested
+from here like any other composite. A detection is placed again when an advertisement gives one
+of its atoms a first source, or when the neighbour that held it goes. The waiting state under a
+binding is dropped when a publication matches the detection's clear condition: one subscription
+per condition and broker, however many detections share it.
+
+Apart from the router because this is the one part of routing with state of its own beside the
+tables: the router hands it requests, notifications and the publications its atoms matched, and
+sends on what it returns.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from broker.language.errors import ParseError
+from broker.language.model import Atom, Composite, Filter, Publication, composite_variables
+from broker.language.values import Var
+from broker.routing.detection import Bindings, Detector
+from broker.routing.filter_index import FilterIndex
+from broker.routing.ids import DETECTOR, LocalId, PartId
+from broker.routing.messages import DEFAULT_TTL, CompositeSubscribe, Notify, Unsubscribe
+from broker.routing.placement import Placement, node_at, place
+from broker.routing.relations import overlaps
+from broker.routing.tables import Output, Tables
+
+__all__ = ["Composites", "Detection", "Requester"]
+
+Requester = tuple[str, str] | PartId  # (hop, ref) of a client or a neighbour, or a part of a detection here
+
+
+@dataclass(slots=True, eq=False)
+class Detection:
+    """A composite (or a part of one) that this broker detects or sends on, for all who asked."""
+
+    id: LocalId  # the id it travels under
+    composite: Composite
+    clear: Filter | None
+    ttl: int
+    requesters: set[Requester]
+    placement: Placement | None = None
+    detector: Detector | None = None
+    subscriptions: tuple[str, ...] = ()  # of its atoms detected here
+
+
+class Composites:
+    def __init__(
+        self, broker_id: str, tables: Tables, max_waiting: int = 10_000, max_age: float | None = None
+    ) -> None:
+        self.broker_id = broker_id
+        self.tables = tables
+        self.detections: dict[LocalId, Detection] = {}
+        self.shared: dict[tuple[str, str], Detection] = {}  # (composite, clear) texts -> detection
+        self.requests: dict[Requester, Detection] = {}  # what each requester asked for
+        self.parts: dict[str, tuple[Detection, int]] = {}  # subscription of an atom -> (detection, leaf)
+        self.clears: dict[str, tuple[str, set[Detection]]] = {}  # clear text -> (subscription, users)
+        self.clear_subscriptions: dict[str, Filter] = {}
+        self.pending: FilterIndex[PartId] = FilterIndex()  # atoms of detections placed before an
+        self.pending_atoms: dict[PartId, Filter] = {}  # advertisement of theirs (part i: atom i)
+        self.detector_limits = (max_waiting, max_age)
+        self._numbers = itertools.count(1)  # of this broker's LocalIds
+
+    def status(self) -> dict[str, Any]:
+        detectors = [d.detector for d in self.detections.values() if d.detector is not None]
+        return {
+            "composite_subscriptions": len(self.detections),
+            "composite_detected": len(detectors),
+            "composite_waiting": sum(d.waiting for d in detectors),
+            "composite_dropped": sum(d.dropped for d in detectors),
+        }
+
+    # requests -----------------------------------------------------------------------------------
+
+    def asked(self, requester: Requester) -> bool:
+        return requester in self.requests
+
+    def request(self, requester: Requester, composite: Composite, clear: Filter | None, ttl: int) -> Output:
+        """``requester`` asks for the firings of ``composite``: share an equal detection or start one."""
+        detection = self.shared.get(_key(composite, clear))
+        new = detection is None
+        if detection is None:
+            detection = Detection(LocalId(self.broker_id, next(self._numbers)), composite, clear, ttl, set())
+            self.detections[detection.id] = self.shared[_key(composite, clear)] = detection
+        detection.requesters.add(requester)
+        self.requests[requester] = detection
+        return self._place(detection) if new else []
+
+    def release(self, requester: Requester) -> Output:
+        """``requester`` no longer wants what it asked for; a detection nobody wants is taken down
+        everywhere."""
+        detection = self.requests.pop(requester)
+        detection.requesters.discard(requester)
+        if detection.requesters:
+            return []
+        del self.detections[detection.id], self.shared[_key(detection.composite, detection.clear)]
+        self._note_pending(detection, False)
+        return self._unplace(detection)
+
+    def advertised(self, advertisement: Filter) -> Output:
+        """Place again the detections that had no source for an atom this advertisement overlaps."""
+        waiting = {
+            part.detection
+            for part in self.pending.candidates(advertisement)
+            if overlaps(self.pending_atoms[part], advertisement)
+        }
+        out: Output = []
+        for detection_id in sorted(waiting):
+            detection = self.detections.get(detection_id)
+            if detection is not None and detection.placement is not None and detection.placement.pending:
+                out += self._place(detection)
+        return out
+
+    def link_down(self, hop: str) -> Output:
+        """A neighbour is gone: drop what it asked for, and place again what was sent to it."""
+        out: Output = []
+        for requester in [r for r in self.requests if not isinstance(r, PartId) and r[0] == hop]:
+            out += self.release(requester)
+        for detection in list(self.detections.values()):
+            placement = detection.placement
+            if self.detections.get(detection.id) is detection and placement and placement.forward == hop:
+                detection.placement = None  # the part there is gone with the link
+                out += self._place(detection)
+        return out
+
+    # placement ----------------------------------------------------------------------------------
+
+    def _note_pending(self, detection: Detection, pending: bool) -> None:
+        """Index the atoms of a detection that waits for an advertisement, so that one arriving
+        finds the detections it may move without testing them all."""
+        atoms = {PartId(detection.id, i): atom.filter for i, atom in enumerate(detection.composite.atoms())}
+        if pending == (next(iter(atoms)) in self.pending_atoms):
+            return
+        for part, atom in atoms.items():
+            if pending:
+                self.pending.add(part, atom)
+                self.pending_atoms[part] = atom
+            else:
+                self.pending.remove(part)
+                del self.pending_atoms[part]
+
+    def _place(self, detection: Detection) -> Output:
+        """(Re)decide where the detection happens, and set it up there."""
+        upstream = {r[0] for r in detection.requesters if not isinstance(r, PartId)} & self.tables.neighbors
+        placement = place(detection.composite, self.tables.whence, upstream)
+        self._note_pending(detection, placement.pending)
+        current = detection.placement
+        if current is not None and (current.forward, current.atoms, current.remote) == (
+            placement.forward,
+            placement.atoms,
+            placement.remote,
+        ):
+            detection.placement = placement
+            return []
+        out = self._unplace(detection)
+        detection.placement = placement
+        if placement.forward is not None:
+            message = CompositeSubscribe(
+                str(detection.id), detection.composite, detection.clear, max(detection.ttl - 1, 0)
+            )
+            return [*out, (placement.forward, message)]
+        max_waiting, max_age = self.detector_limits
+        detector = Detector(detection.composite, max_waiting, max_age, [path for path, _ in placement.remote])
+        detection.detector = detector
+        subscriptions: list[str] = []
+        for leaf, path in enumerate(detector.paths):
+            node = node_at(detection.composite, path)
+            part = PartId(detection.id, leaf)
+            if isinstance(node, Atom):
+                subscriptions.append(str(part))
+                self.parts[subscriptions[-1]] = (detection, leaf)
+                out += self.tables.subscribe(subscriptions[-1], node.filter, DETECTOR, detection.ttl)
+            else:
+                out += self.request(part, node, _clear_for(node, detection.clear), detection.ttl)
+        detection.subscriptions = tuple(subscriptions)
+        if detection.clear is not None and detector.holds_state:
+            out += self._watch_clear(detection, detection.clear)
+        return out
+
+    def _unplace(self, detection: Detection) -> Output:
+        placement, detection.placement = detection.placement, None
+        if placement is None:
+            return []
+        if placement.forward is not None:
+            return (
+                [(placement.forward, Unsubscribe(str(detection.id)))]
+                if placement.forward in self.tables.neighbors
+                else []
+            )
+        out = self._unwatch_clear(detection)
+        for subscription in detection.subscriptions:
+            del self.parts[subscription]
+            out += self.tables.withdraw(subscription)
+        assert detection.detector is not None
+        for leaf, path in enumerate(detection.detector.paths):
+            if path in dict(placement.remote):
+                out += self.release(PartId(detection.id, leaf))
+        detection.detector, detection.subscriptions = None, ()
+        return out
+
+    def _watch_clear(self, detection: Detection, clear: Filter) -> Output:
+        """One subscription per clear condition and broker, however many detections use it."""
+        key = str(clear)
+        if key in self.clears:
+            self.clears[key][1].add(detection)
+            return []
+        subscription = str(LocalId(self.broker_id, next(self._numbers)))
+        self.clears[key] = (subscription, {detection})
+        self.clear_subscriptions[subscription] = clear
+        return self.tables.subscribe(subscription, clear, DETECTOR, DEFAULT_TTL)
+
+    def _unwatch_clear(self, detection: Detection) -> Output:
+        if detection.clear is None or str(detection.clear) not in self.clears:
+            return []
+        subscription, users = self.clears[str(detection.clear)]
+        users.discard(detection)
+        if users:
+            return []
+        del self.clears[str(detection.clear)], self.clear_subscriptions[subscription]
+        return self.tables.withdraw(subscription)
+
+    # firing -------------------------------------------------------------------------------------
+
+    def detect(self, subscription: str, publication: Publication, now: float) -> Output:
+        """A publication matched the subscription of an atom or of a clear condition here."""
+        clear = self.clear_subscriptions.get(subscription)
+        if clear is not None:  # forget what waits under the bindings this publication ends
+            bindings = {
+                p.value.name: publication[p.attribute] for p in clear.predicates if isinstance(p.value, Var)
+            }
+            for user in self.clears[str(clear)][1]:
+                assert user.detector is not None
+                user.detector.clear(bindings)
+            return []
+        detection, leaf = self.parts[subscription]
+        assert detection.detector is not None
+        out: Output = []
+        for match in detection.detector.feed(leaf, publication, now):
+            out += self._fire(detection, match.publications, match.bindings, now)
+        return out
+
+    def notified(self, message: Notify, hop: str, now: float) -> Output | None:
+        """A neighbour detected a part sent to it; None if no such part is there any more."""
+        try:
+            detection = self.detections.get(LocalId.parse(message.subscription))
+        except ParseError:
+            return None
+        if detection is None or detection.placement is None or detection.placement.forward != hop:
+            return None
+        return self._fire(detection, message.publications, message.bindings, now)
+
+    def _fire(
+        self, detection: Detection, publications: tuple[Publication, ...], bindings: Bindings, now: float
+    ) -> Output:
+        """Tell everyone who asked: a detection here that joins this part is fed it, a client gets
+        a notification, a neighbour one with the bindings."""
+        out: Output = []
+        for part in sorted(r for r in detection.requesters if isinstance(r, PartId)):
+            parent = self.detections[part.detection]
+            assert parent.detector is not None
+            for match in parent.detector.feed_match(part.leaf, publications, bindings, now):
+                out += self._fire(parent, match.publications, match.bindings, now)
+        for hop, ref in sorted(r for r in detection.requesters if not isinstance(r, PartId)):
+            to_client = hop in self.tables.clients
+            out.append((hop, Notify(ref, publications) if to_client else Notify(ref, publications, bindings)))
+        return out
+
+
+def _key(composite: Composite, clear: Filter | None) -> tuple[str, str]:
+    """Equal requests share a detection: the texts of the composite and of its clear condition."""
+    return str(composite), "" if clear is None else str(clear)
+
+
+def _clear_for(part: Composite, clear: Filter | None) -> Filter | None:
+    """A part keeps the clear condition when it binds all its variables: a clear of a variable the
+    part does not bind would drop everything it holds."""
+    if clear is None or not set(clear.variables) <= set(composite_variables(part)):
+        return None
+    return clear

@@ -1,0 +1,95 @@
+"""The ids a broker makes, as small records: each shape is written here once.
+
+On the wire every id is text (the codec and INTERFACE.md do not change). A broker treats the ids
+that others made as opaque text, which it only compares: a neighbour's subscription, a client's
+ref, a publication that arrives from elsewhere. The ids it makes itself it keeps as records and
+prints when they go into a message, so nothing in the router splits a string to learn what it
+names; the one it must recognise when it comes back (a neighbour notifies one of its detections)
+is parsed once, where the message arrives. Hops are the adapter's text, but for one: ``DETECTOR``,
+the broker itself as the subscriber of its detections' atoms.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final
+
+from broker.language.errors import ParseError
+
+__all__ = ["DETECTOR", "Hop", "Local", "LocalId", "OverlayId", "PartId", "PublicationId"]
+
+
+class Local(Enum):
+    """The hop of what a broker asks of itself: the atoms and clear conditions of its own
+    detections, whose matches feed a detector instead of leaving the broker. A hop the adapter
+    names is always text, so this one cannot be mistaken for a neighbour or a client."""
+
+    DETECTOR = "detector"
+
+
+DETECTOR: Final = Local.DETECTOR
+Hop = str | Local
+
+
+@dataclass(frozen=True, slots=True)
+class OverlayId:
+    """A client's ref made overlay-wide by its edge broker, so that two clients never collide."""
+
+    broker: str
+    client: str
+    ref: str
+
+    def __str__(self) -> str:
+        return f"{self.broker}/{self.client}/{self.ref}"
+
+
+@dataclass(frozen=True, slots=True)
+class PublicationId:
+    """A publication's overlay-wide id. ``session`` is when its client connected (ms, hex): a
+    client that reconnects under the same name counts its refs from 1 again, and the historians
+    and the history/live seam tell publications apart by id."""
+
+    broker: str
+    client: str
+    ref: str
+    session: str
+
+    def __str__(self) -> str:
+        return f"{self.broker}/{self.client}/{self.ref}@{self.session}"
+
+
+_LOCAL_ID = re.compile(r"(.+)~([1-9][0-9]*)")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LocalId:
+    """What a broker names for itself: a composite detection (the id it travels under to the
+    neighbour that detects it) or the subscription of a clear condition. Ordered as made."""
+
+    broker: str
+    number: int
+
+    def __str__(self) -> str:
+        return f"{self.broker}~{self.number}"
+
+    @classmethod
+    def parse(cls, text: str) -> LocalId:
+        """The id in ``<broker>~<n>``; ParseError for any other text."""
+        found = _LOCAL_ID.fullmatch(text)
+        if found is None:
+            raise ParseError("expected <broker>~<number>", 1, text)
+        return cls(found[1], int(found[2]))
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PartId:
+    """Part ``leaf`` of a detection of this broker: the subscription of one of its atoms, or the
+    remote part it joins (see ``detection`` for how leaves are numbered)."""
+
+    detection: LocalId
+    leaf: int
+
+    def __str__(self) -> str:
+        return f"{self.detection}#{self.leaf}"

@@ -1,0 +1,196 @@
+"""The routing tables of one broker (PADRES): advertisements (SRT), subscriptions (PRT), its links.
+
+Advertisements are flooded to every neighbour; a subscription goes only towards the last hops of
+advertisements it overlaps, once per link, and is held until such an advertisement arrives;
+withdrawals retrace the same paths, and covering (``forwarding``) holds back what a sent entry
+already covers. A link that comes up is sent everything it needs, which is how a restarted
+neighbour gets its routing state back; one that goes down takes everything learned through it.
+
+The tables know hops, entry ids and filters, nothing more: the router makes the ids and answers
+clients, and the composite detections (``composites``) subscribe here like anyone else, under
+the hop ``DETECTOR``. Kept apart so that each of the three reads on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from broker.language.model import Filter, Publication
+from broker.matching.matcher import CountingMatcher
+from broker.routing.filter_index import FilterIndex
+from broker.routing.forwarding import Action, Forwarding
+from broker.routing.ids import DETECTOR, Hop
+from broker.routing.messages import Advertise, Message, Subscribe, Unadvertise, Unsubscribe
+from broker.routing.placement import HERE, NOWHERE, Source
+from broker.routing.relations import advertisement_covers, fits, overlaps, subscription_covers
+
+__all__ = ["Output", "Tables"]
+
+Output = list[tuple[str, Message]]  # what to send where, in order
+H = TypeVar("H", bound=Hop)
+
+
+@dataclass(slots=True)
+class Entry(Generic[H]):
+    filter: Filter
+    hop: H  # where it came from
+    ttl: int
+
+
+class Tables:
+    def __init__(self, covering: str = "off", advertisement_covering: bool = False) -> None:
+        self.neighbors: set[str] = set()
+        self.clients: set[str] = set()
+        self.srt: dict[str, Entry[str]] = {}
+        self.prt: dict[str, Entry[Hop]] = {}
+        self.matcher = CountingMatcher()
+        self.srt_index: FilterIndex[str] = FilterIndex()  # advertisements a subscription may overlap
+        self.prt_index: FilterIndex[str] = FilterIndex()  # subscriptions an advertisement may overlap
+        self.client_adverts: dict[str, FilterIndex[str]] = {}  # client hop -> its advertisements
+        self.subscriptions = Forwarding(covering, subscription_covers)
+        self.advertisements = Forwarding("lazy" if advertisement_covering else "off", advertisement_covers)
+
+    # links --------------------------------------------------------------------------------------
+
+    def add_client(self, hop: str) -> None:
+        self.clients.add(hop)
+        self.client_adverts[hop] = FilterIndex()
+
+    def remove_client(self, hop: str) -> None:
+        """After its entries are withdrawn."""
+        self.clients.discard(hop)
+        del self.client_adverts[hop]
+
+    def add_neighbor(self, hop: str) -> Output:
+        """A neighbour is linked: send it every advertisement, and every subscription it should have."""
+        self.neighbors.add(hop)
+        out: Output = []
+        for adv_id, entry in self.srt.items():
+            if entry.hop != hop:
+                out += self._apply(hop, self.advertisements.want(hop, adv_id, entry.filter), True)
+        for sub_id, sub in self.prt.items():
+            if sub.hop != hop and self._routes_to(sub.filter, hop):
+                out += self._apply(hop, self.subscriptions.want(hop, sub_id, sub.filter), False)
+        return out
+
+    def remove_neighbor(self, hop: str) -> Output:
+        """A neighbour's link is gone, and with it everything learned through it."""
+        self.neighbors.discard(hop)
+        self.subscriptions.forget(hop)
+        self.advertisements.forget(hop)
+        learned = [i for i, e in self.srt.items() if e.hop == hop]
+        learned += [i for i, e in self.prt.items() if e.hop == hop]
+        out: Output = []
+        for entry_id in learned:
+            out += self.withdraw(entry_id)
+        return out
+
+    # entries ------------------------------------------------------------------------------------
+
+    def knows(self, entry_id: str) -> bool:
+        return entry_id in self.srt or entry_id in self.prt
+
+    def advertise(self, adv_id: str, advertisement: Filter, hop: str, ttl: int) -> Output:
+        self.srt[adv_id] = Entry(advertisement, hop, ttl)
+        self.srt_index.add(adv_id, advertisement)
+        if hop in self.clients:
+            self.client_adverts[hop].add(adv_id, advertisement)
+        out: Output = []
+        for neighbor in sorted(self.neighbors - {hop}):
+            out += self._apply(neighbor, self.advertisements.want(neighbor, adv_id, advertisement), True)
+        if hop in self.neighbors:  # subscriptions waiting for this direction can now go there
+            for sub_id in sorted(self.prt_index.candidates(advertisement)):
+                entry = self.prt[sub_id]
+                if entry.hop != hop and overlaps(entry.filter, advertisement):
+                    out += self._apply(hop, self.subscriptions.want(hop, sub_id, entry.filter), False)
+        return out
+
+    def subscribe(self, sub_id: str, subscription: Filter, hop: Hop, ttl: int) -> Output:
+        self.prt[sub_id] = Entry(subscription, hop, ttl)
+        self.prt_index.add(sub_id, subscription)
+        self.matcher.add(sub_id, subscription)
+        out: Output = []
+        for neighbor in sorted(self.neighbors):
+            if neighbor != hop and self._routes_to(subscription, neighbor):
+                out += self._apply(neighbor, self.subscriptions.want(neighbor, sub_id, subscription), False)
+        return out
+
+    def withdraw(self, entry_id: str) -> Output:
+        out: Output = []
+        if entry_id in self.srt:
+            entry = self.srt.pop(entry_id)
+            self.srt_index.remove(entry_id)
+            if entry.hop in self.clients:
+                self.client_adverts[entry.hop].remove(entry_id)
+            for neighbor in sorted(self.neighbors):
+                out += self._apply(neighbor, self.advertisements.unwant(neighbor, entry_id), True)
+            if entry.hop in self.neighbors:  # subscriptions that only this advertisement drew that way
+                drawn = [
+                    sub_id
+                    for sub_id in sorted(self.prt_index.candidates(entry.filter))
+                    if self.subscriptions.wants(entry.hop, sub_id)
+                    and overlaps(self.prt[sub_id].filter, entry.filter)
+                ]
+                for sub_id in drawn:
+                    if not self._routes_to(self.prt[sub_id].filter, entry.hop):
+                        out += self._apply(entry.hop, self.subscriptions.unwant(entry.hop, sub_id), False)
+        elif entry_id in self.prt:
+            self.prt.pop(entry_id)
+            self.prt_index.remove(entry_id)
+            self.matcher.remove(entry_id)
+            for neighbor in sorted(self.neighbors):
+                out += self._apply(neighbor, self.subscriptions.unwant(neighbor, entry_id), False)
+        return out
+
+    # questions ----------------------------------------------------------------------------------
+
+    def conforms(self, client: str, publication: Publication) -> bool:
+        """Does the publication fit an advertisement of the client that publishes it?"""
+        possible = self.client_adverts[client].lookup(publication.cls, publication.fields)
+        return any(fits(publication, self.srt[i].filter) for i in possible)
+
+    def matching(self, publication: Publication, now: float) -> tuple[list[str], dict[str, list[str]]]:
+        """The subscriptions a publication matches: those of this broker's detectors, sorted, and
+        the others by the hop they came from."""
+        local: list[str] = []
+        by_hop: dict[str, list[str]] = {}
+        for sub_id in self.matcher.match(publication, now):
+            assert isinstance(sub_id, str)
+            hop = self.prt[sub_id].hop
+            if hop is DETECTOR:
+                local.append(sub_id)
+            else:
+                by_hop.setdefault(hop, []).append(sub_id)
+        return sorted(local), by_hop
+
+    def whence(self, atom: Filter) -> str | Source:
+        """Where publications matching an atom come from (see ``placement``)."""
+        hops = {
+            self.srt[i].hop for i in self.srt_index.candidates(atom) if overlaps(atom, self.srt[i].filter)
+        }
+        if not hops:
+            return NOWHERE
+        if len(hops) == 1 and (hop := hops.pop()) in self.neighbors:
+            return hop
+        return HERE  # local clients, or more than one direction
+
+    def _routes_to(self, subscription: Filter, neighbor: str) -> bool:
+        """Is there an advertisement learned from ``neighbor`` that the subscription overlaps?"""
+        return any(
+            self.srt[i].hop == neighbor and overlaps(subscription, self.srt[i].filter)
+            for i in self.srt_index.candidates(subscription)
+        )
+
+    def _apply(self, hop: str, actions: list[Action], advertisement: bool) -> Output:
+        out: Output = []
+        for kind, entry_id, value in actions:
+            if kind == "send":
+                ttl = (self.srt[entry_id] if advertisement else self.prt[entry_id]).ttl
+                message: Message = (Advertise if advertisement else Subscribe)(
+                    entry_id, value, max(ttl - 1, 0)
+                )
+            else:
+                message = (Unadvertise if advertisement else Unsubscribe)(entry_id)
+            out.append((hop, message))
+        return out

@@ -1,0 +1,37 @@
+"""The ids a broker makes: their wire text, and the one that is read back (``LocalId``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.language import ParseError
+from broker.routing.ids import LocalId, OverlayId, PartId, PublicationId
+
+PRINTED = [
+    (OverlayId("B1", "agent-1", "7"), "B1/agent-1/7"),
+    (PublicationId("B1", "agent-1", "7", "18f3a"), "B1/agent-1/7@18f3a"),
+    (LocalId("B2", 12), "B2~12"),
+    (PartId(LocalId("B2", 12), 3), "B2~12#3"),
+]
+
+
+@pytest.mark.parametrize(("record", "text"), PRINTED)
+def test_an_id_prints_as_its_wire_text(record: object, text: str) -> None:
+    assert str(record) == text
+
+
+@pytest.mark.parametrize("text", ["B1~1", "B2~12", "a.b:c-d~987654321"])
+def test_a_local_id_reads_back_what_it_printed(text: str) -> None:
+    assert str(LocalId.parse(text)) == text
+
+
+@pytest.mark.parametrize("text", ["", "B1", "B1~", "~3", "B1~0", "B1~07", "B1~-2", "B1~1#0", "B1/c/1"])
+def test_other_text_is_not_a_local_id(text: str) -> None:
+    with pytest.raises(ParseError):
+        LocalId.parse(text)
+
+
+def test_local_ids_are_ordered_as_made() -> None:
+    made = [LocalId("B1", n) for n in (1, 2, 10)]
+    assert sorted(reversed(made)) == made
+    assert PartId(made[1], 0) < PartId(made[2], 0)
