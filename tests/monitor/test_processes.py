@@ -16,7 +16,7 @@ from apscheduler.triggers.cron import CronTrigger
 from broker.client import BlockingClient
 from broker.transport.uri import BrokerURI
 from tests.processes import WFM, brokers, quiet, status, wait_for
-from wfm.run_cli import _fire
+from wfm.cli.run import _fire
 from wfm.timetable import Calendar, Entry
 from wfm.triggers import TriggerPublisher
 from wfm.workflow.shapes import JOBSTATUS

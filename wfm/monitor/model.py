@@ -17,7 +17,7 @@ from broker.language import Value
 from wfm.workflow import APPL_END, skipped_jobs
 from wfm.workflow.shapes import FAILURE, JOBSTATUS, TRIGGER, trigger_date
 
-__all__ = ["SKIPPED", "Generation", "JobState", "Model", "StatusEvent"]
+__all__ = ["SKIPPED", "Generation", "JobState", "Monitor", "StatusEvent"]
 
 SKIPPED = "SKIPPED"
 _CORE = ("class", "applname", "jobname", "GID", "status", "detail")  # the rest are extras
@@ -72,7 +72,7 @@ class StatusEvent:
         }
 
 
-class Model:
+class Monitor:
     """Generations in the order first seen. ``watched`` gids (or, if none, the first generation
     seen) decide when a monitor without ``--watch`` is done, and its exit status."""
 

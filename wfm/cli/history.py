@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,30 +14,32 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from broker.language import ParseError, TimeRef, parse_composite, parse_filter
+from broker.language import Atom, Filter, ParseError, TimeRef, parse_composite, parse_filter
 from broker.transport.uri import BrokerURI
-from wfm.historian_cli import overlay_composite_history, overlay_history
-from wfm.history.asker import HistoryError, Result, absolute
-from wfm.history.groups import joinable_atoms, plain_filter
+from wfm.cli.options import URI, output_option
+from wfm.cli.serving import on_signals
+from wfm.history.asker import HistoryError, Result
+from wfm.history.groups import joinable_atoms
 from wfm.history.html import render_html
 from wfm.history.joins import query_composite
 from wfm.history.landing import StoredPublication
+from wfm.history.overlay import ask_composite, ask_filter, connection
+from wfm.history.queries import composite_windows, open_store, window
 from wfm.history.report import HEADERS, job_report
-from wfm.history.spark import MASTER_ENV, resolve_master, spark_session
-from wfm.history.spark_filter import time_bounds
-from wfm.history.store import HistoryStore, StoreError, require_store
-from wfm.overlay_cli import URI
+from wfm.history.spark import MASTER_ENV
+from wfm.history.store import HistoryStore, StoreError
 
-output_option = click.option(
-    "-o", "--output", type=click.Choice(["text", "json"]), default="text", help="Output format."
-)
+Stored = Result | StoredPublication
+
 store_option = click.option(
     "--store", type=click.Path(file_okay=False, path_type=Path), help="History store directory."
 )
 master_option = click.option(
-    "--spark-master", envvar=MASTER_ENV, default=None,
+    "--spark-master",
+    envvar=MASTER_ENV,
+    default=None,
     help="Spark master: local[*] (default), spark://HOST:PORT, yarn or sc://HOST:PORT (Spark Connect).",
-)  # fmt: skip
+)
 
 
 class TimeType(click.ParamType):
@@ -61,15 +63,9 @@ def _open_store(store: Path | None, master: str | None) -> HistoryStore:
     if store is None:
         raise click.ClickException("give --store DIR")
     try:
-        require_store(store)
+        return open_store(store, master)
     except StoreError as error:
         raise click.ClickException(str(error)) from None
-    try:
-        spark = spark_session(master)
-    except Exception as error:  # Spark's many start-up errors (bad master, no Java, no connect libs)
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise click.ClickException(f"cannot start Spark ({resolve_master(master)}): {reason}") from None
-    return HistoryStore(store, spark)
 
 
 @click.command()
@@ -98,8 +94,16 @@ def _open_store(store: Path | None, master: str | None) -> HistoryStore:
 )
 @master_option
 @output_option
-def history(subscription: str, broker_uri: BrokerURI | None, store: Path | None, since: float | None,
-            until: float | None, timeout: float, spark_master: str | None, output: str) -> None:  # fmt: skip
+def history(
+    subscription: str,
+    broker_uri: BrokerURI | None,
+    store: Path | None,
+    since: float | None,
+    until: float | None,
+    timeout: float,
+    spark_master: str | None,
+    output: str,
+) -> None:
     """Stored publications matching FILTER, in time order, from the historians (--broker) or
     straight from a store (--store, Spark).
 
@@ -127,25 +131,31 @@ def history(subscription: str, broker_uri: BrokerURI | None, store: Path | None,
         wanted = parse_filter(subscription)
     except ParseError as error:
         raise click.ClickException(f"invalid filter: {error}") from None
-
-    def emit(name: str, stored: Result | StoredPublication) -> None:
-        if output == "json":
-            record = {"subscription": name, **_delivered(stored)}
-            click.echo(json.dumps(record, ensure_ascii=False))
-        else:
-            click.echo(_line(stored))
-
     if store is not None or broker_uri is None:
         for stored in _open_store(store, spark_master).query(wanted, since, until):
-            emit("history", stored)
+            _show("history", stored, output)
         return
-    now = time.time()
-    window = absolute(wanted, now)
-    low, high = time_bounds(window, now, since, until)
     try:
-        asyncio.run(overlay_history(broker_uri, window, low, high, timeout, emit, now))
+        asyncio.run(_from_overlay(broker_uri, wanted, since, until, timeout, output))
     except HistoryError as error:
         raise click.ClickException(str(error)) from None
+
+
+async def _from_overlay(
+    uri: BrokerURI, wanted: Filter, since: float | None, until: float | None, timeout: float, output: str
+) -> None:
+    """The historians' answer, then live publications until the window ends or SIGINT/SIGTERM."""
+    now = time.time()
+    asked_for = window(wanted, now, since, until)
+    async with connection(uri) as client:
+        asked = await ask_filter(client, asked_for, now, timeout)
+        _warn(asked.warnings())
+        for result in asked.history():
+            _show(asked.id, result, output)
+        stop = asyncio.Event()
+        on_signals(stop.set)
+        async for result in asked.follow(stop):
+            _show(asked.id, result, output)
 
 
 @click.command()
@@ -173,23 +183,12 @@ def _composite_history(
         atoms = joinable_atoms(composite)
     except (ParseError, ValueError) as error:
         raise click.ClickException(f"invalid composite: {error}") from None
-    groups: Iterable[tuple[Result | StoredPublication, ...]]
+    groups: Iterable[tuple[Stored, ...]]
     if store is not None or broker_uri is None:
         groups = query_composite(_open_store(store, spark_master), composite, since, until)
     else:
-        now = time.time()
-        windows = []
-        for atom in atoms:
-            window = absolute(plain_filter(atom), now)
-            low, high = time_bounds(window, now, since, until)
-            if high is not None and high > now:
-                raise click.ClickException(
-                    "a composite historic query covers the past only: it cannot end later than now"
-                )
-            # every atom up to the same instant, though historians answer them at different times
-            windows.append((window, low, now if high is None else high))
         try:
-            groups = asyncio.run(overlay_composite_history(broker_uri, atoms, windows, timeout))
+            groups = asyncio.run(_composite_from_overlay(broker_uri, atoms, since, until, timeout))
         except HistoryError as error:
             raise click.ClickException(str(error)) from None
     for group in groups:
@@ -200,7 +199,29 @@ def _composite_history(
             click.echo("  &  ".join(map(_line, group)))
 
 
-def _delivered(stored: Result | StoredPublication) -> dict[str, object]:
+async def _composite_from_overlay(
+    uri: BrokerURI, atoms: Sequence[Atom], since: float | None, until: float | None, timeout: float
+) -> list[tuple[Result, ...]]:
+    windows = composite_windows(atoms, time.time(), since, until)
+    async with connection(uri) as client:
+        groups, warnings = await ask_composite(client, atoms, windows, timeout)
+    _warn(warnings)
+    return groups
+
+
+def _warn(warnings: Iterable[str]) -> None:
+    for warning in warnings:
+        click.echo(f"wfm: warning: {warning}", err=True)
+
+
+def _show(subscription: str, stored: Stored, output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps({"subscription": subscription, **_delivered(stored)}, ensure_ascii=False))
+    else:
+        click.echo(_line(stored))
+
+
+def _delivered(stored: Stored) -> dict[str, object]:
     """A stored publication as ``-o json`` shows a delivery (INTERFACE.md), with its broker time."""
     return {
         "publication": str(stored.publication),
@@ -209,7 +230,7 @@ def _delivered(stored: Result | StoredPublication) -> dict[str, object]:
     }
 
 
-def _line(stored: Result | StoredPublication) -> str:
+def _line(stored: Stored) -> str:
     return f"{datetime.fromtimestamp(stored.time, UTC).isoformat()} {stored.publication}"
 
 
@@ -218,12 +239,23 @@ def _line(stored: Result | StoredPublication) -> str:
 @store_option
 @click.option("--since", type=TIME, help="Only runs from this time on.")
 @click.option("--by", type=click.Choice(["day", "week"]), default="day", show_default=True)
-@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write a page with a chart of duration per job over time.")  # fmt: skip
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write a page with a chart of duration per job over time.",
+)
 @master_option
 @output_option
-def report(workflow: str | None, store: Path | None, since: float | None, by: str, html_file: Path | None,
-           spark_master: str | None, output: str) -> None:  # fmt: skip
+def report(
+    workflow: str | None,
+    store: Path | None,
+    since: float | None,
+    by: str,
+    html_file: Path | None,
+    spark_master: str | None,
+    output: str,
+) -> None:
     """Per job and day (or week): runs, failures, NORUNs, mean and p95 duration, slowest generations."""
     rows = job_report(_open_store(store, spark_master), workflow, since, by)
     if html_file is not None:
