@@ -13,8 +13,15 @@ def trig(gid: str, day: str = "2026.11.23", workflow: str = "PAYROLL") -> dict[s
 
 
 def status(gid: str, job: str, state: str, detail: str = "", **extras: Value) -> dict[str, Value]:
-    return {"class": "JOBSTATUS", "applname": "PAYROLL", "jobname": job, "GID": gid, "status": state,
-            "detail": detail, **extras}  # fmt: skip
+    return {
+        "class": "JOBSTATUS",
+        "applname": "PAYROLL",
+        "jobname": job,
+        "GID": gid,
+        "status": state,
+        "detail": detail,
+        **extras,
+    }
 
 
 def test_a_generation_from_trigger_to_success() -> None:
@@ -24,9 +31,15 @@ def test_a_generation_from_trigger_to_success() -> None:
         status("g1", "JobA", "SUCCESS", "exit 0", agentname="agentA", started=1.0e9, duration=2.5)
     )
     assert event is not None and event.record() == {
-        "workflow": "PAYROLL", "gid": "g1", "job": "JobA", "status": "SUCCESS", "detail": "exit 0",
-        "agentname": "agentA", "started": 1.0e9, "duration": 2.5,
-    }  # fmt: skip
+        "workflow": "PAYROLL",
+        "gid": "g1",
+        "job": "JobA",
+        "status": "SUCCESS",
+        "detail": "exit 0",
+        "agentname": "agentA",
+        "started": 1.0e9,
+        "duration": 2.5,
+    }
     generation = model.generations[("PAYROLL", "g1")]
     assert generation.date == "2026-11-23" and not model.done
     assert generation.jobs["JobA"].duration == 2.5
@@ -73,8 +86,10 @@ def test_appl_end_names_skipped_jobs() -> None:
     model.receive(status("g1", "APPL_END", "FAILURE", "failed: JobA; skipped: JobB, JobD"))
     jobs = model.generations[("PAYROLL", "g1")].jobs
     assert {job: state.status for job, state in jobs.items()} == {
-        "JobA": "FAILURE", "JobB": SKIPPED, "JobD": SKIPPED,
-    }  # fmt: skip
+        "JobA": "FAILURE",
+        "JobB": SKIPPED,
+        "JobD": SKIPPED,
+    }
     model.receive(status("g1", "JobB", "NORUN"))  # a late status beats "skipped"
     assert jobs["JobB"].status == "NORUN"
 
