@@ -5,18 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from broker.language import Atom, Filter, ParseError, TimeRef, parse_composite, parse_filter
+from broker.language import Atom, Composite, Filter, ParseError, TimeRef, parse_composite, parse_filter
 from broker.transport.uri import BrokerURI
-from wfm.cli.options import URI, output_option
+from wfm.cli.options import broker_uri_option, output_option
 from wfm.cli.serving import on_signals
 from wfm.history.asker import HistoryError, Result
 from wfm.history.groups import joinable_atoms
@@ -30,6 +30,7 @@ from wfm.history.spark import MASTER_ENV
 from wfm.history.store import HistoryStore, StoreError
 
 Stored = Result | StoredPublication
+T = TypeVar("T")
 
 store_option = click.option(
     "--store", type=click.Path(file_okay=False, path_type=Path), help="History store directory."
@@ -70,13 +71,7 @@ def _open_store(store: Path | None, master: str | None) -> HistoryStore:
 
 @click.command()
 @click.argument("subscription", metavar="FILTER")
-@click.option(
-    "--broker",
-    "broker_uri",
-    type=URI,
-    envvar="WFM_BROKER",
-    help="Ask the historians through the overlay, socket://HOST:PORT/ID (default: $WFM_BROKER).",
-)
+@broker_uri_option("Ask the historians through the overlay")
 @store_option
 @click.option("--since", type=TIME, help="From this time on (inclusive).")
 @click.option(
@@ -125,7 +120,14 @@ def history(
     if store is None and broker_uri is None:
         raise click.ClickException("give --broker URI or --store DIR")
     if subscription.lstrip().startswith("{"):
-        _composite_history(subscription, store, broker_uri, since, until, timeout, spark_master, output)
+        composite, atoms = _composite(subscription)
+        groups: Iterable[tuple[Stored, ...]]
+        if store is not None or broker_uri is None:
+            groups = query_composite(_open_store(store, spark_master), composite, since, until)
+        else:
+            groups = _asking(_composite_from_overlay(broker_uri, atoms, since, until, timeout))
+        for group in groups:
+            _show_group(group, output)
         return
     try:
         wanted = parse_filter(subscription)
@@ -135,8 +137,22 @@ def history(
         for stored in _open_store(store, spark_master).query(wanted, since, until):
             _show("history", stored, output)
         return
+    _asking(_from_overlay(broker_uri, wanted, since, until, timeout, output))
+
+
+def _composite(text: str) -> tuple[Composite, list[Atom]]:
+    """The composite and its atoms; one line if it is not an & of atoms."""
     try:
-        asyncio.run(_from_overlay(broker_uri, wanted, since, until, timeout, output))
+        composite = parse_composite(text)
+        return composite, joinable_atoms(composite)
+    except (ParseError, ValueError) as error:
+        raise click.ClickException(f"invalid composite: {error}") from None
+
+
+def _asking(query: Coroutine[Any, Any, T]) -> T:
+    """A query through the overlay, run to its end; its HistoryError is the command's error."""
+    try:
+        return asyncio.run(query)
     except HistoryError as error:
         raise click.ClickException(str(error)) from None
 
@@ -158,47 +174,6 @@ async def _from_overlay(
             _show(asked.id, result, output)
 
 
-@click.command()
-@store_option
-@master_option
-def compact(store: Path | None, spark_master: str | None) -> None:
-    """Move the sealed landing segments of a store into its Parquet table."""
-    count = _open_store(store, spark_master).compact()
-    click.echo(f"compacted {count} segment{'s' * (count != 1)}", err=True)
-
-
-def _composite_history(
-    text: str,
-    store: Path | None,
-    broker_uri: BrokerURI | None,
-    since: float | None,
-    until: float | None,
-    timeout: float,
-    spark_master: str | None,
-    output: str,
-) -> None:
-    """Each group of stored publications that completes the composite, one per line."""
-    try:
-        composite = parse_composite(text)
-        atoms = joinable_atoms(composite)
-    except (ParseError, ValueError) as error:
-        raise click.ClickException(f"invalid composite: {error}") from None
-    groups: Iterable[tuple[Stored, ...]]
-    if store is not None or broker_uri is None:
-        groups = query_composite(_open_store(store, spark_master), composite, since, until)
-    else:
-        try:
-            groups = asyncio.run(_composite_from_overlay(broker_uri, atoms, since, until, timeout))
-        except HistoryError as error:
-            raise click.ClickException(str(error)) from None
-    for group in groups:
-        if output == "json":
-            record = {"subscription": "history", "publications": [_delivered(s) for s in group]}
-            click.echo(json.dumps(record, ensure_ascii=False))
-        else:
-            click.echo("  &  ".join(map(_line, group)))
-
-
 async def _composite_from_overlay(
     uri: BrokerURI, atoms: Sequence[Atom], since: float | None, until: float | None, timeout: float
 ) -> list[tuple[Result, ...]]:
@@ -212,6 +187,14 @@ async def _composite_from_overlay(
 def _warn(warnings: Iterable[str]) -> None:
     for warning in warnings:
         click.echo(f"wfm: warning: {warning}", err=True)
+
+
+def _show_group(group: tuple[Stored, ...], output: str) -> None:
+    if output == "json":
+        record = {"subscription": "history", "publications": [_delivered(s) for s in group]}
+        click.echo(json.dumps(record, ensure_ascii=False))
+    else:
+        click.echo("  &  ".join(map(_line, group)))
 
 
 def _show(subscription: str, stored: Stored, output: str) -> None:
@@ -232,6 +215,15 @@ def _delivered(stored: Stored) -> dict[str, object]:
 
 def _line(stored: Stored) -> str:
     return f"{datetime.fromtimestamp(stored.time, UTC).isoformat()} {stored.publication}"
+
+
+@click.command()
+@store_option
+@master_option
+def compact(store: Path | None, spark_master: str | None) -> None:
+    """Move the sealed landing segments of a store into its Parquet table."""
+    count = _open_store(store, spark_master).compact()
+    click.echo(f"compacted {count} segment{'s' * (count != 1)}", err=True)
 
 
 @click.command()

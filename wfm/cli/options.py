@@ -9,10 +9,12 @@ import click
 
 from broker.transport.uri import BrokerURI
 
-__all__ = ["URI", "URIType", "broker_option", "checked", "output_option"]
+__all__ = ["URI", "URIType", "broker_option", "broker_uri_option", "checked", "output_option"]
 
 
 class URIType(click.ParamType):
+    """socket://HOST:PORT/ID as a BrokerURI; a malformed one is a usage error naming the option."""
+
     name = "URI"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> BrokerURI:
@@ -25,14 +27,23 @@ class URIType(click.ParamType):
 
 
 URI = URIType()
-broker_option = click.option(
-    "--broker",
-    "broker_uri",
-    type=URI,
-    envvar="WFM_BROKER",
-    required=True,
-    help="Broker to connect to, socket://HOST:PORT/ID (default: $WFM_BROKER).",
-)
+
+
+def broker_uri_option(
+    what: str, required: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--broker URI`` (or ``$WFM_BROKER``) as the ``broker_uri`` parameter; ``what`` starts its help."""
+    return click.option(
+        "--broker",
+        "broker_uri",
+        type=URI,
+        envvar="WFM_BROKER",
+        required=required,
+        help=f"{what}, socket://HOST:PORT/ID (default: $WFM_BROKER).",
+    )
+
+
+broker_option = broker_uri_option("Broker to connect to", required=True)
 output_option = click.option(
     "-o", "--output", type=click.Choice(["text", "json"]), default="text", help="Output format."
 )

@@ -17,7 +17,7 @@ from tzlocal import get_localzone
 
 from broker.client import ConnectError
 from broker.transport.uri import BrokerURI
-from wfm.cli.options import URI, broker_option, checked, output_option
+from wfm.cli.options import broker_option, broker_uri_option, checked, output_option
 from wfm.cli.workflow import load_workflow
 from wfm.monitor import TIMED_OUT, MonitorService, StatusEvent, render
 from wfm.scheduler import fire, run_schedule
@@ -54,13 +54,7 @@ def trigger(workflow: str, gid: str | None, day: date | None, broker_uri: Broker
 @click.option(
     "--days", type=click.IntRange(1, 3660), default=7, show_default=True, help="Days --dry-run looks ahead."
 )
-@click.option(
-    "--broker",
-    "broker_uri",
-    type=URI,
-    envvar="WFM_BROKER",
-    help="Broker to publish through, socket://HOST:PORT/ID (default: $WFM_BROKER).",
-)
+@broker_uri_option("Broker to publish through")
 def schedule(config: Path, dry_run: bool, days: int, broker_uri: BrokerURI | None) -> None:
     """Trigger workflows by cron expression and business calendar until SIGINT/SIGTERM.
 

@@ -13,7 +13,7 @@ from broker.client import ConnectError, RefusedError
 from broker.language import Publication
 from broker.transport.link import LinkClosed
 from broker.transport.uri import BrokerURI
-from wfm.cli.options import URI, output_option
+from wfm.cli.options import broker_uri_option, output_option
 from wfm.deploy import deploy as deploy_plan
 from wfm.deploy import ordered_batches, undeploy_publications
 from wfm.workflow import DefinitionError, Plan, Problem, Workflow, load, translate
@@ -43,13 +43,7 @@ def validate(file: Path) -> None:
 
 @click.command()
 @workflow_file
-@click.option(
-    "--broker",
-    "broker_uri",
-    type=URI,
-    envvar="WFM_BROKER",
-    help="Broker to deploy through, socket://HOST:PORT/ID (default: $WFM_BROKER).",
-)
+@broker_uri_option("Broker to deploy through")
 @click.option("--dry-run", is_flag=True, help="Print the plan and send nothing.")
 @output_option
 @timeout_option
@@ -66,13 +60,7 @@ def deploy(file: Path, broker_uri: BrokerURI | None, dry_run: bool, output: str,
 
 @click.command()
 @workflow_file
-@click.option(
-    "--broker",
-    "broker_uri",
-    type=URI,
-    envvar="WFM_BROKER",
-    help="Broker to send through, socket://HOST:PORT/ID (default: $WFM_BROKER).",
-)
+@broker_uri_option("Broker to send through")
 @timeout_option
 @output_option
 def undeploy(file: Path, broker_uri: BrokerURI | None, timeout: float, output: str) -> None:
