@@ -335,20 +335,26 @@ def main() -> None:
             growth[composite].append(deployment + execution)
         report(f"deployment + 1 generation, {size} jobs", growth[True][-1], growth[False][-1])
     per_job = [t / n for t, n in zip(growth[True], sizes, strict=True)]
-    print(f"messages per job with composites, {sizes[0]}..{sizes[-1]} jobs: "
-          f"{min(per_job):.1f}..{max(per_job):.1f} (linear growth keeps this flat)")  # fmt: skip
+    print(
+        f"messages per job with composites, {sizes[0]}..{sizes[-1]} jobs: "
+        f"{min(per_job):.1f}..{max(per_job):.1f} (linear growth keeps this flat)"
+    )
     if args.plot:
         plot(args.plot, sizes, growth)
     print(f"({time.perf_counter() - started:.0f} s)")
-    print(json.dumps({
-        "notification_ratio": round(notification_ratio, 4),
-        "deployment_ratio": round(results["B"][0], 4),
-        "execution_ratio": round(results["B"][1], 4),
-        "deployment_ratio_a": round(results["A"][0], 4),
-        "execution_ratio_a": round(results["A"][1], 4),
-        "execution_ratio_end_job_tracking": round(end_ratio, 4),
-        "cores": os.cpu_count(),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "notification_ratio": round(notification_ratio, 4),
+                "deployment_ratio": round(results["B"][0], 4),
+                "execution_ratio": round(results["B"][1], 4),
+                "deployment_ratio_a": round(results["A"][0], 4),
+                "execution_ratio_a": round(results["A"][1], 4),
+                "execution_ratio_end_job_tracking": round(end_ratio, 4),
+                "cores": os.cpu_count(),
+            }
+        )
+    )
 
 
 def plot(path: str, sizes: list[int], growth: dict[bool, list[int]]) -> None:

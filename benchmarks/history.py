@@ -157,8 +157,11 @@ def main() -> None:
         for n, part in enumerate(sorted(lines.glob("part-*"))):
             os.link(part, store.landing / f"{n:020d}-bench.jsonl")  # compaction removes the links only
         compact_s, _ = timed(store.compact)
-    print(f"compaction: {compact_s:.1f} s for {args.rows} rows ({args.rows / compact_s:,.0f} rows/s), "
-          f"cores {cores}", flush=True)  # fmt: skip
+    print(
+        f"compaction: {compact_s:.1f} s for {args.rows} rows ({args.rows / compact_s:,.0f} rows/s), "
+        f"cores {cores}",
+        flush=True,
+    )
 
     selective = parse_filter(f"[class,eq,JOBSTATUS],[jobname,eq,{QUERY_JOB}]")
     warm = parse_filter("[class,eq,JOBSTATUS],[jobname,eq,J0001]")
@@ -168,9 +171,12 @@ def main() -> None:
     query_s, found = sorted(runs)[1]  # the median of three: the machine is shared
     scan_s, expected = timed(lambda: scan_selective(lines))
     assert found == expected, (len(found), len(expected))
-    print(f"selective query (one job, one week, {len(expected)} rows): {query_s:.2f} s, "
-          f"python scan {scan_s:.1f} s, ratio {scan_s / query_s:.0f}x faster, "
-          f"cores {cores}", flush=True)  # fmt: skip
+    print(
+        f"selective query (one job, one week, {len(expected)} rows): {query_s:.2f} s, "
+        f"python scan {scan_s:.1f} s, ratio {scan_s / query_s:.0f}x faster, "
+        f"cores {cores}",
+        flush=True,
+    )
 
     report_s, report = timed(lambda: job_report(store, by="week"))
     baseline_s, figures = timed(lambda: scan_report(lines))
@@ -178,20 +184,35 @@ def main() -> None:
         (r.workflow, r.job, r.period.isoformat()): (r.runs, r.failures, r.noruns) for r in report
     }
     assert spark_figures == {key: value[:3] for key, value in figures.items()}
-    print(f"yearly report ({len(figures)} job-weeks): {report_s:.1f} s, python scan {baseline_s:.1f} s, "
-          f"ratio {baseline_s / report_s:.1f}x faster, cores {cores}", flush=True)  # fmt: skip
+    print(
+        f"yearly report ({len(figures)} job-weeks): {report_s:.1f} s, python scan {baseline_s:.1f} s, "
+        f"ratio {baseline_s / report_s:.1f}x faster, cores {cores}",
+        flush=True,
+    )
 
     rate = ingest(args.cache / "ingest", 200_000, batch_count=512)
     single = ingest(args.cache / "ingest", 2_000, batch_count=1)
-    print(f"landing ingestion: {rate:,.0f} publications/s (fsync per 512 or 50 ms), fsync each "
-          f"{single:,.0f}/s, ratio {rate / single:.0f}x, cores {cores}", flush=True)  # fmt: skip
+    print(
+        f"landing ingestion: {rate:,.0f} publications/s (fsync per 512 or 50 ms), fsync each "
+        f"{single:,.0f}/s, ratio {rate / single:.0f}x, cores {cores}",
+        flush=True,
+    )
     shutil.rmtree(args.cache / "ingest")
-    print(json.dumps({
-        "rows": args.rows, "cores": cores, "compaction_s": round(compact_s, 2),
-        "selective_query_s": round(query_s, 3), "selective_scan_s": round(scan_s, 2),
-        "yearly_report_s": round(report_s, 2), "report_scan_s": round(baseline_s, 2),
-        "ingest_per_s": round(rate), "ingest_fsync_each_per_s": round(single),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "rows": args.rows,
+                "cores": cores,
+                "compaction_s": round(compact_s, 2),
+                "selective_query_s": round(query_s, 3),
+                "selective_scan_s": round(scan_s, 2),
+                "yearly_report_s": round(report_s, 2),
+                "report_scan_s": round(baseline_s, 2),
+                "ingest_per_s": round(rate),
+                "ingest_fsync_each_per_s": round(single),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -165,8 +165,15 @@ def other_subscriptions(uri: BrokerURI, count: int) -> Iterator[None]:
         proc.join(30)
 
 
-def measure(subscriber: Any, publisher: Any, target: Any, count: int, subscribers: int = 1,
-            rate: float = 0.0, publish_to: Any = None) -> dict[str, float]:  # fmt: skip
+def measure(
+    subscriber: Any,
+    publisher: Any,
+    target: Any,
+    count: int,
+    subscribers: int = 1,
+    rate: float = 0.0,
+    publish_to: Any = None,
+) -> dict[str, float]:
     """Run ``subscribers`` subscriber processes and one publisher process against ``target``
     (the publisher against ``publish_to`` if given) and summarise what they saw."""
     ctx = mp.get_context("spawn")
@@ -184,8 +191,9 @@ def measure(subscriber: Any, publisher: Any, target: Any, count: int, subscriber
     return _summarise(collected, count)
 
 
-def measure_ours(pub_uri: BrokerURI, sub_uri: BrokerURI, count: int, subscribers: int = 1,
-                 rate: float = 0.0) -> dict[str, float]:  # fmt: skip
+def measure_ours(
+    pub_uri: BrokerURI, sub_uri: BrokerURI, count: int, subscribers: int = 1, rate: float = 0.0
+) -> dict[str, float]:
     return measure(our_subscriber, our_publisher, sub_uri, count, subscribers, rate, publish_to=pub_uri)
 
 

@@ -67,10 +67,20 @@ def grid(width: int, depth: int) -> list[tuple[str, tuple[str, ...]]]:
 
 WORKFLOWS = {
     "CHAIN40": chain(40),
-    "TEN": [("A", ()), ("B", ("A",)), ("C", ("A",)), ("D", ("A",)), ("E", ("B", "C")),
-            ("F", ("C", "D")), ("G", ("E",)), ("H", ("F",)), ("I", ("G", "H")), ("J", ("I",))],
+    "TEN": [
+        ("A", ()),
+        ("B", ("A",)),
+        ("C", ("A",)),
+        ("D", ("A",)),
+        ("E", ("B", "C")),
+        ("F", ("C", "D")),
+        ("G", ("E",)),
+        ("H", ("F",)),
+        ("I", ("G", "H")),
+        ("J", ("I",)),
+    ],
     "PAYROLL": [("JobA", ()), ("JobB", ("JobA",)), ("JobC", ("JobA",)), ("JobD", ("JobB", "JobC"))],
-}  # fmt: skip
+}
 BIG = grid(10, 100)
 
 
@@ -120,8 +130,10 @@ def baseline(size: int) -> float:
 
 
 def report(name: str, value: float, unit: str, baseline_name: str, baseline_value: float) -> None:
-    print(f"{name:46} {value:9.3f} {unit:4} {baseline_name} {baseline_value:.3f} {unit}   "
-          f"ratio {value / baseline_value:.2f}   cores {os.cpu_count()}")  # fmt: skip
+    print(
+        f"{name:46} {value:9.3f} {unit:4} {baseline_name} {baseline_value:.3f} {unit}   "
+        f"ratio {value / baseline_value:.2f}   cores {os.cpu_count()}"
+    )
 
 
 def main() -> None:
@@ -132,8 +144,10 @@ def main() -> None:
         started = time.perf_counter()
         up = subprocess.Popen(
             [sys.executable, "-m", "wfm.cli", "up", "--dir", folder, "--port", str(PORT)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert up.stdout is not None
             for line in up.stdout:
@@ -176,11 +190,15 @@ def measure(directory: Path, b1: BrokerURI) -> dict[str, float]:
     print(f"{'1,000-job workflow (10 x 100): deploy, run':46} {deploy_s:9.2f} s, {big_s:.2f} s")
     watch.client.close()
     return {
-        "chain40_s": round(chain_s, 3), "chain40_floor_s": round(floor, 3),
-        "chain40_ratio": round(chain_s / floor, 2), "ten_p50_ms": round(p50 * 1000, 1),
-        "ten_generations_per_s": round(50 / burst, 1), "payroll100_s": round(payroll, 2),
-        "big_deploy_s": round(deploy_s, 2), "big_run_s": round(big_s, 2),
-    }  # fmt: skip
+        "chain40_s": round(chain_s, 3),
+        "chain40_floor_s": round(floor, 3),
+        "chain40_ratio": round(chain_s / floor, 2),
+        "ten_p50_ms": round(p50 * 1000, 1),
+        "ten_generations_per_s": round(50 / burst, 1),
+        "payroll100_s": round(payroll, 2),
+        "big_deploy_s": round(deploy_s, 2),
+        "big_run_s": round(big_s, 2),
+    }
 
 
 if __name__ == "__main__":

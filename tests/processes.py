@@ -83,8 +83,15 @@ def wait_for(condition: object, what: str, timeout: float = 15.0) -> None:
 def quiet(uris: dict[str, BrokerURI], pause: float = 0.1) -> None:
     """Until no broker's message counters move between two looks: routing has settled."""
 
-    routing = ("in.Advertise", "in.Unadvertise", "in.Subscribe", "in.CompositeSubscribe", "in.Unsubscribe",
-               "in.Publish", "in.Notify")  # fmt: skip
+    routing = (
+        "in.Advertise",
+        "in.Unadvertise",
+        "in.Subscribe",
+        "in.CompositeSubscribe",
+        "in.Unsubscribe",
+        "in.Publish",
+        "in.Notify",
+    )
 
     def snapshot() -> list[object]:  # the look itself (a status client) must not count
         counters = [status(u).get("counters", {}) for u in uris.values()]

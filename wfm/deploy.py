@@ -20,7 +20,7 @@ from broker.transport.uri import BrokerURI
 from wfm.workflow import Plan
 from workflow_messages import AGENT_CTL, ack_subscription, digest
 
-__all__ = ["AgentReport", "deploy", "undeploy_publications"]
+__all__ = ["AgentReport", "deploy", "ordered_batches", "undeploy_publications"]
 
 Key = tuple[str, str, str, str]  # agent, command, job, digest
 
@@ -47,6 +47,15 @@ def _key(publication: Publication) -> Key:
 
 def _ack_key(ack: Publication) -> Key:
     return tuple(str(ack.get(name, "")) for name in ("agentname", "command", "jobname", "digest"))  # type: ignore[return-value]
+
+
+def ordered_batches(plan: Plan, coordinator: str) -> list[list[Publication]]:
+    """The plan's envelopes in the order :func:`deploy` sends them: every other agent's first, then
+    the ``coordinator``'s (see above); an empty batch is left out."""
+    agents = plan.by_agent()
+    first = [plan.publication(e) for agent, es in agents.items() if agent != coordinator for e in es]
+    last = [plan.publication(e) for e in agents[coordinator]]
+    return [batch for batch in (first, last) if batch]
 
 
 def undeploy_publications(plan: Plan) -> list[Publication]:

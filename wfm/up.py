@@ -16,14 +16,24 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from broker.client import BlockingClient, ConnectError
 from broker.transport.uri import BrokerURI
+from wfm.workflow import Workflow
 
-__all__ = ["WFM", "Child", "Processes", "UpError", "agent_children", "broker_children", "serve"]
+__all__ = [
+    "WFM",
+    "Child",
+    "Processes",
+    "UpError",
+    "agent_children",
+    "agent_names",
+    "broker_children",
+    "serve",
+]
 
 WFM = [sys.executable, "-m", "wfm.cli"]  # the children's command line: this interpreter's wfm
 HOST = "127.0.0.1"
@@ -53,6 +63,11 @@ def broker_children(port: int) -> tuple[list[BrokerURI], list[Child]]:
         for i, uri in enumerate(uris)
     ]
     return uris, children
+
+
+def agent_names(workflows: Iterable[Workflow]) -> list[str]:
+    """Every agent the workflows name, once each, in order of first mention."""
+    return list(dict.fromkeys(agent for workflow in workflows for agent in workflow.agents))
 
 
 def agent_children(agents: Sequence[str], uris: Sequence[BrokerURI], state: Path) -> list[Child]:

@@ -48,14 +48,32 @@ class Overlay:
     def start(self, name: str, *extra: str) -> None:
         with (self.tmp / f"{name}.log").open("a") as log:  # the child keeps its own descriptor
             self.agents[name] = subprocess.Popen(
-                [WFM, "-v", "agent", "--name", name, "--broker", str(self.uris[HOMES[name]]),
-                 "--state-dir", str(self.tmp / name), "--retry-backoff", "0.2", *extra],
-                stderr=log, text=True, env={**os.environ, "WFM_OUTPUT": str(self.output)},
-            )  # fmt: skip
+                [
+                    WFM,
+                    "-v",
+                    "agent",
+                    "--name",
+                    name,
+                    "--broker",
+                    str(self.uris[HOMES[name]]),
+                    "--state-dir",
+                    str(self.tmp / name),
+                    "--retry-backoff",
+                    "0.2",
+                    *extra,
+                ],
+                stderr=log,
+                text=True,
+                env={**os.environ, "WFM_OUTPUT": str(self.output)},
+            )
 
     def deploy(self, file: Path) -> str:
-        done = subprocess.run([WFM, "deploy", str(file), "--broker", str(self.uris["B2"]), "--timeout", "20"],
-                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        done = subprocess.run(
+            [WFM, "deploy", str(file), "--broker", str(self.uris["B2"]), "--timeout", "20"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -116,8 +134,14 @@ def test_payroll_on_a_monday_and_on_a_friday(overlay: Overlay) -> None:
     overlay.trigger("PAYROLL", ["fri"], FRIDAY)
     overlay.wait_end("PAYROLL", ["mon", "fri"])
     monday = overlay.states("PAYROLL", "mon")
-    assert monday == {"APPL_START": "SUCCESS", "JobA": "SUCCESS", "JobB": "SUCCESS", "JobC": "NORUN",
-                      "JobD": "SUCCESS", "APPL_END": "SUCCESS"}  # fmt: skip
+    assert monday == {
+        "APPL_START": "SUCCESS",
+        "JobA": "SUCCESS",
+        "JobB": "SUCCESS",
+        "JobC": "NORUN",
+        "JobD": "SUCCESS",
+        "APPL_END": "SUCCESS",
+    }
     assert overlay.states("PAYROLL", "fri")["JobC"] == "SUCCESS"
     assert overlay.records("PAYROLL", "mon") == {"JobA": 1, "JobB": 1, "JobD": 1}
     assert overlay.records("PAYROLL", "fri") == {"JobA": 1, "JobB": 1, "JobC": 1, "JobD": 1}
@@ -181,8 +205,10 @@ def workflow(tmp: Path, name: str, middle: str) -> Path:
 
 
 def test_a_job_timeout(overlay: Overlay) -> None:
-    middle = (f'<job name="Middle" agent="agentB" timeout="1"><after job="First"/>'
-              f"<command>sleep 30; sh {STEP} middle</command></job>")  # fmt: skip
+    middle = (
+        f'<job name="Middle" agent="agentB" timeout="1"><after job="First"/>'
+        f"<command>sleep 30; sh {STEP} middle</command></job>"
+    )
     overlay.deploy(workflow(overlay.tmp, "SLOW", middle))
     quiet(overlay.uris)
     overlay.trigger("SLOW", ["g1"])
@@ -197,8 +223,10 @@ def test_a_job_timeout(overlay: Overlay) -> None:
 
 def test_an_agent_killed_and_restarted_mid_generation(overlay: Overlay) -> None:
     marker = overlay.tmp / "middle-started"
-    middle = (f'<job name="Middle" agent="agentB" retries="1"><after job="First"/>'
-              f"<command>touch {marker}; sleep 2; sh {STEP} middle</command></job>")  # fmt: skip
+    middle = (
+        f'<job name="Middle" agent="agentB" retries="1"><after job="First"/>'
+        f"<command>touch {marker}; sleep 2; sh {STEP} middle</command></job>"
+    )
     overlay.deploy(workflow(overlay.tmp, "KILL", middle))
     quiet(overlay.uris)
     overlay.trigger("KILL", ["g1"])
@@ -212,8 +240,13 @@ def test_an_agent_killed_and_restarted_mid_generation(overlay: Overlay) -> None:
     overlay.wait_end("KILL", ["g1"], timeout=40)
     status = overlay.statuses["KILL", "g1"]["Middle"]
     assert (status["status"], status["attempt"]) == ("SUCCESS", 2)
-    assert overlay.states("KILL", "g1") == {"APPL_START": "SUCCESS", "First": "SUCCESS", "Middle": "SUCCESS",
-                                            "Last": "SUCCESS", "APPL_END": "SUCCESS"}  # fmt: skip
+    assert overlay.states("KILL", "g1") == {
+        "APPL_START": "SUCCESS",
+        "First": "SUCCESS",
+        "Middle": "SUCCESS",
+        "Last": "SUCCESS",
+        "APPL_END": "SUCCESS",
+    }
     assert overlay.records("KILL", "g1")["Last"] == 1
 
 

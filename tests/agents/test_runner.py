@@ -63,7 +63,11 @@ def test_the_journal_round_trips_and_skips_a_torn_line(tmp_path: Path) -> None:
 
 
 def test_agent_usage_errors_are_one_line() -> None:
-    done = subprocess.run([WFM, "agent", "--name", "", "--broker", "socket://127.0.0.1:1/B1"],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    done = subprocess.run(
+        [WFM, "agent", "--name", "", "--broker", "socket://127.0.0.1:1/B1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "an agent name cannot be empty" in done.stderr

@@ -271,8 +271,17 @@ def test_a_generation_stays_on_its_version_and_the_old_one_goes_when_unused() ->
 def test_undeploy_withdraws_everything() -> None:
     agent = Agent("agentC")
     install(agent)
-    undeploy = Publication("AGENT_CTL", {"agentname": "agentC", "command": "UNDEPLOY", "content": "",
-                                         "applname": "PAYROLL", "jobname": "*", "version": V})  # fmt: skip
+    undeploy = Publication(
+        "AGENT_CTL",
+        {
+            "agentname": "agentC",
+            "command": "UNDEPLOY",
+            "content": "",
+            "applname": "PAYROLL",
+            "jobname": "*",
+            "version": V,
+        },
+    )
     effects = agent.handle(Incoming(undeploy), 1.0)
     assert acks(effects) == [("UNDEPLOY", "OK")]
     assert agent.wanted == {} and agent.deployments == {}

@@ -119,8 +119,14 @@ def test_history_through_the_overlay(overlay: dict[str, BrokerURI], historian: P
     with publisher(overlay["B1"], "pub-query", "JOBSTATUS") as client:
         ids = [client.publish(f"[class,JOBSTATUS],[n,{n}],[note,'a\"b']") for n in range(5)]
     wait_for(lambda: {row[0] for row in landed(historian)} >= set(ids), "landed", 10)
-    done = wfm("history", "[class,eq,JOBSTATUS],[n,<,5],[time,>,now-1h]", "--broker", str(overlay["B1"]),
-               "-o", "json")  # fmt: skip
+    done = wfm(
+        "history",
+        "[class,eq,JOBSTATUS],[n,<,5],[time,>,now-1h]",
+        "--broker",
+        str(overlay["B1"]),
+        "-o",
+        "json",
+    )
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     ours = [line for line in lines if line["attributes"]["note"] == 'a"b']
@@ -196,10 +202,21 @@ def test_seam_between_history_and_live(overlay: dict[str, BrokerURI], historian:
         try:
             time.sleep(1.5)
             asker = subprocess.Popen(
-                [WFM, "history", "[class,eq,SEAM]", "--broker", str(overlay["B2"]), "--until", "now+6s",
-                 "-o", "json"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            )  # fmt: skip
+                [
+                    WFM,
+                    "history",
+                    "[class,eq,SEAM]",
+                    "--broker",
+                    str(overlay["B2"]),
+                    "--until",
+                    "now+6s",
+                    "-o",
+                    "json",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             time.sleep(4.0)  # the answer arrives and live delivery takes over while the stream goes on
         finally:
             stopping.set()

@@ -15,7 +15,7 @@ from broker.client import Client, Subscription
 from broker.language import Filter, parse_publication
 from broker.transport.server import RouterService
 from tests.transport.harness import run, until, uri
-from wfm.history.historian import Historian
+from wfm.history.historian import RecorderService
 from wfm.history.landing import StoredPublication
 from wfm.history.protocol import (
     RESULT,
@@ -50,7 +50,7 @@ class HeldStore:
         return iter(ROWS)
 
 
-class HeldHistorian(Historian):
+class HeldHistorian(RecorderService):
     held: HeldStore
 
     def store(self) -> HeldStore:  # type: ignore[override]
@@ -184,7 +184,7 @@ def test_spark_starts_with_the_historian_only_on_a_store_with_a_table(
     async def main() -> None:
         broker = RouterService(uri("B1"))
         await broker.start()
-        historian = Historian(broker.uri, tmp_path, ("JOBSTATUS",), compact_every=0)
+        historian = RecorderService(broker.uri, tmp_path, ("JOBSTATUS",), compact_every=0)
         running = asyncio.create_task(historian.run())
         try:
             await until(lambda: historian.client is not None, what="the historian subscribed")

@@ -49,14 +49,32 @@ def store_dir(tmp_path: Path) -> Path:
         (["history", "[class,eq,J]", "--store", ".", "--since", "yesterday"], "'yesterday' is not a time"),
         (["report", "--store", "/nonexistent/store"], "no history store"),
         (["compact"], "give --store DIR"),
-        (["history", "{[class,eq,J],[g,eq,$S$X]}&{[class,eq,K],[g,eq,$S$X]}", "--broker", "socket://127.0.0.1:1/b",
-          "--until", "now+1h"], "a composite historic query covers the past only"),
-        (["history", "{[class,eq,J]}||{[class,eq,K]}", "--broker", "socket://127.0.0.1:1/b"],
-         "invalid composite: a historic composite query is an & of atoms"),
-        (["history", "{[class,eq,J],[g,eq,$S$X]}&{[class,eq,K],[g,eq,$S$X]}", "--broker", "socket://127.0.0.1:1/b"],
-         "cannot connect to socket://127.0.0.1:1/b"),
+        (
+            [
+                "history",
+                "{[class,eq,J],[g,eq,$S$X]}&{[class,eq,K],[g,eq,$S$X]}",
+                "--broker",
+                "socket://127.0.0.1:1/b",
+                "--until",
+                "now+1h",
+            ],
+            "a composite historic query covers the past only",
+        ),
+        (
+            ["history", "{[class,eq,J]}||{[class,eq,K]}", "--broker", "socket://127.0.0.1:1/b"],
+            "invalid composite: a historic composite query is an & of atoms",
+        ),
+        (
+            [
+                "history",
+                "{[class,eq,J],[g,eq,$S$X]}&{[class,eq,K],[g,eq,$S$X]}",
+                "--broker",
+                "socket://127.0.0.1:1/b",
+            ],
+            "cannot connect to socket://127.0.0.1:1/b",
+        ),
     ],
-)  # fmt: skip
+)
 def test_errors_are_one_line(argv: list[str], fragment: str) -> None:
     done = wfm(*argv)
     assert done.returncode != 0 and done.stdout == ""
@@ -66,8 +84,18 @@ def test_errors_are_one_line(argv: list[str], fragment: str) -> None:
 
 def test_history_json_in_time_order(store_dir: Path) -> None:
     since = "2026-05-28T22:00:00"  # T0 is 20:26:40: publications 2.. only
-    done = wfm("history", "[class,eq,JOBSTATUS],[jobname,str-prefix,Job]", "--store", str(store_dir),
-               "--since", since, "--spark-master", "local[1]", "-o", "json")  # fmt: skip
+    done = wfm(
+        "history",
+        "[class,eq,JOBSTATUS],[jobname,str-prefix,Job]",
+        "--store",
+        str(store_dir),
+        "--since",
+        since,
+        "--spark-master",
+        "local[1]",
+        "-o",
+        "json",
+    )
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert [line["attributes"]["GID"] for line in lines] == ["g2", "g3", "g4", "g5"]

@@ -10,7 +10,6 @@ from broker.client import Delivery
 from broker.language import Publication, parse_filter, parse_publication
 from broker.routing.relations import fits
 from wfm.history.asker import Answers, Seam, absolute, without_time
-from wfm.history.historian import Recent, publisher_of
 from wfm.history.protocol import (
     Answer,
     accepted_publication,
@@ -24,6 +23,7 @@ from wfm.history.protocol import (
     result_publication,
     signed,
 )
+from wfm.history.recorder import Recent, publisher_of
 
 AWKWARD = "[class,eq,X],[note,eq,\"it's\"],[ü,str-prefix,'a\"']"
 

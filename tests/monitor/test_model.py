@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from broker.language import Value
-from wfm.monitor import SKIPPED, Model, render
+from wfm.monitor import SKIPPED, Monitor, render
 
 
 def trig(gid: str, day: str = "2026.11.23", workflow: str = "PAYROLL") -> dict[str, Value]:
@@ -13,20 +13,33 @@ def trig(gid: str, day: str = "2026.11.23", workflow: str = "PAYROLL") -> dict[s
 
 
 def status(gid: str, job: str, state: str, detail: str = "", **extras: Value) -> dict[str, Value]:
-    return {"class": "JOBSTATUS", "applname": "PAYROLL", "jobname": job, "GID": gid, "status": state,
-            "detail": detail, **extras}  # fmt: skip
+    return {
+        "class": "JOBSTATUS",
+        "applname": "PAYROLL",
+        "jobname": job,
+        "GID": gid,
+        "status": state,
+        "detail": detail,
+        **extras,
+    }
 
 
 def test_a_generation_from_trigger_to_success() -> None:
-    model = Model()
+    model = Monitor()
     assert model.receive(trig("g1")) is None
     event = model.receive(
         status("g1", "JobA", "SUCCESS", "exit 0", agentname="agentA", started=1.0e9, duration=2.5)
     )
     assert event is not None and event.record() == {
-        "workflow": "PAYROLL", "gid": "g1", "job": "JobA", "status": "SUCCESS", "detail": "exit 0",
-        "agentname": "agentA", "started": 1.0e9, "duration": 2.5,
-    }  # fmt: skip
+        "workflow": "PAYROLL",
+        "gid": "g1",
+        "job": "JobA",
+        "status": "SUCCESS",
+        "detail": "exit 0",
+        "agentname": "agentA",
+        "started": 1.0e9,
+        "duration": 2.5,
+    }
     generation = model.generations[("PAYROLL", "g1")]
     assert generation.date == "2026-11-23" and not model.done
     assert generation.jobs["JobA"].duration == 2.5
@@ -35,7 +48,7 @@ def test_a_generation_from_trigger_to_success() -> None:
 
 
 def test_out_of_order_statuses() -> None:
-    model = Model(["g1"])
+    model = Monitor(["g1"])
     model.receive(status("g1", "JobB", "SUCCESS", attempt=2))  # before the trigger
     model.receive(status("g1", "APPL_END", "SUCCESS"))  # APPL_END overtook JobA
     assert model.done  # no trigger seen is fine: the generation exists and has ended
@@ -48,7 +61,7 @@ def test_out_of_order_statuses() -> None:
 
 
 def test_first_generation_seen_is_watched() -> None:
-    model = Model()
+    model = Monitor()
     model.receive(status("g1", "JobA", "SUCCESS"))
     model.receive(status("g2", "JobA", "FAILURE"))
     model.receive(status("g2", "APPL_END", "FAILURE", "failed: JobA"))
@@ -59,7 +72,7 @@ def test_first_generation_seen_is_watched() -> None:
 
 
 def test_several_watched_generations_and_failure() -> None:
-    model = Model(["g1", "g2"])
+    model = Monitor(["g1", "g2"])
     model.receive(status("g3", "APPL_END", "FAILURE"))  # not watched (a wider subscription's)
     model.receive(status("g1", "APPL_END", "SUCCESS"))
     assert not model.done  # g2 not seen yet
@@ -68,19 +81,21 @@ def test_several_watched_generations_and_failure() -> None:
 
 
 def test_appl_end_names_skipped_jobs() -> None:
-    model = Model()
+    model = Monitor()
     model.receive(status("g1", "JobA", "FAILURE", "exit 3"))
     model.receive(status("g1", "APPL_END", "FAILURE", "failed: JobA; skipped: JobB, JobD"))
     jobs = model.generations[("PAYROLL", "g1")].jobs
     assert {job: state.status for job, state in jobs.items()} == {
-        "JobA": "FAILURE", "JobB": SKIPPED, "JobD": SKIPPED,
-    }  # fmt: skip
+        "JobA": "FAILURE",
+        "JobB": SKIPPED,
+        "JobD": SKIPPED,
+    }
     model.receive(status("g1", "JobB", "NORUN"))  # a late status beats "skipped"
     assert jobs["JobB"].status == "NORUN"
 
 
 def test_malformed_messages_are_ignored() -> None:
-    model = Model()
+    model = Monitor()
     assert model.receive({"class": "JOBSTATUS", "applname": "P"}) is None
     assert (
         model.receive({"class": "JOBSTATUS", "applname": "P", "GID": "g", "jobname": 3, "status": "X"})
@@ -93,7 +108,7 @@ def test_malformed_messages_are_ignored() -> None:
 
 def test_render_shows_states_and_the_end() -> None:
     console = Console(width=120, record=True, color_system=None)
-    model = Model()
+    model = Monitor()
     console.print(render(model))
     model.receive(trig("g1"))
     model.receive(status("g1", "APPL_START", "SUCCESS"))

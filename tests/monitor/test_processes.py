@@ -16,7 +16,7 @@ from apscheduler.triggers.cron import CronTrigger
 from broker.client import BlockingClient
 from broker.transport.uri import BrokerURI
 from tests.processes import WFM, brokers, quiet, status, wait_for
-from wfm.run_cli import _fire
+from wfm.cli.run import _fire
 from wfm.timetable import Entry
 from wfm.triggers import TriggerPublisher
 from workflow_messages import JOBSTATUS, Calendar
@@ -44,8 +44,11 @@ def test_trigger_reaches_a_subscriber_on_another_broker(overlay: dict[str, Broke
         delivery = subscriber.receive(timeout=5)
     assert delivery is not None
     assert dict(delivery.publication) == {
-        "class": "Trigger", "applname": "PAYROLL", "GID": gid, "schedule": "2026.11.27",
-    }  # fmt: skip
+        "class": "Trigger",
+        "applname": "PAYROLL",
+        "GID": gid,
+        "schedule": "2026.11.27",
+    }
 
 
 def test_trigger_with_a_given_gid(overlay: dict[str, BrokerURI]) -> None:
@@ -56,14 +59,18 @@ def test_trigger_with_a_given_gid(overlay: dict[str, BrokerURI]) -> None:
 def publish_statuses(uri: BrokerURI, gid: str, statuses: list[tuple[str, str, str]]) -> None:
     """What agents and the coordinator would publish: advertise, let routing settle, publish."""
     with BlockingClient(uri) as agent:
-        agent.advertise(f"[class,eq,{JOBSTATUS}],[applname,eq,PAYROLL],[jobname,isPresent,''],"
-                        "[GID,isPresent,''],[status,isPresent,''],[detail,isPresent,''],"
-                        "[agentname,isPresent,''],[attempt,isPresent,0],[duration,isPresent,0]")  # fmt: skip
+        agent.advertise(
+            f"[class,eq,{JOBSTATUS}],[applname,eq,PAYROLL],[jobname,isPresent,''],"
+            "[GID,isPresent,''],[status,isPresent,''],[detail,isPresent,''],"
+            "[agentname,isPresent,''],[attempt,isPresent,0],[duration,isPresent,0]"
+        )
         quiet({"B": uri})
         for job, state, detail in statuses:
             extras = ",[agentname,agentA],[attempt,1],[duration,0.5]" if job.startswith("Job") else ""
-            agent.publish(f"[class,JOBSTATUS],[applname,PAYROLL],[jobname,{job}],[GID,{gid}],"
-                          f"[status,{state}],[detail,'{detail}']{extras}")  # fmt: skip
+            agent.publish(
+                f"[class,JOBSTATUS],[applname,PAYROLL],[jobname,{job}],[GID,{gid}],"
+                f"[status,{state}],[detail,'{detail}']{extras}"
+            )
 
 
 def start_monitor(uri: BrokerURI, *argv: str) -> subprocess.Popen[str]:
@@ -104,12 +111,20 @@ def test_monitor_prints_statuses_and_exits_with_the_generation(
     assert monitor.returncode == code, err
     lines = [json.loads(line) for line in out.splitlines()]
     assert [(line["gid"], line["job"], line["status"]) for line in lines] == [
-        (gid, "APPL_START", "SUCCESS"), (gid, "JobA", job_a), (gid, "APPL_END", end[1]),
-    ]  # fmt: skip
+        (gid, "APPL_START", "SUCCESS"),
+        (gid, "JobA", job_a),
+        (gid, "APPL_END", end[1]),
+    ]
     assert lines[1] == {
-        "workflow": "PAYROLL", "gid": gid, "job": "JobA", "status": job_a, "detail": "exit 0",
-        "agentname": "agentA", "attempt": 1, "duration": 0.5,
-    }  # fmt: skip
+        "workflow": "PAYROLL",
+        "gid": gid,
+        "job": "JobA",
+        "status": job_a,
+        "detail": "exit 0",
+        "agentname": "agentA",
+        "attempt": 1,
+        "duration": 0.5,
+    }
     assert lines[2]["detail"] == end[2]
 
 

@@ -72,8 +72,10 @@ def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = free_ports()
     up = subprocess.Popen(
         [WFM, "up", "--dir", str(workflow_dir(tmp_path)), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in up.stdout or ()], daemon=True).start()
     try:

@@ -75,10 +75,21 @@ CASES = [
     ),
     (  # AND of ANDs across both subtrees, number variable
         "{{{[class,eq,a],[n,=,$I$N]}&{[class,eq,b],[n,=,$I$N]}}&{{[class,eq,c],[n,=,$I$N]}&{[class,eq,d],[n,=,$I$N]}}}",
-        ["[class,a],[n,1],[x,p]", "[class,b],[n,1],[x,p]", "[class,c],[n,1],[x,p]", "[class,d],[n,2],[x,p]",
-         "[class,d],[n,1.0],[x,p]"],
-        [["[class,a],[n,1],[x,p]", "[class,b],[n,1],[x,p]", "[class,c],[n,1],[x,p]",
-          "[class,d],[n,1],[x,p]"]],
+        [
+            "[class,a],[n,1],[x,p]",
+            "[class,b],[n,1],[x,p]",
+            "[class,c],[n,1],[x,p]",
+            "[class,d],[n,2],[x,p]",
+            "[class,d],[n,1.0],[x,p]",
+        ],
+        [
+            [
+                "[class,a],[n,1],[x,p]",
+                "[class,b],[n,1],[x,p]",
+                "[class,c],[n,1],[x,p]",
+                "[class,d],[n,1],[x,p]",
+            ]
+        ],
     ),
     (  # (AND) || atom
         "{{{[class,eq,a]}&{[class,eq,b]}}||{[class,eq,c]}}",
@@ -110,7 +121,7 @@ CASES = [
         ["[class,a],[n,5],[x,p]", "[class,b],[n,5],[x,p]", "[class,a],[n,7],[x,p]", "[class,b],[n,7],[x,p]"],
         [],
     ),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("subscriber", ["B1", "B4", "B6"])

@@ -544,12 +544,12 @@ VALID_PAYLOADS = [payload_of(encode(m)) for m in EXAMPLES]  # type: ignore[arg-t
 
 
 LEAVES: list[object] = [
-    None, True, False, 0, 1, -1, 255, 256, 2**53, 2**53 + 1, 2**63 - 1, -(2**63), 2**64 - 1,
-    0.0, -0.0, 0.5, 1e308, -1e308, math.nan, math.inf, -math.inf, 5e-324,
-    "", "x", "class", "time", "eq", ">", "isPresent", "var", "rel", "abs", "S", "I", "pub", "sub",
-    "a\nb", "'\"", "é", "\x00", "x" * 600, b"", b"pub", b"\xff", [], {}, {"a": 1}, {1: 2}, {b"k": "v"},
-    msgpack.ExtType(1, b"abc"), msgpack.Timestamp(1, 2),
-]  # fmt: skip
+    *(None, True, False, 0, 1, -1, 255, 256, 2**53, 2**53 + 1, 2**63 - 1, -(2**63), 2**64 - 1),
+    *(0.0, -0.0, 0.5, 1e308, -1e308, math.nan, math.inf, -math.inf, 5e-324),
+    *("", "x", "class", "time", "eq", ">", "isPresent", "var", "rel", "abs", "S", "I", "pub", "sub"),
+    *("a\nb", "'\"", "é", "\x00", "x" * 600, b"", b"pub", b"\xff", [], {}, {"a": 1}, {1: 2}, {b"k": "v"}),
+    *(msgpack.ExtType(1, b"abc"), msgpack.Timestamp(1, 2)),
+]
 
 
 TAGS: list[object] = [msgpack.unpackb(p)[0] for p in VALID_PAYLOADS]

@@ -67,3 +67,20 @@ def test_console_script_is_installed() -> None:
         == "wfm: error: invalid filter: the first attribute must be 'class', not 'price' at column 2"
     )
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "unused"),
+    [
+        ("broker", ("lxml", "pyspark", "wfm.history", "wfm.workflow")),
+        ("agent", ("pyspark", "wfm.history")),
+        ("status", ("lxml", "pyspark", "wfm.history", "wfm.workflow")),
+    ],
+)
+def test_a_command_loads_only_its_own_modules(command: str, unused: tuple[str, ...]) -> None:
+    """The group imports a command's module on demand: a broker or an agent does not load Spark."""
+    code = f"import sys; from wfm.cli import main; main([{command!r}, '--help']); print(*sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.splitlines()[-1].split())
+    assert {m for m in loaded if any(m == u or m.startswith(f"{u}.") for u in unused)} == set()

@@ -29,8 +29,11 @@ def test_composites_fire_over_real_brokers() -> None:
     with brokers(STAR, heartbeat=1.0) as uris:
         subscriber = subprocess.Popen(
             [WFM, "client", "--broker", str(uris["B5"]), "--id", "agent", "-o", "json"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert subscriber.stdin is not None
         for i, (composite, _, _) in enumerate(CASES):
             subscriber.stdin.write(f"cs {renamed(composite, i)}\n")

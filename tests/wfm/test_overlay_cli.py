@@ -17,8 +17,11 @@ def listening_client(uri: object, client_id: str, first_line: str) -> subprocess
     """A ``wfm client -o json`` that has applied ``first_line`` and keeps reading stdin."""
     client = subprocess.Popen(
         [WFM, "client", "--broker", str(uri), "--id", client_id, "-o", "json"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert client.stdin is not None
     client.stdin.write(first_line + "\n")
     client.stdin.flush()
@@ -30,13 +33,19 @@ def test_clients_through_two_brokers() -> None:
     with brokers({"B1": [], "B2": ["B1"]}) as uris:
         sub = listening_client(uris["B2"], "sub", "s [class,eq,'stock'],[price,<,100]")
         pub = wfm(
-            "client", "--broker", str(uris["B1"]), "--id", "pub", "--linger", "0",
+            "client",
+            "--broker",
+            str(uris["B1"]),
+            "--id",
+            "pub",
+            "--linger",
+            "0",
             stdin="a [class,eq,'stock'],[price,<,100],[amount,>,100]\n"
             "sleep 0.3\n"
             "p [class,'stock'],[price,80]\n"
             "p [class,'stock'],[price,120]\n"
             "x what\n",
-        )  # fmt: skip
+        )
         assert pub.returncode == 1  # two lines failed, the others were applied
         errors = pub.stderr.strip().splitlines()
         assert errors[0] == "adv B1/pub/1"
@@ -59,9 +68,12 @@ def test_clients_through_two_brokers() -> None:
 def test_environment_variable_names_the_broker() -> None:
     with brokers({"B1": []}) as uris:
         done = subprocess.run(
-            [WFM, "status", "-o", "json"], capture_output=True, text=True, timeout=30,
+            [WFM, "status", "-o", "json"],
+            capture_output=True,
+            text=True,
+            timeout=30,
             env={"WFM_BROKER": str(uris["B1"]), "PATH": "/usr/bin:/bin"},
-        )  # fmt: skip
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["id"] == "B1"
 
@@ -97,10 +109,14 @@ def test_composite_subscription_from_the_command_line() -> None:
             uris["B2"], "agent", "cs {{[class,eq,a],[g,eq,$S$G]}&{[class,eq,b],[g,eq,$S$G]}}"
         )
         pub = wfm(
-            "client", "--broker", str(uris["B1"]), "--linger", "0",
+            "client",
+            "--broker",
+            str(uris["B1"]),
+            "--linger",
+            "0",
             stdin="a [class,eq,a],[g,isPresent,'']\na [class,eq,b],[g,isPresent,'']\nsleep 0.3\n"
             "p [class,a],[g,one]\np [class,b],[g,two]\np [class,b],[g,one]\n",
-        )  # fmt: skip
+        )
         assert pub.returncode == 0, pub.stderr
         out, err = sub.communicate("sleep 0.5\n", timeout=20)
         assert err.strip() == "sub B2/agent/1"

@@ -54,8 +54,10 @@ def test_every_workflow_has_a_golden_plan() -> None:
 def test_validate_ok() -> None:
     done = wfm("validate", "workflows/payroll.xml")
     assert (done.returncode, done.stdout, done.stderr) == (
-        0, "workflows/payroll.xml: ok (5 jobs, agents agentA, agentB, agentC)\n", ""
-    )  # fmt: skip
+        0,
+        "workflows/payroll.xml: ok (5 jobs, agents agentA, agentB, agentC)\n",
+        "",
+    )
 
 
 def test_validate_lists_every_problem(tmp_path: Path) -> None:

@@ -12,72 +12,140 @@ JOB_A = '<job name="A" agent="a"><command>run a</command></job>'
 
 # (name, document, [(line, message), ...]): all problems of the document, in order
 CASES = [
-    ("xml syntax", '<workflow name="W">\n<job name="A"\n</workflow>',
-     [(3, "XML syntax error: error parsing attribute name")]),
+    (
+        "xml syntax",
+        '<workflow name="W">\n<job name="A"\n</workflow>',
+        [(3, "XML syntax error: error parsing attribute name")],
+    ),
     ("not xml", "", [(1, "XML syntax error: Document is empty")]),
     ("wrong root", '<flow name="W"/>', [(1, "the root element must be <workflow>, not <flow>")]),
     ("no jobs", '<workflow name="W">\n</workflow>', [(1, "<workflow> needs at least one <job>")]),
-    ("no command", '<workflow name="W">\n<job name="A" agent="a">\n<after job="B"/></job>\n</workflow>',
-     [(2, "<job> needs a <command>")]),
-    ("two commands", f'<workflow name="W">\n{JOB_A}\n<job name="B" agent="a"><command>x</command>\n'
-     "<command>y</command></job></workflow>",
-     [(4, "unexpected <command> (a job holds its <after> elements, then exactly one <command>)")]),
-    ("after after command", f'<workflow name="W">\n{JOB_A}\n<job name="B" agent="a"><command>x</command>\n'
-     '<after job="A"/></job></workflow>',
-     [(4, "unexpected <after> (a job holds its <after> elements, then exactly one <command>)")]),
-    ("schema problems together",
-     '<workflow name="W" owner="me">\n<job agent="a"><command>x</command></job>\n<task/>\n</workflow>',
-     [(1, "unknown attribute 'owner' on <workflow>"), (2, "<job> needs a 'name' attribute"),
-      (3, "unexpected element <task> (expected <job>)")]),
-    ("text in job", '<workflow name="W">\n<job name="A" agent="a">hello<command>x</command></job>\n'
-     "</workflow>",
-     [(2, "<job> cannot contain text")]),
-    ("unknown predecessor", f'<workflow name="W">\n{JOB_A}\n<job name="B" agent="a">\n<after job="Z"/>\n'
-     "<command>x</command></job></workflow>", [(4, "job 'B' is after unknown job 'Z'")]),
-    ("cycle", '<workflow name="W">\n' + JOB_A + '\n'
-     '<job name="B" agent="a"><after job="C"/><command>x</command></job>\n'
-     '<job name="C" agent="a"><after job="B"/><command>x</command></job>\n</workflow>',
-     [(3, "cycle B -> C -> B")]),
-    ("longer cycle and its downstream",
-     '<workflow name="W">\n' + JOB_A + '\n'
-     '<job name="B" agent="a"><after job="A"/><after job="D"/><command>x</command></job>\n'
-     '<job name="C" agent="a"><after job="B"/><command>x</command></job>\n'
-     '<job name="D" agent="a"><after job="C"/><command>x</command></job>\n'
-     '<job name="E" agent="a"><after job="D"/><command>x</command></job>\n</workflow>',
-     [(3, "cycle B -> C -> D -> B")]),
-    ("duplicate job", f'<workflow name="W">\n{JOB_A}\n{JOB_A}\n</workflow>',
-     [(3, "duplicate job 'A' (first on line 2)")]),
-    ("missing and empty agent", '<workflow name="W">\n<job name="A"><command>x</command></job>\n'
-     '<job name="B" agent=""><command>x</command></job>\n</workflow>',
-     [(2, "job 'A' has no agent"), (3, "job 'B' has no agent")]),
-    ("bad schedule word", '<workflow name="W">\n<job name="A" agent="a" schedule="mon,fryday">'
-     "<command>x</command></job>\n</workflow>",
-     [(2, "job 'A': unknown schedule word 'fryday' (use daily, workdays, weekends or a comma list of "
-          "mon tue wed thu fri sat sun)")]),
-    ("bad numbers", '<workflow name="W">\n<job name="A" agent="a" timeout="0" retries="-1">'
-     '<command>x</command></job>\n<job name="B" agent="a" timeout="soon" retries="1.5">'
-     "<command>x</command></job>\n</workflow>",
-     [(2, "job 'A': timeout must be a positive number of seconds, not '0'"),
-      (2, "job 'A': retries must be a non-negative integer, not '-1'"),
-      (3, "job 'B': timeout must be a positive number of seconds, not 'soon'"),
-      (3, "job 'B': retries must be a non-negative integer, not '1.5'")]),
-    ("duplicate after and after itself", f'<workflow name="W">\n{JOB_A}\n<job name="B" agent="a">\n'
-     '<after job="A"/>\n<after job="A" on="always"/>\n<after job="B"/>\n<command>x</command></job>\n'
-     "</workflow>",
-     [(5, "job 'B' is after 'A' twice (first on line 4)"), (6, "job 'B' is after itself")]),
-    ("bad on", f'<workflow name="W">\n{JOB_A}\n<job name="B" agent="a"><after job="A" on="sometimes"/>'
-     "<command>x</command></job>\n</workflow>",
-     [(3, "job 'B': on='sometimes' is not one of success, failure, always")]),
-    ("bad names", '<workflow name="PAY ROLL">\n<job name="1st" agent="a b"><command>x</command></job>\n'
-     '<job name="APPL_START" agent="a"><command> </command></job>\n</workflow>',
-     [(1, "workflow name 'PAY ROLL' is not a valid name (letters, digits and _ - : /, not starting with "
-          "a digit or -)"),
-      (2, "job name '1st' is not a valid name (letters, digits and _ - : /, not starting with a digit or -)"),
-      (2, "job '1st': agent 'a b' is not a valid name (letters, digits and _ - : /, not starting with "
-          "a digit or -)"),
-      (3, "job name 'APPL_START' is reserved for the virtual job of that name"),
-      (3, "job 'APPL_START' has an empty command")]),
-]  # fmt: skip
+    (
+        "no command",
+        '<workflow name="W">\n<job name="A" agent="a">\n<after job="B"/></job>\n</workflow>',
+        [(2, "<job> needs a <command>")],
+    ),
+    (
+        "two commands",
+        f'<workflow name="W">\n{JOB_A}\n<job name="B" agent="a"><command>x</command>\n'
+        "<command>y</command></job></workflow>",
+        [(4, "unexpected <command> (a job holds its <after> elements, then exactly one <command>)")],
+    ),
+    (
+        "after after command",
+        f'<workflow name="W">\n{JOB_A}\n<job name="B" agent="a"><command>x</command>\n'
+        '<after job="A"/></job></workflow>',
+        [(4, "unexpected <after> (a job holds its <after> elements, then exactly one <command>)")],
+    ),
+    (
+        "schema problems together",
+        '<workflow name="W" owner="me">\n<job agent="a"><command>x</command></job>\n<task/>\n</workflow>',
+        [
+            (1, "unknown attribute 'owner' on <workflow>"),
+            (2, "<job> needs a 'name' attribute"),
+            (3, "unexpected element <task> (expected <job>)"),
+        ],
+    ),
+    (
+        "text in job",
+        '<workflow name="W">\n<job name="A" agent="a">hello<command>x</command></job>\n</workflow>',
+        [(2, "<job> cannot contain text")],
+    ),
+    (
+        "unknown predecessor",
+        f'<workflow name="W">\n{JOB_A}\n<job name="B" agent="a">\n<after job="Z"/>\n'
+        "<command>x</command></job></workflow>",
+        [(4, "job 'B' is after unknown job 'Z'")],
+    ),
+    (
+        "cycle",
+        '<workflow name="W">\n' + JOB_A + "\n"
+        '<job name="B" agent="a"><after job="C"/><command>x</command></job>\n'
+        '<job name="C" agent="a"><after job="B"/><command>x</command></job>\n</workflow>',
+        [(3, "cycle B -> C -> B")],
+    ),
+    (
+        "longer cycle and its downstream",
+        '<workflow name="W">\n' + JOB_A + "\n"
+        '<job name="B" agent="a"><after job="A"/><after job="D"/><command>x</command></job>\n'
+        '<job name="C" agent="a"><after job="B"/><command>x</command></job>\n'
+        '<job name="D" agent="a"><after job="C"/><command>x</command></job>\n'
+        '<job name="E" agent="a"><after job="D"/><command>x</command></job>\n</workflow>',
+        [(3, "cycle B -> C -> D -> B")],
+    ),
+    (
+        "duplicate job",
+        f'<workflow name="W">\n{JOB_A}\n{JOB_A}\n</workflow>',
+        [(3, "duplicate job 'A' (first on line 2)")],
+    ),
+    (
+        "missing and empty agent",
+        '<workflow name="W">\n<job name="A"><command>x</command></job>\n'
+        '<job name="B" agent=""><command>x</command></job>\n</workflow>',
+        [(2, "job 'A' has no agent"), (3, "job 'B' has no agent")],
+    ),
+    (
+        "bad schedule word",
+        '<workflow name="W">\n<job name="A" agent="a" schedule="mon,fryday">'
+        "<command>x</command></job>\n</workflow>",
+        [
+            (
+                2,
+                "job 'A': unknown schedule word 'fryday' (use daily, workdays, weekends or a comma list of "
+                "mon tue wed thu fri sat sun)",
+            )
+        ],
+    ),
+    (
+        "bad numbers",
+        '<workflow name="W">\n<job name="A" agent="a" timeout="0" retries="-1">'
+        '<command>x</command></job>\n<job name="B" agent="a" timeout="soon" retries="1.5">'
+        "<command>x</command></job>\n</workflow>",
+        [
+            (2, "job 'A': timeout must be a positive number of seconds, not '0'"),
+            (2, "job 'A': retries must be a non-negative integer, not '-1'"),
+            (3, "job 'B': timeout must be a positive number of seconds, not 'soon'"),
+            (3, "job 'B': retries must be a non-negative integer, not '1.5'"),
+        ],
+    ),
+    (
+        "duplicate after and after itself",
+        f'<workflow name="W">\n{JOB_A}\n<job name="B" agent="a">\n'
+        '<after job="A"/>\n<after job="A" on="always"/>\n<after job="B"/>\n<command>x</command></job>\n'
+        "</workflow>",
+        [(5, "job 'B' is after 'A' twice (first on line 4)"), (6, "job 'B' is after itself")],
+    ),
+    (
+        "bad on",
+        f'<workflow name="W">\n{JOB_A}\n<job name="B" agent="a"><after job="A" on="sometimes"/>'
+        "<command>x</command></job>\n</workflow>",
+        [(3, "job 'B': on='sometimes' is not one of success, failure, always")],
+    ),
+    (
+        "bad names",
+        '<workflow name="PAY ROLL">\n<job name="1st" agent="a b"><command>x</command></job>\n'
+        '<job name="APPL_START" agent="a"><command> </command></job>\n</workflow>',
+        [
+            (
+                1,
+                "workflow name 'PAY ROLL' is not a valid name (letters, digits and _ - : /, "
+                "not starting with a digit or -)",
+            ),
+            (
+                2,
+                "job name '1st' is not a valid name (letters, digits and _ - : /, "
+                "not starting with a digit or -)",
+            ),
+            (
+                2,
+                "job '1st': agent 'a b' is not a valid name (letters, digits and _ - : /, not starting with "
+                "a digit or -)",
+            ),
+            (3, "job name 'APPL_START' is reserved for the virtual job of that name"),
+            (3, "job 'APPL_START' has an empty command"),
+        ],
+    ),
+]
 
 
 @pytest.mark.parametrize(("document", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -105,8 +173,13 @@ def test_a_valid_definition(tmp_path: Path) -> None:
     assert workflow.coordinator == "a"
     first = workflow.jobs[0]
     assert (first.name, first.command, first.weekdays, first.timeout, first.retries, first.line) == (
-        "A", "echo 'it' && true", frozenset({0, 1, 2, 3, 4, 5}), 1.5, 2, 4,
-    )  # fmt: skip
+        "A",
+        "echo 'it' && true",
+        frozenset({0, 1, 2, 3, 4, 5}),
+        1.5,
+        2,
+        4,
+    )
     assert workflow.jobs[1].after == (After("A", "failure"), After("C"))
     assert workflow.jobs[1].after[0].line == 9
 

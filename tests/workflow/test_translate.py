@@ -86,11 +86,13 @@ def test_envelopes_per_agent_in_order() -> None:
             cleanup,
             *[(c, "APPL_START") for c in per_job],
             *[(c, "JobA") for c in per_job],
-            ("ADVERTISE", "APPL_END"), ("JOBINFO", "APPL_END"), ("SUBSCRIBE", "APPL_END"),
+            ("ADVERTISE", "APPL_END"),
+            ("JOBINFO", "APPL_END"),
+            ("SUBSCRIBE", "APPL_END"),
         ],
         "agentB": [cleanup, *[(c, "JobB") for c in per_job], *[(c, "JobC") for c in per_job]],
         "agentC": [cleanup, *[(c, "JobD") for c in per_job], *[(c, "Alert") for c in per_job]],
-    }  # fmt: skip
+    }
 
 
 def test_contents() -> None:
@@ -101,9 +103,15 @@ def test_contents() -> None:
         "[attempt,isPresent,0],[started,isPresent,0],[duration,isPresent,0]"
     )
     assert json.loads(content(plan, "JobC", "JOBINFO")) == {
-        "workflow": W, "version": plan.version, "job": "JobC", "command": "bonus", "schedule": ["fri"],
-        "timeout": None, "retries": 0, "after": [["JobA", "success"]],
-    }  # fmt: skip
+        "workflow": W,
+        "version": plan.version,
+        "job": "JobC",
+        "command": "bonus",
+        "schedule": ["fri"],
+        "timeout": None,
+        "retries": 0,
+        "after": [["JobA", "success"]],
+    }
     assert json.loads(content(plan, "JobB", "JOBINFO"))["timeout"] == 600
     subscription = json.loads(content(plan, "JobB", "COMPOSITESUBSCRIBE"))
     assert subscription["job"] == "JobB"
@@ -120,14 +128,20 @@ def test_contents() -> None:
         str(parse_filter("[class,eq,JOBSTATUS],[applname,eq,PAYROLL],[GID,isPresent,'']")),
     }
     assert json.loads(content(plan, "APPL_START", "JOBINFO")) == {
-        "workflow": W, "version": plan.version, "job": "APPL_START", "virtual": True,
-    }  # fmt: skip
+        "workflow": W,
+        "version": plan.version,
+        "job": "APPL_START",
+        "virtual": True,
+    }
     end = json.loads(content(plan, "APPL_END", "JOBINFO"))
     assert end["virtual"] is True
     assert end["graph"] == {
-        "JobA": [["APPL_START", "success"]], "JobB": [["JobA", "success"]], "JobC": [["JobA", "success"]],
-        "JobD": [["JobB", "success"], ["JobC", "success"]], "Alert": [["JobA", "failure"]],
-    }  # fmt: skip
+        "JobA": [["APPL_START", "success"]],
+        "JobB": [["JobA", "success"]],
+        "JobC": [["JobA", "success"]],
+        "JobD": [["JobB", "success"], ["JobC", "success"]],
+        "Alert": [["JobA", "failure"]],
+    }
 
 
 def test_publications_parse_back_and_fit_the_deployer_advertisement() -> None:
@@ -137,9 +151,14 @@ def test_publications_parse_back_and_fit_the_deployer_advertisement() -> None:
     for envelope, publication in zip(plan.envelopes, plan.publications(), strict=True):
         assert parse_publication(str(publication)) == publication
         assert dict(publication) == {
-            "class": "AGENT_CTL", "agentname": envelope.agent, "command": envelope.command,
-            "content": envelope.content, "applname": W, "jobname": envelope.job, "version": plan.version,
-        }  # fmt: skip
+            "class": "AGENT_CTL",
+            "agentname": envelope.agent,
+            "command": envelope.command,
+            "content": envelope.content,
+            "applname": W,
+            "jobname": envelope.job,
+            "version": plan.version,
+        }
         assert set(publication) == {"class", *(p.attribute for p in advertisement.predicates)}
     assert advertisement["version"].value == plan.version
     info = json.loads(content(plan, "JobA", "JOBINFO"))

@@ -1,10 +1,10 @@
 """The historian: lands every publication of the kept classes and answers historic queries.
 
-A thin asyncio adapter around :class:`Recorder` (landing, pure but for the disk) and
-``HistoryStore`` (Spark). One loop owns the landing log; Spark work (compaction, queries) runs in
-daemon threads so landing never waits for it, and neither does a SIGTERM. A store without a table
-needs no Spark (queries read the landing log in Python), so the SparkSession is made at its first
-compaction; on a store with a table it is started at once, in the background.
+:class:`RecorderService` is a thin asyncio adapter around :class:`Recorder` (landing, pure but
+for the disk) and ``HistoryStore`` (Spark). One loop owns the landing log; Spark work (compaction,
+queries) runs in daemon threads so landing never waits for it, and neither does a SIGTERM. A store
+without a table needs no Spark (queries read the landing log in Python), so the SparkSession is
+made at its first compaction; on a store with a table it is started at once, in the background.
 
 The client does not reconnect by itself: after a broker restart or a lost link the historian
 reconnects with backoff and re-issues its subscriptions and advertisement (like the agent daemon).
@@ -44,16 +44,16 @@ from wfm.history.protocol import (
     result_publication,
     signed,
 )
+from wfm.history.recorder import Recent, Recorder
 from wfm.history.spark import spark_session
 from wfm.history.store import HistoryStore
 
-__all__ = ["DEFAULT_CLASSES", "Historian", "Recent", "Recorder", "first_line", "publisher_of"]
+__all__ = ["DEFAULT_CLASSES", "RecorderService", "first_line"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CLASSES = ("Trigger", "JOBSTATUS", "AGENT_CTL")
 MAX_BACKOFF = 5.0
-SEEN_LIMIT = 100_000  # ids remembered per process; older repeats are removed on read by id
 ANSWERED_LIMIT = 10_000  # ids of answered queries whose repeats (an asker asks while it listens) are ignored
 
 T = TypeVar("T")
@@ -86,54 +86,13 @@ def _settle(future: asyncio.Future[Any], setter: Callable[[Any], None], value: o
         setter(value)
 
 
-def publisher_of(publication_id: str) -> str:
-    """The client that published: the middle of ``<broker>/<client>/<ref>`` (broker ids and refs
-    hold no ``/``; a client name may)."""
-    parts = publication_id.split("/", 1)
-    return parts[1].rsplit("/", 1)[0] if len(parts) == 2 and "/" in parts[1] else ""
-
-
 def first_line(error: BaseException) -> str:
     """Spark's errors span pages; a log line or an answer takes the first line."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
 
-class Recent:
-    """The last ``limit`` ids added: enough to know a repeat, which comes soon after the original."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._ids: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
-
-    def __contains__(self, id: object) -> bool:
-        return id in self._ids
-
-    def add(self, id: str) -> None:
-        self._ids[id] = None
-        if len(self._ids) > self.limit:
-            del self._ids[next(iter(self._ids))]
-
-
-class Recorder:
-    """Appends deliveries to the landing log once per id (the log also dedups on read, but a
-    redelivery within a process need not cost disk)."""
-
-    def __init__(self, landing: Landing) -> None:
-        self.landing = landing
-        self.landed = 0
-        self._seen = Recent(SEEN_LIMIT)
-
-    def record(self, publication: Publication, at: float, publication_id: str) -> bool:
-        if publication_id in self._seen:
-            return False
-        self._seen.add(publication_id)
-        self.landing.append(publication, at, publisher_of(publication_id), publication_id)
-        self.landed += 1
-        return True
-
-
-class Historian:
+class RecorderService:
     """Runs until :meth:`stop`; the landing log is flushed before :meth:`run` returns."""
 
     def __init__(

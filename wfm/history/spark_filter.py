@@ -49,8 +49,14 @@ _COMPARE: dict[str, Callable[[Column, Any], Column]] = {
     "str-postfix": Column.endswith,
     "str-contains": Column.contains,
 }
-_COMPARE |= {"=": _COMPARE["eq"], "<>": _COMPARE["neq"], "<": _COMPARE["str-lt"], "<=": _COMPARE["str-le"],
-             ">": _COMPARE["str-gt"], ">=": _COMPARE["str-ge"]}  # fmt: skip
+_COMPARE |= {
+    "=": _COMPARE["eq"],
+    "<>": _COMPARE["neq"],
+    "<": _COMPARE["str-lt"],
+    "<=": _COMPARE["str-le"],
+    ">": _COMPARE["str-gt"],
+    ">=": _COMPARE["str-ge"],
+}
 
 
 def attribute_column(name: str, string: bool) -> str:

@@ -1,8 +1,17 @@
-"""The monitor: a sans-IO model of generations and job states, its rich rendering, and the loop
-that feeds it deliveries."""
+"""The monitor: a sans-IO :class:`Monitor` of generations and job states, its rich rendering, and
+the :class:`MonitorService` that feeds it deliveries."""
 
-from wfm.monitor.model import SKIPPED, Generation, JobState, Model, StatusEvent
+from wfm.monitor.model import SKIPPED, Generation, JobState, Monitor, StatusEvent
+from wfm.monitor.service import TIMED_OUT, MonitorService
 from wfm.monitor.view import render
-from wfm.monitor.watch import TIMED_OUT, monitor
 
-__all__ = ["SKIPPED", "TIMED_OUT", "Generation", "JobState", "Model", "StatusEvent", "monitor", "render"]
+__all__ = [
+    "SKIPPED",
+    "TIMED_OUT",
+    "Generation",
+    "JobState",
+    "Monitor",
+    "MonitorService",
+    "StatusEvent",
+    "render",
+]

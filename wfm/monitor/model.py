@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from broker.language import Value
 from workflow_messages import APPL_END, FAILURE, JOBSTATUS, TRIGGER, skipped_jobs, trigger_date
 
-__all__ = ["SKIPPED", "Generation", "JobState", "Model", "StatusEvent"]
+__all__ = ["SKIPPED", "Generation", "JobState", "Monitor", "StatusEvent"]
 
 SKIPPED = "SKIPPED"
 _CORE = ("class", "applname", "jobname", "GID", "status", "detail")  # the rest are extras
@@ -71,7 +71,7 @@ class StatusEvent:
         }
 
 
-class Model:
+class Monitor:
     """Generations in the order first seen. ``watched`` gids (or, if none, the first generation
     seen) decide when a monitor without ``--watch`` is done, and its exit status."""
 

@@ -1,4 +1,4 @@
-"""How the monitor shows a model: one rich table per generation. Pure (returns renderables)."""
+"""How the monitor is shown: one rich table per generation. Pure (returns renderables)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from wfm.monitor.model import SKIPPED, Generation, Model
+from wfm.monitor.model import SKIPPED, Generation, Monitor
 from workflow_messages import APPL_START, FAILURE, NORUN, SUCCESS
 
 __all__ = ["STYLES", "render"]
@@ -16,11 +16,11 @@ __all__ = ["STYLES", "render"]
 STYLES = {SUCCESS: "green", FAILURE: "bold red", NORUN: "dim", SKIPPED: "yellow"}
 
 
-def render(model: Model) -> Group:
-    """Every generation seen, oldest first; an empty model says what it is waiting for."""
-    if not model.generations:
+def render(monitor: Monitor) -> Group:
+    """Every generation seen, oldest first; an empty monitor says what it is waiting for."""
+    if not monitor.generations:
         return Group(Text("waiting for triggers and job statuses ...", style="dim"))
-    return Group(*(section(g) for g in model.generations.values()))
+    return Group(*(section(g) for g in monitor.generations.values()))
 
 
 def section(generation: Generation) -> Group:

@@ -6,84 +6,83 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import sys
 from typing import Any
 
 import click
 
 from broker.client import Client, ConnectError, Delivery, RefusedError
-from broker.language import ParseError, parse_composite, parse_filter, parse_publication
+from broker.language import ParseError
 from broker.routing import COVERING_MODES
 from broker.transport.link import LinkClosed
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
-
-log = logging.getLogger("wfm.client")
-
-
-class URIType(click.ParamType):
-    name = "URI"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> BrokerURI:
-        if isinstance(value, BrokerURI):
-            return value
-        try:
-            return BrokerURI.parse(value)
-        except ValueError as error:
-            self.fail(str(error), param, ctx)
-
-
-URI = URIType()
-broker_option = click.option(
-    "--broker", "broker_uri", type=URI, envvar="WFM_BROKER", required=True,
-    help="Broker to connect to, socket://HOST:PORT/ID (default: $WFM_BROKER).",
-)  # fmt: skip
-output_option = click.option(
-    "-o", "--output", type=click.Choice(["text", "json"]), default="text", help="Output format."
-)
+from wfm.cli.options import URI, broker_option, output_option
+from wfm.cli.serving import Running, serve
+from wfm.client_commands import apply_line
 
 
 @click.command()
 @click.option("--uri", type=URI, required=True, help="This broker's address, socket://HOST:PORT/ID.")
 @click.option("--neighbor", "neighbors", type=URI, multiple=True, help="A neighbour to link to (repeatable).")
-@click.option("--covering", type=click.Choice(COVERING_MODES), default="off", show_default=True,
-              help="Subscription covering.")  # fmt: skip
+@click.option(
+    "--covering",
+    type=click.Choice(COVERING_MODES),
+    default="off",
+    show_default=True,
+    help="Subscription covering.",
+)
 @click.option("--advertisement-covering/--no-advertisement-covering", default=False, show_default=True)
-@click.option("--heartbeat", type=click.FloatRange(0.05, 60), default=1.0, show_default=True,
-              help="Seconds between pings on an idle link; silent for 4 of them, it is dropped.")  # fmt: skip
-@click.option("--composite-max-waiting", type=click.IntRange(1), default=10_000, show_default=True,
-              help="Partial matches one composite detection keeps; beyond it the oldest is dropped "
-                   "(counted in status as composite_dropped).")  # fmt: skip
-@click.option("--composite-max-age", type=click.FloatRange(0, min_open=True), default=None,
-              help="Seconds a partial match may wait for its partners [default: no limit].")  # fmt: skip
-def broker(uri: BrokerURI, neighbors: tuple[BrokerURI, ...], covering: str, advertisement_covering: bool,
-           heartbeat: float, composite_max_waiting: int,
-           composite_max_age: float | None) -> None:  # fmt: skip
+@click.option(
+    "--heartbeat",
+    type=click.FloatRange(0.05, 60),
+    default=1.0,
+    show_default=True,
+    help="Seconds between pings on an idle link; silent for 4 of them, it is dropped.",
+)
+@click.option(
+    "--composite-max-waiting",
+    type=click.IntRange(1),
+    default=10_000,
+    show_default=True,
+    help="Partial matches one composite detection keeps; beyond it the oldest is dropped "
+    "(counted in status as composite_dropped).",
+)
+@click.option(
+    "--composite-max-age",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="Seconds a partial match may wait for its partners [default: no limit].",
+)
+def broker(
+    uri: BrokerURI,
+    neighbors: tuple[BrokerURI, ...],
+    covering: str,
+    advertisement_covering: bool,
+    heartbeat: float,
+    composite_max_waiting: int,
+    composite_max_age: float | None,
+) -> None:
     """Run a broker until SIGINT or SIGTERM."""
     _log_with_prefix(uri.id)
     try:
-        node = RouterService(uri, neighbors, covering, advertisement_covering, heartbeat,
-                             dead_after=4 * heartbeat, composite_max_waiting=composite_max_waiting,
-                             composite_max_age=composite_max_age)  # fmt: skip
+        node = RouterService(
+            uri,
+            neighbors,
+            covering,
+            advertisement_covering,
+            heartbeat,
+            dead_after=4 * heartbeat,
+            composite_max_waiting=composite_max_waiting,
+            composite_max_age=composite_max_age,
+        )
     except ValueError as error:
         raise click.ClickException(str(error)) from None
     try:
-        asyncio.run(_run_broker(node))
+        serve(Running(node, logging.getLogger("broker")))
     except OSError as error:
         reason = os.strerror(error.errno).lower() if error.errno else str(error)
         raise click.ClickException(f"cannot listen on {uri}: {reason}") from None
-
-
-async def _run_broker(node: RouterService) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await node.start()
-    await stop.wait()
-    logging.getLogger("broker").info("stopping")
-    await node.stop()
 
 
 def _log_with_prefix(name: str) -> None:
@@ -135,8 +134,13 @@ async def _status(uri: BrokerURI) -> dict[str, Any]:
 @click.command()
 @broker_option
 @click.option("--id", "client_id", help="Client id (unique at its broker; default: random).")
-@click.option("--linger", type=click.FloatRange(0), default=0.5, show_default=True,
-              help="Seconds to keep receiving after the end of input.")  # fmt: skip
+@click.option(
+    "--linger",
+    type=click.FloatRange(0),
+    default=0.5,
+    show_default=True,
+    help="Seconds to keep receiving after the end of input.",
+)
 @output_option
 def client(broker_uri: BrokerURI, client_id: str | None, linger: float, output: str) -> None:
     """Apply commands read from stdin, one a line, and print every delivery.
@@ -174,51 +178,20 @@ async def _client(uri: BrokerURI, client_id: str | None, linger: float, as_json:
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             try:
-                await _apply(session, line.strip())
+                said = await apply_line(session, line.strip())
             except (ParseError, RefusedError, ValueError) as error:
                 failures += 1
                 click.echo(f"wfm: error: {line.strip()[:80]}: {error}", err=True)
+                continue
             except LinkClosed as error:
                 raise click.ClickException(f"connection to {uri} lost: {error}") from None
+            if said is not None:
+                click.echo(said, err=True)
         await asyncio.sleep(linger)
     finally:
         await session.close()
         await asyncio.gather(printer, return_exceptions=True)
     return failures
-
-
-async def _apply(session: Client, line: str) -> None:
-    command, _, rest = line.partition(" ")
-    rest = rest.strip()
-    if command == "a":
-        click.echo(f"adv {await session.advertise(parse_filter(rest))}", err=True)
-    elif command == "s":
-        click.echo(f"sub {(await session.subscribe(parse_filter(rest), own_queue=False)).id}", err=True)
-    elif command == "cs":
-        sub = await session.subscribe_composite(parse_composite(rest), own_queue=False)
-        click.echo(f"sub {sub.id}", err=True)
-    elif command == "p":
-        await session.publish(parse_publication(rest))
-    elif command == "ua":
-        await session.unadvertise(_one_word(rest, "ua"))
-    elif command == "us":
-        await session.unsubscribe(_one_word(rest, "us"))
-    elif command == "sleep":
-        try:
-            seconds = float(rest)
-        except ValueError:
-            raise ValueError(f"sleep needs a number of seconds, not {rest!r}") from None
-        if not 0 <= seconds <= 86400:
-            raise ValueError("sleep takes 0 to 86400 seconds")
-        await asyncio.sleep(seconds)
-    else:
-        raise ValueError(f"unknown command {command!r} (use a, s, cs, p, ua, us or sleep)")
-
-
-def _one_word(rest: str, command: str) -> str:
-    if not rest or " " in rest:
-        raise ValueError(f"{command} needs one id")
-    return rest
 
 
 async def _print_deliveries(session: Client, as_json: bool) -> None:

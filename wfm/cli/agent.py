@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import signal
 from pathlib import Path
 
 import click
@@ -12,7 +10,8 @@ from agents.service import AgentService
 from agents.state import Agent
 from broker.language.values import check_string
 from broker.transport.uri import BrokerURI
-from wfm.overlay_cli import broker_option
+from wfm.cli.options import broker_option
+from wfm.cli.serving import serve
 
 
 def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -28,12 +27,25 @@ def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.command()
 @click.option("--name", required=True, callback=_name, help="The agent name the workflows use.")
 @broker_option
-@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Journal and run logs (default: ./.wfm/agents/NAME).")  # fmt: skip
-@click.option("--max-jobs", type=click.IntRange(1, 10_000), default=4, show_default=True,
-              help="Jobs run at once; more wait in a queue.")  # fmt: skip
-@click.option("--retry-backoff", type=click.FloatRange(0, 3600), default=1.0, show_default=True,
-              help="Seconds before the first retry of a failed job, doubling per attempt.")  # fmt: skip
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Journal and run logs (default: ./.wfm/agents/NAME).",
+)
+@click.option(
+    "--max-jobs",
+    type=click.IntRange(1, 10_000),
+    default=4,
+    show_default=True,
+    help="Jobs run at once; more wait in a queue.",
+)
+@click.option(
+    "--retry-backoff",
+    type=click.FloatRange(0, 3600),
+    default=1.0,
+    show_default=True,
+    help="Seconds before the first retry of a failed job, doubling per attempt.",
+)
 def agent(
     name: str, broker_uri: BrokerURI, state_dir: Path | None, max_jobs: int, retry_backoff: float
 ) -> None:
@@ -45,12 +57,4 @@ def agent(
         raise click.ClickException(
             f"cannot create the state directory {directory}: {error.strerror}"
         ) from None
-    service = AgentService(Agent(name, max_jobs, retry_backoff), broker_uri, directory, Path.cwd())
-    asyncio.run(_serve(service))
-
-
-async def _serve(service: AgentService) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, service.stop)
-    await service.run()
+    serve(AgentService(Agent(name, max_jobs, retry_backoff), broker_uri, directory, Path.cwd()))

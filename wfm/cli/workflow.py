@@ -13,12 +13,19 @@ from broker.client import ConnectError, RefusedError
 from broker.language import Publication
 from broker.transport.link import LinkClosed
 from broker.transport.uri import BrokerURI
+from wfm.cli.options import broker_uri_option, output_option
 from wfm.deploy import deploy as deploy_plan
-from wfm.deploy import undeploy_publications
-from wfm.overlay_cli import URI, output_option
+from wfm.deploy import ordered_batches, undeploy_publications
 from wfm.workflow import DefinitionError, Plan, Problem, Workflow, load, translate
 
 workflow_file = click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+timeout_option = click.option(
+    "--timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for every agent's acknowledgement.",
+)
 
 
 @click.command()
@@ -36,43 +43,35 @@ def validate(file: Path) -> None:
 
 @click.command()
 @workflow_file
-@click.option("--broker", "broker_uri", type=URI, envvar="WFM_BROKER",
-              help="Broker to deploy through, socket://HOST:PORT/ID (default: $WFM_BROKER).")  # fmt: skip
+@broker_uri_option("Broker to deploy through")
 @click.option("--dry-run", is_flag=True, help="Print the plan and send nothing.")
 @output_option
-@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True,
-              help="Seconds to wait for every agent's acknowledgement.")  # fmt: skip
+@timeout_option
 def deploy(file: Path, broker_uri: BrokerURI | None, dry_run: bool, output: str, timeout: float) -> None:
     """Deploy a workflow: publish its AGENT_CTL envelopes and wait for every agent's acknowledgement
     (exit status 1 naming the agents that failed or did not answer). --dry-run prints the plan."""
-    workflow = _load(file)
+    workflow = load_workflow(file)
     plan = translate(workflow)
     if dry_run:
         click.echo(plan.to_json() if output == "json" else _listing(workflow, plan))
         return
-    agents = plan.by_agent()
-    coordinator = [plan.publication(e) for e in agents[workflow.coordinator]]
-    others = [
-        plan.publication(e) for agent, es in agents.items() if agent != workflow.coordinator for e in es
-    ]
-    _send(broker_uri, plan, [batch for batch in (others, coordinator) if batch], timeout, output)
+    _send(broker_uri, plan, ordered_batches(plan, workflow.coordinator), timeout, output)
 
 
 @click.command()
 @workflow_file
-@click.option("--broker", "broker_uri", type=URI, envvar="WFM_BROKER",
-              help="Broker to send through, socket://HOST:PORT/ID (default: $WFM_BROKER).")  # fmt: skip
-@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True,
-              help="Seconds to wait for every agent's acknowledgement.")  # fmt: skip
+@broker_uri_option("Broker to send through")
+@timeout_option
 @output_option
 def undeploy(file: Path, broker_uri: BrokerURI | None, timeout: float, output: str) -> None:
     """Remove a workflow (every version of it) from the agents its FILE names."""
-    plan = translate(_load(file))
+    plan = translate(load_workflow(file))
     _send(broker_uri, plan, [undeploy_publications(plan)], timeout, output)
 
 
-def _send(broker_uri: BrokerURI | None, plan: Plan, batches: list[list[Publication]], timeout: float,
-          output: str) -> None:  # fmt: skip
+def _send(
+    broker_uri: BrokerURI | None, plan: Plan, batches: list[list[Publication]], timeout: float, output: str
+) -> None:
     if broker_uri is None:
         raise click.ClickException("no broker: give --broker or set WFM_BROKER")
     try:
@@ -81,8 +80,12 @@ def _send(broker_uri: BrokerURI | None, plan: Plan, batches: list[list[Publicati
         raise click.ClickException(f"cannot deploy through {broker_uri}: {error}") from None
     for report in reports:
         if output == "json":
-            record = {"agent": report.agent, **{k.lower(): v for k, v in report.results.items()},
-                      "missing": report.missing, "errors": report.errors}  # fmt: skip
+            record = {
+                "agent": report.agent,
+                **{k.lower(): v for k, v in report.results.items()},
+                "missing": report.missing,
+                "errors": report.errors,
+            }
             click.echo(json.dumps(record))
             continue
         counts = ", ".join(f"{n} {result}" for result, n in report.results.items() if n)
@@ -94,18 +97,14 @@ def _send(broker_uri: BrokerURI | None, plan: Plan, batches: list[list[Publicati
     what = f"{plan.workflow} {plan.version}"
     silent = [r.agent for r in reports if r.missing]
     if failed:
-        click.echo(
-            f"wfm: error: {plan.workflow} {plan.version}: agents reported errors: {', '.join(failed)}",
-            err=True,
-        )
+        click.echo(f"wfm: error: {what}: agents reported errors: {', '.join(failed)}", err=True)
     if silent:
-        click.echo(f"wfm: error: {what}: no answer within {timeout:g} s from "
-                   f"{', '.join(silent)}", err=True)  # fmt: skip
+        click.echo(f"wfm: error: {what}: no answer within {timeout:g} s from {', '.join(silent)}", err=True)
     if failed or silent:
         raise click.exceptions.Exit(1)
 
 
-def _load(file: Path) -> Workflow:
+def load_workflow(file: Path) -> Workflow:
     """The workflow, or one line naming its first problem (``wfm validate`` lists them all)."""
     try:
         return _read(file)

@@ -1,52 +1,38 @@
 """``wfm trigger``, ``wfm schedule``, ``wfm monitor`` and ``wfm up``: starting and watching
-generations, thin commands over :mod:`wfm.triggers`, :mod:`wfm.timetable`, :mod:`wfm.monitor`
+generations, thin commands over :mod:`wfm.triggers`, :mod:`wfm.scheduler`, :mod:`wfm.monitor`
 and :mod:`wfm.up`."""
 
 from __future__ import annotations
 
 import asyncio
-import signal
-import sys
-from collections.abc import Callable
+import json
+from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
 import click
-from apscheduler.schedulers.blocking import BlockingScheduler
+from rich.console import Console
+from rich.live import Live
 from tzlocal import get_localzone
 
 from broker.client import ConnectError
 from broker.transport.uri import BrokerURI
-from wfm.monitor import TIMED_OUT
-from wfm.monitor import monitor as run_monitor
-from wfm.overlay_cli import URI, broker_option, output_option
+from wfm.cli.options import broker_option, broker_uri_option, checked, output_option
+from wfm.cli.workflow import load_workflow
+from wfm.monitor import TIMED_OUT, MonitorService, StatusEvent, render
+from wfm.scheduler import fire, run_schedule
 from wfm.timetable import Entry, fires, load_config
 from wfm.triggers import TriggerPublisher, check_gid, check_workflow, new_gid, parse_date
-from wfm.up import UpError, serve
-from wfm.workflow_cli import _load
-
-
-def _checked(check: Callable[[str], object]) -> Callable[[click.Context, click.Parameter, object], object]:
-    """A click callback that turns a validator's ValueError into a one-line usage error."""
-
-    def callback(ctx: click.Context, param: click.Parameter, value: object) -> object:
-        try:
-            if isinstance(value, tuple):
-                return tuple(check(v) for v in value)
-            return None if value is None else check(str(value))
-        except ValueError as error:
-            raise click.BadParameter(str(error), ctx, param) from None
-
-    return callback
+from wfm.up import UpError, agent_names, serve
 
 
 @click.command()
-@click.argument("workflow", callback=_checked(check_workflow))
+@click.argument("workflow", callback=checked(check_workflow))
 @click.option(
-    "--gid", callback=_checked(check_gid), help="Generation id [default: new, e.g. 20261123-114523-3f9a]."
+    "--gid", callback=checked(check_gid), help="Generation id [default: new, e.g. 20261123-114523-3f9a]."
 )
 @click.option(
-    "--date", "day", callback=_checked(parse_date), help="The generation's date, YYYY-MM-DD [default: today]."
+    "--date", "day", callback=checked(parse_date), help="The generation's date, YYYY-MM-DD [default: today]."
 )
 @broker_option
 def trigger(workflow: str, gid: str | None, day: date | None, broker_uri: BrokerURI) -> None:
@@ -68,8 +54,7 @@ def trigger(workflow: str, gid: str | None, day: date | None, broker_uri: Broker
 @click.option(
     "--days", type=click.IntRange(1, 3660), default=7, show_default=True, help="Days --dry-run looks ahead."
 )
-@click.option("--broker", "broker_uri", type=URI, envvar="WFM_BROKER",
-              help="Broker to publish through, socket://HOST:PORT/ID (default: $WFM_BROKER).")  # fmt: skip
+@broker_uri_option("Broker to publish through")
 def schedule(config: Path, dry_run: bool, days: int, broker_uri: BrokerURI | None) -> None:
     """Trigger workflows by cron expression and business calendar until SIGINT/SIGTERM.
 
@@ -87,38 +72,32 @@ def schedule(config: Path, dry_run: bool, days: int, broker_uri: BrokerURI | Non
         return
     if broker_uri is None:
         raise click.UsageError("--broker (or $WFM_BROKER) is needed unless --dry-run")
-    scheduler = BlockingScheduler(timezone=timezone)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop like Ctrl-C, closing the connection
     with TriggerPublisher(broker_uri) as publisher:
-        for entry in entries:
-            scheduler.add_job(
-                _fire, entry.cron, args=(entry, publisher), coalesce=True, misfire_grace_time=60
-            )
-        try:
-            scheduler.start()
-        except (KeyboardInterrupt, SystemExit):
-            scheduler.shutdown(wait=False)
+        run_schedule(entries, timezone, lambda entry: _fire(entry, publisher))
 
 
 def _fire(entry: Entry, publisher: TriggerPublisher) -> None:
-    """One cron fire: trigger today's generation if the calendar allows today. A broker that cannot
-    be reached is reported and retried at the next fire (the scheduler keeps running)."""
+    """One cron fire, shown on stdout. A broker that cannot be reached is reported and retried at
+    the next fire (the scheduler keeps running)."""
     now = datetime.now(entry.cron.timezone)
-    if not entry.calendar.allows(now.date()):
-        return
-    gid = new_gid(now)
     try:
-        publisher.publish(entry.workflow, gid, now.date())
+        gid = fire(entry, publisher, now)
     except (ConnectError, OSError, TimeoutError) as error:
         click.echo(f"wfm: error: cannot trigger {entry.workflow}: {error or 'timed out'}", err=True)
         return
-    click.echo(f"{now:%Y-%m-%d %H:%M:%S} {entry.workflow} {now.date().isoformat()} {gid}")
+    if gid is not None:
+        click.echo(f"{now:%Y-%m-%d %H:%M:%S} {entry.workflow} {now.date().isoformat()} {gid}")
 
 
 @click.command()
-@click.argument("workflow", required=False, callback=_checked(check_workflow))
-@click.option("--gid", "gids", multiple=True, callback=_checked(check_gid),
-              help="Watch this generation (repeatable) [default: the first one seen].")  # fmt: skip
+@click.argument("workflow", required=False, callback=checked(check_workflow))
+@click.option(
+    "--gid",
+    "gids",
+    multiple=True,
+    callback=checked(check_gid),
+    help="Watch this generation (repeatable) [default: the first one seen].",
+)
 @broker_option
 @click.option("--watch", is_flag=True, help="Keep showing new generations until Ctrl-C.")
 @output_option
@@ -140,7 +119,7 @@ def monitor(
     status. Without --watch it exits when the watched generations end: exit status 0 if all
     ended SUCCESS, 1 if one ended FAILURE, 2 on --timeout."""
     try:
-        status = asyncio.run(run_monitor(broker_uri, workflow, gids, watch, output == "json", timeout))
+        status = asyncio.run(_monitor(broker_uri, workflow, gids, watch, output == "json", timeout))
     except KeyboardInterrupt:
         if not watch:
             raise
@@ -152,22 +131,54 @@ def monitor(
     raise click.exceptions.Exit(status)
 
 
+async def _monitor(
+    uri: BrokerURI,
+    workflow: str | None,
+    gids: Sequence[str],
+    forever: bool,
+    as_json: bool,
+    timeout: float | None,
+) -> int:
+    """A JSON line per job status, or the tables redrawn after each delivery."""
+    async with MonitorService.connect(uri, workflow, gids) as service:
+        if as_json:
+            return await service.run(forever, timeout, _json_line)
+        with Live(render(service.monitor), console=Console(), auto_refresh=False) as live:
+            return await service.run(
+                forever, timeout, lambda _: live.update(render(service.monitor), refresh=True)
+            )
+
+
+def _json_line(event: StatusEvent | None) -> None:
+    if event is not None:
+        click.echo(json.dumps(event.record(), ensure_ascii=False))
+
+
 @click.command()
-@click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              default="workflows", show_default=True,
-              help="Workflows to deploy (*.xml); state goes to DIR/.wfm.")  # fmt: skip
-@click.option("--port", type=click.IntRange(1024, 65533), default=7100, show_default=True,
-              help="Brokers listen on PORT, PORT+1, PORT+2.")  # fmt: skip
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default="workflows",
+    show_default=True,
+    help="Workflows to deploy (*.xml); state goes to DIR/.wfm.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1024, 65533),
+    default=7100,
+    show_default=True,
+    help="Brokers listen on PORT, PORT+1, PORT+2.",
+)
 def up(directory: Path, port: int) -> None:
     """Run the embedded default until Ctrl-C: three brokers in a line (B1-B2-B3), one agent per
     agent name in DIR/*.xml, every workflow deployed. Prints the broker addresses and what to try."""
     files = sorted(directory.glob("*.xml"))
     if not files:
         raise click.ClickException(f"no workflows (*.xml) in {directory}")
-    workflows = [_load(file) for file in files]
-    agents = list(dict.fromkeys(agent for workflow in workflows for agent in workflow.agents))
+    workflows = [load_workflow(file) for file in files]
     named = [(workflow.name, file) for workflow, file in zip(workflows, files, strict=True)]
     try:
-        serve(named, agents, directory / ".wfm", port, click.echo)
+        serve(named, agent_names(workflows), directory / ".wfm", port, click.echo)
     except UpError as error:
         raise click.ClickException(str(error)) from None

@@ -1,0 +1,82 @@
+"""The ``wfm`` command line: each command is a few lines over library code.
+
+Data goes to stdout, logs and errors to stderr. Every error is one line, ``wfm: error: ...``,
+with a non-zero exit status; bad input never shows a traceback.
+
+One module per group of commands; the group imports a command's module only when that command
+runs (or ``--help`` lists it), so ``wfm broker`` and ``wfm agent`` start without loading lxml,
+Spark or the history code they never use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+import click
+
+from wfm import __version__
+
+__all__ = ["COMMANDS", "cli", "main"]
+
+# command name -> the module of wfm.cli that defines it (as a function of the same name)
+COMMANDS = {
+    "parse": "parse",
+    "broker": "overlay",
+    "status": "overlay",
+    "client": "overlay",
+    "validate": "workflow",
+    "deploy": "workflow",
+    "undeploy": "workflow",
+    "agent": "agent",
+    "trigger": "run",
+    "schedule": "run",
+    "monitor": "run",
+    "up": "run",
+    "history": "history",
+    "compact": "history",
+    "report": "history",
+    "historian": "historian",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are named in :data:`COMMANDS` and imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module = importlib.import_module(f"{__name__}.{COMMANDS[cmd_name]}")
+        command: click.Command = getattr(module, cmd_name)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="wfm")
+@click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug).")
+def cli(verbose: int) -> None:
+    """A decentralised workflow manager on a content-based publish/subscribe overlay."""
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: click's errors become one line on stderr."""
+    try:
+        # without standalone mode, click returns the status of ctx.exit(N) / raise Exit(N)
+        status = cli.main(args=argv, prog_name="wfm", standalone_mode=False)
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    except click.exceptions.Abort:
+        click.echo("wfm: interrupted", err=True)
+        return 130
+    except click.ClickException as error:
+        click.echo(f"wfm: error: {error.format_message()}", err=True)
+        return error.exit_code
+    return status if isinstance(status, int) else 0

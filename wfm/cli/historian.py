@@ -1,0 +1,64 @@
+"""``wfm historian``: keep publications and answer historic queries, until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from broker.language import Filter
+from broker.language.values import check_string
+from broker.transport.uri import BrokerURI
+from wfm.cli.options import broker_option
+from wfm.cli.serving import serve
+from wfm.history.historian import DEFAULT_CLASSES, RecorderService
+from wfm.history.spark import MASTER_ENV
+
+
+def _classes(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    for cls in value:
+        try:
+            Filter(check_string(cls))
+        except ValueError as error:
+            raise click.BadParameter(f"{cls!r}: {error}") from None
+    return value or DEFAULT_CLASSES
+
+
+@click.command()
+@broker_option
+@click.option(
+    "--store",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="History store directory (created if missing).",
+)
+@click.option(
+    "--keep",
+    multiple=True,
+    callback=_classes,
+    metavar="CLASS",
+    help="A class to keep (repeatable; default: Trigger, JOBSTATUS, AGENT_CTL).",
+)
+@click.option(
+    "--spark-master",
+    envvar=MASTER_ENV,
+    default=None,
+    help="Spark master for compaction and queries (default local[*]).",
+)
+@click.option(
+    "--compact-every",
+    type=click.FloatRange(0),
+    default=300.0,
+    show_default=True,
+    help="Seconds between compactions of the landing log (0: never).",
+)
+def historian(
+    broker_uri: BrokerURI, store: Path, keep: tuple[str, ...], spark_master: str | None, compact_every: float
+) -> None:
+    """Keep every publication of the kept classes and answer historic queries, until SIGINT/SIGTERM."""
+    try:
+        store.mkdir(parents=True, exist_ok=True)
+        service = RecorderService(broker_uri, store.absolute(), keep, spark_master, compact_every)
+    except OSError as error:
+        raise click.ClickException(f"cannot use the store {store}: {error.strerror or error}") from None
+    serve(service)

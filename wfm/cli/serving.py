@@ -1,0 +1,67 @@
+"""Running a long-lived asyncio service from a command until SIGINT or SIGTERM.
+
+The signal asks the service to stop and the command returns once it has (exit status 0), so a
+broker closes its links, an agent its journal and a historian flushes its landing log, instead of
+dying in a KeyboardInterrupt traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = ["Running", "Server", "Service", "on_signals", "serve"]
+
+
+class Service(Protocol):
+    """Runs until :meth:`stop` is called (from the same event loop)."""
+
+    async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class Server(Protocol):
+    """Serves between :meth:`start` and :meth:`stop`."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class Running:
+    """A :class:`Server` as a :class:`Service`: ``run`` starts it and stops it once asked to."""
+
+    def __init__(self, server: Server, log: logging.Logger) -> None:
+        self.server = server
+        self.log = log
+        self._stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        await self.server.start()
+        await self._stopping.wait()
+        self.log.info("stopping")
+        await self.server.stop()
+
+
+def on_signals(callback: Callable[[], object]) -> None:
+    """SIGINT and SIGTERM call ``callback`` in the running loop instead of interrupting it."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, callback)
+
+
+def serve(service: Service) -> None:
+    """Run ``service`` in a new event loop until it returns; SIGINT and SIGTERM ask it to stop."""
+    asyncio.run(_serve(service))
+
+
+async def _serve(service: Service) -> None:
+    on_signals(service.stop)
+    await service.run()

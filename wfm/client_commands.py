@@ -1,0 +1,55 @@
+"""The line commands ``wfm client`` reads on stdin, applied to a :class:`broker.client.Client`.
+
+One command a line: ``a``/``s``/``cs`` advertise, subscribe and composite-subscribe, ``p``
+publishes, ``ua``/``us`` withdraw by id, ``sleep`` waits while deliveries keep arriving. A line is
+applied at the broker before the next is read; what it says back is returned for the caller to show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker.client import Client
+from broker.language import parse_composite, parse_filter, parse_publication
+
+__all__ = ["apply_line"]
+
+
+async def apply_line(session: Client, line: str) -> str | None:
+    """Apply one command line: ``adv ID`` or ``sub ID`` for a new advertisement or subscription,
+    else None. ParseError, RefusedError or ValueError for a line that cannot be applied."""
+    command, _, rest = line.partition(" ")
+    rest = rest.strip()
+    if command == "a":
+        return f"adv {await session.advertise(parse_filter(rest))}"
+    if command == "s":
+        return f"sub {(await session.subscribe(parse_filter(rest), own_queue=False)).id}"
+    if command == "cs":
+        return f"sub {(await session.subscribe_composite(parse_composite(rest), own_queue=False)).id}"
+    if command == "p":
+        await session.publish(parse_publication(rest))
+    elif command == "ua":
+        await session.unadvertise(_one_word(rest, "ua"))
+    elif command == "us":
+        await session.unsubscribe(_one_word(rest, "us"))
+    elif command == "sleep":
+        await asyncio.sleep(_seconds(rest))
+    else:
+        raise ValueError(f"unknown command {command!r} (use a, s, cs, p, ua, us or sleep)")
+    return None
+
+
+def _one_word(rest: str, command: str) -> str:
+    if not rest or " " in rest:
+        raise ValueError(f"{command} needs one id")
+    return rest
+
+
+def _seconds(rest: str) -> float:
+    try:
+        seconds = float(rest)
+    except ValueError:
+        raise ValueError(f"sleep needs a number of seconds, not {rest!r}") from None
+    if not 0 <= seconds <= 86400:
+        raise ValueError("sleep takes 0 to 86400 seconds")
+    return seconds
