@@ -137,9 +137,15 @@ def parse_jobinfo(control: Control) -> JobInfo:
     ):
         raise ValueError("JOBINFO timeout must be a positive number or null")
     return JobInfo(
-        control.workflow, control.version, control.job, command, Calendar(parse_weekdays(",".join(words))),
-        None if timeout is None else float(timeout), retries, _cwd(data),
-    )  # fmt: skip
+        control.workflow,
+        control.version,
+        control.job,
+        command,
+        Calendar(parse_weekdays(",".join(words))),
+        None if timeout is None else float(timeout),
+        retries,
+        _cwd(data),
+    )
 
 
 def firing_date(publications: tuple[Publication, ...]) -> dt.date:

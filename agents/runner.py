@@ -39,9 +39,16 @@ async def execute(run: Run, state_dir: Path, default_cwd: Path) -> Result:
     with log.open("wb") as output:
         try:
             process = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", run.command, cwd=run.cwd or default_cwd, env=env,
-                stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True,
-            )  # fmt: skip
+                "/bin/sh",
+                "-c",
+                run.command,
+                cwd=run.cwd or default_cwd,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                start_new_session=True,
+            )
         except OSError as error:
             return Result(
                 False, f"cannot start: {error.strerror} (cwd {run.cwd or default_cwd})", started, 0.0

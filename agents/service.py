@@ -32,8 +32,8 @@ from agents.state import (
     Withdraw,
 )
 from broker.client import Client, ConnectError
+from broker.errors import LinkClosed
 from broker.language import Publication
-from broker.transport.link import LinkClosed
 from broker.transport.uri import BrokerURI
 from workflow_messages import ack_advertisement, control_subscription
 
@@ -129,8 +129,14 @@ class AgentService:
 
     async def _execute(self, start: Start) -> None:
         result = await execute(start.run, self.state_dir, self.workdir)
-        log.info("%s %s %s attempt %d: %s", start.run.workflow, start.run.gid, start.run.job,
-                 start.run.attempt, result.detail)  # fmt: skip
+        log.info(
+            "%s %s %s attempt %d: %s",
+            start.run.workflow,
+            start.run.gid,
+            start.run.job,
+            start.run.attempt,
+            result.detail,
+        )
         self.events.put_nowait(Finished(start.run, result))
 
     def _publish(self, publication: Publication) -> None:

@@ -55,7 +55,7 @@ __all__ = [
     "Start",
     "Tick",
     "Withdraw",
-]  # fmt: skip
+]
 
 log = logging.getLogger(__name__)
 
@@ -445,8 +445,15 @@ class Agent:
         retries = self._retries(run)
         if run.attempt <= retries:
             delay = min(self.backoff * 2 ** (run.attempt - 1), 60.0)
-            log.info("%s %s %s attempt %d failed (%s): retry in %.1f s", run.workflow, run.gid, run.job,
-                     run.attempt, result.detail, delay)  # fmt: skip
+            log.info(
+                "%s %s %s attempt %d failed (%s): retry in %.1f s",
+                run.workflow,
+                run.gid,
+                run.job,
+                run.attempt,
+                result.detail,
+                delay,
+            )
             self.pending.append(Pending(replace(run, attempt=run.attempt + 1), now + delay))
             self._mark(run, "waiting")
             return self._pump(now)
@@ -460,9 +467,16 @@ class Agent:
     def _done(self, run: Run, status: str, result: Result) -> list[Effect]:
         self._mark(run, "done")
         publication = self._publication(
-            run.workflow, run.version, run.job, run.gid, status, result.detail,
-            attempt=run.attempt, started=result.started, duration=result.duration,
-        )  # fmt: skip
+            run.workflow,
+            run.version,
+            run.job,
+            run.gid,
+            status,
+            result.detail,
+            attempt=run.attempt,
+            started=result.started,
+            duration=result.duration,
+        )
         return [Emit(publication)]
 
     def _mark(self, run: Run, state: str) -> None:
@@ -483,10 +497,26 @@ class Agent:
         return [Emit(publication), *self._end_if_over(info.workflow, gid, generation, now)]
 
     def _publication(
-        self, workflow: str, version: str, job: str, gid: str, status: str, detail: str,
-        attempt: int = 0, started: float = 0.0, duration: float = 0.0,
-    ) -> Publication:  # fmt: skip
+        self,
+        workflow: str,
+        version: str,
+        job: str,
+        gid: str,
+        status: str,
+        detail: str,
+        attempt: int = 0,
+        started: float = 0.0,
+        duration: float = 0.0,
+    ) -> Publication:
         return job_status(
-            workflow, job, gid, status, detail, version=version, agent=self.name,
-            attempt=attempt, started=started, duration=duration,
-        )  # fmt: skip
+            workflow,
+            job,
+            gid,
+            status,
+            detail,
+            version=version,
+            agent=self.name,
+            attempt=attempt,
+            started=started,
+            duration=duration,
+        )

@@ -38,15 +38,31 @@ def status_advertisement(workflow: str, job: str) -> Filter:
 
 
 def job_status(
-    workflow: str, job: str, gid: str, status: str, detail: str, *,
-    version: str, agent: str, attempt: int = 0, started: float = 0.0, duration: float = 0.0,
-) -> Publication:  # fmt: skip
+    workflow: str,
+    job: str,
+    gid: str,
+    status: str,
+    detail: str,
+    *,
+    version: str,
+    agent: str,
+    attempt: int = 0,
+    started: float = 0.0,
+    duration: float = 0.0,
+) -> Publication:
     """A JOBSTATUS publication, fitting :func:`status_advertisement`."""
     values: dict[str, Value] = {
-        "applname": workflow, "jobname": job, "GID": gid, "status": status,
-        "detail": text_value(detail), "version": version, "agentname": agent,
-        "attempt": attempt, "started": round(started, 3), "duration": round(duration, 3),
-    }  # fmt: skip
+        "applname": workflow,
+        "jobname": job,
+        "GID": gid,
+        "status": status,
+        "detail": text_value(detail),
+        "version": version,
+        "agentname": agent,
+        "attempt": attempt,
+        "started": round(started, 3),
+        "duration": round(duration, 3),
+    }
     return Publication(JOBSTATUS, values)
 
 

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from broker.errors import BadMessage, ConnectError, LinkClosed, RefusedError
 from broker.language import Composite, Filter, Publication, parse_composite, parse_filter, parse_publication
 from broker.routing import (
     Ack,
@@ -36,21 +37,12 @@ from broker.routing import (
     Unsubscribe,
 )
 from broker.transport.codec import Hello, Ping, Pong
-from broker.transport.errors import BadMessage
-from broker.transport.link import Link, LinkClosed
+from broker.transport.link import Link
 from broker.transport.uri import BrokerURI
 
 __all__ = ["Client", "ConnectError", "Delivery", "RefusedError", "Subscription"]
 
 log = logging.getLogger(__name__)
-
-
-class RefusedError(Exception):
-    """The broker refused a request; the message is its reason."""
-
-
-class ConnectError(ConnectionError):
-    """The broker could not be reached or refused the connection."""
 
 
 @dataclass(frozen=True, slots=True)

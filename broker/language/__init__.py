@@ -7,7 +7,7 @@ c = parse_composite("{{[class,eq,a],[x,eq,$S$X]}&{[class,eq,b],[x,eq,$S$X]}}")
 ```
 """
 
-from broker.language.errors import ParseError
+from broker.errors import ParseError
 from broker.language.model import (
     And,
     Atom,

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, VisitError
 
-from broker.language.errors import ParseError
+from broker.errors import ParseError
 from broker.language.model import (
     CLASS,
     Atom,

@@ -21,7 +21,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from broker.language.errors import ParseError
+from broker.errors import ParseError
 from broker.language.model import Atom, Composite, Filter, Publication, composite_variables
 from broker.language.values import Var
 from broker.routing.detection import Bindings, Detector

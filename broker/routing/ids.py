@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
-from broker.language.errors import ParseError
+from broker.errors import ParseError
 
 __all__ = ["DETECTOR", "Hop", "Local", "LocalId", "OverlayId", "PartId", "PublicationId"]
 

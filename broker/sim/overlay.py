@@ -8,7 +8,7 @@ stays FIFO but the next message is taken from a link chosen at random, and a cli
 as soon as its answer arrives, leaving the rest of the work in flight to mix with the next call's
 (``run()`` lets it finish). The seed makes any interleaving it finds reproducible. Every
 message that crosses a broker-to-broker link is counted per link and per type: these counts are
-the traffic figures of the evaluation. A refused request raises the client's ``RefusedError``, so
+the traffic figures of the evaluation. A refused request raises ``RefusedError`` as a real client does, so
 a suite run against both the simulator and real brokers catches one error.
 """
 
@@ -19,7 +19,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker.client import RefusedError
+from broker.errors import RefusedError
 from broker.language import parse_composite, parse_filter, parse_publication
 from broker.language.model import Composite, Filter, Publication
 from broker.routing import (

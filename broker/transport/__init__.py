@@ -7,8 +7,8 @@ for payload in FrameDecoder().feed(frame):
 ```
 """
 
+from broker.errors import BadMessage, FrameTooLarge, ProtocolError
 from broker.transport.codec import MAX_FRAME, FrameDecoder, Hello, Ping, Pong, WireMessage, decode, encode
-from broker.transport.errors import BadMessage, FrameTooLarge, ProtocolError
 
 __all__ = [
     "MAX_FRAME",

@@ -44,6 +44,7 @@ from typing import Any
 
 import msgpack
 
+from broker.errors import BadMessage, FrameTooLarge
 from broker.language.model import And, Atom, Composite, Filter, Or, Predicate, Publication, Sequence, Times
 from broker.language.values import TimeRef, Var
 from broker.routing.messages import (
@@ -61,7 +62,6 @@ from broker.routing.messages import (
     Unadvertise,
     Unsubscribe,
 )
-from broker.transport.errors import BadMessage, FrameTooLarge
 
 __all__ = [
     "MAX_FRAME",

@@ -16,16 +16,12 @@ import logging
 import time
 from typing import Protocol
 
+from broker.errors import BadMessage, LinkClosed
 from broker.transport.codec import FrameDecoder, WireMessage, decode, encode
-from broker.transport.errors import BadMessage
 
-__all__ = ["Link", "LinkClosed"]
+__all__ = ["Link"]
 
 log = logging.getLogger(__name__)
-
-
-class LinkClosed(ConnectionError):
-    """The link is closed; ``reason`` says why."""
 
 
 class _Writer(Protocol):

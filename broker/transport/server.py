@@ -18,11 +18,11 @@ from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from broker.errors import BadMessage, LinkClosed, ProtocolError
 from broker.routing import LinkDown, LinkUp, Refuse, Router, StatusReply
 from broker.routing.messages import Message
 from broker.transport.codec import Hello, Ping, Pong
-from broker.transport.errors import BadMessage, ProtocolError
-from broker.transport.link import Link, LinkClosed
+from broker.transport.link import Link
 from broker.transport.uri import BrokerURI
 
 __all__ = ["RouterService"]

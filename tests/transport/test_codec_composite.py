@@ -5,10 +5,10 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from broker.errors import BadMessage
 from broker.language import parse_composite, parse_filter, parse_publication
 from broker.routing import CompositeSubscribe, Notify
 from broker.transport.codec import decode, encode
-from broker.transport.errors import BadMessage
 from tests.routing.test_detection import WORKFLOW
 
 COMPOSITES = [

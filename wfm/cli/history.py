@@ -18,7 +18,7 @@ from broker.language import Atom, Composite, Filter, ParseError, TimeRef, parse_
 from broker.transport.uri import BrokerURI
 from wfm.cli.options import broker_uri_option, output_option
 from wfm.cli.serving import on_signals
-from wfm.history.asker import HistoryError, Result
+from wfm.history.asker import Result
 from wfm.history.groups import joinable_atoms
 from wfm.history.html import render_html
 from wfm.history.joins import query_composite
@@ -27,7 +27,7 @@ from wfm.history.overlay import ask_composite, ask_filter, connection
 from wfm.history.queries import composite_windows, open_store, window
 from wfm.history.report import HEADERS, job_report
 from wfm.history.spark import MASTER_ENV
-from wfm.history.store import HistoryStore, StoreError
+from wfm.history.store import HistoryStore
 
 Stored = Result | StoredPublication
 T = TypeVar("T")
@@ -63,10 +63,7 @@ TIME = TimeType()
 def _open_store(store: Path | None, master: str | None) -> HistoryStore:
     if store is None:
         raise click.ClickException("give --store DIR")
-    try:
-        return open_store(store, master)
-    except StoreError as error:
-        raise click.ClickException(str(error)) from None
+    return open_store(store, master)
 
 
 @click.command()
@@ -151,10 +148,7 @@ def _composite(text: str) -> tuple[Composite, list[Atom]]:
 
 def _asking(query: Coroutine[Any, Any, T]) -> T:
     """A query through the overlay, run to its end; its HistoryError is the command's error."""
-    try:
-        return asyncio.run(query)
-    except HistoryError as error:
-        raise click.ClickException(str(error)) from None
+    return asyncio.run(query)
 
 
 async def _from_overlay(

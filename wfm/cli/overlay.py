@@ -11,10 +11,10 @@ from typing import Any
 
 import click
 
-from broker.client import Client, ConnectError, Delivery, RefusedError
+from broker.client import Client, Delivery, RefusedError
+from broker.errors import LinkClosed
 from broker.language import ParseError
 from broker.routing import COVERING_MODES
-from broker.transport.link import LinkClosed
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 from wfm.cli.options import URI, broker_option, output_option
@@ -123,10 +123,7 @@ def status(broker_uri: BrokerURI, output: str) -> None:
 
 
 async def _status(uri: BrokerURI) -> dict[str, Any]:
-    try:
-        client = await Client.connect(uri)
-    except ConnectError as error:
-        raise click.ClickException(str(error)) from None
+    client = await Client.connect(uri)
     async with client:
         return await client.status()
 
@@ -163,10 +160,7 @@ def client(broker_uri: BrokerURI, client_id: str | None, linger: float, output: 
 
 
 async def _client(uri: BrokerURI, client_id: str | None, linger: float, as_json: bool) -> int:
-    try:
-        session = await Client.connect(uri, client_id)
-    except ConnectError as error:
-        raise click.ClickException(str(error)) from None
+    session = await Client.connect(uri, client_id)
     printer = asyncio.get_running_loop().create_task(_print_deliveries(session, as_json))
     failures = 0
     loop = asyncio.get_running_loop()

@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 
 from broker.client import ConnectError, RefusedError
+from broker.errors import LinkClosed
 from broker.language import Publication
-from broker.transport.link import LinkClosed
 from broker.transport.uri import BrokerURI
 from wfm.cli.options import broker_uri_option, output_option
 from wfm.deploy import deploy as deploy_plan

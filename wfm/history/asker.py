@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from broker.client import Client, Delivery, Subscription
+from broker.errors import RemoteError
 from broker.language import Filter, Predicate, Publication, TimeRef
 from broker.language.operators import TIME_ATTRIBUTE, holds
 from wfm.history.protocol import (
@@ -53,7 +54,7 @@ GRACE = 0.3  # seconds after the first final marker for historians not heard fro
 SETTLE = 2.0
 
 
-class HistoryError(Exception):
+class HistoryError(RemoteError):
     """One line: no historian answered, or every one that did reported an error."""
 
 

@@ -17,8 +17,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from broker.client import Client, ConnectError, Subscription
+from broker.errors import LinkClosed
 from broker.language import Atom
-from broker.transport.link import LinkClosed
 from broker.transport.uri import BrokerURI
 from wfm.history.asker import Answers, HistoryError, Result, Seam, ask, without_time
 from wfm.history.groups import join

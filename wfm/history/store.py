@@ -29,6 +29,7 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, DoubleType, StringType, StructField, StructType
 
+from broker.errors import LocalError
 from broker.language import Filter, Publication
 from broker.matching.oracle import matches
 from wfm.history.landing import StoredPublication, fsync_path, read_landing, sealed_segments, segments
@@ -57,7 +58,7 @@ _LANDING_SCHEMA = "struct<id:string,time:double,publisher:string,class:string,at
 PYTHON_LANDING_BYTES = 32 * 1024 * 1024  # about 100,000 publications: a second or two in Python
 
 
-class StoreError(Exception):
+class StoreError(LocalError):
     """The store cannot answer: a missing or unreadable store directory."""
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from broker.errors import LocalError
+
 __all__ = ["DefinitionError", "Problem"]
 
 
@@ -19,7 +21,7 @@ class Problem:
         return self.message if self.line is None else f"line {self.line}: {self.message}"
 
 
-class DefinitionError(ValueError):
+class DefinitionError(LocalError, ValueError):
     """A workflow definition is invalid; ``problems`` lists all of them, ordered by line."""
 
     def __init__(self, problems: Iterable[Problem]) -> None:

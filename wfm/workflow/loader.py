@@ -30,26 +30,42 @@ _LIBXML_POSITION = re.compile(r", line \d+, column \d+\Z")
 
 # libxml2's schema messages -> plain ones; the first pattern that matches wins.
 _SCHEMA_MESSAGES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"Element '(\S+)': Missing child element\(s\)\. Expected is .*\bcommand\b"),
-     "<{0}> needs a <command>"),
-    (re.compile(r"Element '(\S+)': Missing child element\(s\)\. Expected is \( (\S+) \)"),
-     "<{0}> needs at least one <{1}>"),
-    (re.compile(r"Element '(after|command)': This element is not expected"),
-     "unexpected <{0}> (a job holds its <after> elements, then exactly one <command>)"),
-    (re.compile(r"Element '(\S+)': This element is not expected\. Expected is \( (\S+) \)"),
-     "unexpected element <{0}> (expected <{1}>)"),
-    (re.compile(r"Element '(\S+)': This element is not expected\. Expected is one of \( (.+) \)"),
-     "unexpected element <{0}> (expected one of {1})"),
+    (
+        re.compile(r"Element '(\S+)': Missing child element\(s\)\. Expected is .*\bcommand\b"),
+        "<{0}> needs a <command>",
+    ),
+    (
+        re.compile(r"Element '(\S+)': Missing child element\(s\)\. Expected is \( (\S+) \)"),
+        "<{0}> needs at least one <{1}>",
+    ),
+    (
+        re.compile(r"Element '(after|command)': This element is not expected"),
+        "unexpected <{0}> (a job holds its <after> elements, then exactly one <command>)",
+    ),
+    (
+        re.compile(r"Element '(\S+)': This element is not expected\. Expected is \( (\S+) \)"),
+        "unexpected element <{0}> (expected <{1}>)",
+    ),
+    (
+        re.compile(r"Element '(\S+)': This element is not expected\. Expected is one of \( (.+) \)"),
+        "unexpected element <{0}> (expected one of {1})",
+    ),
     (re.compile(r"Element '(\S+)': This element is not expected"), "unexpected element <{0}>"),
-    (re.compile(r"Element '(\S+)', attribute '(\S+)': The attribute .* is not allowed"),
-     "unknown attribute {1!r} on <{0}>"),
-    (re.compile(r"Element '(\S+)': The attribute '(\S+)' is required but missing"),
-     "<{0}> needs a {1!r} attribute"),
+    (
+        re.compile(r"Element '(\S+)', attribute '(\S+)': The attribute .* is not allowed"),
+        "unknown attribute {1!r} on <{0}>",
+    ),
+    (
+        re.compile(r"Element '(\S+)': The attribute '(\S+)' is required but missing"),
+        "<{0}> needs a {1!r} attribute",
+    ),
     (re.compile(r"Element '(\S+)': Character content .*not allowed"), "<{0}> cannot contain text"),
     (re.compile(r"Element '(\S+)': Element content is not allowed"), "<{0}> cannot contain elements"),
-    (re.compile(r"Element '(\S+)': No matching global declaration"),
-     "the root element must be <workflow>, not <{0}>"),
-]  # fmt: skip
+    (
+        re.compile(r"Element '(\S+)': No matching global declaration"),
+        "the root element must be <workflow>, not <{0}>",
+    ),
+]
 
 
 def load(path: str | os.PathLike[str]) -> Workflow:

@@ -115,8 +115,9 @@ def translate(workflow: Workflow) -> Plan:
         job.name: [(a.job, a.on) for a in job.after] or [(APPL_START, "success")] for job in workflow.jobs
     }
     agents = [coordinator, *(agent for agent in workflow.agents if agent != coordinator)]
-    envelopes = {agent: [Envelope(agent, "SUBSCRIBE", str(cleanup_subscription(name)), APPL_END)]
-                 for agent in agents}  # fmt: skip
+    envelopes = {
+        agent: [Envelope(agent, "SUBSCRIBE", str(cleanup_subscription(name)), APPL_END)] for agent in agents
+    }
 
     def add(agent: str, job: str, info: dict[str, Any], command: str, content: str) -> None:
         envelopes[agent] += [
