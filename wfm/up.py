@@ -6,7 +6,9 @@ by hand, so the embedded default exercises the same code as a distributed instal
 run in their own sessions: Ctrl-C reaches ``wfm up`` only, which then stops them in reverse order
 (agents before brokers), so a child that exits on its own is always a failure worth reporting.
 A historian on B1 keeps Trigger, JOBSTATUS and AGENT_CTL in ``DIR/.wfm/history`` (started before
-the agents, so it sees every generation); it starts Spark only when first asked.
+the agents, so it sees every generation); it starts Spark only when first asked. A Spark Connect
+server beside that store keeps a JVM warm for ``wfm history --store``, ``wfm report`` and the
+historian's own compactions (started first, it is usually up when the historian first needs Spark).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.client import BlockingClient, ConnectError
+from broker.errors import LocalError
 from broker.transport.uri import BrokerURI
 from wfm.workflow import Workflow
 
@@ -40,7 +43,7 @@ HOST = "127.0.0.1"
 BROKER_IDS = ("B1", "B2", "B3")
 
 
-class UpError(Exception):
+class UpError(LocalError):
     """A one-line reason why ``wfm up`` could not start or keep running."""
 
 
@@ -152,10 +155,12 @@ def serve(
     say: Callable[[str], None],
     deploy_timeout: float = 60.0,
     link_timeout: float = 15.0,
+    spark_port: int | None = None,
 ) -> None:
     """Start everything, deploy ``workflows`` (name, file), then wait for SIGINT/SIGTERM and stop
-    everything. UpError if a child exits on its own, the brokers do not link or a deploy fails
-    (everything started is stopped first)."""
+    everything. With ``spark_port``, a Spark Connect server on it keeps Spark warm for the history
+    store (it starts in the background: a JVM takes seconds). UpError if a child exits on its own,
+    the brokers do not link or a deploy fails (everything started is stopped first)."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     processes = Processes(home / "logs")
@@ -175,6 +180,10 @@ def serve(
                         f"{uri.id} did not link to {', '.join(sorted(expected))} within {link_timeout:g} s"
                     )
         history = ("--store", str(home / "history"))
+        if spark_port is not None:
+            processes.start(
+                Child("spark-connect", (*WFM, "spark-connect", *history, "--port", str(spark_port)))
+            )
         processes.start(Child("historian", (*WFM, "historian", "--broker", str(uris[0]), *history)))
         for child in agent_children(agents, uris, home / "agents"):
             processes.start(child)
@@ -186,6 +195,8 @@ def serve(
         say(f"agents   {', '.join(agents)} (logs in {processes.logs})")
         say(f"deployed {', '.join(name for name, _ in workflows)}")
         say(f"history  {home / 'history'} (wfm history FILTER --broker {uris[0]})")
+        if spark_port is not None:
+            say(f"spark    sc://{HOST}:{spark_port} (kept warm for wfm history/report --store)")
         example = workflows[0][0] if workflows else "WORKFLOW"
         say(f"try: export WFM_BROKER={uris[0]}; wfm trigger {example}; wfm monitor {example}")
         while not stop.wait(0.2):

@@ -13,6 +13,8 @@ import json
 import os
 import random
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -248,3 +250,66 @@ def test_a_store_with_a_warm_server_uses_it(
 
 if __name__ == "__main__":  # python -m tests.history.test_cluster STORE MASTER: see _run_in_a_process
     print(json.dumps(_run_in_process(Path(sys.argv[1]), sys.argv[2])))
+
+
+def _spark_connect(store: Path, port: int) -> tuple[subprocess.Popen[str], str]:
+    """``wfm spark-connect`` started and listening; returns the process and the line it printed."""
+    server = subprocess.Popen(
+        [WFM, "spark-connect", "--store", str(store), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    return server, server.stdout.readline()
+
+
+def _closed(port: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) != 0:
+                return True
+        time.sleep(0.2)
+    return False
+
+
+def test_spark_connect_command_announces_itself_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    server, line = _spark_connect(tmp_path / "store", port)
+    try:
+        assert line.startswith(f"Spark Connect sc://127.0.0.1:{port} for "), line
+        assert warm_url(tmp_path / "store") == f"sc://127.0.0.1:{port}"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=60)
+    assert server.returncode == 0 and "Traceback" not in err, err
+    assert not (tmp_path / "store" / ".spark-connect.json").exists()
+    assert _closed(port, 10), "the JVM stopped with its command"
+
+
+def test_a_killed_spark_connect_command_takes_its_jvm_along(tmp_path: Path) -> None:
+    """kill -9 leaves an announcement behind, but no JVM: a query then runs in local mode."""
+    port = free_port()
+    server, line = _spark_connect(tmp_path / "store", port)
+    assert line.startswith("Spark Connect"), line
+    server.kill()
+    server.communicate(timeout=30)
+    assert (tmp_path / "store" / ".spark-connect.json").exists()
+    assert _closed(port, 30), "the JVM outlived its killed parent"
+    assert warm_url(tmp_path / "store") is None
+
+
+def test_spark_connect_refuses_a_port_in_use(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [WFM, "spark-connect", "--store", str(tmp_path), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert done.stderr == f"wfm: error: port {port} on 127.0.0.1 is in use: give another --port\n"

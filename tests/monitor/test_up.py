@@ -53,7 +53,7 @@ def workflow_dir(tmp_path: Path) -> Path:
 
 
 def test_up_reports_an_agent_that_dies_and_stops_the_rest(tmp_path: Path) -> None:
-    port = free_ports()
+    port = free_ports(4)  # Spark Connect on P+3
     state = workflow_dir(tmp_path) / ".wfm" / "agents"
     state.mkdir(parents=True)
     (state / "agentA").touch()  # a file where agentA's state directory must go: it cannot start
@@ -69,7 +69,7 @@ def test_up_reports_an_agent_that_dies_and_stops_the_rest(tmp_path: Path) -> Non
 
 
 def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
-    port = free_ports()
+    port = free_ports(4)  # Spark Connect on P+3
     up = subprocess.Popen(
         [WFM, "up", "--dir", str(workflow_dir(tmp_path)), "--port", str(port)],
         stdout=subprocess.PIPE,
@@ -85,6 +85,7 @@ def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
         middle = BrokerURI("127.0.0.1", port + 1, "B2")
         assert sorted(status(middle)["neighbors"]) == ["B1", "B3"]  # type: ignore[call-overload]
         assert f"socket://127.0.0.1:{port}/B1" in seen[0] and "PAYROLL" in seen[-1]
+        assert any(line.startswith(f"spark    sc://127.0.0.1:{port + 3} ") for line in seen), seen
     finally:
         up.send_signal(signal.SIGTERM)
         _, err = up.communicate(timeout=30)

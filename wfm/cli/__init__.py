@@ -16,6 +16,7 @@ import sys
 
 import click
 
+from broker.errors import WfmError
 from wfm import __version__
 
 __all__ = ["COMMANDS", "cli", "main"]
@@ -38,6 +39,7 @@ COMMANDS = {
     "compact": "history",
     "report": "history",
     "historian": "historian",
+    "spark-connect": "spark",
 }
 
 
@@ -51,8 +53,15 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         module = importlib.import_module(f"{__name__}.{COMMANDS[cmd_name]}")
-        command: click.Command = getattr(module, cmd_name)
+        command: click.Command = getattr(module, cmd_name.replace("-", "_"))
         return command
+
+    def invoke(self, ctx: click.Context) -> object:
+        """The one boundary where the library's errors (one line each) become the command's error."""
+        try:
+            return super().invoke(ctx)
+        except WfmError as error:
+            raise click.ClickException(str(error)) from None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

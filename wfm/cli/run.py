@@ -23,7 +23,7 @@ from wfm.monitor import TIMED_OUT, MonitorService, StatusEvent, render
 from wfm.scheduler import fire, run_schedule
 from wfm.timetable import Entry, fires, load_config
 from wfm.triggers import TriggerPublisher, check_gid, check_workflow, new_gid, parse_date
-from wfm.up import UpError, agent_names, serve
+from wfm.up import agent_names, serve
 
 
 @click.command()
@@ -165,12 +165,18 @@ def _json_line(event: StatusEvent | None) -> None:
 )
 @click.option(
     "--port",
-    type=click.IntRange(1024, 65533),
+    type=click.IntRange(1024, 65532),
     default=7100,
     show_default=True,
-    help="Brokers listen on PORT, PORT+1, PORT+2.",
+    help="Brokers listen on PORT, PORT+1, PORT+2; Spark Connect on PORT+3.",
 )
-def up(directory: Path, port: int) -> None:
+@click.option(
+    "--spark-connect/--no-spark-connect",
+    default=True,
+    show_default=True,
+    help="Keep Spark warm for wfm history --store and wfm report (a JVM: about 1 GB).",
+)
+def up(directory: Path, port: int, spark_connect: bool) -> None:
     """Run the embedded default until Ctrl-C: three brokers in a line (B1-B2-B3), one agent per
     agent name in DIR/*.xml, every workflow deployed. Prints the broker addresses and what to try."""
     files = sorted(directory.glob("*.xml"))
@@ -178,7 +184,5 @@ def up(directory: Path, port: int) -> None:
         raise click.ClickException(f"no workflows (*.xml) in {directory}")
     workflows = [load_workflow(file) for file in files]
     named = [(workflow.name, file) for workflow, file in zip(workflows, files, strict=True)]
-    try:
-        serve(named, agent_names(workflows), directory / ".wfm", port, click.echo)
-    except UpError as error:
-        raise click.ClickException(str(error)) from None
+    spark_port = port + 3 if spark_connect else None
+    serve(named, agent_names(workflows), directory / ".wfm", port, click.echo, spark_port=spark_port)

@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
-__all__ = ["Running", "Server", "Service", "on_signals", "serve"]
+__all__ = ["Running", "Server", "Service", "on_signals", "serve", "stop_event"]
 
 
 class Service(Protocol):
@@ -65,3 +67,16 @@ def serve(service: Service) -> None:
 async def _serve(service: Service) -> None:
     on_signals(service.stop)
     await service.run()
+
+
+@contextmanager
+def stop_event() -> Iterator[threading.Event]:
+    """For a command that blocks without an event loop: an event that SIGINT and SIGTERM set while
+    the block runs (the previous handlers come back after it)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -31,16 +31,28 @@ from pathlib import Path
 
 import pyspark
 
-__all__ = ["ANNOUNCEMENT", "ConnectError", "serve_connect", "server_argv", "warm_url"]
+from broker.errors import LocalError
+from wfm.history.spark import MASTER_ENV
+
+__all__ = [
+    "ANNOUNCEMENT",
+    "DEFAULT_PORT",
+    "SparkServerError",
+    "master_for",
+    "serve_connect",
+    "server_argv",
+    "warm_url",
+]
 
 ANNOUNCEMENT = ".spark-connect.json"
 LOG = ".spark-connect.log"
 HOST = "127.0.0.1"
+DEFAULT_PORT = 15002  # Spark's own default for Spark Connect
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _PR_SET_PDEATHSIG = 1
 
 
-class ConnectError(Exception):
+class SparkServerError(LocalError):
     """The Spark Connect server could not start or stopped on its own."""
 
 
@@ -61,6 +73,12 @@ def server_argv(port: int, master: str, host: str = HOST) -> list[str]:
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     confs = [item for key, value in settings.items() for item in ("--conf", f"{key}={value}")]
     return [str(submit), "--class", SERVER_CLASS, "--master", master, "--name", "wfm-spark-connect", *confs]
+
+
+def master_for(store: Path, master: str | None) -> str | None:
+    """The master to open ``store`` with: the one given, else $WFM_SPARK_MASTER, else the store's
+    warm server, else None (local mode)."""
+    return master or os.environ.get(MASTER_ENV) or warm_url(store)
 
 
 def warm_url(store: Path) -> str | None:
@@ -84,11 +102,11 @@ def serve_connect(
     start_timeout: float = 120.0,
 ) -> None:
     """Run a Connect server for ``store`` until ``stopped(seconds)`` (a wait that says whether to
-    stop) is true; ``ready(url)`` once it listens. ConnectError if it does not start in
+    stop) is true; ``ready(url)`` once it listens. SparkServerError if it does not start in
     ``start_timeout`` seconds or exits on its own; the announcement is removed either way."""
     store.mkdir(parents=True, exist_ok=True)
     if _listening(HOST, port):
-        raise ConnectError(f"port {port} on {HOST} is in use: give another --port")
+        raise SparkServerError(f"port {port} on {HOST} is in use: give another --port")
     log_path = store / LOG
     with open(log_path, "ab") as log:
         server = subprocess.Popen(
@@ -107,7 +125,7 @@ def serve_connect(
             if stopped(0.2):
                 return
             if time.monotonic() > deadline:
-                raise ConnectError(
+                raise SparkServerError(
                     f"Spark Connect did not listen on {url} within {start_timeout:g} s (log: {log_path})"
                 )
         _announce(announcement, {"url": url, "host": socket.gethostname(), "pid": server.pid, "port": port})
@@ -127,7 +145,7 @@ def serve_connect(
 
 def _check(server: subprocess.Popen[bytes], log_path: Path) -> None:
     if server.poll() is not None:
-        raise ConnectError(f"Spark Connect exited with status {server.returncode} (log: {log_path})")
+        raise SparkServerError(f"Spark Connect exited with status {server.returncode} (log: {log_path})")
 
 
 def _announce(path: Path, announcement: dict[str, object]) -> None:

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from broker.client import Client, ConnectError, Delivery, RefusedError
+from broker.errors import LinkClosed
 from broker.language import Filter, Publication
-from broker.transport.link import LinkClosed
 from broker.transport.uri import BrokerURI
+from wfm.history.connect import master_for
 from wfm.history.landing import Landing
 from wfm.history.protocol import (
     HEARTBEAT,
@@ -130,7 +131,9 @@ class RecorderService:
         """The store (from any thread); it makes the process's SparkSession when it first needs it."""
         with self._store_lock:
             if self._store is None:
-                self._store = HistoryStore(self.path, lambda: spark_session(self.spark_master))
+                self._store = HistoryStore(
+                    self.path, lambda: spark_session(master_for(self.path, self.spark_master))
+                )
             return self._store
 
     async def run(self) -> None:

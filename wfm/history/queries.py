@@ -3,16 +3,15 @@ time windows of a query asked through the overlay (``--broker``)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from broker.language import Atom, Filter
 from wfm.history.asker import HistoryError, absolute
-from wfm.history.connect import warm_url
+from wfm.history.connect import master_for
 from wfm.history.groups import plain_filter
 from wfm.history.historian import first_line
-from wfm.history.spark import MASTER_ENV, resolve_master, spark_session
+from wfm.history.spark import resolve_master, spark_session
 from wfm.history.spark_filter import time_bounds
 from wfm.history.store import HistoryStore, StoreError, require_store
 
@@ -27,7 +26,7 @@ def open_store(path: Path, master: str | None) -> HistoryStore:
     Without ``master`` (nor $WFM_SPARK_MASTER) the store's warm Spark Connect server is used when
     it has one, so the query does not start a JVM."""
     require_store(path)
-    master = master or os.environ.get(MASTER_ENV) or warm_url(path)
+    master = master_for(path, master)
     try:
         spark = spark_session(master)
     except Exception as error:  # Spark's many start-up errors

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 from broker.client import Client
-from broker.transport.link import LinkClosed
+from broker.errors import LinkClosed
 from broker.transport.uri import BrokerURI
 from wfm.monitor.model import Monitor, StatusEvent
 from workflow_messages import monitor_subscriptions
