@@ -73,12 +73,13 @@ def test_console_script_is_installed() -> None:
     ("command", "unused"),
     [
         ("broker", ("lxml", "pyspark", "wfm.history", "wfm.workflow")),
-        ("agent", ("pyspark", "wfm.history")),
+        ("agent", ("lxml", "pyspark", "wfm.history", "wfm.workflow")),
         ("status", ("lxml", "pyspark", "wfm.history", "wfm.workflow")),
     ],
 )
 def test_a_command_loads_only_its_own_modules(command: str, unused: tuple[str, ...]) -> None:
-    """The group imports a command's module on demand: a broker or an agent does not load Spark."""
+    """The group imports a command's module on demand: a broker or an agent process loads no lxml
+    (the XML loader of deploy), no Spark and no history code; fails if anything imports them eagerly."""
     code = f"import sys; from wfm.cli import main; main([{command!r}, '--help']); print(*sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
