@@ -1,6 +1,26 @@
 """Clients of the overlay: async ``Client`` and the blocking ``BlockingClient``."""
 
 from broker.client.blocking import BlockingClient
-from broker.client.client import Client, ConnectError, Delivery, RefusedError, Subscription
+from broker.client.client import (
+    Client,
+    ConnectError,
+    Delivery,
+    RefusedError,
+    Subscription,
+    TooManyUnacknowledged,
+)
+from broker.client.reconnect import Backoff, Brokers, ConnectionEvent, brokers
 
-__all__ = ["BlockingClient", "Client", "ConnectError", "Delivery", "RefusedError", "Subscription"]
+__all__ = [
+    "Backoff",
+    "BlockingClient",
+    "Brokers",
+    "Client",
+    "ConnectError",
+    "ConnectionEvent",
+    "Delivery",
+    "RefusedError",
+    "Subscription",
+    "TooManyUnacknowledged",
+    "brokers",
+]

@@ -8,8 +8,8 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from broker.client.client import Client, Delivery
+from broker.client.reconnect import Brokers
 from broker.language import Filter, Publication
-from broker.transport.uri import BrokerURI
 
 __all__ = ["BlockingClient"]
 
@@ -19,13 +19,16 @@ T = TypeVar("T")
 class BlockingClient:
     """``with BlockingClient(uri) as c: c.subscribe(...); c.receive(timeout=1)``."""
 
-    def __init__(self, uri: BrokerURI | str, client_id: str | None = None, timeout: float = 10.0) -> None:
+    def __init__(
+        self, uri: Brokers, client_id: str | None = None, timeout: float = 10.0, **options: Any
+    ) -> None:
+        """``uri``: one broker or a list to fail over along; ``options``: those of ``Client``."""
         self.timeout = timeout
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="wfm-client", daemon=True)
         self._thread.start()
         try:
-            self.client: Client = self._run(Client.connect(uri, client_id, timeout=timeout))
+            self.client: Client = self._run(Client.connect(uri, client_id, timeout=timeout, **options))
         except BaseException:
             self._stop()
             raise
@@ -52,6 +55,9 @@ class BlockingClient:
 
     def status(self) -> dict[str, object]:
         return self._run(self.client.status())
+
+    def stats(self) -> dict[str, int]:
+        return self.client.stats()
 
     def receive(self, timeout: float = 1.0) -> Delivery | None:
         """The next delivery, or None if none arrives within ``timeout`` seconds."""

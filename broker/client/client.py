@@ -4,23 +4,40 @@ Every request returns once the edge broker has accepted it (with the overlay-wid
 raises ``RefusedError`` with the broker's reason. Each delivery lands on exactly one bounded
 queue: its subscription's own (``async for delivery in sub``, the default) or, for subscriptions
 made with ``own_queue=False``, the client's merged stream (``async for delivery in client``). A
-consumer that falls behind by more than ``queue_limit`` deliveries loses the oldest, counted in
-``client.dropped`` and logged, rather than growing without bound.
+consumer that falls behind stops the client reading its socket (back-pressure, see ``queues``);
+a subscription made with ``lossy=True`` drops its oldest deliveries instead, counted and logged.
+``client.stats()`` counts everything the client dropped, refused or re-sent.
+
+The client reconnects by itself (see ``reconnect``): when the link drops it dials its brokers
+again with backoff, re-sends every live advertisement, subscription and composite subscription,
+then every request not yet answered, publications included. The caller's ids stay valid across a
+reconnection, even to another broker: a subscription keeps the id it got first, and the client
+translates. Publications carry a session the client chose itself (``<n>@<session>``, see
+``queues.client_session``), so a re-sent publication keeps its overlay-wide id: its edge broker, or the subscriber's client after
+a failover, drops the copy that got through twice. Deliveries in flight when a link drops, and
+composite state at the broker, are not the client's to keep (see docs/overlay.md).
 
 ``publish_nowait`` pipelines publications without waiting for each acknowledgement, for
-throughput; a refusal of one of them is logged and kept in ``client.refusals``.
+throughput; they are kept and re-sent like the others, and a refusal of one of them is logged
+and kept in ``client.refusals``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
+import random
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from broker.errors import BadMessage, ConnectError, LinkClosed, RefusedError
+from broker.client.queues import DeliveryQueue, Seen, client_session
+from broker.client.reconnect import Backoff, Brokers, ConnectionEvent, brokers, dial_any
+from broker.errors import BadMessage, ConnectError, LinkClosed, LocalError, RefusedError
 from broker.language import Composite, Filter, Publication, parse_composite, parse_filter, parse_publication
 from broker.routing import (
     Ack,
@@ -36,13 +53,32 @@ from broker.routing import (
     Unadvertise,
     Unsubscribe,
 )
-from broker.transport.codec import Hello, Ping, Pong
+from broker.transport.codec import Ping, Pong, WireMessage, encode
 from broker.transport.link import Link
 from broker.transport.uri import BrokerURI
 
-__all__ = ["Client", "ConnectError", "Delivery", "RefusedError", "Subscription"]
+__all__ = [
+    "Client",
+    "ConnectError",
+    "Delivery",
+    "RefusedError",
+    "Subscription",
+    "TooManyUnacknowledged",
+]
 
 log = logging.getLogger(__name__)
+
+Request = Advertise | Subscribe | CompositeSubscribe
+DEFAULT_BACKOFF = Backoff()
+
+
+class TooManyUnacknowledged(LocalError):
+    """``publish_nowait`` while ``max_unacked`` publications wait for their acknowledgement:
+    the broker is away or slower than the producer (``publish`` waits instead)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        super().__init__(f"{count} publications are waiting for the broker's acknowledgement")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,34 +93,14 @@ class Delivery:
     time: float = 0.0  # when its edge broker accepted it
 
 
-class _Queue:
-    """A bounded delivery queue that drops the oldest entry when full."""
-
-    def __init__(self, limit: int, owner: Client) -> None:
-        self.queue: asyncio.Queue[Delivery | None] = asyncio.Queue()
-        self.limit = limit
-        self.owner = owner
-
-    def put(self, item: Delivery | None) -> None:
-        if item is not None and self.queue.qsize() >= self.limit:
-            self.queue.get_nowait()
-            self.owner.dropped += 1
-            if self.owner.dropped in (1, 10, 100) or self.owner.dropped % 1000 == 0:
-                log.warning("slow consumer: %d deliveries dropped so far", self.owner.dropped)
-        self.queue.put_nowait(item)
-
-    async def get(self, timeout: float | None) -> Delivery | None:
-        if not self.queue.empty():  # no timer, no task: wait_for costs more than the delivery
-            return self.queue.get_nowait()
-        if timeout is None:
-            return await self.queue.get()
-        return await asyncio.wait_for(self.queue.get(), timeout)
+Queue = DeliveryQueue[Delivery]
 
 
 class _Stream:
-    """Deliveries from one queue: ``await next(timeout)`` or ``async for``; ends at disconnect."""
+    """Deliveries from one queue: ``await next(timeout)`` or ``async for``; ends when the client
+    is closed or gives up reconnecting."""
 
-    _queue: _Queue
+    _queue: Queue
 
     async def next(self, timeout: float | None = None) -> Delivery:
         """The next delivery; ``TimeoutError`` after ``timeout`` seconds, ``LinkClosed`` at the end."""
@@ -106,15 +122,21 @@ class _Stream:
 
 
 class Subscription(_Stream):
-    """A live subscription: its overlay-wide id and its own stream of deliveries."""
+    """A live subscription: its overlay-wide id (the first it got: it stays valid across
+    reconnections) and its own stream of deliveries."""
 
     def __init__(
-        self, client: Client, sub_id: str, request: Subscribe | CompositeSubscribe, queue: _Queue
+        self, client: Client, sub_id: str, request: Subscribe | CompositeSubscribe, queue: Queue
     ) -> None:
         self.client = client
         self.id = sub_id
         self.request = request  # what was asked for: its filter or composite
         self._queue = queue
+
+    @property
+    def dropped(self) -> int:
+        """Deliveries this (lossy) subscription dropped for a consumer that fell behind."""
+        return self._queue.dropped
 
     async def next(self, timeout: float | None = None) -> Delivery:
         if self._queue is self.client._queue:
@@ -128,125 +150,235 @@ class Subscription(_Stream):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self.client.connected:
+        if not self.client.closed:
             await self.unsubscribe()
 
 
+@dataclass(slots=True)
+class _Live:
+    """An advertisement or subscription to re-send after a reconnection: the request (under its
+    ref), the id the caller knows (the first it got) and the id it has at the current broker."""
+
+    message: Request
+    first: str = ""
+    current: str = ""
+    subscription: Subscription | None = None
+
+
+@dataclass(slots=True)
+class _Pending:
+    message: WireMessage
+    future: asyncio.Future[object] | None  # None: nobody waits (publish_nowait)
+
+
 class Client(_Stream):
-    def __init__(self, link: Link, client_id: str, broker_id: str, queue_limit: int) -> None:
-        self.link = link
+    def __init__(
+        self,
+        targets: tuple[BrokerURI, ...],
+        client_id: str,
+        queue_limit: int = 100_000,
+        timeout: float = 10.0,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        on_event: Callable[[ConnectionEvent], object] | None = None,
+        heartbeat: float = 1.0,
+        dead_after: float = 10.0,
+        max_unacked: int = 65_536,
+        rng: Callable[[], float] = random.random,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.targets = targets
         self.id = client_id
-        self.broker_id = broker_id
         self.queue_limit = queue_limit
-        self.dropped = 0
+        self.timeout, self.backoff, self.on_event = timeout, backoff, on_event
+        self.heartbeat, self.dead_after, self.max_unacked = heartbeat, dead_after, max_unacked
+        self._rng, self._sleep = rng, sleep
+        self.counters: Counter[str] = Counter()
         self.refusals: list[Refuse] = []
-        self.subscriptions: dict[str, Subscription] = {}
-        self._queue = _Queue(queue_limit, self)
-        self._pending: dict[str, asyncio.Future[object]] = {}
-        self._awaiting_ack: dict[str, Subscription] = {}
+        self.subscriptions: dict[str, Subscription] = {}  # by the id the caller knows
+        self._full: set[Queue] = set()  # queues the reader waits on before reading on
+        self._queue: Queue = self._new_queue(lossy=False)
+        self._live: dict[str, _Live] = {}  # by ref, in the order made
+        self._refs_by_id: dict[str, str] = {}  # id the caller knows -> ref
+        self._by_current: dict[str, Subscription] = {}  # id at the current broker -> subscription
+        self._pending: dict[str, _Pending] = {}  # by ref, in the order sent
+        self._unacked = 0  # publications among them
+        self._acked = asyncio.Event()
+        self._seen = Seen()
+        # a session of our own: publication ids survive a reconnection (see docs/overlay.md)
+        self._stamp = client_session(time.time(), random.getrandbits(32))
         self._refs = itertools.count(1)
-        self._reader = asyncio.get_running_loop().create_task(self._read_loop())
+        self._closing = False
+        self._paused = False
+        self.index = 0
+        self.link: Link | None = None
+        self.broker_id = ""
+        self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
     async def connect(
         cls,
-        uri: BrokerURI | str,
+        uri: Brokers,
         client_id: str | None = None,
         queue_limit: int = 100_000,
         timeout: float = 10.0,
+        *,
+        retry_on_failed_connect: bool = False,
+        **options: object,
     ) -> Client:
-        target = BrokerURI.parse(uri) if isinstance(uri, str) else uri
-        name = client_id or f"c-{uuid.uuid4().hex[:10]}"
-        try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(target.host, target.port), timeout
-            )
-        except (OSError, TimeoutError) as error:
-            raise ConnectError(f"cannot connect to {target}: {error or 'timed out'}") from None
-        link = Link(reader, writer, target.id)
-        link.send(Hello("client", name))
-        try:
-            items = await asyncio.wait_for(link.receive(), timeout)
-        except (TimeoutError, LinkClosed) as error:
-            await link.wait_closed()
-            raise ConnectError(f"{target} did not answer the handshake: {error or 'timed out'}") from None
-        first = items[0]
-        if isinstance(first, Refuse):
-            await link.wait_closed()
-            raise ConnectError(f"{target} refused the connection: {first.reason}")
-        if not isinstance(first, Hello) or first.id != target.id:
-            await link.wait_closed()
-            raise ConnectError(f"{target} answered as {getattr(first, 'id', first)!r}, not {target.id!r}")
-        client = cls(link, name, first.id, queue_limit)
-        for item in items[1:]:
-            client._handle(item)
+        """Connect to the first of ``uri`` (one broker, or a list to fail over along) that
+        answers. ConnectError if none does; with ``retry_on_failed_connect``, keeps trying as
+        after a lost link (``backoff.attempts``). ``options`` are those of ``Client``."""
+        targets = brokers(uri)
+        client = cls(targets, client_id or f"c-{uuid.uuid4().hex[:10]}", queue_limit, timeout, **options)  # type: ignore[arg-type]
+        first = (
+            client.backoff
+            if retry_on_failed_connect
+            else dataclasses.replace(client.backoff, attempts=len(targets))
+        )
+        index, link, leftovers = await dial_any(
+            targets, client.id, timeout, first, 0, client._rng, client._sleep
+        )
+        client._adopt(index, link, leftovers)
+        loop = asyncio.get_running_loop()
+        client._tasks = [loop.create_task(client._run()), loop.create_task(client._watch())]
         return client
 
     @property
     def connected(self) -> bool:
-        return self.link.closed is None
+        """Whether the link is up now; requests made while it is down wait for the reconnection."""
+        return self.link is not None and self.link.closed is None and not self._closing
+
+    @property
+    def closed(self) -> bool:
+        """Closed by the caller, or given up reconnecting: requests raise LinkClosed."""
+        return self._closing
+
+    @property
+    def dropped(self) -> int:
+        """Deliveries dropped by lossy subscriptions."""
+        return self.counters["dropped.lossy"]
+
+    def stats(self) -> dict[str, int]:
+        """What the client counted: drops (lossy queues), duplicates dropped, reconnections,
+        requests re-sent, refusals, bad frames, and what waits now."""
+        return {
+            **self.counters,
+            "unacknowledged": self._unacked,
+            "pending": len(self._pending),
+            "queued": self._queue.queue.qsize() + sum(s._queue.queue.qsize() for s in self._own_queues()),
+        }
+
+    def _own_queues(self) -> list[Subscription]:
+        return [s for s in self.subscriptions.values() if s._queue is not self._queue]
+
+    def _new_queue(self, lossy: bool, name: str = "") -> Queue:
+        return DeliveryQueue(self.queue_limit, self.counters, self._full.add, lossy, name)
 
     # requests -----------------------------------------------------------------------------------
 
-    async def _request(self, message: object, ref: str) -> object:
+    def _send(self, ref: str, message: WireMessage, future: asyncio.Future[object] | None) -> None:
+        """Send now if the link is up, else at the reconnection; the answer settles ``future``."""
+        if self._closing:
+            raise LinkClosed("client closed")
+        if self.connected:
+            assert self.link is not None
+            self.link.send(message)  # False: it just went down, and this goes again at the reconnection
+        else:
+            encode(message)  # what cannot be sent must fail here, not in the middle of a reconnection
+        self._pending[ref] = _Pending(message, future)
+        if isinstance(message, Publish):
+            self._unacked += 1
+
+    async def _request(self, message: WireMessage, ref: str) -> object:
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._pending[ref] = future
-        if not self.link.send(message):  # type: ignore[arg-type]
-            self._pending.pop(ref, None)
-            raise LinkClosed(self.link.closed or "connection closed")
+        self._send(ref, message, future)
         return await future
 
     async def advertise(self, advertisement: Filter | str) -> str:
         ref = str(next(self._refs))
-        return str(await self._request(Advertise(ref, _filter(advertisement)), ref))
+        message = Advertise(ref, _filter(advertisement))
+        self._live[ref] = _Live(message)
+        return str(await self._request(message, ref))
 
     async def unadvertise(self, adv_id: str) -> None:
-        await self._request(Unadvertise(adv_id), adv_id)
+        await self._withdraw(adv_id, Unadvertise)
 
-    async def subscribe(self, subscription: Filter | str, own_queue: bool = True) -> Subscription:
+    async def _withdraw(self, known_id: str, kind: type[Unadvertise] | type[Unsubscribe]) -> None:
+        ref = self._refs_by_id.pop(known_id, None)
+        live = self._live.pop(ref, None) if ref is not None else None
+        current = live.current if live is not None else known_id
+        try:
+            if live is None or self.connected or self._closing:  # else the next session never hears of it
+                await self._request(kind(current), current)
+        finally:
+            sub = live.subscription if live is not None else None
+            if sub is not None:  # what came before the answer still went to its queue
+                self._by_current.pop(current, None)
+                self.subscriptions.pop(known_id, None)
+                self._full.discard(sub._queue)
+                sub._queue.space.set()  # nobody may read it any more: the reader must not wait on it
+
+    async def subscribe(
+        self, subscription: Filter | str, own_queue: bool = True, lossy: bool = False
+    ) -> Subscription:
         """Subscribe; deliveries go to the returned subscription's queue, or with
-        ``own_queue=False`` to the client's merged stream."""
+        ``own_queue=False`` to the client's merged stream. A ``lossy`` subscription's own queue
+        drops its oldest deliveries when its consumer falls behind, instead of back-pressure."""
         parsed = _filter(subscription)
-        return await self._subscribe(lambda ref: Subscribe(ref, parsed), own_queue)
+        return await self._subscribe(lambda ref: Subscribe(ref, parsed), own_queue, lossy)
 
     async def _subscribe(
-        self, request: Callable[[str], Subscribe | CompositeSubscribe], own_queue: bool
+        self, request: Callable[[str], Subscribe | CompositeSubscribe], own_queue: bool, lossy: bool
     ) -> Subscription:
+        if lossy and not own_queue:
+            raise ValueError("a lossy subscription needs its own queue: the merged stream never drops")
         ref = str(next(self._refs))
         message = request(ref)
-        queue = _Queue(self.queue_limit, self) if own_queue else self._queue
+        queue = self._new_queue(lossy, f"{self.id}:{ref}") if own_queue else self._queue
         sub = Subscription(self, "", message, queue)
-        # Registered when the ack is read, not when this coroutine resumes: deliveries that came
-        # in the same read as the ack must already find their subscription.
-        self._awaiting_ack[ref] = sub
-        try:
-            await self._request(message, ref)
-        finally:
-            self._awaiting_ack.pop(ref, None)
+        # registered when the ack is read, not when this coroutine resumes: deliveries that came
+        # in the same read as the ack must already find their subscription
+        self._live[ref] = _Live(message, subscription=sub)
+        await self._request(message, ref)
         return sub
 
     async def subscribe_composite(
-        self, composite: Composite | str, clear: Filter | str | None = None, own_queue: bool = True
+        self,
+        composite: Composite | str,
+        clear: Filter | str | None = None,
+        own_queue: bool = True,
+        lossy: bool = False,
     ) -> Subscription:
         """A composite subscription; each firing is one Delivery with all its publications.
         ``clear`` (a filter that may use the composite's variables) drops waiting state under the
         bindings of each publication it matches."""
         parsed = parse_composite(composite) if isinstance(composite, str) else composite
         condition = parse_filter(clear, allow_variables=True) if isinstance(clear, str) else clear
-        return await self._subscribe(lambda ref: CompositeSubscribe(ref, parsed, condition), own_queue)
+        return await self._subscribe(lambda ref: CompositeSubscribe(ref, parsed, condition), own_queue, lossy)
 
     async def unsubscribe(self, sub_id: str) -> None:
-        await self._request(Unsubscribe(sub_id), sub_id)
-        self.subscriptions.pop(sub_id, None)
+        await self._withdraw(sub_id, Unsubscribe)
+
+    def _publication_ref(self) -> str:
+        return f"{next(self._refs)}@{self._stamp}"
 
     async def publish(self, publication: Publication | str) -> str:
-        ref = str(next(self._refs))
+        """Publish and wait for the broker's acknowledgement (through reconnections); waits
+        first while ``max_unacked`` publications are unacknowledged."""
+        while self._unacked >= self.max_unacked and not self._closing:
+            self._acked.clear()
+            await self._acked.wait()
+        ref = self._publication_ref()
         return str(await self._request(Publish(ref, _publication(publication)), ref))
 
     def publish_nowait(self, publication: Publication | str) -> None:
-        ref = f"n{next(self._refs)}"
-        if not self.link.send(Publish(ref, _publication(publication), ack=False)):
-            raise LinkClosed(self.link.closed or "connection closed")
+        """Publish without waiting: kept until acknowledged and re-sent after a reconnection.
+        TooManyUnacknowledged when ``max_unacked`` publications already wait."""
+        if self._unacked >= self.max_unacked:
+            self.counters["refused.unacknowledged"] += 1
+            raise TooManyUnacknowledged(self._unacked)
+        message = Publish(self._publication_ref(), _publication(publication))
+        self._send(message.id, message, None)
 
     async def status(self) -> dict[str, object]:
         ref = str(next(self._refs))
@@ -254,60 +386,200 @@ class Client(_Stream):
         assert isinstance(reply, dict)
         return reply
 
-    # deliveries ---------------------------------------------------------------------------------
+    # the connection -----------------------------------------------------------------------------
 
-    async def _read_loop(self) -> None:
+    def _adopt(self, index: int, link: Link, leftovers: list[WireMessage]) -> None:
+        """Take a fresh link: re-send what is live, then what is unanswered, in order."""
+        self.index, self.link, self.broker_id = index, link, self.targets[index].id
+        for live in self._live.values():
+            if live.current:  # made in an earlier session: goes again; the others are pending
+                link.send(live.message)
+                self.counters["resent.requests"] += 1
+        for pending in self._pending.values():
+            link.send(pending.message)
+            if self.counters["reconnects"]:
+                self.counters[
+                    "resent.publications" if isinstance(pending.message, Publish) else "resent.requests"
+                ] += 1
+        for item in leftovers:
+            self._handle(item)
+
+    async def _run(self) -> None:
+        """Read the link; when it ends, reconnect (or give up), until the client is closed."""
         try:
             while True:
-                for item in await self.link.receive():
-                    self._handle(item)
-        except (LinkClosed, ValueError) as error:
-            self.link.close(str(error) or "closed")
+                assert self.link is not None
+                await self._read(self.link)
+                if self._closing:
+                    return
+                self._lost(self.link.closed or "closed")
+                try:
+                    index, link, leftovers = await dial_any(
+                        self.targets, self.id, self.timeout, self.backoff, self.index, self._rng, self._sleep
+                    )
+                except ConnectError as error:
+                    self._event(ConnectionEvent("closed", self.broker_id, str(error)))
+                    return
+                if self._closing:
+                    await link.wait_closed()
+                    return
+                self.counters["reconnects"] += 1
+                self._adopt(index, link, leftovers)
+                self._event(ConnectionEvent("reconnected", self.broker_id))
         finally:
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(LinkClosed(self.link.closed or "connection closed"))
-            self._pending.clear()
-            self._queue.put(None)
-            for sub in self.subscriptions.values():
-                if sub._queue is not self._queue:
-                    sub._queue.put(None)
+            self._end("client closed" if self._closing else "gave up reconnecting")
+
+    async def _read(self, link: Link) -> None:
+        try:
+            while True:
+                for item in await link.receive():
+                    self._handle(item)
+                while self._full:  # back-pressure: read on when every full queue has room again
+                    self._paused = True
+                    queue = self._full.pop()
+                    await queue.space.wait()
+                self._paused = False
+        except (LinkClosed, ValueError) as error:
+            link.close(str(error) or "closed")
+
+    def _lost(self, reason: str) -> None:
+        """The link ended: withdrawals in flight are done (the next session never hears of what
+        they withdraw); everything else waits for the reconnection."""
+        self._event(ConnectionEvent("disconnected", self.broker_id, reason))
+        for ref, pending in list(self._pending.items()):
+            if isinstance(pending.message, Unadvertise | Unsubscribe):
+                del self._pending[ref]
+                if pending.future is not None and not pending.future.done():
+                    pending.future.set_result(None)
+        self._by_current.clear()  # ids at the next broker come with its acks
+
+    def _event(self, event: ConnectionEvent) -> None:
+        level = logging.INFO if event.kind == "reconnected" else logging.WARNING
+        log.log(
+            level,
+            "client %s %s %s%s",
+            self.id,
+            event.kind,
+            event.broker,
+            f": {event.reason}" * bool(event.reason),
+        )
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:  # the caller's logging must not stop the reconnections
+                log.exception("connection event callback failed")
+
+    def _end(self, reason: str) -> None:
+        self._closing = True
+        for pending in self._pending.values():
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_exception(LinkClosed(reason))
+        if self._unacked:
+            self.counters["abandoned.publications"] += self._unacked
+            log.warning("client %s: %d publications never acknowledged (%s)", self.id, self._unacked, reason)
+        self._pending.clear()
+        self._unacked = 0
+        self._acked.set()
+        self._queue.put(None)
+        for sub in self._own_queues():
+            sub._queue.put(None)
+
+    async def _watch(self) -> None:
+        """Keep a paused link alive (the broker hears from us though we read nothing) and close
+        one on which the broker fell silent, so that the reconnection starts."""
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            link = self.link
+            if link is None or link.closed is not None:
+                continue
+            if self._paused:
+                link.send(Ping())
+            elif time.monotonic() - link.last_received > self.dead_after:
+                self.counters["heartbeat_timeouts"] += 1
+                link.close(f"no traffic from {self.broker_id} for {self.dead_after:g} s", abort=True)
+
+    # what the broker sends ----------------------------------------------------------------------
 
     def _handle(self, item: object) -> None:
         if isinstance(item, Deliver):
+            if self._seen.again(item.id):
+                self.counters["dropped.duplicates"] += 1
+                return
             for sub_id in item.subscriptions:
-                sub = self.subscriptions.get(sub_id)
-                delivery = Delivery(sub_id, item.publication, (), item.id, item.time)
+                sub = self._by_current.get(sub_id)
+                delivery = Delivery(sub.id if sub else sub_id, item.publication, (), item.id, item.time)
                 (sub._queue if sub is not None else self._queue).put(delivery)
         elif isinstance(item, Notify):
-            sub = self.subscriptions.get(item.subscription)
-            delivery = Delivery(item.subscription, item.publications[0], item.publications)
+            sub = self._by_current.get(item.subscription)
+            delivery = Delivery(sub.id if sub else item.subscription, item.publications[0], item.publications)
             (sub._queue if sub is not None else self._queue).put(delivery)
-        elif isinstance(item, Ack | StatusReply):
-            sub = self._awaiting_ack.pop(item.ref, None)
-            if sub is not None and isinstance(item, Ack):
-                sub.id = item.id
-                self.subscriptions[item.id] = sub
-            future = self._pending.pop(item.ref, None)
-            if future is not None and not future.done():
-                future.set_result(item.id if isinstance(item, Ack) else item.status)
+        elif isinstance(item, Ack):
+            self._answered(item.ref, self._acknowledged(item.ref, item.id))
+        elif isinstance(item, StatusReply):
+            self._answered(item.ref, item.status)
         elif isinstance(item, Refuse):
-            future = self._pending.pop(item.ref, None)
-            if future is not None and not future.done():
-                future.set_exception(RefusedError(item.reason))
-            else:
-                self.refusals.append(item)
-                log.warning("broker refused %s: %s", item.ref or "a message", item.reason)
+            self._refused(item)
         elif isinstance(item, Ping):
-            self.link.send(Pong())
+            if self.link is not None:
+                self.link.send(Pong())
         elif isinstance(item, BadMessage):
+            self.counters["bad_messages"] += 1
             log.warning("bad message from the broker: %s", item)
 
+    def _acknowledged(self, ref: str, broker_id: str) -> str:
+        """The id to answer with: for an advertisement or subscription, the first it got."""
+        live = self._live.get(ref)
+        if live is None:
+            return broker_id
+        live.current = broker_id
+        if not live.first:
+            live.first = broker_id
+            self._refs_by_id[broker_id] = ref
+            if live.subscription is not None:
+                live.subscription.id = broker_id
+                self.subscriptions[broker_id] = live.subscription
+        if live.subscription is not None:
+            self._by_current[broker_id] = live.subscription
+        return live.first
+
+    def _answered(self, ref: str, result: object, error: Exception | None = None) -> bool:
+        pending = self._pending.pop(ref, None)
+        if pending is None:
+            return False
+        if isinstance(pending.message, Publish):
+            self._unacked -= 1
+            self._acked.set()
+        if pending.future is not None and not pending.future.done():
+            if error is None:
+                pending.future.set_result(result)
+            else:
+                pending.future.set_exception(error)
+            return True
+        return error is None
+
+    def _refused(self, item: Refuse) -> None:
+        live = self._live.get(item.ref)
+        if live is not None:
+            if live.first:  # a re-sent request the new session refuses: it is no longer live
+                self.counters["refused.resent"] += 1
+                log.warning("broker %s refused to restore %s: %s", self.broker_id, live.first, item.reason)
+            del self._live[item.ref]
+            self._refs_by_id.pop(live.first, None)
+        if not self._answered(item.ref, None, RefusedError(item.reason)):
+            self.counters["refusals"] += 1
+            self.refusals.append(item)
+            log.warning("broker refused %s: %s", item.ref or "a message", item.reason)
+
     async def close(self) -> None:
-        self.link.close("client closed")
-        await self.link.wait_closed()
-        self._reader.cancel()
-        await asyncio.gather(self._reader, return_exceptions=True)
+        self._closing = True
+        if self.link is not None:
+            self.link.close("client closed")
+            await self.link.wait_closed()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if not self._tasks:
+            self._end("client closed")
 
     async def __aenter__(self) -> Client:
         return self

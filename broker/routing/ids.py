@@ -49,7 +49,9 @@ class OverlayId:
 class PublicationId:
     """A publication's overlay-wide id. ``session`` is when its client connected (ms, hex): a
     client that reconnects under the same name counts its refs from 1 again, and the historians
-    and the history/live seam tell publications apart by id."""
+    and the history/live seam tell publications apart by id. A client that re-sends after a
+    reconnection names a session of its own in its ref (``<n>@<20 hex digits>``, see
+    ``broker.client.queues``), so the copy keeps the id of the first."""
 
     broker: str
     client: str

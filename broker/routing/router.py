@@ -167,7 +167,13 @@ class Router:
         if not self.tables.conforms(hop, publication):
             self.counters["refused.nonconforming"] += 1
             return self._refuse(hop, message.id, "the publication fits no advertisement of this client")
-        pub_id = str(PublicationId(self.id, hop, message.id, self.sessions[hop]))
+        # a ref "<n>@<session>" names the client's own session, which outlives a reconnection:
+        # a re-sent publication keeps its id, and a copy that got through already is not routed again
+        ref, _, session = message.id.partition("@")
+        pub_id = str(PublicationId(self.id, hop, ref, session or self.sessions[hop]))
+        if pub_id in self.seen:
+            self.counters["dropped.duplicate"] += 1
+            return [(hop, Ack(message.id, pub_id))] if message.ack else []
         routed = self._route(pub_id, publication, hop, DEFAULT_TTL, now, now)
         return [(hop, Ack(message.id, pub_id)), *routed] if message.ack else routed
 

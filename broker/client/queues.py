@@ -1,0 +1,132 @@
+"""Where a client's deliveries wait for their consumer, and what it counts instead of losing.
+
+A queue never drops by default: when it holds ``limit`` deliveries it is *full*, and the client's
+reader stops reading the socket until the consumer has taken one. The broker's writer for that
+link then buffers, and past its own limit disconnects the client as a slow consumer (counted in
+the broker's status). A subscription made with ``lossy=True`` asks instead for the newest
+deliveries: a full lossy queue drops its oldest, counts it and logs it (at most every few seconds).
+
+The client also drops duplicates: a publication re-sent after a reconnection may reach a
+subscriber twice (its first copy got through, its acknowledgement did not). ``Seen`` remembers the
+recent ids, keyed so that the copy routed by another broker after a failover is recognised too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+__all__ = ["DeliveryQueue", "Seen", "client_session", "dedup_key"]
+
+log = logging.getLogger("broker.client")
+
+T = TypeVar("T")
+LOG_EVERY = 5.0  # seconds between two warnings about drops of one queue
+SEEN = 65536  # publication ids a client remembers to drop a duplicate
+CLIENT_SESSION = 20  # hex digits of a session a client names itself
+
+
+class DeliveryQueue(Generic[T]):
+    """A delivery queue of at most ``limit`` entries (back-pressure) or, ``lossy``, that drops its
+    oldest entry when full. ``None`` is the end marker: it is never counted or dropped."""
+
+    def __init__(
+        self,
+        limit: int,
+        counters: Counter[str],
+        on_full: Callable[[DeliveryQueue[T]], None],
+        lossy: bool = False,
+        name: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if limit < 1:
+            raise ValueError(f"a queue limit must be at least 1, not {limit}")
+        self.queue: asyncio.Queue[T | None] = asyncio.Queue()
+        self.limit, self.lossy, self.name = limit, lossy, name
+        self.dropped = 0
+        self.counters = counters
+        self.space = asyncio.Event()
+        self.space.set()
+        self._on_full = on_full
+        self._clock = clock
+        self._logged_at: float | None = None
+        self._logged_count = 0
+
+    @property
+    def full(self) -> bool:
+        return self.queue.qsize() >= self.limit
+
+    def put(self, item: T | None) -> None:
+        if item is not None and self.lossy and self.full:
+            self.queue.get_nowait()
+            self.dropped += 1
+            self.counters["dropped.lossy"] += 1
+            self._log_drop()
+        self.queue.put_nowait(item)
+        if not self.lossy and self.full:
+            self.space.clear()
+            self._on_full(self)
+
+    def _log_drop(self) -> None:
+        now = self._clock()
+        if self._logged_at is None or now - self._logged_at >= LOG_EVERY:
+            log.warning(
+                "lossy subscription %s: %d deliveries dropped (%d since the last warning)",
+                self.name or "(merged)",
+                self.dropped,
+                self.dropped - self._logged_count,
+            )
+            self._logged_at, self._logged_count = now, self.dropped
+
+    def _taken(self) -> None:
+        if not self.full:
+            self.space.set()
+
+    async def get(self, timeout: float | None) -> T | None:
+        if not self.queue.empty():  # no timer, no task: wait_for costs more than the delivery
+            item = self.queue.get_nowait()
+        elif timeout is None:
+            item = await self.queue.get()
+        else:
+            item = await asyncio.wait_for(self.queue.get(), timeout)
+        self._taken()
+        return item
+
+
+def client_session(now: float, salt: int) -> str:
+    """A session a client names itself: 12 hex digits of its start (ms) and 8 of ``salt`` (random),
+    unique in the overlay. A broker's own session stamps are its clients' connection times, at
+    most 12 hex digits for 8,000 years, so the length alone tells the two apart."""
+    return f"{round(now * 1000):012x}{salt & 0xFFFFFFFF:08x}"
+
+
+def dedup_key(publication_id: str) -> str:
+    """What identifies a publication across brokers. An id in a session the client named itself
+    (``<broker>/<client>/<n>@<client_session>``) is the same whichever broker routed it, so the
+    broker part is left out; any other id is kept whole."""
+    _, _, rest = publication_id.partition("/")
+    return rest if len(publication_id.rpartition("@")[2]) == CLIENT_SESSION else publication_id
+
+
+class Seen:
+    """The last ``limit`` publication ids delivered, to drop one that comes again."""
+
+    def __init__(self, limit: int = SEEN) -> None:
+        self.limit = limit
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def again(self, publication_id: str) -> bool:
+        """True if this publication was seen already; otherwise remembers it."""
+        if not publication_id:
+            return False
+        key = dedup_key(publication_id)
+        if key in self._ids:
+            return True
+        self._ids[key] = None
+        if len(self._ids) > self.limit:
+            self._ids.popitem(last=False)
+        return False

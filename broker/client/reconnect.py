@@ -1,0 +1,129 @@
+"""Getting a client onto a broker, and back on after a lost link: broker lists, backoff, events.
+
+A client is given one or more brokers (``Client.connect([uri1, uri2])``, ``--broker A,B``,
+``WFM_BROKER=A,B``). It dials them in turn, starting with the one it last used, and waits between
+two attempts for a delay from :class:`Backoff`: exponential, capped, with jitter so that clients
+cut off together do not all come back in the same instant. What happens is reported as
+:class:`ConnectionEvent` values to the caller's callback, so a daemon can log it its own way.
+The randomness and the sleeping are parameters, so tests check the schedule without waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from broker.errors import ConnectError, LinkClosed
+from broker.routing import Refuse
+from broker.transport.codec import Hello, WireMessage
+from broker.transport.link import Link
+from broker.transport.uri import BrokerURI
+
+__all__ = ["Backoff", "Brokers", "ConnectionEvent", "brokers", "dial", "dial_any"]
+
+Brokers = BrokerURI | str | Sequence[BrokerURI | str]  # one broker, or a list to fail over along
+
+
+def brokers(value: Brokers) -> tuple[BrokerURI, ...]:
+    """The broker list in ``value``: a URI, a comma-separated text of URIs, or a sequence of
+    either. ValueError naming the bad URI for anything else, or for an empty list."""
+    items: Iterable[BrokerURI | str] = [value] if isinstance(value, BrokerURI | str) else value
+    found: list[BrokerURI] = []
+    for item in items:
+        if isinstance(item, BrokerURI):
+            found.append(item)
+        else:
+            found += [BrokerURI.parse(part) for part in str(item).split(",") if part.strip()]
+    if not found:
+        raise ValueError("no broker URI given")
+    return tuple(found)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delays between connection attempts: ``first * factor**n`` for the n-th consecutive failure,
+    at most ``cap``, each scaled by a random factor in ``[1 - jitter, 1 + jitter]`` and then capped
+    again, so no wait ever exceeds ``cap``. ``attempts`` bounds the attempts of one reconnection
+    (None: keep trying, as a daemon must)."""
+
+    first: float = 0.1
+    factor: float = 2.0
+    cap: float = 5.0
+    jitter: float = 0.5
+    attempts: int | None = 60
+
+    def __post_init__(self) -> None:
+        if not 0 < self.first <= self.cap or self.factor < 1 or not 0 <= self.jitter <= 1:
+            raise ValueError("backoff needs 0 < first <= cap, factor >= 1 and 0 <= jitter <= 1")
+        if self.attempts is not None and self.attempts < 1:
+            raise ValueError("backoff attempts must be at least 1, or None for no limit")
+
+    def delay(self, failures: int, rng: Callable[[], float] = random.random) -> float:
+        """Seconds to wait after ``failures`` consecutive failed attempts (the first wait is 0)."""
+        if failures <= 0:
+            return 0.0
+        base = min(self.cap, self.first * self.factor ** min(failures - 1, 64))
+        return min(self.cap, base * (1 - self.jitter + 2 * self.jitter * rng()))
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionEvent:
+    """``disconnected`` (the link to ``broker`` ended: ``reason``), ``reconnected`` (to
+    ``broker``, everything live re-sent) or ``closed`` (the client gave up: no more attempts)."""
+
+    kind: str
+    broker: str
+    reason: str = ""
+
+
+async def dial(target: BrokerURI, name: str, timeout: float) -> tuple[Link, list[WireMessage]]:
+    """A link to ``target`` after the handshake, and what the broker sent behind its hello.
+    ConnectError, with the reason, if the broker cannot be reached, refuses or is someone else."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port), timeout)
+    except (OSError, TimeoutError) as error:
+        raise ConnectError(f"cannot connect to {target}: {error or 'timed out'}") from None
+    link = Link(reader, writer, target.id)
+    link.send(Hello("client", name))
+    try:
+        items = await asyncio.wait_for(link.receive(), timeout)
+    except (TimeoutError, LinkClosed) as error:
+        await link.wait_closed()
+        raise ConnectError(f"{target} did not answer the handshake: {error or 'timed out'}") from None
+    first = items[0]
+    if isinstance(first, Refuse):
+        await link.wait_closed()
+        raise ConnectError(f"{target} refused the connection: {first.reason}")
+    if not isinstance(first, Hello) or first.id != target.id:
+        await link.wait_closed()
+        raise ConnectError(f"{target} answered as {getattr(first, 'id', first)!r}, not {target.id!r}")
+    return link, [item for item in items[1:] if not isinstance(item, Exception)]
+
+
+async def dial_any(
+    targets: Sequence[BrokerURI],
+    name: str,
+    timeout: float,
+    backoff: Backoff,
+    start: int = 0,
+    rng: Callable[[], float] = random.random,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> tuple[int, Link, list[WireMessage]]:
+    """Dial ``targets`` in turn from ``start``, waiting ``backoff.delay(failures)`` before each
+    attempt, until one answers: its index, link and leftovers. ConnectError naming every broker
+    once ``backoff.attempts`` attempts have failed."""
+    failures = 0
+    errors: dict[BrokerURI, str] = {}
+    while backoff.attempts is None or failures < backoff.attempts:
+        await sleep(backoff.delay(failures, rng))
+        index = (start + failures) % len(targets)
+        try:
+            link, leftovers = await dial(targets[index], name, timeout)
+        except ConnectError as error:
+            errors[targets[index]] = str(error)
+            failures += 1
+            continue
+        return index, link, leftovers
+    raise ConnectError(f"no broker answered after {failures} attempts: {'; '.join(errors.values())}")
