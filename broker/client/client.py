@@ -13,9 +13,10 @@ again with backoff, re-sends every live advertisement, subscription and composit
 then every request not yet answered, publications included. The caller's ids stay valid across a
 reconnection, even to another broker: a subscription keeps the id it got first, and the client
 translates. Publications carry a session the client chose itself (``<n>@<session>``, see
-``queues.client_session``), so a re-sent publication keeps its overlay-wide id: its edge broker, or the subscriber's client after
-a failover, drops the copy that got through twice. Deliveries in flight when a link drops, and
-composite state at the broker, are not the client's to keep (see docs/overlay.md).
+``queues.client_session``), so a re-sent publication keeps its overlay-wide id: its edge broker,
+or the subscriber's client after a failover, drops the copy that got through twice. Deliveries
+in flight when a link drops, and composite state at the broker, are not the client's to keep
+(see docs/overlay.md).
 
 ``publish_nowait`` pipelines publications without waiting for each acknowledgement, for
 throughput; they are kept and re-sent like the others, and a refusal of one of them is logged
