@@ -71,6 +71,14 @@ log = logging.getLogger(__name__)
 
 Request = Advertise | Subscribe | CompositeSubscribe
 DEFAULT_BACKOFF = Backoff()
+STATS = (
+    "dropped.lossy",
+    "dropped.duplicates",
+    "reconnects",
+    "resent.requests",
+    "resent.publications",
+    "refusals",
+)
 
 
 class TooManyUnacknowledged(LocalError):
@@ -263,6 +271,7 @@ class Client(_Stream):
         """What the client counted: drops (lossy queues), duplicates dropped, reconnections,
         requests re-sent, refusals, bad frames, and what waits now."""
         return {
+            **dict.fromkeys(STATS, 0),
             **self.counters,
             "unacknowledged": self._unacked,
             "pending": len(self._pending),

@@ -19,7 +19,9 @@ from typing import Protocol
 from broker.errors import BadMessage, LinkClosed
 from broker.transport.codec import FrameDecoder, WireMessage, decode, encode
 
-__all__ = ["Link"]
+__all__ = ["SLOW_CONSUMER", "Link"]
+
+SLOW_CONSUMER = "slow consumer"  # how the reason for closing a link too slow to read begins
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ class Link:
         self.closed: str | None = None
         self.last_received = self.last_sent = time.monotonic()
         self.sent_frames = 0
+        self.discarded_frames = 0  # queued but never written: the link was aborted first
         self._writer_task = asyncio.get_running_loop().create_task(self._write_loop())
 
     def send(self, message: WireMessage) -> bool:
@@ -61,7 +64,8 @@ class Link:
         frame = encode(message)
         backlog = self._queued_bytes + self._transport_backlog()
         if backlog + len(frame) > self.queue_limit:
-            self.close(f"slow consumer: {backlog} bytes waiting", abort=True)
+            self.close(f"{SLOW_CONSUMER}: {backlog} bytes waiting", abort=True)
+            self.discarded_frames += 1
             return False
         self._queue.append(frame)
         self._queued_bytes += len(frame)
@@ -122,6 +126,8 @@ class Link:
         log.debug("link %s closed: %s", self.name, reason)
         self._wakeup.set()
         transport = getattr(self.writer, "transport", None)
+        if abort:
+            self.discarded_frames += len(self._queue)
         if abort and transport is not None:
             transport.abort()
         elif not self.writer.is_closing():

@@ -22,7 +22,7 @@ from broker.errors import BadMessage, LinkClosed, ProtocolError
 from broker.routing import LinkDown, LinkUp, Refuse, Router, StatusReply
 from broker.routing.messages import Message
 from broker.transport.codec import Hello, Ping, Pong
-from broker.transport.link import Link
+from broker.transport.link import SLOW_CONSUMER, Link
 from broker.transport.uri import BrokerURI
 
 __all__ = ["RouterService"]
@@ -114,8 +114,9 @@ class RouterService:
             if isinstance(out, StatusReply):
                 out = StatusReply(out.ref, self.status())
             link = self.links.get(target)
-            if link is not None:
-                link.send(out)  # type: ignore[arg-type]  # the router never emits LinkUp/LinkDown
+            # the router never emits LinkUp/LinkDown; a message for a link that went is counted
+            if link is None or not link.send(out):  # type: ignore[arg-type]
+                self.counters["dropped.link_gone"] += 1
 
     # links --------------------------------------------------------------------------------------
 
@@ -196,6 +197,10 @@ class RouterService:
             await link.flush_and_close(str(error))
         finally:
             await link.wait_closed()
+            if link.closed is not None and link.closed.startswith(SLOW_CONSUMER):
+                self.counters["slow_consumers"] += 1
+                self.log.warning("%s disconnected: %s", hop, link.closed)
+            self.counters["dropped.unsent"] += link.discarded_frames
             if self.links.get(hop) is link:
                 del self.links[hop]
                 self.log.info("%s disconnected: %s", hop, link.closed)

@@ -249,6 +249,8 @@ def test_slow_consumer_is_disconnected_and_others_keep_going() -> None:
         got = [(await fs.next(timeout=10)).publication["n"] for _ in range(3000)]
         assert got == list(range(3000))
         await until(lambda: "slow" not in b.links, what="slow consumer dropped")
+        counters = b.status()["counters"]
+        assert counters["link.slow_consumers"] == 1 and counters["link.dropped.unsent"] > 0
         writer.close()
         await writer.wait_closed()
         for c in (pub, fast):

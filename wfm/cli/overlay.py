@@ -106,6 +106,7 @@ STATUS_KEYS = (
     "composite_waiting",
     "composite_dropped",
 )
+DROP_COUNTERS = ("slow_consumers", "router_errors")  # counters of lost messages, besides dropped.*
 
 
 @click.command()
@@ -120,6 +121,9 @@ def status(broker_uri: BrokerURI, output: str) -> None:
     for key in STATUS_KEYS:
         value = report.get(key)
         click.echo(f"{key:24} {', '.join(value) if isinstance(value, list) else value}")
+    counters = report.get("counters", {})
+    drops = {k: v for k, v in counters.items() if v and ("dropped" in k or k.endswith(DROP_COUNTERS))}
+    click.echo(f"{'dropped':24} {', '.join(f'{k}={v}' for k, v in drops.items()) or 'none'}")
 
 
 async def _status(uri: BrokerURI) -> dict[str, Any]:

@@ -1,0 +1,214 @@
+"""The client's own reconnection: backoff schedule, broker restart, failover, re-sent publications."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from broker.client import Backoff, Client, ConnectError, ConnectionEvent, brokers
+from broker.client.reconnect import dial_any
+from broker.language import Publication
+from broker.routing import Ack
+from broker.transport.server import RouterService
+from broker.transport.uri import BrokerURI
+from tests.transport.harness import free_port, run, until, uri
+
+ADV = "[class,eq,stock],[n,isPresent,0]"
+FAST = Backoff(first=0.05, cap=0.2, attempts=None)
+
+
+def test_backoff_grows_to_its_cap_with_bounded_jitter() -> None:
+    backoff = Backoff(first=0.1, factor=2.0, cap=1.0, jitter=0.5)
+    assert backoff.delay(0) == 0.0  # the first attempt after a loss does not wait
+    assert [backoff.delay(n, lambda: 0.5) for n in range(1, 7)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert backoff.delay(1, lambda: 0.0) == pytest.approx(0.05)
+    assert backoff.delay(1, lambda: 1.0) == pytest.approx(0.15)
+    assert backoff.delay(10, lambda: 1.0) == 1.0  # jitter never takes a wait past the cap
+    with pytest.raises(ValueError, match="backoff"):
+        Backoff(first=2.0, cap=1.0)
+
+
+def test_dial_any_walks_the_broker_list_with_the_backoff_schedule() -> None:
+    async def scenario() -> None:
+        dead = [BrokerURI("127.0.0.1", free_port(), f"D{i}") for i in range(2)]
+        waits: list[float] = []
+
+        async def sleep(seconds: float) -> None:
+            waits.append(seconds)
+
+        backoff = Backoff(first=0.1, factor=2.0, cap=0.3, jitter=0.5, attempts=5)
+        with pytest.raises(ConnectError, match="after 5 attempts.*D1.*D0"):
+            await dial_any(dead, "c", 1.0, backoff, 1, lambda: 0.5, sleep)
+        assert waits == [0.0, 0.1, 0.2, 0.3, 0.3]
+
+    run(scenario())
+
+
+def test_broker_lists_parse_from_text_and_sequences() -> None:
+    a, b = "socket://127.0.0.1:1000/B1", "socket://h:2000/B2"
+    assert [u.id for u in brokers(f"{a}, {b}")] == ["B1", "B2"]
+    assert [u.id for u in brokers([BrokerURI.parse(a), b])] == ["B1", "B2"]
+    with pytest.raises(ValueError, match="not a broker URI"):
+        brokers(f"{a},nonsense")
+    with pytest.raises(ValueError, match="no broker"):
+        brokers(" , ")
+
+
+async def restart(broker: RouterService) -> RouterService:
+    await broker.stop()
+    again = RouterService(broker.uri, broker.neighbors)
+    await again.start()
+    return again
+
+
+def test_broker_restart_resumes_subscriptions_and_delivers_unacknowledged_publications() -> None:
+    async def scenario() -> None:
+        b = RouterService(uri("B1"))
+        await b.start()
+        events: list[ConnectionEvent] = []
+        restored = asyncio.Event()
+        restored.set()
+
+        async def after_the_subscriber(seconds: float) -> None:
+            """The publisher's reconnection waits until the subscriber's is done: what is
+            published while no subscription exists reaches nobody (durable sessions aside)."""
+            await restored.wait()
+            await asyncio.sleep(seconds)
+
+        pub = await Client.connect(b.uri, "pub", backoff=FAST, sleep=after_the_subscriber)
+        sub = await Client.connect(b.uri, "sub", backoff=FAST, on_event=events.append)
+        await pub.advertise(ADV)
+        s = await sub.subscribe("[class,eq,stock]")
+        plain = await sub.subscribe_composite("{{[class,eq,stock],[n,=,$I$N]}}")
+        await pub.publish(Publication("stock", {"n": 0}))
+        assert (await s.next(timeout=5)).publication["n"] == 0
+        await plain.next(timeout=5)
+        restored.clear()
+        b = await restart(b)
+        for n in range(1, 4):  # made while the broker is away: kept and re-sent
+            pub.publish_nowait(Publication("stock", {"n": n}))
+        acked = asyncio.ensure_future(pub.publish(Publication("stock", {"n": 4})))
+        await until(lambda: b.router.status()["subscriptions"] == 2, what="subscriptions restored")
+        restored.set()
+        await until(lambda: pub.connected, what="publisher reconnected")
+        assert (await asyncio.wait_for(acked, 5)).startswith("B1/pub/")
+        got = [(await s.next(timeout=5)).publication["n"] for _ in range(4)]
+        assert got == [1, 2, 3, 4]
+        assert (await plain.next(timeout=5)).subscription == plain.id  # the id the caller knows
+        assert s.id == "B1/sub/1" and set(sub.subscriptions) == {s.id, plain.id}
+        assert [e.kind for e in events] == ["disconnected", "reconnected"]
+        assert pub.stats()["unacknowledged"] == 0 and pub.stats()["resent.publications"] == 4
+        await sub.unsubscribe(s.id)  # withdrawn under the id it has now
+        assert b.router.status()["subscriptions"] == 1  # the composite's atom only
+        for c in (pub, sub):
+            await c.close()
+        await b.stop()
+
+    run(scenario())
+
+
+def swallow_acks(client: Client, count: int) -> list[Ack]:
+    """Make ``client`` miss the next ``count`` acknowledgements, as if the link dropped first."""
+    lost: list[Ack] = []
+    handle = client._handle
+
+    def handle_but_lose(item: object) -> None:
+        if isinstance(item, Ack) and len(lost) < count and "@" in item.ref:
+            lost.append(item)
+            return
+        handle(item)
+
+    client._handle = handle_but_lose  # type: ignore[method-assign]
+    return lost
+
+
+def test_a_publication_whose_ack_was_lost_is_delivered_once_after_the_reconnection() -> None:
+    async def scenario() -> None:
+        b = RouterService(uri("B1"))
+        await b.start()
+        pub = await Client.connect(b.uri, "pub", backoff=FAST)
+        sub = await Client.connect(b.uri, "sub")
+        await pub.advertise(ADV)
+        s = await sub.subscribe("[class,eq,stock]")
+        lost = swallow_acks(pub, 1)
+        pub.publish_nowait(Publication("stock", {"n": 1}))
+        first = await s.next(timeout=5)
+        await until(lambda: bool(lost), what="the ack arrived")
+        assert pub.stats()["unacknowledged"] == 1
+        assert pub.link is not None
+        pub.link.close("cut", abort=True)
+        await until(lambda: pub.stats()["unacknowledged"] == 0, what="the re-sent publication acknowledged")
+        pub.publish_nowait(Publication("stock", {"n": 2}))
+        after = await s.next(timeout=5)
+        assert after.publication["n"] == 2  # not the duplicate of 1
+        assert first.id.startswith("B1/pub/") and b.router.counters["dropped.duplicate"] == 1
+        for c in (pub, sub):
+            await c.close()
+        await b.stop()
+
+    run(scenario())
+
+
+def test_failover_to_the_next_broker_and_no_duplicate_at_the_subscriber() -> None:
+    async def scenario() -> None:
+        u1, u2 = uri("B1"), uri("B2")
+        b1, b2 = RouterService(u1), RouterService(u2, [u1])
+        for b in (b1, b2):
+            await b.start()
+        await until(lambda: "B1" in b2.links, what="B2 linked to B1")
+        pub = await Client.connect([u1, u2], "pub", backoff=FAST)
+        sub = await Client.connect(u2, "sub")
+        s = await sub.subscribe("[class,eq,stock]")
+        await pub.advertise(ADV)
+        await until(lambda: b1.router.status()["subscriptions"] == 1, what="subscription reached B1")
+        lost = swallow_acks(pub, 1)
+        pub.publish_nowait(Publication("stock", {"n": 1}))
+        first = await s.next(timeout=5)
+        await until(lambda: bool(lost), what="the ack arrived")
+        await b1.stop()  # the publisher fails over to B2 and re-sends there
+        await until(lambda: pub.connected and pub.broker_id == "B2", what="failed over to B2")
+        await until(lambda: pub.stats()["unacknowledged"] == 0, what="re-sent publication acknowledged")
+        pub.publish_nowait(Publication("stock", {"n": 2}))
+        assert (await s.next(timeout=5)).publication["n"] == 2
+        assert first.id.startswith("B1/pub/2@") and sub.stats()["dropped.duplicates"] == 1
+        for c in (pub, sub):
+            await c.close()
+        await b2.stop()
+
+    run(scenario())
+
+
+def test_connect_fails_over_to_a_broker_that_answers() -> None:
+    async def scenario() -> None:
+        b = RouterService(uri("B2"))
+        await b.start()
+        dead = BrokerURI("127.0.0.1", free_port(), "B1")
+        async with await Client.connect(f"{dead},{b.uri}", "c") as client:
+            assert client.broker_id == "B2"
+        with pytest.raises(ConnectError, match="after 1 attempts"):
+            await Client.connect(dead, "c")
+        await b.stop()
+
+    run(scenario())
+
+
+def test_giving_up_ends_the_streams_and_fails_what_waits() -> None:
+    async def scenario() -> None:
+        b = RouterService(uri("B1"))
+        await b.start()
+        events: list[str] = []
+        client = await Client.connect(
+            b.uri,
+            "c",
+            backoff=Backoff(first=0.01, cap=0.02, attempts=2),
+            on_event=lambda e: events.append(e.kind),
+        )
+        await b.stop()
+        await until(lambda: client.closed, what="gave up")
+        assert events == ["disconnected", "closed"]
+        assert [d async for d in client] == []
+        with pytest.raises(ConnectionError):
+            await client.publish("[class,stock],[n,1]")
+
+    run(scenario())
