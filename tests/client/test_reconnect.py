@@ -38,7 +38,7 @@ def test_dial_any_walks_the_broker_list_with_the_backoff_schedule() -> None:
             waits.append(seconds)
 
         backoff = Backoff(first=0.1, factor=2.0, cap=0.3, jitter=0.5, attempts=5)
-        with pytest.raises(ConnectError, match="after 5 attempts.*D1.*D0"):
+        with pytest.raises(ConnectError, match=r"after 5 attempts.*D1.*D0"):
             await dial_any(dead, "c", 1.0, backoff, 1, lambda: 0.5, sleep)
         assert waits == [0.0, 0.1, 0.2, 0.3, 0.3]
 
