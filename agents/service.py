@@ -31,10 +31,9 @@ from agents.state import (
     Tick,
     Withdraw,
 )
-from broker.client import Client, ConnectError
+from broker.client import Brokers, Client, ConnectError
 from broker.errors import LinkClosed
 from broker.language import Publication
-from broker.transport.uri import BrokerURI
 from workflow_messages import ack_advertisement, control_subscription
 
 __all__ = ["AgentService"]
@@ -50,7 +49,7 @@ FIRST = asyncio.FIRST_COMPLETED
 class AgentService:
     """Runs ``agent`` against the broker at ``uri`` until :meth:`stop`."""
 
-    def __init__(self, agent: Agent, uri: BrokerURI, state_dir: Path, workdir: Path) -> None:
+    def __init__(self, agent: Agent, uri: Brokers, state_dir: Path, workdir: Path) -> None:
         self.agent, self.uri, self.state_dir, self.workdir = agent, uri, state_dir, workdir
         self.journal = Journal(state_dir)
         self.events: asyncio.Queue[Event] = asyncio.Queue()

@@ -14,9 +14,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from broker.client import Client
+from broker.client import Brokers, Client
 from broker.language import Publication
-from broker.transport.uri import BrokerURI
 from wfm.workflow import Plan
 from workflow_messages import AGENT_CTL, ack_subscription, digest
 
@@ -77,7 +76,7 @@ def undeploy_publications(plan: Plan) -> list[Publication]:
 
 
 async def deploy(
-    uri: BrokerURI, plan: Plan, batches: Sequence[Sequence[Publication]], timeout: float
+    uri: Brokers, plan: Plan, batches: Sequence[Sequence[Publication]], timeout: float
 ) -> list[AgentReport]:
     """Publish each batch in turn, waiting for all its acknowledgements (or ``timeout`` overall)."""
     reports = {agent: AgentReport(agent) for agent in plan.by_agent()}

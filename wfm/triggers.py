@@ -11,9 +11,8 @@ import secrets
 import time
 from datetime import date, datetime
 
-from broker.client import BlockingClient
+from broker.client import BlockingClient, Brokers
 from broker.language.values import NAME_RE
-from broker.transport.uri import BrokerURI
 from workflow_messages import trigger, trigger_advertisement
 
 __all__ = ["TriggerPublisher", "check_gid", "check_workflow", "new_gid", "parse_date"]
@@ -68,7 +67,7 @@ class TriggerPublisher:
     Reconnects on the next publish after a failure, so a long-running ``wfm schedule`` survives a
     broker restart between two fires."""
 
-    def __init__(self, uri: BrokerURI, timeout: float = 10.0) -> None:
+    def __init__(self, uri: Brokers, timeout: float = 10.0) -> None:
         self.uri = uri
         self.timeout = timeout
         self._client: BlockingClient | None = None

@@ -9,11 +9,12 @@ from broker.client.client import (
     Subscription,
     TooManyUnacknowledged,
 )
-from broker.client.reconnect import Backoff, Brokers, ConnectionEvent, brokers
+from broker.client.reconnect import Backoff, BrokerList, Brokers, ConnectionEvent, brokers
 
 __all__ = [
     "Backoff",
     "BlockingClient",
+    "BrokerList",
     "Brokers",
     "Client",
     "ConnectError",

@@ -21,12 +21,19 @@ from broker.transport.codec import Hello, WireMessage
 from broker.transport.link import Link
 from broker.transport.uri import BrokerURI
 
-__all__ = ["Backoff", "Brokers", "ConnectionEvent", "brokers", "dial", "dial_any"]
+__all__ = ["Backoff", "BrokerList", "Brokers", "ConnectionEvent", "brokers", "dial", "dial_any"]
 
 Brokers = BrokerURI | str | Sequence[BrokerURI | str]  # one broker, or a list to fail over along
 
 
-def brokers(value: Brokers) -> tuple[BrokerURI, ...]:
+class BrokerList(tuple[BrokerURI, ...]):
+    """Brokers to fail over along, printed as ``--broker`` takes them: comma-separated URIs."""
+
+    def __str__(self) -> str:
+        return ",".join(str(uri) for uri in self)
+
+
+def brokers(value: Brokers) -> BrokerList:
     """The broker list in ``value``: a URI, a comma-separated text of URIs, or a sequence of
     either. ValueError naming the bad URI for anything else, or for an empty list."""
     items: Iterable[BrokerURI | str] = [value] if isinstance(value, BrokerURI | str) else value
@@ -38,7 +45,7 @@ def brokers(value: Brokers) -> tuple[BrokerURI, ...]:
             found += [BrokerURI.parse(part) for part in str(item).split(",") if part.strip()]
     if not found:
         raise ValueError("no broker URI given")
-    return tuple(found)
+    return BrokerList(found)
 
 
 @dataclass(frozen=True, slots=True)

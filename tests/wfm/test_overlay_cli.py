@@ -78,9 +78,26 @@ def test_environment_variable_names_the_broker() -> None:
         assert json.loads(done.stdout)["id"] == "B1"
 
 
+def test_a_broker_list_fails_over_to_one_that_answers() -> None:
+    with brokers({"B1": []}) as uris:
+        listed = f"socket://127.0.0.1:1/B9,{uris['B1']}"
+        done = subprocess.run(
+            [WFM, "status", "-o", "json"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={"WFM_BROKER": listed, "PATH": "/usr/bin:/bin"},
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["id"] == "B1"
+        text = wfm("status", "--broker", listed).stdout
+        assert "dropped" in text  # the broker's drop counters, "none" while nothing was lost
+
+
 def test_errors_are_one_line() -> None:
     cases = [
         (("status", "--broker", "http://x"), "is not a broker URI"),
+        (("status", "--broker", "socket://127.0.0.1:1/B1,x"), "'x' is not a broker URI"),
         (("status", "--broker", "socket://127.0.0.1:1/B1"), "cannot connect"),
         (("broker", "--uri", "socket://127.0.0.1:70000/B1"), "out of range"),
         (

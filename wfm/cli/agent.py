@@ -8,8 +8,8 @@ import click
 
 from agents.service import AgentService
 from agents.state import Agent
+from broker.client import Brokers
 from broker.language.values import check_string
-from broker.transport.uri import BrokerURI
 from wfm.cli.options import broker_option
 from wfm.cli.serving import serve
 
@@ -47,7 +47,7 @@ def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     help="Seconds before the first retry of a failed job, doubling per attempt.",
 )
 def agent(
-    name: str, broker_uri: BrokerURI, state_dir: Path | None, max_jobs: int, retry_backoff: float
+    name: str, broker_uri: Brokers, state_dir: Path | None, max_jobs: int, retry_backoff: float
 ) -> None:
     """Run an agent: install the AGENT_CTL envelopes addressed to NAME and run their jobs."""
     directory = (state_dir or Path(".wfm", "agents", name)).absolute()

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
+from broker.client import Brokers
 from broker.language import Filter
 from broker.language.values import check_string
-from broker.transport.uri import BrokerURI
 from wfm.cli.options import broker_option
 from wfm.cli.serving import serve
 from wfm.history.historian import DEFAULT_CLASSES, RecorderService
@@ -53,7 +53,7 @@ def _classes(ctx: click.Context, param: click.Parameter, value: tuple[str, ...])
     help="Seconds between compactions of the landing log (0: never).",
 )
 def historian(
-    broker_uri: BrokerURI, store: Path, keep: tuple[str, ...], spark_master: str | None, compact_every: float
+    broker_uri: Brokers, store: Path, keep: tuple[str, ...], spark_master: str | None, compact_every: float
 ) -> None:
     """Keep every publication of the kept classes and answer historic queries, until SIGINT/SIGTERM."""
     try:

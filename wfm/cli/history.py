@@ -14,8 +14,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from broker.client import Brokers
 from broker.language import Atom, Composite, Filter, ParseError, TimeRef, parse_composite, parse_filter
-from broker.transport.uri import BrokerURI
 from wfm.cli.options import broker_uri_option, output_option
 from wfm.cli.serving import on_signals
 from wfm.history.asker import Result
@@ -88,7 +88,7 @@ def _open_store(store: Path | None, master: str | None) -> HistoryStore:
 @output_option
 def history(
     subscription: str,
-    broker_uri: BrokerURI | None,
+    broker_uri: Brokers | None,
     store: Path | None,
     since: float | None,
     until: float | None,
@@ -152,7 +152,7 @@ def _asking(query: Coroutine[Any, Any, T]) -> T:
 
 
 async def _from_overlay(
-    uri: BrokerURI, wanted: Filter, since: float | None, until: float | None, timeout: float, output: str
+    uri: Brokers, wanted: Filter, since: float | None, until: float | None, timeout: float, output: str
 ) -> None:
     """The historians' answer, then live publications until the window ends or SIGINT/SIGTERM."""
     now = time.time()
@@ -169,7 +169,7 @@ async def _from_overlay(
 
 
 async def _composite_from_overlay(
-    uri: BrokerURI, atoms: Sequence[Atom], since: float | None, until: float | None, timeout: float
+    uri: Brokers, atoms: Sequence[Atom], since: float | None, until: float | None, timeout: float
 ) -> list[tuple[Result, ...]]:
     windows = composite_windows(atoms, time.time(), since, until)
     async with connection(uri) as client:

@@ -7,9 +7,19 @@ from typing import Any
 
 import click
 
+from broker.client.reconnect import BrokerList, brokers
 from broker.transport.uri import BrokerURI
 
-__all__ = ["URI", "URIType", "broker_option", "broker_uri_option", "checked", "output_option"]
+__all__ = [
+    "BROKERS",
+    "URI",
+    "BrokersType",
+    "URIType",
+    "broker_option",
+    "broker_uri_option",
+    "checked",
+    "output_option",
+]
 
 
 class URIType(click.ParamType):
@@ -29,17 +39,35 @@ class URIType(click.ParamType):
 URI = URIType()
 
 
+class BrokersType(click.ParamType):
+    """One broker URI or several, comma-separated, to fail over along; a malformed one is a
+    usage error naming the option."""
+
+    name = "URI[,URI...]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> BrokerList:
+        try:
+            return brokers(value)
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+BROKERS = BrokersType()
+
+
 def broker_uri_option(
     what: str, required: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--broker URI`` (or ``$WFM_BROKER``) as the ``broker_uri`` parameter; ``what`` starts its help."""
+    """``--broker URI[,URI...]`` (or ``$WFM_BROKER``) as the ``broker_uri`` parameter, a
+    ``BrokerList``: the client fails over along it. ``what`` starts its help."""
     return click.option(
         "--broker",
         "broker_uri",
-        type=URI,
+        type=BROKERS,
         envvar="WFM_BROKER",
         required=required,
-        help=f"{what}, socket://HOST:PORT/ID (default: $WFM_BROKER).",
+        help=f"{what}: socket://HOST:PORT/ID, or several comma-separated to fail over along"
+        " (default: $WFM_BROKER).",
     )
 
 

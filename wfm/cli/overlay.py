@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from broker.client import Client, Delivery, RefusedError
+from broker.client import Brokers, Client, Delivery, RefusedError
 from broker.errors import LinkClosed
 from broker.language import ParseError
 from broker.routing import COVERING_MODES
@@ -112,7 +112,7 @@ DROP_COUNTERS = ("slow_consumers", "router_errors")  # counters of lost messages
 @click.command()
 @broker_option
 @output_option
-def status(broker_uri: BrokerURI, output: str) -> None:
+def status(broker_uri: Brokers, output: str) -> None:
     """Show a broker's id, neighbours and table sizes."""
     report = asyncio.run(_status(broker_uri))
     if output == "json":
@@ -126,7 +126,7 @@ def status(broker_uri: BrokerURI, output: str) -> None:
     click.echo(f"{'dropped':24} {', '.join(f'{k}={v}' for k, v in drops.items()) or 'none'}")
 
 
-async def _status(uri: BrokerURI) -> dict[str, Any]:
+async def _status(uri: Brokers) -> dict[str, Any]:
     client = await Client.connect(uri)
     async with client:
         return await client.status()
@@ -143,7 +143,7 @@ async def _status(uri: BrokerURI) -> dict[str, Any]:
     help="Seconds to keep receiving after the end of input.",
 )
 @output_option
-def client(broker_uri: BrokerURI, client_id: str | None, linger: float, output: str) -> None:
+def client(broker_uri: Brokers, client_id: str | None, linger: float, output: str) -> None:
     """Apply commands read from stdin, one a line, and print every delivery.
 
     \b
@@ -163,7 +163,7 @@ def client(broker_uri: BrokerURI, client_id: str | None, linger: float, output: 
         sys.exit(1)
 
 
-async def _client(uri: BrokerURI, client_id: str | None, linger: float, as_json: bool) -> int:
+async def _client(uri: Brokers, client_id: str | None, linger: float, as_json: bool) -> int:
     session = await Client.connect(uri, client_id)
     printer = asyncio.get_running_loop().create_task(_print_deliveries(session, as_json))
     failures = 0

@@ -15,8 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from tzlocal import get_localzone
 
-from broker.client import ConnectError
-from broker.transport.uri import BrokerURI
+from broker.client import Brokers, ConnectError
 from wfm.cli.options import broker_option, broker_uri_option, checked, output_option
 from wfm.cli.workflow import load_workflow
 from wfm.monitor import TIMED_OUT, MonitorService, StatusEvent, render
@@ -35,7 +34,7 @@ from wfm.up import agent_names, serve
     "--date", "day", callback=checked(parse_date), help="The generation's date, YYYY-MM-DD [default: today]."
 )
 @broker_option
-def trigger(workflow: str, gid: str | None, day: date | None, broker_uri: BrokerURI) -> None:
+def trigger(workflow: str, gid: str | None, day: date | None, broker_uri: Brokers) -> None:
     """Start one generation of WORKFLOW: publish a Trigger and print its gid."""
     gid = gid or new_gid(datetime.now())
     try:
@@ -55,7 +54,7 @@ def trigger(workflow: str, gid: str | None, day: date | None, broker_uri: Broker
     "--days", type=click.IntRange(1, 3660), default=7, show_default=True, help="Days --dry-run looks ahead."
 )
 @broker_uri_option("Broker to publish through")
-def schedule(config: Path, dry_run: bool, days: int, broker_uri: BrokerURI | None) -> None:
+def schedule(config: Path, dry_run: bool, days: int, broker_uri: Brokers | None) -> None:
     """Trigger workflows by cron expression and business calendar until SIGINT/SIGTERM.
 
     CONFIG is a TOML file with one [workflows.NAME] table each (cron, calendar, holidays; see
@@ -107,7 +106,7 @@ def _fire(entry: Entry, publisher: TriggerPublisher) -> None:
 def monitor(
     workflow: str | None,
     gids: tuple[str, ...],
-    broker_uri: BrokerURI,
+    broker_uri: Brokers,
     watch: bool,
     output: str,
     timeout: float | None,
@@ -132,7 +131,7 @@ def monitor(
 
 
 async def _monitor(
-    uri: BrokerURI,
+    uri: Brokers,
     workflow: str | None,
     gids: Sequence[str],
     forever: bool,

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import click
 
-from broker.client import ConnectError, RefusedError
+from broker.client import Brokers, ConnectError, RefusedError
 from broker.errors import LinkClosed
 from broker.language import Publication
-from broker.transport.uri import BrokerURI
 from wfm.cli.options import broker_uri_option, output_option
 from wfm.deploy import deploy as deploy_plan
 from wfm.deploy import ordered_batches, undeploy_publications
@@ -47,7 +46,7 @@ def validate(file: Path) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the plan and send nothing.")
 @output_option
 @timeout_option
-def deploy(file: Path, broker_uri: BrokerURI | None, dry_run: bool, output: str, timeout: float) -> None:
+def deploy(file: Path, broker_uri: Brokers | None, dry_run: bool, output: str, timeout: float) -> None:
     """Deploy a workflow: publish its AGENT_CTL envelopes and wait for every agent's acknowledgement
     (exit status 1 naming the agents that failed or did not answer). --dry-run prints the plan."""
     workflow = load_workflow(file)
@@ -63,14 +62,14 @@ def deploy(file: Path, broker_uri: BrokerURI | None, dry_run: bool, output: str,
 @broker_uri_option("Broker to send through")
 @timeout_option
 @output_option
-def undeploy(file: Path, broker_uri: BrokerURI | None, timeout: float, output: str) -> None:
+def undeploy(file: Path, broker_uri: Brokers | None, timeout: float, output: str) -> None:
     """Remove a workflow (every version of it) from the agents its FILE names."""
     plan = translate(load_workflow(file))
     _send(broker_uri, plan, [undeploy_publications(plan)], timeout, output)
 
 
 def _send(
-    broker_uri: BrokerURI | None, plan: Plan, batches: list[list[Publication]], timeout: float, output: str
+    broker_uri: Brokers | None, plan: Plan, batches: list[list[Publication]], timeout: float, output: str
 ) -> None:
     if broker_uri is None:
         raise click.ClickException("no broker: give --broker or set WFM_BROKER")

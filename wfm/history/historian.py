@@ -28,10 +28,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from broker.client import Client, ConnectError, Delivery, RefusedError
+from broker.client import Brokers, Client, ConnectError, Delivery, RefusedError
 from broker.errors import LinkClosed
 from broker.language import Filter, Publication
-from broker.transport.uri import BrokerURI
 from wfm.history.connect import master_for
 from wfm.history.landing import Landing
 from wfm.history.protocol import (
@@ -98,7 +97,7 @@ class RecorderService:
 
     def __init__(
         self,
-        uri: BrokerURI,
+        uri: Brokers,
         store: Path,
         keep: Sequence[str] = DEFAULT_CLASSES,
         spark_master: str | None = None,

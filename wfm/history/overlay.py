@@ -16,10 +16,9 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from broker.client import Client, ConnectError, Subscription
+from broker.client import Brokers, Client, ConnectError, Subscription
 from broker.errors import LinkClosed
 from broker.language import Atom
-from broker.transport.uri import BrokerURI
 from wfm.history.asker import Answers, HistoryError, Result, Seam, ask, without_time
 from wfm.history.groups import join
 from wfm.history.queries import Window
@@ -31,7 +30,7 @@ LATE = 0.5  # seconds a publication accepted just before the end of the window g
 
 
 @asynccontextmanager
-async def connection(uri: BrokerURI) -> AsyncIterator[Client]:
+async def connection(uri: Brokers) -> AsyncIterator[Client]:
     """A client of the broker at ``uri``, closed on exit; HistoryError (one line) if it cannot
     connect or the link is lost meanwhile."""
     try:

@@ -9,9 +9,8 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
-from broker.client import Client
+from broker.client import Brokers, Client
 from broker.errors import LinkClosed
-from broker.transport.uri import BrokerURI
 from wfm.monitor.model import Monitor, StatusEvent
 from workflow_messages import monitor_subscriptions
 
@@ -27,7 +26,7 @@ class MonitorService:
     """A :class:`Monitor` fed by one connection subscribed to a workflow's (or every workflow's)
     Triggers and job statuses. Open it with :meth:`connect`."""
 
-    def __init__(self, client: Client, uri: BrokerURI, gids: Sequence[str]) -> None:
+    def __init__(self, client: Client, uri: Brokers, gids: Sequence[str]) -> None:
         self.client = client
         self.uri = uri
         self.monitor = Monitor(gids)
@@ -35,7 +34,7 @@ class MonitorService:
     @classmethod
     @asynccontextmanager
     async def connect(
-        cls, uri: BrokerURI, workflow: str | None, gids: Sequence[str]
+        cls, uri: Brokers, workflow: str | None, gids: Sequence[str]
     ) -> AsyncIterator[MonitorService]:
         """Subscribed and ready; ConnectError when the broker cannot be reached."""
         async with await Client.connect(uri) as client:
