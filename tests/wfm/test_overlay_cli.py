@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
@@ -86,7 +87,11 @@ def test_a_broker_list_fails_over_to_one_that_answers() -> None:
             capture_output=True,
             text=True,
             timeout=30,
-            env={"WFM_BROKER": listed, "PATH": "/usr/bin:/bin"},
+            env={
+                "WFM_BROKER": listed,
+                "PATH": "/usr/bin:/bin",
+                "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            },
         )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["id"] == "B1"
