@@ -1,16 +1,15 @@
 """The agent's adapter: broker connection, journal and job processes around :class:`Agent`.
 
 One loop consumes events (deliveries, finished runs, timer ticks) one at a time: journal the event,
-let the state machine decide, carry out its effects. The connection is kept by its own task: the
-client does not reconnect by itself, so after a broker restart or a lost link the agent reconnects
-with backoff and re-issues everything it holds (its control subscription, its acknowledgement
-advertisement and every request the state machine wants), then sends what it had to publish meanwhile.
+let the state machine decide, carry out its effects. The connection is kept by the client, which
+reconnects by itself and re-sends every live request and unacknowledged publication; after each
+reconnection the agent issues what its state machine came to want meanwhile, and withdraws what it
+no longer wants.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ from agents.state import (
     Tick,
     Withdraw,
 )
-from broker.client import Brokers, Client, ConnectError
+from broker.client import Backoff, Brokers, Client, ConnectionEvent, TooManyUnacknowledged
 from broker.errors import LinkClosed
 from broker.language import Publication
 from workflow_messages import ack_advertisement, control_subscription
@@ -56,11 +55,11 @@ class AgentService:
         self.client: Client | None = None
         self.issued: dict[str, tuple[str, str]] = {}  # key -> (broker id, command)
         self.keys: dict[str, str] = {}  # subscription id -> key
-        self.outbox: list[Publication] = []  # publications made while disconnected
+        self.outbox: list[Publication] = []  # publications made before the first connection
         self.lock = asyncio.Lock()  # requests and re-issuing must not interleave
         self.runs: set[asyncio.Task[None]] = set()
         self.stopping = asyncio.Event()
-        self._names = itertools.count(1)
+        self._reconciling: set[asyncio.Task[None]] = set()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -94,9 +93,11 @@ class AgentService:
         finally:
             stopping.cancel()
             connection.cancel()
+            for task in self._reconciling:
+                task.cancel()
             for task in self.runs:
                 task.cancel()  # the runs' processes are killed; a restart reports them interrupted
-            await asyncio.gather(connection, *self.runs, return_exceptions=True)
+            await asyncio.gather(connection, *self.runs, *self._reconciling, return_exceptions=True)
             if self.client is not None:
                 await self.client.close()
             self.journal.close()
@@ -139,14 +140,16 @@ class AgentService:
         self.events.put_nowait(Finished(start.run, result))
 
     def _publish(self, publication: Publication) -> None:
+        """Through the client, which keeps it until acknowledged (across reconnections); before
+        the first connection, into the outbox."""
         client = self.client
-        if client is None or not client.connected:
+        if client is None:
             self.outbox.append(publication)
             return
         try:
             client.publish_nowait(publication)
-        except LinkClosed:
-            self.outbox.append(publication)
+        except (LinkClosed, TooManyUnacknowledged) as error:
+            log.error("publication lost: %s: %s", error, publication)
 
     async def _issue_or_withdraw(self, client: Client, effect: Request | Withdraw) -> None:
         try:
@@ -180,35 +183,45 @@ class AgentService:
     # connection -----------------------------------------------------------------------------
 
     async def _keep_connected(self) -> None:
-        delay = 0.2
-        while True:
-            try:
-                client = await self._connect()
-            except (ConnectError, LinkClosed, OSError) as error:
-                log.warning("%s: %s; retrying in %.1f s", self.uri, error, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_BACKOFF)
-                continue
-            delay = 0.2
-            log.info("agent %s connected to %s", self.agent.name, self.uri)
-            await self._read(client)
-            log.warning("lost the connection to %s; reconnecting", self.uri)
-
-    async def _connect(self) -> Client:
-        client = await Client.connect(self.uri, f"{self.agent.name}-{next(self._names)}")
+        """Connect (until a broker answers), make the agent's requests, then read. The client
+        reconnects by itself and re-sends what it holds; what the state machine asked or
+        withdrew while the link was down is reconciled at each reconnection."""
+        client = await Client.connect(
+            self.uri,
+            f"{self.agent.name}-1",
+            retry_on_failed_connect=True,
+            backoff=Backoff(cap=MAX_BACKOFF, attempts=None),
+            on_event=self._connection_event,
+        )
         async with self.lock:
-            self.issued.clear()
-            self.keys.clear()
             await client.advertise(ack_advertisement(self.agent.name))
             control = await client.subscribe(control_subscription(self.agent.name), own_queue=False)
             self.keys[control.id] = CONTROL
-            for key, registration in list(self.agent.wanted.items()):
-                await self._issue(client, key, registration)
             self.client = client
+        log.info("agent %s connected to %s", self.agent.name, client.broker_id)
+        await self._reconcile()
         outbox, self.outbox = self.outbox, []
         for publication in outbox:
             self._publish(publication)
-        return client
+        await self._read(client)
+
+    def _connection_event(self, event: ConnectionEvent) -> None:
+        if event.kind == "reconnected":
+            task = asyncio.get_running_loop().create_task(self._reconcile())
+            self._reconciling.add(task)  # a reference, so that it is not collected half-way
+            task.add_done_callback(self._reconciling.discard)
+
+    async def _reconcile(self) -> None:
+        """Issue what the state machine wants and is not issued, withdraw what it no longer wants."""
+        async with self.lock:
+            client = self.client
+            if client is None or not client.connected:
+                return  # again at the next reconnection
+            for key in [k for k in self.issued if k not in self.agent.wanted]:
+                await self._issue_or_withdraw(client, Withdraw(key))
+            for key, registration in list(self.agent.wanted.items()):
+                if key not in self.issued:
+                    await self._issue_or_withdraw(client, Request(key, registration))
 
     async def _read(self, client: Client) -> None:
         async for delivery in client:

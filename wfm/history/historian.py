@@ -6,8 +6,8 @@ queries) runs in daemon threads so landing never waits for it, and neither does 
 without a table needs no Spark (queries read the landing log in Python), so the SparkSession is
 made at its first compaction; on a store with a table it is started at once, in the background.
 
-The client does not reconnect by itself: after a broker restart or a lost link the historian
-reconnects with backoff and re-issues its subscriptions and advertisement (like the agent daemon).
+The client reconnects by itself: after a broker restart or a lost link it re-sends the
+historian's subscriptions and advertisement, and the answers not yet acknowledged.
 A query publication is answered only after everything landed before it is flushed, so an asker
 sees every publication the historian received before its question. While it answers, it says so:
 an accepted marker when the query arrives (and for each repeat of it), then one every ``heartbeat``
@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from broker.client import Brokers, Client, ConnectError, Delivery, RefusedError
+from broker.client import Backoff, Brokers, Client, Delivery, TooManyUnacknowledged
 from broker.errors import LinkClosed
 from broker.language import Filter, Publication
 from wfm.history.connect import master_for
@@ -121,7 +121,6 @@ class RecorderService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._answering: set[str] = set()  # ids of the queries being answered
         self._answered = Recent(ANSWERED_LIMIT)
-        self._connections = 0
 
     def stop(self) -> None:
         self.stopping.set()
@@ -233,38 +232,32 @@ class RecorderService:
         self._send(final_publication(query.id, count))
 
     def _send(self, answer: Publication) -> None:
-        """Publish on the current connection; an answer lost to a broken link is asked again. Each
-        one says who answers: after a reconnection the client name differs, this does not."""
+        """Publish through the client, which re-sends it after a reconnection; an answer lost all
+        the same (the client closed) is asked again. Each one says who answers."""
         client = self.client
-        if client is not None and client.connected:
-            with contextlib.suppress(LinkClosed):
+        if client is not None:
+            with contextlib.suppress(LinkClosed, TooManyUnacknowledged):
                 client.publish_nowait(signed(answer, self.identity))
 
     # connection -----------------------------------------------------------------------------
 
     async def _keep_connected(self) -> None:
-        delay = 0.2
-        while True:
-            try:
-                client = await self._connect()
-            except (ConnectError, LinkClosed, OSError, RefusedError) as error:
-                log.warning("%s: %s; retrying in %.1f s", self.uri, error, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_BACKOFF)
-                continue
-            delay = 0.2
-            log.info("historian connected to %s, keeping %s", self.uri, ", ".join(self.keep))
-            async for delivery in client:
-                if delivery.subscription in self.queries:
-                    self._answer(delivery)
-                else:
-                    self._land(delivery)
-            self.landing.flush()
-            log.warning("lost the connection to %s; reconnecting", self.uri)
+        """Connect (until a broker answers) and land what arrives; the client reconnects by itself
+        and re-sends the subscriptions and the advertisement."""
+        client = await self._connect()
+        log.info("historian connected to %s, keeping %s", client.broker_id, ", ".join(self.keep))
+        async for delivery in client:
+            if delivery.subscription in self.queries:
+                self._answer(delivery)
+            else:
+                self._land(delivery)
+        self.landing.flush()
 
     async def _connect(self) -> Client:
-        self._connections += 1
-        client = await Client.connect(self.uri, f"{self.name}-{self._connections}")
+        backoff = Backoff(cap=MAX_BACKOFF, attempts=None)
+        client = await Client.connect(
+            self.uri, f"{self.name}-1", retry_on_failed_connect=True, backoff=backoff
+        )
         try:
             for cls in self.keep:
                 await client.subscribe(Filter(cls), own_queue=False)
