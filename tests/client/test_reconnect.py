@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from broker.client import Backoff, Client, ConnectError, ConnectionEvent, brokers
+from broker.client import Backoff, Client, ConnectError, ConnectionEvent, Delivery, Subscription, brokers
 from broker.client.reconnect import dial_any
 from broker.language import Publication
 from broker.routing import Ack
@@ -108,19 +108,34 @@ def test_broker_restart_resumes_subscriptions_and_delivers_unacknowledged_public
     run(scenario())
 
 
-def swallow_acks(client: Client, count: int) -> list[Ack]:
-    """Make ``client`` miss the next ``count`` acknowledgements, as if the link dropped first."""
+async def publish_but_lose_the_ack(pub: Client, sub: Subscription) -> Delivery:
+    """Publish one, and make ``pub`` miss its acknowledgement (as if the link dropped before it
+    came) once the subscriber has it: the publication stays unacknowledged, to be re-sent."""
     lost: list[Ack] = []
-    handle = client._handle
+    handle = pub._handle
 
     def handle_but_lose(item: object) -> None:
-        if isinstance(item, Ack) and len(lost) < count and "@" in item.ref:
+        if isinstance(item, Ack) and not lost and "@" in item.ref:
             lost.append(item)
             return
         handle(item)
 
-    client._handle = handle_but_lose  # type: ignore[method-assign]
-    return lost
+    pub._handle = handle_but_lose  # type: ignore[method-assign]
+    pub.publish_nowait(Publication("stock", {"n": 1}))
+    first = await sub.next(timeout=5)
+    await until(lambda: bool(lost), what="the ack arrived")
+    assert pub.stats()["unacknowledged"] == 1
+    return first
+
+
+async def next_after_the_resend(pub: Client, sub: Subscription) -> int:
+    """Once the re-sent publication is acknowledged, publish another: what the subscriber gets
+    next (2 unless the re-sent one came through twice)."""
+    await until(lambda: pub.stats()["unacknowledged"] == 0, what="the re-sent publication acknowledged")
+    pub.publish_nowait(Publication("stock", {"n": 2}))
+    n = (await sub.next(timeout=5)).publication["n"]
+    assert isinstance(n, int)
+    return n
 
 
 def test_a_publication_whose_ack_was_lost_is_delivered_once_after_the_reconnection() -> None:
@@ -131,17 +146,10 @@ def test_a_publication_whose_ack_was_lost_is_delivered_once_after_the_reconnecti
         sub = await Client.connect(b.uri, "sub")
         await pub.advertise(ADV)
         s = await sub.subscribe("[class,eq,stock]")
-        lost = swallow_acks(pub, 1)
-        pub.publish_nowait(Publication("stock", {"n": 1}))
-        first = await s.next(timeout=5)
-        await until(lambda: bool(lost), what="the ack arrived")
-        assert pub.stats()["unacknowledged"] == 1
+        first = await publish_but_lose_the_ack(pub, s)
         assert pub.link is not None
         pub.link.close("cut", abort=True)
-        await until(lambda: pub.stats()["unacknowledged"] == 0, what="the re-sent publication acknowledged")
-        pub.publish_nowait(Publication("stock", {"n": 2}))
-        after = await s.next(timeout=5)
-        assert after.publication["n"] == 2  # not the duplicate of 1
+        assert await next_after_the_resend(pub, s) == 2  # not the duplicate of 1
         assert first.id.startswith("B1/pub/") and b.router.counters["dropped.duplicate"] == 1
         for c in (pub, sub):
             await c.close()
@@ -162,15 +170,10 @@ def test_failover_to_the_next_broker_and_no_duplicate_at_the_subscriber() -> Non
         s = await sub.subscribe("[class,eq,stock]")
         await pub.advertise(ADV)
         await until(lambda: b1.router.status()["subscriptions"] == 1, what="subscription reached B1")
-        lost = swallow_acks(pub, 1)
-        pub.publish_nowait(Publication("stock", {"n": 1}))
-        first = await s.next(timeout=5)
-        await until(lambda: bool(lost), what="the ack arrived")
+        first = await publish_but_lose_the_ack(pub, s)
         await b1.stop()  # the publisher fails over to B2 and re-sends there
         await until(lambda: pub.connected and pub.broker_id == "B2", what="failed over to B2")
-        await until(lambda: pub.stats()["unacknowledged"] == 0, what="re-sent publication acknowledged")
-        pub.publish_nowait(Publication("stock", {"n": 2}))
-        assert (await s.next(timeout=5)).publication["n"] == 2
+        assert await next_after_the_resend(pub, s) == 2
         assert first.id.startswith("B1/pub/2@") and sub.stats()["dropped.duplicates"] == 1
         for c in (pub, sub):
             await c.close()
