@@ -122,15 +122,17 @@ async def dial_any(
     attempt, until one answers: its index, link and leftovers. ConnectError naming every broker
     once ``backoff.attempts`` attempts have failed."""
     failures = 0
-    errors: dict[BrokerURI, str] = {}
+    errors: dict[BrokerURI, ConnectError] = {}
     while backoff.attempts is None or failures < backoff.attempts:
         await sleep(backoff.delay(failures, rng))
         index = (start + failures) % len(targets)
         try:
             link, leftovers = await dial(targets[index], name, timeout)
         except ConnectError as error:
-            errors[targets[index]] = str(error)
+            errors[targets[index]] = error
             failures += 1
             continue
         return index, link, leftovers
-    raise ConnectError(f"no broker answered after {failures} attempts: {'; '.join(errors.values())}")
+    if failures == 1:
+        raise next(iter(errors.values()))  # one broker, tried once: its own reason says it all
+    raise ConnectError(f"no broker answered after {failures} attempts: {'; '.join(map(str, errors.values()))}")

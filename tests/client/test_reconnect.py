@@ -189,7 +189,7 @@ def test_connect_fails_over_to_a_broker_that_answers() -> None:
         dead = BrokerURI("127.0.0.1", free_port(), "B1")
         async with await Client.connect(f"{dead},{b.uri}", "c") as client:
             assert client.broker_id == "B2"
-        with pytest.raises(ConnectError, match="after 1 attempts"):
+        with pytest.raises(ConnectError, match=r"^cannot connect to socket://127\.0\.0\.1:\d+/B1"):
             await Client.connect(dead, "c")
         await b.stop()
 
