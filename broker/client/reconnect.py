@@ -135,4 +135,5 @@ async def dial_any(
         return index, link, leftovers
     if failures == 1:
         raise next(iter(errors.values()))  # one broker, tried once: its own reason says it all
-    raise ConnectError(f"no broker answered after {failures} attempts: {'; '.join(map(str, errors.values()))}")
+    reasons = "; ".join(map(str, errors.values()))
+    raise ConnectError(f"no broker answered after {failures} attempts: {reasons}")
