@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from agents.journal import Journal
 from agents.runner import Retention, log_path, prune, supervise
 from agents.state import Agent, Finished, Result, Run, Tick
