@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from agents.journal import Journal
 from agents.runner import Retention, log_path, prune, supervise
 from agents.state import Agent, Finished, Result, Run, Tick
@@ -132,12 +134,20 @@ def test_the_journal_round_trips_and_cuts_a_torn_line(tmp_path: Path) -> None:
     last.close()
 
 
-def test_agent_usage_errors_are_one_line() -> None:
+@pytest.mark.parametrize(
+    ("arguments", "fragment"),
+    [
+        (["--name", ""], "an agent name cannot be empty"),
+        (["--name", "a", "--keep-runs", "0"], "--keep-runs"),
+        (["--name", "a", "--keep-days", "0"], "--keep-days"),
+    ],
+)
+def test_agent_usage_errors_are_one_line(arguments: list[str], fragment: str) -> None:
     done = subprocess.run(
-        [WFM, "agent", "--name", "", "--broker", "socket://127.0.0.1:1/B1"],
+        [WFM, "agent", *arguments, "--broker", "socket://127.0.0.1:1/B1"],
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "an agent name cannot be empty" in done.stderr
+    assert fragment in done.stderr
