@@ -145,6 +145,23 @@ CASES = [
             (3, "job 'APPL_START' has an empty command"),
         ],
     ),
+    (
+        "external entity",
+        '<?xml version="1.0"?>\n<!DOCTYPE workflow [\n<!ENTITY x SYSTEM "file:///etc/passwd">\n]>\n'
+        '<workflow name="W">\n<job name="A" agent="a"><command>&x;</command></job>\n</workflow>',
+        [(2, "a DOCTYPE is not allowed in a workflow definition")],
+    ),
+    (
+        "external dtd",
+        f'<!DOCTYPE workflow SYSTEM "http://example.com/w.dtd">\n<workflow name="W">\n{JOB_A}\n</workflow>',
+        [(1, "a DOCTYPE is not allowed in a workflow definition")],
+    ),
+    (
+        "entity expansion",
+        '<!DOCTYPE workflow [<!ENTITY a "aaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;">]>\n'
+        '<workflow name="W">\n<job name="A" agent="a"><command>&b;</command></job>\n</workflow>',
+        [(1, "a DOCTYPE is not allowed in a workflow definition")],
+    ),
 ]
 
 
