@@ -45,18 +45,8 @@ from typing import Any
 import msgpack
 
 from broker.errors import BadMessage, FrameTooLarge
-from broker.language.model import (
-    MAX_DEPTH,
-    And,
-    Atom,
-    Composite,
-    Filter,
-    Or,
-    Predicate,
-    Publication,
-    Sequence,
-    Times,
-)
+from broker.language import MAX_DEPTH
+from broker.language.model import And, Atom, Composite, Filter, Or, Predicate, Publication, Sequence, Times
 from broker.language.values import TimeRef, Var
 from broker.routing.messages import (
     Ack,
