@@ -20,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from broker.errors import BadMessage, ConnectError, LinkClosed, RefusedError
+from broker.errors import BadMessage, ConnectError, LinkClosed, NoAnswer, RefusedError
 from broker.language import Composite, Filter, Publication, parse_composite, parse_filter, parse_publication
 from broker.routing import (
     Ack,
@@ -133,11 +133,14 @@ class Subscription(_Stream):
 
 
 class Client(_Stream):
-    def __init__(self, link: Link, client_id: str, broker_id: str, queue_limit: int) -> None:
+    def __init__(
+        self, link: Link, client_id: str, broker_id: str, queue_limit: int, request_timeout: float = 30.0
+    ) -> None:
         self.link = link
         self.id = client_id
         self.broker_id = broker_id
         self.queue_limit = queue_limit
+        self.request_timeout = request_timeout  # seconds to wait for the broker to answer a request
         self.dropped = 0
         self.refusals: list[Refuse] = []
         self.subscriptions: dict[str, Subscription] = {}
@@ -154,7 +157,11 @@ class Client(_Stream):
         client_id: str | None = None,
         queue_limit: int = 100_000,
         timeout: float = 10.0,
+        request_timeout: float = 30.0,
     ) -> Client:
+        """Connect within ``timeout`` seconds; afterwards each request (advertise, subscribe,
+        publish, status...) raises ``NoAnswer`` if the broker has not answered it within
+        ``request_timeout`` seconds."""
         target = BrokerURI.parse(uri) if isinstance(uri, str) else uri
         name = client_id or f"c-{uuid.uuid4().hex[:10]}"
         try:
@@ -177,7 +184,7 @@ class Client(_Stream):
         if not isinstance(first, Hello) or first.id != target.id:
             await link.wait_closed()
             raise ConnectError(f"{target} answered as {getattr(first, 'id', first)!r}, not {target.id!r}")
-        client = cls(link, name, first.id, queue_limit)
+        client = cls(link, name, first.id, queue_limit, request_timeout)
         for item in items[1:]:
             client._handle(item)
         return client
@@ -194,7 +201,12 @@ class Client(_Stream):
         if not self.link.send(message):  # type: ignore[arg-type]
             self._pending.pop(ref, None)
             raise LinkClosed(self.link.closed or "connection closed")
-        return await future
+        try:
+            return await asyncio.wait_for(future, self.request_timeout)
+        except TimeoutError:
+            self._pending.pop(ref, None)
+            what = f"{type(message).__name__} {ref} within {self.request_timeout:g} s"
+            raise NoAnswer(f"{self.broker_id} did not answer {what}") from None
 
     async def advertise(self, advertisement: Filter | str) -> str:
         ref = str(next(self._refs))
