@@ -1,33 +1,91 @@
-"""Running one attempt of a job: ``/bin/sh -c COMMAND`` as a subprocess with a timeout.
+"""Running one attempt of a job under a supervisor, re-attaching to it after a restart, pruning logs.
 
-The process gets its own process group so a timeout kills the whole pipeline the command started,
-not only the shell. Output goes to a per-run log file, not to the agent's stderr: many generations
-run at once, and a user reading why JobB failed wants that run's output only.
+Each attempt runs under ``python -m agents.supervisor`` (:mod:`agents.supervisor`), in its own
+session so it outlives the agent: it runs the command with its timeout, environment and log, and
+writes the outcome atomically into the run's status file. The agent starts the supervisor with the
+run's lock held (``flock`` on ``JOB.ATTEMPT.lock``) and hands the lock down to it, so "the lock is
+held" means exactly "a supervisor of this run is alive", whatever became of the agent and of pids.
+
+:func:`supervise` serves a new run and a run found unfinished after a restart alike:
+
+* lock held: a supervisor from before the restart still runs it; wait for the lock, read the status;
+* a status file: the run ended (perhaps while no agent was there); its outcome;
+* a log but no status: the supervisor died after starting the command; the run is **lost**
+  (``None``), and is never started again, since the command may have run;
+* nothing: the command never started (the agent died between journaling the start and launching
+  it, or this is a new run); start it.
+
+Output goes to a per-run log file, not to the agent's stderr: many generations run at once, and a
+user reading why JobB failed wants that run's output only. Every file of a generation lives in one
+folder, ``logs/W/GID``, which :func:`prune` deletes as a whole once its retention is over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
+import json
+import logging
 import os
-import signal
+import shutil
+import subprocess
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from agents.state import Result, Run
 
-__all__ = ["execute", "log_path"]
+__all__ = ["KEEP_DAYS", "KEEP_RUNS", "Retention", "log_path", "prune", "supervise"]
+
+log = logging.getLogger(__name__)
+
+REATTACH_POLL = 0.2  # seconds between looks at the lock of a supervisor this agent did not start
+KEEP_RUNS = 1000  # generations of run logs kept per workflow, by default
+KEEP_DAYS = 30.0  # days run logs are kept at most, by default
+
+
+def generation_dir(state_dir: Path, workflow: str, gid: str) -> Path:
+    return state_dir / "logs" / workflow / gid
 
 
 def log_path(state_dir: Path, run: Run) -> Path:
     """``logs/W/GID/JOB.ATTEMPT.log`` under the agent's state directory."""
-    return state_dir / "logs" / run.workflow / run.gid / f"{run.job}.{run.attempt}.log"
+    return generation_dir(state_dir, run.workflow, run.gid) / f"{run.job}.{run.attempt}.log"
 
 
-async def execute(run: Run, state_dir: Path, default_cwd: Path) -> Result:
-    """Run ``run`` to its end; the detail says exit status or timeout, duration and log file."""
-    log = log_path(state_dir, run)
-    log.parent.mkdir(parents=True, exist_ok=True)
+async def supervise(run: Run, state_dir: Path, default_cwd: Path) -> Result | None:
+    """The outcome of ``run``, starting it only if it never started; ``None`` if it is lost."""
+    log_file = log_path(state_dir, run)
+    status = log_file.with_suffix(".status")
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(log_file.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        if not _try_lock(lock):
+            log.info("%s: re-attached to its running supervisor", run.label)
+            while not _try_lock(lock):
+                await asyncio.sleep(REATTACH_POLL)
+        elif not status.exists() and not log_file.exists():
+            await _launch(run, lock, log_file, status, default_cwd)
+    finally:
+        os.close(lock)
+    return _outcome(status, log_file)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno in (errno.EWOULDBLOCK, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+async def _launch(run: Run, lock: int, log_file: Path, status: Path, default_cwd: Path) -> None:
+    """Start the supervisor, holding ``lock`` for it, and wait until it exits."""
     env = {
         **os.environ,
         "WFM_WORKFLOW": run.workflow,
@@ -35,38 +93,79 @@ async def execute(run: Run, state_dir: Path, default_cwd: Path) -> Result:
         "WFM_GID": run.gid,
         "WFM_DATE": run.date,
     }
-    started, clock = time.time(), time.monotonic()
-    with log.open("wb") as output:
-        try:
-            process = await asyncio.create_subprocess_exec(
-                "/bin/sh",
-                "-c",
-                run.command,
-                cwd=run.cwd or default_cwd,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=output,
-                stderr=output,
-                start_new_session=True,
-            )
-        except OSError as error:
-            return Result(
-                False, f"cannot start: {error.strerror} (cwd {run.cwd or default_cwd})", started, 0.0
-            )
-        try:
-            code = await asyncio.wait_for(process.wait(), run.timeout)
-        except TimeoutError:
-            _kill_group(process.pid)
-            await process.wait()
-            duration = time.monotonic() - clock
-            return Result(False, f"timed out after {run.timeout:g} s; log {log}", started, duration)
-        except asyncio.CancelledError:
-            _kill_group(process.pid)
-            raise
-    duration = time.monotonic() - clock
-    return Result(code == 0, f"exit {code} after {duration:.3f} s; log {log}", started, duration)
+    timeout = [] if run.timeout is None else ["--timeout", repr(run.timeout)]
+    command = [sys.executable, "-m", "agents.supervisor", "--cwd", run.cwd or str(default_cwd)]
+    command += [*timeout, "--log", str(log_file), "--status", str(status), "--", run.command]
+    process = subprocess.Popen(
+        command,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        pass_fds=(lock,),
+    )
+    # Not an asyncio subprocess: its transport kills the child when the agent's loop closes, and
+    # the supervisor must outlive the agent. A pidfd becomes readable when the process exits.
+    pidfd = os.pidfd_open(process.pid)
+    loop = asyncio.get_running_loop()
+    exited = asyncio.Event()
+    loop.add_reader(pidfd, exited.set)
+    try:
+        await exited.wait()
+        process.wait()
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
 
 
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
-        os.killpg(pid, signal.SIGKILL)
+def _outcome(status: Path, log_file: Path) -> Result | None:
+    try:
+        data = json.loads(status.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    started, duration = float(data["started"]), float(data["duration"])
+    if "error" in data:
+        return Result(False, str(data["error"]), started, duration)
+    code = data["code"]
+    if code is None:
+        return Result(False, f"timed out after {data['timeout']:g} s; log {log_file}", started, duration)
+    return Result(code == 0, f"exit {code} after {duration:.3f} s; log {log_file}", started, duration)
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long generation folders of run logs are kept: the newest ``runs`` per workflow, none
+    older than ``days`` (``None``: no age limit). Either limit deletes."""
+
+    runs: int = KEEP_RUNS
+    days: float | None = KEEP_DAYS
+
+
+def prune(state_dir: Path, retention: Retention, busy: set[tuple[str, str]], now: float) -> int:
+    """Delete the generation folders past ``retention``, except those of ``busy`` (workflow, gid)
+    pairs: generations still in progress here. Returns how many were deleted."""
+    deleted = 0
+    oldest = None if retention.days is None else now - retention.days * 86400
+    for workflow in _folders(state_dir / "logs"):
+        generations = sorted(_folders(workflow), key=_mtime, reverse=True)
+        for rank, folder in enumerate(generations):
+            if (workflow.name, folder.name) in busy:
+                continue
+            if rank >= retention.runs or (oldest is not None and _mtime(folder) < oldest):
+                shutil.rmtree(folder, ignore_errors=True)
+                deleted += 1
+    return deleted
+
+
+def _folders(directory: Path) -> list[Path]:
+    with contextlib.suppress(FileNotFoundError):
+        return [entry for entry in directory.iterdir() if entry.is_dir()]
+    return []
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return time.time()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from agents.envelope import Registration
 from agents.journal import Journal
-from agents.runner import execute
+from agents.runner import Retention, prune, supervise
 from agents.state import (
     Agent,
     Delivered,
@@ -25,7 +25,9 @@ from agents.state import (
     Event,
     Finished,
     Incoming,
+    Lost,
     Request,
+    Run,
     Start,
     Tick,
     Withdraw,
@@ -43,13 +45,22 @@ CONTROL = "\0control"  # the key of the agent's own AGENT_CTL subscription
 MAX_BACKOFF = 5.0
 BATCH = 32  # events handled (and fsync'd) together before the event loop gets a turn
 FIRST = asyncio.FIRST_COMPLETED
+PRUNE_EVERY = 60.0  # seconds between prunings of run logs
 
 
 class AgentService:
     """Runs ``agent`` against the broker at ``uri`` until :meth:`stop`."""
 
-    def __init__(self, agent: Agent, uri: Brokers, state_dir: Path, workdir: Path) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        uri: Brokers,
+        state_dir: Path,
+        workdir: Path,
+        retention: Retention | None = None,
+    ) -> None:
         self.agent, self.uri, self.state_dir, self.workdir = agent, uri, state_dir, workdir
+        self.retention = retention or Retention()
         self.journal = Journal(state_dir)
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.client: Client | None = None
@@ -65,14 +76,18 @@ class AgentService:
         self.stopping.set()
 
     async def run(self) -> None:
-        """Replay the journal, resume interrupted runs, then serve until :meth:`stop`."""
-        self.agent.replay(self.journal.read())
-        now = time.time()
-        for finished in self.agent.interrupted(now):
-            await self._handle(finished)
+        """Recover the journal, re-attach to the runs it had started, then serve until :meth:`stop`.
+
+        The supervisors of runs outlive the agent (:mod:`agents.runner`): stopping leaves them
+        running, and the next start re-attaches to them or publishes how they ended."""
+        replayed = self.journal.recover(self.agent)
+        log.info("agent %s recovered its journal (%d records after the snapshot)", self.agent.name, replayed)
+        for run in list(self.agent.running.values()):
+            self._supervise(run)
         await self._handle(Tick())
         connection = asyncio.create_task(self._keep_connected())
         stopping = asyncio.create_task(self.stopping.wait())
+        pruning = asyncio.create_task(self._prune_regularly())
         try:
             while not self.stopping.is_set():
                 wakeup = self.agent.next_wakeup()
@@ -93,11 +108,12 @@ class AgentService:
         finally:
             stopping.cancel()
             connection.cancel()
+            pruning.cancel()
             for task in self._reconciling:
                 task.cancel()
             for task in self.runs:
-                task.cancel()  # the runs' processes are killed; a restart reports them interrupted
-            await asyncio.gather(connection, *self.runs, *self._reconciling, return_exceptions=True)
+                task.cancel()  # only the waiting: the supervisors go on, a restart re-attaches
+            await asyncio.gather(connection, pruning, *self.runs, *self._reconciling, return_exceptions=True)
             if self.client is not None:
                 await self.client.close()
             self.journal.close()
@@ -112,14 +128,14 @@ class AgentService:
                 self.journal.write(event, now)
             effects += caused
         self.journal.sync()
+        if self.journal.due():
+            self.journal.compact(self.agent.snapshot())
         for effect in effects:
             await self._apply(effect)
 
     async def _apply(self, effect: Effect) -> None:
         if isinstance(effect, Start):
-            task = asyncio.create_task(self._execute(effect))
-            self.runs.add(task)
-            task.add_done_callback(self.runs.discard)
+            self._supervise(effect.run)
         elif isinstance(effect, Emit):
             self._publish(effect.publication)
         else:
@@ -127,17 +143,29 @@ class AgentService:
                 if self.client is not None and self.client.connected:
                     await self._issue_or_withdraw(self.client, effect)
 
-    async def _execute(self, start: Start) -> None:
-        result = await execute(start.run, self.state_dir, self.workdir)
-        log.info(
-            "%s %s %s attempt %d: %s",
-            start.run.workflow,
-            start.run.gid,
-            start.run.job,
-            start.run.attempt,
-            result.detail,
-        )
-        self.events.put_nowait(Finished(start.run, result))
+    def _supervise(self, run: Run) -> None:
+        task = asyncio.create_task(self._outcome(run))
+        self.runs.add(task)
+        task.add_done_callback(self.runs.discard)
+
+    async def _outcome(self, run: Run) -> None:
+        """Start ``run`` or re-attach to it (:func:`supervise`), then hand its end to the loop."""
+        result = await supervise(run, self.state_dir, self.workdir)
+        if result is None:
+            log.error("%s: its supervisor died before recording how it ended", run.label)
+            self.events.put_nowait(Lost(run))
+            return
+        log.info("%s: %s", run.label, result.detail)
+        self.events.put_nowait(Finished(run, result))
+
+    async def _prune_regularly(self) -> None:
+        """Delete run logs past their retention, never those of a generation still in progress."""
+        while True:
+            busy = self.agent.in_progress()
+            deleted = await asyncio.to_thread(prune, self.state_dir, self.retention, busy, time.time())
+            if deleted:
+                log.info("pruned the run logs of %d generations", deleted)
+            await asyncio.sleep(PRUNE_EVERY)
 
     def _publish(self, publication: Publication) -> None:
         """Through the client, which keeps it until acknowledged (across reconnections); before

@@ -3,7 +3,9 @@
 Like the router, the core decides and a thin adapter (:mod:`agents.service`) talks to the broker and
 runs processes. That keeps every decision (run, NORUN, ignore, retry, queue, APPL_START, APPL_END,
 forget, drop an old version) testable without sockets, and lets a restarted agent rebuild its state
-by feeding its journal of events back in (:meth:`Agent.replay`): the same events give the same state.
+from its journal (:mod:`agents.journal`): a :meth:`Agent.snapshot` restored, then the events after it
+fed back in; the same events give the same state. What became of the runs it had started is found
+by the adapter (:mod:`agents.runner`) and comes back as events: :class:`Finished` or :class:`Lost`.
 
 Registrations (advertisements and subscriptions) are kept as a wanted set (:attr:`Agent.wanted`,
 key -> registration) rather than only emitted once, so the adapter can re-issue all of them after a
@@ -14,8 +16,8 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, astuple, dataclass, field, replace
+from typing import Any
 
 from agents.envelope import (
     Control,
@@ -49,6 +51,7 @@ __all__ = [
     "Event",
     "Finished",
     "Incoming",
+    "Lost",
     "Request",
     "Result",
     "Run",
@@ -60,6 +63,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ENDED_MEMORY = 10_000  # generations remembered after APPL_END, to ignore late duplicate firings
+LOST = "lost: supervisor died"
 
 
 # events ---------------------------------------------------------------------------------------
@@ -96,6 +100,11 @@ class Run:
     date: str  # YYYY-MM-DD
     timeout: float | None
 
+    @property
+    def label(self) -> str:
+        """How logs name the run."""
+        return f"{self.workflow} {self.gid} {self.job} attempt {self.attempt}"
+
 
 @dataclass(frozen=True, slots=True)
 class Result:
@@ -114,11 +123,20 @@ class Finished:
 
 
 @dataclass(frozen=True, slots=True)
+class Lost:
+    """The run's supervisor died after starting its command and before recording how it ended: the
+    command may have run, or be running still, so it is reported FAILURE (:data:`LOST`) and never
+    retried, whatever its retries: running a job twice is worse than a failure someone can rerun."""
+
+    run: Run
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Time passed: retries whose backoff is over start."""
 
 
-Event = Incoming | Delivered | Finished | Tick
+Event = Incoming | Delivered | Finished | Lost | Tick
 
 
 # effects --------------------------------------------------------------------------------------
@@ -166,6 +184,7 @@ class Deployment:
     order: int  # install order: the latest deployed version of a workflow starts new generations
     jobs: dict[str, JobInfo] = field(default_factory=dict)
     keys: set[str] = field(default_factory=set)
+    envelopes: dict[str, Control] = field(default_factory=dict)  # what built it, for a snapshot
     ended: bool = False  # a generation of this version has ended: older ones start no more
 
 
@@ -214,18 +233,49 @@ class Agent:
             return self._delivery(event.key, event.publications, now)
         if isinstance(event, Finished):
             return self._finished(event.run, event.result, now)
+        if isinstance(event, Lost):
+            return self._lost(event.run, now)
         return self._pump(now)
 
-    def replay(self, events: Iterable[tuple[Event, float]]) -> None:
-        """Rebuild the state from a journal; what the events caused was already done then."""
-        for event, now in events:
-            self.handle(event, now)
+    def snapshot(self) -> dict[str, Any]:
+        """The whole state as JSON-able data: :meth:`restore` on a new agent gives the same state.
 
-    def interrupted(self, now: float) -> list[Finished]:
-        """After :meth:`replay`: the runs that were running when the agent stopped, as failed
-        attempts ("agent restarted"), to handle (and journal) like any end of a run, so they are
-        retried if they have retries left and reported FAILURE otherwise."""
-        return [Finished(run, Result(False, "agent restarted", now, 0.0)) for run in self.running.values()]
+        Deployments are kept as the envelopes that built them and rebuilt by applying those again,
+        so the snapshot needs no second encoding of filters, composites and calendars."""
+        return {
+            "installs": self._installs,
+            "deployments": [
+                {"order": d.order, "ended": d.ended, "envelopes": [astuple(c) for c in d.envelopes.values()]}
+                for d in sorted(self.deployments.values(), key=lambda d: d.order)
+            ],
+            "generations": [
+                [workflow, gid, g.version, g.jobs, g.statuses, g.ended]
+                for (workflow, gid), g in self.generations.items()
+            ],
+            "pending": [[asdict(p.run), p.at] for p in self.pending],
+            "running": [asdict(run) for run in self.running.values()],
+            "ended": list(self.ended),
+        }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Take the state of :meth:`snapshot` (on a new agent, before any event)."""
+        for saved in snapshot["deployments"]:
+            controls = [Control(*fields) for fields in saved["envelopes"]]
+            for control in controls:
+                self._apply(control)
+            if controls:
+                deployment = self.deployments[controls[0].workflow, controls[0].version]
+                deployment.order, deployment.ended = saved["order"], saved["ended"]
+        self._installs = snapshot["installs"]
+        for workflow, gid, version, jobs, statuses, ended in snapshot["generations"]:
+            self.generations[workflow, gid] = GenerationState(version, jobs, statuses, ended)
+        self.pending = [Pending(Run(**run), at) for run, at in snapshot["pending"]]
+        self.running = {(r.workflow, r.gid, r.job): r for r in (Run(**run) for run in snapshot["running"])}
+        self.ended = OrderedDict((tuple(key), None) for key in snapshot["ended"])
+
+    def in_progress(self) -> set[tuple[str, str]]:
+        """The (workflow, gid) of every generation not over here: their run logs must stay."""
+        return set(self.generations) | {(r.workflow, r.gid) for r in self.running.values()}
 
     def next_wakeup(self) -> float | None:
         """When the earliest retry is due, for the adapter's timer."""
@@ -254,6 +304,7 @@ class Agent:
             if deployment.jobs.get(control.job) == info:
                 return "UNCHANGED", []
             deployment.jobs[control.job] = info
+            deployment.envelopes[f"JOBINFO {control.job}"] = control
             return "OK", self._starts(control.workflow)
         registration = parse_registration(control)
         key = f"{control.workflow} {control.version} {control.command} {control.job} {control.content}"
@@ -261,6 +312,7 @@ class Agent:
             return "UNCHANGED", []
         deployment = self._deployment(control.workflow, control.version)
         deployment.keys.add(key)
+        deployment.envelopes[key] = control
         self.wanted[key] = registration
         self.owners[key] = (control.workflow, control.version, control.job)
         return "OK", [Request(key, registration), *self._starts(control.workflow)]
@@ -439,6 +491,12 @@ class Agent:
             return self._failed(run, result, now)
         del self.running[run.workflow, run.gid, run.job]
         return self._done(run, SUCCESS, result) + self._pump(now)
+
+    def _lost(self, run: Run, now: float) -> list[Effect]:
+        if self.running.get((run.workflow, run.gid, run.job)) != run:
+            return []
+        del self.running[run.workflow, run.gid, run.job]
+        return self._done(run, FAILURE, Result(False, LOST, now, 0.0)) + self._pump(now)
 
     def _failed(self, run: Run, result: Result, now: float) -> list[Effect]:
         del self.running[run.workflow, run.gid, run.job]

@@ -25,6 +25,7 @@ __all__ = [
     "FrameTooLarge",
     "LinkClosed",
     "LocalError",
+    "NoAnswer",
     "ParseError",
     "ProtocolError",
     "RefusedError",
@@ -91,3 +92,7 @@ class ConnectError(RemoteError, ConnectionError):
 
 class RefusedError(RemoteError):
     """The broker refused a request; the message is its reason."""
+
+
+class NoAnswer(RemoteError, TimeoutError):
+    """A peer did not answer a request in time; the message names the request and the wait."""

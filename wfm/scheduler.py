@@ -3,12 +3,11 @@ triggers the generation of its date if the entry's calendar allows that date."""
 
 from __future__ import annotations
 
-import signal
-import sys
+import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, tzinfo
 
-from apscheduler.schedulers.blocking import BlockingScheduler
+from apscheduler.schedulers.background import BackgroundScheduler
 
 from wfm.timetable import Entry
 from wfm.triggers import TriggerPublisher, new_gid
@@ -26,14 +25,16 @@ def fire(entry: Entry, publisher: TriggerPublisher, now: datetime) -> str | None
     return gid
 
 
-def run_schedule(entries: Sequence[Entry], timezone: tzinfo, job: Callable[[Entry], None]) -> None:
-    """Call ``job(entry)`` at each cron fire of every entry until SIGINT or SIGTERM; a fire missed
+def run_schedule(
+    entries: Sequence[Entry], timezone: tzinfo, job: Callable[[Entry], None], stop: threading.Event
+) -> None:
+    """Call ``job(entry)`` at each cron fire of every entry until ``stop`` is set; a fire missed
     while a job ran late is made up once, up to a minute late."""
-    scheduler = BlockingScheduler(timezone=timezone)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop like Ctrl-C, closing the connection
+    scheduler = BackgroundScheduler(timezone=timezone)
     for entry in entries:
         scheduler.add_job(job, entry.cron, args=(entry,), coalesce=True, misfire_grace_time=60)
+    scheduler.start()
     try:
-        scheduler.start()
-    except (KeyboardInterrupt, SystemExit):
+        stop.wait()
+    finally:
         scheduler.shutdown(wait=False)

@@ -4,16 +4,16 @@ name of the workflows in a directory, every workflow deployed; runs until SIGINT
 Everything is a child process running the ``wfm`` command line, exactly as a user would start it
 by hand, so the embedded default exercises the same code as a distributed installation. Children
 run in their own sessions: Ctrl-C reaches ``wfm up`` only, which then stops them in reverse order
-(agents before brokers), so a child that exits on its own is always a failure worth reporting.
+(agents before brokers), so a child that exits on its own is a failure worth reporting (the one
+optional child, the Spark Connect server, only gets a warning: brokers and agents need no Java).
 A historian on B1 keeps Trigger, JOBSTATUS and AGENT_CTL in ``DIR/.wfm/history`` (started before
-the agents, so it sees every generation); it starts Spark only when first asked. A Spark Connect
-server beside that store keeps a JVM warm for ``wfm history --store``, ``wfm report`` and the
-historian's own compactions (started first, it is usually up when the historian first needs Spark).
+the agents, so it sees every generation). A Spark Connect server beside that store keeps one JVM
+warm for ``wfm history --store``, ``wfm report`` and the historian, which is given its address and
+opens a session only when it first needs Spark (a compaction or a query of the table).
 """
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import threading
@@ -53,6 +53,7 @@ class Child:
 
     name: str
     argv: tuple[str, ...]
+    optional: bool = False  # if it exits, wfm up warns and carries on without it
 
 
 def broker_children(port: int) -> tuple[list[BrokerURI], list[Child]]:
@@ -96,8 +97,9 @@ def agent_children(agents: Sequence[str], uris: Sequence[BrokerURI], state: Path
 class Processes:
     """Children started in order and stopped in reverse; output of each goes to ``LOGS/NAME.log``."""
 
-    def __init__(self, logs: Path) -> None:
+    def __init__(self, logs: Path, warn: Callable[[str], None]) -> None:
         self.logs = logs
+        self.warn = warn
         self.running: list[tuple[Child, subprocess.Popen[bytes]]] = []
 
     def start(self, child: Child) -> None:
@@ -112,10 +114,16 @@ class Processes:
         return self.logs / f"{child.name}.log"
 
     def check(self) -> None:
-        """UpError naming the first child that has exited, with the last line of its log."""
-        for child, process in self.running:
-            if process.poll() is not None:
-                raise UpError(f"{child.name} exited with status {process.returncode}{self._last_line(child)}")
+        """UpError naming the first child that has exited, with the last line of its log; an
+        optional child that exited is named in a warning and forgotten."""
+        for child, process in list(self.running):
+            if process.poll() is None:
+                continue
+            exited = f"{child.name} exited with status {process.returncode}{self._last_line(child)}"
+            if not child.optional:
+                raise UpError(exited)
+            self.warn(f"warning: {exited}; carrying on without it")
+            self.running.remove((child, process))
 
     def _last_line(self, child: Child) -> str:
         try:
@@ -153,17 +161,17 @@ def serve(
     home: Path,
     port: int,
     say: Callable[[str], None],
+    stop: threading.Event,
     deploy_timeout: float = 60.0,
     link_timeout: float = 15.0,
     spark_port: int | None = None,
 ) -> None:
-    """Start everything, deploy ``workflows`` (name, file), then wait for SIGINT/SIGTERM and stop
-    everything. With ``spark_port``, a Spark Connect server on it keeps Spark warm for the history
-    store (it starts in the background: a JVM takes seconds). UpError if a child exits on its own,
-    the brokers do not link or a deploy fails (everything started is stopped first)."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    processes = Processes(home / "logs")
+    """Start everything, deploy ``workflows`` (name, file), then wait until ``stop`` is set and
+    stop everything. With ``spark_port``, a Spark Connect server on it keeps Spark warm for the
+    history store and the historian (it starts in the background: a JVM takes seconds; without
+    Java it exits and wfm up warns and goes on). UpError if another child exits on its own, the
+    brokers do not link or a deploy fails (everything started is stopped first)."""
+    processes = Processes(home / "logs", say)
     try:
         uris, brokers = broker_children(port)
         for child in brokers:
@@ -179,11 +187,11 @@ def serve(
                     raise UpError(
                         f"{uri.id} did not link to {', '.join(sorted(expected))} within {link_timeout:g} s"
                     )
-        history = ("--store", str(home / "history"))
+        history: tuple[str, ...] = ("--store", str(home / "history"))
         if spark_port is not None:
-            processes.start(
-                Child("spark-connect", (*WFM, "spark-connect", *history, "--port", str(spark_port)))
-            )
+            spark = ("spark-connect", *history, "--port", str(spark_port))
+            processes.start(Child("spark-connect", (*WFM, *spark), optional=True))
+            history += ("--spark-master", f"sc://{HOST}:{spark_port}")
         processes.start(Child("historian", (*WFM, "historian", "--broker", str(uris[0]), *history)))
         for child in agent_children(agents, uris, home / "agents"):
             processes.start(child)
@@ -203,8 +211,6 @@ def serve(
             processes.check()
     finally:
         processes.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _deploy(

@@ -10,6 +10,7 @@ from broker.client.client import (
     TooManyUnacknowledged,
 )
 from broker.client.reconnect import Backoff, BrokerList, Brokers, ConnectionEvent, brokers
+from broker.errors import NoAnswer
 
 __all__ = [
     "Backoff",
@@ -20,6 +21,7 @@ __all__ = [
     "ConnectError",
     "ConnectionEvent",
     "Delivery",
+    "NoAnswer",
     "RefusedError",
     "Subscription",
     "TooManyUnacknowledged",

@@ -9,15 +9,21 @@ from typing import Any, TypeVar
 
 from broker.client.client import Client, Delivery
 from broker.client.reconnect import Brokers
+from broker.errors import NoAnswer
 from broker.language import Filter, Publication
 
 __all__ = ["BlockingClient"]
 
 T = TypeVar("T")
 
+_GRACE = 1.0  # seconds more than the client's own request timeout, which names what went unanswered
+
 
 class BlockingClient:
-    """``with BlockingClient(uri) as c: c.subscribe(...); c.receive(timeout=1)``."""
+    """``with BlockingClient(uri) as c: c.subscribe(...); c.receive(timeout=1)``.
+
+    Every call returns or raises within about ``timeout`` seconds: connecting, and each request,
+    raise ``NoAnswer`` (a ``RemoteError``) when the broker does not answer in time."""
 
     def __init__(
         self, uri: Brokers, client_id: str | None = None, timeout: float = 10.0, **options: Any
@@ -28,14 +34,23 @@ class BlockingClient:
         self._thread = threading.Thread(target=self._loop.run_forever, name="wfm-client", daemon=True)
         self._thread.start()
         try:
-            self.client: Client = self._run(Client.connect(uri, client_id, timeout=timeout, **options))
+            connecting = Client.connect(uri, client_id, timeout=timeout, request_timeout=timeout, **options)
+            self.client: Client = self._run(connecting)
         except BaseException:
             self._stop()
             raise
 
     def _run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        return future.result(self.timeout if timeout is None else timeout)
+        wait = (self.timeout if timeout is None else timeout) + _GRACE
+        try:
+            return future.result(wait)
+        except TimeoutError:
+            if future.done():
+                raise  # the coroutine's own timeout, which says what it waited for
+            future.cancel()
+            what = getattr(coroutine, "__qualname__", "a request")
+            raise NoAnswer(f"no answer to {what} within {wait:g} s") from None
 
     def advertise(self, advertisement: Filter | str) -> str:
         return self._run(self.client.advertise(advertisement))

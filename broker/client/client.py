@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from broker.client.queues import DeliveryQueue, Seen, client_session
 from broker.client.reconnect import Backoff, Brokers, ConnectionEvent, brokers, dial_any
-from broker.errors import BadMessage, ConnectError, LinkClosed, LocalError, RefusedError
+from broker.errors import BadMessage, ConnectError, LinkClosed, LocalError, NoAnswer, RefusedError
 from broker.language import Composite, Filter, Publication, parse_composite, parse_filter, parse_publication
 from broker.routing import (
     Ack,
@@ -194,12 +194,14 @@ class Client(_Stream):
         max_unacked: int = 65_536,
         rng: Callable[[], float] = random.random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        request_timeout: float = 30.0,
     ) -> None:
         self.targets = targets
         self.id = client_id
         self.queue_limit = queue_limit
         self.timeout, self.backoff, self.on_event = timeout, backoff, on_event
         self.heartbeat, self.dead_after, self.max_unacked = heartbeat, dead_after, max_unacked
+        self.request_timeout = request_timeout  # seconds to wait for the broker to answer a request
         self._rng, self._sleep = rng, sleep
         self.counters: Counter[str] = Counter()
         self.refusals: list[Refuse] = []
@@ -236,7 +238,9 @@ class Client(_Stream):
     ) -> Client:
         """Connect to the first of ``uri`` (one broker, or a list to fail over along) that
         answers. ConnectError if none does; with ``retry_on_failed_connect``, keeps trying as
-        after a lost link (``backoff.attempts``). ``options`` are those of ``Client``."""
+        after a lost link (``backoff.attempts``). ``options`` are those of ``Client``; with
+        ``request_timeout`` (30 s), each request raises ``NoAnswer`` if the broker has not
+        answered it in time, a wait for a reconnection included."""
         targets = brokers(uri)
         client = cls(targets, client_id or f"c-{uuid.uuid4().hex[:10]}", queue_limit, timeout, **options)  # type: ignore[arg-type]
         first = (
@@ -302,7 +306,13 @@ class Client(_Stream):
     async def _request(self, message: WireMessage, ref: str) -> object:
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._send(ref, message, future)
-        return await future
+        try:
+            return await asyncio.wait_for(future, self.request_timeout)
+        except TimeoutError:
+            self._answered(ref, None)  # given up: not re-sent at a reconnection either
+            number = ref.split("@")[0]  # a publication's ref adds this client's session
+            what = f"{type(message).__name__} {number} within {self.request_timeout:g} s"
+            raise NoAnswer(f"{self.broker_id or 'the broker'} did not answer {what}") from None
 
     async def advertise(self, advertisement: Filter | str) -> str:
         ref = str(next(self._refs))

@@ -9,6 +9,7 @@ c = parse_composite("{{[class,eq,a],[x,eq,$S$X]}&{[class,eq,b],[x,eq,$S$X]}}")
 
 from broker.errors import ParseError
 from broker.language.model import (
+    MAX_DEPTH,
     And,
     Atom,
     Composite,
@@ -23,6 +24,7 @@ from broker.language.parser import parse_composite, parse_filter, parse_publicat
 from broker.language.values import TimeRef, Value, Var
 
 __all__ = [
+    "MAX_DEPTH",
     "And",
     "Atom",
     "Composite",

@@ -36,6 +36,7 @@ from broker.language.values import (
 )
 
 __all__ = [
+    "MAX_DEPTH",
     "And",
     "Atom",
     "Composite",
@@ -52,6 +53,10 @@ __all__ = [
 ]
 
 CLASS = "class"
+# Levels a composite may nest (an atom is one level). Printing, placing and encoding a composite walk
+# it recursively, so a limit far below Python's recursion limit keeps hostile input from crashing
+# them; real conditions nest a few levels. The parser and the wire codec check it before they recurse.
+MAX_DEPTH = 32
 
 
 def normalize_value(value: Value) -> Value:
@@ -247,6 +252,7 @@ class Atom:
     """One filter inside a composite subscription."""
 
     filter: Filter
+    depth: int = field(init=False, repr=False, compare=False, hash=False, default=1)
 
     def atoms(self) -> Iterator[Atom]:
         yield self
@@ -275,17 +281,28 @@ def _flatten(kind: type, operands: Iterable[Composite]) -> list[Composite]:
     return flat
 
 
+def _depth(operands: Iterable[Composite]) -> int:
+    """The depth of a node over ``operands`` (each already checked on its construction)."""
+    depth = 1 + max((operand.depth for operand in operands), default=0)
+    if depth > MAX_DEPTH:
+        raise ValueError(f"a composite may nest at most {MAX_DEPTH} levels")
+    return depth
+
+
 @dataclass(frozen=True, slots=True)
 class _Commutative:
     """``&`` and ``||``: associative, commutative and idempotent, so operands are flattened,
     de-duplicated and sorted by canonical text."""
 
     operands: tuple[Composite, ...]
+    depth: int = field(init=False, repr=False, compare=False, hash=False, default=0)
 
     symbol = ""
 
     def __post_init__(self) -> None:
-        unique = {str(o): o for o in _flatten(type(self), self.operands)}
+        flat = _flatten(type(self), self.operands)
+        object.__setattr__(self, "depth", _depth(flat))  # before str() recurses into the operands
+        unique = {str(o): o for o in flat}
         if len(unique) < 2:
             raise ValueError(f"'{self.symbol}' needs at least two different operands")
         object.__setattr__(self, "operands", tuple(unique[k] for k in sorted(unique)))
@@ -311,12 +328,14 @@ class Sequence:
     """``{S1};{S2}``: fires when a publication matching S2 arrives after one matching S1."""
 
     operands: tuple[Composite, ...]
+    depth: int = field(init=False, repr=False, compare=False, hash=False, default=0)
 
     def __post_init__(self) -> None:
         flat = _flatten(Sequence, self.operands)
         if len(flat) < 2:
             raise ValueError("';' needs at least two operands")
         object.__setattr__(self, "operands", tuple(flat))
+        object.__setattr__(self, "depth", _depth(flat))
 
     def atoms(self) -> Iterator[Atom]:
         for operand in self.operands:
@@ -334,10 +353,12 @@ class Times:
     count: int
     attribute: str
     step: Number
+    depth: int = field(init=False, repr=False, compare=False, hash=False, default=0)
 
     def __post_init__(self) -> None:
         if not isinstance(self.operand, Atom | And | Or | Sequence | Times):
             raise ValueError(f"{self.operand!r} is not a composite node")
+        object.__setattr__(self, "depth", _depth([self.operand]))
         if not isinstance(self.count, int) or isinstance(self.count, bool) or self.count < 1:
             raise ValueError(f"Times needs a count of at least 1, not {self.count!r}")
         check_name(self.attribute, "attribute name")

@@ -11,12 +11,13 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, TypeVar
 
-from lark import Lark, Token, Transformer
+from lark import Lark, Token, Transformer, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, VisitError
 
 from broker.errors import ParseError
 from broker.language.model import (
     CLASS,
+    MAX_DEPTH,
     Atom,
     Composite,
     Filter,
@@ -84,12 +85,33 @@ def _parse(text: str, start: str, allow_variables: bool) -> Any:
         tree = parser().parse(text, start=start)
     except UnexpectedInput as error:
         raise _syntax_error(text, error, start) from None
+    if start == "composite":
+        _check_depth(tree, text)  # before the transformer, which recurses
     try:
         return _Build(allow_variables).transform(tree)
     except VisitError as error:
         if isinstance(error.orig_exc, ParseError):
             raise ParseError(error.orig_exc.reason, error.orig_exc.column, text) from None
         raise
+
+
+_LEVELS = {"atom", "group", "times"}  # each a pair of braces or a Times(...)
+
+
+def _check_depth(tree: Tree[Token], text: str) -> None:
+    """ParseError if the composite nests deeper than ``MAX_DEPTH``, found without recursion. The
+    braces are counted as written: a level the model would flatten away counts all the same."""
+    stack: list[tuple[Tree[Token], int]] = [(tree, len(tree.children) > 1)]  # {A}&{B}: one level
+    while stack:
+        node, depth = stack.pop()
+        depth += node.data in _LEVELS
+        if depth > MAX_DEPTH:
+            first: Tree[Token] | Token = node
+            while isinstance(first, Tree):
+                first = first.children[0]
+            raise ParseError(f"a composite may nest at most {MAX_DEPTH} levels", _column(first), text)
+        subtrees = [(child, depth) for child in node.children if isinstance(child, Tree)]
+        stack.extend(reversed(subtrees))  # the first too deep in the text is the one reported
 
 
 def _at(token: Token, action: Callable[[], T]) -> T:

@@ -16,6 +16,7 @@ from decimal import Decimal
 
 __all__ = [
     "MAX_EXACT",
+    "MAX_TIME_OFFSET",
     "NAME_RE",
     "Number",
     "TimeRef",
@@ -36,6 +37,11 @@ Value = int | float | str
 MAX_EXACT = 2**53
 NAME_RE = re.compile(r"[A-Za-z_:/][A-Za-z0-9_\-:/]*\Z")
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+# A relative time reaches at most this far (about 1000 years) from now: whatever the clock of the
+# broker that fixes it (0 to 1e11 epoch seconds, about year 5100), the instant it becomes stays
+# within the years a datetime holds (1 to 9999).
+MAX_TIME_OFFSET = 365_000 * 86400
+_OFFSET_RULE = f"a relative time must be whole seconds within {MAX_TIME_OFFSET // 86400}d of now"
 
 
 def is_number(value: object) -> bool:
@@ -130,6 +136,12 @@ class TimeRef:
     def __post_init__(self) -> None:
         if (self.offset is None) == (self.instant is None):
             raise ValueError("a time reference is either relative (offset) or absolute (instant)")
+        if self.offset is not None and not (
+            isinstance(self.offset, int)
+            and not isinstance(self.offset, bool)
+            and abs(self.offset) <= MAX_TIME_OFFSET
+        ):
+            raise ValueError(_OFFSET_RULE)
         if self.instant is not None and self.instant.utcoffset() != timedelta(0):
             raise ValueError("an absolute time reference must be in UTC")
 
@@ -139,6 +151,8 @@ class TimeRef:
         match = re.fullmatch(r"now(?:([+-])([0-9]+)([smhd]))?", text)
         if match:
             sign, amount, unit = match.groups()
+            if len(amount or "") > 15:  # out of range anyway; int() refuses texts of 4300 digits
+                raise ValueError(_OFFSET_RULE)
             seconds = int(amount or 0) * _UNITS.get(unit or "s", 1)
             return cls(offset=-seconds if sign == "-" else seconds)
         try:

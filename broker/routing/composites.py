@@ -112,7 +112,7 @@ class Composites:
             if overlaps(self.pending_atoms[part], advertisement)
         }
         out: Output = []
-        for detection_id in sorted(waiting):
+        for detection_id in sorted(waiting, key=str):  # wire-text order, as before ids were records
             detection = self.detections.get(detection_id)
             if detection is not None and detection.placement is not None and detection.placement.pending:
                 out += self._place(detection)
@@ -262,7 +262,7 @@ class Composites:
         """Tell everyone who asked: a detection here that joins this part is fed it, a client gets
         a notification, a neighbour one with the bindings."""
         out: Output = []
-        for part in sorted(r for r in detection.requesters if isinstance(r, PartId)):
+        for part in sorted((r for r in detection.requesters if isinstance(r, PartId)), key=str):
             parent = self.detections[part.detection]
             assert parent.detector is not None
             for match in parent.detector.feed_match(part.leaf, publications, bindings, now):

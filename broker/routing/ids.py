@@ -44,6 +44,17 @@ class OverlayId:
     def __str__(self) -> str:
         return f"{self.broker}/{self.client}/{self.ref}"
 
+    @classmethod
+    def parse(cls, text: str) -> OverlayId:
+        """The parts of ``<broker>/<client>/<ref>``, or of a publication's id (which adds
+        ``@<session>``, dropped here): broker ids and refs hold no ``/``, a client name may.
+        ParseError for any other text."""
+        broker, _, rest = text.partition("/")
+        client, _, ref = rest.rpartition("/")
+        if not (broker and client and ref):
+            raise ParseError("expected <broker>/<client>/<ref>", 1, text)
+        return cls(broker, client, ref.partition("@")[0])
+
 
 @dataclass(frozen=True, slots=True)
 class PublicationId:

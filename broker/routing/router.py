@@ -80,7 +80,12 @@ class Router:
         if kind in _LINK_EVENTS:
             return _LINK_EVENTS[kind](self, message, hop, now)
         if hop in self.tables.clients:
-            return _FROM_CLIENT.get(kind, Router._client_cannot)(self, message, hop, now)
+            try:
+                return _FROM_CLIENT.get(kind, Router._client_cannot)(self, message, hop, now)
+            except Exception as error:  # a bug here must not leave the client waiting for an answer
+                self.counters["router_errors"] += 1
+                log.exception("%s: failed on %s from client %s", self.id, kind.__name__, hop)
+                return self._refuse(hop, _ref(message), f"the broker failed on this request: {error}")
         if hop in self.tables.neighbors:
             return _FROM_BROKER.get(kind, Router._unexpected)(self, message, hop, now)
         self.counters["unknown_hop"] += 1
@@ -152,15 +157,17 @@ class Router:
         entry_id = str(OverlayId(self.id, hop, message.id))
         if entry_id in self.owned[hop]:
             return self._refuse(hop, message.id, f"id {message.id} is already in use by this client")
-        self.owned[hop].add(entry_id)
         out: Output = [(hop, Ack(message.id, entry_id))]
         if isinstance(message, Advertise):
-            return out + self._advertise(entry_id, message.filter, hop, DEFAULT_TTL)
-        if isinstance(message, Subscribe):
-            return out + self.tables.subscribe(entry_id, fix_time(message.filter, now), hop, DEFAULT_TTL)
-        clear = None if message.clear is None else fix_time(message.clear, now)
-        composite = fix_composite_time(message.composite, now)
-        return out + self.composites.request((hop, entry_id), composite, clear, DEFAULT_TTL)
+            out += self._advertise(entry_id, message.filter, hop, DEFAULT_TTL)
+        elif isinstance(message, Subscribe):
+            out += self.tables.subscribe(entry_id, fix_time(message.filter, now), hop, DEFAULT_TTL)
+        else:
+            clear = None if message.clear is None else fix_time(message.clear, now)
+            composite = fix_composite_time(message.composite, now)
+            out += self.composites.request((hop, entry_id), composite, clear, DEFAULT_TTL)
+        self.owned[hop].add(entry_id)  # last: a request that failed leaves nothing to withdraw
+        return out
 
     def _client_publishes(self, message: Publish, hop: str, now: float) -> Output:
         publication = message.publication
@@ -254,6 +261,12 @@ class Router:
 
 
 Handler = Callable[[Router, Any, str, float], Output]
+
+
+def _ref(message: Message) -> str:
+    """The client's name for a request, which its answer must carry (withdrawals use the id)."""
+    ref = getattr(message, "ref", None)
+    return ref if isinstance(ref, str) else str(getattr(message, "id", ""))
 
 
 def _live(handler: Handler) -> Handler:

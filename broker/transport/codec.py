@@ -45,6 +45,7 @@ from typing import Any
 import msgpack
 
 from broker.errors import BadMessage, FrameTooLarge
+from broker.language import MAX_DEPTH
 from broker.language.model import And, Atom, Composite, Filter, Or, Predicate, Publication, Sequence, Times
 from broker.language.values import TimeRef, Var
 from broker.routing.messages import (
@@ -217,7 +218,11 @@ def _array(value: object, what: str) -> list[Any]:
     return value
 
 
-def _to_composite(array: object) -> Composite:
+def _to_composite(array: object, depth: int = 1) -> Composite:
+    """The composite in ``array``, refusing one nested deeper than the model allows before
+    recursing further (msgpack alone lets a frame nest arrays 1024 deep)."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"a composite may nest at most {MAX_DEPTH} levels")
     node = _array(array, "a composite")
     kind = node[0] if node else None
     if kind == "atom" and len(node) == 2:
@@ -226,10 +231,11 @@ def _to_composite(array: object) -> Composite:
         count, attribute, step = node[2], node[3], node[4]
         if type(count) is not int or type(attribute) is not str or type(step) not in (int, float):
             raise ValueError("Times needs a whole count, an attribute name and a numeric step")
-        return Times(_to_composite(node[1]), count, attribute, step)
+        return Times(_to_composite(node[1], depth + 1), count, attribute, step)
     combinators: dict[str, type[And] | type[Or] | type[Sequence]] = {"and": And, "or": Or, "seq": Sequence}
     if kind in combinators and len(node) == 2:
-        return combinators[kind](tuple(_to_composite(o) for o in _array(node[1], "operands")))
+        operands = _array(node[1], "operands")
+        return combinators[kind](tuple(_to_composite(o, depth + 1) for o in operands))
     raise ValueError("a composite must be [atom, filter], [and|or|seq, [...]] or [times, ...]")
 
 

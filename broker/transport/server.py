@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from broker.errors import BadMessage, LinkClosed, ProtocolError
@@ -25,9 +27,42 @@ from broker.transport.codec import Hello, Ping, Pong
 from broker.transport.link import SLOW_CONSUMER, Link
 from broker.transport.uri import BrokerURI
 
-__all__ = ["RouterService"]
+__all__ = ["LogThrottle", "RouterService"]
 
 HANDSHAKE_TIMEOUT = 5.0
+
+
+@dataclass(slots=True)
+class _Flood:
+    events: int = 0
+    unlogged: int = 0
+    logged_at: float = -math.inf
+
+
+class LogThrottle:
+    """Which of a flood of similar events to log: the first ``burst`` from each peer, then one each
+    ``interval`` seconds saying how many went unlogged since. A hostile or broken peer would
+    otherwise write a log line per frame (megabytes per fuzz run); the counters see every one.
+    At most ``peers`` are remembered, the longest unheard forgotten first."""
+
+    def __init__(self, burst: int = 5, interval: float = 60.0, peers: int = 1024) -> None:
+        self.burst = burst
+        self.interval = interval
+        self.peers = peers
+        self._floods: OrderedDict[str, _Flood] = OrderedDict()
+
+    def admit(self, peer: str, now: float) -> int | None:
+        """None: do not log this event; else log it, with the number not logged since the last."""
+        flood = self._floods.pop(peer, None) or _Flood()
+        self._floods[peer] = flood
+        if len(self._floods) > self.peers:
+            self._floods.popitem(last=False)
+        flood.events += 1
+        if flood.events > self.burst and now - flood.logged_at < self.interval:
+            flood.unlogged += 1
+            return None
+        unlogged, flood.unlogged, flood.logged_at = flood.unlogged, 0, now
+        return unlogged
 
 
 class RouterService:
@@ -58,6 +93,7 @@ class RouterService:
         self.links: dict[str, Link] = {}
         self.counters: Counter[str] = Counter()
         self.log = logging.LoggerAdapter(logging.getLogger("broker"), {"broker": uri.id})
+        self.bad_message_log = LogThrottle()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[asyncio.Task[Any]] = set()  # accepted-connection handlers
@@ -209,7 +245,10 @@ class RouterService:
     def _handle(self, link: Link, hop: str, item: object) -> None:
         if isinstance(item, BadMessage):
             self.counters["bad_messages"] += 1
-            self.log.warning("bad message from %s: %s", hop, item)
+            unlogged = self.bad_message_log.admit(hop, time.monotonic())
+            if unlogged is not None:
+                more = f" ({unlogged} more not logged since the last)" if unlogged else ""
+                self.log.warning("bad message from %s: %s%s", hop, item, more)
             link.send(Refuse("", f"bad message: {item}"))
         elif isinstance(item, Ping):
             link.send(Pong())

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from agents.journal import Journal
-from agents.state import Agent, Delivered, Effect, Emit, Event, Finished, Incoming, Result, Run, Start, Tick
+from agents.state import (
+    LOST,
+    Agent,
+    Delivered,
+    Effect,
+    Emit,
+    Event,
+    Finished,
+    Incoming,
+    Lost,
+    Result,
+    Run,
+    Start,
+    Tick,
+)
 from broker.language import Publication
 from wfm.workflow import Plan, load, translate
 from workflow_messages import job_status
@@ -219,70 +234,66 @@ def test_a_restart_resumes_from_the_journal(tmp_path: Path) -> None:
 
     restarted = Agent("agentB", backoff=1.0)
     reopened = Journal(tmp_path)
-    restarted.replay(reopened.read())
+    assert reopened.recover(restarted) == len(PLAN.by_agent()["agentB"]) + 3
     reopened.close()
-    assert restarted.wanted == agent.wanted
+    assert restarted.wanted == agent.wanted and restarted.snapshot() == agent.snapshot()
     assert restarted.handle(Delivered(key(restarted, "JobB"), g1), 5.0) == []  # finished: not again
-    [interrupted] = restarted.interrupted(10.0)
-    assert interrupted.run == running and interrupted.result.detail == "agent restarted"
-    assert restarted.handle(interrupted, 10.0) == []  # JobB has retries left
-    [retry] = runs(restarted.handle(Tick(), 11.0))
-    assert (retry.gid, retry.attempt) == ("g2", 2)
+    assert list(restarted.running.values()) == [running]  # in its supervisor's hands: not started again
+    assert restarted.handle(Tick(), 6.0) == []
+    [success] = published(restarted.handle(Finished(running, Result(True, "exit 0", 3.0, 4.0)), 10.0))
+    assert (success["GID"], success["status"], success["attempt"]) == ("g2", "SUCCESS", 1)
 
 
-def test_a_running_job_without_retries_fails_after_a_restart() -> None:
+def test_a_run_that_succeeded_while_the_agent_was_down_is_a_success_without_retries() -> None:
     agent = Agent("agentA")
     install(agent)
-    runs(fire(agent, "JobA", "g1", "APPL_START"))
-    [interrupted] = agent.interrupted(5.0)
-    [failure] = published(agent.handle(interrupted, 5.0))
-    assert (failure["status"], failure["detail"]) == ("FAILURE", "agent restarted")
+    [run] = runs(fire(agent, "JobA", "g1", "APPL_START"))  # retries="0"
+    restarted = Agent("agentA")
+    restarted.restore(agent.snapshot())
+    [success] = published(restarted.handle(Finished(run, Result(True, "exit 0 after 2 s", 1.0, 2.0)), 5.0))
+    assert (success["status"], success["attempt"], success["detail"]) == ("SUCCESS", 1, "exit 0 after 2 s")
 
 
-def test_a_generation_stays_on_its_version_and_the_old_one_goes_when_unused() -> None:
-    agent = Agent("agentA")
+def test_a_lost_run_fails_and_is_never_retried() -> None:
+    agent = Agent("agentB")
     install(agent)
-    agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g1"),)), 1.0)  # g1 on V
-    workflow = load(WORKFLOWS / "payroll.xml")
-    changed = translate(type(workflow)(workflow.name, (*workflow.jobs[:-1],), workflow.source))  # no Alert
-    assert changed.version != V
-    acks_v2 = acks(install(agent, changed))
-    assert acks_v2 and {r for _, r in acks_v2} == {"OK"}
-    assert agent.current("PAYROLL") == changed.version
-    assert agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g2"),)), 2.0) == []  # old version: no
-    [start] = published(
-        agent.handle(Delivered(key(agent, "APPL_START", version=changed.version), (trigger("g2"),)), 2.0)
-    )
-    assert start["version"] == changed.version
-    assert runs(fire(agent, "JobA", "g1", "APPL_START"))  # g1's statuses carry V
-    v2_job_a = (trigger("g1"), status("APPL_START", "g1"))
-    assert agent.handle(Delivered(key(agent, "JobA", version=changed.version), v2_job_a), 3.0) == []
-
-    cleanup = key(agent, "APPL_END", "SUBSCRIBE")
-    agent.handle(Delivered(cleanup, (status("APPL_END", "g2", version=changed.version),)), 4.0)
-    assert ("PAYROLL", V) in agent.deployments  # g1 still runs on V
-    withdrawn = agent.handle(Delivered(cleanup, (status("APPL_END", "g1"),)), 5.0)
-    assert ("PAYROLL", V) not in agent.deployments and withdrawn
-    assert all(
-        v == changed.version for _, v, _ in (agent.owners[k] for k in agent.wanted if "starts" not in k)
-    )
+    [run] = runs(fire(agent, "JobB", "g1", "JobA"))  # retries="2"
+    [failure] = published(agent.handle(Lost(run), 5.0))
+    assert (failure["status"], failure["detail"], failure["attempt"]) == ("FAILURE", LOST, 1)
+    assert agent.next_wakeup() is None and agent.running == {}
+    assert agent.handle(Tick(), 100.0) == []
+    assert agent.handle(Lost(run), 6.0) == []  # a repeat changes nothing
 
 
-def test_undeploy_withdraws_everything() -> None:
-    agent = Agent("agentC")
+def test_a_firing_delivered_twice_starts_one_run_before_and_after_a_restart() -> None:
+    agent = Agent("agentB")
     install(agent)
-    undeploy = Publication(
-        "AGENT_CTL",
-        {
-            "agentname": "agentC",
-            "command": "UNDEPLOY",
-            "content": "",
-            "applname": "PAYROLL",
-            "jobname": "*",
-            "version": V,
-        },
-    )
-    effects = agent.handle(Incoming(undeploy), 1.0)
-    assert acks(effects) == [("UNDEPLOY", "OK")]
-    assert agent.wanted == {} and agent.deployments == {}
-    assert acks(agent.handle(Incoming(undeploy), 1.0)) == [("UNDEPLOY", "UNCHANGED")]
+    [run] = runs(fire(agent, "JobB", "g1", "JobA"))
+    assert fire(agent, "JobB", "g1", "JobA") == []  # while it runs
+    restarted = Agent("agentB")
+    restarted.restore(agent.snapshot())
+    assert fire(restarted, "JobB", "g1", "JobA") == []  # after a restart, still running
+    restarted.handle(Finished(run, Result(True, "exit 0", 1.0, 0.1)), 2.0)
+    assert fire(restarted, "JobB", "g1", "JobA") == []  # after it finished
+    again = Agent("agentB")
+    again.restore(restarted.snapshot())
+    assert fire(again, "JobB", "g1", "JobA") == []
+
+
+def test_a_snapshot_restores_the_same_state() -> None:
+    agent = Agent("agentB", max_jobs=1, backoff=2.0)
+    install(agent)
+    [first] = runs(fire(agent, "JobB", "g1", "JobA"))
+    assert runs(fire(agent, "JobB", "g2", "JobA") + fire(agent, "JobC", "g1", "JobA", date=FRIDAY)) == []
+    [second] = runs(agent.handle(Finished(first, Result(False, "exit 1", 1.0, 0.1)), 2.0))  # g1: at 4.0
+    statuses = key(agent, "APPL_END", "SUBSCRIBE")
+    agent.handle(Delivered(statuses, (status("APPL_END", "g0"),)), 2.0)
+    restored = Agent("agentB", max_jobs=1, backoff=2.0)
+    restored.restore(json.loads(json.dumps(agent.snapshot())))
+    assert restored.snapshot() == agent.snapshot()
+    assert restored.wanted == agent.wanted and restored.owners == agent.owners
+    assert restored.deployments == agent.deployments and restored.next_wakeup() == 4.0
+    assert restored.generations == agent.generations and restored.ended == agent.ended
+    assert restored.current("PAYROLL") == agent.current("PAYROLL")
+    end = Finished(second, Result(True, "exit 0", 2.0, 2.0))
+    assert restored.handle(end, 4.0) == agent.handle(end, 4.0)

@@ -61,6 +61,14 @@ def store_dir(tmp_path: Path) -> Path:
             "a composite historic query covers the past only",
         ),
         (
+            ["history", "[class,eq,J]", "--store", "nowhere", "--since", "now-99999999999d"],
+            "Invalid value for '--since': a relative time must be whole seconds within 365000d of now",
+        ),
+        (
+            ["history", "[class,eq,J],[time,>,now-99999999999d]", "--broker", "socket://127.0.0.1:1/b"],
+            "invalid filter: a relative time must be whole seconds within 365000d of now at column 22",
+        ),
+        (
             ["history", "{[class,eq,J]}||{[class,eq,K]}", "--broker", "socket://127.0.0.1:1/b"],
             "invalid composite: a historic composite query is an & of atoms",
         ),

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from broker.language import ParseError, parse_composite, parse_filter, parse_publication
+from broker.language.model import And, Atom, Composite, Or, Sequence
 
 PARSERS: dict[str, Callable[[str], object]] = {
     "pub": parse_publication,
@@ -243,6 +244,9 @@ INVALID = [
     ("filter", "[class,eq,a],[time,>,5]", 22, "'time' takes"),
     ("filter", "[class,eq,a],[time,>,'yesterday']", 22, "is not a time"),
     ("filter", "[class,eq,a],[time,>,now-2y]", 22, None),
+    ("filter", "[class,eq,a],[time,>,now-99999999999d]", 22, "within 365000d of now"),
+    ("filter", "[class,eq,a],[time,<,now+365001d]", 22, "within 365000d of now"),
+    ("filter", "[class,eq,a],[time,>,now-" + "9" * 5000 + "s]", 22, "within 365000d of now"),
     ("filter", "[class,eq,a],[x,>,now-1h]", 19, "needs a number"),
     ("filter", "[class,eq,a],[x,isPresent,$S$X]", 27, "only in a composite"),
     ("filter", "{[class,eq,a]}", 1, "expected '['"),
@@ -265,7 +269,22 @@ INVALID = [
     ("composite", "Times({[class,eq,a]},2,5,1)", 24, None),
     ("composite", "times({[class,eq,a]},2,n,1)", 1, None),
     ("composite", "{{[price,>,1]}&{[class,eq,b]}}", 4, "first attribute must be 'class'"),
+    ("composite", "{" * 33 + "[class,eq,a]" + "}" * 33, 35, "may nest at most 32 levels"),
+    ("composite", "{" * 3000 + "[class,eq,a]" + "}" * 3000, 3002, "may nest at most 32 levels"),
+    ("composite", "Times(" * 33 + "{[class,eq,a]}" + ",2,n,1)" * 33, 201, "may nest at most 32 levels"),
+    ("composite", "{" * 32 + "{[class,eq,a]}&{[class,eq,b]}" + "}" * 32, 35, "may nest at most 32 levels"),
 ]
+
+
+def test_a_composite_may_nest_32_levels_however_it_was_built() -> None:
+    deepest = "{" * 31 + "{[class,eq,a]}&{[class,eq,b]}" + "}" * 31
+    assert parse_composite(deepest).depth == 2  # braces around one operand add nothing to the model
+    node: Composite = Atom(parse_filter("[class,eq,a]"))
+    for level in range(2, 33):  # alternately, so that nothing is flattened
+        node = (And, Or)[level % 2]((node, Atom(parse_filter(f"[class,eq,b{level}]"))))
+    assert node.depth == 32
+    with pytest.raises(ValueError, match="may nest at most 32 levels"):
+        Sequence((node, Atom(parse_filter("[class,eq,c]"))))
 
 
 def test_table_is_large_enough() -> None:

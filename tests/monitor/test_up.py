@@ -16,6 +16,7 @@ from pathlib import Path
 from broker.transport.uri import BrokerURI
 from tests.processes import WFM, status
 from tests.transport.harness import free_port
+from wfm.cli.serving import stop_event
 from wfm.up import serve
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
@@ -103,8 +104,37 @@ def test_serve_links_three_brokers_and_stops_them_on_sigterm(tmp_path: Path) -> 
         if line.startswith("try:"):
             threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
 
-    serve([], [], tmp_path, port, say)
+    with stop_event() as stop:
+        serve([], [], tmp_path, port, say, stop)
     assert said[0] == "brokers  " + " ".join(f"socket://127.0.0.1:{port + i}/B{i + 1}" for i in range(3))
     assert not any(_listening(port + i) for i in range(3))
     for log in (tmp_path / "logs").iterdir():
         assert "Traceback" not in log.read_text()
+
+
+def test_up_carries_on_without_spark_connect(tmp_path: Path) -> None:
+    """Brokers and agents need no Java: a Spark Connect server that cannot start is a warning."""
+    port = free_ports(4)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port + 3))
+        taken.listen()
+        up = subprocess.Popen(
+            [WFM, "up", "--dir", str(workflow_dir(tmp_path)), "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in up.stdout or ()], daemon=True).start()
+        try:
+            seen: list[str] = []
+            while not all(any(s.startswith(start) for s in seen) for start in ("warning:", "try:")):
+                seen.append(lines.get(timeout=60))
+            [warning] = [s for s in seen if s.startswith("warning:")]
+            assert warning.startswith("warning: spark-connect exited with status 1: "), seen
+            assert f"port {port + 3} on 127.0.0.1 is in use" in warning
+            assert up.poll() is None, "wfm up goes on"
+        finally:
+            up.send_signal(signal.SIGTERM)
+            _, err = up.communicate(timeout=30)
+    assert up.returncode == 0, err

@@ -35,3 +35,21 @@ def test_local_ids_are_ordered_as_made() -> None:
     made = [LocalId("B1", n) for n in (1, 2, 10)]
     assert sorted(reversed(made)) == made
     assert PartId(made[1], 0) < PartId(made[2], 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "parts"),
+    [
+        ("B1/agentA/7", ("B1", "agentA", "7")),
+        ("B1/agentA/7@18c4f2a9b10", ("B1", "agentA", "7")),  # a publication's id: the session goes
+        ("B2/a/b/12@1", ("B2", "a/b", "12")),  # a client name may hold /
+    ],
+)
+def test_overlay_ids_parse_from_their_text(text: str, parts: tuple[str, str, str]) -> None:
+    assert OverlayId.parse(text) == OverlayId(*parts)
+
+
+@pytest.mark.parametrize("text", ["", "B1", "B1/7", "B1//7", "/a/7", "B1/a/"])
+def test_overlay_id_parse_refuses_other_text(text: str) -> None:
+    with pytest.raises(ParseError, match="expected <broker>/<client>/<ref>"):
+        OverlayId.parse(text)

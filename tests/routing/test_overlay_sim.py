@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from broker.language import parse_filter, parse_publication
-from broker.routing import Advertise, LinkUp, Notify, Publish, Router, Subscribe
+from broker.routing import Ack, Advertise, LinkUp, Notify, Publish, Refuse, Router, Subscribe
 from broker.sim import Overlay, RefusedError
 
 MODES = ["off", "lazy", "active"]
@@ -319,3 +319,17 @@ def test_a_delivery_names_its_publication_and_when_its_edge_broker_took_it() -> 
         (first, 1_800_000_000.0),
         (second, 1_800_000_042.5),
     ]
+
+
+def test_a_request_the_router_fails_on_is_refused_and_nothing_of_it_is_kept() -> None:
+    """A time the edge broker cannot fix (here its clock is far off) must not leave the client
+    waiting: the failure is the answer, counted, and the router goes on."""
+    router = Router("B1")
+    router.handle(LinkUp(broker=False), "sub", 0.0)
+    far_off = 1e15  # epoch seconds beyond the year 9999
+    answer = router.handle(Subscribe("7", parse_filter("[class,eq,a],[time,<,now+1h]")), "sub", far_off)
+    assert len(answer) == 1 and answer[0][0] == "sub" and isinstance(answer[0][1], Refuse)
+    assert answer[0][1].ref == "7" and "the broker failed on this request" in answer[0][1].reason
+    assert router.counters["router_errors"] == 1 and router.owned["sub"] == set()
+    again = router.handle(Subscribe("7", parse_filter("[class,eq,a],[time,<,now+1h]")), "sub", 0.0)
+    assert [type(m) for _, m in again] == [Ack]  # the ref was not taken by the failed request

@@ -76,3 +76,26 @@ ATOM = ["atom", ["a", [["x", "eq", ["var", "S", "X"]]]]]
 def test_bad_composites_are_bad_messages(payload: list[object], fragment: str) -> None:
     with pytest.raises(BadMessage, match=fragment.replace("$", r"\$")):
         decode(msgpack.packb(payload))
+
+
+def nested(levels: int) -> bytes:
+    """A CompositeSubscribe frame nesting ``levels`` of and and or (alternately, so that nothing is
+    flattened) over atoms, built byte by byte: msgpack's packer refuses to nest this deep, a
+    hostile peer's need not."""
+    pack = msgpack.packb
+    return b"".join(
+        [
+            b"\x95" + pack("csub") + pack("1"),
+            *(b"\x92" + pack(("and", "or")[level % 2]) + b"\x92" for level in range(levels)),
+            pack(ATOM),
+            pack(["atom", ["b", []]]) * levels,
+            pack(None) + pack(5),
+        ]
+    )
+
+
+def test_a_composite_nested_deeper_than_the_limit_is_a_bad_message_not_a_crash() -> None:
+    assert decode(nested(31)).composite.depth == 32  # type: ignore[union-attr]
+    for levels in (32, 500, 1000):  # 500: deep enough to exhaust the stack before the limit
+        with pytest.raises(BadMessage, match=r"nest at most 32 levels|StackError"):
+            decode(nested(levels))

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from wfm.workflow import After, DefinitionError, Job, Workflow, load, loads
+from broker.routing import Publish
+from broker.transport import MAX_FRAME, encode
+from wfm.workflow import After, DefinitionError, Job, Workflow, load, loads, translate
+from wfm.workflow.checks import MAX_COMMAND
 
 JOB_A = '<job name="A" agent="a"><command>run a</command></job>'
 
@@ -145,6 +148,23 @@ CASES = [
             (3, "job 'APPL_START' has an empty command"),
         ],
     ),
+    (
+        "external entity",
+        '<?xml version="1.0"?>\n<!DOCTYPE workflow [\n<!ENTITY x SYSTEM "file:///etc/passwd">\n]>\n'
+        '<workflow name="W">\n<job name="A" agent="a"><command>&x;</command></job>\n</workflow>',
+        [(2, "a DOCTYPE is not allowed in a workflow definition")],
+    ),
+    (
+        "external dtd",
+        f'<!DOCTYPE workflow SYSTEM "http://example.com/w.dtd">\n<workflow name="W">\n{JOB_A}\n</workflow>',
+        [(1, "a DOCTYPE is not allowed in a workflow definition")],
+    ),
+    (
+        "entity expansion",
+        '<!DOCTYPE workflow [<!ENTITY a "aaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;">]>\n'
+        '<workflow name="W">\n<job name="A" agent="a"><command>&b;</command></job>\n</workflow>',
+        [(1, "a DOCTYPE is not allowed in a workflow definition")],
+    ),
 ]
 
 
@@ -216,3 +236,22 @@ def test_a_long_chain_in_code() -> None:
     with pytest.raises(DefinitionError) as caught:
         Workflow("W", looped)
     assert [p.message[:20] for p in caught.value.problems] == ["cycle J0 -> J1 -> J2"]
+
+
+def test_a_command_too_large_for_one_message_is_refused_at_validation(tmp_path: Path) -> None:
+    """The limit holds whatever the command's characters: at the limit, every envelope of the plan
+    still fits in one frame (quotes and control characters grow six-fold in JSON)."""
+    for worst in ("'", "\x01", "\U0001f600"):
+        fits = Workflow("W", (Job("A", "a", worst * (MAX_COMMAND // len(worst.encode()))),))
+        assert all(len(encode(Publish("1", p))) <= MAX_FRAME for p in translate(fits).publications())
+    with pytest.raises(DefinitionError) as caught:
+        Workflow("W", (Job("A", "a", "x" * (MAX_COMMAND + 1)),))
+    assert [p.message for p in caught.value.problems] == [
+        f"job 'A': the command is {MAX_COMMAND + 1} bytes, more than the limit of {MAX_COMMAND}"
+        f" (an eighth of the {MAX_FRAME}-byte message limit); run a script instead"
+    ]
+    path = tmp_path / "w.xml"
+    job = f'<job name="A" agent="a"><command>{"x" * 2_000_000}</command></job>'
+    path.write_text(f'<workflow name="W">\n{job}</workflow>')
+    with pytest.raises(DefinitionError, match="line 2: job 'A': the command is 2000000 bytes"):
+        load(path)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from agents.runner import KEEP_DAYS, KEEP_RUNS, Retention
 from agents.service import AgentService
 from agents.state import Agent
 from broker.client import Brokers
@@ -46,8 +47,28 @@ def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     show_default=True,
     help="Seconds before the first retry of a failed job, doubling per attempt.",
 )
+@click.option(
+    "--keep-runs",
+    type=click.IntRange(1),
+    default=KEEP_RUNS,
+    show_default=True,
+    help="Run logs kept: those of the newest N generations of each workflow.",
+)
+@click.option(
+    "--keep-days",
+    type=click.FloatRange(0, min_open=True),
+    default=KEEP_DAYS,
+    show_default=True,
+    help="Run logs older than D days are deleted, even among the newest N.",
+)
 def agent(
-    name: str, broker_uri: Brokers, state_dir: Path | None, max_jobs: int, retry_backoff: float
+    name: str,
+    broker_uri: Brokers,
+    state_dir: Path | None,
+    max_jobs: int,
+    retry_backoff: float,
+    keep_runs: int,
+    keep_days: float,
 ) -> None:
     """Run an agent: install the AGENT_CTL envelopes addressed to NAME and run their jobs."""
     directory = (state_dir or Path(".wfm", "agents", name)).absolute()
@@ -57,4 +78,5 @@ def agent(
         raise click.ClickException(
             f"cannot create the state directory {directory}: {error.strerror}"
         ) from None
-    serve(AgentService(Agent(name, max_jobs, retry_backoff), broker_uri, directory, Path.cwd()))
+    retention = Retention(keep_runs, keep_days)
+    serve(AgentService(Agent(name, max_jobs, retry_backoff), broker_uri, directory, Path.cwd(), retention))

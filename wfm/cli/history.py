@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,10 +24,11 @@ from wfm.history.html import render_html
 from wfm.history.joins import query_composite
 from wfm.history.landing import StoredPublication
 from wfm.history.overlay import ask_composite, ask_filter, connection
-from wfm.history.queries import composite_windows, open_store, window
+from wfm.history.queries import open_store
 from wfm.history.report import HEADERS, job_report
 from wfm.history.spark import MASTER_ENV
 from wfm.history.store import HistoryStore
+from wfm.history.windows import composite_windows, window
 
 Stored = Result | StoredPublication
 T = TypeVar("T")
@@ -122,7 +123,7 @@ def history(
         if store is not None or broker_uri is None:
             groups = query_composite(_open_store(store, spark_master), composite, since, until)
         else:
-            groups = _asking(_composite_from_overlay(broker_uri, atoms, since, until, timeout))
+            groups = asyncio.run(_composite_from_overlay(broker_uri, atoms, since, until, timeout))
         for group in groups:
             _show_group(group, output)
         return
@@ -134,7 +135,7 @@ def history(
         for stored in _open_store(store, spark_master).query(wanted, since, until):
             _show("history", stored, output)
         return
-    _asking(_from_overlay(broker_uri, wanted, since, until, timeout, output))
+    asyncio.run(_from_overlay(broker_uri, wanted, since, until, timeout, output))
 
 
 def _composite(text: str) -> tuple[Composite, list[Atom]]:
@@ -144,11 +145,6 @@ def _composite(text: str) -> tuple[Composite, list[Atom]]:
         return composite, joinable_atoms(composite)
     except (ParseError, ValueError) as error:
         raise click.ClickException(f"invalid composite: {error}") from None
-
-
-def _asking(query: Coroutine[Any, Any, T]) -> T:
-    """A query through the overlay, run to its end; its HistoryError is the command's error."""
-    return asyncio.run(query)
 
 
 async def _from_overlay(

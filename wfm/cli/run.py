@@ -17,6 +17,7 @@ from tzlocal import get_localzone
 
 from broker.client import Brokers, ConnectError
 from wfm.cli.options import broker_option, broker_uri_option, checked, output_option
+from wfm.cli.serving import stop_event
 from wfm.cli.workflow import load_workflow
 from wfm.monitor import TIMED_OUT, MonitorService, StatusEvent, render
 from wfm.scheduler import fire, run_schedule
@@ -71,8 +72,8 @@ def schedule(config: Path, dry_run: bool, days: int, broker_uri: Brokers | None)
         return
     if broker_uri is None:
         raise click.UsageError("--broker (or $WFM_BROKER) is needed unless --dry-run")
-    with TriggerPublisher(broker_uri) as publisher:
-        run_schedule(entries, timezone, lambda entry: _fire(entry, publisher))
+    with TriggerPublisher(broker_uri) as publisher, stop_event() as stop:
+        run_schedule(entries, timezone, lambda entry: _fire(entry, publisher), stop)
 
 
 def _fire(entry: Entry, publisher: TriggerPublisher) -> None:
@@ -184,4 +185,7 @@ def up(directory: Path, port: int, spark_connect: bool) -> None:
     workflows = [load_workflow(file) for file in files]
     named = [(workflow.name, file) for workflow, file in zip(workflows, files, strict=True)]
     spark_port = port + 3 if spark_connect else None
-    serve(named, agent_names(workflows), directory / ".wfm", port, click.echo, spark_port=spark_port)
+    with stop_event() as stop:
+        serve(
+            named, agent_names(workflows), directory / ".wfm", port, click.echo, stop, spark_port=spark_port
+        )

@@ -22,9 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from broker.client import Client, Delivery, Subscription
-from broker.errors import RemoteError
+from broker.errors import ParseError, RemoteError
 from broker.language import Filter, Predicate, Publication, TimeRef
 from broker.language.operators import TIME_ATTRIBUTE, holds
+from broker.routing.ids import OverlayId
 from wfm.history.protocol import (
     STALL,
     Answer,
@@ -133,7 +134,11 @@ class Answers:
 def historian_of(publication_id: str) -> str:
     """``<broker>/<client>`` of ``<broker>/<client>/<ref>``: unique in the overlay (a broker refuses a
     second client of the same name), where two historians on two brokers may share a client name."""
-    return publication_id.rpartition("/")[0]
+    try:
+        overlay_id = OverlayId.parse(publication_id)
+    except ParseError:
+        return ""
+    return f"{overlay_id.broker}/{overlay_id.client}"
 
 
 def without_time(wanted: Filter) -> Filter:

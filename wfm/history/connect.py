@@ -114,6 +114,7 @@ def serve_connect(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
+            start_new_session=True,  # Ctrl-C in a terminal is for wfm spark-connect, which stops the JVM
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
     announcement = store / ANNOUNCEMENT

@@ -45,10 +45,10 @@ from wfm.history.protocol import (
     signed,
 )
 from wfm.history.recorder import Recent, Recorder
-from wfm.history.spark import spark_session
+from wfm.history.spark import first_line, resolve_master, spark_session
 from wfm.history.store import HistoryStore
 
-__all__ = ["DEFAULT_CLASSES", "RecorderService", "first_line"]
+__all__ = ["DEFAULT_CLASSES", "RecorderService"]
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +84,6 @@ def in_daemon_thread(work: Callable[[], T], name: str) -> asyncio.Future[T]:
 def _settle(future: asyncio.Future[Any], setter: Callable[[Any], None], value: object) -> None:
     if not future.done():  # a cancelled waiter leaves it cancelled
         setter(value)
-
-
-def first_line(error: BaseException) -> str:
-    """Spark's errors span pages; a log line or an answer takes the first line."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 class RecorderService:
@@ -135,7 +129,8 @@ class RecorderService:
             return self._store
 
     async def run(self) -> None:
-        if self.store().has_table():
+        remote = resolve_master(self.spark_master).startswith("sc://")  # opened in milliseconds when needed
+        if self.store().has_table() and not remote:
             in_daemon_thread(self._start_spark, "spark start")
         loops = [self._keep_connected(), self._flush_timer()]
         if self.compact_every > 0:

@@ -21,7 +21,7 @@ from broker.errors import LinkClosed
 from broker.language import Atom
 from wfm.history.asker import Answers, HistoryError, Result, Seam, ask, without_time
 from wfm.history.groups import join
-from wfm.history.queries import Window
+from wfm.history.windows import Window
 from wfm.triggers import ADVERTISEMENT_SETTLE
 
 __all__ = ["LATE", "Asked", "ask_composite", "ask_filter", "connection"]

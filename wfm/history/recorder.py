@@ -3,7 +3,9 @@ landing log's disk; :class:`wfm.history.historian.RecorderService` feeds it from
 
 from __future__ import annotations
 
+from broker.errors import ParseError
 from broker.language import Publication
+from broker.routing.ids import OverlayId
 from wfm.history.landing import Landing
 
 __all__ = ["SEEN_LIMIT", "Recent", "Recorder", "publisher_of"]
@@ -12,10 +14,11 @@ SEEN_LIMIT = 100_000  # ids remembered per process; older repeats are removed on
 
 
 def publisher_of(publication_id: str) -> str:
-    """The client that published: the middle of ``<broker>/<client>/<ref>`` (broker ids and refs
-    hold no ``/``; a client name may)."""
-    parts = publication_id.split("/", 1)
-    return parts[1].rsplit("/", 1)[0] if len(parts) == 2 and "/" in parts[1] else ""
+    """The client that published the publication of this id ("" if the id is not a broker's)."""
+    try:
+        return OverlayId.parse(publication_id).client
+    except ParseError:
+        return ""
 
 
 class Recent:

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MASTER", "MASTER_ENV", "resolve_master", "spark_session"]
+__all__ = ["DEFAULT_MASTER", "MASTER_ENV", "first_line", "resolve_master", "spark_session"]
 
 MASTER_ENV = "WFM_SPARK_MASTER"
 DEFAULT_MASTER = "local[*]"
@@ -53,3 +53,9 @@ def spark_session(master: str | None = None, shuffle_partitions: int = 8) -> Spa
     for key, value in _SQL_CONF.items():
         spark.conf.set(key, value)
     return spark
+
+
+def first_line(error: BaseException) -> str:
+    """Spark's errors span pages; a log line or an answer takes the first line."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

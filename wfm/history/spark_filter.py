@@ -22,7 +22,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from broker.language import Filter, Predicate, TimeRef, Var
-from broker.language.operators import PRESENT, STRING_OPERATORS, TIME_ATTRIBUTE
+from broker.language.operators import PRESENT, STRING_OPERATORS
 
 __all__ = [
     "NUMBER_PREFIX",
@@ -30,7 +30,6 @@ __all__ = [
     "attribute_column",
     "compile_filter",
     "date_bounds",
-    "time_bounds",
     "utc_day",
     "value_column",
 ]
@@ -92,22 +91,6 @@ def _predicate(predicate: Predicate, columns: Collection[str], now: float) -> Co
         return column.isNotNull()
     assert string == (op in STRING_OPERATORS)  # the model refuses any other pairing
     return _COMPARE[op](column, F.lit(expected))
-
-
-def time_bounds(
-    subscription: Filter | None, now: float, since: float | None = None, until: float | None = None
-) -> tuple[float | None, float | None]:
-    """The narrowest [low, high] the filter's ``time`` predicate and the window allow (None: open)."""
-    low, high = since, until
-    if subscription is not None and TIME_ATTRIBUTE in subscription:
-        predicate = subscription[TIME_ATTRIBUTE]
-        assert isinstance(predicate.value, TimeRef)
-        at = predicate.value.resolve(now)
-        if predicate.op in (">", ">="):
-            low = at if low is None else max(low, at)
-        else:
-            high = at if high is None else min(high, at)
-    return low, high
 
 
 def date_bounds(low: float | None, high: float | None) -> Column:

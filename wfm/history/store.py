@@ -40,8 +40,8 @@ from wfm.history.spark_filter import (
     STRING_PREFIX,
     compile_filter,
     date_bounds,
-    time_bounds,
 )
+from wfm.history.windows import time_bounds
 
 __all__ = ["PYTHON_LANDING_BYTES", "HistoryStore", "StoreError", "require_store", "to_stored"]
 

@@ -11,18 +11,22 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from broker.language.values import NAME_RE, is_number
+from broker.transport import MAX_FRAME
 from wfm.workflow.errors import Problem
 from workflow_messages import APPL_END, APPL_START, DAILY, find_cycles
 
 if TYPE_CHECKING:
     from wfm.workflow.model import Job, Workflow
 
-__all__ = ["ON_VALUES", "RETRIES_RULE", "TIMEOUT_RULE", "find_problems"]
+__all__ = ["MAX_COMMAND", "ON_VALUES", "RETRIES_RULE", "TIMEOUT_RULE", "find_problems"]
 
 ON_VALUES = ("success", "failure", "always")
 TIMEOUT_RULE = "timeout must be a positive number of seconds"
 RETRIES_RULE = "retries must be a non-negative integer"
 _NAME_RULE = "letters, digits and _ - : /, not starting with a digit or -"
+# A command travels to its agent JSON-encoded (up to 6 bytes per byte: \u00XX) inside one AGENT_CTL
+# message, which must fit in one frame along with the rest of the job's definition.
+MAX_COMMAND = MAX_FRAME // 8
 
 
 def find_problems(workflow: Workflow) -> list[Problem]:
@@ -63,6 +67,12 @@ def _job_problems(job: Job, known: dict[str, Job]) -> Iterator[Problem]:
         yield from _name_problems(job.agent, f"{label}: agent", job.line)
     if not isinstance(job.command, str) or not job.command.strip():
         yield Problem(job.line, f"{label} has an empty command")
+    elif (size := len(job.command.encode("utf-8", "surrogatepass"))) > MAX_COMMAND:
+        yield Problem(
+            job.line,
+            f"{label}: the command is {size} bytes, more than the limit of {MAX_COMMAND}"
+            f" (an eighth of the {MAX_FRAME}-byte message limit); run a script instead",
+        )
     if not job.weekdays or not job.weekdays <= DAILY:
         yield Problem(job.line, f"{label}: a schedule is a non-empty set of weekdays 0 (Monday) to 6")
     timeout = job.timeout

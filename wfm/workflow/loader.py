@@ -77,11 +77,18 @@ def load(path: str | os.PathLike[str]) -> Workflow:
 def loads(data: bytes | str, source: str | None = None) -> Workflow:
     """Parse and check a workflow definition; DefinitionError lists every problem found."""
     parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
+    raw = data.encode() if isinstance(data, str) else data
     try:
-        root = etree.fromstring(data.encode() if isinstance(data, str) else data, parser)
+        root = etree.fromstring(raw, parser)
     except etree.XMLSyntaxError as error:
         message = _LIBXML_POSITION.sub("", str(error.msg))
         raise DefinitionError([Problem(error.lineno, f"XML syntax error: {message}")]) from None
+    if root.getroottree().docinfo.doctype:
+        # Entities could read local files or grow a few lines into gigabytes; unresolved, they
+        # crash the schema check. A workflow needs none, so a DTD is refused whatever it holds.
+        at = raw.find(b"<!DOCTYPE")  # lxml keeps no line for it; not found in UTF-16: line 1
+        line = raw.count(b"\n", 0, at) + 1 if at >= 0 else 1
+        raise DefinitionError([Problem(line, "a DOCTYPE is not allowed in a workflow definition")])
     schema = _schema()
     if not schema.validate(root):
         raise DefinitionError(Problem(entry.line, _plain(entry.message)) for entry in schema.error_log)
