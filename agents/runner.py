@@ -1,6 +1,6 @@
 """Running one attempt of a job under a supervisor, re-attaching to it after a restart, pruning logs.
 
-Each attempt runs under ``python -m agents.supervisor`` (:mod:`agents.supervisor`), in its own
+Each attempt runs under a supervisor process (:mod:`agents.supervisor`), in its own
 session so it outlives the agent: it runs the command with its timeout, environment and log, and
 writes the outcome atomically into the run's status file. The agent starts the supervisor with the
 run's lock held (``flock`` on ``JOB.ATTEMPT.lock``) and hands the lock down to it, so "the lock is
@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from agents import supervisor
 from agents.state import Result, Run
 
 __all__ = ["KEEP_DAYS", "KEEP_RUNS", "Retention", "log_path", "prune", "supervise"]
@@ -93,9 +94,9 @@ async def _launch(run: Run, lock: int, log_file: Path, status: Path, default_cwd
         "WFM_GID": run.gid,
         "WFM_DATE": run.date,
     }
-    timeout = [] if run.timeout is None else ["--timeout", repr(run.timeout)]
-    command = [sys.executable, "-m", "agents.supervisor", "--cwd", run.cwd or str(default_cwd)]
-    command += [*timeout, "--log", str(log_file), "--status", str(status), "--", run.command]
+    timeout = "-" if run.timeout is None else repr(run.timeout)
+    command = [sys.executable, "-S", "-I", supervisor.__file__, run.cwd or str(default_cwd), timeout]
+    command += [str(log_file), str(status), run.command]
     process = subprocess.Popen(
         command,
         env=env,
