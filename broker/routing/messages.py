@@ -43,6 +43,7 @@ __all__ = [
     "Subscribe",
     "Unadvertise",
     "Unsubscribe",
+    "request_ref",
 ]
 
 DEFAULT_TTL = 32  # hops a message may travel: bounds the damage of a misconfigured cyclic overlay
@@ -276,3 +277,9 @@ ClientMessage = (
 # What crosses a link; LinkUp and LinkDown only ever come from the local adapter.
 LinkMessage = ClientMessage | Deliver | Notify | Ack | Refuse | StatusReply
 Message = LinkMessage | LinkUp | LinkDown
+
+
+def request_ref(message: Message) -> str:
+    """The client's name for a request, which its answer must carry (withdrawals use the id)."""
+    ref = getattr(message, "ref", None)
+    return ref if isinstance(ref, str) else str(getattr(message, "id", ""))

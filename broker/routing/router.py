@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from typing import Any, get_args
+from typing import Any
 
 from broker.language.model import Filter, Publication
 from broker.routing.composites import Composites
@@ -42,6 +42,7 @@ from broker.routing.messages import (
     Subscribe,
     Unadvertise,
     Unsubscribe,
+    request_ref,
 )
 from broker.routing.tables import Output, Tables
 from broker.routing.times import fix_composite_time, fix_time
@@ -76,7 +77,7 @@ class Router:
         """Feed one message that arrived from ``hop`` at ``now`` (epoch seconds); returns what to
         send where, in order."""
         kind = type(message)
-        self.counters[_COUNTERS.get(kind) or f"in.{kind.__name__}"] += 1
+        self.counters[f"in.{kind.__name__}"] += 1
         if kind in _LINK_EVENTS:
             return _LINK_EVENTS[kind](self, message, hop, now)
         if hop in self.tables.clients:
@@ -85,7 +86,7 @@ class Router:
             except Exception as error:  # a bug here must not leave the client waiting for an answer
                 self.counters["router_errors"] += 1
                 log.exception("%s: failed on %s from client %s", self.id, kind.__name__, hop)
-                return self._refuse(hop, _ref(message), f"the broker failed on this request: {error}")
+                return self._refuse(hop, request_ref(message), f"the broker failed on this request: {error}")
         if hop in self.tables.neighbors:
             return _FROM_BROKER.get(kind, Router._unexpected)(self, message, hop, now)
         self.counters["unknown_hop"] += 1
@@ -263,12 +264,6 @@ class Router:
 Handler = Callable[[Router, Any, str, float], Output]
 
 
-def _ref(message: Message) -> str:
-    """The client's name for a request, which its answer must carry (withdrawals use the id)."""
-    ref = getattr(message, "ref", None)
-    return ref if isinstance(ref, str) else str(getattr(message, "id", ""))
-
-
 def _live(handler: Handler) -> Handler:
     """Between brokers, a message whose hops are used up is dropped: only a cycle keeps one going."""
 
@@ -298,4 +293,3 @@ _FROM_BROKER: dict[type, Handler] = {
     Unsubscribe: Router._withdrawn,
     Refuse: Router._refused,
 }
-_COUNTERS = {kind: f"in.{kind.__name__}" for kind in get_args(Message)}
