@@ -22,6 +22,7 @@ crash at any point of compaction loses nothing and replays nothing twice:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -50,6 +51,14 @@ class Journal:
         self.path = state_dir / "journal.jsonl"
         self.snapshot_path = state_dir / "snapshot.json"
         self.max_records, self.max_bytes = max_records, max_bytes
+        # one agent per state directory: two would interleave their records, and one's compaction
+        # would truncate the other's (a killed wfm up leaves its agents running)
+        self._lock = os.open(state_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock)
+            raise LocalError(f"{state_dir} is in use by another agent") from None
         self.path.touch()
         self._file = self.path.open("r+b")
         self._file.seek(0, os.SEEK_END)
@@ -126,6 +135,7 @@ class Journal:
 
     def close(self) -> None:
         self._file.close()
+        os.close(self._lock)
 
 
 def _encode(event: Event) -> dict[str, Any]:

@@ -64,9 +64,10 @@ async def supervise(run: Run, state_dir: Path, default_cwd: Path) -> Result | No
     log_file.parent.mkdir(parents=True, exist_ok=True)
     lock = os.open(log_file.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        if not _try_lock(lock):
+        # a status file means the run ended: whatever may still hold the lock is not its supervisor
+        if not status.exists() and not _try_lock(lock):
             log.info("%s: re-attached to its running supervisor", run.label)
-            while not _try_lock(lock):
+            while not _try_lock(lock) and not status.exists():
                 await asyncio.sleep(REATTACH_POLL)
         elif not status.exists() and not log_file.exists():
             await _launch(run, lock, log_file, status, default_cwd)
@@ -96,16 +97,17 @@ async def _launch(run: Run, lock: int, log_file: Path, status: Path, default_cwd
     }
     timeout = "-" if run.timeout is None else repr(run.timeout)
     command = [sys.executable, "-S", "-I", supervisor.__file__, run.cwd or str(default_cwd), timeout]
-    command += [str(log_file), str(status), run.command]
-    process = subprocess.Popen(
-        command,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        pass_fds=(lock,),
-    )
+    command += [str(lock), str(log_file), str(status), run.command]
+    with open(log_file.with_suffix(".supervisor"), "ab") as errors:  # its own failures, if any
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            start_new_session=True,
+            pass_fds=(lock,),
+        )
     # Not an asyncio subprocess: its transport kills the child when the agent's loop closes, and
     # the supervisor must outlive the agent. A pidfd becomes readable when the process exits.
     pidfd = os.pidfd_open(process.pid)

@@ -149,8 +149,14 @@ class AgentService:
         task.add_done_callback(self.runs.discard)
 
     async def _outcome(self, run: Run) -> None:
-        """Start ``run`` or re-attach to it (:func:`supervise`), then hand its end to the loop."""
-        result = await supervise(run, self.state_dir, self.workdir)
+        """Start ``run`` or re-attach to it (:func:`supervise`), then hand its end to the loop.
+        A run that cannot be supervised (no process or file left, a full disk) ends lost, not
+        stuck: it would hold one of the agent's job slots for ever."""
+        try:
+            result = await supervise(run, self.state_dir, self.workdir)
+        except (OSError, ValueError, KeyError) as error:  # no process or fd left, disk full, bad status
+            log.error("%s: cannot supervise it: %s", run.label, error)
+            result = None
         if result is None:
             log.error("%s: its supervisor died before recording how it ended", run.label)
             self.events.put_nowait(Lost(run))

@@ -2,7 +2,7 @@
 
 Usage (by :func:`agents.runner.supervise`, never by hand)::
 
-    python -S -I supervisor.py CWD TIMEOUT|- LOG STATUS COMMAND
+    python -S -I supervisor.py CWD TIMEOUT|- LOCK LOG STATUS COMMAND
 
 The agent starts this process in its own session, so a SIGKILL of the agent (or a Ctrl-C sent to
 its terminal's process group) leaves it running. It runs ``/bin/sh -c COMMAND`` in CWD in its own
@@ -11,6 +11,10 @@ seconds, and writes the outcome atomically (temporary file, fsync, rename, fsync
 STATUS: a restarted agent either finds that file or, while this process lives, the run's lock held
 (:func:`agents.runner.supervise`). The lock is an open file description inherited from the agent,
 not a pid, so a reused pid can never be mistaken for a live supervisor.
+
+LOCK is the number of that inherited descriptor: it is made non-inheritable before the command
+starts, or a command that leaves a process behind (``sleep 60 &``) would hold the lock after the
+supervisor ended, and a restarted agent would wait for it for ever.
 
 The log file is created before the command starts: a free lock, no status and no log mean the
 command never started, which is the only case in which the agent may launch it again.
@@ -31,7 +35,9 @@ import signal
 import sys
 import time
 
-__all__ = ["main", "write_atomically"]
+__all__ = ["MAX_TIMEOUT", "main", "write_atomically"]
+
+MAX_TIMEOUT = 1e9  # seconds (31 years); select() overflows past about 9.2e9
 
 
 def write_atomically(path: str | os.PathLike[str], data: dict[str, object]) -> None:
@@ -95,11 +101,15 @@ def _wait(pid: int, timeout: float | None) -> int | None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 5:
-        print("usage: supervisor.py CWD TIMEOUT|- LOG STATUS COMMAND", file=sys.stderr)
+    if len(argv) != 6:
+        print("usage: supervisor.py CWD TIMEOUT|- LOCK LOG STATUS COMMAND", file=sys.stderr)
         return 2
-    cwd, timeout, log, status, command = argv
-    write_atomically(status, run(command, cwd, None if timeout == "-" else float(timeout), log))
+    cwd, timeout, lock, log, status, command = argv
+    os.set_inheritable(int(lock), False)  # held by this process alone, not by what the command leaves
+    seconds = None if timeout == "-" else float(timeout)
+    if seconds is not None and not 0 < seconds < MAX_TIMEOUT:
+        seconds = None  # select() cannot wait that long: as good as no timeout
+    write_atomically(status, run(command, cwd, seconds, log))
     return 0
 
 

@@ -246,9 +246,6 @@ class Router:
     ) -> Output:
         """To the detectors here whose atoms it matches, the clients here it matches (one delivery
         naming all their subscriptions), and one copy per neighbour, not back whence it came."""
-        self.seen[pub_id] = None
-        if len(self.seen) > SEEN_PUBLICATIONS:
-            self.seen.popitem(last=False)
         local, by_hop = self.tables.matching(publication, now)
         out: Output = []
         for part in local:
@@ -258,6 +255,9 @@ class Router:
                 out.append((target, Deliver(tuple(sorted(by_hop[target])), publication, pub_id, accepted)))
             elif target != hop:
                 out.append((target, Publish(pub_id, publication, ttl - 1, time=accepted)))
+        self.seen[pub_id] = None  # last: a publication that failed here is routed if it comes again
+        if len(self.seen) > SEEN_PUBLICATIONS:
+            self.seen.popitem(last=False)
         return out
 
 

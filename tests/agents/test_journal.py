@@ -10,6 +10,7 @@ import pytest
 import agents.journal
 from agents.journal import Journal
 from agents.state import Agent, Delivered, Event, Finished, Incoming, Result
+from broker.errors import LocalError
 from tests.agents.test_state import PLAN, key, runs, status, trigger
 
 
@@ -127,3 +128,11 @@ def test_a_crash_after_the_tail_is_emptied_loses_nothing(tmp_path: Path) -> None
     journal.close()  # no more records: as if the process stopped right after truncating
     restarted, replayed = recovered(tmp_path)
     assert replayed == 0 and restarted.snapshot() == agent.snapshot()
+
+
+def test_one_agent_per_state_directory(tmp_path: Path) -> None:
+    first = Journal(tmp_path)
+    with pytest.raises(LocalError, match=f"^{tmp_path} is in use by another agent$"):
+        Journal(tmp_path)
+    first.close()
+    Journal(tmp_path).close()  # free again once the first one is gone

@@ -56,6 +56,25 @@ def test_a_missing_directory_is_a_failure_not_a_crash(tmp_path: Path) -> None:
     assert result is not None and not result.ok and result.detail.startswith("cannot start:")
 
 
+def test_a_process_the_job_leaves_behind_does_not_hold_the_run_lock(tmp_path: Path) -> None:
+    """A job that leaves a background process: the run ended, so supervising it again (as an
+    agent restarted meanwhile would) reads the outcome at once, instead of waiting for the lock."""
+    job = run("sleep 5 >/dev/null 2>&1 &")
+    first = supervised(job, tmp_path, tmp_path)
+    assert first is not None and first.ok
+    status = log_path(tmp_path, job).with_suffix(".status")
+    status.unlink()  # as if the agent had died before reading it: only the lock can tell
+    began = time.monotonic()
+    again = supervised(job, tmp_path, tmp_path)
+    assert again is None  # no status, the lock free: lost (it never reran), not a 5 s wait
+    assert time.monotonic() - began < 2
+
+
+def test_a_huge_timeout_is_no_timeout(tmp_path: Path) -> None:
+    result = supervised(run("true", timeout=1e300), tmp_path, tmp_path)
+    assert result is not None and result.ok
+
+
 def test_a_run_outlives_its_agent_and_is_re_attached_not_rerun(tmp_path: Path) -> None:
     """An "agent" process starts the run and is killed -9 mid-run; supervising the same run again
     waits for the surviving supervisor, then (a third time) reads the recorded outcome."""
