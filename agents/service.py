@@ -32,7 +32,7 @@ from agents.state import (
     Tick,
     Withdraw,
 )
-from broker.client import Backoff, Brokers, Client, ConnectionEvent, TooManyUnacknowledged
+from broker.client import Backoff, Brokers, Client, ConnectionEvent, Delivery, TooManyUnacknowledged
 from broker.errors import LinkClosed
 from broker.language import Publication
 from workflow_messages import ack_advertisement, control_subscription
@@ -46,6 +46,7 @@ MAX_BACKOFF = 5.0
 BATCH = 32  # events handled (and fsync'd) together before the event loop gets a turn
 FIRST = asyncio.FIRST_COMPLETED
 PRUNE_EVERY = 60.0  # seconds between prunings of run logs
+EARLY_LIMIT = 10_000  # deliveries held for subscriptions whose id is not known yet
 
 
 class AgentService:
@@ -66,6 +67,9 @@ class AgentService:
         self.client: Client | None = None
         self.issued: dict[str, tuple[str, str]] = {}  # key -> (broker id, command)
         self.keys: dict[str, str] = {}  # subscription id -> key
+        # deliveries read before the subscription's id was known: its acknowledgement and its
+        # first deliveries can come in one read, and the reader runs before the request returns
+        self.early: dict[str, list[Delivery]] = {}
         self.outbox: list[Publication] = []  # publications made before the first connection
         self.lock = asyncio.Lock()  # requests and re-issuing must not interleave
         self.runs: set[asyncio.Task[None]] = set()
@@ -192,6 +196,7 @@ class AgentService:
             elif effect.key in self.issued:
                 broker_id, command = self.issued.pop(effect.key)
                 self.keys.pop(broker_id, None)
+                self.early.pop(broker_id, None)
                 await (client.unadvertise if command == "ADVERTISE" else client.unsubscribe)(broker_id)
         except LinkClosed:
             pass  # re-issued from the wanted set on reconnection
@@ -213,6 +218,8 @@ class AgentService:
             broker_id = sub.id
         self.issued[key] = (broker_id, registration.command)
         self.keys[broker_id] = key
+        for delivery in self.early.pop(broker_id, ()):
+            self._deliver(key, delivery)
 
     # connection -----------------------------------------------------------------------------
 
@@ -260,7 +267,15 @@ class AgentService:
     async def _read(self, client: Client) -> None:
         async for delivery in client:
             key = self.keys.get(delivery.subscription)
-            if key == CONTROL:
-                self.events.put_nowait(Incoming(delivery.publication))
-            elif key is not None:
-                self.events.put_nowait(Delivered(key, delivery.publications or (delivery.publication,)))
+            if key is not None:
+                self._deliver(key, delivery)
+            elif sum(map(len, self.early.values())) < EARLY_LIMIT:
+                self.early.setdefault(delivery.subscription, []).append(delivery)
+            else:
+                log.error("delivery for unknown subscription %s dropped", delivery.subscription)
+
+    def _deliver(self, key: str, delivery: Delivery) -> None:
+        if key == CONTROL:
+            self.events.put_nowait(Incoming(delivery.publication))
+        else:
+            self.events.put_nowait(Delivered(key, delivery.publications or (delivery.publication,)))
