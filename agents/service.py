@@ -98,8 +98,12 @@ class AgentService:
                 timeout = 1.0 if wakeup is None else max(0.0, min(1.0, wakeup - time.time()))
                 getter = asyncio.create_task(self.events.get())
                 done, _ = await asyncio.wait(
-                    {getter, stopping}, timeout=timeout, return_when="FIRST_COMPLETED"
+                    {getter, stopping, connection}, timeout=timeout, return_when="FIRST_COMPLETED"
                 )
+                if connection in done:  # the broker refused or ignored the agent's own requests:
+                    getter.cancel()  # end with that error, rather than staying up and deaf
+                    connection.result()
+                    break
                 if getter in done:
                     batch = [getter.result()]
                     while not self.events.empty() and len(batch) < BATCH:  # one fsync for them all

@@ -136,9 +136,15 @@ class RecorderService:
         if self.compact_every > 0:
             loops.append(self._compact_timer())
         tasks = [asyncio.create_task(loop) for loop in loops]
+        stopping = asyncio.create_task(self.stopping.wait())
         try:
-            await self.stopping.wait()
+            # a loop that ends by an error (the broker refused the historian's subscriptions) ends
+            # the historian with that error, rather than leaving it up and deaf
+            done, _ = await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for task in done - {stopping}:
+                task.result()
         finally:
+            stopping.cancel()
             for task in (*tasks, *self._tasks):  # queries too: their threads are left to the exit
                 task.cancel()
             await asyncio.gather(*tasks, *self._tasks, return_exceptions=True)
