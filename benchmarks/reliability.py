@@ -63,6 +63,7 @@ JOBS = {  # job: (agent, predecessors)
 WORKFLOW = "RELIABILITY"
 SCENARIOS = ("none", "middle-broker", "edge-broker", "agents")
 STUCK_AFTER = 30.0  # seconds after the last trigger or restart
+UP_BETWEEN = 1.0  # seconds a killed process stays up before the next kill (short runs spread out)
 TARGET_RUN_TWICE = 0
 
 
@@ -178,6 +179,17 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) ->
         time.sleep(0.1)
 
 
+def relinked(uris: list[BrokerURI], since: float, timeout: float = STUCK_AFTER) -> float | None:
+    """Seconds from ``since`` until the line B1 - B2 - B3 is whole again; None if not in time."""
+    for i, uri in enumerate(uris):
+        expected = {uris[j].id for j in (i - 1, i + 1) if 0 <= j < len(uris)}
+        try:
+            wait_for(lambda u=uri, e=expected: linked(u, e), f"{uri.id} linked", timeout)  # type: ignore[misc]
+        except RuntimeError:
+            return None
+    return round(time.monotonic() - since, 2)
+
+
 class Faults(threading.Thread):
     """Applies a schedule: SIGKILL of a child, then the same command started again."""
 
@@ -185,12 +197,13 @@ class Faults(threading.Thread):
         super().__init__(name="faults", daemon=True)
         self.processes, self.faults, self.start_time = processes, faults, start
         self.stop = threading.Event()
-        self.last_restart = start
+        self.last_restart = start - UP_BETWEEN
         self.done: list[str] = []
 
     def run(self) -> None:
         for fault in self.faults:
-            if self.stop.wait(max(0.0, self.start_time + fault.at - time.monotonic())):
+            at = max(self.start_time + fault.at, self.last_restart + UP_BETWEEN)
+            if self.stop.wait(max(0.0, at - time.monotonic())):
                 return
             child, process = next(p for p in self.processes.running if p[0].name == fault.child)
             process.send_signal(signal.SIGKILL)
@@ -221,9 +234,8 @@ def run_scenario(scenario: str, index: int, generations: int, rate: float, seed:
             uris, brokers = broker_children(PORT + 10 * index)
             for child in brokers:
                 processes.start(child)
-            for i, uri in enumerate(uris):
-                expected = {uris[j].id for j in (i - 1, i + 1) if 0 <= j < len(uris)}
-                wait_for(lambda u=uri, e=expected: linked(u, e), f"{uri.id} linked")  # type: ignore[misc]
+            if relinked(uris, time.monotonic()) is None:
+                raise RuntimeError("the brokers did not link")
             for child in agent_children(AGENTS, uris, home / "agents"):
                 processes.start(child)
             deploy = [*WFM, "deploy", str(home / "workflow.xml"), "--broker", str(uris[0]), "--timeout", "60"]
@@ -253,7 +265,11 @@ def run_scenario(scenario: str, index: int, generations: int, rate: float, seed:
                 last_trigger = time.monotonic()
             fault_thread.join()
             settle_from = max(last_trigger, fault_thread.last_restart)
-            while time.monotonic() < settle_from + STUCK_AFTER and len(observed.completed) < generations:
+            relink_s = relinked(uris, settle_from)
+            # a generation started after the faults: does new work run, whatever was lost?
+            with TriggerPublisher(uris, timeout=5) as publisher:
+                publisher.publish(WORKFLOW, f"{scenario}-probe", date.today())
+            while time.monotonic() < settle_from + STUCK_AFTER and len(observed.completed) < generations + 1:
                 time.sleep(0.2)
                 observed.read_log()
             time.sleep(1.0)  # a late second run of a job still shows
@@ -266,6 +282,7 @@ def run_scenario(scenario: str, index: int, generations: int, rate: float, seed:
             if watcher is not None:
                 watcher.join(10)
             processes.stop()
+    probe = observed.completed.pop(f"{scenario}-probe", None)
     complete = len(observed.completed)
     return {
         "scenario": scenario,
@@ -279,6 +296,8 @@ def run_scenario(scenario: str, index: int, generations: int, rate: float, seed:
         "catch_up_s": (
             round(max(observed.completed.values()) - settle_from, 2) if complete == generations else None
         ),
+        "relinked_s": relink_s,
+        "probe_complete": probe is not None,
         "faults": fault_thread.done,
     }
 
@@ -287,12 +306,14 @@ def report(result: dict[str, object], control: dict[str, object] | None) -> None
     n = result["generations"]
     complete, twice = result["complete"], result["run_twice"]
     met = "met" if complete == n and twice == TARGET_RUN_TWICE else "NOT met"
-    catch_up = result["catch_up_s"]
+    catch_up, relink = result["catch_up_s"], result["relinked_s"]
     print(
         f"{result['scenario']:14} complete {complete:>4}/{n}  run twice {twice:>3}  "
         f"stuck {result['stuck']:>4}  "
         f"catch-up {'never' if catch_up is None else f'{catch_up:.1f} s':>8}  "
-        f"APPL_END FAILURE {result['appl_end_failure']}  trigger retries {result['trigger_retries']}   "
+        f"APPL_END FAILURE {result['appl_end_failure']}  trigger retries {result['trigger_retries']}  "
+        f"relinked {'never' if relink is None else f'{relink} s'}  "
+        f"probe after faults {'complete' if result['probe_complete'] else 'STUCK'}   "
         f"target {n}/{n}, {TARGET_RUN_TWICE} twice: {met}"
     )
     for line in result["faults"]:  # type: ignore[attr-defined]
@@ -312,6 +333,10 @@ def report(result: dict[str, object], control: dict[str, object] | None) -> None
     print("RESULT " + json.dumps(line))
 
 
+def interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--generations", type=int, default=200)
@@ -321,6 +346,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.generations < 1 or args.rate <= 0:
         parser.error("--generations must be at least 1 and --rate positive")
+    signal.signal(signal.SIGTERM, interrupted)  # stopped like Ctrl-C: the finally clauses clean up
     scenarios = [s for s in SCENARIOS if s in (args.scenario or SCENARIOS)]  # the control first
     print(
         f"reliability: {args.generations} generations at {args.rate:g}/s, seed {args.seed}, "
@@ -338,4 +364,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        raise SystemExit("reliability: interrupted (every process started was stopped)") from None
