@@ -106,7 +106,6 @@ def schedule(scenario: str, window: float, rng: random.Random) -> list[Fault]:
 class Observed:
     """What the log and the subscriber saw, with the time each generation completed."""
 
-    gids: list[str]
     log: Path
     lock: threading.Lock = field(default_factory=threading.Lock)
     lines: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -241,7 +240,7 @@ def run_scenario(scenario: str, index: int, generations: int, rate: float, seed:
             deploy = [*WFM, "deploy", str(home / "workflow.xml"), "--broker", str(uris[0]), "--timeout", "60"]
             subprocess.run(deploy, check=True, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
             gids = [f"{scenario}-{i:04d}" for i in range(generations)]
-            observed = Observed(gids, log)
+            observed = Observed(log)
             watcher = threading.Thread(target=watch, args=(uris[::-1], observed, stop), daemon=True)
             watcher.start()
             refused = 0
