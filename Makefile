@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/composite_traffic.py --plot docs/composite_traffic.png
 	$(BIN)/python benchmarks/workflows.py
 	$(BIN)/python benchmarks/history.py
+	$(BIN)/python benchmarks/reliability.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check broker workflow_messages agents wfm tests benchmarks
