@@ -308,11 +308,20 @@ class Client(_Stream):
         self._send(ref, message, future)
         try:
             return await asyncio.wait_for(future, self.request_timeout)
+        except asyncio.CancelledError:
+            self._give_up(ref)
+            raise
         except TimeoutError:
-            self._answered(ref, None)  # given up: not re-sent at a reconnection either
+            self._give_up(ref)
             number = ref.split("@")[0]  # a publication's ref adds this client's session
             what = f"{type(message).__name__} {number} within {self.request_timeout:g} s"
             raise NoAnswer(f"{self.broker_id or 'the broker'} did not answer {what}") from None
+
+    def _give_up(self, ref: str) -> None:
+        """The caller stopped waiting: the request is not re-sent at a reconnection, and a late
+        acknowledgement registers nothing the caller was told had failed."""
+        self._answered(ref, None)
+        self._live.pop(ref, None)
 
     async def advertise(self, advertisement: Filter | str) -> str:
         ref = str(next(self._refs))
