@@ -78,6 +78,7 @@ STATS = (
     "resent.requests",
     "resent.publications",
     "refusals",
+    "heartbeat_timeouts",
 )
 
 
@@ -514,16 +515,18 @@ class Client(_Stream):
             sub._queue.put(None)
 
     async def _watch(self) -> None:
-        """Keep a paused link alive (the broker hears from us though we read nothing) and close
-        one on which the broker fell silent, so that the reconnection starts."""
+        """Keep a paused link alive (the broker hears from us though we read nothing), ask a quiet
+        broker for a sign of life (its own heartbeat may be slower than ``dead_after``), and close
+        a link on which the broker fell silent, so that the reconnection starts."""
         while True:
             await asyncio.sleep(self.heartbeat)
             link = self.link
             if link is None or link.closed is not None:
                 continue
-            if self._paused:
-                link.send(Ping())
-            elif time.monotonic() - link.last_received > self.dead_after:
+            silent = time.monotonic() - link.last_received
+            if self._paused or silent > self.dead_after / 2:
+                link.send(Ping())  # answered by a Pong
+            if not self._paused and silent > self.dead_after:
                 self.counters["heartbeat_timeouts"] += 1
                 link.close(f"no traffic from {self.broker_id} for {self.dead_after:g} s", abort=True)
 

@@ -215,3 +215,22 @@ def test_giving_up_ends_the_streams_and_fails_what_waits() -> None:
             await client.publish("[class,stock],[n,1]")
 
     run(scenario())
+
+
+def test_an_idle_client_keeps_its_link_to_a_broker_with_a_slow_heartbeat() -> None:
+    """The broker pings idle links every 30 s; a client that wants a sign of life every second
+    asks for one (Ping, answered by a Pong) instead of dropping a healthy link."""
+
+    async def scenario() -> None:
+        broker = RouterService(uri("B1"), heartbeat=30.0, dead_after=120.0)
+        await broker.start()
+        try:
+            client = await Client.connect(broker.uri, "idle", heartbeat=0.1, dead_after=1.0)
+            await asyncio.sleep(2.5)
+            assert client.connected
+            assert client.stats()["heartbeat_timeouts"] == 0 and client.stats()["reconnects"] == 0
+            await client.close()
+        finally:
+            await broker.stop()
+
+    run(scenario())
