@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
@@ -20,7 +20,7 @@ from wfm.cli.options import broker_option, broker_uri_option, checked, output_op
 from wfm.cli.serving import stop_event
 from wfm.cli.workflow import load_workflow
 from wfm.monitor import TIMED_OUT, MonitorService, StatusEvent, render
-from wfm.scheduler import fire, run_schedule
+from wfm.scheduler import NEVER_STOPPED, fire, run_schedule
 from wfm.timetable import Entry, fires, load_config
 from wfm.triggers import TriggerPublisher, check_gid, check_workflow, new_gid, parse_date
 from wfm.up import agent_names, serve
@@ -73,15 +73,17 @@ def schedule(config: Path, dry_run: bool, days: int, broker_uri: Brokers | None)
     if broker_uri is None:
         raise click.UsageError("--broker (or $WFM_BROKER) is needed unless --dry-run")
     with TriggerPublisher(broker_uri) as publisher, stop_event() as stop:
-        run_schedule(entries, timezone, lambda entry: _fire(entry, publisher), stop)
+        run_schedule(entries, timezone, lambda entry: _fire(entry, publisher, stop.wait), stop)
 
 
-def _fire(entry: Entry, publisher: TriggerPublisher) -> None:
-    """One cron fire, shown on stdout. A broker that cannot be reached is reported and retried at
-    the next fire (the scheduler keeps running)."""
+def _fire(
+    entry: Entry, publisher: TriggerPublisher, wait: Callable[[float], bool] = NEVER_STOPPED.wait
+) -> None:
+    """One cron fire, shown on stdout. A broker that cannot take it is tried again for a few
+    minutes with the same gid, then reported (the scheduler keeps running)."""
     now = datetime.now(entry.cron.timezone)
     try:
-        gid = fire(entry, publisher, now)
+        gid = fire(entry, publisher, now, wait)
     except (ConnectError, OSError, TimeoutError) as error:
         click.echo(f"wfm: error: cannot trigger {entry.workflow}: {error or 'timed out'}", err=True)
         return
