@@ -20,7 +20,7 @@ in flight when a link drops, and composite state at the broker, are not the clie
 
 ``publish_nowait`` pipelines publications without waiting for each acknowledgement, for
 throughput; they are kept and re-sent like the others, and a refusal of one of them is logged
-and kept in ``client.refusals``.
+and kept in ``client.refusals`` (the last REFUSALS_KEPT; all are counted).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import logging
 import random
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 
 Request = Advertise | Subscribe | CompositeSubscribe
 DEFAULT_BACKOFF = Backoff()
+REFUSALS_KEPT = 1000  # the last refusals a client keeps to show; every one is counted
+
 STATS = (
     "dropped.lossy",
     "dropped.duplicates",
@@ -205,7 +207,7 @@ class Client(_Stream):
         self.request_timeout = request_timeout  # seconds to wait for the broker to answer a request
         self._rng, self._sleep = rng, sleep
         self.counters: Counter[str] = Counter()
-        self.refusals: list[Refuse] = []
+        self.refusals: deque[Refuse] = deque(maxlen=REFUSALS_KEPT)  # counted in full in counters
         self.subscriptions: dict[str, Subscription] = {}  # by the id the caller knows
         self._full: set[Queue] = set()  # queues the reader waits on before reading on
         self._queue: Queue = self._new_queue(lossy=False)
