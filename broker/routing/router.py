@@ -40,10 +40,12 @@ from broker.routing.messages import (
     StatusReply,
     StatusRequest,
     Subscribe,
+    Tick,
     Unadvertise,
     Unsubscribe,
     request_ref,
 )
+from broker.routing.sessions import RequestKey, Sessions, request_key
 from broker.routing.tables import Output, Tables
 from broker.routing.times import fix_composite_time, fix_time
 
@@ -62,20 +64,30 @@ class Router:
         advertisement_covering: bool = False,
         composite_max_waiting: int = 10_000,
         composite_max_age: float | None = None,
+        session_grace: float = 0.0,
+        session_max_queued: int = 10_000,
+        session_max_bytes: int = 64 << 20,
     ) -> None:
         self.id = broker_id
         self.tables = Tables(covering, advertisement_covering)
         self.composites = Composites(broker_id, self.tables, composite_max_waiting, composite_max_age)
         self.owned: dict[str, set[str]] = {}  # client hop -> ids of its advertisements and subscriptions
+        self.requests: dict[str, RequestKey] = {}  # id of a client's entry -> what it asked for
         self.sessions: dict[str, str] = {}  # client hop -> when it connected (ms, hex): see PublicationId
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.counters: Counter[str] = Counter()
+        self.away = Sessions(self.counters, session_grace, session_max_queued, session_max_bytes)
 
     # the one entry point ------------------------------------------------------------------------
 
     def handle(self, message: Message, hop: str, now: float) -> Output:
         """Feed one message that arrived from ``hop`` at ``now`` (epoch seconds); returns what to
-        send where, in order."""
+        send where, in order. Sessions whose grace period is over go first; what is for a client
+        away is queued for it."""
+        out = [sent for gone in self.away.expired(now) for sent in self._withdraw_client(gone)]
+        return self.away.hold(out + self._dispatch(message, hop, now))
+
+    def _dispatch(self, message: Message, hop: str, now: float) -> Output:
         kind = type(message)
         self.counters[f"in.{kind.__name__}"] += 1
         if kind in _LINK_EVENTS:
@@ -103,12 +115,16 @@ class Router:
             "covering": self.tables.subscriptions.mode,
             "held_subscriptions": self.tables.subscriptions.held_count(),
             **self.composites.status(),
+            **self.away.status(),
             "counters": dict(sorted(self.counters.items())),
         }
 
     # links --------------------------------------------------------------------------------------
 
     def _link_up(self, message: LinkUp, hop: str, now: float) -> Output:
+        queued = None if message.broker else self.away.resume(hop)
+        if queued is not None:
+            return queued
         if hop in self.tables.neighbors or hop in self.tables.clients:
             return []
         if message.broker:
@@ -121,8 +137,11 @@ class Router:
     def _link_down(self, message: LinkDown, hop: str, now: float) -> Output:
         if hop in self.tables.neighbors:
             return [*self.tables.remove_neighbor(hop), *self.composites.link_down(hop)]
-        if hop not in self.tables.clients:
+        if hop not in self.tables.clients or self.away.leave(hop, now):
             return []
+        return self._withdraw_client(hop)
+
+    def _withdraw_client(self, hop: str) -> Output:
         out: Output = []
         for entry_id in sorted(self.owned.pop(hop)):
             out += self._withdraw_owned(hop, entry_id)
@@ -131,6 +150,7 @@ class Router:
         return out
 
     def _withdraw_owned(self, hop: str, entry_id: str) -> Output:
+        del self.requests[entry_id]
         if self.composites.asked((hop, entry_id)):
             return self.composites.release((hop, entry_id))
         return self.tables.withdraw(entry_id)
@@ -156,7 +176,9 @@ class Router:
     ) -> Output:
         """A new advertisement or (composite) subscription: acknowledged with its overlay-wide id."""
         entry_id = str(OverlayId(self.id, hop, message.id))
-        if entry_id in self.owned[hop]:
+        if entry_id in self.owned[hop]:  # a request re-sent after a reconnection is answered again
+            if self.requests[entry_id] == request_key(message):
+                return [(hop, Ack(message.id, entry_id))]
             return self._refuse(hop, message.id, f"id {message.id} is already in use by this client")
         out: Output = [(hop, Ack(message.id, entry_id))]
         if isinstance(message, Advertise):
@@ -167,6 +189,7 @@ class Router:
             clear = None if message.clear is None else fix_time(message.clear, now)
             composite = fix_composite_time(message.composite, now)
             out += self.composites.request((hop, entry_id), composite, clear, DEFAULT_TTL)
+        self.requests[entry_id] = request_key(message)
         self.owned[hop].add(entry_id)  # last: a request that failed leaves nothing to withdraw
         return out
 
@@ -273,7 +296,11 @@ def _live(handler: Handler) -> Handler:
     return checked
 
 
-_LINK_EVENTS: dict[type, Handler] = {LinkUp: Router._link_up, LinkDown: Router._link_down}
+_LINK_EVENTS: dict[type, Handler] = {
+    LinkUp: Router._link_up,
+    LinkDown: Router._link_down,
+    Tick: lambda router, message, hop, now: [],  # handle() has expired what was due
+}
 _FROM_CLIENT: dict[type, Handler] = {
     Advertise: Router._client_asks,
     Subscribe: Router._client_asks,
