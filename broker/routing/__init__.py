@@ -9,7 +9,6 @@ from broker.routing.messages import (
     Deliver,
     LinkDown,
     LinkUp,
-    Tick,
     Message,
     Notify,
     Publish,
@@ -17,6 +16,7 @@ from broker.routing.messages import (
     StatusReply,
     StatusRequest,
     Subscribe,
+    Tick,
     Unadvertise,
     Unsubscribe,
 )
@@ -31,7 +31,6 @@ __all__ = [
     "Deliver",
     "LinkDown",
     "LinkUp",
-    "Tick",
     "Message",
     "Notify",
     "Output",
@@ -41,6 +40,7 @@ __all__ = [
     "StatusReply",
     "StatusRequest",
     "Subscribe",
+    "Tick",
     "Unadvertise",
     "Unsubscribe",
 ]

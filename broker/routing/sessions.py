@@ -18,7 +18,9 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.routing.composites import Composites
 from broker.routing.messages import Advertise, CompositeSubscribe, Deliver, Message, Notify, Subscribe
+from broker.routing.tables import Output, Tables
 
 __all__ = ["RequestKey", "Sessions", "request_key"]
 
@@ -52,46 +54,79 @@ def _size(message: Message) -> int:
 
 
 class Sessions:
-    """The clients whose link is down and whose grace period is not over, with what waits for
-    them. ``grace`` 0 means none: a client's entries are withdrawn as soon as its link goes."""
+    """The router's clients: what each owns and asked for, and those whose link is down and whose
+    grace period is not over, with what waits for them. ``grace`` 0 means none: a client's entries
+    are withdrawn as soon as its link goes."""
 
-    def __init__(self, counters: Counter[str], grace: float, max_queued: int, max_bytes: int) -> None:
+    def __init__(self, tables: Tables, composites: Composites, counters: Counter[str], grace: float) -> None:
+        self.tables = tables
+        self.composites = composites
         self.counters = counters
         self.grace = grace
-        self.max_queued = max_queued
-        self.max_bytes = max_bytes
+        self.max_queued = 10_000  # messages held for one client
+        self.max_bytes = 64 << 20  # their publications' text, for one client
+        self.owned: dict[str, set[str]] = {}  # client hop -> ids of its advertisements and subscriptions
+        self.requests: dict[str, RequestKey] = {}  # id of a client's entry -> what it asked for
+        self.started: dict[str, str] = {}  # client hop -> when it connected (ms, hex): see PublicationId
         self.away: dict[str, _Away] = {}
 
-    def leave(self, hop: str, now: float) -> bool:
-        """The client's link went down: keep its session? (False: withdraw it now.)"""
+    def connect(self, hop: str, now: float) -> Output:
+        """A client's link is up: a new session, or one kept for it, with what was queued, in order."""
+        away = self.away.pop(hop, None)
+        if away is not None:
+            log.info("client %s came back: %d queued messages", hop, len(away.queue))
+            return [(hop, message) for message, _ in away.queue]
+        if hop not in self.tables.neighbors and hop not in self.tables.clients:
+            self.tables.add_client(hop)
+            self.started[hop] = format(round(now * 1000), "x")
+            self.owned[hop] = set()
+        return []
+
+    def disconnect(self, hop: str, now: float) -> Output:
+        """A client's link went down: its session is kept for the grace period, or withdrawn now."""
+        if hop not in self.tables.clients or hop in self.away:
+            return []
         if self.grace <= 0:
-            return False
+            return self._withdraw_client(hop)
         self.away[hop] = _Away(now + self.grace)
         log.info("client %s left: its session is kept for %g s", hop, self.grace)
-        return True
+        return []
 
-    def resume(self, hop: str) -> list[tuple[str, Message]] | None:
-        """The client came back: what was queued for it, in order (None: it had no session)."""
-        away = self.away.pop(hop, None)
-        if away is None:
-            return None
-        log.info("client %s came back: %d queued messages", hop, len(away.queue))
-        return [(hop, message) for message, _ in away.queue]
-
-    def expired(self, now: float) -> list[str]:
-        """The clients whose grace period is over, forgotten here: the router withdraws them."""
-        gone = [hop for hop, away in self.away.items() if away.deadline <= now]
-        for hop in gone:
+    def expire(self, now: float) -> Output:
+        """Withdraw the clients whose grace period is over."""
+        out: Output = []
+        for hop in [hop for hop, away in self.away.items() if away.deadline <= now]:
             dropped = len(self.away.pop(hop).queue)
             self.counters["sessions_expired"] += 1
-            log.warning("client %s did not come back in %g s: withdrawn, %d queued messages dropped", hop, self.grace, dropped)
-        return gone
+            log.warning(
+                "client %s did not come back in %g s: withdrawn, %d queued dropped", hop, self.grace, dropped
+            )
+            out += self._withdraw_client(hop)
+        return out
 
-    def hold(self, out: list[tuple[str, Message]]) -> list[tuple[str, Message]]:
+    def own(self, hop: str, entry_id: str, request: RequestKey) -> None:
+        self.requests[entry_id] = request
+        self.owned[hop].add(entry_id)
+
+    def withdraw(self, hop: str, entry_id: str) -> Output:
+        """One of a client's entries, which it withdrew or which goes with its session."""
+        self.owned.get(hop, set()).discard(entry_id)
+        del self.requests[entry_id]
+        if self.composites.asked((hop, entry_id)):
+            return self.composites.release((hop, entry_id))
+        return self.tables.withdraw(entry_id)
+
+    def _withdraw_client(self, hop: str) -> Output:
+        out = [sent for entry_id in sorted(self.owned.pop(hop)) for sent in self.withdraw(hop, entry_id)]
+        self.tables.remove_client(hop)
+        del self.started[hop]
+        return out
+
+    def hold(self, out: Output) -> Output:
         """The router's output, less what is for a client away, which is queued for it."""
         if not self.away:
             return out
-        sent = []
+        sent: Output = []
         for hop, message in out:
             away = self.away.get(hop)
             if away is None:

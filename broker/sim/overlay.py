@@ -139,12 +139,9 @@ class Overlay:
 
     def add_broker(self, broker_id: str) -> Router:
         router = Router(
-            broker_id,
-            self.covering,
-            self.advertisement_covering,
-            session_grace=self.session_grace,
-            session_max_queued=self.session_max_queued,
+            broker_id, self.covering, self.advertisement_covering, session_grace=self.session_grace
         )
+        router.sessions.max_queued = self.session_max_queued
         self.routers[broker_id] = router
         return router
 
