@@ -7,7 +7,7 @@ keeps a departed client's advertisements and (composite) subscriptions in place,
 and their detectors, and what they match meanwhile is queued here, bounded and in order. If the
 client (the same hop name) comes back within the grace period it gets the queue first, then live
 traffic; if not, the router withdraws its entries as it did at once before. The router has no
-clock: ``expired(now)`` is asked on every message it handles, and the adapter sends ``Tick`` so
+clock: ``expire(now)`` runs on every message it handles, and the adapter sends ``Tick`` so
 that a quiet broker expires sessions too.
 """
 
@@ -86,7 +86,7 @@ class Sessions:
         """A client's link went down: its session is kept for the grace period, or withdrawn now."""
         if hop not in self.tables.clients or hop in self.away:
             return []
-        if self.grace <= 0:
+        if self.grace <= 0 or not self.owned[hop]:  # nothing to keep (``wfm status``, say)
             return self._withdraw_client(hop)
         self.away[hop] = _Away(now + self.grace)
         log.info("client %s left: its session is kept for %g s", hop, self.grace)

@@ -94,6 +94,9 @@ def test_a_client_that_does_not_come_back_is_withdrawn_after_the_grace_period(by
     status = overlay.routers["B2"].status()
     assert status["sessions_waiting"] == 0 and status["counters"]["sessions_expired"] == 1
     assert all(r.status()["composite_subscriptions"] == 0 for r in overlay.routers.values())
+    overlay.add_client("idle", "B2")
+    overlay.drop_client("idle")  # owned nothing: no session kept for it
+    assert overlay.routers["B2"].status()["sessions_waiting"] == 0
     overlay.reconnect("agent")  # too late: a new session with nothing in it
     overlay.clients["pa"].publish("[class,a],[x,p2]")
     assert overlay.clients["agent"].take() == []

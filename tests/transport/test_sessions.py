@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.client import Backoff, Client
+from broker.client import Client
 from broker.language import Publication
 from broker.transport.server import RouterService
+from tests.client.test_reconnect import ADV, FAST
 from tests.transport.harness import run, until, uri
-
-ADV = "[class,eq,stock],[n,isPresent,0]"
-FAST = Backoff(first=0.05, cap=0.2, attempts=None)
 
 
 def test_a_subscriber_cut_off_gets_what_was_published_meanwhile_when_it_reconnects() -> None:
