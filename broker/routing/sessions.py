@@ -93,10 +93,15 @@ class Sessions:
         return []
 
     def expire(self, now: float) -> Output:
-        """Withdraw the clients whose grace period is over."""
+        """Withdraw the clients whose grace period is over. Runs on every message, so it looks
+        at the oldest session only: they left in order, with the same grace."""
         out: Output = []
-        for hop in [hop for hop, away in self.away.items() if away.deadline <= now]:
-            dropped = len(self.away.pop(hop).queue)
+        while self.away:
+            hop, away = next(iter(self.away.items()))
+            if away.deadline > now:
+                break
+            del self.away[hop]
+            dropped = len(away.queue)
             self.counters["sessions_expired"] += 1
             log.warning(
                 "client %s did not come back in %g s: withdrawn, %d queued dropped", hop, self.grace, dropped

@@ -132,3 +132,20 @@ def test_a_request_re_sent_after_reconnection_is_acknowledged_with_its_id_and_no
         agent._request(CompositeSubscribe("c1", parse_composite(JOIN), parse_filter("[class,eq,c]")), "c1")
     overlay.clients["pa"].publish("[class,a],[x,p1]")
     assert agent.take() == ["[class,a],[x,p1]"]
+
+
+def test_sessions_expire_each_at_its_own_deadline() -> None:
+    overlay = line(grace=60)
+    overlay.add_client("other", "B2")
+    for name in ("agent", "other"):
+        overlay.clients[name].subscribe(f"[class,eq,a],[x,eq,'{name}']")
+    overlay.drop_client("agent")
+    overlay.advance(30)
+    overlay.drop_client("other")
+    overlay.advance(30)
+    assert overlay.routers["B1"].status()["subscriptions"] == 1  # the other's, 30 s to go
+    overlay.advance(29)
+    assert overlay.routers["B1"].status()["subscriptions"] == 1
+    overlay.advance(1)
+    assert overlay.routers["B1"].status()["subscriptions"] == 0
+    assert overlay.routers["B2"].status()["counters"]["sessions_expired"] == 2
