@@ -18,10 +18,11 @@ WFM = str(Path(sys.executable).with_name("wfm"))
 
 @contextmanager
 def brokers(
-    links: dict[str, list[str]], covering: str = "off", heartbeat: float = 0.2
+    links: dict[str, list[str]], covering: str = "off", heartbeat: float = 0.2, session_grace: float = 0.0
 ) -> Iterator[dict[str, BrokerURI]]:
     """Start one ``wfm broker`` per key; ``links[b]`` are the neighbours ``b`` dials. Waits until
-    every broker sees all its neighbours, and stops them all (checking they exit cleanly)."""
+    every broker sees all its neighbours, and stops them all (checking they exit cleanly). A
+    client that leaves is withdrawn at once unless ``session_grace`` says otherwise."""
     uris = {name: BrokerURI("127.0.0.1", free_port(), name) for name in links}
     procs = {
         name: subprocess.Popen(
@@ -34,6 +35,8 @@ def brokers(
                 covering,
                 "--heartbeat",
                 str(heartbeat),
+                "--session-grace",
+                str(session_grace),
                 *[arg for n in links[name] for arg in ("--neighbor", str(uris[n]))],
             ],
             stdout=subprocess.DEVNULL,

@@ -483,7 +483,8 @@ class Client(_Stream):
                 del self._pending[ref]
                 if pending.future is not None and not pending.future.done():
                     pending.future.set_result(None)
-        self._by_current.clear()  # ids at the next broker come with its acks
+        # _by_current is kept: a broker that kept our session delivers what it queued for us
+        # under the ids we had, before it acknowledges our re-sent subscriptions
 
     def _event(self, event: ConnectionEvent) -> None:
         level = logging.INFO if event.kind == "reconnected" else logging.WARNING
@@ -565,6 +566,8 @@ class Client(_Stream):
         live = self._live.get(ref)
         if live is None:
             return broker_id
+        if live.current != broker_id:  # ids at another broker come with its acks
+            self._by_current.pop(live.current, None)
         live.current = broker_id
         if not live.first:
             live.first = broker_id

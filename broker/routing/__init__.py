@@ -16,6 +16,7 @@ from broker.routing.messages import (
     StatusReply,
     StatusRequest,
     Subscribe,
+    Tick,
     Unadvertise,
     Unsubscribe,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "StatusReply",
     "StatusRequest",
     "Subscribe",
+    "Tick",
     "Unadvertise",
     "Unsubscribe",
 ]

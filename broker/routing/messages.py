@@ -268,15 +268,22 @@ class LinkUp:
 
 @dataclass(frozen=True, slots=True)
 class LinkDown:
-    """From the adapter: a hop is gone; everything learned through it is withdrawn."""
+    """From the adapter: a hop is gone; everything learned through it is withdrawn (a client's
+    only once its session's grace period is over)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """From the adapter, every second or so: time passes even on a quiet broker (the router has
+    no clock), so client sessions whose grace period is over are withdrawn."""
 
 
 ClientMessage = (
     Advertise | Unadvertise | Subscribe | CompositeSubscribe | Unsubscribe | Publish | StatusRequest
 )
-# What crosses a link; LinkUp and LinkDown only ever come from the local adapter.
+# What crosses a link; LinkUp, LinkDown and Tick only ever come from the local adapter.
 LinkMessage = ClientMessage | Deliver | Notify | Ack | Refuse | StatusReply
-Message = LinkMessage | LinkUp | LinkDown
+Message = LinkMessage | LinkUp | LinkDown | Tick
 
 
 def request_ref(message: Message) -> str:

@@ -5,7 +5,7 @@ sockets, no clocks (``now`` comes in as a value), no threads. The asyncio ``Rout
 in-process simulator are two adapters around the same state machine.
 
 ``handle`` looks up the message's handler in one of three tables, by where it came from: the
-adapter (a link came up or went down), a client, or a neighbour broker; the same message type
+adapter (a link came up or went down, time passed), a client, or a neighbour broker; the same message type
 means different things from a client and from a broker. This module is the edge of the broker: it
 turns a client's refs into overlay-wide ids, fixes relative times, checks publications against
 the client's advertisements, and answers. The routing itself is in ``tables`` (advertisements and
@@ -40,10 +40,12 @@ from broker.routing.messages import (
     StatusReply,
     StatusRequest,
     Subscribe,
+    Tick,
     Unadvertise,
     Unsubscribe,
     request_ref,
 )
+from broker.routing.sessions import Sessions, request_key
 from broker.routing.tables import Output, Tables
 from broker.routing.times import fix_composite_time, fix_time
 
@@ -62,20 +64,25 @@ class Router:
         advertisement_covering: bool = False,
         composite_max_waiting: int = 10_000,
         composite_max_age: float | None = None,
+        session_grace: float = 0.0,
     ) -> None:
         self.id = broker_id
         self.tables = Tables(covering, advertisement_covering)
         self.composites = Composites(broker_id, self.tables, composite_max_waiting, composite_max_age)
-        self.owned: dict[str, set[str]] = {}  # client hop -> ids of its advertisements and subscriptions
-        self.sessions: dict[str, str] = {}  # client hop -> when it connected (ms, hex): see PublicationId
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.counters: Counter[str] = Counter()
+        self.sessions = Sessions(self.tables, self.composites, self.counters, session_grace)
+        self.owned = self.sessions.owned  # client hop -> ids of its advertisements and subscriptions
 
     # the one entry point ------------------------------------------------------------------------
 
     def handle(self, message: Message, hop: str, now: float) -> Output:
         """Feed one message that arrived from ``hop`` at ``now`` (epoch seconds); returns what to
-        send where, in order."""
+        send where, in order. Sessions whose grace period is over go first; what is for a client
+        away is queued for it."""
+        return self.sessions.hold(self.sessions.expire(now) + self._dispatch(message, hop, now))
+
+    def _dispatch(self, message: Message, hop: str, now: float) -> Output:
         kind = type(message)
         self.counters[f"in.{kind.__name__}"] += 1
         if kind in _LINK_EVENTS:
@@ -103,37 +110,25 @@ class Router:
             "covering": self.tables.subscriptions.mode,
             "held_subscriptions": self.tables.subscriptions.held_count(),
             **self.composites.status(),
+            **self.sessions.status(),
             "counters": dict(sorted(self.counters.items())),
         }
 
     # links --------------------------------------------------------------------------------------
 
     def _link_up(self, message: LinkUp, hop: str, now: float) -> Output:
-        if hop in self.tables.neighbors or hop in self.tables.clients:
-            return []
-        if message.broker:
-            return self.tables.add_neighbor(hop)
-        self.tables.add_client(hop)
-        self.sessions[hop] = format(round(now * 1000), "x")
-        self.owned[hop] = set()
-        return []
+        if not message.broker:
+            return self.sessions.connect(hop, now)
+        return (
+            []
+            if hop in self.tables.neighbors or hop in self.tables.clients
+            else self.tables.add_neighbor(hop)
+        )
 
     def _link_down(self, message: LinkDown, hop: str, now: float) -> Output:
         if hop in self.tables.neighbors:
             return [*self.tables.remove_neighbor(hop), *self.composites.link_down(hop)]
-        if hop not in self.tables.clients:
-            return []
-        out: Output = []
-        for entry_id in sorted(self.owned.pop(hop)):
-            out += self._withdraw_owned(hop, entry_id)
-        self.tables.remove_client(hop)
-        del self.sessions[hop]
-        return out
-
-    def _withdraw_owned(self, hop: str, entry_id: str) -> Output:
-        if self.composites.asked((hop, entry_id)):
-            return self.composites.release((hop, entry_id))
-        return self.tables.withdraw(entry_id)
+        return self.sessions.disconnect(hop, now)
 
     # from a client ------------------------------------------------------------------------------
 
@@ -148,15 +143,16 @@ class Router:
             known = message.id in self.tables.prt or self.composites.asked((hop, message.id))
         if message.id not in self.owned[hop] or not known:
             return self._refuse(hop, message.id, f"no {noun} with id {message.id} of this client")
-        self.owned[hop].discard(message.id)
-        return [(hop, Ack(message.id, message.id)), *self._withdraw_owned(hop, message.id)]
+        return [(hop, Ack(message.id, message.id)), *self.sessions.withdraw(hop, message.id)]
 
     def _client_asks(
         self, message: Advertise | Subscribe | CompositeSubscribe, hop: str, now: float
     ) -> Output:
         """A new advertisement or (composite) subscription: acknowledged with its overlay-wide id."""
         entry_id = str(OverlayId(self.id, hop, message.id))
-        if entry_id in self.owned[hop]:
+        if entry_id in self.owned[hop]:  # a request re-sent after a reconnection is answered again
+            if self.sessions.requests[entry_id] == request_key(message):
+                return [(hop, Ack(message.id, entry_id))]
             return self._refuse(hop, message.id, f"id {message.id} is already in use by this client")
         out: Output = [(hop, Ack(message.id, entry_id))]
         if isinstance(message, Advertise):
@@ -167,7 +163,7 @@ class Router:
             clear = None if message.clear is None else fix_time(message.clear, now)
             composite = fix_composite_time(message.composite, now)
             out += self.composites.request((hop, entry_id), composite, clear, DEFAULT_TTL)
-        self.owned[hop].add(entry_id)  # last: a request that failed leaves nothing to withdraw
+        self.sessions.own(hop, entry_id, request_key(message))  # last: a failed request leaves nothing
         return out
 
     def _client_publishes(self, message: Publish, hop: str, now: float) -> Output:
@@ -178,7 +174,7 @@ class Router:
         # a ref "<n>@<session>" names the client's own session, which outlives a reconnection:
         # a re-sent publication keeps its id, and a copy that got through already is not routed again
         ref, _, session = message.id.partition("@")
-        pub_id = str(PublicationId(self.id, hop, ref, session or self.sessions[hop]))
+        pub_id = str(PublicationId(self.id, hop, ref, session or self.sessions.started[hop]))
         if pub_id in self.seen:
             self.counters["dropped.duplicate"] += 1
             return [(hop, Ack(message.id, pub_id))] if message.ack else []
@@ -273,7 +269,11 @@ def _live(handler: Handler) -> Handler:
     return checked
 
 
-_LINK_EVENTS: dict[type, Handler] = {LinkUp: Router._link_up, LinkDown: Router._link_down}
+_LINK_EVENTS: dict[type, Handler] = {  # on a Tick, handle() has expired what was due: nothing else
+    LinkUp: Router._link_up,
+    LinkDown: Router._link_down,
+    Tick: lambda router, message, hop, now: [],
+}
 _FROM_CLIENT: dict[type, Handler] = {
     Advertise: Router._client_asks,
     Subscribe: Router._client_asks,

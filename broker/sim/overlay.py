@@ -35,6 +35,7 @@ from broker.routing import (
     Refuse,
     Router,
     Subscribe,
+    Tick,
     Unadvertise,
     Unsubscribe,
 )
@@ -119,8 +120,12 @@ class Overlay:
         covering: str = "off",
         advertisement_covering: bool = False,
         interleave: random.Random | None = None,
+        session_grace: float = 0.0,
+        session_max_queued: int = 10_000,
     ) -> None:
         self.interleave = interleave
+        self.session_grace = session_grace
+        self.session_max_queued = session_max_queued
         self.covering = covering
         self.advertisement_covering = advertisement_covering
         self.routers: dict[str, Router] = {}
@@ -133,7 +138,10 @@ class Overlay:
     # building -----------------------------------------------------------------------------------
 
     def add_broker(self, broker_id: str) -> Router:
-        router = Router(broker_id, self.covering, self.advertisement_covering)
+        router = Router(
+            broker_id, self.covering, self.advertisement_covering, session_grace=self.session_grace
+        )
+        router.sessions.max_queued = self.session_max_queued
         self.routers[broker_id] = router
         return router
 
@@ -174,6 +182,24 @@ class Overlay:
         self._send(name, client.broker, LinkDown())
         self.run()
 
+    def drop_client(self, name: str) -> None:
+        """The client's link goes down but the client lives on (its process, its state): what
+        reaches it meanwhile is lost unless its broker keeps its session; ``reconnect`` it."""
+        self.queue = deque(item for item in self.queue if item[1] != name)  # in flight to it: lost
+        self._send(name, self.clients[name].broker, LinkDown())
+        self.run()
+
+    def reconnect(self, name: str) -> None:
+        self._send(name, self.clients[name].broker, LinkUp(broker=False))
+        self.run()
+
+    def advance(self, seconds: float) -> None:
+        """Time passes; every broker hears a ``Tick``, as a real one does every second."""
+        self.now += seconds
+        for broker_id in self.routers:
+            self._send(broker_id, broker_id, Tick())
+        self.run()
+
     @classmethod
     def line(cls, count: int, **options: object) -> Overlay:
         """B1 - B2 - ... - Bn."""
@@ -212,7 +238,7 @@ class Overlay:
             router = self.routers.get(target)
             if router is None:
                 continue
-            if source in self.routers and not isinstance(message, LinkUp | LinkDown):
+            if source in self.routers and not isinstance(message, LinkUp | LinkDown | Tick):
                 self.traffic[(source, target, type(message).__name__)] += 1
             for hop, out in router.handle(message, source, self.now):
                 self._send(target, hop, out)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.errors import BadMessage, LinkClosed, ProtocolError
-from broker.routing import LinkDown, LinkUp, Refuse, Router, StatusReply
+from broker.routing import LinkDown, LinkUp, Refuse, Router, StatusReply, Tick
 from broker.routing.messages import Message
 from broker.transport.codec import Hello, Ping, Pong
 from broker.transport.link import SLOW_CONSUMER, Link
@@ -30,6 +30,7 @@ from broker.transport.uri import BrokerURI
 __all__ = ["LogThrottle", "RouterService"]
 
 HANDSHAKE_TIMEOUT = 5.0
+TICK = 1.0  # seconds between the router's Ticks: how late a client session may expire
 
 
 @dataclass(slots=True)
@@ -78,13 +79,14 @@ class RouterService:
         clock: Callable[[], float] = time.time,
         composite_max_waiting: int = 10_000,
         composite_max_age: float | None = None,
+        session_grace: float = 0.0,
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
         self.uri = uri
         self.neighbors = list(neighbors)
         self.router = Router(
-            uri.id, covering, advertisement_covering, composite_max_waiting, composite_max_age
+            uri.id, covering, advertisement_covering, composite_max_waiting, composite_max_age, session_grace
         )
         self.heartbeat = heartbeat
         self.dead_after = dead_after
@@ -106,6 +108,8 @@ class RouterService:
         for neighbor in self.neighbors:
             self._spawn(self._dial(neighbor))
         self._spawn(self._heartbeats())
+        if session_grace := self.router.sessions.grace:
+            self._spawn(self._ticks(min(TICK, session_grace)))
 
     async def stop(self) -> None:
         """Close every link, let the connection handlers finish, then cancel the timers."""
@@ -259,6 +263,12 @@ class RouterService:
             link.send(Refuse("", "unexpected hello on an established link"))
         else:
             self._feed(item, hop)  # type: ignore[arg-type]
+
+    async def _ticks(self, interval: float) -> None:
+        """The router has no clock: on a quiet broker, client sessions expire on these."""
+        while True:
+            await asyncio.sleep(interval)
+            self._feed(Tick(), "")
 
     async def _heartbeats(self) -> None:
         while True:

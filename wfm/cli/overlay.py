@@ -54,6 +54,14 @@ from wfm.client_commands import apply_line
     default=None,
     help="Seconds a partial match may wait for its partners [default: no limit].",
 )
+@click.option(
+    "--session-grace",
+    type=click.FloatRange(0),
+    default=600.0,
+    show_default=True,
+    help="Seconds a disconnected client's subscriptions and advertisements are kept, and what "
+    "they match is queued for it, waiting for it to reconnect; 0: withdrawn at once.",
+)
 def broker(
     uri: BrokerURI,
     neighbors: tuple[BrokerURI, ...],
@@ -62,6 +70,7 @@ def broker(
     heartbeat: float,
     composite_max_waiting: int,
     composite_max_age: float | None,
+    session_grace: float,
 ) -> None:
     """Run a broker until SIGINT or SIGTERM."""
     _log_with_prefix(uri.id)
@@ -75,6 +84,7 @@ def broker(
             dead_after=4 * heartbeat,
             composite_max_waiting=composite_max_waiting,
             composite_max_age=composite_max_age,
+            session_grace=session_grace,
         )
     except ValueError as error:
         raise click.ClickException(str(error)) from None
@@ -105,6 +115,7 @@ STATUS_KEYS = (
     "composite_detected",
     "composite_waiting",
     "composite_dropped",
+    "sessions_waiting",
 )
 DROP_COUNTERS = ("slow_consumers", "router_errors")  # counters of lost messages, besides dropped.*
 

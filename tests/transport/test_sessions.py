@@ -1,0 +1,70 @@
+"""A durable client session through a real RouterService and the client library: a subscriber
+whose link is cut gets, once it reconnects, what was published while it was away, in order."""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker.client import Client
+from broker.language import Publication
+from broker.transport.server import RouterService
+from tests.client.test_reconnect import ADV, FAST
+from tests.transport.harness import run, until, uri
+
+
+def test_a_subscriber_cut_off_gets_what_was_published_meanwhile_when_it_reconnects() -> None:
+    async def scenario() -> None:
+        b = RouterService(uri("B1"), session_grace=60.0)
+        await b.start()
+        back = asyncio.Event()
+        back.set()
+
+        async def held(seconds: float) -> None:
+            """Once ``back`` is cleared, the subscriber's reconnection waits until it is set."""
+            await back.wait()
+            await asyncio.sleep(seconds)
+
+        pub = await Client.connect(b.uri, "pub", backoff=FAST)
+        sub = await Client.connect(b.uri, "sub", backoff=FAST, sleep=held)
+        await pub.advertise(ADV)
+        s = await sub.subscribe("[class,eq,stock]")
+        await pub.publish(Publication("stock", {"n": 0}))
+        assert (await s.next(timeout=5)).publication["n"] == 0
+        assert sub.link is not None
+        back.clear()
+        sub.link.close("cut", abort=True)
+        await until(lambda: b.router.status()["sessions_waiting"] == 1, what="the session kept")
+        for n in range(1, 4):
+            await pub.publish(Publication("stock", {"n": n}))
+        assert b.router.status()["subscriptions"] == 1  # still in place
+        back.set()
+        await until(lambda: sub.connected, what="reconnected")
+        got = [(await s.next(timeout=5)).publication["n"] for _ in range(3)]
+        assert got == [1, 2, 3]
+        await pub.publish(Publication("stock", {"n": 4}))  # then live ones
+        assert (await s.next(timeout=5)).publication["n"] == 4
+        status = b.router.status()
+        assert status["sessions_waiting"] == 0 and status["counters"]["session_queued"] == 3
+        assert status["counters"].get("refused", 0) == 0  # the re-sent subscription was acknowledged
+        assert s.id == "B1/sub/1" and sub.stats()["reconnects"] == 1
+        for c in (pub, sub):
+            await c.close()
+        await b.stop()
+
+    run(scenario())
+
+
+def test_a_client_that_does_not_come_back_is_withdrawn_on_a_quiet_broker() -> None:
+    async def scenario() -> None:
+        b = RouterService(uri("B1"), session_grace=0.3)
+        await b.start()
+        sub = await Client.connect(b.uri, "sub", backoff=FAST)
+        await sub.subscribe("[class,eq,stock]")
+        await sub.close()
+        await until(lambda: b.router.status()["sessions_waiting"] == 1, what="the session kept")
+        assert b.router.status()["subscriptions"] == 1
+        await until(lambda: b.router.status()["subscriptions"] == 0, what="the session expired")
+        assert b.router.counters["sessions_expired"] == 1
+        await b.stop()
+
+    run(scenario())
