@@ -43,6 +43,7 @@ from broker.language import Composite, Filter, Publication, parse_composite, par
 from broker.routing import (
     Ack,
     Advertise,
+    Bye,
     CompositeSubscribe,
     Deliver,
     Notify,
@@ -608,8 +609,12 @@ class Client(_Stream):
             log.warning("broker refused %s: %s", item.ref or "a message", item.reason)
 
     async def close(self) -> None:
+        """Say goodbye (the broker then ends this client's session at once instead of keeping it
+        for a reconnection) and close."""
         self._closing = True
         if self.link is not None:
+            if self.link.closed is None and self.link.send(Bye()):
+                await self.link.flush_and_close("client closed")
             self.link.close("client closed")
             await self.link.wait_closed()
         for task in self._tasks:

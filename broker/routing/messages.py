@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_TTL",
     "Ack",
     "Advertise",
+    "Bye",
     "ClientMessage",
     "CompositeSubscribe",
     "Deliver",
@@ -260,6 +261,12 @@ class StatusReply:
 
 
 @dataclass(frozen=True, slots=True)
+class Bye:
+    """From a client that closes on purpose: its session ends now, not after the grace period
+    that keeps a client which only lost its link (a crash and a clean exit look alike on TCP)."""
+
+
+@dataclass(frozen=True, slots=True)
 class LinkUp:
     """From the adapter: a hop is connected. ``broker`` says whether it is a neighbour broker."""
 
@@ -279,7 +286,7 @@ class Tick:
 
 
 ClientMessage = (
-    Advertise | Unadvertise | Subscribe | CompositeSubscribe | Unsubscribe | Publish | StatusRequest
+    Advertise | Unadvertise | Subscribe | CompositeSubscribe | Unsubscribe | Publish | StatusRequest | Bye
 )
 # What crosses a link; LinkUp, LinkDown and Tick only ever come from the local adapter.
 LinkMessage = ClientMessage | Deliver | Notify | Ack | Refuse | StatusReply

@@ -29,6 +29,7 @@ from broker.routing.messages import (
     DEFAULT_TTL,
     Ack,
     Advertise,
+    Bye,
     CompositeSubscribe,
     Deliver,
     LinkDown,
@@ -282,6 +283,7 @@ _FROM_CLIENT: dict[type, Handler] = {
     Unsubscribe: Router._client_withdraws,
     Publish: Router._client_publishes,
     StatusRequest: Router._status,
+    Bye: lambda router, message, hop, now: router.sessions.leave(hop),  # gone for good: no grace
 }
 _FROM_BROKER: dict[type, Handler] = {
     Advertise: _live(Router._learn),

@@ -92,6 +92,14 @@ class Sessions:
         log.info("client %s left: its session is kept for %g s", hop, self.grace)
         return []
 
+    def leave(self, hop: str) -> Output:
+        """A client said it leaves for good: withdrawn now, the link's going down then changes
+        nothing."""
+        if hop not in self.tables.clients or hop in self.away:
+            return []
+        log.info("client %s left for good", hop)
+        return self._withdraw_client(hop)
+
     def expire(self, now: float) -> Output:
         """Withdraw the clients whose grace period is over. Runs on every message, so it looks
         at the oldest session only: they left in order, with the same grace."""

@@ -17,6 +17,7 @@ Ack                   ``ack``         ref, id
 Refuse                ``refuse``      ref, reason
 StatusRequest         ``statreq``     ref
 StatusReply           ``status``      ref, {str: msgpack-native value}
+Bye                   ``bye``         (none): a client leaves for good
 Hello                 ``hello``       kind, id, version
 Ping / Pong           ``ping/pong``   (none)
 ====================  ==============  =====================================================
@@ -51,6 +52,7 @@ from broker.language.values import TimeRef, Var
 from broker.routing.messages import (
     Ack,
     Advertise,
+    Bye,
     CompositeSubscribe,
     Deliver,
     LinkMessage,
@@ -170,6 +172,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     Ack: lambda m: ["ack", m.ref, m.id],
     Refuse: lambda m: ["refuse", m.ref, m.reason],
     StatusRequest: lambda m: ["statreq", m.ref],
+    Bye: lambda m: ["bye"],
     StatusReply: lambda m: ["status", m.ref, _check_status(m.status)],
     Hello: lambda m: ["hello", m.kind, m.id, m.version],
     Ping: lambda m: ["ping"],
@@ -347,6 +350,7 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "ack": ("Ack", 3, lambda a: Ack(a[1], a[2])),
     "refuse": ("Refuse", 3, lambda a: Refuse(a[1], a[2])),
     "statreq": ("StatusRequest", 2, lambda a: StatusRequest(a[1])),
+    "bye": ("Bye", 1, lambda a: Bye()),
     "status": ("StatusReply", 3, lambda a: StatusReply(a[1], _check_status(a[2]))),
     "hello": ("Hello", 4, lambda a: Hello(a[1], a[2], a[3])),
     "ping": ("Ping", 1, lambda a: Ping()),

@@ -134,15 +134,17 @@ class Link:
             self.writer.close()
 
     async def flush_and_close(self, reason: str, timeout: float = 1.0) -> None:
-        """Write what is queued (a last error reply, say), then close."""
+        """Write what is queued (a last error reply, say), then close; a peer that does not read
+        it within ``timeout`` is cut off (a graceful close would wait for it for ever)."""
+        stuck = False
         if self._queue and self.closed is None:
             try:
                 self.writer.write(b"".join(self._queue))
                 self._queue, self._queued_bytes = [], 0
                 await asyncio.wait_for(self.writer.drain(), timeout)
             except (ConnectionError, OSError, TimeoutError):
-                pass
-        self.close(reason)
+                stuck = True
+        self.close(reason, abort=stuck)
 
     async def wait_closed(self, timeout: float = 2.0) -> None:
         """Until the socket is really closed (so nothing is left for the garbage collector)."""

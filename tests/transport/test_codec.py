@@ -18,6 +18,7 @@ from broker.language.values import MAX_EXACT, MAX_TIME_OFFSET
 from broker.routing.messages import (
     Ack,
     Advertise,
+    Bye,
     Deliver,
     LinkDown,
     LinkUp,
@@ -53,6 +54,7 @@ WIRE_TYPES = (
     Refuse,
     StatusRequest,
     StatusReply,
+    Bye,
     Hello,
     Ping,
     Pong,
@@ -92,6 +94,7 @@ EXAMPLES = [
     Refuse("", "bad frame: not msgpack"),
     Refuse("r2", "attribute 'x' appears more than once"),
     StatusRequest("q1"),
+    Bye(),
     StatusReply(
         "q1",
         {

@@ -58,13 +58,43 @@ def test_a_client_that_does_not_come_back_is_withdrawn_on_a_quiet_broker() -> No
     async def scenario() -> None:
         b = RouterService(uri("B1"), session_grace=0.3)
         await b.start()
-        sub = await Client.connect(b.uri, "sub", backoff=FAST)
+        back = asyncio.Event()
+        back.set()
+
+        async def held(seconds: float) -> None:  # once ``back`` is cleared, it never comes back
+            await back.wait()
+            await asyncio.sleep(seconds)
+
+        sub = await Client.connect(b.uri, "sub", backoff=FAST, sleep=held)
         await sub.subscribe("[class,eq,stock]")
-        await sub.close()
+        assert sub.link is not None
+        back.clear()
+        sub.link.close("crashed", abort=True)  # no goodbye: a closing client leaves for good (Bye)
         await until(lambda: b.router.status()["sessions_waiting"] == 1, what="the session kept")
         assert b.router.status()["subscriptions"] == 1
         await until(lambda: b.router.status()["subscriptions"] == 0, what="the session expired")
         assert b.router.counters["sessions_expired"] == 1
+        await sub.close()
         await b.stop()
+
+    run(scenario())
+
+
+def test_a_client_that_closes_says_goodbye_and_keeps_no_session() -> None:
+    """A crash and a clean exit look alike on TCP: ``close`` says Bye, so a ``wfm client`` or a
+    ``wfm monitor`` that ends leaves nothing queueing for it for the grace period."""
+
+    async def scenario() -> None:
+        b = RouterService(uri("B1"), session_grace=600.0)
+        await b.start()
+        try:
+            sub = await Client.connect(b.uri, "sub")
+            await sub.subscribe("[class,eq,stock]")
+            assert b.router.status()["subscriptions"] == 1
+            await sub.close()
+            await until(lambda: b.router.status()["subscriptions"] == 0, what="withdrawn at once")
+            assert b.router.status()["sessions_waiting"] == 0
+        finally:
+            await b.stop()
 
     run(scenario())
