@@ -10,6 +10,7 @@ no longer wants.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from pathlib import Path
@@ -210,14 +211,14 @@ class AgentService:
     async def _issue(self, client: Client, key: str, registration: Registration) -> None:
         if registration.command == "ADVERTISE":
             assert registration.filter is not None
-            broker_id = await client.advertise(registration.filter)
+            broker_id = await client.advertise(registration.filter, name=_name(key))
         elif registration.command == "SUBSCRIBE":
             assert registration.filter is not None
-            broker_id = (await client.subscribe(registration.filter, own_queue=False)).id
+            broker_id = (await client.subscribe(registration.filter, own_queue=False, name=_name(key))).id
         else:
             assert registration.composite is not None
             sub = await client.subscribe_composite(
-                registration.composite, registration.clear, own_queue=False
+                registration.composite, registration.clear, own_queue=False, name=_name(key)
             )
             broker_id = sub.id
         self.issued[key] = (broker_id, registration.command)
@@ -239,8 +240,10 @@ class AgentService:
             on_event=self._connection_event,
         )
         async with self.lock:
-            await client.advertise(ack_advertisement(self.agent.name))
-            control = await client.subscribe(control_subscription(self.agent.name), own_queue=False)
+            await client.advertise(ack_advertisement(self.agent.name), name="acks")
+            control = await client.subscribe(
+                control_subscription(self.agent.name), own_queue=False, name="control"
+            )
             self.keys[control.id] = CONTROL
             self.client = client
         log.info("agent %s connected to %s", self.agent.name, client.broker_id)
@@ -283,3 +286,9 @@ class AgentService:
             self.events.put_nowait(Incoming(delivery.publication))
         else:
             self.events.put_nowait(Delivered(key, delivery.publications or (delivery.publication,)))
+
+
+def _name(key: str) -> str:
+    """The ref a registration is requested under, the same in every run of the agent: a broker
+    that kept the agent's session through a restart recognises the request it already holds."""
+    return "k" + hashlib.sha256(key.encode()).hexdigest()[:24]

@@ -327,8 +327,19 @@ class Client(_Stream):
         self._answered(ref, None)
         self._live.pop(ref, None)
 
-    async def advertise(self, advertisement: Filter | str) -> str:
-        ref = str(next(self._refs))
+    def _ref(self, name: str | None) -> str:
+        """The client's own next number, or the caller's ``name`` for a request it will make
+        again after a restart of its process: a broker that kept this client's session (durable
+        sessions) then recognises it as the one it holds, where a counted ref could name another
+        request after the restart."""
+        if name is None:
+            return str(next(self._refs))
+        if not name or name.isdigit() or any(c in name for c in "/@ "):
+            raise ValueError(f"a request name has no /, @ or space and is not a number: {name!r}")
+        return name
+
+    async def advertise(self, advertisement: Filter | str, name: str | None = None) -> str:
+        ref = self._ref(name)
         message = Advertise(ref, _filter(advertisement))
         self._live[ref] = _Live(message)
         return str(await self._request(message, ref))
@@ -352,20 +363,24 @@ class Client(_Stream):
                 sub._queue.space.set()  # nobody may read it any more: the reader must not wait on it
 
     async def subscribe(
-        self, subscription: Filter | str, own_queue: bool = True, lossy: bool = False
+        self, subscription: Filter | str, own_queue: bool = True, lossy: bool = False, name: str | None = None
     ) -> Subscription:
         """Subscribe; deliveries go to the returned subscription's queue, or with
         ``own_queue=False`` to the client's merged stream. A ``lossy`` subscription's own queue
         drops its oldest deliveries when its consumer falls behind, instead of back-pressure."""
         parsed = _filter(subscription)
-        return await self._subscribe(lambda ref: Subscribe(ref, parsed), own_queue, lossy)
+        return await self._subscribe(lambda ref: Subscribe(ref, parsed), own_queue, lossy, name)
 
     async def _subscribe(
-        self, request: Callable[[str], Subscribe | CompositeSubscribe], own_queue: bool, lossy: bool
+        self,
+        request: Callable[[str], Subscribe | CompositeSubscribe],
+        own_queue: bool,
+        lossy: bool,
+        name: str | None = None,
     ) -> Subscription:
         if lossy and not own_queue:
             raise ValueError("a lossy subscription needs its own queue: the merged stream never drops")
-        ref = str(next(self._refs))
+        ref = self._ref(name)
         message = request(ref)
         queue = self._new_queue(lossy, f"{self.id}:{ref}") if own_queue else self._queue
         sub = Subscription(self, "", message, queue)
@@ -381,13 +396,16 @@ class Client(_Stream):
         clear: Filter | str | None = None,
         own_queue: bool = True,
         lossy: bool = False,
+        name: str | None = None,
     ) -> Subscription:
         """A composite subscription; each firing is one Delivery with all its publications.
         ``clear`` (a filter that may use the composite's variables) drops waiting state under the
         bindings of each publication it matches."""
         parsed = parse_composite(composite) if isinstance(composite, str) else composite
         condition = parse_filter(clear, allow_variables=True) if isinstance(clear, str) else clear
-        return await self._subscribe(lambda ref: CompositeSubscribe(ref, parsed, condition), own_queue, lossy)
+        return await self._subscribe(
+            lambda ref: CompositeSubscribe(ref, parsed, condition), own_queue, lossy, name
+        )
 
     async def unsubscribe(self, sub_id: str) -> None:
         await self._withdraw(sub_id, Unsubscribe)

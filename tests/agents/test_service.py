@@ -29,7 +29,7 @@ class RacingClient:
         self.acked = asyncio.Event()
         self.read = asyncio.Event()
 
-    async def subscribe(self, subscription: object, own_queue: bool) -> SimpleNamespace:
+    async def subscribe(self, subscription: object, own_queue: bool, name: str) -> SimpleNamespace:
         await self.read.wait()  # the reader has taken the delivery before this request returns
         return SimpleNamespace(id="B1/agentA/7")
 

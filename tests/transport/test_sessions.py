@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.client import Client
+import pytest
+
+from broker.client import Client, RefusedError
 from broker.language import Publication
 from broker.transport.server import RouterService
 from tests.client.test_reconnect import ADV, FAST
@@ -96,5 +98,44 @@ def test_a_client_that_closes_says_goodbye_and_keeps_no_session() -> None:
             assert b.router.status()["sessions_waiting"] == 0
         finally:
             await b.stop()
+
+    run(scenario())
+
+
+def test_a_restarted_client_that_names_its_requests_finds_them_in_its_kept_session() -> None:
+    """An agent killed and restarted is a new process: its counted refs start at 1 again, in
+    another order. Named requests (as the agent makes them) are recognised instead of refused."""
+
+    async def scenario() -> None:
+        b = RouterService(uri("B1"), session_grace=60.0)
+        await b.start()
+        back = asyncio.Event()
+        back.set()
+
+        async def held(seconds: float) -> None:  # once ``back`` is cleared, it never comes back
+            await back.wait()
+            await asyncio.sleep(seconds)
+
+        first = await Client.connect(b.uri, "agent", backoff=FAST, sleep=held)
+        kept = await first.subscribe("[class,eq,a]", name="ka")
+        await first.subscribe("[class,eq,b]", name="kb")
+        assert first.link is not None
+        back.clear()
+        first.link.close("killed", abort=True)
+        await until(lambda: b.router.status()["sessions_waiting"] == 1, what="the session kept")
+        second = await Client.connect(b.uri, "agent")  # the restarted process
+        await second.subscribe("[class,eq,b]", name="kb")
+        again = await second.subscribe("[class,eq,a]", name="ka")
+        status = b.router.status()
+        assert again.id == kept.id and status["subscriptions"] == 2
+        assert status["counters"].get("refused", 0) == 0
+        with pytest.raises(RefusedError, match="already in use"):
+            await second.subscribe("[class,eq,c]", name="ka")  # the same name for another filter
+        for bad in ("7", "a/b", "x@y", ""):  # a number is the client's own; / and @ have meanings
+            with pytest.raises(ValueError, match="request name"):
+                await second.subscribe("[class,eq,d]", name=bad)
+        for client in (first, second):
+            await client.close()
+        await b.stop()
 
     run(scenario())
