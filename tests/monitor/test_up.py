@@ -69,16 +69,22 @@ def test_up_reports_an_agent_that_dies_and_stops_the_rest(tmp_path: Path) -> Non
     assert not any(_listening(port + i) for i in range(3))  # the brokers were stopped
 
 
-def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
-    port = free_ports(4)  # Spark Connect on P+3
+def start_up(directory: Path, port: int) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+    """``wfm up`` as a process, and its stdout lines as they come."""
     up = subprocess.Popen(
-        [WFM, "up", "--dir", str(workflow_dir(tmp_path)), "--port", str(port)],
+        [WFM, "up", "--dir", str(directory), "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in up.stdout or ()], daemon=True).start()
+    return up, lines
+
+
+def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = free_ports(4)  # Spark Connect on P+3
+    up, lines = start_up(workflow_dir(tmp_path), port)
     try:
         seen = []
         while not seen or not seen[-1].startswith("try: export WFM_BROKER="):
@@ -118,14 +124,7 @@ def test_up_carries_on_without_spark_connect(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", port + 3))
         taken.listen()
-        up = subprocess.Popen(
-            [WFM, "up", "--dir", str(workflow_dir(tmp_path)), "--port", str(port)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in up.stdout or ()], daemon=True).start()
+        up, lines = start_up(workflow_dir(tmp_path), port)
         try:
             seen: list[str] = []
             while not all(any(s.startswith(start) for s in seen) for start in ("warning:", "try:")):

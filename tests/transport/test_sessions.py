@@ -14,32 +14,38 @@ from tests.client.test_reconnect import ADV, FAST
 from tests.transport.harness import run, until, uri
 
 
+class Gate:
+    """A client's sleep that, once closed, holds its reconnection until opened again: a link cut
+    while the gate is closed is a client that is away (or, never opened, gone)."""
+
+    def __init__(self) -> None:
+        self.open = asyncio.Event()
+        self.open.set()
+
+    async def sleep(self, seconds: float) -> None:
+        await self.open.wait()
+        await asyncio.sleep(seconds)
+
+
 def test_a_subscriber_cut_off_gets_what_was_published_meanwhile_when_it_reconnects() -> None:
     async def scenario() -> None:
         b = RouterService(uri("B1"), session_grace=60.0)
         await b.start()
-        back = asyncio.Event()
-        back.set()
-
-        async def held(seconds: float) -> None:
-            """Once ``back`` is cleared, the subscriber's reconnection waits until it is set."""
-            await back.wait()
-            await asyncio.sleep(seconds)
-
+        back = Gate()
         pub = await Client.connect(b.uri, "pub", backoff=FAST)
-        sub = await Client.connect(b.uri, "sub", backoff=FAST, sleep=held)
+        sub = await Client.connect(b.uri, "sub", backoff=FAST, sleep=back.sleep)
         await pub.advertise(ADV)
         s = await sub.subscribe("[class,eq,stock]")
         await pub.publish(Publication("stock", {"n": 0}))
         assert (await s.next(timeout=5)).publication["n"] == 0
         assert sub.link is not None
-        back.clear()
+        back.open.clear()
         sub.link.close("cut", abort=True)
         await until(lambda: b.router.status()["sessions_waiting"] == 1, what="the session kept")
         for n in range(1, 4):
             await pub.publish(Publication("stock", {"n": n}))
         assert b.router.status()["subscriptions"] == 1  # still in place
-        back.set()
+        back.open.set()
         await until(lambda: sub.connected, what="reconnected")
         got = [(await s.next(timeout=5)).publication["n"] for _ in range(3)]
         assert got == [1, 2, 3]
@@ -60,17 +66,11 @@ def test_a_client_that_does_not_come_back_is_withdrawn_on_a_quiet_broker() -> No
     async def scenario() -> None:
         b = RouterService(uri("B1"), session_grace=0.3)
         await b.start()
-        back = asyncio.Event()
-        back.set()
-
-        async def held(seconds: float) -> None:  # once ``back`` is cleared, it never comes back
-            await back.wait()
-            await asyncio.sleep(seconds)
-
-        sub = await Client.connect(b.uri, "sub", backoff=FAST, sleep=held)
+        back = Gate()
+        sub = await Client.connect(b.uri, "sub", backoff=FAST, sleep=back.sleep)
         await sub.subscribe("[class,eq,stock]")
         assert sub.link is not None
-        back.clear()
+        back.open.clear()
         sub.link.close("crashed", abort=True)  # no goodbye: a closing client leaves for good (Bye)
         await until(lambda: b.router.status()["sessions_waiting"] == 1, what="the session kept")
         assert b.router.status()["subscriptions"] == 1
@@ -109,18 +109,12 @@ def test_a_restarted_client_that_names_its_requests_finds_them_in_its_kept_sessi
     async def scenario() -> None:
         b = RouterService(uri("B1"), session_grace=60.0)
         await b.start()
-        back = asyncio.Event()
-        back.set()
-
-        async def held(seconds: float) -> None:  # once ``back`` is cleared, it never comes back
-            await back.wait()
-            await asyncio.sleep(seconds)
-
-        first = await Client.connect(b.uri, "agent", backoff=FAST, sleep=held)
+        back = Gate()
+        first = await Client.connect(b.uri, "agent", backoff=FAST, sleep=back.sleep)
         kept = await first.subscribe("[class,eq,a]", name="ka")
         await first.subscribe("[class,eq,b]", name="kb")
         assert first.link is not None
-        back.clear()
+        back.open.clear()
         first.link.close("killed", abort=True)
         await until(lambda: b.router.status()["sessions_waiting"] == 1, what="the session kept")
         second = await Client.connect(b.uri, "agent")  # the restarted process
