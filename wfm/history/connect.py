@@ -32,7 +32,7 @@ from pathlib import Path
 import pyspark
 
 from broker.errors import LocalError
-from wfm.history.spark import MASTER_ENV
+from wfm.history.spark import MASTER_ENV, driver_settings
 
 __all__ = [
     "ANNOUNCEMENT",
@@ -58,18 +58,12 @@ class SparkServerError(LocalError):
 
 def server_argv(port: int, master: str, host: str = HOST) -> list[str]:
     """The command line of a Connect server on ``host:port`` driving ``master``, with the settings
-    the store's local-mode session uses (see ``spark.py``)."""
+    of the store's own sessions (``driver_settings``)."""
     settings = {
+        **driver_settings(master),
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "8",
-        "spark.sql.adaptive.enabled": "true",
-        "spark.sql.caseSensitive": "true",
-        "spark.sql.session.timeZone": "UTC",
     }
-    if master.startswith("local"):
-        settings["spark.sql.sources.parallelPartitionDiscovery.threshold"] = "100000"
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     confs = [item for key, value in settings.items() for item in ("--conf", f"{key}={value}")]
     return [str(submit), "--class", SERVER_CLASS, "--master", master, "--name", "wfm-spark-connect", *confs]

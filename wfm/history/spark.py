@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MASTER", "MASTER_ENV", "first_line", "resolve_master", "spark_session"]
+__all__ = ["DEFAULT_MASTER", "MASTER_ENV", "driver_settings", "first_line", "resolve_master", "spark_session"]
 
 MASTER_ENV = "WFM_SPARK_MASTER"
 DEFAULT_MASTER = "local[*]"
@@ -29,6 +29,23 @@ def resolve_master(master: str | None = None) -> str:
     return master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
 
 
+def driver_settings(master: str, shuffle_partitions: int = 8) -> dict[str, str]:
+    """What a Spark driver for the store is started with, in this process or as a Spark Connect
+    server (``connect.py``); the runtime settings of ``_SQL_CONF`` included."""
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.sql.adaptive.enabled": "true",
+        **_SQL_CONF,
+    }
+    if master.startswith("local"):
+        # listing a local table's day folders one by one takes milliseconds; the parallel
+        # listing Spark starts past 32 folders takes seconds (measured: 4-7 s for 365 days)
+        settings["spark.sql.sources.parallelPartitionDiscovery.threshold"] = "100000"
+    return settings
+
+
 @lru_cache(maxsize=1)
 def spark_session(master: str | None = None, shuffle_partitions: int = 8) -> SparkSession:
     """The process's session; later calls return the same one whatever they ask for."""
@@ -37,17 +54,8 @@ def spark_session(master: str | None = None, shuffle_partitions: int = 8) -> Spa
         spark = SparkSession.builder.remote(master).getOrCreate()
     else:
         builder = SparkSession.builder.master(master).appName("wfm-history")
-        for key, value in {
-            "spark.ui.enabled": "false",
-            "spark.ui.showConsoleProgress": "false",
-            "spark.sql.shuffle.partitions": str(shuffle_partitions),
-            "spark.sql.adaptive.enabled": "true",
-        }.items():
+        for key, value in driver_settings(master, shuffle_partitions).items():
             builder = builder.config(key, value)
-        if master.startswith("local"):
-            # listing a local table's day folders one by one takes milliseconds; the parallel
-            # listing Spark starts past 32 folders takes seconds (measured: 4-7 s for 365 days)
-            builder = builder.config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
     for key, value in _SQL_CONF.items():
