@@ -33,7 +33,7 @@ from agents.state import (
     Tick,
     Withdraw,
 )
-from broker.client import Backoff, Brokers, Client, ConnectionEvent, Delivery, TooManyUnacknowledged
+from broker.client import DAEMON_BACKOFF, Brokers, Client, ConnectionEvent, Delivery, TooManyUnacknowledged
 from broker.errors import LinkClosed
 from broker.language import Publication
 from workflow_messages import ack_advertisement, control_subscription
@@ -43,7 +43,6 @@ __all__ = ["AgentService"]
 log = logging.getLogger(__name__)
 
 CONTROL = "\0control"  # the key of the agent's own AGENT_CTL subscription
-MAX_BACKOFF = 5.0
 BATCH = 32  # events handled (and fsync'd) together before the event loop gets a turn
 FIRST = asyncio.FIRST_COMPLETED
 PRUNE_EVERY = 60.0  # seconds between prunings of run logs
@@ -236,7 +235,7 @@ class AgentService:
             self.uri,
             f"{self.agent.name}-1",
             retry_on_failed_connect=True,
-            backoff=Backoff(cap=MAX_BACKOFF, attempts=None),
+            backoff=DAEMON_BACKOFF,
             on_event=self._connection_event,
         )
         async with self.lock:

@@ -9,10 +9,11 @@ from broker.client.client import (
     Subscription,
     TooManyUnacknowledged,
 )
-from broker.client.reconnect import Backoff, BrokerList, Brokers, ConnectionEvent, brokers
+from broker.client.reconnect import DAEMON_BACKOFF, Backoff, BrokerList, Brokers, ConnectionEvent, brokers
 from broker.errors import NoAnswer
 
 __all__ = [
+    "DAEMON_BACKOFF",
     "Backoff",
     "BlockingClient",
     "BrokerList",

@@ -21,7 +21,16 @@ from broker.transport.codec import Hello, WireMessage
 from broker.transport.link import Link
 from broker.transport.uri import BrokerURI
 
-__all__ = ["Backoff", "BrokerList", "Brokers", "ConnectionEvent", "brokers", "dial", "dial_any"]
+__all__ = [
+    "DAEMON_BACKOFF",
+    "Backoff",
+    "BrokerList",
+    "Brokers",
+    "ConnectionEvent",
+    "brokers",
+    "dial",
+    "dial_any",
+]
 
 Brokers = BrokerURI | str | Sequence[BrokerURI | str]  # one broker, or a list to fail over along
 
@@ -73,6 +82,9 @@ class Backoff:
             return 0.0
         base = min(self.cap, self.first * self.factor ** min(failures - 1, 64))
         return min(self.cap, base * (1 - self.jitter + 2 * self.jitter * rng()))
+
+
+DAEMON_BACKOFF = Backoff(attempts=None)  # a daemon (agent, historian) never gives up its broker
 
 
 @dataclass(frozen=True, slots=True)

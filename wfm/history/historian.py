@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from broker.client import Backoff, Brokers, Client, Delivery, TooManyUnacknowledged
+from broker.client import DAEMON_BACKOFF, Brokers, Client, Delivery, TooManyUnacknowledged
 from broker.errors import LinkClosed
 from broker.language import Filter, Publication
 from wfm.history.connect import master_for
@@ -53,7 +53,6 @@ __all__ = ["DEFAULT_CLASSES", "RecorderService"]
 log = logging.getLogger(__name__)
 
 DEFAULT_CLASSES = ("Trigger", "JOBSTATUS", "AGENT_CTL")
-MAX_BACKOFF = 5.0
 ANSWERED_LIMIT = 10_000  # ids of answered queries whose repeats (an asker asks while it listens) are ignored
 
 T = TypeVar("T")
@@ -255,9 +254,8 @@ class RecorderService:
         self.landing.flush()
 
     async def _connect(self) -> Client:
-        backoff = Backoff(cap=MAX_BACKOFF, attempts=None)
         client = await Client.connect(
-            self.uri, f"{self.name}-1", retry_on_failed_connect=True, backoff=backoff
+            self.uri, f"{self.name}-1", retry_on_failed_connect=True, backoff=DAEMON_BACKOFF
         )
         try:
             for cls in self.keep:
