@@ -14,9 +14,9 @@ then every request not yet answered, publications included. The caller's ids sta
 reconnection, even to another broker: a subscription keeps the id it got first, and the client
 translates. Publications carry a session the client chose itself (``<n>@<session>``, see
 ``queues.client_session``), so a re-sent publication keeps its overlay-wide id: its edge broker,
-or the subscriber's client after a failover, drops the copy that got through twice. Deliveries
-in flight when a link drops, and composite state at the broker, are not the client's to keep
-(see docs/overlay.md).
+or the subscriber's client after a failover, drops the copy that got through twice. The broker
+keeps each delivery in custody until the client has taken it (``receipts``): one in flight when
+the link dropped comes again after the reconnection, from a broker that kept the session.
 
 ``publish_nowait`` pipelines publications without waiting for each acknowledgement, for
 throughput; they are kept and re-sent like the others, and a refusal of one of them is logged
@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from broker.client.queues import DeliveryQueue, Seen, client_session
+from broker.client.receipts import Receipts
 from broker.client.reconnect import Backoff, Brokers, ConnectionEvent, brokers, dial_any
 from broker.errors import BadMessage, ConnectError, LinkClosed, LocalError, NoAnswer, RefusedError
 from broker.language import Composite, Filter, Publication, parse_composite, parse_filter, parse_publication
@@ -44,6 +45,7 @@ from broker.routing import (
     Ack,
     Advertise,
     Bye,
+    Carry,
     CompositeSubscribe,
     Deliver,
     Notify,
@@ -52,6 +54,7 @@ from broker.routing import (
     StatusReply,
     StatusRequest,
     Subscribe,
+    Took,
     Unadvertise,
     Unsubscribe,
 )
@@ -104,6 +107,7 @@ class Delivery:
     publications: tuple[Publication, ...] = ()
     id: str = ""  # the publication's overlay-wide id (who published it), for a plain delivery
     time: float = 0.0  # when its edge broker accepted it
+    seq: int = dataclasses.field(default=0, compare=False, repr=False)  # in the broker's custody
 
 
 Queue = DeliveryQueue[Delivery]
@@ -114,13 +118,19 @@ class _Stream:
     is closed or gives up reconnecting."""
 
     _queue: Queue
+    _client: Client
+    _handling = 0  # the seq of the delivery last returned: done when the next is asked for
 
     async def next(self, timeout: float | None = None) -> Delivery:
         """The next delivery; ``TimeoutError`` after ``timeout`` seconds, ``LinkClosed`` at the end."""
+        if self._handling:
+            self._client._done(self._handling, self._queue.queue.empty())
+            self._handling = 0
         item = await self._queue.get(timeout)
         if item is None:
             self._queue.put(None)  # the end marker stays for every later reader
             raise LinkClosed("connection closed")
+        self._handling = item.seq
         return item
 
     def __aiter__(self) -> AsyncIterator[Delivery]:
@@ -141,7 +151,7 @@ class Subscription(_Stream):
     def __init__(
         self, client: Client, sub_id: str, request: Subscribe | CompositeSubscribe, queue: Queue
     ) -> None:
-        self.client = client
+        self.client = self._client = client
         self.id = sub_id
         self.request = request  # what was asked for: its filter or composite
         self._queue = queue
@@ -219,6 +229,8 @@ class Client(_Stream):
         self._unacked = 0  # publications among them
         self._acked = asyncio.Event()
         self._seen = Seen()
+        self._client = self
+        self._receipts = Receipts()
         # a session of our own: publication ids survive a reconnection (see docs/overlay.md)
         self._stamp = client_session(time.time(), random.getrandbits(32))
         self._refs = itertools.count(1)
@@ -253,7 +265,7 @@ class Client(_Stream):
             else dataclasses.replace(client.backoff, attempts=len(targets))
         )
         index, link, leftovers = await dial_any(
-            targets, client.id, timeout, first, 0, client._rng, client._sleep
+            targets, client.id, timeout, first, 0, client._rng, client._sleep, client._receipts.greeting
         )
         client._adopt(index, link, leftovers)
         loop = asyncio.get_running_loop()
@@ -290,7 +302,14 @@ class Client(_Stream):
         return [s for s in self.subscriptions.values() if s._queue is not self._queue]
 
     def _new_queue(self, lossy: bool, name: str = "") -> Queue:
-        return DeliveryQueue(self.queue_limit, self.counters, self._full.add, lossy, name)
+        return DeliveryQueue(
+            self.queue_limit,
+            self.counters,
+            self._full.add,
+            lossy,
+            name,
+            on_drop=lambda d: self._done(d.seq, False),
+        )
 
     # requests -----------------------------------------------------------------------------------
 
@@ -442,6 +461,7 @@ class Client(_Stream):
     def _adopt(self, index: int, link: Link, leftovers: list[WireMessage]) -> None:
         """Take a fresh link: re-send what is live, then what is unanswered, in order."""
         self.index, self.link, self.broker_id = index, link, self.targets[index].id
+        self._receipts.start(self.broker_id, link.peer.epoch if link.peer is not None else "")
         for live in self._live.values():
             if live.current:  # made in an earlier session: goes again; the others are pending
                 link.send(live.message)
@@ -466,7 +486,14 @@ class Client(_Stream):
                 self._lost(self.link.closed or "closed")
                 try:
                     index, link, leftovers = await dial_any(
-                        self.targets, self.id, self.timeout, self.backoff, self.index, self._rng, self._sleep
+                        self.targets,
+                        self.id,
+                        self.timeout,
+                        self.backoff,
+                        self.index,
+                        self._rng,
+                        self._sleep,
+                        self._receipts.greeting,
                     )
                 except ConnectError as error:
                     self._event(ConnectionEvent("closed", self.broker_id, str(error)))
@@ -555,18 +582,19 @@ class Client(_Stream):
     # what the broker sends ----------------------------------------------------------------------
 
     def _handle(self, item: object) -> None:
-        if isinstance(item, Deliver):
-            if self._seen.again(item.id):
-                self.counters["dropped.duplicates"] += 1
-                return
-            for sub_id in item.subscriptions:
-                sub = self._by_current.get(sub_id)
-                delivery = Delivery(sub.id if sub else sub_id, item.publication, (), item.id, item.time)
-                (sub._queue if sub is not None else self._queue).put(delivery)
-        elif isinstance(item, Notify):
-            sub = self._by_current.get(item.subscription)
-            delivery = Delivery(sub.id if sub else item.subscription, item.publications[0], item.publications)
-            (sub._queue if sub is not None else self._queue).put(delivery)
+        if isinstance(item, Carry):
+            if item.seq <= self._receipts.received:  # sent again: our Took was lost on the way
+                self.counters["dropped.resent"] += 1
+                self._receipts.told = 0
+                self._tell(True)
+            elif isinstance(item.message, Deliver | Notify):
+                self._receipts.arrived(item.seq, self._deliver(item.message, item.seq))
+                self._tell(False)
+            else:
+                self.counters["bad_messages"] += 1
+                log.warning("the broker carried a %s to a client", type(item.message).__name__)
+        elif isinstance(item, Deliver | Notify):
+            self._deliver(item, 0)
         elif isinstance(item, Ack):
             self._answered(item.ref, self._acknowledged(item.ref, item.id))
         elif isinstance(item, StatusReply):
@@ -579,6 +607,35 @@ class Client(_Stream):
         elif isinstance(item, BadMessage):
             self.counters["bad_messages"] += 1
             log.warning("bad message from the broker: %s", item)
+
+    def _deliver(self, item: Deliver | Notify, seq: int) -> int:
+        """Into the queues of its subscriptions: how many deliveries it made."""
+        if isinstance(item, Notify):
+            sub = self._by_current.get(item.subscription)
+            name = sub.id if sub else item.subscription
+            delivery = Delivery(name, item.publications[0], item.publications, seq=seq)
+            (sub._queue if sub is not None else self._queue).put(delivery)
+            return 1
+        if self._seen.again(item.id):
+            self.counters["dropped.duplicates"] += 1
+            return 0
+        for sub_id in item.subscriptions:
+            sub = self._by_current.get(sub_id)
+            delivery = Delivery(sub.id if sub else sub_id, item.publication, (), item.id, item.time, seq)
+            (sub._queue if sub is not None else self._queue).put(delivery)
+        return len(item.subscriptions)
+
+    def _done(self, seq: int, caught_up: bool) -> None:
+        """A stream's consumer is done with a delivery (or a lossy queue dropped it)."""
+        if seq:
+            self._receipts.done(seq)
+            self._tell(caught_up)
+
+    def _tell(self, caught_up: bool) -> None:
+        taken = self._receipts.due(caught_up)
+        if taken is not None and self.connected:
+            assert self.link is not None
+            self.link.send(Took(taken))
 
     def _acknowledged(self, ref: str, broker_id: str) -> str:
         """The id to answer with: for an advertisement or subscription, the first it got."""

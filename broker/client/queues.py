@@ -42,6 +42,7 @@ class DeliveryQueue(Generic[T]):
         lossy: bool = False,
         name: str = "",
         clock: Callable[[], float] = time.monotonic,
+        on_drop: Callable[[T], None] | None = None,
     ) -> None:
         if limit < 1:
             raise ValueError(f"a queue limit must be at least 1, not {limit}")
@@ -52,6 +53,7 @@ class DeliveryQueue(Generic[T]):
         self.space = asyncio.Event()
         self.space.set()
         self._on_full = on_full
+        self._on_drop = on_drop
         self._clock = clock
         self._logged_at: float | None = None
         self._logged_count = 0
@@ -62,7 +64,9 @@ class DeliveryQueue(Generic[T]):
 
     def put(self, item: T | None) -> None:
         if item is not None and self.lossy and self.full:
-            self.queue.get_nowait()
+            dropped = self.queue.get_nowait()
+            if self._on_drop is not None and dropped is not None:
+                self._on_drop(dropped)
             self.dropped += 1
             self.counters["dropped.lossy"] += 1
             self._log_drop()

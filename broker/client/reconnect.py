@@ -97,15 +97,26 @@ class ConnectionEvent:
     reason: str = ""
 
 
-async def dial(target: BrokerURI, name: str, timeout: float) -> tuple[Link, list[WireMessage]]:
-    """A link to ``target`` after the handshake, and what the broker sent behind its hello.
-    ConnectError, with the reason, if the broker cannot be reached, refuses or is someone else."""
+Greeting = Callable[[str], tuple[str, int]]  # broker id -> (its custody epoch we know, last seq taken)
+
+
+def _no_custody(broker: str) -> tuple[str, int]:
+    return "", 0
+
+
+async def dial(
+    target: BrokerURI, name: str, timeout: float, greeting: Greeting = _no_custody
+) -> tuple[Link, list[WireMessage]]:
+    """A link to ``target`` after the handshake (its hello in ``link.peer``), and what the broker
+    sent behind its hello. ConnectError, with the reason, if the broker cannot be reached,
+    refuses or is someone else."""
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port), timeout)
     except (OSError, TimeoutError) as error:
         raise ConnectError(f"cannot connect to {target}: {error or 'timed out'}") from None
     link = Link(reader, writer, target.id)
-    link.send(Hello("client", name))
+    peer_epoch, took = greeting(target.id)
+    link.send(Hello("client", name, peer_epoch=peer_epoch, took=took))
     try:
         items = await asyncio.wait_for(link.receive(), timeout)
     except (TimeoutError, LinkClosed) as error:
@@ -118,6 +129,7 @@ async def dial(target: BrokerURI, name: str, timeout: float) -> tuple[Link, list
     if not isinstance(first, Hello) or first.id != target.id:
         await link.wait_closed()
         raise ConnectError(f"{target} answered as {getattr(first, 'id', first)!r}, not {target.id!r}")
+    link.peer = first
     return link, [item for item in items[1:] if not isinstance(item, Exception)]
 
 
@@ -129,6 +141,7 @@ async def dial_any(
     start: int = 0,
     rng: Callable[[], float] = random.random,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    greeting: Greeting = _no_custody,
 ) -> tuple[int, Link, list[WireMessage]]:
     """Dial ``targets`` in turn from ``start``, waiting ``backoff.delay(failures)`` before each
     attempt, until one answers: its index, link and leftovers. ConnectError naming every broker
@@ -139,7 +152,7 @@ async def dial_any(
         await sleep(backoff.delay(failures, rng))
         index = (start + failures) % len(targets)
         try:
-            link, leftovers = await dial(targets[index], name, timeout)
+            link, leftovers = await dial(targets[index], name, timeout, greeting)
         except ConnectError as error:
             errors[targets[index]] = error
             failures += 1

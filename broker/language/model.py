@@ -117,6 +117,11 @@ class Publication(Mapping[str, Value]):
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Publication is immutable")
 
+    def __reduce__(self) -> tuple[type[Publication], tuple[str, dict[str, Value]]]:
+        """Pickled (a broker's snapshot) as its class and attributes: the cached hash stays
+        behind, for string hashes differ from one process to the next."""
+        return Publication, (self.cls, self._attrs)
+
     def __getitem__(self, name: str) -> Value:
         if name == CLASS:
             return self.cls

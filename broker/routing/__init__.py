@@ -6,6 +6,7 @@ from broker.routing.messages import (
     Ack,
     Advertise,
     Bye,
+    Carry,
     CompositeSubscribe,
     Deliver,
     LinkDown,
@@ -18,6 +19,7 @@ from broker.routing.messages import (
     StatusRequest,
     Subscribe,
     Tick,
+    Took,
     Unadvertise,
     Unsubscribe,
 )
@@ -29,6 +31,7 @@ __all__ = [
     "Ack",
     "Advertise",
     "Bye",
+    "Carry",
     "CompositeSubscribe",
     "Deliver",
     "LinkDown",
@@ -43,6 +46,7 @@ __all__ = [
     "StatusRequest",
     "Subscribe",
     "Tick",
+    "Took",
     "Unadvertise",
     "Unsubscribe",
 ]

@@ -29,6 +29,7 @@ __all__ = [
     "Ack",
     "Advertise",
     "Bye",
+    "Carry",
     "ClientMessage",
     "CompositeSubscribe",
     "Deliver",
@@ -42,6 +43,7 @@ __all__ = [
     "StatusReply",
     "StatusRequest",
     "Subscribe",
+    "Took",
     "Unadvertise",
     "Unsubscribe",
     "request_ref",
@@ -267,10 +269,48 @@ class Bye:
 
 
 @dataclass(frozen=True, slots=True)
+class Carry:
+    """A message in custody on a link (between brokers, and deliveries to a client): the sender
+    keeps it, under ``seq``, until the receiver says it ``Took`` it, and sends it again after a
+    reconnection if it did not; the receiver drops a ``seq`` it has taken already."""
+
+    seq: int
+    message: (
+        Advertise | Unadvertise | Subscribe | CompositeSubscribe | Unsubscribe | Publish | Notify | Deliver
+    )
+
+    def __post_init__(self) -> None:
+        _seq(self.seq)
+        if not isinstance(self.message, CARRIED):
+            raise ValueError(f"a {type(self.message).__name__} is not carried in custody")
+
+
+@dataclass(frozen=True, slots=True)
+class Took:
+    """The receiver has taken custody of everything carried to it up to ``seq`` (a broker: stored
+    in its write-ahead log; a client: handled), so the sender may forget it."""
+
+    seq: int
+
+    def __post_init__(self) -> None:
+        _seq(self.seq)
+
+
+def _seq(value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 63:
+        raise ValueError("a sequence number must be an integer from 0 to 2**63-1")
+
+
+@dataclass(frozen=True, slots=True)
 class LinkUp:
-    """From the adapter: a hop is connected. ``broker`` says whether it is a neighbour broker."""
+    """From the adapter: a hop is connected. ``broker`` says whether it is a neighbour broker.
+    From the peer's hello: ``epoch`` names its custody state (a broker that restarted without its
+    log has a new one), and ``resume`` is the last ``seq`` it took from us in our current epoch
+    (None if it does not know our epoch: it gets everything we still hold for it)."""
 
     broker: bool
+    epoch: str = ""
+    resume: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,10 +326,21 @@ class Tick:
 
 
 ClientMessage = (
-    Advertise | Unadvertise | Subscribe | CompositeSubscribe | Unsubscribe | Publish | StatusRequest | Bye
+    Advertise
+    | Unadvertise
+    | Subscribe
+    | CompositeSubscribe
+    | Unsubscribe
+    | Publish
+    | StatusRequest
+    | Bye
+    | Took
 )
 # What crosses a link; LinkUp, LinkDown and Tick only ever come from the local adapter.
-LinkMessage = ClientMessage | Deliver | Notify | Ack | Refuse | StatusReply
+LinkMessage = ClientMessage | Deliver | Notify | Ack | Refuse | StatusReply | Carry
+# What a link carries in custody: routing state and publications, never an answer to a request
+# (a client asks again) nor a refusal (only logged).
+CARRIED = (Advertise, Unadvertise, Subscribe, CompositeSubscribe, Unsubscribe, Publish, Notify, Deliver)
 Message = LinkMessage | LinkUp | LinkDown | Tick
 
 

@@ -10,6 +10,7 @@ means different things from a client and from a broker. This module is the edge 
 turns a client's refs into overlay-wide ids, fixes relative times, checks publications against
 the client's advertisements, and answers. The routing itself is in ``tables`` (advertisements and
 subscriptions) and ``composites`` (composite subscriptions); a publication is routed here.
+What leaves is carried in custody (``custody``), and held for a peer away (``sessions``).
 
 Hops are opaque strings given by the adapter (a neighbour's broker id, a client's id); ``LinkUp``
 says which kind a hop is.
@@ -24,12 +25,14 @@ from typing import Any
 
 from broker.language.model import Filter, Publication
 from broker.routing.composites import Composites
+from broker.routing.custody import Custody
 from broker.routing.ids import OverlayId, PublicationId
 from broker.routing.messages import (
     DEFAULT_TTL,
     Ack,
     Advertise,
     Bye,
+    Carry,
     CompositeSubscribe,
     Deliver,
     LinkDown,
@@ -42,6 +45,7 @@ from broker.routing.messages import (
     StatusRequest,
     Subscribe,
     Tick,
+    Took,
     Unadvertise,
     Unsubscribe,
     request_ref,
@@ -66,22 +70,24 @@ class Router:
         composite_max_waiting: int = 10_000,
         composite_max_age: float | None = None,
         session_grace: float = 0.0,
+        epoch: str = "",
     ) -> None:
         self.id = broker_id
         self.tables = Tables(covering, advertisement_covering)
         self.composites = Composites(broker_id, self.tables, composite_max_waiting, composite_max_age)
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.counters: Counter[str] = Counter()
-        self.sessions = Sessions(self.tables, self.composites, self.counters, session_grace)
+        self.custody = Custody(epoch or broker_id, self.counters)  # the adapter names a fresh epoch
+        self.sessions = Sessions(self.tables, self.composites, self.custody, self.counters, session_grace)
         self.owned = self.sessions.owned  # client hop -> ids of its advertisements and subscriptions
 
     # the one entry point ------------------------------------------------------------------------
 
     def handle(self, message: Message, hop: str, now: float) -> Output:
         """Feed one message that arrived from ``hop`` at ``now`` (epoch seconds); returns what to
-        send where, in order. Sessions whose grace period is over go first; what is for a client
-        away is queued for it."""
-        return self.sessions.hold(self.sessions.expire(now) + self._dispatch(message, hop, now))
+        send where, in order. Sessions whose grace period is over go first; what needs custody
+        is carried, and held for a peer that is away."""
+        return self.custody.carry(self.sessions.expire(now) + self._dispatch(message, hop, now))
 
     def _dispatch(self, message: Message, hop: str, now: float) -> Output:
         kind = type(message)
@@ -119,17 +125,10 @@ class Router:
 
     def _link_up(self, message: LinkUp, hop: str, now: float) -> Output:
         if not message.broker:
-            return self.sessions.connect(hop, now)
-        return (
-            []
-            if hop in self.tables.neighbors or hop in self.tables.clients
-            else self.tables.add_neighbor(hop)
-        )
-
-    def _link_down(self, message: LinkDown, hop: str, now: float) -> Output:
-        if hop in self.tables.neighbors:
-            return [*self.tables.remove_neighbor(hop), *self.composites.link_down(hop)]
-        return self.sessions.disconnect(hop, now)
+            return self.sessions.connect(hop, now, message.resume)
+        if hop in self.tables.clients:
+            return []
+        return self.sessions.neighbor_up(hop, message.epoch, message.resume)
 
     # from a client ------------------------------------------------------------------------------
 
@@ -190,6 +189,14 @@ class Router:
         return [(hop, Refuse(ref, reason))]
 
     # from a neighbour broker --------------------------------------------------------------------
+
+    def _carried(self, message: Carry, hop: str, now: float) -> Output:
+        """Taken (the adapter says so once it is in the log), unless taken before; then handled."""
+        took: Output = [(hop, Took(message.seq))]
+        if not self.custody.receive(hop, message):
+            return took
+        inner = message.message
+        return took + _FROM_BROKER.get(type(inner), Router._unexpected)(self, inner, hop, now)
 
     def _learn(self, message: Advertise | Subscribe, hop: str, now: float) -> Output:
         if self.tables.knows(message.id):
@@ -270,9 +277,13 @@ def _live(handler: Handler) -> Handler:
     return checked
 
 
+def _took(router: Router, message: Took, hop: str, now: float) -> Output:
+    return router.custody.took(hop, message.seq)
+
+
 _LINK_EVENTS: dict[type, Handler] = {  # on a Tick, handle() has expired what was due: nothing else
     LinkUp: Router._link_up,
-    LinkDown: Router._link_down,
+    LinkDown: lambda router, message, hop, now: router.sessions.disconnect(hop, now),
     Tick: lambda router, message, hop, now: [],
 }
 _FROM_CLIENT: dict[type, Handler] = {
@@ -284,6 +295,7 @@ _FROM_CLIENT: dict[type, Handler] = {
     Publish: Router._client_publishes,
     StatusRequest: Router._status,
     Bye: lambda router, message, hop, now: router.sessions.leave(hop),  # gone for good: no grace
+    Took: _took,
 }
 _FROM_BROKER: dict[type, Handler] = {
     Advertise: _live(Router._learn),
@@ -294,4 +306,6 @@ _FROM_BROKER: dict[type, Handler] = {
     Unadvertise: Router._withdrawn,
     Unsubscribe: Router._withdrawn,
     Refuse: Router._refused,
+    Took: _took,
 }
+_FROM_BROKER[Carry] = Router._carried  # after the table: it hands on what it carries through it

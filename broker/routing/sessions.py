@@ -1,25 +1,27 @@
-"""Durable client sessions: a client whose link goes down keeps its place for a grace period.
+"""Durable sessions: a client or a neighbour whose link goes down keeps its place for a grace period.
 
 Withdrawing everything a client owned the moment its link drops throws away the join state of
 its composite subscriptions: a detector waiting for the second atom of a generation forgets the
-first, and an agent that reconnects a second later has lost that generation's jobs. So the router
-keeps a departed client's advertisements and (composite) subscriptions in place, with their ids
-and their detectors, and what they match meanwhile is queued here, bounded and in order. If the
-client (the same hop name) comes back within the grace period it gets the queue first, then live
-traffic; if not, the router withdraws its entries as it did at once before. The router has no
-clock: ``expire(now)`` runs on every message it handles, and the adapter sends ``Tick`` so
-that a quiet broker expires sessions too.
+first, and an agent that reconnects a second later has lost that generation's jobs. Withdrawing
+what a neighbour advertised and subscribed the moment its link flaps does the same to a whole
+branch of the overlay. So the router keeps a departed peer's entries in place, with their ids and
+their detectors; what it sends the peer meanwhile is held in the peer's custody channel
+(``custody``), bounded and in order. If the peer comes back within the grace period it gets what
+was held, then live traffic; if not, its entries are withdrawn as they were at once before. A
+neighbour that comes back with a new custody epoch restarted without its state: it is taken for
+a new neighbour. The router has no clock: ``expire(now)`` runs on every message it handles, and
+the adapter sends ``Tick`` so that a quiet broker expires sessions too.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter, deque
-from dataclasses import dataclass, field
+from collections import Counter
 from typing import Any
 
 from broker.routing.composites import Composites
-from broker.routing.messages import Advertise, CompositeSubscribe, Deliver, Message, Notify, Subscribe
+from broker.routing.custody import Custody
+from broker.routing.messages import Advertise, CompositeSubscribe, Subscribe
 from broker.routing.tables import Output, Tables
 
 __all__ = ["RequestKey", "Sessions", "request_key"]
@@ -37,59 +39,58 @@ def request_key(message: Advertise | Subscribe | CompositeSubscribe) -> RequestK
     return (type(message), message.filter)
 
 
-@dataclass(slots=True)
-class _Away:
-    deadline: float
-    queue: deque[tuple[Message, int]] = field(default_factory=deque)  # with its size
-    size: int = 0
-
-
-def _size(message: Message) -> int:
-    """Roughly what a held message costs: the canonical text of its publications."""
-    if isinstance(message, Deliver):
-        return len(str(message.publication))
-    if isinstance(message, Notify):
-        return sum(len(str(p)) for p in message.publications)
-    return 0
-
-
 class Sessions:
-    """The router's clients: what each owns and asked for, and those whose link is down and whose
-    grace period is not over, with what waits for them. ``grace`` 0 means none: a client's entries
-    are withdrawn as soon as its link goes."""
+    """The router's clients, what each owns and asked for, and the peers (clients and
+    neighbours) whose link is down and whose grace period is not over. ``grace`` 0 means none:
+    a peer's entries are withdrawn as soon as its link goes."""
 
-    def __init__(self, tables: Tables, composites: Composites, counters: Counter[str], grace: float) -> None:
+    def __init__(
+        self, tables: Tables, composites: Composites, custody: Custody, counters: Counter[str], grace: float
+    ) -> None:
         self.tables = tables
         self.composites = composites
+        self.custody = custody
         self.counters = counters
         self.grace = grace
-        self.max_queued = 10_000  # messages held for one client
-        self.max_bytes = 64 << 20  # their publications' text, for one client
         self.owned: dict[str, set[str]] = {}  # client hop -> ids of its advertisements and subscriptions
         self.requests: dict[str, RequestKey] = {}  # id of a client's entry -> what it asked for
         self.started: dict[str, str] = {}  # client hop -> when it connected (ms, hex): see PublicationId
-        self.away: dict[str, _Away] = {}
+        self.away: dict[str, float] = {}  # hop -> when its grace period ends, in the order they left
 
-    def connect(self, hop: str, now: float) -> Output:
-        """A client's link is up: a new session, or one kept for it, with what was queued, in order."""
-        away = self.away.pop(hop, None)
-        if away is not None:
-            log.info("client %s came back: %d queued messages", hop, len(away.queue))
-            return [(hop, message) for message, _ in away.queue]
-        if hop not in self.tables.neighbors and hop not in self.tables.clients:
+    def connect(self, hop: str, now: float, resume: int | None) -> Output:
+        """A client's link is up: a new session, or the one kept for it, with what was held."""
+        if hop in self.tables.clients:
+            self.away.pop(hop, None)
+            log.info("client %s came back", hop)
+            return self.custody.resume(hop, resume)
+        if hop not in self.tables.neighbors:
             self.tables.add_client(hop)
             self.started[hop] = format(round(now * 1000), "x")
             self.owned[hop] = set()
+            self.custody.open(hop, client=True)
         return []
 
+    def neighbor_up(self, hop: str, epoch: str, resume: int | None) -> Output:
+        """A neighbour's link is up: in step again if it is the one we knew, else a new one."""
+        out: Output = []
+        if hop in self.tables.neighbors:
+            self.away.pop(hop, None)
+            if self.custody.peer_epoch(hop) == epoch:
+                return self.custody.resume(hop, resume)
+            log.warning("neighbour %s restarted without its state: what it had is forgotten", hop)
+            out = self._drop_neighbor(hop)
+        self.custody.open(hop, epoch)
+        return out + self.tables.add_neighbor(hop)
+
     def disconnect(self, hop: str, now: float) -> Output:
-        """A client's link went down: its session is kept for the grace period, or withdrawn now."""
-        if hop not in self.tables.clients or hop in self.away:
+        """A peer's link went down: its session is kept for the grace period, or withdrawn now."""
+        if hop in self.away or (hop not in self.tables.clients and hop not in self.tables.neighbors):
             return []
-        if self.grace <= 0 or not self.owned[hop]:  # nothing to keep (``wfm status``, say)
-            return self._withdraw_client(hop)
-        self.away[hop] = _Away(now + self.grace)
-        log.info("client %s left: its session is kept for %g s", hop, self.grace)
+        if self.grace <= 0 or self.owned.get(hop) == set():  # nothing to keep (``wfm status``, say)
+            return self._drop(hop)
+        self.away[hop] = now + self.grace
+        self.custody.down(hop)
+        log.info("%s left: its session is kept for %g s", hop, self.grace)
         return []
 
     def leave(self, hop: str) -> Output:
@@ -101,20 +102,17 @@ class Sessions:
         return self._withdraw_client(hop)
 
     def expire(self, now: float) -> Output:
-        """Withdraw the clients whose grace period is over. Runs on every message, so it looks
+        """Withdraw the peers whose grace period is over. Runs on every message, so it looks
         at the oldest session only: they left in order, with the same grace."""
         out: Output = []
         while self.away:
-            hop, away = next(iter(self.away.items()))
-            if away.deadline > now:
+            hop, deadline = next(iter(self.away.items()))
+            if deadline > now:
                 break
             del self.away[hop]
-            dropped = len(away.queue)
             self.counters["sessions_expired"] += 1
-            log.warning(
-                "client %s did not come back in %g s: withdrawn, %d queued dropped", hop, self.grace, dropped
-            )
-            out += self._withdraw_client(hop)
+            log.warning("%s did not come back in %g s: withdrawn", hop, self.grace)
+            out += self._drop(hop)
         return out
 
     def own(self, hop: str, entry_id: str, request: RequestKey) -> None:
@@ -129,34 +127,23 @@ class Sessions:
             return self.composites.release((hop, entry_id))
         return self.tables.withdraw(entry_id)
 
+    def _drop(self, hop: str) -> Output:
+        return self._withdraw_client(hop) if hop in self.tables.clients else self._drop_neighbor(hop)
+
+    def _drop_neighbor(self, hop: str) -> Output:
+        self.custody.close(hop)
+        return [*self.tables.remove_neighbor(hop), *self.composites.link_down(hop)]
+
     def _withdraw_client(self, hop: str) -> Output:
         out = [sent for entry_id in sorted(self.owned.pop(hop)) for sent in self.withdraw(hop, entry_id)]
         self.tables.remove_client(hop)
+        self.custody.close(hop)
         del self.started[hop]
         return out
-
-    def hold(self, out: Output) -> Output:
-        """The router's output, less what is for a client away, which is queued for it."""
-        if not self.away:
-            return out
-        sent: Output = []
-        for hop, message in out:
-            away = self.away.get(hop)
-            if away is None:
-                sent.append((hop, message))
-                continue
-            size = _size(message)
-            if len(away.queue) >= self.max_queued or away.size + size > self.max_bytes:
-                self.counters["dropped.session_full"] += 1
-                continue
-            away.queue.append((message, size))
-            away.size += size
-            self.counters["session_queued"] += 1
-        return sent
 
     def status(self) -> dict[str, Any]:
         return {
             "session_grace": self.grace,
             "sessions_waiting": len(self.away),
-            "session_queue": sum(len(away.queue) for away in self.away.values()),
+            **self.custody.status(),
         }

@@ -7,13 +7,17 @@ With ``interleave=random.Random(seed)`` the overlay behaves more like real proce
 stays FIFO but the next message is taken from a link chosen at random, and a client call returns
 as soon as its answer arrives, leaving the rest of the work in flight to mix with the next call's
 (``run()`` lets it finish). The seed makes any interleaving it finds reproducible. Every
-message that crosses a broker-to-broker link is counted per link and per type: these counts are
-the traffic figures of the evaluation. A refused request raises ``RefusedError`` as a real client does, so
-a suite run against both the simulator and real brokers catches one error.
+message that crosses a broker-to-broker link is counted per link and per type (what a ``Carry``
+carries, not the envelope; custody's ``Took`` answers apart, in ``acks``): these counts are the
+traffic figures of the evaluation. Custody is acknowledged as a real broker does after a log
+commit: the last ``Took`` of each link goes when the overlay is otherwise quiet. A refused
+request raises ``RefusedError`` as a real client does, so a suite run against both the simulator
+and real brokers catches one error.
 """
 
 from __future__ import annotations
 
+import pickle
 import random
 from collections import Counter, deque
 from collections.abc import Callable
@@ -25,6 +29,7 @@ from broker.language.model import Composite, Filter, Publication
 from broker.routing import (
     Ack,
     Advertise,
+    Carry,
     CompositeSubscribe,
     Deliver,
     LinkDown,
@@ -36,6 +41,7 @@ from broker.routing import (
     Router,
     Subscribe,
     Tick,
+    Took,
     Unadvertise,
     Unsubscribe,
 )
@@ -53,6 +59,8 @@ class SimClient:
     refusals: list[Refuse] = field(default_factory=list)
     _acks: dict[str, str] = field(default_factory=dict)
     _next: int = 0
+    took: int = 0  # the last carried delivery taken: what a reconnection resumes from
+    taking: bool = True  # False: deliveries arrive but are never taken (a consumer that hangs)
 
     def _request(self, message: Message, ref: str) -> str:
         self.overlay._send(self.name, self.broker, message)
@@ -133,22 +141,39 @@ class Overlay:
         self.links: set[frozenset[str]] = set()
         self.queue: deque[tuple[str, str, Message]] = deque()
         self.traffic: Counter[tuple[str, str, str]] = Counter()  # (from, to, message type)
+        self.acks = 0  # Took answers that crossed broker links
+        self._took: dict[tuple[str, str], Took] = {}  # the last of each link, sent when quiet
         self.now = 1_800_000_000.0
+        self.epochs: Counter[str] = Counter()
+        self._logs: dict[str, bytes] = {}  # what a crashed broker's write-ahead log holds
 
     # building -----------------------------------------------------------------------------------
 
     def add_broker(self, broker_id: str) -> Router:
+        self.epochs[broker_id] += 1
         router = Router(
-            broker_id, self.covering, self.advertisement_covering, session_grace=self.session_grace
+            broker_id,
+            self.covering,
+            self.advertisement_covering,
+            session_grace=self.session_grace,
+            epoch=f"{broker_id}.{self.epochs[broker_id]}",
         )
-        router.sessions.max_queued = self.session_max_queued
+        router.custody.max_held = self.session_max_queued
         self.routers[broker_id] = router
         return router
 
+    def _hello(self, speaker: str, listener: str, broker: bool = True) -> LinkUp:
+        """What ``listener`` learns from ``speaker``'s hello, as ``RouterService`` works it out."""
+        if speaker in self.clients:
+            client = self.clients[speaker]
+            return LinkUp(broker=False, resume=client.took or None)
+        epoch, knows, took = self.routers[speaker].custody.greeting(listener)
+        return LinkUp(broker, epoch, took if knows == self.routers[listener].custody.epoch else None)
+
     def connect(self, a: str, b: str) -> None:
         self.links.add(frozenset((a, b)))
-        self._send(b, a, LinkUp(broker=True))
-        self._send(a, b, LinkUp(broker=True))
+        self._send(b, a, self._hello(b, a))
+        self._send(a, b, self._hello(a, b))
         self.run()
 
     def disconnect(self, a: str, b: str) -> None:
@@ -168,12 +193,41 @@ class Overlay:
         for other in neighbours:
             self.connect(broker_id, other)
 
+    def crash(self, broker_id: str) -> None:
+        """SIGKILL of a broker that keeps a write-ahead log: what was in flight to it is lost (its
+        senders still hold it), its neighbours and clients see their links go down. ``recover``
+        brings it back from its log."""
+        self.queue = deque(item for item in self.queue if broker_id not in item[:2])
+        self._took = {link: took for link, took in self._took.items() if broker_id not in link}
+        self._logs[broker_id] = pickle.dumps(self.routers.pop(broker_id))  # all it took is logged
+        for other in [next(iter(link - {broker_id})) for link in self.links if broker_id in link]:
+            self._send(broker_id, other, LinkDown())
+        self.run()
+
+    def recover(self, broker_id: str) -> None:
+        """The crashed broker restarts from its log: every link it had went down, then its
+        neighbours and clients reconnect and each side resends what the other had not taken."""
+        router: Router = pickle.loads(self._logs.pop(broker_id))
+        self.routers[broker_id] = router
+        for hop, channel in router.custody.channels.items():
+            if channel.up:
+                self._send(hop, broker_id, LinkDown())
+        self.run()
+        for link in [link for link in self.links if broker_id in link]:
+            other = next(iter(link - {broker_id}))
+            self._send(other, broker_id, self._hello(other, broker_id))
+            self._send(broker_id, other, self._hello(broker_id, other))
+        for client in self.clients.values():
+            if client.broker == broker_id:
+                self._send(client.name, broker_id, self._hello(client.name, broker_id))
+        self.run()
+
     def add_client(self, name: str, broker: str) -> SimClient:
         if name in self.clients or name in self.routers:
             raise ValueError(f"name {name!r} is taken")
         client = SimClient(name, broker, self)
         self.clients[name] = client
-        self._send(name, broker, LinkUp(broker=False))
+        self._send(name, broker, self._hello(name, broker))
         self.run()
         return client
 
@@ -190,7 +244,7 @@ class Overlay:
         self.run()
 
     def reconnect(self, name: str) -> None:
-        self._send(name, self.clients[name].broker, LinkUp(broker=False))
+        self._send(name, self.clients[name].broker, self._hello(name, self.clients[name].broker))
         self.run()
 
     def advance(self, seconds: float) -> None:
@@ -223,14 +277,23 @@ class Overlay:
     # running ------------------------------------------------------------------------------------
 
     def _send(self, source: str, target: str, message: Message) -> None:
-        self.queue.append((source, target, message))
+        if isinstance(message, Took) and source in self.routers and target in self.routers:
+            self._took[(source, target)] = message
+        else:
+            self.queue.append((source, target, message))
 
     def run(self, answered: Callable[[], bool] | None = None) -> None:
         """Deliver queued messages, and whatever they cause, until the overlay is quiet (when
         interleaving, until ``answered()`` if given)."""
         if self.interleave is None:
             answered = None
-        while self.queue and not (answered is not None and answered()):
+        while not (answered is not None and answered()):
+            if not self.queue:
+                if not self._took:
+                    return
+                self.acks += len(self._took)
+                self.queue.extend((source, target, took) for (source, target), took in self._took.items())
+                self._took.clear()
             source, target, message = self._next()
             if target in self.clients and source in self.routers:
                 self._to_client(self.clients[target], message)
@@ -238,8 +301,9 @@ class Overlay:
             router = self.routers.get(target)
             if router is None:
                 continue
-            if source in self.routers and not isinstance(message, LinkUp | LinkDown | Tick):
-                self.traffic[(source, target, type(message).__name__)] += 1
+            if source in self.routers and not isinstance(message, LinkUp | LinkDown | Tick | Took):
+                carried = message.message if isinstance(message, Carry) else message
+                self.traffic[(source, target, type(carried).__name__)] += 1
             for hop, out in router.handle(message, source, self.now):
                 self._send(target, hop, out)
 
@@ -254,8 +318,14 @@ class Overlay:
                 return source, target, message
         raise AssertionError("unreachable: the chosen link has a message")
 
-    @staticmethod
-    def _to_client(client: SimClient, message: Message) -> None:
+    def _to_client(self, client: SimClient, message: Message) -> None:
+        if isinstance(message, Carry):  # taken at once: this client handles it as it arrives
+            if message.seq <= client.took:
+                return
+            if client.taking:
+                client.took = message.seq
+                self._send(client.name, client.broker, Took(message.seq))
+            message = message.message
         if isinstance(message, Deliver):
             client.deliveries.append(message)
         elif isinstance(message, Notify):

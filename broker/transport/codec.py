@@ -18,7 +18,9 @@ Refuse                ``refuse``      ref, reason
 StatusRequest         ``statreq``     ref
 StatusReply           ``status``      ref, {str: msgpack-native value}
 Bye                   ``bye``         (none): a client leaves for good
-Hello                 ``hello``       kind, id, version
+Carry                 ``carry``       seq, the carried message's array (one of the above)
+Took                  ``took``        seq: custody of everything carried up to it is taken
+Hello                 ``hello``       kind, id, version[, epoch, peer epoch, seq]: custody, if any
 Ping / Pong           ``ping/pong``   (none)
 ====================  ==============  =====================================================
 
@@ -50,9 +52,11 @@ from broker.language import MAX_DEPTH
 from broker.language.model import And, Atom, Composite, Filter, Or, Predicate, Publication, Sequence, Times
 from broker.language.values import TimeRef, Var
 from broker.routing.messages import (
+    CARRIED,
     Ack,
     Advertise,
     Bye,
+    Carry,
     CompositeSubscribe,
     Deliver,
     LinkMessage,
@@ -62,6 +66,7 @@ from broker.routing.messages import (
     StatusReply,
     StatusRequest,
     Subscribe,
+    Took,
     Unadvertise,
     Unsubscribe,
 )
@@ -88,11 +93,17 @@ _MAX_ERROR = 200  # characters of an error message: a hostile frame must not ech
 
 @dataclass(frozen=True, slots=True)
 class Hello:
-    """The first frame each side sends: who is speaking, so the adapter knows client from broker."""
+    """The first frame each side sends: who is speaking, so the adapter knows client from broker;
+    and where custody stands (see ``broker.routing.custody``): the speaker's ``epoch`` (a
+    client's is empty), the listener's epoch it knows (``peer_epoch``, empty if none) and the last
+    seq it took from the listener in that epoch (``took``)."""
 
     kind: str
     id: str
     version: int = 1
+    epoch: str = ""
+    peer_epoch: str = ""
+    took: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in ("client", "broker"):
@@ -102,6 +113,10 @@ class Hello:
         version = self.version
         if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= 0xFFFF:
             raise ValueError(f"protocol version must be an integer from 1 to 65535, not {version!r}")
+        for epoch in (self.epoch, self.peer_epoch):
+            if not isinstance(epoch, str) or len(epoch) > 64:
+                raise ValueError("an epoch must be a string of at most 64 characters")
+        Took(self.took)  # the same range as a seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +189,15 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     StatusRequest: lambda m: ["statreq", m.ref],
     Bye: lambda m: ["bye"],
     StatusReply: lambda m: ["status", m.ref, _check_status(m.status)],
-    Hello: lambda m: ["hello", m.kind, m.id, m.version],
+    Carry: lambda m: ["carry", m.seq, _ENCODERS[type(m.message)](m.message)],
+    Took: lambda m: ["took", m.seq],
+    Hello: lambda m: [
+        "hello",
+        m.kind,
+        m.id,
+        m.version,
+        *((m.epoch, m.peer_epoch, m.took) if m.took or m.epoch or m.peer_epoch else ()),
+    ],
     Ping: lambda m: ["ping"],
     Pong: lambda m: ["pong"],
 }
@@ -352,15 +375,32 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "statreq": ("StatusRequest", 2, lambda a: StatusRequest(a[1])),
     "bye": ("Bye", 1, lambda a: Bye()),
     "status": ("StatusReply", 3, lambda a: StatusReply(a[1], _check_status(a[2]))),
-    "hello": ("Hello", 4, lambda a: Hello(a[1], a[2], a[3])),
+    "carry": ("Carry", 3, lambda a: Carry(a[1], _carried(a[2]))),
+    "took": ("Took", 2, lambda a: Took(a[1])),
+    "hello": ("Hello", 7, lambda a: Hello(*a[1:])),  # 4 without custody: see decode
     "ping": ("Ping", 1, lambda a: Ping()),
     "pong": ("Pong", 1, lambda a: Pong()),
 }
 
 
+def _carried(array: object) -> Any:
+    """The message inside a Carry: one that custody carries, never another Carry."""
+    if type(array) is not list or not array or array[0] not in _CARRIED_TAGS:
+        raise ValueError(
+            "a carried message must be an advertisement, subscription, publication or notification"
+        )
+    name, length, build = _DECODERS[array[0]]
+    if len(array) != length:
+        raise ValueError(f"the carried {name} has {len(array) - 1} fields, not {length - 1}")
+    return build(array)
+
+
 def _describe(error: BaseException) -> str:
     text = " ".join(str(error).split()) or type(error).__name__  # msgpack's StackError has no text
     return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 3] + "..."
+
+
+_CARRIED_TAGS = {tag for tag, (name, _, _) in _DECODERS.items() if name in {t.__name__ for t in CARRIED}}
 
 
 def decode(payload: bytes | bytearray | memoryview) -> WireMessage:
@@ -376,7 +416,7 @@ def decode(payload: bytes | bytearray | memoryview) -> WireMessage:
     if entry is None:
         raise BadMessage(f"unknown message type {_describe(ValueError(repr(array[0])))}")
     name, length, build = entry
-    if len(array) != length:
+    if len(array) != length and not (name == "Hello" and len(array) == 4):
         raise BadMessage(f"bad {name}: expected {length - 1} fields, got {len(array) - 1}")
     try:
         return build(array)

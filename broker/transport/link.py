@@ -17,7 +17,7 @@ import time
 from typing import Protocol
 
 from broker.errors import BadMessage, LinkClosed
-from broker.transport.codec import FrameDecoder, WireMessage, decode, encode
+from broker.transport.codec import FrameDecoder, Hello, WireMessage, decode, encode
 
 __all__ = ["SLOW_CONSUMER", "Link"]
 
@@ -50,6 +50,7 @@ class Link:
         self._queue: list[bytes] = []
         self._queued_bytes = 0
         self.pending: list[WireMessage | BadMessage] = []  # read along with the handshake
+        self.peer: Hello | None = None  # the peer's hello, once the handshake is done
         self._wakeup = asyncio.Event()
         self.closed: str | None = None
         self.last_received = self.last_sent = time.monotonic()

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import math
 import random
+import secrets
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
@@ -21,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.errors import BadMessage, LinkClosed, ProtocolError
-from broker.routing import LinkDown, LinkUp, Refuse, Router, StatusReply, Tick
+from broker.routing import LinkDown, LinkUp, Refuse, Router, StatusReply, Tick, Took
 from broker.routing.messages import Message
+from broker.routing.tables import Output
 from broker.transport.codec import Hello, Ping, Pong
 from broker.transport.link import SLOW_CONSUMER, Link
 from broker.transport.uri import BrokerURI
@@ -80,13 +82,20 @@ class RouterService:
         composite_max_waiting: int = 10_000,
         composite_max_age: float | None = None,
         session_grace: float = 0.0,
+        epoch: str | None = None,
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
         self.uri = uri
         self.neighbors = list(neighbors)
         self.router = Router(
-            uri.id, covering, advertisement_covering, composite_max_waiting, composite_max_age, session_grace
+            uri.id,
+            covering,
+            advertisement_covering,
+            composite_max_waiting,
+            composite_max_age,
+            session_grace,
+            epoch or secrets.token_hex(8),  # a broker without its log starts a new custody epoch
         )
         self.heartbeat = heartbeat
         self.dead_after = dead_after
@@ -150,7 +159,14 @@ class RouterService:
             self.counters["router_errors"] += 1
             self.log.exception("router failed on %s from %s", type(message).__name__, hop)
             return
+        self._send(output)
+
+    def _send(self, output: Output) -> None:
+        """Onto the links; of the custody answers to one peer only the last matters."""
+        last_took = {target: out for target, out in output if isinstance(out, Took)}
         for target, out in output:
+            if isinstance(out, Took) and last_took[target] is not out:
+                continue
             if isinstance(out, StatusReply):
                 out = StatusReply(out.ref, self.status())
             link = self.links.get(target)
@@ -180,8 +196,8 @@ class RouterService:
             await link.flush_and_close(f"duplicate id {hop}")
             await link.wait_closed()
             return
-        link.send(Hello("broker", self.uri.id))
-        await self._serve(link, hop, broker=hello.kind == "broker")
+        link.send(self._hello(hop))
+        await self._serve(link, hop, hello)
 
     async def _first(self, link: Link) -> Hello:
         items = await link.receive()
@@ -199,12 +215,12 @@ class RouterService:
                 try:
                     reader, writer = await asyncio.open_connection(neighbor.host, neighbor.port)
                     link = Link(reader, writer, neighbor.id, self.queue_limit)
-                    link.send(Hello("broker", self.uri.id))
+                    link.send(self._hello(neighbor.id))
                     reply = await asyncio.wait_for(self._first(link), HANDSHAKE_TIMEOUT)
-                    if reply.id != neighbor.id:
-                        raise ProtocolError(f"{neighbor} answered as {reply.id!r}")
+                    if reply.id != neighbor.id or reply.kind != "broker":
+                        raise ProtocolError(f"{neighbor} answered as {reply.kind} {reply.id!r}")
                     delay = 0.1
-                    await self._serve(link, neighbor.id, broker=True)
+                    await self._serve(link, neighbor.id, reply)
                 except (OSError, TimeoutError, LinkClosed, ProtocolError) as error:
                     self.log.debug("cannot link to %s: %s", neighbor, error)
                     if link is not None:
@@ -212,15 +228,20 @@ class RouterService:
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 5.0)
 
-    async def _serve(self, link: Link, hop: str, broker: bool) -> None:
+    def _hello(self, hop: str) -> Hello:
+        epoch, peer_epoch, took = self.router.custody.greeting(hop)
+        return Hello("broker", self.uri.id, epoch=epoch, peer_epoch=peer_epoch, took=took)
+
+    async def _serve(self, link: Link, hop: str, hello: Hello) -> None:
         """Run an established link until it ends; the router hears of it coming and going."""
         if hop in self.links:
             await link.wait_closed()
             return
         link.name = hop
         self.links[hop] = link
-        self.log.info("%s %s connected", "broker" if broker else "client", hop)
-        self._feed(LinkUp(broker=broker), hop)
+        self.log.info("%s %s connected", hello.kind, hop)
+        resume = hello.took if hello.peer_epoch == self.router.custody.epoch else None
+        self._feed(LinkUp(hello.kind == "broker", hello.epoch, resume), hop)
         try:
             for item in link.pending:
                 self._handle(link, hop, item)

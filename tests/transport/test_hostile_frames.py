@@ -59,7 +59,7 @@ def test_a_flood_of_hostile_frames_is_refused_counted_and_logged_briefly(
             data = await asyncio.wait_for(reader.read(1 << 16), 10)
             assert data, f"the broker closed the link after {len(replies)} replies"
             replies += [decode(payload) for payload in frames.feed(data)]
-        assert replies[0] == Hello("broker", "B1")
+        assert isinstance(replies[0], Hello) and (replies[0].kind, replies[0].id) == ("broker", "B1")
         assert all(isinstance(r, Refuse) for r in replies[1:])
         assert sum(r.reason.startswith("bad message") for r in replies[1:]) == FLOOD  # type: ignore[union-attr]
         assert "fuzz" in broker.links

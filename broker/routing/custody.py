@@ -1,0 +1,170 @@
+"""Custody transfer on links: a message stays with the sender until the receiver has taken it.
+
+Every link to a neighbour broker, and every client's stream of deliveries, is a ``Channel``: what
+the router sends on it that carries state or data (``messages.CARRIED``) gets the link's next
+sequence number, goes out as ``Carry(seq, message)`` and is *held* until the receiver answers
+``Took(n)``, which covers every seq up to n. A broker says ``Took`` only once what it took is in
+its write-ahead log (the adapter holds the router's output until the log commit that covers its
+input), a client once it has handled the delivery. When the link goes down the channel stays,
+and what the router sends meanwhile is held for the peer. When the peer is back, its hello says
+which of our seqs it took last (``LinkUp.resume``): everything after that goes again, in order,
+and the receiver drops a seq it has already taken, so a resend can never be taken twice.
+
+Each side's custody state has an ``epoch``: a broker that restarts from its log keeps it (the
+channels come back with it), one that restarts empty has a new one, so its neighbours know that
+what they held for it and learned from it is void (see ``sessions``).
+
+Pure state, no I/O, part of the router: the write-ahead log replays the router's inputs, and the
+channels come back exactly as they were.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.language.model import Publication
+from broker.routing.messages import CARRIED, Carry, Deliver, Message, Notify, Publish
+from broker.routing.tables import Output
+
+__all__ = ["Channel", "Custody"]
+
+MAX_HELD = 100_000  # messages held for one peer
+MAX_HELD_BYTES = 64 << 20  # roughly, their publications' size, for one peer
+
+
+@dataclass(slots=True)
+class Channel:
+    """One peer's link: what we hold for it and how far we took what it sent us."""
+
+    peer_epoch: str  # the peer's custody state we are in step with ("" for a client)
+    client: bool
+    up: bool = True
+    next_seq: int = 1
+    held: OrderedDict[int, tuple[Message, int]] = field(default_factory=OrderedDict)  # seq -> message, weight
+    weight: int = 0
+    received: int = 0  # the last seq we took from the peer
+
+
+def _weight(publication: Publication) -> int:
+    """What holding a publication costs, roughly, without writing it out: held messages are
+    bounded by this, and it runs for every message sent."""
+    return 64 + sum(
+        len(name) + (len(v) if isinstance(v, str) else 8) for name, v in publication.fields.items()
+    )
+
+
+def weight(message: Message) -> int:
+    if isinstance(message, Publish | Deliver):
+        return _weight(message.publication)
+    if isinstance(message, Notify):
+        return sum(_weight(p) for p in message.publications)
+    return 256  # routing state: a filter or a composite
+
+
+class Custody:
+    def __init__(self, epoch: str, counters: Counter[str]) -> None:
+        self.epoch = epoch
+        self.counters = counters
+        self.channels: dict[str, Channel] = {}
+        self.max_held = MAX_HELD
+        self.max_bytes = MAX_HELD_BYTES
+
+    def open(self, hop: str, peer_epoch: str = "", client: bool = False) -> None:
+        self.channels[hop] = Channel(peer_epoch, client)
+
+    def close(self, hop: str) -> None:
+        """The peer is gone for good: what was held for it is dropped (and counted)."""
+        channel = self.channels.pop(hop, None)
+        if channel is not None and channel.held:
+            self.counters[f"dropped.{'session' if channel.client else 'link'}_closed"] += len(channel.held)
+
+    def peer_epoch(self, hop: str) -> str | None:
+        channel = self.channels.get(hop)
+        return None if channel is None else channel.peer_epoch
+
+    def down(self, hop: str) -> None:
+        if (channel := self.channels.get(hop)) is not None:
+            channel.up = False
+
+    def greeting(self, hop: str) -> tuple[str, str, int]:
+        """What our hello to ``hop`` says: our epoch, the peer's epoch we know and the last seq we
+        took from it in that epoch (nothing if we know of no channel with it)."""
+        channel = self.channels.get(hop)
+        return (self.epoch, "", 0) if channel is None else (self.epoch, channel.peer_epoch, channel.received)
+
+    def resume(self, hop: str, took: int | None) -> Output:
+        """The peer is back and took our seqs up to ``took`` (None: it knows nothing of ours):
+        everything after goes again, in order."""
+        channel = self.channels[hop]
+        channel.up = True
+        if took is not None:
+            self._forget(channel, took)
+        self.counters["resent.custody"] += len(channel.held)
+        return [(hop, Carry(seq, message)) for seq, (message, _) in channel.held.items()]  # type: ignore[arg-type]
+
+    def took(self, hop: str, seq: int) -> Output:
+        if (channel := self.channels.get(hop)) is not None:
+            self._forget(channel, seq)
+        return []
+
+    @staticmethod
+    def _forget(channel: Channel, seq: int) -> None:
+        held = channel.held
+        while held:
+            first = next(iter(held))
+            if first > seq:
+                break
+            channel.weight -= held.pop(first)[1]
+
+    def receive(self, hop: str, carry: Carry) -> bool:
+        """Whether a carried message is new: a seq we took already (a resend) is not."""
+        channel = self.channels.get(hop)
+        if channel is None:
+            return True
+        if carry.seq <= channel.received:
+            self.counters["dropped.resent"] += 1
+            return False
+        channel.received = carry.seq  # a gap is what the sender dropped (and counted) for want of room
+        return True
+
+    def carry(self, out: Output) -> Output:
+        """The router's output as it goes on the links: what needs custody carried and held, and
+        for a peer whose link is down, held only; the rest (answers) only while the link is up."""
+        sent: Output = []
+        for hop, message in out:
+            channel = self.channels.get(hop)
+            if channel is None:
+                sent.append((hop, message))
+            elif not isinstance(message, CARRIED):
+                if channel.up:
+                    sent.append((hop, message))
+                else:
+                    self.counters["dropped.link_down"] += 1
+            else:
+                cost = weight(message)
+                noun = "session" if channel.client else "link"
+                if len(channel.held) >= self.max_held or channel.weight + cost > self.max_bytes:
+                    if channel.up:  # it still goes, but it will not be sent again
+                        self.counters[f"unheld.{noun}_full"] += 1
+                        sent.append((hop, message))
+                    else:
+                        self.counters[f"dropped.{noun}_full"] += 1
+                    continue
+                seq = channel.next_seq
+                channel.next_seq += 1
+                channel.held[seq] = (message, cost)
+                channel.weight += cost
+                if channel.up:
+                    sent.append((hop, Carry(seq, message)))  # type: ignore[arg-type]
+                else:
+                    self.counters[f"{noun}_queued"] += 1
+        return sent
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "held": sum(len(c.held) for c in self.channels.values()),
+            "held_for_away": sum(len(c.held) for c in self.channels.values() if not c.up),
+        }
