@@ -6,6 +6,10 @@ redialling them with backoff, pings every link and drops one that stays silent, 
 frame into a ``router.handle`` call whose output it queues on the target links. Nothing a peer
 sends can stop it: bad frames are answered with ``Refuse``, counted and logged; a peer that breaks
 framing is disconnected; even a bug in the router costs one message, not the broker.
+
+With a data directory (``persistence``) every input is logged before it is handled, and the
+router's output waits for the group commit that covers it: one fsync for everything that
+arrived while the last one ran. A broker killed and restarted comes back from its log.
 """
 
 from __future__ import annotations
@@ -19,14 +23,16 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from broker.errors import BadMessage, LinkClosed, ProtocolError
+from broker.errors import BadMessage, LinkClosed, LocalError, ProtocolError
 from broker.routing import LinkDown, LinkUp, Refuse, Router, StatusReply, Tick, Took
 from broker.routing.messages import Message
 from broker.routing.tables import Output
 from broker.transport.codec import Hello, Ping, Pong
 from broker.transport.link import SLOW_CONSUMER, Link
+from broker.transport.persistence import Fsync, RouterLog
 from broker.transport.uri import BrokerURI
 
 __all__ = ["LogThrottle", "RouterService"]
@@ -83,6 +89,8 @@ class RouterService:
         composite_max_age: float | None = None,
         session_grace: float = 0.0,
         epoch: str | None = None,
+        data: Path | None = None,
+        fsync: Fsync = "group",
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
@@ -97,6 +105,9 @@ class RouterService:
             session_grace,
             epoch or secrets.token_hex(8),  # a broker without its log starts a new custody epoch
         )
+        self.log_file = None if data is None else RouterLog(data, fsync)  # opened: one broker per directory
+        self._held: list[Output] = []  # outputs waiting for the commit of their inputs
+        self._commit_wanted = asyncio.Event()
         self.heartbeat = heartbeat
         self.dead_after = dead_after
         self.queue_limit = queue_limit
@@ -112,6 +123,8 @@ class RouterService:
     # lifecycle ----------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.log_file is not None:
+            self._restore(self.log_file)
         self._server = await asyncio.start_server(self._accept, self.uri.host, self.uri.port)
         self.log.info("%s listening", self.uri)
         for neighbor in self.neighbors:
@@ -119,6 +132,50 @@ class RouterService:
         self._spawn(self._heartbeats())
         if session_grace := self.router.sessions.grace:
             self._spawn(self._ticks(min(TICK, session_grace)))
+
+    def _restore(self, log_file: RouterLog) -> None:
+        """The router as it was; every link it had is down now (its peers reconnect and resume)."""
+        router = self.router
+        self.router = log_file.restore(lambda: router)
+        if self.router.id != self.uri.id:
+            raise LocalError(
+                f"{log_file.directory} holds broker {self.router.id}'s state, not {self.uri.id}'s"
+            )
+        for hop, channel in list(self.router.custody.channels.items()):
+            if channel.up:
+                self._feed(LinkDown(), hop)
+        self._spawn(self._commits(log_file))
+
+    async def _commits(self, log_file: RouterLog) -> None:
+        """Group commit: what arrived while one commit ran goes in the next; outputs wait for it."""
+        failures = 0
+        while True:
+            await self._commit_wanted.wait()
+            self._commit_wanted.clear()
+            held, self._held = self._held, []
+            try:
+                await asyncio.to_thread(log_file.wal.commit)
+            except OSError as error:  # a full disk: nothing is acknowledged until it commits
+                self._held[:0] = held
+                self._commit_wanted.set()
+                self.counters["log_errors"] += 1
+                if failures == 0 or failures % 60 == 0:
+                    self.log.error(
+                        "cannot write the log in %s: %s; holding %d outputs",
+                        log_file.directory,
+                        error,
+                        len(self._held),
+                    )
+                failures += 1
+                await asyncio.sleep(min(1.0, 0.05 * 2**failures))
+                continue
+            failures = 0
+            self.counters["log_commits"] += 1
+            for output in held:
+                self._send(output)
+            if log_file.due():
+                log_file.checkpoint(self.router)
+                self.counters["log_checkpoints"] += 1
 
     async def stop(self) -> None:
         """Close every link, let the connection handlers finish, then cancel the timers."""
@@ -138,6 +195,9 @@ class RouterService:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+        if self.log_file is not None:
+            self.log_file.checkpoint(self.router)  # a clean stop: the restart replays nothing
+            self.log_file.close()
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -153,13 +213,20 @@ class RouterService:
     # feeding the router -------------------------------------------------------------------------
 
     def _feed(self, message: Message, hop: str) -> None:
+        now = self.clock()
+        if self.log_file is not None:
+            self.log_file.record(message, hop, now)
         try:
-            output = self.router.handle(message, hop, self.clock())
+            output = self.router.handle(message, hop, now)
         except Exception:  # a router bug must cost one message, not the broker
             self.counters["router_errors"] += 1
             self.log.exception("router failed on %s from %s", type(message).__name__, hop)
             return
-        self._send(output)
+        if self.log_file is None:
+            self._send(output)
+        elif output:
+            self._held.append(output)
+            self._commit_wanted.set()
 
     def _send(self, output: Output) -> None:
         """Onto the links; of the custody answers to one peer only the last matters."""

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -15,6 +16,7 @@ from broker.client import Brokers, Client, Delivery, RefusedError
 from broker.errors import LinkClosed
 from broker.language import ParseError
 from broker.routing import COVERING_MODES
+from broker.transport.persistence import Fsync
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 from wfm.cli.options import URI, broker_option, output_option
@@ -59,8 +61,23 @@ from wfm.client_commands import apply_line
     type=click.FloatRange(0),
     default=600.0,
     show_default=True,
-    help="Seconds a disconnected client's subscriptions and advertisements are kept, and what "
-    "they match is queued for it, waiting for it to reconnect; 0: withdrawn at once.",
+    help="Seconds a disconnected client's or neighbour's subscriptions, advertisements and join "
+    "state are kept, and what is for it is held, waiting for it to reconnect; 0: withdrawn at once.",
+)
+@click.option(
+    "--data",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory of this broker's write-ahead log: restarted with the same one, it comes back "
+    "with its sessions, join state and everything in its custody [default: state in memory only].",
+)
+@click.option(
+    "--fsync",
+    type=click.Choice(["group", "each", "off"]),
+    default="group",
+    show_default=True,
+    help="With --data: one fsync per group of messages, one per message, or none (survives the "
+    "process dying, not the machine).",
 )
 def broker(
     uri: BrokerURI,
@@ -71,6 +88,8 @@ def broker(
     composite_max_waiting: int,
     composite_max_age: float | None,
     session_grace: float,
+    data: Path | None,
+    fsync: Fsync,
 ) -> None:
     """Run a broker until SIGINT or SIGTERM."""
     _log_with_prefix(uri.id)
@@ -85,6 +104,8 @@ def broker(
             composite_max_waiting=composite_max_waiting,
             composite_max_age=composite_max_age,
             session_grace=session_grace,
+            data=data,
+            fsync=fsync,
         )
     except ValueError as error:
         raise click.ClickException(str(error)) from None

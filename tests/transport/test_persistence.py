@@ -1,0 +1,167 @@
+"""Brokers with a write-ahead log: restarted (cleanly, or after SIGKILL) they come back with their
+tables, sessions and custody, and the overlay loses and duplicates nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pytest
+
+from broker.client import Client
+from broker.language import Publication
+from broker.transport.server import RouterService
+from broker.transport.uri import BrokerURI
+from tests.client.test_reconnect import ADV, FAST
+from tests.processes import WFM, wait_for
+from tests.processes import status as broker_status
+from tests.transport.harness import free_port, run, until, uri
+
+
+def test_a_broker_restarted_from_its_log_has_its_subscriptions_and_sessions(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        address = uri("B1")
+        b = RouterService(address, session_grace=60.0, data=tmp_path / "b1")
+        await b.start()
+        pub = await Client.connect(address, "pub", backoff=FAST)
+        sub = await Client.connect(address, "sub", backoff=FAST)
+        await pub.advertise(ADV)
+        s = await sub.subscribe("[class,eq,stock]")
+        await pub.publish(Publication("stock", {"n": 0}))
+        assert (await s.next(timeout=5)).publication["n"] == 0
+        epoch = b.router.custody.epoch
+        await b.stop()
+        b = RouterService(address, session_grace=60.0, data=tmp_path / "b1")
+        await b.start()
+        assert b.router.custody.epoch == epoch and b.router.status()["subscriptions"] == 1
+        await until(lambda: pub.connected and sub.connected, what="both back")
+        await pub.publish(Publication("stock", {"n": 1}))
+        assert (await s.next(timeout=5)).publication["n"] == 1
+        assert b.router.counters.get("refused", 0) == 0  # re-sent requests matched what it kept
+        for c in (pub, sub):
+            await c.close()
+        await b.stop()
+
+    run(scenario())
+
+
+def test_a_second_broker_cannot_use_the_same_log(tmp_path: Path) -> None:
+    first = RouterService(uri("B1"), data=tmp_path / "b")
+    with pytest.raises(Exception, match="in use by another process"):
+        RouterService(uri("B1"), data=tmp_path / "b")
+    first.log_file.close()  # type: ignore[union-attr]
+
+
+class Line:
+    """B1 - B2 - B3 as ``wfm broker`` processes with logs, which a test can kill and restart."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.uris = {name: BrokerURI("127.0.0.1", free_port(), name) for name in ("B1", "B2", "B3")}
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+
+    def start(self, name: str) -> None:
+        before = {"B2": ["B1"], "B3": ["B2"]}.get(name, [])
+        with open(self.tmp / f"{name}.log", "a") as log:
+            self.procs[name] = self._spawn(name, before, log)
+
+    def _spawn(self, name: str, before: list[str], log: object) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [
+                WFM,
+                "broker",
+                "--uri",
+                str(self.uris[name]),
+                "--heartbeat",
+                "0.2",
+                "--session-grace",
+                "60",
+                "--data",
+                str(self.tmp / name),
+                *[arg for n in before for arg in ("--neighbor", str(self.uris[n]))],
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
+        )
+
+    def kill(self, name: str) -> None:
+        self.procs[name].send_signal(signal.SIGKILL)
+        self.procs[name].wait()
+
+    def linked(self) -> None:
+        for name, neighbours in {"B1": {"B2"}, "B2": {"B1", "B3"}, "B3": {"B2"}}.items():
+            wait_for(
+                lambda n=name, w=neighbours: set(broker_status(self.uris[n]).get("neighbors", [])) == w, name
+            )
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for name, proc in self.procs.items():
+            proc.wait(timeout=10)
+            log = (self.tmp / f"{name}.log").read_text()
+            assert "Traceback" not in log, log[-3000:]
+
+
+@contextmanager
+def line(tmp: Path) -> Iterator[Line]:
+    brokers = Line(tmp)
+    try:
+        for name in brokers.uris:
+            brokers.start(name)
+        brokers.linked()
+        yield brokers
+    finally:
+        brokers.stop()
+
+
+@pytest.mark.parametrize("victim", ["B2", "B1", "B3"])
+def test_a_broker_killed_mid_stream_and_restarted_loses_and_duplicates_nothing(
+    tmp_path: Path, victim: str
+) -> None:
+    """SIGKILL of the middle broker, of the publisher's edge and of the subscriber's edge, while
+    numbered publications flow from B1 to B3: each arrives once, in order."""
+    total = 300
+
+    async def scenario(brokers: Line) -> list[int]:
+        pub = await Client.connect(brokers.uris["B1"], "pub", backoff=FAST)
+        sub = await Client.connect(brokers.uris["B3"], "sub", backoff=FAST)
+        await pub.advertise(ADV)
+        s = await sub.subscribe("[class,eq,stock]")
+        await asyncio.sleep(0.5)  # the subscription reaches B1
+        got: list[int] = []
+
+        async def receive() -> None:
+            while len(got) < total:
+                got.append(int((await s.next(timeout=30)).publication["n"]))  # type: ignore[arg-type]
+
+        receiving = asyncio.create_task(receive())
+        for n in range(total):
+            pub.publish_nowait(Publication("stock", {"n": n}))
+            if n == total // 3:
+                await asyncio.sleep(0.2)
+                brokers.kill(victim)
+            if n == total // 2:
+                await asyncio.sleep(1.0)
+                brokers.start(victim)
+            await asyncio.sleep(0.005)
+        with suppress(TimeoutError):
+            await asyncio.wait_for(receiving, 45)
+        await asyncio.sleep(1.0)  # anything more would be a duplicate
+        for c in (pub, sub):
+            await c.close()
+        return got
+
+    with line(tmp_path) as brokers:
+        got = run(scenario(brokers), timeout=90)
+    assert len(got) == len(set(got)), f"duplicates: {sorted(n for n in set(got) if got.count(n) > 1)}"
+    assert sorted(got) == list(range(total)), f"lost: {sorted(set(range(total)) - set(got))}"
+    assert got == sorted(got), "out of order"
+    assert os.path.exists(tmp_path / victim / "lock")
