@@ -230,7 +230,7 @@ def run_scenario(scenario: str, index: int, generations: int, rate: float, seed:
         watcher: threading.Thread | None = None
         fault_thread: Faults | None = None
         try:
-            uris, brokers = broker_children(PORT + 10 * index)
+            uris, brokers = broker_children(PORT + 10 * index, home)
             for child in brokers:
                 processes.start(child)
             if relinked(uris, time.monotonic()) is None:

@@ -56,13 +56,22 @@ class Child:
     optional: bool = False  # if it exits, wfm up warns and carries on without it
 
 
-def broker_children(port: int) -> tuple[list[BrokerURI], list[Child]]:
-    """B1 - B2 - B3 on ports P, P+1, P+2; each dials the one before it."""
+def broker_children(port: int, state: Path) -> tuple[list[BrokerURI], list[Child]]:
+    """B1 - B2 - B3 on ports P, P+1, P+2; each dials the one before it and keeps its write-ahead
+    log in ``state/brokers/ID``, so a broker that is killed comes back with what it held."""
     uris = [BrokerURI(HOST, port + i, broker_id) for i, broker_id in enumerate(BROKER_IDS)]
     children = [
         Child(
             f"broker-{uri.id}",
-            (*WFM, "broker", "--uri", str(uri), *(["--neighbor", str(uris[i - 1])] if i else [])),
+            (
+                *WFM,
+                "broker",
+                "--uri",
+                str(uri),
+                "--data",
+                str(state / "brokers" / uri.id),
+                *(["--neighbor", str(uris[i - 1])] if i else []),
+            ),
         )
         for i, uri in enumerate(uris)
     ]
@@ -173,7 +182,7 @@ def serve(
     brokers do not link or a deploy fails (everything started is stopped first)."""
     processes = Processes(home / "logs", say)
     try:
-        uris, brokers = broker_children(port)
+        uris, brokers = broker_children(port, home)
         for child in brokers:
             processes.start(child)
         neighbours = [{BROKER_IDS[j] for j in (i - 1, i + 1) if 0 <= j < len(uris)} for i in range(len(uris))]
