@@ -494,6 +494,7 @@ class Client(_Stream):
                         self._rng,
                         self._sleep,
                         self._receipts.greeting,
+                        self.backoff.failover_after,
                     )
                 except ConnectError as error:
                     self._event(ConnectionEvent("closed", self.broker_id, str(error)))

@@ -62,17 +62,27 @@ class Backoff:
     """Delays between connection attempts: ``first * factor**n`` for the n-th consecutive failure,
     at most ``cap``, each scaled by a random factor in ``[1 - jitter, 1 + jitter]`` and then capped
     again, so no wait ever exceeds ``cap``. ``attempts`` bounds the attempts of one reconnection
-    (None: keep trying, as a daemon must)."""
+    (None: keep trying, as a daemon must).
+
+    A reconnection keeps trying the broker it lost until it has waited ``failover_after``
+    seconds in all, then fails over: that broker keeps the client's session (a subscriber that
+    moves leaves what is held for it there), and a broker restarted from its log is back within
+    a second or two. A publisher that moves at once is acknowledged by a broker whose part of
+    the overlay may not yet know the subscriptions beyond the one that went down, and what it
+    publishes there in the meantime reaches no one."""
 
     first: float = 0.1
     factor: float = 2.0
     cap: float = 5.0
     jitter: float = 0.5
     attempts: int | None = 60
+    failover_after: float = 3.0
 
     def __post_init__(self) -> None:
         if not 0 < self.first <= self.cap or self.factor < 1 or not 0 <= self.jitter <= 1:
             raise ValueError("backoff needs 0 < first <= cap, factor >= 1 and 0 <= jitter <= 1")
+        if self.failover_after < 0:
+            raise ValueError("failover_after must not be negative")
         if self.attempts is not None and self.attempts < 1:
             raise ValueError("backoff attempts must be at least 1, or None for no limit")
 
@@ -142,15 +152,22 @@ async def dial_any(
     rng: Callable[[], float] = random.random,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     greeting: Greeting = _no_custody,
+    stay: float = 0.0,
 ) -> tuple[int, Link, list[WireMessage]]:
     """Dial ``targets`` in turn from ``start``, waiting ``backoff.delay(failures)`` before each
-    attempt, until one answers: its index, link and leftovers. ConnectError naming every broker
+    attempt, until one answers: its index, link and leftovers; while the waits add up to less
+    than ``stay`` seconds, the attempts are all at ``start``. ConnectError naming every broker
     once ``backoff.attempts`` attempts have failed."""
-    failures = 0
+    failures = moved = 0
+    waited = 0.0
     errors: dict[BrokerURI, ConnectError] = {}
     while backoff.attempts is None or failures < backoff.attempts:
-        await sleep(backoff.delay(failures, rng))
-        index = (start + failures) % len(targets)
+        delay = backoff.delay(failures, rng)
+        await sleep(delay)
+        waited += delay
+        if failures and waited > stay:
+            moved += 1
+        index = (start + moved) % len(targets)
         try:
             link, leftovers = await dial(targets[index], name, timeout, greeting)
         except ConnectError as error:

@@ -6,7 +6,16 @@ import asyncio
 
 import pytest
 
-from broker.client import Backoff, Client, ConnectError, ConnectionEvent, Delivery, Subscription, brokers
+from broker.client import (
+    Backoff,
+    Client,
+    ConnectError,
+    ConnectionEvent,
+    Delivery,
+    Subscription,
+    brokers,
+    reconnect,
+)
 from broker.client.reconnect import dial_any
 from broker.language import Publication
 from broker.routing import Ack
@@ -43,6 +52,32 @@ def test_dial_any_walks_the_broker_list_with_the_backoff_schedule() -> None:
         assert waits == [0.0, 0.1, 0.2, 0.3, 0.3]
 
     run(scenario())
+
+
+def test_a_reconnection_stays_with_the_broker_it_lost_before_failing_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its session is there, and a broker restarted from its log is soon back: the client tries
+    it until its waits add up to ``stay`` seconds, then walks the list."""
+    targets = [BrokerURI("127.0.0.1", 1000 + i, f"D{i}") for i in range(3)]
+    tried: list[str] = []
+
+    async def dial(target: BrokerURI, *args: object) -> None:
+        tried.append(target.id)
+        raise ConnectError(f"{target.id} is down")
+
+    async def sleep(seconds: float) -> None:
+        pass
+
+    monkeypatch.setattr(reconnect, "dial", dial)
+    backoff = Backoff(first=0.1, cap=0.3, attempts=7)
+    with pytest.raises(ConnectError, match="after 7 attempts"):
+        run(dial_any(targets, "c", 1.0, backoff, 1, lambda: 0.5, sleep, stay=0.5))
+    assert tried == ["D1", "D1", "D1", "D2", "D0", "D1", "D2"]  # after 0 + 0.1 + 0.2 + 0.3 s: moves
+    tried.clear()
+    with pytest.raises(ConnectError):
+        run(dial_any(targets, "c", 1.0, backoff, 1, lambda: 0.5, sleep))  # a first connection
+    assert tried == ["D1", "D2", "D0", "D1", "D2", "D0", "D1"]
 
 
 def test_broker_lists_parse_from_text_and_sequences() -> None:

@@ -131,8 +131,8 @@ def test_a_broker_killed_mid_stream_and_restarted_loses_and_duplicates_nothing(
     total = 300
 
     async def scenario(brokers: Line) -> list[int]:
-        pub = await Client.connect(brokers.uris["B1"], "pub", backoff=FAST)
-        sub = await Client.connect(brokers.uris["B3"], "sub", backoff=FAST)
+        pub = await Client.connect([brokers.uris[b] for b in ("B1", "B2", "B3")], "pub", backoff=FAST)
+        sub = await Client.connect([brokers.uris[b] for b in ("B3", "B2", "B1")], "sub", backoff=FAST)
         await pub.advertise(ADV)
         s = await sub.subscribe("[class,eq,stock]")
         await asyncio.sleep(0.5)  # the subscription reaches B1
