@@ -41,6 +41,7 @@ from wfm.up import WFM, linked
 __all__ = ["Entry", "Puppet", "PuppetError", "Settings"]
 
 WORKER = [sys.executable, "-m", "wfm.puppet.worker"]
+MARK = "WFM_PUPPET"  # in every child's environment: the run's directory (to find strays, say)
 ANSWER = 5.0  # seconds to wait for a worker's acknowledgement of an order before going on
 
 
@@ -113,6 +114,7 @@ class Member:
                 stdout=subprocess.PIPE if self.worker else log,
                 stderr=log,
                 start_new_session=True,
+                env={**os.environ, MARK: str(self.log.parent.parent)},
             )
 
     def signal(self, sig: int) -> None:
