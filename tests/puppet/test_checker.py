@@ -16,7 +16,9 @@ def received(subscriber: str, publisher: str, seqs: list[int], topic: str = "/a/
 
 
 def test_everything_once_and_in_order() -> None:
-    report = check(published("p", range(1, 11)), received("s", "p", list(range(1, 11))), [Window("s", "/a/*", 0.0)])
+    report = check(
+        published("p", range(1, 11)), received("s", "p", list(range(1, 11))), [Window("s", "/a/*", 0.0)]
+    )
     assert report.ok and (report.lost, report.duplicated, report.out_of_order) == (0, 0, 0)
     assert [str(pair) for pair in report.pairs] == [
         "p -> s: expected 10, received 10, lost 0, duplicated 0, out of order 0"
@@ -51,7 +53,15 @@ def test_the_settling_delay() -> None:
     # nothing came: publications within the settling delay are not owed
     assert check(pubs, [], window, settle=0.05).pairs[0].lost == (5, 6, 7, 8, 9, 10)
     # once the first came, nothing after it may be missing, settling or not
-    assert check(pubs, received("s", "p", [2, 4]), window, settle=0.05).pairs[0].lost == (3, 5, 6, 7, 8, 9, 10)
+    assert check(pubs, received("s", "p", [2, 4]), window, settle=0.05).pairs[0].lost == (
+        3,
+        5,
+        6,
+        7,
+        8,
+        9,
+        10,
+    )
 
 
 def test_a_subscriber_that_never_subscribed_owes_nothing() -> None:
@@ -75,7 +85,10 @@ def test_pairs_are_separate() -> None:
         ("q", "s"): (2,),
         ("p", "t"): (),
     }
-    assert report.summary()[-1] == "total: lost 1, duplicated 0, out of order 0 over 3 publisher/subscriber pairs"
+    assert (
+        report.summary()[-1]
+        == "total: lost 1, duplicated 0, out of order 0 over 3 publisher/subscriber pairs"
+    )
     assert report.as_dict()["lost"] == 1
 
 
@@ -88,7 +101,9 @@ def test_random_faults_are_all_found() -> None:
         dropped = set(range(1, n + 1)) - set(delivered)
         copies = {seq for seq in delivered if rng.random() < 0.1}
         stream = [s for seq in delivered for s in ([seq, seq] if seq in copies else [seq])]
-        report = check(published("p", range(1, n + 1)), received("s", "p", stream), [Window("s", "/a/b", 0.0)])
+        report = check(
+            published("p", range(1, n + 1)), received("s", "p", stream), [Window("s", "/a/b", 0.0)]
+        )
         pair = report.pairs[0] if report.pairs else None
         assert (pair.lost if pair else ()) == tuple(sorted(dropped))
         assert (pair.duplicated if pair else ()) == tuple(sorted(copies))

@@ -62,7 +62,10 @@ BAD = [
     ("Subscriber s Subscribe /it's", "no quotes or spaces"),
     ("Publisher p Publish 0 Ontopic /a Interval 5", "bad number of events '0'"),
     ("Publisher p Publish 3 Ontopic /a/* Interval 5", "'*' may only end a subscription's topic"),
-    ("Publisher p Publish 3 About /a Interval 5", "expected: Publisher NAME Publish N Ontopic TOPIC Interval MS"),
+    (
+        "Publisher p Publish 3 About /a Interval 5",
+        "expected: Publisher NAME Publish N Ontopic TOPIC Interval MS",
+    ),
     ("Publisher p Publish 3 Ontopic /a Interval", "expected: Publisher"),
 ]
 
@@ -77,7 +80,9 @@ def test_bad_lines_name_file_and_line(text: str, message: str) -> None:
 
 
 def test_check_against_the_topology() -> None:
-    check_script(parse_script("Subscriber s0sub Subscribe /a\nPublisher p0 Publish 1 Ontopic /a Interval 0"), TOPOLOGY)
+    check_script(
+        parse_script("Subscriber s0sub Subscribe /a\nPublisher p0 Publish 1 Ontopic /a Interval 0"), TOPOLOGY
+    )
     for text, message in [
         ("Wait 1\nCrash nobody", "s.txt:2: no process 'nobody'"),
         ("Subscriber p0 Subscribe /a", "s.txt:1: p0 is a publisher, not a subscriber"),
@@ -88,5 +93,5 @@ def test_check_against_the_topology() -> None:
 
 
 def test_unreadable_script(tmp_path: object) -> None:
-    with pytest.raises(ScriptError, match="cannot read script .*missing.txt"):
+    with pytest.raises(ScriptError, match=r"cannot read script .*missing\.txt"):
         load_script(f"{tmp_path}/missing.txt")
