@@ -35,6 +35,7 @@ __all__ = [
     "agent_children",
     "agent_names",
     "broker_children",
+    "linked",
     "serve",
 ]
 
@@ -155,7 +156,8 @@ class Processes:
                 process.wait()
 
 
-def _linked(uri: BrokerURI, neighbours: set[str]) -> bool:
+def linked(uri: BrokerURI, neighbours: set[str]) -> bool:
+    """Whether the broker at ``uri`` answers and is linked to exactly ``neighbours`` (ids)."""
     try:
         with BlockingClient(uri, timeout=2) as client:
             report = client.status()
@@ -188,7 +190,7 @@ def serve(
         neighbours = [{BROKER_IDS[j] for j in (i - 1, i + 1) if 0 <= j < len(uris)} for i in range(len(uris))]
         deadline = time.monotonic() + link_timeout
         for uri, expected in zip(uris, neighbours, strict=True):
-            while not _linked(uri, expected):
+            while not linked(uri, expected):
                 processes.check()
                 if stop.wait(0.1):
                     return

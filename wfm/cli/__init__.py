@@ -40,6 +40,7 @@ COMMANDS = {
     "report": "history",
     "historian": "historian",
     "spark-connect": "spark",
+    "puppet": "puppet",
 }
 
 
