@@ -110,7 +110,8 @@ class Router:
     def status(self) -> dict[str, Any]:
         return {
             "id": self.id,
-            "neighbors": sorted(self.tables.neighbors),
+            "neighbors": sorted(self.tables.neighbors - self.sessions.away.keys()),  # linked now
+            "away": sorted(self.sessions.away),  # neighbours and clients kept for their grace period
             "clients": len(self.tables.clients),
             "subscriptions": len(self.tables.prt),
             "advertisements": len(self.tables.srt),

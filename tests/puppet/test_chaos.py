@@ -20,7 +20,6 @@ from wfm.cli.puppet import DEFAULT_TOPOLOGY
 pytestmark = pytest.mark.chaos
 
 WFM = [sys.executable, "-m", "wfm.cli"]
-CUSTODY = pytest.mark.xfail(reason="needs broker custody", strict=True)
 
 LINE = DEFAULT_TOPOLOGY  # broker0 - broker1 - broker2; publisher0 on broker0, subscriber0 on broker2
 
@@ -171,13 +170,11 @@ def test_broker_frozen_past_the_heartbeat_timeout_recovers(tmp_path: Path) -> No
     assert run.pairs()["publisher0", "subscriber0"]["received"] == 20
 
 
-@CUSTODY
 def test_broker_frozen_while_publishing(tmp_path: Path) -> None:
     run = Run(tmp_path, FREEZE.format(during="Publisher publisher0 Publish 20 Ontopic /a/b Interval 20"))
     assert run.summary["lost"] == 0 and run.returncode == 0
 
 
-@CUSTODY
 @pytest.mark.parametrize("broker", ["broker1", "broker0"], ids=["middle", "publisher's edge"])
 def test_broker_killed_and_restarted(tmp_path: Path, broker: str) -> None:
     script = f"""\

@@ -196,7 +196,17 @@ class Puppet:
         if p.role == "broker":
             neighbours = [a for uri in self.topology.neighbours(p.name) for a in ("--neighbor", str(uri))]
             grace = ["--session-grace", str(self.settings.session_grace)]
-            return [*WFM, "broker", "--uri", str(self.topology.uri(p.name)), *neighbours, *beat, *grace]
+            data = ["--data", str(self.home / "state" / p.name)]  # a restart comes back from its log
+            return [
+                *WFM,
+                "broker",
+                "--uri",
+                str(self.topology.uri(p.name)),
+                *neighbours,
+                *beat,
+                *grace,
+                *data,
+            ]
         brokers = str(self.topology.brokers_for(p.name))
         state = str(self.home / "state" / p.name)
         if p.role == "agent":
