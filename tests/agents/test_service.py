@@ -46,11 +46,11 @@ def test_a_delivery_read_before_its_subscription_id_is_known_is_kept_in_order(tm
 
     async def scenario() -> None:
         reader = asyncio.create_task(service._read(client))  # type: ignore[arg-type]
-        await service._issue(client, "key", Registration("SUBSCRIBE", FILTER))  # type: ignore[arg-type]
+        await service._request(client, "key", Registration("SUBSCRIBE", FILTER))  # type: ignore[arg-type]
         client.acked.set()
         await reader
 
     asyncio.run(scenario())
-    events = [service.events.get_nowait() for _ in range(service.events.qsize())]
+    events = [service.events.queue.get_nowait() for _ in range(service.events.queue.qsize())]
     assert events == [Delivered("key", (FIRST,)), Delivered("key", (SECOND,))]
     service.journal.close()
