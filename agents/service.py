@@ -25,8 +25,9 @@ import hashlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agents.envelope import Registration
 from agents.journal import Journal
@@ -63,8 +64,10 @@ from workflow_messages import ack_advertisement, control_subscription
 __all__ = ["AgentService"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CONTROL = "\0control"  # the key of the agent's own AGENT_CTL subscription
+ACKS, CONTROLS = "advertisement of its acknowledgements", "control subscription"  # its own requests
 BATCH = 32  # events handled (and fsync'd) together before the event loop gets a turn
 PRUNE_EVERY = 60.0  # seconds between prunings of run logs
 EARLY_LIMIT = 10_000  # deliveries held for subscriptions whose id is not known yet
@@ -303,11 +306,15 @@ class AgentService:
             backoff=DAEMON_BACKOFF,
             on_event=self._connection_event,
         )
-        acks = await client.advertise(ack_advertisement(self.agent.name), name="acks")
-        control = await client.subscribe(
-            control_subscription(self.agent.name), own_queue=False, name="control"
+        acks = await self._own(
+            client, ACKS, client.advertise(ack_advertisement(self.agent.name), name="acks")
         )
-        self.own = {acks: "advertisement of its acknowledgements", control.id: "control subscription"}
+        control = await self._own(
+            client,
+            CONTROLS,
+            client.subscribe(control_subscription(self.agent.name), own_queue=False, name="control"),
+        )
+        self.own = {acks: ACKS, control.id: CONTROLS}
         self.keys[control.id] = CONTROL
         self.client = client
         log.info("agent %s connected to %s", self.agent.name, client.broker_id)
@@ -316,6 +323,15 @@ class AgentService:
         for publication in outbox:
             self._publish(publication)
         await self._read(client)
+
+    async def _own(self, client: Client, what: str, request: Awaitable[T]) -> T:
+        """One of the agent's own requests: a refusal says which, and whose."""
+        try:
+            return await request
+        except RefusedError as error:
+            raise RefusedError(
+                f"broker {client.broker_id} refused agent {self.agent.name}'s {what}: {error}"
+            ) from None
 
     def _connection_event(self, event: ConnectionEvent) -> None:
         if event.kind == "reconnected":
