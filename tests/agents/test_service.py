@@ -17,8 +17,8 @@ from broker.client import Delivery, RefusedError
 from broker.language import Publication, parse_filter, parse_publication
 from broker.transport.uri import BrokerURI
 from tests.agents.test_state import PLAN
-from tests.processes import WFM
-from tests.transport.harness import ScriptedBroker, run, until
+from tests.processes import against_scripted_broker
+from tests.transport.harness import Request, ScriptedBroker, run, until
 
 FILTER = parse_filter("[class,eq,JOBSTATUS],[jobname,eq,A]")
 FIRST, SECOND = (
@@ -148,11 +148,9 @@ def test_a_flood_of_deliveries_waits_for_room_and_loses_nothing(
     service.journal.close()
 
 
-def refuse_control(after: int) -> Callable[[int, object], str | None]:
+def refuse_control(after: int) -> Callable[[int, Request], str | None]:
     """A broker's rule: refuse the agent's control subscription on connections past ``after``."""
-    return lambda connection, request: (
-        "no room" if connection > after and getattr(request, "id", "") == "control" else None
-    )
+    return lambda connection, request: "no room" if connection > after and request.id == "control" else None
 
 
 def test_an_agent_whose_control_subscription_is_not_restored_ends_with_the_error(tmp_path: Path) -> None:
@@ -170,21 +168,6 @@ def test_an_agent_whose_control_subscription_is_not_restored_ends_with_the_error
 
 
 def test_wfm_agent_exits_with_a_clear_error_if_its_subscriptions_are_refused(tmp_path: Path) -> None:
-    async def scenario() -> tuple[int | None, str]:
-        async with ScriptedBroker(refuse_control(after=0)) as broker:
-            agent = await asyncio.create_subprocess_exec(
-                WFM,
-                "agent",
-                "--name",
-                "agentA",
-                "--broker",
-                str(broker.uri),
-                "--state-dir",
-                str(tmp_path),
-                stderr=asyncio.subprocess.PIPE,
-            )
-            _, err = await asyncio.wait_for(agent.communicate(), 20)
-            return agent.returncode, err.decode()
-
-    code, err = run(scenario())
+    argv = ("agent", "--name", "agentA", "--state-dir", str(tmp_path))
+    code, err = against_scripted_broker(refuse_control(after=0), *argv)
     assert code == 1 and err == "wfm: error: broker B1 refused agent agentA's control subscription: no room\n"
