@@ -257,6 +257,38 @@ def test_an_agent_killed_mid_job_runs_it_once_and_publishes_its_outcome(
     assert overlay.records("KILL", "g1") == {"First": 1, "Middle": 1, "Last": 1}
 
 
+def test_an_agent_frozen_past_the_heartbeat_timeout_resumes_without_running_anything_twice(
+    overlay: Overlay,
+) -> None:
+    """SIGSTOP of agentB while its job runs, longer than its broker's heartbeat timeout (4 s): the
+    broker drops it; continued, it reconnects, re-subscribes, publishes the job's outcome once and
+    runs the next generation."""
+    marker = overlay.tmp / "middle-started"
+    middle = (
+        f'<job name="Middle" agent="agentB"><after job="First"/>'
+        f"<command>touch {marker}; sleep 1; sh {STEP} middle</command></job>"
+    )
+    overlay.deploy(workflow(overlay.tmp, "FROZEN", middle))
+    quiet(overlay.uris)
+    overlay.trigger("FROZEN", ["g1"])
+    wait_for(marker.exists, "Middle started")
+    agent = overlay.agents["agentB"]
+    agent.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(6.0)  # past B2's dead_after (4 x the 1 s heartbeat); Middle ends meanwhile
+    finally:
+        agent.send_signal(signal.SIGCONT)
+    overlay.wait_end("FROZEN", ["g1"], timeout=40)
+    wait_for(lambda: "reconnected" in (overlay.tmp / "agentB.log").read_text(), "agentB reconnected")
+    quiet(overlay.uris)
+    overlay.trigger("FROZEN", ["g2"])
+    overlay.wait_end("FROZEN", ["g2"], timeout=40)
+    for gid in ("g1", "g2"):
+        assert overlay.states("FROZEN", gid)["APPL_END"] == "SUCCESS"
+        assert overlay.statuses["FROZEN", gid]["Middle"]["attempt"] == 1
+        assert overlay.records("FROZEN", gid) == {"First": 1, "Middle": 1, "Last": 1}
+
+
 def test_a_hundred_generations_at_once_run_every_job_once(overlay: Overlay) -> None:
     overlay.deploy(WORKFLOWS / "payroll.xml")
     quiet(overlay.uris)
