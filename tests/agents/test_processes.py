@@ -221,21 +221,28 @@ def test_a_job_timeout(overlay: Overlay) -> None:
     )
 
 
+def middle_running(overlay: Overlay, name: str, seconds: float) -> None:
+    """Deploy the chain ``name`` whose Middle (on agentB) takes ``seconds``, trigger its g1, and
+    return once Middle has started."""
+    marker = overlay.tmp / f"{name}-middle-started"
+    middle = (
+        f'<job name="Middle" agent="agentB"><after job="First"/>'
+        f"<command>touch {marker}; sleep {seconds:g}; sh {STEP} middle</command></job>"
+    )
+    overlay.deploy(workflow(overlay.tmp, name, middle))
+    quiet(overlay.uris)
+    overlay.trigger(name, ["g1"])
+    wait_for(marker.exists, "Middle started")
+
+
 @pytest.mark.parametrize("restart", ["while-it-runs", "after-it-ended"])
 def test_an_agent_killed_mid_job_runs_it_once_and_publishes_its_outcome(
     overlay: Overlay, restart: str
 ) -> None:
     """kill -9 of the agent while its job runs (retries 0): the job's supervisor outlives it; the
     restarted agent re-attaches to it, or finds its recorded outcome, and publishes SUCCESS once."""
-    marker, ended = overlay.tmp / "middle-started", overlay.output / "KILL" / "g1" / "Middle.txt"
-    middle = (
-        f'<job name="Middle" agent="agentB"><after job="First"/>'
-        f"<command>touch {marker}; sleep 2; sh {STEP} middle</command></job>"
-    )
-    overlay.deploy(workflow(overlay.tmp, "KILL", middle))
-    quiet(overlay.uris)
-    overlay.trigger("KILL", ["g1"])
-    wait_for(marker.exists, "Middle started")
+    ended = overlay.output / "KILL" / "g1" / "Middle.txt"
+    middle_running(overlay, "KILL", seconds=2)
     overlay.agents["agentB"].send_signal(signal.SIGKILL)
     overlay.agents["agentB"].wait(5)
     if restart == "after-it-ended":
@@ -263,15 +270,7 @@ def test_an_agent_frozen_past_the_heartbeat_timeout_resumes_without_running_anyt
     """SIGSTOP of agentB while its job runs, longer than its broker's heartbeat timeout (4 s): the
     broker drops it; continued, it reconnects, re-subscribes, publishes the job's outcome once and
     runs the next generation."""
-    marker = overlay.tmp / "middle-started"
-    middle = (
-        f'<job name="Middle" agent="agentB"><after job="First"/>'
-        f"<command>touch {marker}; sleep 1; sh {STEP} middle</command></job>"
-    )
-    overlay.deploy(workflow(overlay.tmp, "FROZEN", middle))
-    quiet(overlay.uris)
-    overlay.trigger("FROZEN", ["g1"])
-    wait_for(marker.exists, "Middle started")
+    middle_running(overlay, "FROZEN", seconds=1)
     agent = overlay.agents["agentB"]
     agent.send_signal(signal.SIGSTOP)
     try:
