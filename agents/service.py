@@ -319,6 +319,7 @@ class AgentService:
         self.client = client
         log.info("agent %s connected to %s", self.agent.name, client.broker_id)
         self._reconcile()
+        await asyncio.sleep(0)  # the requests go on the link first: publications need their advertisements
         outbox, self.outbox = self.outbox, []
         for publication in outbox:
             self._publish(publication)
