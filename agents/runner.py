@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents import supervisor
-from agents.state import Result, Run
+from agents.state import DAY, FORGET_AFTER, Result, Run
 
 __all__ = ["KEEP_DAYS", "KEEP_RUNS", "Retention", "log_path", "prune", "supervise"]
 
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 REATTACH_POLL = 0.2  # seconds between looks at the lock of a supervisor this agent did not start
 KEEP_RUNS = 1000  # generations of run logs kept per workflow, by default
-KEEP_DAYS = 30.0  # days run logs are kept at most, by default
+KEEP_DAYS = FORGET_AFTER / DAY  # days run logs (and generations the agent saw no end of) are kept
 
 
 def generation_dir(state_dir: Path, workflow: str, gid: str) -> Path:
@@ -149,7 +149,7 @@ def prune(state_dir: Path, retention: Retention, busy: set[tuple[str, str]], now
     """Delete the generation folders past ``retention``, except those of ``busy`` (workflow, gid)
     pairs: generations still in progress here. Returns how many were deleted."""
     deleted = 0
-    oldest = None if retention.days is None else now - retention.days * 86400
+    oldest = None if retention.days is None else now - retention.days * DAY
     for workflow in _folders(state_dir / "logs"):
         generations = sorted(_folders(workflow), key=_mtime, reverse=True)
         for rank, folder in enumerate(generations):

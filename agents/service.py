@@ -1,10 +1,21 @@
 """The agent's adapter: broker connection, journal and job processes around :class:`Agent`.
 
 One loop consumes events (deliveries, finished runs, timer ticks) one at a time: journal the event,
-let the state machine decide, carry out its effects. The connection is kept by the client, which
-reconnects by itself and re-sends every live request and unacknowledged publication; after each
-reconnection the agent issues what its state machine came to want meanwhile, and withdraws what it
-no longer wants.
+let the state machine decide, carry out its effects. It never waits for the broker: publications
+are pipelined (the client keeps them until acknowledged), and each request or withdrawal the state
+machine asks for runs as a task of its own, one at a time per registration key, so a slow broker
+answer holds up that registration only, not deliveries or finished jobs.
+
+Events wait in a bounded queue: when the loop falls behind, the reader stops taking deliveries
+from the client, whose own queue then stops it reading its socket, and the broker slows the flow
+(back-pressure, as in :mod:`broker.client.queues`); nothing is dropped.
+
+The connection is kept by the client, which reconnects by itself and re-sends every live request
+and unacknowledged publication; after each reconnection the agent issues what its state machine
+came to want meanwhile, and withdraws what it no longer wants. A re-sent request the broker refuses
+is reported by the client: one of the agent's own (its acknowledgements' advertisement, its control
+subscription) ends the agent with that error, as at the start, rather than leaving it up and deaf;
+a job's registration is requested again.
 """
 
 from __future__ import annotations
@@ -13,7 +24,10 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections import Counter
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from agents.envelope import Registration
 from agents.journal import Journal
@@ -33,7 +47,16 @@ from agents.state import (
     Tick,
     Withdraw,
 )
-from broker.client import DAEMON_BACKOFF, Brokers, Client, ConnectionEvent, Delivery, TooManyUnacknowledged
+from broker.client import (
+    DAEMON_BACKOFF,
+    Brokers,
+    Client,
+    ConnectionEvent,
+    Delivery,
+    RefusedError,
+    TooManyUnacknowledged,
+)
+from broker.client.queues import DeliveryQueue
 from broker.errors import LinkClosed
 from broker.language import Publication
 from workflow_messages import ack_advertisement, control_subscription
@@ -41,12 +64,14 @@ from workflow_messages import ack_advertisement, control_subscription
 __all__ = ["AgentService"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CONTROL = "\0control"  # the key of the agent's own AGENT_CTL subscription
+ACKS, CONTROLS = "advertisement of its acknowledgements", "control subscription"  # its own requests
 BATCH = 32  # events handled (and fsync'd) together before the event loop gets a turn
-FIRST = asyncio.FIRST_COMPLETED
 PRUNE_EVERY = 60.0  # seconds between prunings of run logs
 EARLY_LIMIT = 10_000  # deliveries held for subscriptions whose id is not known yet
+EVENTS_LIMIT = 10_000  # events waiting for the loop; past it, the reader waits (back-pressure)
 
 
 class AgentService:
@@ -63,18 +88,21 @@ class AgentService:
         self.agent, self.uri, self.state_dir, self.workdir = agent, uri, state_dir, workdir
         self.retention = retention or Retention()
         self.journal = Journal(state_dir)
-        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        # only the reader waits for room: finished runs (at most max_jobs) and early deliveries
+        # (at most EARLY_LIMIT) are put at once, however full the queue
+        self.events: DeliveryQueue[Event] = DeliveryQueue(EVENTS_LIMIT, Counter(), lambda _: None)
         self.client: Client | None = None
         self.issued: dict[str, tuple[str, str]] = {}  # key -> (broker id, command)
-        self.keys: dict[str, str] = {}  # subscription id -> key
+        self.keys: dict[str, str] = {}  # broker id -> key
+        self.own: dict[str, str] = {}  # broker id -> which of the agent's own requests it is
+        self.requesting: dict[str, asyncio.Task[None]] = {}  # key -> its request or withdrawal under way
         # deliveries read before the subscription's id was known: its acknowledgement and its
         # first deliveries can come in one read, and the reader runs before the request returns
         self.early: dict[str, list[Delivery]] = {}
         self.outbox: list[Publication] = []  # publications made before the first connection
-        self.lock = asyncio.Lock()  # requests and re-issuing must not interleave
         self.runs: set[asyncio.Task[None]] = set()
         self.stopping = asyncio.Event()
-        self._reconciling: set[asyncio.Task[None]] = set()
+        self.failed: asyncio.Future[None] | None = None  # set when the broker drops the agent's own requests
 
     def stop(self) -> None:
         self.stopping.set()
@@ -86,6 +114,7 @@ class AgentService:
         running, and the next start re-attaches to them or publishes how they ended."""
         replayed = self.journal.recover(self.agent)
         log.info("agent %s recovered its journal (%d records after the snapshot)", self.agent.name, replayed)
+        self.failed = asyncio.get_running_loop().create_future()
         for run in list(self.agent.running.values()):
             self._supervise(run)
         await self._handle(Tick())
@@ -96,19 +125,15 @@ class AgentService:
             while not self.stopping.is_set():
                 wakeup = self.agent.next_wakeup()
                 timeout = 1.0 if wakeup is None else max(0.0, min(1.0, wakeup - time.time()))
-                getter = asyncio.create_task(self.events.get())
-                done, _ = await asyncio.wait(
-                    {getter, stopping, connection}, timeout=timeout, return_when="FIRST_COMPLETED"
-                )
-                if connection in done:  # the broker refused or ignored the agent's own requests:
-                    getter.cancel()  # end with that error, rather than staying up and deaf
-                    connection.result()
+                getter = asyncio.create_task(self._batch())
+                waits: set[asyncio.Future[Any]] = {getter, stopping, connection, self.failed}
+                done, _ = await asyncio.wait(waits, timeout=timeout, return_when="FIRST_COMPLETED")
+                if connection in done or self.failed in done:  # the broker refused or ignored the
+                    getter.cancel()  # agent's own requests: end with that error, not up and deaf
+                    (self.failed if self.failed.done() else connection).result()
                     break
                 if getter in done:
-                    batch = [getter.result()]
-                    while not self.events.empty() and len(batch) < BATCH:  # one fsync for them all
-                        batch.append(self.events.get_nowait())
-                    await self._handle(*batch)
+                    await self._handle(*getter.result())
                     await asyncio.sleep(0)  # a burst of envelopes must not starve the link's heartbeats
                 else:
                     getter.cancel()
@@ -117,14 +142,23 @@ class AgentService:
             stopping.cancel()
             connection.cancel()
             pruning.cancel()
-            for task in self._reconciling:
-                task.cancel()
-            for task in self.runs:
-                task.cancel()  # only the waiting: the supervisors go on, a restart re-attaches
-            await asyncio.gather(connection, pruning, *self.runs, *self._reconciling, return_exceptions=True)
+            for task in (*self.runs, *self.requesting.values()):
+                task.cancel()  # runs: only the waiting; the supervisors go on, a restart re-attaches
+            await asyncio.gather(
+                connection, pruning, *self.runs, *self.requesting.values(), return_exceptions=True
+            )
             if self.client is not None:
                 await self.client.close()
             self.journal.close()
+
+    async def _batch(self) -> list[Event]:
+        """The next events, as many as are there up to BATCH: one fsync for them all."""
+        batch: list[Event] = []
+        while not batch or (len(batch) < BATCH and not self.events.queue.empty()):
+            event = await self.events.get(None)  # waits for the first only
+            assert event is not None  # nothing here puts the end marker
+            batch.append(event)
+        return batch
 
     async def _handle(self, *events: Event) -> None:
         """Feed events to the state machine, make them durable, then carry out their effects."""
@@ -138,18 +172,24 @@ class AgentService:
         self.journal.sync()
         if self.journal.due():
             self.journal.compact(self.agent.snapshot())
+        registering = False
         for effect in effects:
-            await self._apply(effect)
+            if isinstance(effect, Request | Withdraw):
+                self._register(effect.key)
+                registering = True
+                continue
+            if registering and isinstance(effect, Emit):
+                # one turn of the loop puts the requests just started on the link before this
+                # publication (an envelope's acknowledgement): the broker has them first
+                await asyncio.sleep(0)
+                registering = False
+            self._apply(effect)
 
-    async def _apply(self, effect: Effect) -> None:
+    def _apply(self, effect: Start | Emit) -> None:
         if isinstance(effect, Start):
             self._supervise(effect.run)
-        elif isinstance(effect, Emit):
-            self._publish(effect.publication)
         else:
-            async with self.lock:
-                if self.client is not None and self.client.connected:
-                    await self._issue_or_withdraw(self.client, effect)
+            self._publish(effect.publication)
 
     def _supervise(self, run: Run) -> None:
         task = asyncio.create_task(self._outcome(run))
@@ -167,10 +207,10 @@ class AgentService:
             result = None
         if result is None:
             log.error("%s: its supervisor died before recording how it ended", run.label)
-            self.events.put_nowait(Lost(run))
+            self.events.put(Lost(run))
             return
         log.info("%s: %s", run.label, result.detail)
-        self.events.put_nowait(Finished(run, result))
+        self.events.put(Finished(run, result))
 
     async def _prune_regularly(self) -> None:
         """Delete run logs past their retention, never those of a generation still in progress."""
@@ -193,37 +233,65 @@ class AgentService:
         except (LinkClosed, TooManyUnacknowledged) as error:
             log.error("publication lost: %s: %s", error, publication)
 
-    async def _issue_or_withdraw(self, client: Client, effect: Request | Withdraw) -> None:
-        try:
-            if isinstance(effect, Request):
-                await self._issue(client, effect.key, effect.registration)
-            elif effect.key in self.issued:
-                broker_id, command = self.issued.pop(effect.key)
-                self.keys.pop(broker_id, None)
-                self.early.pop(broker_id, None)
-                await (client.unadvertise if command == "ADVERTISE" else client.unsubscribe)(broker_id)
-        except LinkClosed:
-            pass  # re-issued from the wanted set on reconnection
-        except Exception as error:
-            log.warning("broker refused %s: %s", effect.key.split(" ", 4)[:4], error)
-
-    async def _issue(self, client: Client, key: str, registration: Registration) -> None:
-        if registration.command == "ADVERTISE":
-            assert registration.filter is not None
-            broker_id = await client.advertise(registration.filter, name=_name(key))
-        elif registration.command == "SUBSCRIBE":
-            assert registration.filter is not None
-            broker_id = (await client.subscribe(registration.filter, own_queue=False, name=_name(key))).id
+    def _register(self, key: str) -> None:
+        """Start the request or withdrawal that brings the broker in line with what the state
+        machine wants for ``key``, unless one is under way: when it ends, it looks again. Without
+        a link, nothing: the (re)connection does it."""
+        client = self.client
+        if client is None or not client.connected or key in self.requesting:
+            return
+        registration = self.agent.wanted.get(key)
+        if registration is not None and key not in self.issued:
+            task = asyncio.create_task(self._request(client, key, registration))
+        elif registration is None and key in self.issued:
+            broker_id, command = self.issued.pop(key)
+            self.keys.pop(broker_id, None)
+            self.early.pop(broker_id, None)
+            task = asyncio.create_task(self._withdraw(client, key, broker_id, command))
         else:
-            assert registration.composite is not None
-            sub = await client.subscribe_composite(
-                registration.composite, registration.clear, own_queue=False, name=_name(key)
-            )
-            broker_id = sub.id
+            return
+        self.requesting[key] = task
+        task.add_done_callback(lambda _: self._settled(key, registration is not None))
+
+    def _settled(self, key: str, requested: bool) -> None:
+        """The request (or withdrawal) of ``key`` ended: if the state machine changed its mind
+        meanwhile, the other one. A refused request is not made again here (it would be refused
+        again at once); a reconnection tries it again."""
+        del self.requesting[key]
+        if (key in self.agent.wanted) != requested:
+            self._register(key)
+
+    async def _request(self, client: Client, key: str, registration: Registration) -> None:
+        try:
+            if registration.command == "ADVERTISE":
+                assert registration.filter is not None
+                broker_id = await client.advertise(registration.filter, name=_name(key))
+            elif registration.command == "SUBSCRIBE":
+                assert registration.filter is not None
+                broker_id = (await client.subscribe(registration.filter, own_queue=False, name=_name(key))).id
+            else:
+                assert registration.composite is not None
+                sub = await client.subscribe_composite(
+                    registration.composite, registration.clear, own_queue=False, name=_name(key)
+                )
+                broker_id = sub.id
+        except LinkClosed:
+            return  # requested again at the reconnection
+        except Exception as error:
+            log.warning("broker refused %s: %s", key.split(" ", 4)[:4], error)
+            return
         self.issued[key] = (broker_id, registration.command)
         self.keys[broker_id] = key
         for delivery in self.early.pop(broker_id, ()):
             self._deliver(key, delivery)
+
+    async def _withdraw(self, client: Client, key: str, broker_id: str, command: str) -> None:
+        try:
+            await (client.unadvertise if command == "ADVERTISE" else client.unsubscribe)(broker_id)
+        except LinkClosed:
+            pass  # the broker's next session never hears of it
+        except Exception as error:
+            log.warning("broker refused to withdraw %s: %s", key.split(" ", 4)[:4], error)
 
     # connection -----------------------------------------------------------------------------
 
@@ -238,43 +306,70 @@ class AgentService:
             backoff=DAEMON_BACKOFF,
             on_event=self._connection_event,
         )
-        async with self.lock:
-            await client.advertise(ack_advertisement(self.agent.name), name="acks")
-            control = await client.subscribe(
-                control_subscription(self.agent.name), own_queue=False, name="control"
-            )
-            self.keys[control.id] = CONTROL
-            self.client = client
+        acks = await self._own(
+            client, ACKS, client.advertise(ack_advertisement(self.agent.name), name="acks")
+        )
+        control = await self._own(
+            client,
+            CONTROLS,
+            client.subscribe(control_subscription(self.agent.name), own_queue=False, name="control"),
+        )
+        self.own = {acks: ACKS, control.id: CONTROLS}
+        self.keys[control.id] = CONTROL
+        self.client = client
         log.info("agent %s connected to %s", self.agent.name, client.broker_id)
-        await self._reconcile()
+        self._reconcile()
+        await asyncio.sleep(0)  # the requests go on the link first: publications need their advertisements
         outbox, self.outbox = self.outbox, []
         for publication in outbox:
             self._publish(publication)
         await self._read(client)
 
+    async def _own(self, client: Client, what: str, request: Awaitable[T]) -> T:
+        """One of the agent's own requests: a refusal says which, and whose."""
+        try:
+            return await request
+        except RefusedError as error:
+            raise RefusedError(
+                f"broker {client.broker_id} refused agent {self.agent.name}'s {what}: {error}"
+            ) from None
+
     def _connection_event(self, event: ConnectionEvent) -> None:
         if event.kind == "reconnected":
-            task = asyncio.get_running_loop().create_task(self._reconcile())
-            self._reconciling.add(task)  # a reference, so that it is not collected half-way
-            task.add_done_callback(self._reconciling.discard)
+            self._reconcile()
+        elif event.kind == "refused":
+            self._unrestored(event.request, event.broker, event.reason)
 
-    async def _reconcile(self) -> None:
+    def _reconcile(self) -> None:
         """Issue what the state machine wants and is not issued, withdraw what it no longer wants."""
-        async with self.lock:
-            client = self.client
-            if client is None or not client.connected:
-                return  # again at the next reconnection
-            for key in [k for k in self.issued if k not in self.agent.wanted]:
-                await self._issue_or_withdraw(client, Withdraw(key))
-            for key, registration in list(self.agent.wanted.items()):
-                if key not in self.issued:
-                    await self._issue_or_withdraw(client, Request(key, registration))
+        for key in [*self.issued, *self.agent.wanted]:
+            self._register(key)
+
+    def _unrestored(self, broker_id: str, broker: str, reason: str) -> None:
+        """The broker refused a request the client re-sent after a reconnection."""
+        own = self.own.get(broker_id)
+        if own is not None:
+            error = RefusedError(
+                f"broker {broker} refused to restore agent {self.agent.name}'s {own}: {reason}"
+            )
+            if self.failed is not None and not self.failed.done():
+                self.failed.set_exception(error)
+            return
+        key = self.keys.pop(broker_id, None)
+        if key is None or self.issued.get(key, ("",))[0] != broker_id:
+            return  # withdrawn meanwhile
+        del self.issued[key]
+        log.warning(
+            "broker %s refused to restore %s: %s; requesting it again", broker, key.split(" ", 4)[:4], reason
+        )
+        self._register(key)
 
     async def _read(self, client: Client) -> None:
         async for delivery in client:
             key = self.keys.get(delivery.subscription)
             if key is not None:
                 self._deliver(key, delivery)
+                await self.events.space.wait()  # back-pressure: read on once the loop made room
             elif sum(map(len, self.early.values())) < EARLY_LIMIT:
                 self.early.setdefault(delivery.subscription, []).append(delivery)
             else:
@@ -282,9 +377,9 @@ class AgentService:
 
     def _deliver(self, key: str, delivery: Delivery) -> None:
         if key == CONTROL:
-            self.events.put_nowait(Incoming(delivery.publication))
+            self.events.put(Incoming(delivery.publication))
         else:
-            self.events.put_nowait(Delivered(key, delivery.publications or (delivery.publication,)))
+            self.events.put(Delivered(key, delivery.publications or (delivery.publication,)))
 
 
 def _name(key: str) -> str:

@@ -62,7 +62,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ENDED_MEMORY = 10_000  # generations remembered after APPL_END, to ignore late duplicate firings
+DAY = 86_400.0
+FORGET_AFTER = 30 * DAY  # seconds a generation is remembered: the default of wfm agent --keep-days
+SWEEP_EVERY = 60.0  # seconds of ``now`` between two looks for what to forget
 LOST = "lost: supervisor died"
 
 
@@ -198,6 +200,7 @@ class GenerationState:
     jobs: dict[str, str] = field(default_factory=dict)  # job -> queued|running|waiting|done
     statuses: dict[str, str] = field(default_factory=dict)
     ended: bool = False  # APPL_END published (coordinator)
+    since: float | None = None  # when this agent first heard of it (None: restored from an older snapshot)
 
 
 @dataclass
@@ -211,22 +214,29 @@ class Pending:
 class Agent:
     """The decisions of agent ``name``; feed it events with :meth:`handle`."""
 
-    def __init__(self, name: str, max_jobs: int = 4, backoff: float = 1.0) -> None:
+    def __init__(
+        self, name: str, max_jobs: int = 4, backoff: float = 1.0, forget_after: float = FORGET_AFTER
+    ) -> None:
         self.name = name
         self.max_jobs = max_jobs
         self.backoff = backoff
+        self.forget_after = forget_after
         self.deployments: dict[tuple[str, str], Deployment] = {}
         self.generations: dict[tuple[str, str], GenerationState] = {}
         self.wanted: dict[str, Registration] = {}
         self.owners: dict[str, tuple[str, str, str]] = {}  # key -> (workflow, version, job)
         self.pending: list[Pending] = []
         self.running: dict[tuple[str, str, str], Run] = {}
-        self.ended: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # generations over (APPL_END, or forgotten) -> when, oldest first: a late firing of one
+        # is a duplicate for ``forget_after`` seconds, however many generations ended since
+        self.ended: OrderedDict[tuple[str, str], float | None] = OrderedDict()
         self._installs = 0
+        self._swept = 0.0  # the last minute of ``now`` (now // SWEEP_EVERY) swept
 
     # entry points ---------------------------------------------------------------------------
 
     def handle(self, event: Event, now: float) -> list[Effect]:
+        self._sweep(now)
         if isinstance(event, Incoming):
             return self._incoming(event.publication)
         if isinstance(event, Delivered):
@@ -249,12 +259,13 @@ class Agent:
                 for d in sorted(self.deployments.values(), key=lambda d: d.order)
             ],
             "generations": [
-                [workflow, gid, g.version, g.jobs, g.statuses, g.ended]
+                [workflow, gid, g.version, g.jobs, g.statuses, g.ended, g.since]
                 for (workflow, gid), g in self.generations.items()
             ],
             "pending": [[asdict(p.run), p.at] for p in self.pending],
             "running": [asdict(run) for run in self.running.values()],
-            "ended": list(self.ended),
+            "ended": [[workflow, gid, at] for (workflow, gid), at in self.ended.items()],
+            "swept": self._swept,
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
@@ -267,11 +278,15 @@ class Agent:
                 deployment = self.deployments[controls[0].workflow, controls[0].version]
                 deployment.order, deployment.ended = saved["order"], saved["ended"]
         self._installs = snapshot["installs"]
-        for workflow, gid, version, jobs, statuses, ended in snapshot["generations"]:
-            self.generations[workflow, gid] = GenerationState(version, jobs, statuses, ended)
+        # snapshots from before the age bound have no times: their entries get the first sweep's
+        for workflow, gid, version, jobs, statuses, ended, *since in snapshot["generations"]:
+            self.generations[workflow, gid] = GenerationState(version, jobs, statuses, ended, *since)
         self.pending = [Pending(Run(**run), at) for run, at in snapshot["pending"]]
         self.running = {(r.workflow, r.gid, r.job): r for r in (Run(**run) for run in snapshot["running"])}
-        self.ended = OrderedDict((tuple(key), None) for key in snapshot["ended"])
+        self.ended = OrderedDict()
+        for workflow, gid, *at in snapshot["ended"]:
+            self.ended[workflow, gid] = at[0] if at else None
+        self._swept = snapshot.get("swept", 0.0)
 
     def in_progress(self) -> set[tuple[str, str]]:
         """The (workflow, gid) of every generation not over here: their run logs must stay."""
@@ -388,7 +403,9 @@ class Agent:
                 return []  # a generation starts on the latest version only
         elif versions != {info.version}:
             return []  # this generation runs on another version
-        generation = self.generations.setdefault((info.workflow, gid), GenerationState(info.version))
+        generation = self.generations.setdefault(
+            (info.workflow, gid), GenerationState(info.version, since=now)
+        )
         if generation.version is None:
             generation.version = info.version
         if info.job in generation.jobs:
@@ -425,11 +442,11 @@ class Agent:
         assert isinstance(workflow, str) and isinstance(gid, str) and isinstance(job, str)
         assert isinstance(status, str) and isinstance(version, str)
         if job == APPL_END:
-            return self._forget(workflow, gid, version)
+            return self._forget(workflow, gid, version, now)
         if (workflow, gid) in self.ended:
             return []
         if job == APPL_START:
-            self.generations.setdefault((workflow, gid), GenerationState()).version = version
+            self.generations.setdefault((workflow, gid), GenerationState(since=now)).version = version
         generation = self.generations.get((workflow, gid))
         if generation is None or generation.version != version:
             return []
@@ -451,21 +468,62 @@ class Agent:
         end = self._publication(info.workflow, info.version, APPL_END, gid, status, detail, 0, now)
         return [Emit(end)]
 
-    def _forget(self, workflow: str, gid: str, version: str) -> list[Effect]:
+    def _forget(self, workflow: str, gid: str, version: str, now: float) -> list[Effect]:
         """APPL_END: forget the generation (its queued runs too), then maybe an old version."""
         if (workflow, gid) in self.ended:
             return []
-        self.generations.pop((workflow, gid), None)
-        self.pending = [p for p in self.pending if (p.run.workflow, p.run.gid) != (workflow, gid)]
-        self.ended[workflow, gid] = None
-        while len(self.ended) > ENDED_MEMORY:
-            self.ended.popitem(last=False)
+        self._end(workflow, gid, now)
         current = self.current(workflow)
         if current is None:
             return []
         latest = self.deployments[workflow, current]
         latest.ended = latest.ended or version == current
         return self._collect(workflow) if latest.ended else []
+
+    def _end(self, workflow: str, gid: str, at: float) -> list[Pending]:
+        """Drop the generation and its queued runs (returned), and remember it ended ``at``."""
+        self.generations.pop((workflow, gid), None)
+        dropped = [p for p in self.pending if (p.run.workflow, p.run.gid) == (workflow, gid)]
+        self.pending = [p for p in self.pending if (p.run.workflow, p.run.gid) != (workflow, gid)]
+        self.ended[workflow, gid] = at
+        return dropped
+
+    def _sweep(self, now: float) -> None:
+        """Forget what is older than ``forget_after``: ended generations (a firing of one is then
+        new), and generations whose APPL_END never came (lost: they would stay in memory, in the
+        journal's snapshot and keep their run logs for ever), unless a run of theirs still runs.
+
+        Once per minute of ``now`` and with the minute's cutoff, so that replaying the journal,
+        which leaves out the ticks that changed nothing else, forgets the same at the same events."""
+        minute = now // SWEEP_EVERY
+        if minute <= self._swept:
+            return
+        self._swept = minute
+        start = minute * SWEEP_EVERY
+        cutoff = start - self.forget_after
+        expired = []
+        for key, at in self.ended.items():  # oldest first
+            if at is None:
+                self.ended[key] = start
+            elif at < cutoff:
+                expired.append(key)
+            else:
+                break
+        for key in expired:
+            del self.ended[key]
+        busy = {(r.workflow, r.gid) for r in self.running.values()}
+        for (workflow, gid), generation in list(self.generations.items()):
+            if generation.since is None:
+                generation.since = start
+            elif generation.since < cutoff and (workflow, gid) not in busy:
+                dropped = self._end(workflow, gid, start)
+                log.warning(
+                    "forgot %s %s: not seen to end within %g days%s",
+                    workflow,
+                    gid,
+                    self.forget_after / DAY,
+                    f" ({len(dropped)} queued runs dropped)" if dropped else "",
+                )
 
     # runs -----------------------------------------------------------------------------------
 

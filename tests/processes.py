@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from broker.client import BlockingClient, ConnectError
 from broker.transport.uri import BrokerURI
-from tests.transport.harness import free_port
+from tests.transport.harness import Request, ScriptedBroker, free_port, run
 
 WFM = str(Path(sys.executable).with_name("wfm"))
 
@@ -108,3 +109,20 @@ def quiet(uris: dict[str, BrokerURI], pause: float = 0.1) -> None:
             return
         before = after
     raise AssertionError("the overlay did not settle")
+
+
+def against_scripted_broker(
+    refuse: Callable[[int, Request], str | None], *argv: str
+) -> tuple[int | None, str]:
+    """Run ``wfm ARGV --broker URI`` until it exits, against a :class:`ScriptedBroker` that
+    refuses what ``refuse`` says: its exit status and stderr."""
+
+    async def scenario() -> tuple[int | None, str]:
+        async with ScriptedBroker(refuse) as broker:
+            process = await asyncio.create_subprocess_exec(
+                WFM, *argv, "--broker", str(broker.uri), stderr=asyncio.subprocess.PIPE
+            )
+            _, err = await asyncio.wait_for(process.communicate(), 30)
+            return process.returncode, err.decode()
+
+    return run(scenario(), timeout=40)

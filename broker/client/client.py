@@ -543,6 +543,9 @@ class Client(_Stream):
             event.broker,
             f": {event.reason}" * bool(event.reason),
         )
+        self._tell(event)
+
+    def _tell(self, event: ConnectionEvent) -> None:
         if self.on_event is not None:
             try:
                 self.on_event(event)
@@ -674,9 +677,10 @@ class Client(_Stream):
     def _refused(self, item: Refuse) -> None:
         live = self._live.get(item.ref)
         if live is not None:
-            if live.first:  # a re-sent request the new session refuses: it is no longer live
-                self.counters["refused.resent"] += 1
+            if live.first:  # a re-sent request the new session refuses: it is no longer live,
+                self.counters["refused.resent"] += 1  # and whoever made it must hear so
                 log.warning("broker %s refused to restore %s: %s", self.broker_id, live.first, item.reason)
+                self._tell(ConnectionEvent("refused", self.broker_id, item.reason, live.first))
             del self._live[item.ref]
             self._refs_by_id.pop(live.first, None)
         if not self._answered(item.ref, None, RefusedError(item.reason)):

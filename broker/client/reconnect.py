@@ -100,11 +100,14 @@ DAEMON_BACKOFF = Backoff(attempts=None)  # a daemon (agent, historian) never giv
 @dataclass(frozen=True, slots=True)
 class ConnectionEvent:
     """``disconnected`` (the link to ``broker`` ended: ``reason``), ``reconnected`` (to
-    ``broker``, everything live re-sent) or ``closed`` (the client gave up: no more attempts)."""
+    ``broker``, everything live re-sent), ``closed`` (the client gave up: no more attempts) or
+    ``refused`` (after a reconnection, ``broker`` refused to restore the advertisement or
+    subscription known by the id ``request``, for ``reason``: it is no longer live)."""
 
     kind: str
     broker: str
     reason: str = ""
+    request: str = ""
 
 
 Greeting = Callable[[str], tuple[str, int]]  # broker id -> (its custody epoch we know, last seq taken)

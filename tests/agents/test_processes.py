@@ -221,21 +221,28 @@ def test_a_job_timeout(overlay: Overlay) -> None:
     )
 
 
+def middle_running(overlay: Overlay, name: str, seconds: float) -> None:
+    """Deploy the chain ``name`` whose Middle (on agentB) takes ``seconds``, trigger its g1, and
+    return once Middle has started."""
+    marker = overlay.tmp / f"{name}-middle-started"
+    middle = (
+        f'<job name="Middle" agent="agentB"><after job="First"/>'
+        f"<command>touch {marker}; sleep {seconds:g}; sh {STEP} middle</command></job>"
+    )
+    overlay.deploy(workflow(overlay.tmp, name, middle))
+    quiet(overlay.uris)
+    overlay.trigger(name, ["g1"])
+    wait_for(marker.exists, "Middle started")
+
+
 @pytest.mark.parametrize("restart", ["while-it-runs", "after-it-ended"])
 def test_an_agent_killed_mid_job_runs_it_once_and_publishes_its_outcome(
     overlay: Overlay, restart: str
 ) -> None:
     """kill -9 of the agent while its job runs (retries 0): the job's supervisor outlives it; the
     restarted agent re-attaches to it, or finds its recorded outcome, and publishes SUCCESS once."""
-    marker, ended = overlay.tmp / "middle-started", overlay.output / "KILL" / "g1" / "Middle.txt"
-    middle = (
-        f'<job name="Middle" agent="agentB"><after job="First"/>'
-        f"<command>touch {marker}; sleep 2; sh {STEP} middle</command></job>"
-    )
-    overlay.deploy(workflow(overlay.tmp, "KILL", middle))
-    quiet(overlay.uris)
-    overlay.trigger("KILL", ["g1"])
-    wait_for(marker.exists, "Middle started")
+    ended = overlay.output / "KILL" / "g1" / "Middle.txt"
+    middle_running(overlay, "KILL", seconds=2)
     overlay.agents["agentB"].send_signal(signal.SIGKILL)
     overlay.agents["agentB"].wait(5)
     if restart == "after-it-ended":
@@ -255,6 +262,30 @@ def test_an_agent_killed_mid_job_runs_it_once_and_publishes_its_outcome(
         "APPL_END": "SUCCESS",
     }
     assert overlay.records("KILL", "g1") == {"First": 1, "Middle": 1, "Last": 1}
+
+
+def test_an_agent_frozen_past_the_heartbeat_timeout_resumes_without_running_anything_twice(
+    overlay: Overlay,
+) -> None:
+    """SIGSTOP of agentB while its job runs, longer than its broker's heartbeat timeout (4 s): the
+    broker drops it; continued, it reconnects, re-subscribes, publishes the job's outcome once and
+    runs the next generation."""
+    middle_running(overlay, "FROZEN", seconds=1)
+    agent = overlay.agents["agentB"]
+    agent.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(6.0)  # past B2's dead_after (4 x the 1 s heartbeat); Middle ends meanwhile
+    finally:
+        agent.send_signal(signal.SIGCONT)
+    overlay.wait_end("FROZEN", ["g1"], timeout=40)
+    wait_for(lambda: "reconnected" in (overlay.tmp / "agentB.log").read_text(), "agentB reconnected")
+    quiet(overlay.uris)
+    overlay.trigger("FROZEN", ["g2"])
+    overlay.wait_end("FROZEN", ["g2"], timeout=40)
+    for gid in ("g1", "g2"):
+        assert overlay.states("FROZEN", gid)["APPL_END"] == "SUCCESS"
+        assert overlay.statuses["FROZEN", gid]["Middle"]["attempt"] == 1
+        assert overlay.records("FROZEN", gid) == {"First": 1, "Middle": 1, "Last": 1}
 
 
 def test_a_hundred_generations_at_once_run_every_job_once(overlay: Overlay) -> None:

@@ -97,6 +97,45 @@ def test_a_run_outlives_its_agent_and_is_re_attached_not_rerun(tmp_path: Path) -
     assert again is not None and again.detail == result.detail and count.read_text() == "once\n"
 
 
+def supervisor_of(job: Run, state: Path) -> int:
+    """The pid of the supervisor process running ``job`` (its arguments name the run's log)."""
+    log = str(log_path(state, job)).encode()
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if log in argv and any(arg.endswith(b"supervisor.py") for arg in argv):
+            return int(entry.name)
+    raise AssertionError(f"no supervisor runs {job.label}")
+
+
+def test_a_frozen_supervisor_is_waited_for_not_declared_lost_or_rerun(tmp_path: Path) -> None:
+    """SIGSTOP of a run's supervisor past its job's end: the agent that started it waits, an agent
+    restarted meanwhile re-attaches (the frozen supervisor holds the lock), and once it is
+    continued both get its outcome; the job ran once."""
+    count, started = tmp_path / "count", tmp_path / "started"
+    job = run(f"touch {started}; sleep 0.5; echo once >> {count}", cwd=str(tmp_path))
+    state = tmp_path / "s"
+
+    async def scenario() -> list[Result | None]:
+        first = asyncio.create_task(supervise(job, state, tmp_path))
+        while not started.exists():
+            await asyncio.sleep(0.02)
+        pid = supervisor_of(job, state)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            again = asyncio.create_task(supervise(job, state, tmp_path))
+            await asyncio.sleep(1.5)  # the job ended meanwhile; its supervisor cannot say so
+            assert count.read_text() == "once\n" and not first.done() and not again.done()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        return await asyncio.wait_for(asyncio.gather(first, again), 10)
+
+    results = asyncio.run(scenario())
+    assert all(r is not None and r.ok for r in results) and count.read_text() == "once\n"
+
+
 def test_a_run_whose_supervisor_died_is_lost_not_rerun(tmp_path: Path) -> None:
     job = run(f"echo ran >> {tmp_path / 'count'}")
     log = log_path(tmp_path / "s", job)

@@ -1,18 +1,24 @@
-"""The agent's adapter, without a broker: deliveries that arrive before their subscription's id."""
+"""The agent's adapter without a real broker: deliveries before their subscription's id, a slow
+broker, a flood, and a broker that refuses the agent's own subscription."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from agents.envelope import Registration
 from agents.service import AgentService
-from agents.state import Agent, Delivered
-from broker.client import Delivery
-from broker.language import parse_filter, parse_publication
+from agents.state import Agent, Delivered, Incoming
+from broker.client import Delivery, RefusedError
+from broker.language import Publication, parse_filter, parse_publication
 from broker.transport.uri import BrokerURI
+from tests.agents.test_state import PLAN
+from tests.processes import against_scripted_broker
+from tests.transport.harness import Request, ScriptedBroker, run, until
 
 FILTER = parse_filter("[class,eq,JOBSTATUS],[jobname,eq,A]")
 FIRST, SECOND = (
@@ -46,11 +52,122 @@ def test_a_delivery_read_before_its_subscription_id_is_known_is_kept_in_order(tm
 
     async def scenario() -> None:
         reader = asyncio.create_task(service._read(client))  # type: ignore[arg-type]
-        await service._issue(client, "key", Registration("SUBSCRIBE", FILTER))  # type: ignore[arg-type]
+        await service._request(client, "key", Registration("SUBSCRIBE", FILTER))  # type: ignore[arg-type]
         client.acked.set()
         await reader
 
     asyncio.run(scenario())
-    events = [service.events.get_nowait() for _ in range(service.events.qsize())]
+    events = [service.events.queue.get_nowait() for _ in range(service.events.queue.qsize())]
     assert events == [Delivered("key", (FIRST,)), Delivered("key", (SECOND,))]
     service.journal.close()
+
+
+class SlowBroker:
+    """A connected client whose broker answers no request until ``answer`` is set; it records
+    what was asked and published, in order."""
+
+    connected = True
+
+    def __init__(self) -> None:
+        self.answer = asyncio.Event()
+        self.calls: list[str] = []
+
+    async def _request(self, name: str) -> SimpleNamespace:
+        self.calls.append(f"request {name}")  # sent at once; the answer is what takes time
+        await self.answer.wait()
+        return SimpleNamespace(id=f"B1/agentB/{name}")
+
+    async def advertise(self, advertisement: object, name: str) -> str:
+        return str((await self._request(name)).id)
+
+    async def subscribe(self, subscription: object, own_queue: bool, name: str) -> SimpleNamespace:
+        return await self._request(name)
+
+    async def subscribe_composite(
+        self, composite: object, clear: object, own_queue: bool, name: str
+    ) -> SimpleNamespace:
+        return await self._request(name)
+
+    def publish_nowait(self, publication: Publication) -> None:
+        self.calls.append(f"publish {publication.cls}")
+
+
+def test_the_event_loop_never_waits_for_the_broker(tmp_path: Path) -> None:
+    """A deployment's requests wait for a slow broker; its acknowledgements, a firing and a
+    finished run are handled meanwhile (they used to wait behind each request's answer)."""
+    service = AgentService(Agent("agentB"), BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path)
+    broker = SlowBroker()
+    service.client = broker  # type: ignore[assignment]
+    envelopes = [Incoming(p) for p in PLAN.publications() if p["agentname"] == "agentB"]
+
+    async def scenario() -> None:
+        await asyncio.wait_for(service._handle(*envelopes), 2)
+        assert broker.calls.count("publish AGENT_ACK") == len(envelopes)
+        assert broker.calls[0].startswith("request")  # on the link before its acknowledgement
+        assert service.issued == {} and set(service.requesting) == set(service.agent.wanted)
+        broker.answer.set()
+        await until(lambda: not service.requesting, what="the requests answered")
+        assert set(service.issued) == set(service.agent.wanted)
+
+    asyncio.run(scenario())
+    service.journal.close()
+
+
+class FloodingClient:
+    """Delivers ``count`` publications for one subscription as fast as they are taken."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.taken = 0
+
+    async def __aiter__(self) -> AsyncIterator[Delivery]:
+        for n in range(self.count):
+            self.taken += 1
+            yield Delivery("B1/agentA/7", parse_publication(f"[class,JOBSTATUS],[jobname,A],[n,{n}]"))
+
+
+def test_a_flood_of_deliveries_waits_for_room_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("agents.service.EVENTS_LIMIT", 10)
+    service = AgentService(Agent("agentA"), BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path)
+    service.keys["B1/agentA/7"] = "key"
+    client = FloodingClient(100)
+
+    async def scenario() -> list[object]:
+        reader = asyncio.create_task(service._read(client))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        assert service.events.queue.qsize() == 10 and client.taken == 10 and not reader.done()
+        got: list[object] = []
+        while len(got) < client.count:
+            got += [event.publications[0]["n"] for event in await service._batch()]  # type: ignore[union-attr]
+        await reader
+        return got
+
+    assert asyncio.run(scenario()) == list(range(100))
+    service.journal.close()
+
+
+def refuse_control(after: int) -> Callable[[int, Request], str | None]:
+    """A broker's rule: refuse the agent's control subscription on connections past ``after``."""
+    return lambda connection, request: "no room" if connection > after and request.id == "control" else None
+
+
+def test_an_agent_whose_control_subscription_is_not_restored_ends_with_the_error(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with ScriptedBroker(refuse_control(after=1)) as broker:
+            service = AgentService(Agent("agentA"), broker.uri, tmp_path, tmp_path)
+            running = asyncio.create_task(service.run())
+            await until(lambda: service.client is not None and service.client.connected, what="connected")
+            broker.drop()  # the client reconnects and re-sends the subscription: refused
+            expected = "^broker B1 refused to restore agent agentA's control subscription: no room$"
+            with pytest.raises(RefusedError, match=expected):
+                await asyncio.wait_for(running, 10)
+
+    run(scenario())
+
+
+def test_wfm_agent_exits_with_a_clear_error_if_its_subscriptions_are_refused(tmp_path: Path) -> None:
+    argv = ("agent", "--name", "agentA", "--state-dir", str(tmp_path))
+    code, err = against_scripted_broker(refuse_control(after=0), *argv)
+    assert code == 1 and err == "wfm: error: broker B1 refused agent agentA's control subscription: no room\n"

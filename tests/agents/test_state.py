@@ -9,7 +9,9 @@ import pytest
 
 from agents.journal import Journal
 from agents.state import (
+    DAY,
     LOST,
+    SWEEP_EVERY,
     Agent,
     Delivered,
     Effect,
@@ -297,3 +299,71 @@ def test_a_snapshot_restores_the_same_state() -> None:
     assert restored.current("PAYROLL") == agent.current("PAYROLL")
     end = Finished(second, Result(True, "exit 0", 2.0, 2.0))
     assert restored.handle(end, 4.0) == agent.handle(end, 4.0)
+
+
+T0 = 1_800_000_000.0  # an epoch time on a minute boundary, as the agent's clock gives it
+
+
+def test_a_generation_whose_appl_end_was_lost_is_forgotten_after_its_retention(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    agent = Agent("agentB", forget_after=2 * DAY)
+    install(agent)
+    agent.handle(Delivered("PAYROLL starts", (status("APPL_START", "lost"),)), T0)  # its APPL_END never comes
+    [running] = runs(fire(agent, "JobB", "busy", "JobA", now=T0))
+    later = T0 + 2 * DAY + SWEEP_EVERY
+    assert agent.handle(Tick(), later) == []
+    assert agent.in_progress() == {("PAYROLL", "busy")}  # a run of its own still runs
+    assert "forgot PAYROLL lost: not seen to end within 2 days" in caplog.text
+    assert fire(agent, "JobB", "lost", "JobA", now=later) == []  # a late firing is a duplicate
+    agent.handle(Finished(running, Result(True, "exit 0", T0, 1.0)), later + 1)
+    agent.handle(Tick(), later + SWEEP_EVERY)
+    assert agent.generations == {} and list(agent.ended) == [("PAYROLL", "lost"), ("PAYROLL", "busy")]
+    agent.handle(Tick(), later + 2 * DAY + 2 * SWEEP_EVERY)
+    assert agent.ended == {}  # remembered as long, then forgotten too
+
+
+def test_an_ended_generation_stays_a_duplicate_however_many_end_after_it() -> None:
+    agent = Agent("agentB", forget_after=DAY)
+    install(agent)
+    statuses = key(agent, "APPL_END", "SUBSCRIBE")
+    for n in range(10_001):
+        agent.handle(Delivered(statuses, (status("APPL_END", f"g{n}"),)), T0 + n)
+    assert fire(agent, "JobB", "g0", "JobA", now=T0 + DAY) == []  # a day's worth: still a duplicate
+    [run] = runs(fire(agent, "JobB", "g0", "JobA", now=T0 + DAY + SWEEP_EVERY))  # forgotten
+    assert run.gid == "g0"
+
+
+def test_replaying_the_journal_forgets_the_same_as_the_live_agent(tmp_path: Path) -> None:
+    """The live agent forgets at a tick the journal leaves out (it changed nothing else); the
+    replay forgets at the next journaled event of the same minute, with the same cutoff."""
+    journal = Journal(tmp_path)
+    agent = Agent("agentB", forget_after=DAY)
+    for publication in PLAN.publications():
+        if publication["agentname"] == "agentB":
+            journaled(agent, journal, Incoming(publication), T0)
+    journaled(agent, journal, Delivered("PAYROLL starts", (status("APPL_START", "old"),)), T0)
+    journaled(agent, journal, Delivered("PAYROLL starts", (status("APPL_START", "new"),)), T0 + 90)
+    assert agent.handle(Tick(), T0 + DAY + 61) == []  # not journaled: forgets "old", not "new"
+    journaled(agent, journal, Delivered("PAYROLL starts", (status("APPL_START", "next"),)), T0 + DAY + 100)
+    journal.close()
+    assert set(agent.generations) == {("PAYROLL", "new"), ("PAYROLL", "next")}
+    restarted = Agent("agentB", forget_after=DAY)
+    reopened = Journal(tmp_path)
+    reopened.recover(restarted)
+    reopened.close()
+    assert restarted.snapshot() == agent.snapshot()
+
+
+def test_a_snapshot_from_before_the_age_bound_is_restored_and_timed_at_the_first_sweep() -> None:
+    agent = Agent("agentB")
+    install(agent)
+    agent.handle(Delivered("PAYROLL starts", (status("APPL_START", "g1"),)), T0)
+    snapshot = agent.snapshot()
+    snapshot["generations"] = [entry[:6] for entry in snapshot["generations"]]
+    snapshot["ended"], snapshot["swept"] = [["PAYROLL", "g0"]], None
+    del snapshot["swept"]
+    restored = Agent("agentB")
+    restored.restore(snapshot)
+    restored.handle(Tick(), T0 + 5)
+    assert restored.ended == {("PAYROLL", "g0"): T0} and restored.generations["PAYROLL", "g1"].since == T0

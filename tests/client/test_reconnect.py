@@ -21,7 +21,7 @@ from broker.language import Publication
 from broker.routing import Ack
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
-from tests.transport.harness import free_port, run, until, uri
+from tests.transport.harness import ScriptedBroker, free_port, run, until, uri
 
 ADV = "[class,eq,stock],[n,isPresent,0]"
 FAST = Backoff(first=0.05, cap=0.2, attempts=None)
@@ -267,5 +267,24 @@ def test_an_idle_client_keeps_its_link_to_a_broker_with_a_slow_heartbeat() -> No
             await client.close()
         finally:
             await broker.stop()
+
+    run(scenario())
+
+
+def test_a_re_sent_subscription_the_broker_refuses_is_reported() -> None:
+    """After a reconnection the broker refuses to restore a subscription: the caller hears of it
+    (``refused``, with the id it knows), instead of waiting for deliveries that never come."""
+
+    async def scenario() -> None:
+        refuse = lambda connection, request: "no room" if connection > 1 else None  # noqa: E731
+        async with ScriptedBroker(refuse) as broker:
+            events: list[ConnectionEvent] = []
+            client = await Client.connect(broker.uri, "c", backoff=FAST, on_event=events.append)
+            sub = await client.subscribe("[class,eq,stock]")
+            broker.drop()
+            await until(lambda: any(e.kind == "refused" for e in events), what="the refusal reported")
+            assert events[-1] == ConnectionEvent("refused", "B1", "no room", sub.id)
+            assert client.stats()["refused.resent"] == 1
+            await client.close()
 
     run(scenario())

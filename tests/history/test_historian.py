@@ -21,7 +21,7 @@ import pytest
 from broker.client import BlockingClient
 from broker.language import parse_publication
 from broker.transport.uri import BrokerURI
-from tests.processes import WFM, brokers, status, wait_for
+from tests.processes import WFM, against_scripted_broker, brokers, status, wait_for
 from tests.transport.harness import free_port
 from wfm.history.landing import Landing, read_landing, segments
 from wfm.history.protocol import (
@@ -317,3 +317,9 @@ def test_reconnects_after_a_broker_restart(tmp_path: Path) -> None:
         if historian.poll() is None:
             historian.kill()
             historian.communicate(timeout=30)
+
+
+def test_wfm_historian_exits_with_a_clear_error_if_its_subscriptions_are_refused(tmp_path: Path) -> None:
+    argv = ("historian", "--store", str(tmp_path / "store"), *KEEP, "--compact-every", "0")
+    code, err = against_scripted_broker(lambda connection, request: "no room", *argv)
+    assert code == 1 and err == "wfm: error: broker B1 refused historian historian's requests: no room\n"

@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from broker.errors import LinkClosed
+from broker.routing import (
+    Ack,
+    Advertise,
+    CompositeSubscribe,
+    Publish,
+    Refuse,
+    Subscribe,
+    Unadvertise,
+    Unsubscribe,
+)
+from broker.transport.codec import Hello, Ping, Pong
+from broker.transport.link import Link
 from broker.transport.uri import BrokerURI
 
 T = TypeVar("T")
@@ -46,3 +60,57 @@ async def until(condition: Any, timeout: float = 5.0, what: str = "condition") -
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+Request = Advertise | Subscribe | CompositeSubscribe
+
+
+class ScriptedBroker:
+    """A stand-in broker whose answers a test decides: it completes the handshake, answers each
+    request with an Ack unless ``refuse(connection, request)`` gives a reason to refuse it
+    (``connection`` counts connections from 1: a reconnection is 2), acknowledges publications
+    and withdrawals, and answers Pings. :meth:`drop` cuts every link, so clients reconnect."""
+
+    def __init__(self, refuse: Callable[[int, Request], str | None], name: str = "B1") -> None:
+        self.uri = uri(name)
+        self.refuse = refuse
+        self.connections = 0
+        self.links: list[Link] = []
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> ScriptedBroker:
+        self._server = await asyncio.start_server(self._serve, self.uri.host, self.uri.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        self.drop()
+
+    def drop(self) -> None:
+        for link in self.links:
+            link.close("dropped by the test", abort=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        connection = self.connections
+        link = Link(reader, writer, f"client {connection}")
+        self.links.append(link)
+        link.send(Hello("broker", self.uri.id))
+        with contextlib.suppress(LinkClosed):
+            while True:
+                for item in await link.receive():
+                    answer = self._answer(connection, item)
+                    if answer is not None:
+                        link.send(answer)
+        await link.wait_closed()
+
+    def _answer(self, connection: int, item: object) -> Ack | Refuse | Pong | None:
+        if isinstance(item, Ping):
+            return Pong()
+        if isinstance(item, Advertise | Subscribe | CompositeSubscribe):
+            reason = self.refuse(connection, item)
+            return Ack(item.id, f"{self.uri.id}/c/{item.id}") if reason is None else Refuse(item.id, reason)
+        if isinstance(item, Publish | Unadvertise | Unsubscribe):
+            return Ack(item.id, item.id)
+        return None

@@ -8,7 +8,7 @@ import click
 
 from agents.runner import KEEP_DAYS, KEEP_RUNS, Retention
 from agents.service import AgentService
-from agents.state import Agent
+from agents.state import DAY, Agent
 from broker.client import Brokers
 from broker.language.values import check_string
 from wfm.cli.options import broker_option
@@ -59,7 +59,8 @@ def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     type=click.FloatRange(0, min_open=True),
     default=KEEP_DAYS,
     show_default=True,
-    help="Run logs older than D days are deleted, even among the newest N.",
+    help="Run logs older than D days are deleted, even among the newest N; a generation not seen "
+    "to end (APPL_END lost) within D days is forgotten.",
 )
 def agent(
     name: str,
@@ -79,4 +80,5 @@ def agent(
             f"cannot create the state directory {directory}: {error.strerror}"
         ) from None
     retention = Retention(keep_runs, keep_days)
-    serve(AgentService(Agent(name, max_jobs, retry_backoff), broker_uri, directory, Path.cwd(), retention))
+    agent_ = Agent(name, max_jobs, retry_backoff, keep_days * DAY)
+    serve(AgentService(agent_, broker_uri, directory, Path.cwd(), retention))

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from broker.client import DAEMON_BACKOFF, Brokers, Client, Delivery, TooManyUnacknowledged
+from broker.client import DAEMON_BACKOFF, Brokers, Client, Delivery, RefusedError, TooManyUnacknowledged
 from broker.errors import LinkClosed
 from broker.language import Filter, Publication
 from wfm.history.connect import master_for
@@ -262,8 +262,12 @@ class RecorderService:
                 await client.subscribe(Filter(cls), own_queue=False)
             await client.advertise(result_advertisement())
             self.queries = {(await client.subscribe(query_subscription(), own_queue=False)).id}
-        except BaseException:
+        except BaseException as error:
             await client.close()
+            if isinstance(error, RefusedError):  # say whose requests, not only the broker's reason
+                raise RefusedError(
+                    f"broker {client.broker_id} refused historian {self.name}'s requests: {error}"
+                ) from None
             raise
         self.client = client
         return client
