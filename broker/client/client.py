@@ -590,10 +590,10 @@ class Client(_Stream):
             if item.seq <= self._receipts.received:  # sent again: our Took was lost on the way
                 self.counters["dropped.resent"] += 1
                 self._receipts.told = 0
-                self._tell(True)
+                self._say_took(True)
             elif isinstance(item.message, Deliver | Notify):
                 self._receipts.arrived(item.seq, self._deliver(item.message, item.seq))
-                self._tell(False)
+                self._say_took(False)
             else:
                 self.counters["bad_messages"] += 1
                 log.warning("the broker carried a %s to a client", type(item.message).__name__)
@@ -633,9 +633,9 @@ class Client(_Stream):
         """A stream's consumer is done with a delivery (or a lossy queue dropped it)."""
         if seq:
             self._receipts.done(seq)
-            self._tell(caught_up)
+            self._say_took(caught_up)
 
-    def _tell(self, caught_up: bool) -> None:
+    def _say_took(self, caught_up: bool) -> None:
         taken = self._receipts.due(caught_up)
         if taken is not None and self.connected:
             assert self.link is not None

@@ -10,9 +10,12 @@ and what the router sends meanwhile is held for the peer. When the peer is back,
 which of our seqs it took last (``LinkUp.resume``): everything after that goes again, in order,
 and the receiver drops a seq it has already taken, so a resend can never be taken twice.
 
-Each side's custody state has an ``epoch``: a broker that restarts from its log keeps it (the
-channels come back with it), one that restarts empty has a new one, so its neighbours know that
-what they held for it and learned from it is void (see ``sessions``).
+Each channel has a name, ``EPOCH:N``: the broker's custody epoch and a count of the channels it
+opened. A broker that restarts from its log keeps its epoch and its channels; one that restarts
+empty has a new epoch, and one that forgot a peer (its grace period ended) opens a new channel.
+Either way the peer's hello names a channel that is not the one we know, so both sides know that
+what they held for each other and learned from each other is void (see ``sessions``), and seqs
+start again at 1.
 
 Pure state, no I/O, part of the router: the write-ahead log replays the router's inputs, and the
 channels come back exactly as they were.
@@ -38,7 +41,8 @@ MAX_HELD_BYTES = 64 << 20  # roughly, their publications' size, for one peer
 class Channel:
     """One peer's link: what we hold for it and how far we took what it sent us."""
 
-    peer_epoch: str  # the peer's custody state we are in step with ("" for a client)
+    name: str  # ours: the peer names it in its hello to resume this channel
+    peer_epoch: str  # the peer's channel we are in step with ("" for a client)
     client: bool
     up: bool = True
     next_seq: int = 1
@@ -68,11 +72,18 @@ class Custody:
         self.epoch = epoch
         self.counters = counters
         self.channels: dict[str, Channel] = {}
+        self.opened = 0
+        self._reserved: dict[str, str] = {}  # hop -> the name its next channel gets (see greeting)
         self.max_held = MAX_HELD
         self.max_bytes = MAX_HELD_BYTES
 
     def open(self, hop: str, peer_epoch: str = "", client: bool = False) -> None:
-        self.channels[hop] = Channel(peer_epoch, client)
+        name = self._reserved.pop(hop, None) or self._name()
+        self.channels[hop] = Channel(name, peer_epoch, client)
+
+    def _name(self) -> str:
+        self.opened += 1
+        return f"{self.epoch}:{self.opened}"
 
     def close(self, hop: str) -> None:
         """The peer is gone for good: what was held for it is dropped (and counted)."""
@@ -89,10 +100,20 @@ class Custody:
             channel.up = False
 
     def greeting(self, hop: str) -> tuple[str, str, int]:
-        """What our hello to ``hop`` says: our epoch, the peer's epoch we know and the last seq we
-        took from it in that epoch (nothing if we know of no channel with it)."""
+        """What our hello to ``hop`` says: our channel's name (if there is none, the name the
+        channel will get when the link is up), the peer's we know, and the last seq we took from
+        it on that channel."""
         channel = self.channels.get(hop)
-        return (self.epoch, "", 0) if channel is None else (self.epoch, channel.peer_epoch, channel.received)
+        if channel is None:
+            if hop not in self._reserved:
+                self._reserved[hop] = self._name()
+            return self._reserved[hop], "", 0
+        return channel.name, channel.peer_epoch, channel.received
+
+    def ours(self, hop: str) -> str:
+        """The name of our channel with ``hop`` as its hello must give it to resume."""
+        channel = self.channels.get(hop)
+        return channel.name if channel is not None else self._reserved.get(hop, "")
 
     def resume(self, hop: str, took: int | None) -> Output:
         """The peer is back and took our seqs up to ``took`` (None: it knows nothing of ours):

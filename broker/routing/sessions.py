@@ -8,9 +8,9 @@ branch of the overlay. So the router keeps a departed peer's entries in place, w
 their detectors; what it sends the peer meanwhile is held in the peer's custody channel
 (``custody``), bounded and in order. If the peer comes back within the grace period it gets what
 was held, then live traffic; if not, its entries are withdrawn as they were at once before. A
-neighbour that comes back with a new custody epoch restarted without its state: it is taken for
-a new neighbour. The router has no clock: ``expire(now)`` runs on every message it handles, and
-the adapter sends ``Tick`` so that a quiet broker expires sessions too.
+neighbour that comes back naming a channel we do not know (it restarted without its log, or it
+forgot us) is taken for a new neighbour. The router has no clock: ``expire(now)`` runs on every
+message it handles, and the adapter sends ``Tick`` so that a quiet broker expires sessions too.
 """
 
 from __future__ import annotations

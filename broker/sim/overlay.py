@@ -61,6 +61,7 @@ class SimClient:
     _next: int = 0
     took: int = 0  # the last carried delivery taken: what a reconnection resumes from
     taking: bool = True  # False: deliveries arrive but are never taken (a consumer that hangs)
+    channel: str = ""  # the broker's name for the channel of its deliveries to this client
 
     def _request(self, message: Message, ref: str) -> str:
         self.overlay._send(self.name, self.broker, message)
@@ -166,9 +167,14 @@ class Overlay:
         """What ``listener`` learns from ``speaker``'s hello, as ``RouterService`` works it out."""
         if speaker in self.clients:
             client = self.clients[speaker]
-            return LinkUp(broker=False, resume=client.took or None)
-        epoch, knows, took = self.routers[speaker].custody.greeting(listener)
-        return LinkUp(broker, epoch, took if knows == self.routers[listener].custody.epoch else None)
+            channel = self.routers[listener].custody.greeting(speaker)[0]  # the broker's hello
+            resume = client.took if client.channel == channel else None
+            if client.channel != channel:  # a new session: its seqs start again
+                client.channel, client.took = channel, 0
+            return LinkUp(broker=False, resume=resume)
+        name, knows, took = self.routers[speaker].custody.greeting(listener)
+        self.routers[listener].custody.greeting(speaker)  # the listener's hello names its channel
+        return LinkUp(broker, name, took if knows == self.routers[listener].custody.ours(speaker) else None)
 
     def connect(self, a: str, b: str) -> None:
         self.links.add(frozenset((a, b)))

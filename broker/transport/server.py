@@ -307,7 +307,7 @@ class RouterService:
         link.name = hop
         self.links[hop] = link
         self.log.info("%s %s connected", hello.kind, hop)
-        resume = hello.took if hello.peer_epoch == self.router.custody.epoch else None
+        resume = hello.took if hello.peer_epoch == self.router.custody.ours(hop) else None
         self._feed(LinkUp(hello.kind == "broker", hello.epoch, resume), hop)
         try:
             for item in link.pending:

@@ -107,7 +107,41 @@ def test_a_neighbour_restarted_without_its_log_is_a_new_neighbour() -> None:
     overlay.restart("B2")  # a new epoch: B1 and B3 forget what they learned from the old B2
     overlay.clients["pa"].publish("[class,a],[x,after]")
     assert overlay.clients["sub"].take() == ["[class,a],[x,after]"]
-    assert overlay.routers["B1"].custody.peer_epoch("B2") == "B2.2"
+    assert overlay.routers["B1"].custody.peer_epoch("B2").startswith("B2.2:")  # its new epoch
+
+
+def test_a_client_whose_session_ended_starts_a_new_channel_and_misses_nothing_after() -> None:
+    """Its broker forgot it (no grace): the new session's seqs start at 1 again, and the client,
+    which had taken more than that on the old one, must not take them for resends."""
+    overlay = line(grace=0)
+    sub = overlay.clients["sub"]
+    sub.subscribe("[class,eq,a]")
+    for x in range(3):
+        overlay.clients["pa"].publish(f"[class,a],[x,p{x}]")
+    assert sub.took == 3
+    overlay.drop_client("sub")
+    overlay.reconnect("sub")
+    sub.subscribe("[class,eq,a]")
+    overlay.clients["pa"].publish("[class,a],[x,after]")
+    assert sub.take()[-1] == "[class,a],[x,after]" and sub.took == 1
+
+
+def test_a_neighbour_that_forgot_us_while_we_kept_it_is_taken_for_new_on_both_sides() -> None:
+    overlay = line(grace=60)
+    overlay.clients["sub"].subscribe("[class,eq,a]")
+    overlay.disconnect("B2", "B3")
+    overlay.routers["B3"].sessions.grace = 1  # B3 gives B2 up long before B2 gives up B3
+    overlay.routers["B3"].sessions.away["B2"] = overlay.now + 1
+    overlay.advance(2)
+    assert "B2" not in overlay.routers["B3"].tables.neighbors
+    assert "B3" in overlay.routers["B2"].tables.neighbors
+    overlay.connect("B2", "B3")
+    overlay.clients["pa"].publish("[class,a],[x,back]")
+    assert overlay.clients["sub"].take() == ["[class,a],[x,back]"]
+    overlay.add_client("pc", "B3").advertise("[class,eq,c]")  # B3 -> B2 on the new channel
+    overlay.add_client("sc", "B1").subscribe("[class,eq,c]")
+    overlay.clients["pc"].publish("[class,c]")
+    assert overlay.clients["sc"].take() == ["[class,c]"]
 
 
 def test_a_resent_carry_is_taken_once_and_answered_again() -> None:
