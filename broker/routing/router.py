@@ -156,15 +156,19 @@ class Router:
                 return [(hop, Ack(message.id, entry_id))]
             return self._refuse(hop, message.id, f"id {message.id} is already in use by this client")
         out: Output = [(hop, Ack(message.id, entry_id))]
-        if isinstance(message, Advertise):
-            out += self._advertise(entry_id, message.filter, hop, DEFAULT_TTL)
-        elif isinstance(message, Subscribe):
-            out += self.tables.subscribe(entry_id, fix_time(message.filter, now), hop, DEFAULT_TTL)
-        else:
-            clear = None if message.clear is None else fix_time(message.clear, now)
-            composite = fix_composite_time(message.composite, now)
-            out += self.composites.request((hop, entry_id), composite, clear, DEFAULT_TTL)
-        self.sessions.own(hop, entry_id, request_key(message))  # last: a failed request leaves nothing
+        try:
+            if isinstance(message, Advertise):
+                out += self._advertise(entry_id, message.filter, hop, DEFAULT_TTL)
+            elif isinstance(message, Subscribe):
+                out += self.tables.subscribe(entry_id, fix_time(message.filter, now), hop, DEFAULT_TTL)
+            else:
+                clear = None if message.clear is None else fix_time(message.clear, now)
+                composite = fix_composite_time(message.composite, now)
+                out += self.composites.request((hop, entry_id), composite, clear, DEFAULT_TTL)
+        except Exception:
+            self.sessions.undo(hop, entry_id)  # a request that failed half-way leaves nothing
+            raise
+        self.sessions.own(hop, entry_id, request_key(message))
         return out
 
     def _client_publishes(self, message: Publish, hop: str, now: float) -> Output:

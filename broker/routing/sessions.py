@@ -127,6 +127,18 @@ class Sessions:
             return self.composites.release((hop, entry_id))
         return self.tables.withdraw(entry_id)
 
+    def undo(self, hop: str, entry_id: str) -> None:
+        """Take out what a request that failed half-way put in the tables. What it would have
+        sent was never sent, and what taking it out would send is not sent either, so the tables
+        and what the neighbours were told agree again."""
+        try:
+            if self.composites.asked((hop, entry_id)):
+                self.composites.release((hop, entry_id))
+            elif self.tables.knows(entry_id):
+                self.tables.withdraw(entry_id)
+        except Exception:  # the router answers the request with a refusal all the same
+            log.exception("could not take out what failed request %s of %s left", entry_id, hop)
+
     def _drop(self, hop: str) -> Output:
         return self._withdraw_client(hop) if hop in self.tables.clients else self._drop_neighbor(hop)
 

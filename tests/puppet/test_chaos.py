@@ -111,6 +111,7 @@ def test_subscriber_killed_gets_what_it_missed_after_a_restart(tmp_path: Path) -
     (same name, same state directory) gets everything published while it was away."""
     script = """\
 Subscriber subscriber0 Subscribe /a/*
+Wait 300
 Publisher publisher0 Publish 10 Ontopic /a/b Interval 5
 Wait 400
 Crash subscriber0

@@ -337,3 +337,24 @@ def test_a_request_the_router_fails_on_is_refused_and_nothing_of_it_is_kept() ->
     assert router.counters["router_errors"] == 1 and router.owned["sub"] == set()
     again = router.handle(Subscribe("7", parse_filter("[class,eq,a],[time,<,now+1h]")), "sub", 0.0)
     assert [type(m) for _, m in again] == [Ack]  # the ref was not taken by the failed request
+
+
+def test_a_request_that_fails_half_way_leaves_no_entry_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The subscription is in the tables when forwarding it to a neighbour fails: it is taken
+    out again, so the client that is refused is not matched and a retry is a new request."""
+    router = Router("B1")
+    router.handle(LinkUp(broker=True), "B2", 0.0)
+    router.handle(Advertise("B2/p/1", parse_filter("[class,eq,a]")), "B2", 0.0)
+    router.handle(LinkUp(broker=False), "sub", 0.0)
+
+    def broken(*args: object) -> object:
+        raise RuntimeError("forwarding failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(router.tables.subscriptions, "want", broken)
+        answer = router.handle(Subscribe("7", parse_filter("[class,eq,a]")), "sub", 0.0)
+    assert [type(m) for _, m in answer] == [Refuse]
+    assert not router.tables.prt and router.owned["sub"] == set()
+    assert not router.tables.matcher.match(parse_publication("[class,a]"), 0.0)
+    again = router.handle(Subscribe("7", parse_filter("[class,eq,a]")), "sub", 0.0)
+    assert [type(m.message if isinstance(m, Carry) else m) for _, m in again] == [Ack, Subscribe]
