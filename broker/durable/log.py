@@ -1,0 +1,327 @@
+"""A write-ahead log with group commit and snapshots: what a process must not lose, on disk.
+
+The owner appends records (bytes) as its state changes, commits them (one write and one fsync for
+everything appended since the last commit: *group commit*), and from time to time hands over a
+snapshot of its whole state: the log then starts afresh, so disk use and restart time are bounded
+by the state, not by history. On restart, :meth:`WriteAheadLog.recover` returns the last snapshot
+and the records after it, in order.
+
+Files in the directory (mode 0700, files 0600), one *generation* ``N`` each:
+
+- ``log-N``: records appended after snapshot ``N``; each is a 4-byte length, a CRC32 (of the
+  length and the record) and the record.
+- ``snap-N``: a snapshot covering every record of the generations before ``N`` (``snap-0`` is
+  the empty state and never written): magic, length, CRC32, blob.
+- ``lock``: held (``flock``) by the one process that may use the directory.
+
+A checkpoint to generation ``N+1`` first commits what is buffered to ``log-N``, then writes
+``snap-N+1`` atomically (temporary file, fsync, rename, fsync of the directory), creates
+``log-N+1``, and deletes the generations before ``N``. Generation ``N`` is kept, so a corrupt
+latest snapshot falls back to ``snap-N`` + ``log-N`` + ``log-N+1``: the same state. A crash between
+any two steps leaves either the old generation complete or the new one; a leftover temporary file
+is ignored.
+
+A crash in the middle of a commit leaves a torn last record: recovery cuts the log there, with one
+warning naming the file and offset. A commit that fails (a full disk, EIO) raises the ``OSError``,
+cuts the file back to what was committed before, and keeps the records it did not write: the next
+commit writes them again. ``fsync="each"`` syncs after every record (to measure what group commit
+saves), ``"off"`` never syncs (survives the process dying, not the machine).
+
+No asyncio here: ``commit`` blocks; an asyncio owner runs it in a thread (``asyncio.to_thread``)
+while its loop goes on appending.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import struct
+import threading
+import zlib
+from pathlib import Path
+from typing import Literal
+
+from broker.errors import LocalError
+
+__all__ = ["LogCorrupt", "LogInUse", "WriteAheadLog", "replace_atomically"]
+
+log = logging.getLogger(__name__)
+
+Fsync = Literal["group", "each", "off"]
+_HEADER = struct.Struct(">II")  # record length, CRC32 of the length's bytes and the record
+_SNAPSHOT = struct.Struct(">8sQI")  # magic, blob length, CRC32 of the blob
+_MAGIC = b"wfmsnap1"
+_NAME = re.compile(r"(log|snap)-(\d{1,12})\Z")
+MAX_RECORD = 1 << 30  # a length above this is garbage, not a record
+
+
+class LogInUse(LocalError):
+    """Another process (or another log object) holds the directory's lock."""
+
+
+class LogCorrupt(LocalError):
+    """A log directory that cannot be recovered without losing what was committed."""
+
+
+def _frame(record: bytes) -> bytes:
+    length = len(record).to_bytes(4, "big")
+    return length + zlib.crc32(record, zlib.crc32(length)).to_bytes(4, "big") + record
+
+
+def _records(data: bytes) -> tuple[list[bytes], int]:
+    """The whole records at the start of ``data``, and where the first bad or torn one starts."""
+    records: list[bytes] = []
+    offset = 0
+    while offset + _HEADER.size <= len(data):
+        length, crc = _HEADER.unpack_from(data, offset)
+        end = offset + _HEADER.size + length
+        if length > MAX_RECORD or end > len(data):
+            break
+        record = data[offset + _HEADER.size : end]
+        if zlib.crc32(record, zlib.crc32(data[offset : offset + 4])) != crc:
+            break
+        records.append(record)
+        offset = end
+    return records, offset
+
+
+def _open(path: Path, flags: int) -> int:
+    return os.open(path, flags | os.O_CLOEXEC, 0o600)
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_atomically(path: Path, data: bytes, sync: bool = True) -> None:
+    """``path`` holds its old content or all of ``data``, whenever the machine stops."""
+    temporary = path.with_name(path.name + ".tmp")
+    fd = _open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    if sync:
+        _sync_directory(path.parent)
+
+
+class _Segment:
+    """The log file being appended to, and how much of it is committed (``size``)."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self.path = path
+        self.file = open(_open(path, os.O_RDWR | os.O_CREAT), "r+b", buffering=0)  # noqa: SIM115
+        self.size = size
+        self.dirty = False  # bytes past ``size`` may be on disk: cut them before writing more
+
+    def write(self, data: bytes, sync: bool) -> None:
+        if self.dirty:
+            self.file.truncate(self.size)
+            self.dirty = False
+        self.dirty = True
+        self.file.seek(self.size)
+        view = memoryview(data)
+        while view:
+            written = self.file.write(view)
+            if not written:
+                raise OSError(f"{self.path}: short write")
+            view = view[written:]
+        if sync:
+            os.fsync(self.file.fileno())
+        self.size += len(data)
+        self.dirty = False
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class WriteAheadLog:
+    """The log in ``directory`` (created if missing): ``recover()`` first, then ``append`` and
+    ``commit``, and ``checkpoint`` when the log has grown past what a snapshot would cost."""
+
+    def __init__(self, directory: Path, fsync: Fsync = "group") -> None:
+        if fsync not in ("group", "each", "off"):
+            raise ValueError(f"fsync must be 'group', 'each' or 'off', not {fsync!r}")
+        self.directory = Path(directory)
+        self.fsync = fsync
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock_fd = _open(self.directory / "lock", os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise LogInUse(f"{self.directory} is in use by another process (its lock is held)") from None
+        self._buffer: list[bytes] = []  # framed records appended and not yet committed
+        self._buffered = 0  # their bytes
+        self._mutex = threading.Lock()  # the buffer: append against commit's swap
+        self._io = threading.Lock()  # one commit or checkpoint at a time
+        self._segment: _Segment | None = None
+        self.generation = 0
+        self.records_since_checkpoint = 0
+
+    @property
+    def log_bytes(self) -> int:
+        """Bytes logged since the last snapshot, committed or still buffered."""
+        return (self._segment.size if self._segment else 0) + self._buffered
+
+    # recovery -----------------------------------------------------------------------------------
+
+    def _generations(self, kind: str) -> list[int]:
+        found = (_NAME.match(p.name) for p in self.directory.iterdir())
+        return sorted(int(m[2]) for m in found if m is not None and m[1] == kind)
+
+    def _path(self, kind: str, generation: int) -> Path:
+        return self.directory / f"{kind}-{generation}"
+
+    def _read_snapshot(self, generation: int) -> bytes | None:
+        """The blob of ``snap-<generation>``, or None (with a warning) if it is not whole."""
+        path = self._path("snap", generation)
+        data = path.read_bytes()
+        if len(data) >= _SNAPSHOT.size:
+            magic, length, crc = _SNAPSHOT.unpack_from(data)
+            blob = data[_SNAPSHOT.size :]
+            if magic == _MAGIC and length == len(blob) and zlib.crc32(blob) == crc:
+                return blob
+        log.warning("%s: corrupt snapshot (%d bytes), falling back to the one before", path, len(data))
+        return None
+
+    def recover(self) -> tuple[bytes | None, list[bytes]]:
+        """The last good snapshot (None: the empty state) and the records committed after it,
+        in order. Cuts a torn or corrupt tail off the last log file (one warning); a corrupt
+        snapshot falls back to the one before; LogCorrupt if that cannot give the whole state."""
+        if self._segment is not None:
+            raise RuntimeError(f"{self.directory}: recover() is called once, before appending")
+        for leftover in self.directory.glob("*.tmp"):  # a checkpoint that did not finish
+            leftover.unlink()
+        logs = self._generations("log")
+        snapshots = self._generations("snap")
+        snapshot, base = None, 0
+        for generation in reversed(snapshots):
+            snapshot = self._read_snapshot(generation)
+            if snapshot is not None:
+                base = generation
+                break
+        if snapshots and snapshot is None and 0 not in logs:
+            raise LogCorrupt(f"{self.directory}: every snapshot is corrupt and the logs before them are gone")
+        last = max([base, *logs])
+        missing = [g for g in range(base, last) if g not in logs]
+        if missing:
+            raise LogCorrupt(f"{self.directory}: log-{missing[0]} is missing (records after snap-{base})")
+        records: list[bytes] = []
+        for generation in range(base, last + 1):
+            path = self._path("log", generation)
+            data = path.read_bytes() if generation in logs else b""
+            found, end = _records(data)
+            if end < len(data):
+                if generation != last:
+                    raise LogCorrupt(f"{path}: corrupt record at offset {end} before the last log")
+                log.warning(
+                    "%s: cut off a torn or corrupt tail at offset %d (%d bytes)", path, end, len(data) - end
+                )
+            records += found
+            if generation == last:
+                self._segment = _Segment(path, end)
+                self._segment.file.truncate(end)
+                if self.fsync != "off":
+                    os.fsync(self._segment.file.fileno())
+                    _sync_directory(self.directory)
+        self.generation = last
+        self.records_since_checkpoint = len(records)
+        return snapshot, records
+
+    # appending ----------------------------------------------------------------------------------
+
+    def append(self, record: bytes) -> None:
+        """Buffer one record; it is on disk after the next :meth:`commit`."""
+        framed = _frame(record)
+        with self._mutex:
+            self._buffer.append(framed)
+            self._buffered += len(framed)
+            self.records_since_checkpoint += 1
+
+    def _take(self) -> list[bytes]:
+        with self._mutex:
+            batch, self._buffer, self._buffered = self._buffer, [], 0
+            return batch
+
+    def _put_back(self, batch: list[bytes]) -> None:
+        with self._mutex:
+            self._buffer[:0] = batch
+            self._buffered += sum(map(len, batch))
+
+    def _write(self, segment: _Segment, batch: list[bytes]) -> None:
+        """Write ``batch``; on an error, give back what was not written, and raise."""
+        done = 0
+        try:
+            if self.fsync == "each":
+                for framed in batch:
+                    segment.write(framed, sync=True)
+                    done += 1
+            elif batch:
+                segment.write(b"".join(batch), sync=self.fsync == "group")
+                done = len(batch)
+        finally:
+            if done < len(batch):
+                self._put_back(batch[done:])
+                try:
+                    segment.file.truncate(segment.size)
+                    segment.dirty = False
+                except OSError:
+                    pass  # still dirty: the next write cuts the file first
+
+    def _current(self) -> _Segment:
+        if self._segment is None:
+            raise RuntimeError(f"{self.directory}: call recover() before committing")
+        return self._segment
+
+    def commit(self) -> int:
+        """Write and sync every record appended before the call: how many. Blocking."""
+        with self._io:
+            segment = self._current()
+            batch = self._take()
+            self._write(segment, batch)
+            return len(batch)
+
+    def checkpoint(self, snapshot: bytes) -> None:
+        """Store ``snapshot``, the state after every record appended before the call, and start a
+        new generation; the generation before the previous one is deleted. Blocking."""
+        with self._io:
+            segment = self._current()
+            self._write(segment, self._take())  # the previous generation stays whole, to fall back on
+            sync = self.fsync != "off"
+            generation = self.generation + 1
+            header = _SNAPSHOT.pack(_MAGIC, len(snapshot), zlib.crc32(snapshot))
+            replace_atomically(self._path("snap", generation), header + snapshot, sync)
+            fresh = _Segment(self._path("log", generation), 0)
+            fresh.file.truncate(0)
+            if sync:
+                _sync_directory(self.directory)
+            segment.close()
+            with self._mutex:
+                self._segment, self.generation = fresh, generation
+                self.records_since_checkpoint = len(self._buffer)  # appended while this ran
+            for kind in ("log", "snap"):
+                for old in self._generations(kind):
+                    if old < generation - 1:
+                        self._path(kind, old).unlink()
+
+    def close(self) -> None:
+        """Release the directory. Records not committed are not written."""
+        with self._io:
+            if self._segment is not None:
+                self._segment.close()
+                self._segment = None
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
