@@ -237,6 +237,7 @@ class AgentService:
             retry_on_failed_connect=True,
             backoff=DAEMON_BACKOFF,
             on_event=self._connection_event,
+            outbox=self.state_dir / "outbox",  # statuses not yet acknowledged survive a restart
         )
         async with self.lock:
             await client.advertise(ack_advertisement(self.agent.name), name="acks")
@@ -247,6 +248,7 @@ class AgentService:
             self.client = client
         log.info("agent %s connected to %s", self.agent.name, client.broker_id)
         await self._reconcile()
+        client.resend_outbox()  # what the last run left unacknowledged, now that it is advertised
         outbox, self.outbox = self.outbox, []
         for publication in outbox:
             self._publish(publication)
