@@ -305,6 +305,7 @@ class AgentService:
             retry_on_failed_connect=True,
             backoff=DAEMON_BACKOFF,
             on_event=self._connection_event,
+            outbox=self.state_dir / "outbox",  # statuses not yet acknowledged survive a restart
         )
         acks = await self._own(
             client, ACKS, client.advertise(ack_advertisement(self.agent.name), name="acks")
@@ -320,6 +321,7 @@ class AgentService:
         log.info("agent %s connected to %s", self.agent.name, client.broker_id)
         self._reconcile()
         await asyncio.sleep(0)  # the requests go on the link first: publications need their advertisements
+        client.resend_outbox()  # what the last run left unacknowledged, now that it is advertised
         outbox, self.outbox = self.outbox, []
         for publication in outbox:
             self._publish(publication)

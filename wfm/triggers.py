@@ -6,16 +6,28 @@ generations and validate input the same way.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import time
 from datetime import date, datetime
+from pathlib import Path
 
 from broker.client import BlockingClient, Brokers
+from broker.durable import LogInUse
+from broker.errors import NoAnswer
 from broker.language.values import NAME_RE
 from workflow_messages import trigger, trigger_advertisement
 
-__all__ = ["TriggerPublisher", "check_gid", "check_workflow", "new_gid", "parse_date"]
+__all__ = [
+    "NotAcknowledged",
+    "TriggerPublisher",
+    "check_gid",
+    "check_workflow",
+    "default_outbox",
+    "new_gid",
+    "parse_date",
+]
 
 _GID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}\Z")
 _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
@@ -23,6 +35,17 @@ _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
 # its broker (docs/overlay.md), so a Trigger published right after a fresh advertisement would miss
 # every subscriber on another broker. Local hops take milliseconds; this leaves a wide margin.
 ADVERTISEMENT_SETTLE = 0.5
+
+
+class NotAcknowledged(NoAnswer):
+    """The broker took no Trigger in time, and it waits in the outbox for the next run."""
+
+
+def default_outbox() -> Path:
+    """Where ``wfm trigger`` keeps the Triggers its broker has not acknowledged:
+    ``$XDG_STATE_HOME/wfm/trigger`` (``~/.local/state/wfm/trigger`` by default)."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    return (Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state") / "wfm" / "trigger"
 
 
 def new_gid(now: datetime, suffix: str | None = None) -> str:
@@ -65,17 +88,35 @@ class TriggerPublisher:
 
     After (re)advertising it waits ADVERTISEMENT_SETTLE seconds before the first publication.
     Reconnects on the next publish after a failure, so a long-running ``wfm schedule`` survives a
-    broker restart between two fires."""
+    broker restart between two fires.
 
-    def __init__(self, uri: Brokers, timeout: float = 10.0) -> None:
+    With an ``outbox`` (a directory, one publisher at a time: a second waits up to ``timeout``
+    for it), a Trigger is on disk before it is sent, and one the broker did not acknowledge
+    stays there: the next publisher on the same outbox re-sends it first, under the same id, so
+    the broker drops it if it got through after all (``resent`` counts them)."""
+
+    def __init__(self, uri: Brokers, timeout: float = 10.0, outbox: Path | None = None) -> None:
         self.uri = uri
         self.timeout = timeout
+        self.outbox = outbox
+        self.resent = 0
         self._client: BlockingClient | None = None
 
+    def _connect(self) -> BlockingClient:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return BlockingClient(self.uri, timeout=self.timeout, outbox=self.outbox)
+            except LogInUse:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
     def publish(self, workflow: str, gid: str, day: date) -> None:
-        """Publish one Trigger; ConnectError, OSError or TimeoutError if the broker cannot take it."""
+        """Publish one Trigger; ConnectError, OSError or TimeoutError if the broker cannot take it
+        (NotAcknowledged if it waits in the outbox)."""
         if self._client is None:
-            client = BlockingClient(self.uri, timeout=self.timeout)
+            client = self._connect()
             try:
                 client.advertise(trigger_advertisement())
                 time.sleep(ADVERTISEMENT_SETTLE)
@@ -85,9 +126,16 @@ class TriggerPublisher:
             self._client = client
         try:
             self._client.publish(trigger(workflow, gid, day))
-        except BaseException:
+        except BaseException as error:
+            waiting = self._client.stats()["outbox"]
             self.close()
+            if waiting and isinstance(error, NoAnswer):
+                raise NotAcknowledged(
+                    f"{error}; generation {gid} waits in outbox {self.outbox}"
+                    " and the next wfm trigger sends it again"
+                ) from None
             raise
+        self.resent = self._client.stats().get("resent.outbox", 0)
 
     def close(self) -> None:
         if self._client is not None:

@@ -35,7 +35,9 @@ import uuid
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from broker.client.outbox import Outbox, OutboxError
 from broker.client.queues import DeliveryQueue, Seen, client_session
 from broker.client.receipts import Receipts
 from broker.client.reconnect import Backoff, Brokers, ConnectionEvent, brokers, dial_any
@@ -66,6 +68,7 @@ __all__ = [
     "Client",
     "ConnectError",
     "Delivery",
+    "OutboxError",
     "RefusedError",
     "Subscription",
     "TooManyUnacknowledged",
@@ -198,7 +201,7 @@ class Client(_Stream):
     def __init__(
         self,
         targets: tuple[BrokerURI, ...],
-        client_id: str,
+        client_id: str | None,
         queue_limit: int = 100_000,
         timeout: float = 10.0,
         backoff: Backoff = DEFAULT_BACKOFF,
@@ -209,9 +212,12 @@ class Client(_Stream):
         rng: Callable[[], float] = random.random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         request_timeout: float = 30.0,
+        outbox: Path | None = None,
     ) -> None:
         self.targets = targets
-        self.id = client_id
+        # publications kept on disk until acknowledged, across restarts of this process
+        self._outbox = None if outbox is None else Outbox(outbox, client_id)
+        self.id = self._outbox.client if self._outbox else client_id or f"c-{uuid.uuid4().hex[:10]}"
         self.queue_limit = queue_limit
         self.timeout, self.backoff, self.on_event = timeout, backoff, on_event
         self.heartbeat, self.dead_after, self.max_unacked = heartbeat, dead_after, max_unacked
@@ -231,9 +237,16 @@ class Client(_Stream):
         self._seen = Seen()
         self._client = self
         self._receipts = Receipts()
-        # a session of our own: publication ids survive a reconnection (see docs/overlay.md)
-        self._stamp = client_session(time.time(), random.getrandbits(32))
-        self._refs = itertools.count(1)
+        # a session of our own: publication ids survive a reconnection (see docs/overlay.md), and
+        # with an outbox a restart too
+        self._stamp = (
+            self._outbox.session if self._outbox else client_session(time.time(), random.getrandbits(32))
+        )
+        self._refs = itertools.count(self._outbox.next if self._outbox else 1)
+        # what an earlier run left in the outbox, re-sent by resend_outbox() or the first publication
+        self._left: list[Publish] = self._outbox.recovered if self._outbox else []
+        self._storing: deque[tuple[Publish, asyncio.Future[object] | None]] = deque()  # to the outbox
+        self._storer: asyncio.Task[None] | None = None
         self._closing = False
         self._paused = False
         self.index = 0
@@ -256,17 +269,24 @@ class Client(_Stream):
         answers. ConnectError if none does; with ``retry_on_failed_connect``, keeps trying as
         after a lost link (``backoff.attempts``). ``options`` are those of ``Client``; with
         ``request_timeout`` (30 s), each request raises ``NoAnswer`` if the broker has not
-        answered it in time, a wait for a reconnection included."""
+        answered it in time, a wait for a reconnection included. With ``outbox`` (a directory),
+        publications are kept on disk until acknowledged (see ``outbox``); ``client_id`` is then
+        the outbox's by default."""
         targets = brokers(uri)
-        client = cls(targets, client_id or f"c-{uuid.uuid4().hex[:10]}", queue_limit, timeout, **options)  # type: ignore[arg-type]
+        client = cls(targets, client_id, queue_limit, timeout, **options)  # type: ignore[arg-type]
         first = (
             client.backoff
             if retry_on_failed_connect
             else dataclasses.replace(client.backoff, attempts=len(targets))
         )
-        index, link, leftovers = await dial_any(
-            targets, client.id, timeout, first, 0, client._rng, client._sleep, client._receipts.greeting
-        )
+        try:
+            index, link, leftovers = await dial_any(
+                targets, client.id, timeout, first, 0, client._rng, client._sleep, client._receipts.greeting
+            )
+        except BaseException:
+            if client._outbox is not None:
+                await client._outbox.close()
+            raise
         client._adopt(index, link, leftovers)
         loop = asyncio.get_running_loop()
         client._tasks = [loop.create_task(client._run()), loop.create_task(client._watch())]
@@ -295,6 +315,7 @@ class Client(_Stream):
             **self.counters,
             "unacknowledged": self._unacked,
             "pending": len(self._pending),
+            "outbox": len(self._outbox.pending) if self._outbox else 0,
             "queued": self._queue.queue.qsize() + sum(s._queue.queue.qsize() for s in self._own_queues()),
         }
 
@@ -328,21 +349,35 @@ class Client(_Stream):
 
     async def _request(self, message: WireMessage, ref: str) -> object:
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._send(ref, message, future)
+        kept = self._outbox is not None and isinstance(message, Publish)
+        if kept:
+            assert isinstance(message, Publish)
+            self._store(message, future)
+        else:
+            self._send(ref, message, future)
         try:
             return await asyncio.wait_for(future, self.request_timeout)
         except asyncio.CancelledError:
-            self._give_up(ref)
+            self._give_up(ref, kept)
             raise
         except TimeoutError:
-            self._give_up(ref)
+            self._give_up(ref, kept)
             number = ref.split("@")[0]  # a publication's ref adds this client's session
             what = f"{type(message).__name__} {number} within {self.request_timeout:g} s"
-            raise NoAnswer(f"{self.broker_id or 'the broker'} did not answer {what}") from None
+            still = (
+                f" (kept in the outbox {self._outbox.directory} until it is)" if self._outbox and kept else ""
+            )
+            raise NoAnswer(f"{self.broker_id or 'the broker'} did not answer {what}{still}") from None
 
-    def _give_up(self, ref: str) -> None:
+    def _give_up(self, ref: str, kept: bool) -> None:
         """The caller stopped waiting: the request is not re-sent at a reconnection, and a late
-        acknowledgement registers nothing the caller was told had failed."""
+        acknowledgement registers nothing the caller was told had failed. A publication in the
+        outbox (``kept``) is still sent until acknowledged: it is on disk, and a restart would."""
+        if kept:
+            pending = self._pending.get(ref)
+            if pending is not None:
+                pending.future = None
+            return
         self._answered(ref, None)
         self._live.pop(ref, None)
 
@@ -434,8 +469,10 @@ class Client(_Stream):
 
     async def publish(self, publication: Publication | str) -> str:
         """Publish and wait for the broker's acknowledgement (through reconnections); waits
-        first while ``max_unacked`` publications are unacknowledged."""
-        while self._unacked >= self.max_unacked and not self._closing:
+        first while ``max_unacked`` publications are unacknowledged. With an outbox, it is on
+        disk before it is sent (``OutboxError`` if the disk refuses), and stays there until
+        acknowledged or refused, even if this wait ends first."""
+        while self._unacked + len(self._storing) >= self.max_unacked and not self._closing:
             self._acked.clear()
             await self._acked.wait()
         ref = self._publication_ref()
@@ -443,12 +480,75 @@ class Client(_Stream):
 
     def publish_nowait(self, publication: Publication | str) -> None:
         """Publish without waiting: kept until acknowledged and re-sent after a reconnection.
-        TooManyUnacknowledged when ``max_unacked`` publications already wait."""
-        if self._unacked >= self.max_unacked:
+        TooManyUnacknowledged when ``max_unacked`` publications already wait. With an outbox,
+        it is sent once on disk, in a group commit with those made meanwhile; a disk that
+        refuses it is logged and counted (``lost.outbox``)."""
+        if self._unacked + len(self._storing) >= self.max_unacked:
             self.counters["refused.unacknowledged"] += 1
-            raise TooManyUnacknowledged(self._unacked)
+            raise TooManyUnacknowledged(self._unacked + len(self._storing))
         message = Publish(self._publication_ref(), _publication(publication))
-        self._send(message.id, message, None)
+        if self._outbox is not None:
+            self._store(message, None)
+        else:
+            self._send(message.id, message, None)
+
+    def resend_outbox(self) -> int:
+        """Send what an earlier run of this client left unacknowledged in its outbox, under the
+        ids it had (a broker or subscriber drops the copies that got through): call it once the
+        advertisements they fit are made again. The first publication of this run sends them
+        first otherwise. Returns how many."""
+        left, self._left = self._left, []
+        for message in left:
+            self._send(message.id, message, None)
+        self.counters["resent.outbox"] += len(left)
+        if self._outbox is not None and left:
+            log.info(
+                "client %s: re-sent %d publications from outbox %s",
+                self.id,
+                len(left),
+                self._outbox.directory,
+            )
+        return len(left)
+
+    def _store(self, message: Publish, future: asyncio.Future[object] | None) -> None:
+        """Into the outbox; sent once on disk (``_store_and_send``), in the order made."""
+        assert self._outbox is not None
+        if self._closing:
+            raise LinkClosed("client closed")
+        self.resend_outbox()
+        self._outbox.add(message)
+        self._storing.append((message, future))
+        if self._storer is None or self._storer.done():
+            self._storer = asyncio.get_running_loop().create_task(self._store_and_send())
+
+    async def _store_and_send(self) -> None:
+        """Send what is on disk, one group commit at a time. What the disk refused is taken out
+        of the outbox (its caller is told) so that a later commit does not bring it back."""
+        assert self._outbox is not None
+        while self._storing and not self._closing:
+            count = len(self._storing)
+            try:
+                await self._outbox.flush()
+            except OSError as error:
+                refused = OutboxError(
+                    f"cannot store a publication in outbox {self._outbox.directory}: {error}"
+                )
+                for _ in range(count):
+                    message, future = self._storing.popleft()
+                    self._outbox.remove(message.id)
+                    if future is None:
+                        self.counters["lost.outbox"] += 1
+                        log.error(
+                            "client %s: publication lost: %s: %s", self.id, refused, message.publication
+                        )
+                    elif not future.done():
+                        future.set_exception(refused)
+                continue
+            for _ in range(count):
+                if self._closing:
+                    return  # on disk: the next run sends it
+                message, future = self._storing.popleft()
+                self._send(message.id, message, None if future is None or future.done() else future)
 
     async def status(self) -> dict[str, object]:
         ref = str(next(self._refs))
@@ -554,12 +654,16 @@ class Client(_Stream):
 
     def _end(self, reason: str) -> None:
         self._closing = True
-        for pending in self._pending.values():
-            if pending.future is not None and not pending.future.done():
-                pending.future.set_exception(LinkClosed(reason))
+        waiting = [p.future for p in self._pending.values()] + [future for _, future in self._storing]
+        for future in waiting:
+            if future is not None and not future.done():
+                future.set_exception(LinkClosed(reason))
         if self._unacked:
             self.counters["abandoned.publications"] += self._unacked
-            log.warning("client %s: %d publications never acknowledged (%s)", self.id, self._unacked, reason)
+            kept = f", kept in outbox {self._outbox.directory}" if self._outbox else ""
+            log.warning(
+                "client %s: %d publications never acknowledged (%s%s)", self.id, self._unacked, reason, kept
+            )
         self._pending.clear()
         self._unacked = 0
         self._acked.set()
@@ -666,6 +770,8 @@ class Client(_Stream):
         if isinstance(pending.message, Publish):
             self._unacked -= 1
             self._acked.set()
+            if self._outbox is not None:  # acknowledged or refused: re-sending it cannot help
+                self._outbox.remove(ref)
         if pending.future is not None and not pending.future.done():
             if error is None:
                 pending.future.set_result(result)
@@ -702,6 +808,10 @@ class Client(_Stream):
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if not self._tasks:
             self._end("client closed")
+        if self._storer is not None:
+            await asyncio.gather(self._storer, return_exceptions=True)
+        if self._outbox is not None:
+            await self._outbox.close()
 
     async def __aenter__(self) -> Client:
         return self

@@ -1,5 +1,6 @@
-"""The agent's adapter without a real broker: deliveries before their subscription's id, a slow
-broker, a flood, and a broker that refuses the agent's own subscription."""
+"""The agent's adapter: deliveries before their subscription's id, a slow broker, a flood and a
+broker that refuses the agent's own subscription (without a real broker), and its outbox across
+a restart (with one, in this process)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ import pytest
 from agents.envelope import Registration
 from agents.service import AgentService
 from agents.state import Agent, Delivered, Incoming
-from broker.client import Delivery, RefusedError
+from broker.client import Backoff, Client, Delivery, RefusedError
 from broker.language import Publication, parse_filter, parse_publication
+from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
-from tests.agents.test_state import PLAN
+from tests.agents.test_state import PLAN, install
 from tests.processes import against_scripted_broker
-from tests.transport.harness import Request, ScriptedBroker, run, until
+from tests.transport.harness import Request, ScriptedBroker, run, until, uri
+from workflow_messages import job_status
 
 FILTER = parse_filter("[class,eq,JOBSTATUS],[jobname,eq,A]")
 FIRST, SECOND = (
@@ -171,3 +174,46 @@ def test_wfm_agent_exits_with_a_clear_error_if_its_subscriptions_are_refused(tmp
     argv = ("agent", "--name", "agentA", "--state-dir", str(tmp_path))
     code, err = against_scripted_broker(refuse_control(after=0), *argv)
     assert code == 1 and err == "wfm: error: broker B1 refused agent agentA's control subscription: no room\n"
+
+
+def test_a_restarted_agent_resends_a_status_that_was_never_acknowledged(tmp_path: Path) -> None:
+    """The agent publishes a JOBSTATUS while its broker is down and stops before the broker is
+    back: the next run with the same state dir publishes it, under the id it had."""
+    status = job_status("PAYROLL", "JobB", "g1", "SUCCESS", "", version=PLAN.version, agent="agentB")
+
+    def agent_b() -> Agent:
+        agent = Agent("agentB")
+        install(agent)
+        return agent
+
+    async def scenario() -> None:
+        b = RouterService(uri("B1"))
+        await b.start()
+        watch = await Client.connect(b.uri, "watch", backoff=Backoff(first=0.05, cap=0.2, attempts=None))
+        statuses = await watch.subscribe("[class,eq,JOBSTATUS],[jobname,eq,JobB]")
+        first = AgentService(agent_b(), b.uri, tmp_path / "agentB", tmp_path)
+        running = asyncio.create_task(first.run())
+        await until(lambda: len(first.issued) == len(first.agent.wanted) > 0, what="the agent registered")
+        assert first.client is not None
+        stamp = first.client._stamp
+        await b.stop()
+        await until(lambda: first.client is not None and not first.client.connected, what="the link lost")
+        first._publish(status)
+        first.stop()
+        await running
+        assert first.client.stats()["outbox"] == 1  # on disk, never sent
+
+        b = RouterService(b.uri)
+        await b.start()
+        await until(lambda: b.router.status()["subscriptions"] == 1, what="the watcher back")
+        second = AgentService(agent_b(), b.uri, tmp_path / "agentB", tmp_path)
+        running = asyncio.create_task(second.run())
+        got = await statuses.next(timeout=10)
+        assert got.publication == status and got.id.endswith(f"@{stamp}")  # the id of the first run
+        await until(lambda: second.client is not None and second.client.stats()["outbox"] == 0, what="acked")
+        second.stop()
+        await running
+        await watch.close()
+        await b.stop()
+
+    run(scenario())

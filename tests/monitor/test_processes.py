@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -41,6 +43,9 @@ def test_trigger_reaches_a_subscriber_on_another_broker(overlay: dict[str, Broke
         assert done.returncode == 0, done.stderr
         gid = done.stdout.strip()
         assert gid.startswith("20") and len(gid.split("-")) == 3
+        assert (
+            Path(os.environ["XDG_STATE_HOME"]) / "wfm" / "trigger" / "log-0"
+        ).stat().st_size > 0  # its outbox
         delivery = subscriber.receive(timeout=5)
     assert delivery is not None
     assert dict(delivery.publication) == {

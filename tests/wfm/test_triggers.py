@@ -1,12 +1,23 @@
-"""Generation ids, trigger dates and workflow names: what ``wfm trigger`` accepts."""
+"""Generation ids, trigger dates and workflow names: what ``wfm trigger`` accepts; and its
+outbox, where a Trigger the broker did not acknowledge waits for the next run."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from wfm.triggers import check_gid, check_workflow, new_gid, parse_date
+from broker.client import BlockingClient
+from broker.routing import Publish
+from broker.transport.server import RouterService
+from tests.transport.harness import uri
+from wfm.triggers import NotAcknowledged, TriggerPublisher, check_gid, check_workflow, new_gid, parse_date
 
 
 def test_new_gid_is_short_sortable_and_unique() -> None:
@@ -48,3 +59,46 @@ def test_workflow_names(name: str, ok: bool) -> None:
     else:
         with pytest.raises(ValueError, match="invalid workflow name"):
             check_workflow(name)
+
+
+@contextmanager
+def broker_in_a_thread() -> Iterator[RouterService]:
+    """A broker on its own event loop, for the blocking TriggerPublisher of the test's thread."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    broker = RouterService(uri("B1"))
+    asyncio.run_coroutine_threadsafe(broker.start(), loop).result(5)
+    try:
+        yield broker
+    finally:
+        asyncio.run_coroutine_threadsafe(broker.stop(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+def test_a_trigger_not_acknowledged_waits_in_the_outbox_for_the_next_run(tmp_path: Path) -> None:
+    day = date(2026, 11, 23)
+    with broker_in_a_thread() as broker:
+        handle = broker.router.handle
+
+        def deaf_to_publications(message: object, hop: str, now: float) -> list[Any]:
+            return [] if isinstance(message, Publish) else handle(message, hop, now)  # type: ignore[arg-type]
+
+        broker.router.handle = deaf_to_publications  # type: ignore[assignment]
+        with (
+            pytest.raises(
+                NotAcknowledged, match=rf"generation g1 waits in outbox {tmp_path}/outbox and the next"
+            ),
+            TriggerPublisher(broker.uri, timeout=0.5, outbox=tmp_path / "outbox") as publisher,
+        ):
+            publisher.publish("PAYROLL", "g1", day)
+        broker.router.handle = handle  # type: ignore[method-assign]
+        with BlockingClient(broker.uri) as subscriber:
+            subscriber.subscribe("[class,eq,Trigger]")
+            with TriggerPublisher(broker.uri, outbox=tmp_path / "outbox") as publisher:
+                publisher.publish("PAYROLL", "g2", day)
+                assert publisher.resent == 1
+            got = [subscriber.receive(timeout=5) for _ in range(2)]
+            assert [d.publication["GID"] for d in got if d is not None] == ["g1", "g2"]

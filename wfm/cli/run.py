@@ -22,7 +22,7 @@ from wfm.cli.workflow import load_workflow
 from wfm.monitor import TIMED_OUT, MonitorService, StatusEvent, render
 from wfm.scheduler import NEVER_STOPPED, fire, run_schedule
 from wfm.timetable import Entry, fires, load_config
-from wfm.triggers import TriggerPublisher, check_gid, check_workflow, new_gid, parse_date
+from wfm.triggers import TriggerPublisher, check_gid, check_workflow, default_outbox, new_gid, parse_date
 from wfm.up import agent_names, serve
 
 
@@ -35,14 +35,30 @@ from wfm.up import agent_names, serve
     "--date", "day", callback=checked(parse_date), help="The generation's date, YYYY-MM-DD [default: today]."
 )
 @broker_option
-def trigger(workflow: str, gid: str | None, day: date | None, broker_uri: Brokers) -> None:
-    """Start one generation of WORKFLOW: publish a Trigger and print its gid."""
+@click.option(
+    "--outbox",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where Triggers wait until the broker acknowledges them [default: $XDG_STATE_HOME/wfm/trigger].",
+)
+def trigger(
+    workflow: str, gid: str | None, day: date | None, broker_uri: Brokers, outbox: Path | None
+) -> None:
+    """Start one generation of WORKFLOW: publish a Trigger and print its gid.
+
+    Exits once the broker has acknowledged the Trigger. One it did not acknowledge in time (exit
+    status 1, saying so) stays in the outbox, and the next wfm trigger sends it first, under the
+    same id: the overlay drops it if it got through after all. Triggers in the same outbox go one
+    process at a time."""
     gid = gid or new_gid(datetime.now())
     try:
-        with TriggerPublisher(broker_uri) as publisher:
+        with TriggerPublisher(broker_uri, outbox=outbox or default_outbox()) as publisher:
             publisher.publish(workflow, gid, day or date.today())
     except (ConnectError, OSError, TimeoutError) as error:
         raise click.ClickException(f"cannot trigger {workflow}: {error or 'timed out'}") from None
+    if publisher.resent:
+        click.echo(
+            f"wfm: sent again {publisher.resent} Trigger(s) an earlier run left unacknowledged", err=True
+        )
     click.echo(gid)
 
 
