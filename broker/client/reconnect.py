@@ -94,7 +94,9 @@ class Backoff:
         return min(self.cap, base * (1 - self.jitter + 2 * self.jitter * rng()))
 
 
-DAEMON_BACKOFF = Backoff(attempts=None)  # a daemon (agent, historian) never gives up its broker
+# a daemon (agent, historian) never gives up its broker, and is back soon after it is: what its
+# broker held for it waits, and a delivery gap after a restart is the daemon's backoff
+DAEMON_BACKOFF = Backoff(cap=1.0, attempts=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,7 @@ class ConnectionEvent:
     request: str = ""
 
 
+STAY_RETRY = 0.25  # seconds between two attempts at the broker a client stays with, at most
 Greeting = Callable[[str], tuple[str, int]]  # broker id -> (its custody epoch we know, last seq taken)
 
 
@@ -166,9 +169,11 @@ async def dial_any(
     errors: dict[BrokerURI, ConnectError] = {}
     while backoff.attempts is None or failures < backoff.attempts:
         delay = backoff.delay(failures, rng)
+        if waited < stay:  # staying: try it often, so it is found soon after it is back
+            delay = min(delay, STAY_RETRY, stay - waited)
         await sleep(delay)
         waited += delay
-        if failures and waited > stay:
+        if failures and waited >= stay:
             moved += 1
         index = (start + moved) % len(targets)
         try:

@@ -88,8 +88,9 @@ class Custody:
     def close(self, hop: str) -> None:
         """The peer is gone for good: what was held for it is dropped (and counted)."""
         channel = self.channels.pop(hop, None)
-        if channel is not None and channel.held:
-            self.counters[f"dropped.{'session' if channel.client else 'link'}_closed"] += len(channel.held)
+        if channel is not None and channel.held:  # to a client they may have been delivered
+            noun = "unconfirmed.session_closed" if channel.client else "dropped.link_closed"
+            self.counters[noun] += len(channel.held)
 
     def peer_epoch(self, hop: str) -> str | None:
         channel = self.channels.get(hop)

@@ -306,11 +306,15 @@ class LinkUp:
     """From the adapter: a hop is connected. ``broker`` says whether it is a neighbour broker.
     From the peer's hello: ``epoch`` names its custody state (a broker that restarted without its
     log has a new one), and ``resume`` is the last ``seq`` it took from us in our current epoch
-    (None if it does not know our epoch: it gets everything we still hold for it)."""
+    (None if it does not know our epoch: it gets everything we still hold for it). Over TLS,
+    ``identity`` and ``role`` are what the peer's certificate says (see the security model in
+    docs/security.md); empty on a plain link, where no role is known."""
 
     broker: bool
     epoch: str = ""
     resume: int | None = None
+    identity: str = ""
+    role: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,8 @@ __all__ = ["LogThrottle", "RouterService"]
 
 HANDSHAKE_TIMEOUT = 5.0
 TICK = 1.0  # seconds between the router's Ticks: how late a client session may expire
+REDIAL_CAP = 1.0  # seconds between two dials of a neighbour, at most (times 0.5-1.5): a neighbour
+# restarted from its log is back in a second or two, and what it holds waits for the link
 
 
 @dataclass(slots=True)
@@ -293,7 +295,7 @@ class RouterService:
                     if link is not None:
                         await link.wait_closed()
             await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 5.0)
+            delay = min(delay * 2, REDIAL_CAP)
 
     def _hello(self, hop: str) -> Hello:
         epoch, peer_epoch, took = self.router.custody.greeting(hop)
