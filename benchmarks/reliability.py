@@ -721,8 +721,26 @@ def measure_durability(configuration: str, index: int, count: int) -> dict[str, 
     }
 
 
+def fsync_ms(records: int = 300) -> float:
+    """Milliseconds one fsync of a small append takes where the brokers keep their logs (the
+    temporary folder), with nothing else of this run going on: what ``--fsync each`` pays per
+    logged message, and so what bounds the group/each ratio."""
+    with tempfile.TemporaryDirectory(prefix="wfm-durability-fsync-") as folder:
+        fd = os.open(Path(folder) / "probe", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            started = time.perf_counter()
+            for _ in range(records):
+                os.write(fd, PAD.encode())
+                os.fsync(fd)
+            return round((time.perf_counter() - started) / records * 1000, 3)
+        finally:
+            os.close(fd)
+
+
 def durability(count: int) -> list[dict[str, Any]]:
     """The three configurations, each on a fresh line of brokers, and one RESULT line per ratio."""
+    fsync = fsync_ms()
+    print(f"durability: one fsync of a small append takes {fsync} ms here", flush=True)
     rows = {name: measure_durability(name, i, count) for i, name in enumerate(CONFIGURATIONS)}
     for row in rows.values():
         if row["per_second"] is None:
@@ -758,6 +776,7 @@ def durability(count: int) -> list[dict[str, Any]]:
             "target": f"at least {target:g}x",
             "target_met": ratio is not None and ratio >= target,
             "count": count,
+            "fsync_ms": fsync,
             "cores": os.cpu_count(),
         }
         print("RESULT " + json.dumps(line), flush=True)
