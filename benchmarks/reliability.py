@@ -503,7 +503,7 @@ def run_scenario(scenario: str, index: int, generations: int, rate: float, seed:
         "trigger_retries": refused,
         "catch_up_s": round(max(completed.values()) - settle_from, 2) if complete == generations else None,
         "relinked_s": relink_s,
-        "probe_complete": probe_gen is not None,
+        "after_faults_complete": probe_gen is not None,
         "probe": dataclasses.asdict(checked),
         "restarts": restarts,
         "gap_after_restart_s": longest_gap(restarts),
@@ -555,7 +555,7 @@ def report(result: dict[str, Any], control: dict[str, Any] | None) -> None:
         f"stuck {result['stuck']:>4}  "
         f"catch-up {seconds(result['catch_up_s'])}  APPL_END FAILURE {result['appl_end_failure']}  "
         f"trigger retries {result['trigger_retries']}  relinked {seconds(result['relinked_s'])}  "
-        f"generation after faults {'complete' if result['probe_complete'] else 'STUCK'}"
+        f"generation after faults {'complete' if result['after_faults_complete'] else 'STUCK'}"
     )
     print(
         f"{'':16}probe B1->B3: {probe['published']} published, {probe['lost']} lost, "
