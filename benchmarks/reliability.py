@@ -222,12 +222,14 @@ class Probe(threading.Thread):
             self.ready.set()
 
     async def _run(self) -> None:
-        receiver = await Client.connect(self.receive_at, "bench-probe-sub", backoff=DAEMON_BACKOFF)
-        publisher = await Client.connect(self.publish_at, "bench-probe-pub", backoff=DAEMON_BACKOFF)
+        clients: list[Client] = []
         try:
+            for uri, name in ((self.receive_at, "bench-probe-sub"), (self.publish_at, "bench-probe-pub")):
+                clients.append(await Client.connect(uri, name, backoff=DAEMON_BACKOFF))
+            receiver, publisher = clients
             stream = await receiver.subscribe(f"[class,eq,{PROBE}]")
             await publisher.advertise(f"[class,eq,{PROBE}],[n,isPresent,0]")
-            while True:  # the subscription reaches B1 through B2: until it does, nothing arrives
+            while not self.stop_publishing.is_set():  # until the subscription reaches B1, nothing arrives
                 await publisher.publish(Publication(PROBE, {"n": -1}))
                 with contextlib.suppress(TimeoutError):
                     await stream.next(timeout=0.2)
@@ -243,7 +245,7 @@ class Probe(threading.Thread):
                 await asyncio.wait_for(receiving, PROBE_DRAIN)
             self.unacknowledged = publisher.stats()["unacknowledged"]
         finally:
-            for client in (publisher, receiver):
+            for client in clients:
                 with contextlib.suppress(OSError, WfmError):
                     await client.close()
 
