@@ -16,6 +16,8 @@ __all__ = [
     "APPL_START",
     "FAILURE",
     "GID",
+    "HISTORY_QUERY",
+    "HISTORY_RESULT",
     "JOBSTATUS",
     "NORUN",
     "SUCCESS",
@@ -24,6 +26,8 @@ __all__ = [
 
 AGENT_CTL, AGENT_ACK, JOBSTATUS, TRIGGER = "AGENT_CTL", "AGENT_ACK", "JOBSTATUS", "Trigger"
 SUCCESS, FAILURE, NORUN = "SUCCESS", "FAILURE", "NORUN"
+# history asked and answered over the overlay (wfm.history.protocol)
+HISTORY_QUERY, HISTORY_RESULT = "HISTORY_QUERY", "HISTORY_RESULT"
 # The virtual jobs every workflow has: APPL_START runs first (when the Trigger arrives), APPL_END
 # is published by the coordinator once the generation is over (see workflow_messages.generation).
 APPL_START = "APPL_START"

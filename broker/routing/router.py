@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.language.model import Filter, Publication
+from broker.routing.acl import Policy, refusal
 from broker.routing.composites import Composites
 from broker.routing.custody import Custody
 from broker.routing.ids import OverlayId, PublicationId
@@ -71,8 +72,10 @@ class Router:
         composite_max_age: float | None = None,
         session_grace: float = 0.0,
         epoch: str = "",
+        policy: Policy | None = None,
     ) -> None:
         self.id = broker_id
+        self.policy = policy  # who may do what (``acl``); None: everyone everything
         self.tables = Tables(covering, advertisement_covering)
         self.composites = Composites(broker_id, self.tables, composite_max_waiting, composite_max_age)
         self.seen: OrderedDict[str, None] = OrderedDict()
@@ -126,7 +129,7 @@ class Router:
 
     def _link_up(self, message: LinkUp, hop: str, now: float) -> Output:
         if not message.broker:
-            return self.sessions.connect(hop, now, message.resume)
+            return self.sessions.connect(hop, now, message.resume, (message.identity, message.role))
         if hop in self.tables.clients:
             return []
         return self.sessions.neighbor_up(hop, message.epoch, message.resume)
@@ -151,6 +154,9 @@ class Router:
     ) -> Output:
         """A new advertisement or (composite) subscription: acknowledged with its overlay-wide id."""
         entry_id = str(OverlayId(self.id, hop, message.id))
+        if denied := refusal(self.policy, self.sessions.peers[hop], message, now):
+            self.counters["refused.acl"] += 1
+            return self._refuse(hop, message.id, denied)
         if entry_id in self.owned[hop]:  # a request re-sent after a reconnection is answered again
             if self.sessions.requests[entry_id] == request_key(message):
                 return [(hop, Ack(message.id, entry_id))]
@@ -176,6 +182,9 @@ class Router:
         if not self.tables.conforms(hop, publication):
             self.counters["refused.nonconforming"] += 1
             return self._refuse(hop, message.id, "the publication fits no advertisement of this client")
+        if denied := refusal(self.policy, self.sessions.peers[hop], message, now):
+            self.counters["refused.acl"] += 1
+            return self._refuse(hop, message.id, denied)
         # a ref "<n>@<session>" names the client's own session, which outlives a reconnection:
         # a re-sent publication keeps its id, and a copy that got through already is not routed again
         ref, _, session = message.id.partition("@")
@@ -229,6 +238,10 @@ class Router:
     def _forwarded(self, message: Publish, hop: str, now: float) -> Output:
         if message.id in self.seen:
             return self._drop("duplicate")
+        if not self.tables.conforms(hop, message.publication):  # a neighbour forwards what was advertised
+            if self.counters["dropped.nonconforming"] % 1000 == 0:  # the first, then one in 1000
+                log.warning("%s: %s forwarded a publication no advertisement from it covers", self.id, hop)
+            return self._drop("nonconforming")
         accepted = now if message.time is None else message.time
         return self._route(message.id, message.publication, hop, message.ttl, now, accepted)
 

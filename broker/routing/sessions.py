@@ -56,15 +56,18 @@ class Sessions:
         self.requests: dict[str, RequestKey] = {}  # id of a client's entry -> what it asked for
         self.started: dict[str, str] = {}  # client hop -> when it connected (ms, hex): see PublicationId
         self.away: dict[str, float] = {}  # hop -> when its grace period ends, in the order they left
+        self.peers: dict[str, tuple[str, str]] = {}  # client hop -> identity, role (its certificate's)
 
-    def connect(self, hop: str, now: float, resume: int | None) -> Output:
+    def connect(self, hop: str, now: float, resume: int | None, peer: tuple[str, str] = ("", "")) -> Output:
         """A client's link is up: a new session, or the one kept for it, with what was held."""
         if hop in self.tables.clients:
+            self.peers[hop] = peer
             self.away.pop(hop, None)
             log.info("client %s came back", hop)
             return self.custody.resume(hop, resume)
         if hop not in self.tables.neighbors:
             self.tables.add_client(hop)
+            self.peers[hop] = peer
             self.started[hop] = format(round(now * 1000), "x")
             self.owned[hop] = set()
             self.custody.open(hop, client=True)
@@ -150,7 +153,7 @@ class Sessions:
         out = [sent for entry_id in sorted(self.owned.pop(hop)) for sent in self.withdraw(hop, entry_id)]
         self.tables.remove_client(hop)
         self.custody.close(hop)
-        del self.started[hop]
+        del self.started[hop], self.peers[hop]
         return out
 
     def status(self) -> dict[str, Any]:

@@ -47,7 +47,8 @@ class Tables:
         self.matcher = CountingMatcher()
         self.srt_index: FilterIndex[str] = FilterIndex()  # advertisements a subscription may overlap
         self.prt_index: FilterIndex[str] = FilterIndex()  # subscriptions an advertisement may overlap
-        self.client_adverts: dict[str, FilterIndex[str]] = {}  # client hop -> its advertisements
+        # client or neighbour hop -> the advertisements that came from it: what it may publish
+        self.hop_adverts: dict[str, FilterIndex[str]] = {}
         self.subscriptions = Forwarding(covering, subscription_covers)
         self.advertisements = Forwarding("lazy" if advertisement_covering else "off", advertisement_covers)
 
@@ -55,16 +56,17 @@ class Tables:
 
     def add_client(self, hop: str) -> None:
         self.clients.add(hop)
-        self.client_adverts[hop] = FilterIndex()
+        self.hop_adverts[hop] = FilterIndex()
 
     def remove_client(self, hop: str) -> None:
         """After its entries are withdrawn."""
         self.clients.discard(hop)
-        del self.client_adverts[hop]
+        del self.hop_adverts[hop]
 
     def add_neighbor(self, hop: str) -> Output:
         """A neighbour is linked: send it every advertisement, and every subscription it should have."""
         self.neighbors.add(hop)
+        self.hop_adverts.setdefault(hop, FilterIndex())
         out: Output = []
         for adv_id, entry in self.srt.items():
             if entry.hop != hop:
@@ -84,6 +86,7 @@ class Tables:
         out: Output = []
         for entry_id in learned:
             out += self.withdraw(entry_id)
+        del self.hop_adverts[hop]
         return out
 
     # entries ------------------------------------------------------------------------------------
@@ -94,8 +97,8 @@ class Tables:
     def advertise(self, adv_id: str, advertisement: Filter, hop: str, ttl: int) -> Output:
         self.srt[adv_id] = Entry(advertisement, hop, ttl)
         self.srt_index.add(adv_id, advertisement)
-        if hop in self.clients:
-            self.client_adverts[hop].add(adv_id, advertisement)
+        if hop in self.hop_adverts:
+            self.hop_adverts[hop].add(adv_id, advertisement)
         out: Output = []
         for neighbor in sorted(self.neighbors - {hop}):
             out += self._apply(neighbor, self.advertisements.want(neighbor, adv_id, advertisement), True)
@@ -121,8 +124,8 @@ class Tables:
         if entry_id in self.srt:
             entry = self.srt.pop(entry_id)
             self.srt_index.remove(entry_id)
-            if entry.hop in self.clients:
-                self.client_adverts[entry.hop].remove(entry_id)
+            if entry.hop in self.hop_adverts:
+                self.hop_adverts[entry.hop].remove(entry_id)
             for neighbor in sorted(self.neighbors):
                 out += self._apply(neighbor, self.advertisements.unwant(neighbor, entry_id), True)
             if entry.hop in self.neighbors:  # subscriptions that only this advertisement drew that way
@@ -145,9 +148,10 @@ class Tables:
 
     # questions ----------------------------------------------------------------------------------
 
-    def conforms(self, client: str, publication: Publication) -> bool:
-        """Does the publication fit an advertisement of the client that publishes it?"""
-        possible = self.client_adverts[client].lookup(publication.cls, publication.fields)
+    def conforms(self, hop: str, publication: Publication) -> bool:
+        """Does the publication fit an advertisement that came from ``hop``, the client that
+        publishes it or the neighbour that forwards it?"""
+        possible = self.hop_adverts[hop].lookup(publication.cls, publication.fields)
         return any(fits(publication, self.srt[i].filter) for i in possible)
 
     def matching(self, publication: Publication, now: float) -> tuple[list[str], dict[str, list[str]]]:

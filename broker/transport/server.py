@@ -28,6 +28,7 @@ from typing import Any
 
 from broker.errors import BadMessage, LinkClosed, LocalError, ProtocolError
 from broker.routing import LinkDown, LinkUp, Refuse, Router, StatusReply, Tick, Took
+from broker.routing.acl import Policy
 from broker.routing.messages import Message
 from broker.routing.tables import Output
 from broker.transport.codec import Hello, Ping, Pong
@@ -93,6 +94,7 @@ class RouterService:
         epoch: str | None = None,
         data: Path | None = None,
         fsync: Fsync = "group",
+        policy: Policy | None = None,
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
@@ -106,6 +108,7 @@ class RouterService:
             composite_max_age,
             session_grace,
             epoch or secrets.token_hex(8),  # a broker without its log starts a new custody epoch
+            policy,
         )
         self.log_file = None if data is None else RouterLog(data, fsync)  # opened: one broker per directory
         self._held: list[Output] = []  # outputs waiting for the commit of their inputs

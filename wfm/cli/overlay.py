@@ -22,6 +22,7 @@ from broker.transport.uri import BrokerURI
 from wfm.cli.options import URI, broker_option, output_option
 from wfm.cli.serving import Running, serve
 from wfm.client_commands import apply_line
+from wfm.security.acl import load_policy
 
 
 @click.command()
@@ -79,6 +80,13 @@ from wfm.client_commands import apply_line
     help="With --data: one fsync per group of messages, one per message, or none (survives the "
     "process dying, not the machine).",
 )
+@click.option(
+    "--acl",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="TOML file of access rules, in place of the defaults of the roles it names "
+    "(docs/security.md); applied to clients with a TLS certificate.",
+)
 def broker(
     uri: BrokerURI,
     neighbors: tuple[BrokerURI, ...],
@@ -90,6 +98,7 @@ def broker(
     session_grace: float,
     data: Path | None,
     fsync: Fsync,
+    acl: Path | None,
 ) -> None:
     """Run a broker until SIGINT or SIGTERM."""
     _log_with_prefix(uri.id)
@@ -106,6 +115,7 @@ def broker(
             session_grace=session_grace,
             data=data,
             fsync=fsync,
+            policy=load_policy(acl),
         )
     except ValueError as error:
         raise click.ClickException(str(error)) from None

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, replace
 
 from broker.language import Filter, ParseError, Publication, parse_filter, parse_publication
+from workflow_messages.names import HISTORY_QUERY, HISTORY_RESULT
 
 __all__ = [
     "HEARTBEAT",
@@ -50,8 +51,7 @@ __all__ = [
 ]
 
 _QUERY_ID_RE = re.compile(r"[A-Za-z0-9-]{1,64}\Z")
-QUERY = "HISTORY_QUERY"
-RESULT = "HISTORY_RESULT"
+QUERY, RESULT = HISTORY_QUERY, HISTORY_RESULT
 HEARTBEAT = 2.0  # seconds between a historian's accepted markers while it answers
 STALL = 5 * HEARTBEAT  # seconds without a word after which an asker gives a historian up
 

@@ -1,0 +1,67 @@
+"""The default access rules of a workflow overlay, and ``wfm broker --acl FILE`` on top of them.
+
+The broker enforces rules it does not write (``broker.routing.acl``): the classes of a workflow
+are this layer's. The defaults follow the roles of ``wfm certs``:
+
+* a **deployer** (the operator: ``wfm deploy``, ``wfm trigger``) may publish and subscribe anything;
+* an **agent** may subscribe only to its own AGENT_CTL envelopes, to job statuses and triggers (its
+  jobs' composite subscriptions), and publish statuses and acknowledgements only as itself;
+* a **monitor** (``wfm monitor``, the historian, ``wfm history --broker``) subscribes to anything
+  but the envelopes, and publishes only history questions and answers;
+* a **client** publishes and subscribes anything but the workflow's control traffic.
+
+So a stolen client certificate cannot make an agent run anything (and agents check the deployer's
+signature in any case), and an agent's cannot speak for another agent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker.routing.acl import Policy, PolicyError
+from workflow_messages.names import AGENT_ACK, AGENT_CTL, HISTORY_QUERY, HISTORY_RESULT, JOBSTATUS, TRIGGER
+
+__all__ = ["DEFAULT_ACL", "load_policy"]
+
+_CONTROL = [f"[class,eq,{cls}]" for cls in (AGENT_CTL, AGENT_ACK, JOBSTATUS, TRIGGER)]
+
+DEFAULT_ACL = f"""
+[roles.deployer]
+publish = ["*"]
+subscribe = ["*"]
+
+[roles.agent]
+publish = [
+    "[class,eq,{JOBSTATUS}],[agentname,eq,$IDENTITY]",
+    "[class,eq,{AGENT_ACK}],[agentname,eq,$IDENTITY]",
+]
+subscribe = [
+    "[class,eq,{AGENT_CTL}],[agentname,eq,$IDENTITY]",
+    "[class,eq,{JOBSTATUS}]",
+    "[class,eq,{TRIGGER}]",
+]
+
+[roles.monitor]
+publish = ["[class,eq,{HISTORY_QUERY}]", "[class,eq,{HISTORY_RESULT}]"]
+subscribe = ["*"]
+deny_subscribe = ["[class,eq,{AGENT_CTL}]"]
+
+[roles.client]
+publish = ["*"]
+subscribe = ["*"]
+deny_publish = {_CONTROL!r}
+deny_subscribe = ["[class,eq,{AGENT_CTL}]"]
+""".replace("'", '"')
+
+
+def load_policy(path: Path | None = None) -> Policy:
+    """The default rules, with the roles and identities of the TOML file at ``path`` in place of
+    theirs. PolicyError naming the file for anything wrong."""
+    policy = Policy.parse(DEFAULT_ACL, "the default ACL")
+    if path is None:
+        return policy
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise PolicyError(f"cannot read ACL {path}: {error.strerror or error}") from None
+    return policy.merged(Policy.parse(text, str(path)))
