@@ -16,7 +16,8 @@ def test_the_workflow_defaults_keep_envelopes_between_deployer_and_their_agent()
     ctl = parse_filter("[class,eq,AGENT_CTL],[agentname,eq,a1]")
     assert policy.may_subscribe("a1", "agent", ctl) is None
     assert policy.may_subscribe("a2", "agent", ctl) is not None
-    assert policy.may_subscribe("m", "monitor", ctl) is not None
+    assert policy.may_subscribe("m", "client", ctl) is not None
+    assert policy.may_subscribe("h", "monitor", ctl) is None  # the historian keeps them
     assert policy.may_advertise("m", "client", parse_filter("[class,eq,AGENT_CTL]")) is not None
     assert policy.may_advertise("d", "deployer", parse_filter("[class,eq,AGENT_CTL]")) is None
     status = parse_publication("[class,JOBSTATUS],[agentname,a2],[GID,g1]")

@@ -6,8 +6,8 @@ are this layer's. The defaults follow the roles of ``wfm certs``:
 * a **deployer** (the operator: ``wfm deploy``, ``wfm trigger``) may publish and subscribe anything;
 * an **agent** may subscribe only to its own AGENT_CTL envelopes, to job statuses and triggers (its
   jobs' composite subscriptions), and publish statuses and acknowledgements only as itself;
-* a **monitor** (``wfm monitor``, the historian, ``wfm history --broker``) subscribes to anything
-  but the envelopes, and publishes only history questions and answers;
+* a **monitor** (``wfm monitor``, the historian, which keeps the envelopes too, ``wfm history
+  --broker``) subscribes to anything, and publishes only history questions and answers;
 * a **client** publishes and subscribes anything but the workflow's control traffic.
 
 So a stolen client certificate cannot make an agent run anything (and agents check the deployer's
@@ -44,7 +44,6 @@ subscribe = [
 [roles.monitor]
 publish = ["[class,eq,{HISTORY_QUERY}]", "[class,eq,{HISTORY_RESULT}]"]
 subscribe = ["*"]
-deny_subscribe = ["[class,eq,{AGENT_CTL}]"]
 
 [roles.client]
 publish = ["*"]
