@@ -111,6 +111,7 @@ class Delivery:
     id: str = ""  # the publication's overlay-wide id (who published it), for a plain delivery
     time: float = 0.0  # when its edge broker accepted it
     seq: int = dataclasses.field(default=0, compare=False, repr=False)  # in the broker's custody
+    channel: str = dataclasses.field(default="", compare=False, repr=False)  # whose seq it is
 
 
 Queue = DeliveryQueue[Delivery]
@@ -122,18 +123,18 @@ class _Stream:
 
     _queue: Queue
     _client: Client
-    _handling = 0  # the seq of the delivery last returned: done when the next is asked for
+    _handling: Delivery | None = None  # the delivery last returned: done when the next is asked for
 
     async def next(self, timeout: float | None = None) -> Delivery:
         """The next delivery; ``TimeoutError`` after ``timeout`` seconds, ``LinkClosed`` at the end."""
-        if self._handling:
+        if self._handling is not None:
             self._client._done(self._handling, self._queue.queue.empty())
-            self._handling = 0
+            self._handling = None
         item = await self._queue.get(timeout)
         if item is None:
             self._queue.put(None)  # the end marker stays for every later reader
             raise LinkClosed("connection closed")
-        self._handling = item.seq
+        self._handling = item
         return item
 
     def __aiter__(self) -> AsyncIterator[Delivery]:
@@ -329,7 +330,7 @@ class Client(_Stream):
             self._full.add,
             lossy,
             name,
-            on_drop=lambda d: self._done(d.seq, False),
+            on_drop=lambda d: self._done(d, False),
         )
 
     # requests -----------------------------------------------------------------------------------
@@ -693,7 +694,7 @@ class Client(_Stream):
         if isinstance(item, Carry):
             if item.seq <= self._receipts.received:  # sent again: our Took was lost on the way
                 self.counters["dropped.resent"] += 1
-                self._receipts.told = 0
+                self._receipts.again()
                 self._say_took(True)
             elif isinstance(item.message, Deliver | Notify):
                 self._receipts.arrived(item.seq, self._deliver(item.message, item.seq))
@@ -718,10 +719,11 @@ class Client(_Stream):
 
     def _deliver(self, item: Deliver | Notify, seq: int) -> int:
         """Into the queues of its subscriptions: how many deliveries it made."""
+        channel = self._receipts.channel if seq else ""
         if isinstance(item, Notify):
             sub = self._by_current.get(item.subscription)
             name = sub.id if sub else item.subscription
-            delivery = Delivery(name, item.publications[0], item.publications, seq=seq)
+            delivery = Delivery(name, item.publications[0], item.publications, seq=seq, channel=channel)
             (sub._queue if sub is not None else self._queue).put(delivery)
             return 1
         if self._seen.again(item.id):
@@ -729,14 +731,16 @@ class Client(_Stream):
             return 0
         for sub_id in item.subscriptions:
             sub = self._by_current.get(sub_id)
-            delivery = Delivery(sub.id if sub else sub_id, item.publication, (), item.id, item.time, seq)
+            delivery = Delivery(
+                sub.id if sub else sub_id, item.publication, (), item.id, item.time, seq, channel
+            )
             (sub._queue if sub is not None else self._queue).put(delivery)
         return len(item.subscriptions)
 
-    def _done(self, seq: int, caught_up: bool) -> None:
+    def _done(self, delivery: Delivery, caught_up: bool) -> None:
         """A stream's consumer is done with a delivery (or a lossy queue dropped it)."""
-        if seq:
-            self._receipts.done(seq)
+        if delivery.seq:
+            self._receipts.done(delivery.channel, delivery.seq)
             self._say_took(caught_up)
 
     def _say_took(self, caught_up: bool) -> None:

@@ -1,4 +1,4 @@
-"""What a client tells its broker it has taken, for the broker's custody of its deliveries.
+"""What a client tells its brokers it has taken, for the brokers' custody of its deliveries.
 
 A broker carries each delivery to a client under a sequence number and holds it until the client
 says ``Took`` (see ``broker.routing.custody``); after a reconnection it sends again what the
@@ -7,59 +7,87 @@ asks for the next one from the same stream: a consumer killed while handling a d
 again from a broker that kept its session. ``Took`` is cumulative, so it covers the deliveries up
 to the oldest one some stream still has; it is sent when a consumer has caught up or every
 ``BATCH`` deliveries, not once per delivery.
+
+A client that fails over keeps what it knows of each broker's channel: back at the first broker
+(whose session kept what it held for it), its hello says how far it took, and deliveries of the
+first broker still in its queues are reckoned to that broker's channel, not the new one's.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 __all__ = ["BATCH", "Receipts"]
 
 BATCH = 64  # deliveries taken between two Took while the consumer is behind
 
 
+@dataclass(slots=True)
+class _Channel:
+    name: str  # the broker's name for it (its hello's epoch)
+    received: int = 0  # the last seq that arrived
+    told: int = 0  # the last seq the broker was told was taken
+    open: dict[int, int] = field(default_factory=dict)  # seq -> its deliveries not done, oldest first
+
+    def taken(self) -> int:
+        return next(iter(self.open)) - 1 if self.open else self.received
+
+
 class Receipts:
     def __init__(self) -> None:
-        self.broker = ""  # the broker and its custody epoch these seqs belong to
-        self.epoch = ""
-        self.received = 0  # the last seq that arrived
-        self.told = 0  # the last seq the broker was told was taken
-        self._open: dict[int, int] = {}  # seq -> its deliveries not yet done, oldest first
+        self._channels: dict[str, _Channel] = {}  # broker id -> the channel of its deliveries
+        self._current = _Channel("")
 
-    def start(self, broker: str, epoch: str) -> None:
-        """A link to ``broker`` in custody ``epoch``: a new one starts counting again."""
-        if (broker, epoch) != (self.broker, self.epoch):
-            self.broker, self.epoch = broker, epoch
-            self.received = self.told = 0
-            self._open.clear()
+    def start(self, broker: str, name: str) -> None:
+        """A link to ``broker``, whose hello named its channel ``name``: a new name, a new count."""
+        channel = self._channels.get(broker)
+        if channel is None or channel.name != name:
+            channel = self._channels[broker] = _Channel(name)
+        self._current = channel
+
+    @property
+    def channel(self) -> str:
+        return self._current.name
+
+    @property
+    def received(self) -> int:
+        return self._current.received
 
     def greeting(self, broker: str) -> tuple[str, int]:
-        """What our hello to ``broker`` says: its epoch we know and the last seq we took."""
-        return (self.epoch, self.taken()) if broker == self.broker else ("", 0)
+        """What our hello to ``broker`` says: its channel we know and the last seq we took."""
+        channel = self._channels.get(broker)
+        return ("", 0) if channel is None else (channel.name, channel.taken())
 
     def arrived(self, seq: int, deliveries: int) -> bool:
         """A carried message with ``deliveries`` put in queues; False if it came before."""
-        if seq <= self.received:
+        channel = self._current
+        if seq <= channel.received:
             return False
-        self.received = seq
+        channel.received = seq
         if deliveries:
-            self._open[seq] = deliveries
+            channel.open[seq] = deliveries
         return True
 
-    def done(self, seq: int) -> None:
-        left = self._open.get(seq)
-        if left is None:
+    def done(self, name: str, seq: int) -> None:
+        """A delivery of channel ``name`` is done with (whichever broker it came from)."""
+        channel = next((c for c in self._channels.values() if c.name == name), None)
+        left = None if channel is None else channel.open.get(seq)
+        if channel is None or left is None:
             return
         if left > 1:
-            self._open[seq] = left - 1
+            channel.open[seq] = left - 1
         else:
-            del self._open[seq]
+            del channel.open[seq]
 
-    def taken(self) -> int:
-        return next(iter(self._open)) - 1 if self._open else self.received
+    def again(self) -> None:
+        """The broker sent again what we took: our Took was lost; say it again."""
+        self._current.told = 0
 
     def due(self, caught_up: bool) -> int | None:
-        """The seq to say ``Took`` for now, if any."""
-        taken = self.taken()
-        if taken > self.told and (caught_up or taken - self.told >= BATCH):
-            self.told = taken
+        """The seq to say ``Took`` for now on the current channel, if any."""
+        channel = self._current
+        taken = channel.taken()
+        if taken > channel.told and (caught_up or taken - channel.told >= BATCH):
+            channel.told = taken
             return taken
         return None

@@ -28,7 +28,8 @@ commit writes them again. ``fsync="each"`` syncs after every record (to measure 
 saves), ``"off"`` never syncs (survives the process dying, not the machine).
 
 No asyncio here: ``commit`` blocks; an asyncio owner runs it in a thread (``asyncio.to_thread``)
-while its loop goes on appending.
+while its loop goes on appending. ``checkpoint`` blocks too; its snapshot must be of the state
+that the records appended so far reached, so a broker calls it in its loop, between inputs.
 """
 
 from __future__ import annotations

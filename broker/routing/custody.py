@@ -5,7 +5,8 @@ the router sends on it that carries state or data (``messages.CARRIED``) gets th
 sequence number, goes out as ``Carry(seq, message)`` and is *held* until the receiver answers
 ``Took(n)``, which covers every seq up to n. A broker says ``Took`` only once what it took is in
 its write-ahead log (the adapter holds the router's output until the log commit that covers its
-input), a client once it has handled the delivery. When the link goes down the channel stays,
+input), a client once its consumer asks for the next delivery of that stream (or a lossy queue
+dropped it). When the link goes down the channel stays,
 and what the router sends meanwhile is held for the peer. When the peer is back, its hello says
 which of our seqs it took last (``LinkUp.resume``): everything after that goes again, in order,
 and the receiver drops a seq it has already taken, so a resend can never be taken twice.
@@ -73,13 +74,13 @@ class Custody:
         self.counters = counters
         self.channels: dict[str, Channel] = {}
         self.opened = 0
-        self._reserved: dict[str, str] = {}  # hop -> the name its next channel gets (see greeting)
         self.max_held = MAX_HELD
         self.max_bytes = MAX_HELD_BYTES
 
-    def open(self, hop: str, peer_epoch: str = "", client: bool = False) -> None:
-        name = self._reserved.pop(hop, None) or self._name()
-        self.channels[hop] = Channel(name, peer_epoch, client)
+    def open(self, hop: str, peer_epoch: str = "", client: bool = False, name: str = "") -> None:
+        """A new channel, under the ``name`` our hello gave it (the adapter's choice, which comes
+        in ``LinkUp`` and so is in the log), or one of our own."""
+        self.channels[hop] = Channel(name or self._name(), peer_epoch, client)
 
     def _name(self) -> str:
         self.opened += 1
@@ -101,20 +102,10 @@ class Custody:
             channel.up = False
 
     def greeting(self, hop: str) -> tuple[str, str, int]:
-        """What our hello to ``hop`` says: our channel's name (if there is none, the name the
-        channel will get when the link is up), the peer's we know, and the last seq we took from
-        it on that channel."""
+        """What our hello to ``hop`` says: our channel's name ("" if there is none: the caller
+        names the new one), the peer's we know, and the last seq we took from it."""
         channel = self.channels.get(hop)
-        if channel is None:
-            if hop not in self._reserved:
-                self._reserved[hop] = self._name()
-            return self._reserved[hop], "", 0
-        return channel.name, channel.peer_epoch, channel.received
-
-    def ours(self, hop: str) -> str:
-        """The name of our channel with ``hop`` as its hello must give it to resume."""
-        channel = self.channels.get(hop)
-        return channel.name if channel is not None else self._reserved.get(hop, "")
+        return ("", "", 0) if channel is None else (channel.name, channel.peer_epoch, channel.received)
 
     def resume(self, hop: str, took: int | None) -> Output:
         """The peer is back and took our seqs up to ``took`` (None: it knows nothing of ours):
@@ -126,10 +117,9 @@ class Custody:
         self.counters["resent.custody"] += len(channel.held)
         return [(hop, Carry(seq, message)) for seq, (message, _) in channel.held.items()]  # type: ignore[arg-type]
 
-    def took(self, hop: str, seq: int) -> Output:
+    def took(self, hop: str, seq: int) -> None:
         if (channel := self.channels.get(hop)) is not None:
             self._forget(channel, seq)
-        return []
 
     @staticmethod
     def _forget(channel: Channel, seq: int) -> None:

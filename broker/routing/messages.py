@@ -315,6 +315,7 @@ class LinkUp:
     resume: int | None = None
     identity: str = ""
     role: str = ""
+    name: str = ""  # the name our hello gave a new channel (the adapter's choice, logged with this)
 
 
 @dataclass(frozen=True, slots=True)

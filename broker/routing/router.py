@@ -23,6 +23,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from broker.errors import LocalError
 from broker.language.model import Filter, Publication
 from broker.routing.acl import Policy, refusal
 from broker.routing.composites import Composites
@@ -110,6 +111,20 @@ class Router:
         log.warning("%s: message from unknown hop %r dropped", self.id, hop)
         return []
 
+    def configure_like(self, fresh: Router, where: str) -> None:
+        """Take ``fresh``'s settings (what the process was started with now, not what it was
+        started with when its log began): access rules, grace, composite limits. A covering
+        mode shapes the tables themselves: a different one is refused."""
+        for name, ours, theirs in (
+            ("covering", self.tables.subscriptions.mode, fresh.tables.subscriptions.mode),
+            ("advertisement covering", self.tables.advertisements.mode, fresh.tables.advertisements.mode),
+        ):
+            if ours != theirs:
+                raise LocalError(f"{where} was written with {name} {ours!r}, not {theirs!r}: start it so")
+        self.policy = fresh.policy
+        self.sessions.grace = fresh.sessions.grace
+        self.composites.detector_limits = fresh.composites.detector_limits  # for detectors placed from now
+
     def status(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -129,10 +144,10 @@ class Router:
 
     def _link_up(self, message: LinkUp, hop: str, now: float) -> Output:
         if not message.broker:
-            return self.sessions.connect(hop, now, message.resume, (message.identity, message.role))
+            return self.sessions.connect(hop, now, message, (message.identity, message.role))
         if hop in self.tables.clients:
             return []
-        return self.sessions.neighbor_up(hop, message.epoch, message.resume)
+        return self.sessions.neighbor_up(hop, message)
 
     # from a client ------------------------------------------------------------------------------
 
@@ -296,7 +311,8 @@ def _live(handler: Handler) -> Handler:
 
 
 def _took(router: Router, message: Took, hop: str, now: float) -> Output:
-    return router.custody.took(hop, message.seq)
+    router.custody.took(hop, message.seq)
+    return []
 
 
 _LINK_EVENTS: dict[type, Handler] = {  # on a Tick, handle() has expired what was due: nothing else

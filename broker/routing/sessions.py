@@ -21,7 +21,7 @@ from typing import Any
 
 from broker.routing.composites import Composites
 from broker.routing.custody import Custody
-from broker.routing.messages import Advertise, CompositeSubscribe, Subscribe
+from broker.routing.messages import Advertise, CompositeSubscribe, LinkUp, Subscribe
 from broker.routing.tables import Output, Tables
 
 __all__ = ["RequestKey", "Sessions", "request_key"]
@@ -58,31 +58,31 @@ class Sessions:
         self.away: dict[str, float] = {}  # hop -> when its grace period ends, in the order they left
         self.peers: dict[str, tuple[str, str]] = {}  # client hop -> identity, role (its certificate's)
 
-    def connect(self, hop: str, now: float, resume: int | None, peer: tuple[str, str] = ("", "")) -> Output:
+    def connect(self, hop: str, now: float, up: LinkUp, peer: tuple[str, str] = ("", "")) -> Output:
         """A client's link is up: a new session, or the one kept for it, with what was held."""
         if hop in self.tables.clients:
             self.peers[hop] = peer
             self.away.pop(hop, None)
             log.info("client %s came back", hop)
-            return self.custody.resume(hop, resume)
+            return self.custody.resume(hop, up.resume)
         if hop not in self.tables.neighbors:
             self.tables.add_client(hop)
             self.peers[hop] = peer
             self.started[hop] = format(round(now * 1000), "x")
             self.owned[hop] = set()
-            self.custody.open(hop, client=True)
+            self.custody.open(hop, client=True, name=up.name)
         return []
 
-    def neighbor_up(self, hop: str, epoch: str, resume: int | None) -> Output:
+    def neighbor_up(self, hop: str, up: LinkUp) -> Output:
         """A neighbour's link is up: in step again if it is the one we knew, else a new one."""
         out: Output = []
         if hop in self.tables.neighbors:
             self.away.pop(hop, None)
-            if self.custody.peer_epoch(hop) == epoch:
-                return self.custody.resume(hop, resume)
+            if self.custody.peer_epoch(hop) == up.epoch:
+                return self.custody.resume(hop, up.resume)
             log.warning("neighbour %s restarted without its state: what it had is forgotten", hop)
             out = self._drop_neighbor(hop)
-        self.custody.open(hop, epoch)
+        self.custody.open(hop, up.epoch, name=up.name)
         return out + self.tables.add_neighbor(hop)
 
     def disconnect(self, hop: str, now: float) -> Output:

@@ -146,6 +146,7 @@ class Overlay:
         self._took: dict[tuple[str, str], Took] = {}  # the last of each link, sent when quiet
         self.now = 1_800_000_000.0
         self.epochs: Counter[str] = Counter()
+        self.channels = 0  # channels named by hellos
         self._logs: dict[str, bytes] = {}  # what a crashed broker's write-ahead log holds
 
     # building -----------------------------------------------------------------------------------
@@ -163,23 +164,36 @@ class Overlay:
         self.routers[broker_id] = router
         return router
 
-    def _hello(self, speaker: str, listener: str, broker: bool = True) -> LinkUp:
-        """What ``listener`` learns from ``speaker``'s hello, as ``RouterService`` works it out."""
+    def _name(self, broker: str, hop: str) -> str:
+        """What ``broker``'s hello to ``hop`` names its channel: the one it has, or a new one."""
+        name = self.routers[broker].custody.greeting(hop)[0]
+        if not name:
+            self.channels += 1
+            name = f"{self.routers[broker].custody.epoch}:s{self.channels}"
+        return name
+
+    def _hello(self, listener: str, speaker: str, names: dict[str, str]) -> LinkUp:
+        """What ``listener`` learns from ``speaker``'s hello, as ``RouterService`` works it out;
+        ``names`` are the channel names both hellos gave."""
         if speaker in self.clients:
             client = self.clients[speaker]
-            channel = self.routers[listener].custody.greeting(speaker)[0]  # the broker's hello
-            resume = client.took if client.channel == channel else None
-            if client.channel != channel:  # a new session: its seqs start again
-                client.channel, client.took = channel, 0
-            return LinkUp(broker=False, resume=resume)
-        name, knows, took = self.routers[speaker].custody.greeting(listener)
-        self.routers[listener].custody.greeting(speaker)  # the listener's hello names its channel
-        return LinkUp(broker, name, took if knows == self.routers[listener].custody.ours(speaker) else None)
+            resume = client.took if client.channel == names[listener] else None
+            if client.channel != names[listener]:  # a new session: its seqs start again
+                client.channel, client.took = names[listener], 0
+            return LinkUp(broker=False, resume=resume, name=names[listener])
+        _, knows, took = self.routers[speaker].custody.greeting(listener)
+        return LinkUp(True, names[speaker], took if knows == names[listener] else None, name=names[listener])
+
+    def _link(self, a: str, b: str) -> None:
+        """Both hellos of a link between ``a`` and ``b`` (a client, or a broker), then the LinkUps."""
+        names = {x: self._name(x, y) for x, y in ((a, b), (b, a)) if x in self.routers}
+        ups = [(x, y, self._hello(x, y, names)) for x, y in ((a, b), (b, a)) if x in self.routers]
+        for listener, speaker, up in ups:
+            self._send(speaker, listener, up)
 
     def connect(self, a: str, b: str) -> None:
         self.links.add(frozenset((a, b)))
-        self._send(b, a, self._hello(b, a))
-        self._send(a, b, self._hello(a, b))
+        self._link(a, b)
         self.run()
 
     def disconnect(self, a: str, b: str) -> None:
@@ -220,12 +234,10 @@ class Overlay:
                 self._send(hop, broker_id, LinkDown())
         self.run()
         for link in [link for link in self.links if broker_id in link]:
-            other = next(iter(link - {broker_id}))
-            self._send(other, broker_id, self._hello(other, broker_id))
-            self._send(broker_id, other, self._hello(broker_id, other))
+            self._link(broker_id, next(iter(link - {broker_id})))
         for client in self.clients.values():
             if client.broker == broker_id:
-                self._send(client.name, broker_id, self._hello(client.name, broker_id))
+                self._link(client.name, broker_id)
         self.run()
 
     def add_client(self, name: str, broker: str) -> SimClient:
@@ -233,7 +245,7 @@ class Overlay:
             raise ValueError(f"name {name!r} is taken")
         client = SimClient(name, broker, self)
         self.clients[name] = client
-        self._send(name, broker, self._hello(name, broker))
+        self._link(name, broker)
         self.run()
         return client
 
@@ -250,7 +262,7 @@ class Overlay:
         self.run()
 
     def reconnect(self, name: str) -> None:
-        self._send(name, self.clients[name].broker, self._hello(name, self.clients[name].broker))
+        self._link(name, self.clients[name].broker)
         self.run()
 
     def advance(self, seconds: float) -> None:

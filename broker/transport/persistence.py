@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker.durable.log import Fsync, WriteAheadLog
+from broker.errors import LocalError
 from broker.routing import Router
 from broker.routing.messages import Message
 
@@ -45,16 +46,29 @@ class RouterLog:
             router = fresh()
             self.wal.checkpoint(pickle.dumps(router, pickle.HIGHEST_PROTOCOL))
             return router
-        router = fresh() if snapshot is None else pickle.loads(snapshot)
+        if snapshot is None:  # the first snapshot is written before any record: it was lost
+            raise LocalError(
+                f"{self.directory}: the log has records but no usable snapshot, so the broker's "
+                "custody epoch is lost; move the directory away to start this broker afresh"
+            )
+        router = pickle.loads(snapshot)
         quiet = logging.getLogger("broker.routing")
         level = quiet.level
         quiet.setLevel(logging.ERROR)  # what it logged then, it does not log again
+        failed = 0
         try:
             for record in records:
                 hop, now, message = pickle.loads(record)
-                router.handle(message, hop, now)
+                try:
+                    router.handle(message, hop, now)
+                except Exception:  # as when it was live (RouterService._feed): one message, not the broker
+                    failed += 1
         finally:
             quiet.setLevel(level)
+        if failed:
+            log.warning(
+                "%s: %d logged inputs failed again in the router, as they did live", self.directory, failed
+            )
         log.info(
             "%s restored from %s: snapshot and %d inputs in %.2f s",
             router.id,

@@ -21,13 +21,13 @@ import random
 import secrets
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from broker.errors import BadMessage, LinkClosed, LocalError, ProtocolError
-from broker.routing import LinkDown, LinkUp, Refuse, Router, StatusReply, Tick, Took
+from broker.routing import Carry, LinkDown, LinkUp, Refuse, Router, StatusReply, Tick, Took
 from broker.routing.acl import Policy
 from broker.routing.messages import Message
 from broker.routing.tables import Output
@@ -111,7 +111,10 @@ class RouterService:
             policy,
         )
         self.log_file = None if data is None else RouterLog(data, fsync)  # opened: one broker per directory
-        self._held: list[Output] = []  # outputs waiting for the commit of their inputs
+        # outputs waiting for the commit of their inputs, with the links they were meant for
+        self._held: list[tuple[Output, dict[str, Link | None]]] = []
+        self._announced: dict[str, str] = {}  # hop -> the name our hello gave a new channel
+        self._taken: dict[tuple[str, str], int] = {}  # (hop, channel) -> last Took sent, logged
         self._commit_wanted = asyncio.Event()
         self.heartbeat = heartbeat
         self.dead_after = dead_after
@@ -139,13 +142,17 @@ class RouterService:
             self._spawn(self._ticks(min(TICK, session_grace)))
 
     def _restore(self, log_file: RouterLog) -> None:
-        """The router as it was; every link it had is down now (its peers reconnect and resume)."""
-        router = self.router
-        self.router = log_file.restore(lambda: router)
+        """The router as it was, configured as this process was told; every link it had is down
+        now (its peers reconnect and resume)."""
+        fresh = self.router
+        self.router = log_file.restore(lambda: fresh)
         if self.router.id != self.uri.id:
             raise LocalError(
                 f"{log_file.directory} holds broker {self.router.id}'s state, not {self.uri.id}'s"
             )
+        self.router.configure_like(fresh, str(log_file.directory))
+        for hop, channel in self.router.custody.channels.items():
+            self._taken[hop, channel.name] = channel.received  # all of it in the log
         for hop, channel in list(self.router.custody.channels.items()):
             if channel.up:
                 self._feed(LinkDown(), hop)
@@ -176,11 +183,15 @@ class RouterService:
                 continue
             failures = 0
             self.counters["log_commits"] += 1
-            for output in held:
-                self._send(output)
+            for output, links in held:
+                self._send(output, links)
             if log_file.due():
-                log_file.checkpoint(self.router)
-                self.counters["log_checkpoints"] += 1
+                try:  # in the loop: the snapshot must be of the state the log has reached
+                    log_file.checkpoint(self.router)
+                    self.counters["log_checkpoints"] += 1
+                except OSError as error:  # the log goes on; the next commit or checkpoint tries again
+                    self.counters["log_errors"] += 1
+                    self.log.error("cannot checkpoint the log in %s: %s", log_file.directory, error)
 
     async def stop(self) -> None:
         """Close every link, let the connection handlers finish, then cancel the timers."""
@@ -207,7 +218,14 @@ class RouterService:
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A timer or the committer must not die in silence: the broker would stop acknowledging."""
+        self._tasks.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            self.counters["task_errors"] += 1
+            self.log.error("%s failed: %r", task.get_coro(), error, exc_info=error)
 
     def status(self) -> dict[str, object]:
         status = self.router.status()
@@ -228,20 +246,29 @@ class RouterService:
             self.log.exception("router failed on %s from %s", type(message).__name__, hop)
             return
         if self.log_file is None:
-            self._send(output)
-        elif output:
-            self._held.append(output)
+            self._send(output, self.links)
+        elif output:  # with the links it was meant for: one replaced meanwhile gets it resent
+            self._held.append((output, {target: self.links.get(target) for target, _ in output}))
             self._commit_wanted.set()
 
-    def _send(self, output: Output) -> None:
-        """Onto the links; of the custody answers to one peer only the last matters."""
+    def _send(self, output: Output, links: Mapping[str, Link | None]) -> None:
+        """Onto the links; of the custody answers to one peer only the last matters. What was
+        carried for a link that has been replaced since is not sent: the peer's hello on the new
+        link said what it took, and what it had not is sent again, in order, by the router."""
         last_took = {target: out for target, out in output if isinstance(out, Took)}
         for target, out in output:
-            if isinstance(out, Took) and last_took[target] is not out:
-                continue
+            if isinstance(out, Took):
+                if last_took[target] is not out:
+                    continue
+                channel = self.router.custody.channels.get(target)
+                if channel is not None:
+                    self._taken[target, channel.name] = out.seq  # in the log: a hello may say so
             if isinstance(out, StatusReply):
                 out = StatusReply(out.ref, self.status())
             link = self.links.get(target)
+            if isinstance(out, Carry) and link is not links.get(target):
+                self.counters["unsent.relinked"] += 1
+                continue
             # the router never emits LinkUp/LinkDown; a message for a link that went is counted
             if link is None or not link.send(out):  # type: ignore[arg-type]
                 self.counters["dropped.link_gone"] += 1
@@ -268,8 +295,9 @@ class RouterService:
             await link.flush_and_close(f"duplicate id {hop}")
             await link.wait_closed()
             return
-        link.send(self._hello(hop))
-        await self._serve(link, hop, hello)
+        sent = self._hello(hop)
+        link.send(sent)
+        await self._serve(link, hop, hello, sent)
 
     async def _first(self, link: Link) -> Hello:
         items = await link.receive()
@@ -287,12 +315,13 @@ class RouterService:
                 try:
                     reader, writer = await asyncio.open_connection(neighbor.host, neighbor.port)
                     link = Link(reader, writer, neighbor.id, self.queue_limit)
-                    link.send(self._hello(neighbor.id))
+                    sent = self._hello(neighbor.id)
+                    link.send(sent)
                     reply = await asyncio.wait_for(self._first(link), HANDSHAKE_TIMEOUT)
                     if reply.id != neighbor.id or reply.kind != "broker":
                         raise ProtocolError(f"{neighbor} answered as {reply.kind} {reply.id!r}")
                     delay = 0.1
-                    await self._serve(link, neighbor.id, reply)
+                    await self._serve(link, neighbor.id, reply, sent)
                 except (OSError, TimeoutError, LinkClosed, ProtocolError) as error:
                     self.log.debug("cannot link to %s: %s", neighbor, error)
                     if link is not None:
@@ -301,19 +330,33 @@ class RouterService:
             delay = min(delay * 2, REDIAL_CAP)
 
     def _hello(self, hop: str) -> Hello:
-        epoch, peer_epoch, took = self.router.custody.greeting(hop)
-        return Hello("broker", self.uri.id, epoch=epoch, peer_epoch=peer_epoch, took=took)
+        """Our hello to ``hop``: the name of our channel with it (a new one's, chosen here and
+        given to the router with ``LinkUp``, so the log has it), the peer's channel we know, and
+        the last seq of it we took: with a log, the last ``Took`` we sent, for what we handled
+        since may not be in the log yet."""
+        name, peer_epoch, took = self.router.custody.greeting(hop)
+        if not name:
+            name = self._announced[hop] = f"{self.router.custody.epoch}:{secrets.token_hex(6)}"
+        elif self.log_file is not None:
+            took = self._taken.get((hop, name), 0)
+        return Hello("broker", self.uri.id, epoch=name, peer_epoch=peer_epoch, took=took)
 
-    async def _serve(self, link: Link, hop: str, hello: Hello) -> None:
+    async def _serve(self, link: Link, hop: str, hello: Hello, sent: Hello) -> None:
         """Run an established link until it ends; the router hears of it coming and going."""
         if hop in self.links:
+            await link.wait_closed()
+            return
+        announced = self._announced.pop(hop, "")
+        ours = self.router.custody.greeting(hop)[0] or announced
+        if ours != sent.epoch:  # our channel changed since the hello went: it named the wrong one
+            await link.flush_and_close("the channel changed during the handshake")
             await link.wait_closed()
             return
         link.name = hop
         self.links[hop] = link
         self.log.info("%s %s connected", hello.kind, hop)
-        resume = hello.took if hello.peer_epoch == self.router.custody.ours(hop) else None
-        self._feed(LinkUp(hello.kind == "broker", hello.epoch, resume), hop)
+        resume = hello.took if hello.peer_epoch == ours else None
+        self._feed(LinkUp(hello.kind == "broker", hello.epoch, resume, name=ours), hop)
         try:
             for item in link.pending:
                 self._handle(link, hop, item)

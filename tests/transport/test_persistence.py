@@ -4,9 +4,11 @@ tables, sessions and custody, and the overlay loses and duplicates nothing."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -14,7 +16,14 @@ from pathlib import Path
 import pytest
 
 from broker.client import Client
-from broker.language import Publication
+from broker.durable.log import WriteAheadLog
+from broker.errors import LocalError
+from broker.language import Publication, parse_filter
+from broker.routing import Advertise, Carry, Subscribe, Took
+from broker.routing.acl import Policy
+from broker.transport import persistence
+from broker.transport.codec import Hello
+from broker.transport.link import Link
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 from tests.client.test_reconnect import ADV, FAST
@@ -165,3 +174,138 @@ def test_a_broker_killed_mid_stream_and_restarted_loses_and_duplicates_nothing(
     assert sorted(got) == list(range(total)), f"lost: {sorted(set(range(total)) - set(got))}"
     assert got == sorted(got), "out of order"
     assert os.path.exists(tmp_path / victim / "lock")
+
+
+async def _raw(
+    address: BrokerURI, kind: str, name: str, peer_epoch: str = "", took: int = 0
+) -> tuple[Link, Hello]:
+    """A peer speaking frames by hand: its hello, and the broker's."""
+    reader, writer = await asyncio.open_connection(address.host, address.port)
+    link = Link(reader, writer, name, 1 << 20)
+    link.send(Hello(kind, name, peer_epoch=peer_epoch, took=took))
+    items = await link.receive()
+    assert isinstance(items[0], Hello)
+    return link, items[0]
+
+
+async def _carried(link: Link, wait: float) -> list[int]:
+    """The seqs of what comes carried on ``link`` within ``wait`` seconds."""
+    seqs: list[int] = []
+    loop = asyncio.get_running_loop()
+    end = loop.time() + wait
+    while (left := end - loop.time()) > 0:
+        try:
+            items = await asyncio.wait_for(link.receive(), left)
+        except TimeoutError:
+            break
+        seqs += [item.seq for item in items if isinstance(item, Carry)]
+    return seqs
+
+
+def _slow_commits(broker: RouterService, seconds: float) -> None:
+    wal = broker.log_file.wal  # type: ignore[union-attr]
+    commit = wal.commit
+
+    def slow() -> int:
+        time.sleep(seconds)  # a slow fsync
+        return commit()
+
+    wal.commit = slow  # type: ignore[method-assign]
+
+
+def test_what_was_carried_for_a_link_replaced_during_a_commit_comes_again_in_order(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        address = uri("A")
+        a = RouterService(address, session_grace=60.0, data=tmp_path / "a")
+        await a.start()
+        pub = await Client.connect(address, "pub", backoff=FAST)
+        await pub.advertise(ADV)
+        sub, hello = await _raw(address, "client", "sub")
+        sub.send(Subscribe("s", parse_filter("[class,eq,stock]")))
+        await asyncio.sleep(0.2)
+        for n in (1, 2, 3, 4):
+            await pub.publish(Publication("stock", {"n": n}))
+        assert await _carried(sub, 0.3) == [1, 2, 3, 4]
+        sub.send(Took(3))  # 4 is "lost in the socket" when the link drops
+        await asyncio.sleep(0.2)
+        _slow_commits(a, 0.6)
+        late = asyncio.ensure_future(pub.publish(Publication("stock", {"n": 5})))
+        await asyncio.sleep(0.05)  # 5 is handled; its Carry waits for the commit
+        sub.close("flap", abort=True)
+        await until(lambda: "sub" not in a.links, what="the link down")
+        again, _ = await _raw(address, "client", "sub", hello.epoch, 3)
+        assert await _carried(again, 2.0) == [4, 5]  # not 5 before 4, then 4 dropped as taken
+        await late
+        again.close("done")
+        await pub.close()
+        await a.stop()
+
+    run(scenario())
+
+
+def test_a_hello_says_only_what_the_log_has_taken(tmp_path: Path) -> None:
+    """A neighbour's Carry handled during a slow commit is not reported taken in a hello: a
+    crash before the commit would lose it, and the neighbour would not send it again."""
+
+    async def scenario() -> None:
+        address = uri("A")
+        a = RouterService(address, session_grace=60.0, data=tmp_path / "a")
+        await a.start()
+        b, hello = await _raw(address, "broker", "B", "B:1")
+        b.send(Carry(1, Advertise("B/p/1", parse_filter("[class,eq,bond]"))))
+        await asyncio.sleep(0.3)
+        _slow_commits(a, 1.0)
+        b.send(Carry(2, Advertise("B/p/2", parse_filter("[class,eq,stock]"))))
+        await asyncio.sleep(0.1)
+        b.close("flap", abort=True)
+        await until(lambda: "B" not in a.links, what="the link down")
+        again, hello = await _raw(address, "broker", "B", hello.epoch)
+        assert hello.took == 1
+        again.close("done")
+        await a.stop()
+
+    run(scenario())
+
+
+def test_a_restarted_broker_runs_with_the_settings_it_is_started_with(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        address = uri("A")
+        first = RouterService(address, session_grace=600.0, data=tmp_path / "a")
+        await first.start()
+        await first.stop()
+        policy = Policy.parse('[roles.client]\npublish = ["*"]\n')
+        again = RouterService(address, session_grace=5.0, data=tmp_path / "a", policy=policy)
+        await again.start()
+        assert again.router.sessions.grace == 5.0 and again.router.policy is policy  # not the log's
+        await again.stop()
+        other = RouterService(address, covering="active", data=tmp_path / "a")
+        with pytest.raises(LocalError, match="written with covering 'off', not 'active'"):
+            await other.start()
+        other.log_file.close()  # type: ignore[union-attr]
+
+    run(scenario())
+
+
+def test_a_full_disk_at_a_checkpoint_does_not_stop_the_acknowledgements(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        address = uri("A")
+        a = RouterService(address, data=tmp_path / "a")
+        await a.start()
+        pub = await Client.connect(address, "pub", backoff=FAST)
+        await pub.advertise(ADV)
+
+        def full(snapshot: bytes) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        a.log_file.wal.checkpoint = full  # type: ignore[union-attr, method-assign]
+        monkeypatch.setattr(persistence, "CHECKPOINT_RECORDS", 3)
+        for n in range(3):
+            await asyncio.wait_for(pub.publish(Publication("stock", {"n": n})), 5)
+        assert a.counters["log_errors"] >= 1
+        await pub.close()
+        a.log_file.wal.checkpoint = WriteAheadLog.checkpoint.__get__(a.log_file.wal)  # type: ignore[union-attr, method-assign]
+        await a.stop()
+
+    run(scenario())
