@@ -14,7 +14,7 @@ import datetime
 import ipaddress
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,7 @@ __all__ = [
     "ROLES",
     "CertError",
     "Issued",
+    "ensure",
     "init",
     "issue",
     "listing",
@@ -120,6 +121,17 @@ def issue(
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     cert = builder.add_extension(x509.ExtendedKeyUsage(usage), critical=False).sign(ca_key, hashes.SHA256())
     return _write(directory, name, cert, key, force)
+
+
+def ensure(directory: Path, identities: Mapping[str, str]) -> Path:
+    """The CA in ``directory`` and an identity for each ``name -> role``, making only what is
+    missing: ``wfm up`` keeps its certificates across runs and issues one for a new agent."""
+    if not (directory / f"{CA}.crt").exists():
+        init(directory)
+    for name, role in identities.items():
+        if not (directory / f"{name}.crt").exists():
+            issue(directory, name, role)
+    return directory
 
 
 def listing(directory: Path) -> list[Issued]:
