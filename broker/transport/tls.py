@@ -90,5 +90,10 @@ class Identity:
         """For dialling a broker: checks its certificate against the CA and the host dialled."""
         return self._client
 
+    def __reduce__(self) -> tuple[type[Identity], tuple[Path, str]]:
+        """Pickled as its files, loaded again (a context cannot be pickled): a client in a child
+        process of ``multiprocessing`` is given its brokers with their identity."""
+        return Identity, (self.directory, self.name)
+
     def __str__(self) -> str:
         return f"{self.name} in {self.directory}"
