@@ -73,7 +73,7 @@ def identities(agents: Iterable[str]) -> dict[str, str]:
     return {
         **dict.fromkeys(BROKER_IDS, "broker"),
         **dict.fromkeys(agents, "agent"),
-        HISTORIAN: "client",
+        HISTORIAN: "monitor",  # subscribes to everything, publishes history answers only
         DEPLOYER: "deployer",
         WATCHER: "monitor",
     }
