@@ -37,6 +37,7 @@ lint: $(STAMP)
 # The embedded default end to end: wfm up, PAYROLL triggered for today and for next Friday, one
 # monitor (on B3, the far end of the line) until both generations end; then wfm up is stopped.
 # The monitor subscribes before the triggers: it sees only what happens after it subscribes.
+# Everything runs over TLS: the triggers and the monitor use the identity wfm up prints.
 DEMO_PORT ?= 7100
 demo: $(STAMP)
 	@set -e; up_out=$$(mktemp); \
@@ -44,6 +45,7 @@ demo: $(STAMP)
 	trap 'kill -TERM $$up 2>/dev/null; wait $$up || true; rm -f $$up_out' EXIT; trap 'exit 130' INT TERM; \
 	until grep -q '^try:' $$up_out; do kill -0 $$up 2>/dev/null || { wait $$up; exit 1; }; sleep 0.2; done; \
 	cat $$up_out; \
+	eval "$$(grep '^export WFM_' $$up_out)"; \
 	export WFM_BROKER=socket://127.0.0.1:$(DEMO_PORT)/B1; \
 	run=$$(date +%Y%m%d-%H%M%S); \
 	friday=$$($(BIN)/python -c 'import datetime as d; t = d.date.today(); print(t + d.timedelta((4 - t.weekday()) % 7 or 7))'); \

@@ -6,7 +6,9 @@ one or more subscribers (multiprocessing). Figures:
 * publications/s through one broker (1 publisher, 1 subscriber, 1,000 other subscriptions);
 * publications/s end to end through a chain of 3 brokers;
 * publications/s with 10 subscribers that each receive every publication;
-* latency p50/p99 at a fixed 1,000 publications/s through one broker.
+* latency p50/p99 at a fixed 1,000 publications/s through one broker;
+* the first and the last again over mutual TLS (every client and the broker with a certificate of
+  a CA made for the run), against the plain figures of the same run (``--tls-only``: just these).
 
 Redis gets the same shapes (one server; a chain does not exist there, so the 3-broker figure is
 compared with the single Redis server) and messages of the same size. Needs ``redis-server`` on
@@ -26,15 +28,19 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from broker.client import Client
+from broker.client import BrokerList, Client
+from broker.client.reconnect import brokers as broker_list
 from broker.language import Publication
+from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
+from wfm.certs import init, issue
 
 WFM = str(Path(sys.executable).with_name("wfm"))
 PAYLOAD = "x" * 64
@@ -61,26 +67,41 @@ def free_port() -> int:
 
 
 @contextmanager
-def brokers(count: int) -> Iterator[list[BrokerURI]]:
-    """A chain of ``count`` wfm broker processes."""
+def brokers(count: int, certs: Path | None = None) -> Iterator[list[BrokerList]]:
+    """A chain of ``count`` wfm broker processes; with ``certs``, over TLS (clients as alice)."""
     uris: list[BrokerURI] = []
     procs = []
     for i in range(count):
         uri = BrokerURI("127.0.0.1", free_port(), f"B{i + 1}")
         args = [WFM, "broker", "--uri", str(uri), *(["--neighbor", str(uris[-1])] if uris else [])]
+        args += ["--tls", str(certs), "--identity", uri.id] if certs else []
         procs.append(subprocess.Popen(args, stderr=subprocess.DEVNULL))
         uris.append(uri)
         time.sleep(0.3)
+    tls = None if certs is None else Identity(certs, "alice")
+    reach = [broker_list(uri).secured(tls) for uri in uris]
     try:
-        asyncio.run(_wait_linked(uris))
-        yield uris
+        asyncio.run(_wait_linked(reach))
+        yield reach
     finally:
         for proc in procs:
             proc.terminate()
             proc.wait(10)
 
 
-async def _wait_linked(uris: list[BrokerURI]) -> None:
+@contextmanager
+def certificates(count: int) -> Iterator[Path]:
+    """A CA made for the run, brokers B1..B``count`` and a client alice."""
+    with tempfile.TemporaryDirectory(prefix="wfm-bench-certs-") as directory:
+        certs = Path(directory)
+        init(certs)
+        for i in range(count):
+            issue(certs, f"B{i + 1}", "broker")
+        issue(certs, "alice", "client")
+        yield certs
+
+
+async def _wait_linked(uris: list[BrokerList]) -> None:
     for i, uri in enumerate(uris):
         want = (i > 0) + (i < len(uris) - 1)
         for _ in range(200):
@@ -96,7 +117,7 @@ async def _wait_linked(uris: list[BrokerURI]) -> None:
 # --- our overlay -------------------------------------------------------------------------------
 
 
-def our_subscriber(uri: BrokerURI, count: int, ready: Any, results: Any) -> None:
+def our_subscriber(uri: BrokerList, count: int, ready: Any, results: Any) -> None:
     async def run() -> None:
         async with await Client.connect(uri) as client:
             sub = await client.subscribe(f"[class,eq,{CLASS}]")
@@ -114,7 +135,7 @@ def our_subscriber(uri: BrokerURI, count: int, ready: Any, results: Any) -> None
     asyncio.run(run())
 
 
-def our_publisher(uri: BrokerURI, count: int, rate: float, subscribers: int, results: Any) -> None:
+def our_publisher(uri: BrokerList, count: int, rate: float, subscribers: int, results: Any) -> None:
     async def run() -> None:
         async with await Client.connect(uri) as client:
             await client.advertise(f"[class,eq,{CLASS}],[seq,isPresent,0],[t,isPresent,0],[pad,isPresent,'']")
@@ -137,7 +158,7 @@ def our_publisher(uri: BrokerURI, count: int, rate: float, subscribers: int, res
     asyncio.run(run())
 
 
-def holder(uri: BrokerURI, count: int, ready: Any, stop: Any) -> None:
+def holder(uri: BrokerList, count: int, ready: Any, stop: Any) -> None:
     """Keeps ``count`` subscriptions that never match in the broker's table until told to stop."""
 
     async def run() -> None:
@@ -152,7 +173,7 @@ def holder(uri: BrokerURI, count: int, ready: Any, stop: Any) -> None:
 
 
 @contextmanager
-def other_subscriptions(uri: BrokerURI, count: int) -> Iterator[None]:
+def other_subscriptions(uri: BrokerList, count: int) -> Iterator[None]:
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
     proc = ctx.Process(target=holder, args=(uri, count, ready, stop))
@@ -192,7 +213,7 @@ def measure(
 
 
 def measure_ours(
-    pub_uri: BrokerURI, sub_uri: BrokerURI, count: int, subscribers: int = 1, rate: float = 0.0
+    pub_uri: BrokerList, sub_uri: BrokerList, count: int, subscribers: int = 1, rate: float = 0.0
 ) -> dict[str, float]:
     return measure(our_subscriber, our_publisher, sub_uri, count, subscribers, rate, publish_to=pub_uri)
 
@@ -298,8 +319,12 @@ def _figure(row: dict[str, float], latency: bool) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=30_000, help="publications per throughput figure")
+    parser.add_argument("--tls-only", action="store_true", help="only TLS against plain, through one broker")
     args = parser.parse_args()
     count = args.count
+    if args.tls_only:
+        print("RESULT " + json.dumps({"benchmark": "overlay", "cores": os.cpu_count(), **tls_rows(count)}))
+        return
     rows: list[tuple[str, dict[str, float], dict[str, float] | None]] = []
     with redis_server() as port:
         with brokers(1) as (b1,), other_subscriptions(b1, 1000):
@@ -334,7 +359,36 @@ def main() -> None:
         result[KEYS[name]] = entry
     if rows[0][2] is None:
         result["baseline"] = "none: redis-server or the redis package is missing"
+    result.update(tls_rows(count, plain={name: ours for name, ours, _ in rows}))
     print("RESULT " + json.dumps(result))
+
+
+def tls_rows(count: int, plain: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+    """Through one broker (with 1,000 other subscriptions) over TLS, against the plain figures
+    (measured now if not given): throughput ratio TLS/plain (higher is better; the target is at
+    least 0.7) and p99 latency ratio (lower is better)."""
+    shapes = {"1 broker, 1 subscriber": (count, 0.0), "latency at 1,000/s": (3000, 1000.0)}
+    if plain is None:
+        with brokers(1) as (b1,), other_subscriptions(b1, 1000):
+            plain = {name: measure_ours(b1, b1, n, rate=rate) for name, (n, rate) in shapes.items()}
+    with certificates(1) as certs, brokers(1, certs) as (b1,), other_subscriptions(b1, 1000):
+        tls = {name: measure_ours(b1, b1, n, rate=rate) for name, (n, rate) in shapes.items()}
+    result: dict[str, Any] = {}
+    for name in shapes:
+        latency = name.startswith("latency")
+        ratio = (
+            tls[name]["p99_ms"] / plain[name]["p99_ms"]
+            if latency
+            else tls[name]["per_second"] / plain[name]["per_second"]
+        )
+        print(
+            f"{name + ', TLS':26} ours {_figure(tls[name], latency):30}"
+            f" plain {_figure(plain[name], latency):30}"
+            f" ratio {ratio:.2f}",
+            flush=True,
+        )
+        result[f"tls_{KEYS[name]}"] = {"tls": tls[name], "plain": plain[name], "ratio": round(ratio, 3)}
+    return result
 
 
 if __name__ == "__main__":

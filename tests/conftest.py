@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+from wfm.certs import init, issue
 
 
 @pytest.fixture(autouse=True)
@@ -10,3 +14,16 @@ def state_home(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPat
     """``wfm trigger`` keeps its outbox under ``$XDG_STATE_HOME``: a test's own, never the user's,
     and never one a Trigger left by another test waits in."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One CA for the whole run (made once: key generation is the slow part), with brokers B1-B5,
+    a client ``alice``, a ``deployer`` and a ``monitor``."""
+    directory = tmp_path_factory.mktemp("certs")
+    init(directory)
+    for name in ("B1", "B2", "B3", "B4", "B5"):
+        issue(directory, name, "broker")
+    for name, role in (("alice", "client"), ("deployer", "deployer"), ("monitor", "monitor")):
+        issue(directory, name, role)
+    return directory

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from broker.client import BlockingClient, ConnectError
+from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 from tests.transport.harness import Request, ScriptedBroker, free_port, run
 
@@ -19,11 +20,16 @@ WFM = str(Path(sys.executable).with_name("wfm"))
 
 @contextmanager
 def brokers(
-    links: dict[str, list[str]], covering: str = "off", heartbeat: float = 0.2, session_grace: float = 0.0
+    links: dict[str, list[str]],
+    covering: str = "off",
+    heartbeat: float = 0.2,
+    session_grace: float = 0.0,
+    certs: Path | None = None,
 ) -> Iterator[dict[str, BrokerURI]]:
     """Start one ``wfm broker`` per key; ``links[b]`` are the neighbours ``b`` dials. Waits until
     every broker sees all its neighbours, and stops them all (checking they exit cleanly). A
-    client that leaves is withdrawn at once unless ``session_grace`` says otherwise."""
+    client that leaves is withdrawn at once unless ``session_grace`` says otherwise. With
+    ``certs`` (the ``certs`` fixture's), every link is TLS, each broker the identity of its name."""
     uris = {name: BrokerURI("127.0.0.1", free_port(), name) for name in links}
     procs = {
         name: subprocess.Popen(
@@ -39,6 +45,7 @@ def brokers(
                 "--session-grace",
                 str(session_grace),
                 *[arg for n in links[name] for arg in ("--neighbor", str(uris[n]))],
+                *(["--tls", str(certs), "--identity", name] if certs else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -52,7 +59,7 @@ def brokers(
             expected[n].add(name)
     try:
         for name in links:
-            wait_for(lambda n=name: _linked(uris[n], expected[n]), f"{name} linked")
+            wait_for(lambda n=name: _linked(uris[n], expected[n], watcher(certs)), f"{name} linked")
         yield uris
     finally:
         for proc in procs.values():
@@ -63,14 +70,19 @@ def brokers(
             assert "Traceback" not in err, err
 
 
-def _linked(uri: BrokerURI, neighbours: set[str]) -> bool:
-    report = status(uri)
+def _linked(uri: BrokerURI, neighbours: set[str], tls: Identity | None) -> bool:
+    report = status(uri, tls)
     return report.get("id") == uri.id and set(report["neighbors"]) == neighbours  # type: ignore[arg-type]
 
 
-def status(uri: BrokerURI) -> dict[str, object]:
+def watcher(certs: Path | None) -> Identity | None:
+    """The identity tests look at TLS brokers as (None for plain brokers)."""
+    return None if certs is None else Identity(certs, "monitor")
+
+
+def status(uri: BrokerURI, tls: Identity | None = None) -> dict[str, object]:
     try:
-        with BlockingClient(uri, timeout=5) as client:
+        with BlockingClient(uri, timeout=5, tls=tls) as client:
             return client.status()
     except (ConnectError, OSError, TimeoutError):
         return {}
@@ -84,7 +96,7 @@ def wait_for(condition: object, what: str, timeout: float = 15.0) -> None:
         time.sleep(0.05)
 
 
-def quiet(uris: dict[str, BrokerURI], pause: float = 0.1) -> None:
+def quiet(uris: dict[str, BrokerURI], pause: float = 0.1, tls: Identity | None = None) -> None:
     """Until no broker's message counters move between two looks: routing has settled."""
 
     routing = (
@@ -98,7 +110,7 @@ def quiet(uris: dict[str, BrokerURI], pause: float = 0.1) -> None:
     )
 
     def snapshot() -> list[object]:  # the look itself (a status client) must not count
-        counters = [status(u).get("counters", {}) for u in uris.values()]
+        counters = [status(u, tls).get("counters", {}) for u in uris.values()]
         return [{k: c.get(k) for k in routing} for c in counters]  # type: ignore[attr-defined]
 
     before = snapshot()

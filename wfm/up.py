@@ -10,10 +10,15 @@ A historian on B1 keeps Trigger, JOBSTATUS and AGENT_CTL in ``DIR/.wfm/history``
 the agents, so it sees every generation). A Spark Connect server beside that store keeps one JVM
 warm for ``wfm history --store``, ``wfm report`` and the historian, which is given its address and
 opens a session only when it first needs Spark (a compaction or a query of the table).
+
+Secure by default: on its first run it makes a CA and an identity for every process under
+``DIR/.wfm/certs`` (kept for later runs; a new agent gets one), every child runs over mutual TLS,
+and it prints the ``export WFM_TLS=... WFM_IDENTITY=deployer`` a user needs to talk to it.
 """
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 import threading
@@ -24,7 +29,9 @@ from pathlib import Path
 
 from broker.client import BlockingClient, ConnectError
 from broker.errors import LocalError
+from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
+from wfm.certs import ensure
 from wfm.workflow import Workflow
 
 __all__ = [
@@ -35,6 +42,7 @@ __all__ = [
     "agent_children",
     "agent_names",
     "broker_children",
+    "identities",
     "linked",
     "serve",
 ]
@@ -42,6 +50,9 @@ __all__ = [
 WFM = [sys.executable, "-m", "wfm.cli"]  # the children's command line: this interpreter's wfm
 HOST = "127.0.0.1"
 BROKER_IDS = ("B1", "B2", "B3")
+HISTORIAN = "historian"
+DEPLOYER = "deployer"  # wfm up's deployments, and the user's wfm trigger, deploy and monitor
+WATCHER = "monitor"  # wfm up's own checks of the brokers
 
 
 class UpError(LocalError):
@@ -57,9 +68,26 @@ class Child:
     optional: bool = False  # if it exits, wfm up warns and carries on without it
 
 
-def broker_children(port: int, state: Path) -> tuple[list[BrokerURI], list[Child]]:
+def identities(agents: Iterable[str]) -> dict[str, str]:
+    """Every identity ``wfm up`` runs a process as: name -> role."""
+    return {
+        **dict.fromkeys(BROKER_IDS, "broker"),
+        **dict.fromkeys(agents, "agent"),
+        HISTORIAN: "monitor",  # subscribes to everything, publishes history answers only
+        DEPLOYER: "deployer",
+        WATCHER: "monitor",
+    }
+
+
+def _as(certs: Path | None, name: str) -> tuple[str, ...]:
+    """The options that make a child run as identity ``name`` (none without certificates)."""
+    return () if certs is None else ("--tls", str(certs), "--identity", name)
+
+
+def broker_children(port: int, state: Path, certs: Path | None = None) -> tuple[list[BrokerURI], list[Child]]:
     """B1 - B2 - B3 on ports P, P+1, P+2; each dials the one before it and keeps its write-ahead
-    log in ``state/brokers/ID``, so a broker that is killed comes back with what it held."""
+    log in ``state/brokers/ID``, so a broker that is killed comes back with what it held. With
+    ``certs``, each runs over TLS as the identity of its id."""
     uris = [BrokerURI(HOST, port + i, broker_id) for i, broker_id in enumerate(BROKER_IDS)]
     children = [
         Child(
@@ -72,6 +100,7 @@ def broker_children(port: int, state: Path) -> tuple[list[BrokerURI], list[Child
                 "--data",
                 str(state / "brokers" / uri.id),
                 *(["--neighbor", str(uris[i - 1])] if i else []),
+                *_as(certs, uri.id),
             ),
         )
         for i, uri in enumerate(uris)
@@ -84,8 +113,11 @@ def agent_names(workflows: Iterable[Workflow]) -> list[str]:
     return list(dict.fromkeys(agent for workflow in workflows for agent in workflow.agents))
 
 
-def agent_children(agents: Sequence[str], uris: Sequence[BrokerURI], state: Path) -> list[Child]:
-    """One agent per name, spread over the brokers round-robin, each with its own state directory."""
+def agent_children(
+    agents: Sequence[str], uris: Sequence[BrokerURI], state: Path, certs: Path | None = None
+) -> list[Child]:
+    """One agent per name, spread over the brokers round-robin, each with its own state directory
+    (and, with ``certs``, as the identity of its name)."""
     return [
         Child(
             f"agent-{name}",
@@ -98,6 +130,7 @@ def agent_children(agents: Sequence[str], uris: Sequence[BrokerURI], state: Path
                 str(uris[i % len(uris)]),
                 "--state-dir",
                 str(state / name),
+                *_as(certs, name),
             ),
         )
         for i, name in enumerate(agents)
@@ -156,10 +189,10 @@ class Processes:
                 process.wait()
 
 
-def linked(uri: BrokerURI, neighbours: set[str]) -> bool:
+def linked(uri: BrokerURI, neighbours: set[str], tls: Identity | None = None) -> bool:
     """Whether the broker at ``uri`` answers and is linked to exactly ``neighbours`` (ids)."""
     try:
-        with BlockingClient(uri, timeout=2) as client:
+        with BlockingClient(uri, timeout=2, tls=tls) as client:
             report = client.status()
     except (ConnectError, OSError, TimeoutError):
         return False
@@ -183,14 +216,16 @@ def serve(
     Java it exits and wfm up warns and goes on). UpError if another child exits on its own, the
     brokers do not link or a deploy fails (everything started is stopped first)."""
     processes = Processes(home / "logs", say)
+    certs = ensure(home / "certs", identities(agents)).absolute()
+    watcher = Identity(certs, WATCHER)
     try:
-        uris, brokers = broker_children(port, home)
+        uris, brokers = broker_children(port, home, certs)
         for child in brokers:
             processes.start(child)
         neighbours = [{BROKER_IDS[j] for j in (i - 1, i + 1) if 0 <= j < len(uris)} for i in range(len(uris))]
         deadline = time.monotonic() + link_timeout
         for uri, expected in zip(uris, neighbours, strict=True):
-            while not linked(uri, expected):
+            while not linked(uri, expected, watcher):
                 processes.check()
                 if stop.wait(0.1):
                     return
@@ -203,11 +238,12 @@ def serve(
             spark = ("spark-connect", *history, "--port", str(spark_port))
             processes.start(Child("spark-connect", (*WFM, *spark), optional=True))
             history += ("--spark-master", f"sc://{HOST}:{spark_port}")
-        processes.start(Child("historian", (*WFM, "historian", "--broker", str(uris[0]), *history)))
-        for child in agent_children(agents, uris, home / "agents"):
+        historian = ("historian", "--broker", str(uris[0]), *history, *_as(certs, HISTORIAN))
+        processes.start(Child("historian", (*WFM, *historian)))
+        for child in agent_children(agents, uris, home / "agents", certs):
             processes.start(child)
         for name, file in workflows:
-            _deploy(name, file, uris[0], deploy_timeout, processes, stop)
+            _deploy(name, file, (str(uris[0]), *_as(certs, DEPLOYER)), deploy_timeout, processes, stop)
             if stop.is_set():
                 return
         say(f"brokers  {' '.join(str(uri) for uri in uris)}")
@@ -216,6 +252,9 @@ def serve(
         say(f"history  {home / 'history'} (wfm history FILTER --broker {uris[0]})")
         if spark_port is not None:
             say(f"spark    sc://{HOST}:{spark_port} (kept warm for wfm history/report --store)")
+        say(f"tls      every link, certificates in {certs} (wfm certs list)")
+        say(f"export WFM_TLS={shlex.quote(str(certs))}")
+        say(f"export WFM_IDENTITY={DEPLOYER}")
         example = workflows[0][0] if workflows else "WORKFLOW"
         say(f"try: export WFM_BROKER={uris[0]}; wfm trigger {example}; wfm monitor {example}")
         while not stop.wait(0.2):
@@ -225,12 +264,17 @@ def serve(
 
 
 def _deploy(
-    name: str, file: Path, uri: BrokerURI, timeout: float, processes: Processes, stop: threading.Event
+    name: str,
+    file: Path,
+    through: tuple[str, ...],
+    timeout: float,
+    processes: Processes,
+    stop: threading.Event,
 ) -> None:
-    """Run ``wfm deploy`` while watching the children: an agent that dies meanwhile (it would never
-    acknowledge) is the error to report, not the deploy's timeout."""
+    """Run ``wfm deploy --broker THROUGH...`` while watching the children: an agent that dies
+    meanwhile (it would never acknowledge) is the error to report, not the deploy's timeout."""
     deploy = subprocess.Popen(
-        [*WFM, "deploy", str(file), "--broker", str(uri)],
+        [*WFM, "deploy", str(file), "--broker", *through],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

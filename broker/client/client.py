@@ -62,6 +62,8 @@ from broker.routing import (
 )
 from broker.transport.codec import Ping, Pong, WireMessage, encode
 from broker.transport.link import Link
+from broker.transport.tls import Identity
+from broker.transport.tls import client_id as client_id_of
 from broker.transport.uri import BrokerURI
 
 __all__ = [
@@ -214,11 +216,16 @@ class Client(_Stream):
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         request_timeout: float = 30.0,
         outbox: Path | None = None,
+        tls: Identity | None = None,
     ) -> None:
         self.targets = targets
         # publications kept on disk until acknowledged, across restarts of this process
         self._outbox = None if outbox is None else Outbox(outbox, client_id)
         self.id = self._outbox.client if self._outbox else client_id or f"c-{uuid.uuid4().hex[:10]}"
+        self.tls = tls
+        self._tls_context = None if tls is None else tls.client
+        if tls is not None:  # the broker takes no id but the certificate's name, or NAME:SUFFIX
+            self.id = client_id_of(tls.name, self.id)
         self.queue_limit = queue_limit
         self.timeout, self.backoff, self.on_event = timeout, backoff, on_event
         self.heartbeat, self.dead_after, self.max_unacked = heartbeat, dead_after, max_unacked
@@ -272,8 +279,11 @@ class Client(_Stream):
         ``request_timeout`` (30 s), each request raises ``NoAnswer`` if the broker has not
         answered it in time, a wait for a reconnection included. With ``outbox`` (a directory),
         publications are kept on disk until acknowledged (see ``outbox``); ``client_id`` is then
-        the outbox's by default."""
+        the outbox's by default. With ``tls`` (an ``Identity``; by default ``uri``'s, if it is a
+        ``BrokerList`` that has one), every link is mutual TLS and the id is scoped by the
+        identity's name (``NAME:ID``)."""
         targets = brokers(uri)
+        options.setdefault("tls", targets.tls)
         client = cls(targets, client_id, queue_limit, timeout, **options)  # type: ignore[arg-type]
         first = (
             client.backoff
@@ -282,7 +292,15 @@ class Client(_Stream):
         )
         try:
             index, link, leftovers = await dial_any(
-                targets, client.id, timeout, first, 0, client._rng, client._sleep, client._receipts.greeting
+                targets,
+                client.id,
+                timeout,
+                first,
+                0,
+                client._rng,
+                client._sleep,
+                client._receipts.greeting,
+                tls=client._tls_context,
             )
         except BaseException:
             if client._outbox is not None:
@@ -596,6 +614,7 @@ class Client(_Stream):
                         self._sleep,
                         self._receipts.greeting,
                         self.backoff.failover_after,
+                        self._tls_context,
                     )
                 except ConnectError as error:
                     self._event(ConnectionEvent("closed", self.broker_id, str(error)))

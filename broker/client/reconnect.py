@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from broker.errors import ConnectError, LinkClosed
 from broker.routing import Refuse
 from broker.transport.codec import Hello, WireMessage
 from broker.transport.link import Link
+from broker.transport.tls import Identity, peer
 from broker.transport.uri import BrokerURI
 
 __all__ = [
@@ -36,7 +38,17 @@ Brokers = BrokerURI | str | Sequence[BrokerURI | str]  # one broker, or a list t
 
 
 class BrokerList(tuple[BrokerURI, ...]):
-    """Brokers to fail over along, printed as ``--broker`` takes them: comma-separated URIs."""
+    """Brokers to fail over along, printed as ``--broker`` takes them: comma-separated URIs; and
+    how to reach them: ``tls``, the identity to show them (None: plain TCP). So ``--tls`` and
+    ``--identity`` travel with ``--broker`` to every client a command makes, however deep."""
+
+    tls: Identity | None = None
+
+    def secured(self, tls: Identity | None) -> BrokerList:
+        """The same brokers, reached with ``tls``."""
+        secured = BrokerList(self)
+        secured.tls = tls
+        return secured
 
     def __str__(self) -> str:
         return ",".join(str(uri) for uri in self)
@@ -45,6 +57,8 @@ class BrokerList(tuple[BrokerURI, ...]):
 def brokers(value: Brokers) -> BrokerList:
     """The broker list in ``value``: a URI, a comma-separated text of URIs, or a sequence of
     either. ValueError naming the bad URI for anything else, or for an empty list."""
+    if isinstance(value, BrokerList):
+        return value
     items: Iterable[BrokerURI | str] = [value] if isinstance(value, BrokerURI | str) else value
     found: list[BrokerURI] = []
     for item in items:
@@ -121,23 +135,41 @@ def _no_custody(broker: str) -> tuple[str, int]:
 
 
 async def dial(
-    target: BrokerURI, name: str, timeout: float, greeting: Greeting = _no_custody
+    target: BrokerURI,
+    name: str,
+    timeout: float,
+    greeting: Greeting = _no_custody,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[Link, list[WireMessage]]:
     """A link to ``target`` after the handshake (its hello in ``link.peer``), and what the broker
-    sent behind its hello. ConnectError, with the reason, if the broker cannot be reached,
-    refuses or is someone else."""
+    sent behind its hello; over TLS if given ``tls``, to a broker whose certificate names it.
+    ConnectError, with the reason, if the broker cannot be reached, refuses or is someone else."""
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port), timeout)
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(target.host, target.port, ssl=tls), timeout
+        )
     except (OSError, TimeoutError) as error:
         raise ConnectError(f"cannot connect to {target}: {error or 'timed out'}") from None
     link = Link(reader, writer, target.id)
+    if tls is not None:
+        who = peer(writer.get_extra_info("peercert"))
+        if who.role != "broker" or who.name != target.id:
+            await link.wait_closed()
+            raise ConnectError(f"{target}'s certificate is {who}, not broker {target.id}'s")
     peer_epoch, took = greeting(target.id)
     link.send(Hello("client", name, peer_epoch=peer_epoch, took=took))
     try:
         items = await asyncio.wait_for(link.receive(), timeout)
     except (TimeoutError, LinkClosed) as error:
         await link.wait_closed()
-        raise ConnectError(f"{target} did not answer the handshake: {error or 'timed out'}") from None
+        hint = ""
+        if isinstance(error, LinkClosed):  # why a broker hangs up before its hello, most often
+            hint = (
+                " (a broker that requires TLS closes plain connections: give --tls and --identity)"
+                if tls is None
+                else " (the broker did not accept our certificate: is it from the broker's CA, and valid?)"
+            )
+        raise ConnectError(f"{target} did not answer the handshake: {error or 'timed out'}{hint}") from None
     first = items[0]
     if isinstance(first, Refuse):
         await link.wait_closed()
@@ -159,6 +191,7 @@ async def dial_any(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     greeting: Greeting = _no_custody,
     stay: float = 0.0,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[int, Link, list[WireMessage]]:
     """Dial ``targets`` in turn from ``start``, waiting ``backoff.delay(failures)`` before each
     attempt, until one answers: its index, link and leftovers; while the waits add up to less
@@ -177,7 +210,7 @@ async def dial_any(
             moved += 1
         index = (start + moved) % len(targets)
         try:
-            link, leftovers = await dial(targets[index], name, timeout, greeting)
+            link, leftovers = await dial(targets[index], name, timeout, greeting, tls)
         except ConnectError as error:
             errors[targets[index]] = error
             failures += 1

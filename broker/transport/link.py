@@ -154,5 +154,8 @@ class Link:
         waiter = getattr(self.writer, "wait_closed", None)
         if waiter is not None:
             with contextlib.suppress(ConnectionError, OSError, TimeoutError):
-                await asyncio.wait_for(waiter(), timeout)
+                # shielded: the close waiter is one future for every caller, and a caller that is
+                # cancelled or times out would cancel it under the others (seen with TLS, whose
+                # close takes a round trip: a broker stopping raised CancelledError)
+                await asyncio.wait_for(asyncio.shield(waiter()), timeout)
         await asyncio.gather(self._writer_task, return_exceptions=True)

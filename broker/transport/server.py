@@ -10,15 +10,25 @@ framing is disconnected; even a bug in the router costs one message, not the bro
 With a data directory (``persistence``) every input is logged before it is handled, and the
 router's output waits for the group commit that covers it: one fsync for everything that
 arrived while the last one ran. A broker killed and restarted comes back from its log.
+
+With an identity (``tls``) every link is mutual TLS and the peer is who its certificate says:
+a TLS handshake that fails (a plain-TCP peer, a certificate from another CA or expired) and a
+Hello that claims more than the certificate (a broker without a broker certificate, a client id
+that is not its name) are refused, counted (``link.tls_refused``, ``link.identity_refused``) and
+logged once per peer address; the router hears the certificate's name and role in ``LinkUp``.
+Without one the broker listens on loopback only, unless told it is ``insecure``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
 import logging
 import math
 import random
 import secrets
+import ssl
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -34,9 +44,10 @@ from broker.routing.tables import Output
 from broker.transport.codec import Hello, Ping, Pong
 from broker.transport.link import SLOW_CONSUMER, Link
 from broker.transport.persistence import Fsync, RouterLog
+from broker.transport.tls import Identity, Peer, peer
 from broker.transport.uri import BrokerURI
 
-__all__ = ["LogThrottle", "RouterService"]
+__all__ = ["LogThrottle", "RouterService", "loopback"]
 
 HANDSHAKE_TIMEOUT = 5.0
 TICK = 1.0  # seconds between the router's Ticks: how late a client session may expire
@@ -77,6 +88,14 @@ class LogThrottle:
         return unlogged
 
 
+def loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 class RouterService:
     def __init__(
         self,
@@ -95,9 +114,19 @@ class RouterService:
         data: Path | None = None,
         fsync: Fsync = "group",
         policy: Policy | None = None,
+        tls: Identity | None = None,
+        insecure: bool = False,
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
+        if tls is None and not insecure and not loopback(uri.host):
+            raise LocalError(
+                f"refusing to listen on {uri.host} without TLS: anyone who reaches it could join the"
+                " overlay; give --tls DIR --identity NAME, or --insecure to accept that"
+            )
+        if tls is not None and tls.name != uri.id:
+            raise LocalError(f"broker {uri.id} needs an identity of its own name, not {tls.name}")
+        self.tls = tls
         self.uri = uri
         self.neighbors = list(neighbors)
         self.router = Router(
@@ -124,6 +153,7 @@ class RouterService:
         self.counters: Counter[str] = Counter()
         self.log = logging.LoggerAdapter(logging.getLogger("broker"), {"broker": uri.id})
         self.bad_message_log = LogThrottle()
+        self.refusal_log = LogThrottle(burst=1)  # TLS and identity refusals, by peer address
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[asyncio.Task[Any]] = set()  # accepted-connection handlers
@@ -280,6 +310,19 @@ class RouterService:
         assert task is not None
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
+        who: Peer | None = None
+        if self.tls is not None:
+            # the first await: asyncio hands the bytes already received to the TLS layer only
+            # if nothing read the stream before it
+            try:
+                await writer.start_tls(self.tls.server, ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+            except (OSError, ssl.SSLError, TimeoutError) as error:
+                self._refused(writer, "tls_refused", f"TLS handshake failed: {_handshake_error(error)}")
+                writer.close()
+                with contextlib.suppress(OSError, ssl.SSLError):
+                    await writer.wait_closed()
+                return
+            who = peer(writer.get_extra_info("peercert"))
         link = Link(reader, writer, "incoming", self.queue_limit)
         try:
             hello = await asyncio.wait_for(self._first(link), HANDSHAKE_TIMEOUT)
@@ -290,6 +333,12 @@ class RouterService:
             await link.wait_closed()
             return
         hop = hello.id
+        if who is not None and (reason := _impostor(hello, who)):
+            self._refused(writer, "identity_refused", reason)
+            link.send(Refuse("", reason))
+            await link.flush_and_close(reason)
+            await link.wait_closed()
+            return
         if hop == self.uri.id or hop in self.links:
             link.send(Refuse("", f"{hello.kind} id {hop!r} is already connected"))
             await link.flush_and_close(f"duplicate id {hop}")
@@ -297,7 +346,16 @@ class RouterService:
             return
         sent = self._hello(hop)
         link.send(sent)
-        await self._serve(link, hop, hello, sent)
+        await self._serve(link, hop, hello, sent, who)
+
+    def _refused(self, writer: asyncio.StreamWriter, counter: str, reason: str) -> None:
+        """Count a refused peer; log it once per address (then once a minute with how many more)."""
+        self.counters[counter] += 1
+        address = writer.get_extra_info("peername") or ("?", 0)
+        unlogged = self.refusal_log.admit(str(address[0]), time.monotonic())
+        if unlogged is not None:
+            more = f" ({unlogged} more from there not logged since the last)" if unlogged else ""
+            self.log.warning("refused %s:%s: %s%s", address[0], address[1], reason, more)
 
     async def _first(self, link: Link) -> Hello:
         items = await link.receive()
@@ -313,17 +371,30 @@ class RouterService:
             link: Link | None = None
             if neighbor.id not in self.links:
                 try:
-                    reader, writer = await asyncio.open_connection(neighbor.host, neighbor.port)
+                    reader, writer = await asyncio.open_connection(
+                        neighbor.host,
+                        neighbor.port,
+                        ssl=None if self.tls is None else self.tls.client,
+                        ssl_handshake_timeout=None if self.tls is None else HANDSHAKE_TIMEOUT,
+                    )
+                    who = None if self.tls is None else peer(writer.get_extra_info("peercert"))
                     link = Link(reader, writer, neighbor.id, self.queue_limit)
+                    if who is not None and (who.role != "broker" or who.name != neighbor.id):
+                        raise ProtocolError(f"{neighbor}'s certificate is {who}, not broker {neighbor.id}")
                     sent = self._hello(neighbor.id)
                     link.send(sent)
                     reply = await asyncio.wait_for(self._first(link), HANDSHAKE_TIMEOUT)
                     if reply.id != neighbor.id or reply.kind != "broker":
                         raise ProtocolError(f"{neighbor} answered as {reply.kind} {reply.id!r}")
                     delay = 0.1
-                    await self._serve(link, neighbor.id, reply, sent)
+                    await self._serve(link, neighbor.id, reply, sent, who)
                 except (OSError, TimeoutError, LinkClosed, ProtocolError) as error:
-                    self.log.debug("cannot link to %s: %s", neighbor, error)
+                    # a neighbour that is down is routine; one whose certificate is wrong is not
+                    misconfigured = isinstance(error, ssl.SSLError | ProtocolError)
+                    if misconfigured and self.refusal_log.admit(neighbor.id, time.monotonic()) is not None:
+                        self.log.warning("cannot link to %s: %s", neighbor, error)
+                    else:
+                        self.log.debug("cannot link to %s: %s", neighbor, error)
                     if link is not None:
                         await link.wait_closed()
             await asyncio.sleep(delay * (0.5 + random.random()))
@@ -341,8 +412,9 @@ class RouterService:
             took = self._taken.get((hop, name), 0)
         return Hello("broker", self.uri.id, epoch=name, peer_epoch=peer_epoch, took=took)
 
-    async def _serve(self, link: Link, hop: str, hello: Hello, sent: Hello) -> None:
-        """Run an established link until it ends; the router hears of it coming and going."""
+    async def _serve(self, link: Link, hop: str, hello: Hello, sent: Hello, who: Peer | None) -> None:
+        """Run an established link until it ends; the router hears of it coming and going (with
+        the peer's certificate name and role over TLS)."""
         if hop in self.links:
             await link.wait_closed()
             return
@@ -356,7 +428,8 @@ class RouterService:
         self.links[hop] = link
         self.log.info("%s %s connected", hello.kind, hop)
         resume = hello.took if hello.peer_epoch == ours else None
-        self._feed(LinkUp(hello.kind == "broker", hello.epoch, resume, name=ours), hop)
+        identity, role = (who.name, who.role) if who is not None else ("", "")
+        self._feed(LinkUp(hello.kind == "broker", hello.epoch, resume, identity, role, name=ours), hop)
         try:
             for item in link.pending:
                 self._handle(link, hop, item)
@@ -416,3 +489,26 @@ class RouterService:
                     link.close(f"no traffic for {self.dead_after:g} s", abort=True)
                 elif now - link.last_sent >= self.heartbeat or now - link.last_received >= self.heartbeat:
                     link.send(Ping())  # also to a peer that only receives: its Pong is its sign of life
+
+
+def _handshake_error(error: Exception) -> str:
+    """A failed TLS handshake in a few words: OpenSSL's reason, not its file and line."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {error.verify_message}"
+    if isinstance(error, ssl.SSLError):
+        return error.reason or str(error)
+    if isinstance(error, ConnectionResetError | BrokenPipeError):
+        return "the peer hung up (it may not trust this broker's certificate)"
+    return str(error) or "timed out"
+
+
+def _impostor(hello: Hello, who: Peer) -> str:
+    """Why a peer whose certificate says ``who`` may not say ``hello``; empty if it may."""
+    if hello.kind == "broker":
+        if who.role != "broker":
+            return f"{who} may not link as a broker: only a broker certificate may"
+        if hello.id != who.name:
+            return f"broker certificate {who.name} may not link as broker {hello.id!r}"
+    elif hello.id != who.name and not hello.id.startswith(f"{who.name}:"):
+        return f"certificate {who} may not be client {hello.id!r}: only {who.name} or {who.name}:SUFFIX"
+    return ""

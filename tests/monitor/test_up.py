@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from broker.transport.uri import BrokerURI
-from tests.processes import WFM, status
+from tests.processes import WFM, status, watcher
 from tests.transport.harness import free_port
 from wfm.cli.serving import stop_event
 from wfm.up import serve
@@ -89,8 +89,14 @@ def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
         seen = []
         while not seen or not seen[-1].startswith("try: export WFM_BROKER="):
             seen.append(lines.get(timeout=60))
+        certs = tmp_path / ".wfm" / "certs"
+        assert [line.strip() for line in seen[-3:-1]] == [
+            f"export WFM_TLS={certs}",
+            "export WFM_IDENTITY=deployer",
+        ]
         middle = BrokerURI("127.0.0.1", port + 1, "B2")
-        assert sorted(status(middle)["neighbors"]) == ["B1", "B3"]  # type: ignore[call-overload]
+        assert status(middle) == {}, "over TLS only"
+        assert sorted(status(middle, watcher(certs))["neighbors"]) == ["B1", "B3"]  # type: ignore[call-overload]
         assert f"socket://127.0.0.1:{port}/B1" in seen[0] and "PAYROLL" in seen[-1]
         assert any(line.startswith(f"spark    sc://127.0.0.1:{port + 3} ") for line in seen), seen
     finally:

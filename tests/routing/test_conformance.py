@@ -1,4 +1,5 @@
-"""One routing suite, two back ends: the in-process simulator and real ``wfm broker`` processes.
+"""One routing suite, three back ends: the in-process simulator, real ``wfm broker`` processes,
+and the same processes over mutual TLS (clients with their own certificates).
 
 The topology is PADRES's five-broker star (B1 in the centre). Scenarios use their own class names,
 so they can share one overlay of processes.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
@@ -15,8 +17,9 @@ import pytest
 from broker.client import BlockingClient
 from broker.client import RefusedError as ClientRefused
 from broker.sim import Overlay, RefusedError, SimClient
+from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
-from tests.processes import brokers, quiet, status
+from tests.processes import brokers, quiet, status, watcher
 
 STAR = {"B1": [], "B2": ["B1"], "B3": ["B1"], "B4": ["B1"], "B5": ["B1"]}
 _names = itertools.count()
@@ -50,17 +53,18 @@ class SimBackend:
 
 
 class ProcessBackend:
-    def __init__(self, uris: dict[str, BrokerURI]) -> None:
+    def __init__(self, uris: dict[str, BrokerURI], tls: Identity | None = None) -> None:
         self.uris = uris
+        self.tls = tls
         self.clients: list[BlockingClient] = []
 
     def client(self, broker: str) -> BlockingClient:
-        client = BlockingClient(self.uris[broker], f"c{next(_names)}")
+        client = BlockingClient(self.uris[broker], f"c{next(_names)}", tls=self.tls)
         self.clients.append(client)
         return client
 
     def settle(self) -> None:
-        quiet(self.uris)
+        quiet(self.uris, tls=watcher(self.tls and self.tls.directory))
 
     def received(self, client: Any) -> list[str]:
         texts = []
@@ -79,12 +83,22 @@ def processes() -> Iterator[dict[str, BrokerURI]]:
         yield uris
 
 
-@pytest.fixture(params=["sim", "processes"])
+@pytest.fixture(scope="module")
+def tls_processes(certs: Path) -> Iterator[dict[str, BrokerURI]]:
+    with brokers(STAR, covering="active", certs=certs) as uris:
+        yield uris
+
+
+@pytest.fixture(params=["sim", "processes", "tls"])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "sim":
         yield SimBackend()
         return
-    real = ProcessBackend(request.getfixturevalue("processes"))
+    if request.param == "tls":
+        certs = request.getfixturevalue("certs")
+        real = ProcessBackend(request.getfixturevalue("tls_processes"), Identity(certs, "alice"))
+    else:
+        real = ProcessBackend(request.getfixturevalue("processes"))
     yield real
     real.close()
 
@@ -153,3 +167,11 @@ def test_nonconforming_publication_is_refused(backend: Backend) -> None:
 def test_processes_really_ran(processes: dict[str, BrokerURI]) -> None:
     """Guard: the process back end is not silently the simulator."""
     assert status(processes["B1"])["neighbors"] == ["B2", "B3", "B4", "B5"]
+
+
+def test_tls_processes_really_use_tls(tls_processes: dict[str, BrokerURI], certs: Path) -> None:
+    """Guard: the TLS back end's brokers refuse a plain client, and link over TLS."""
+    assert status(tls_processes["B1"]) == {}
+    report = status(tls_processes["B1"], watcher(certs))
+    assert report["neighbors"] == ["B2", "B3", "B4", "B5"]
+    assert report["counters"]["link.tls_refused"] >= 1  # type: ignore[index]

@@ -41,6 +41,7 @@ COMMANDS = {
     "historian": "historian",
     "spark-connect": "spark",
     "puppet": "puppet",
+    "certs": "certs",
 }
 
 

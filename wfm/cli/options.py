@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
 from broker.client.reconnect import BrokerList, brokers
+from broker.errors import LocalError
+from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 
 __all__ = [
@@ -19,6 +23,7 @@ __all__ = [
     "broker_uri_option",
     "checked",
     "output_option",
+    "tls_options",
 ]
 
 
@@ -55,20 +60,67 @@ class BrokersType(click.ParamType):
 BROKERS = BrokersType()
 
 
-def broker_uri_option(
-    what: str, required: bool = False
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--broker URI[,URI...]`` (or ``$WFM_BROKER``) as the ``broker_uri`` parameter, a
-    ``BrokerList``: the client fails over along it. ``what`` starts its help."""
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def tls_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--tls DIR`` and ``--identity NAME`` (or ``$WFM_TLS``, ``$WFM_IDENTITY``) as the ``tls``
+    parameter: the ``Identity`` loaded from them, or None when neither is given."""
+
+    @functools.wraps(command)
+    def with_identity(*args: Any, tls_dir: Path | None, identity: str | None, **kwargs: Any) -> Any:
+        return command(*args, tls=_identity(tls_dir, identity), **kwargs)
+
+    with_identity = click.option(
+        "--identity",
+        envvar="WFM_IDENTITY",
+        metavar="NAME",
+        help="This process's identity: DIR/NAME.crt and DIR/NAME.key (default: $WFM_IDENTITY).",
+    )(with_identity)
     return click.option(
-        "--broker",
-        "broker_uri",
-        type=BROKERS,
-        envvar="WFM_BROKER",
-        required=required,
-        help=f"{what}: socket://HOST:PORT/ID, or several comma-separated to fail over along"
-        " (default: $WFM_BROKER).",
-    )
+        "--tls",
+        "tls_dir",
+        envvar="WFM_TLS",
+        type=click.Path(file_okay=False, path_type=Path),
+        metavar="DIR",
+        help="Mutual TLS on every link, with the certificates in DIR made by wfm certs (default: $WFM_TLS).",
+    )(with_identity)
+
+
+def _identity(directory: Path | None, name: str | None) -> Identity | None:
+    if directory is None and name is None:
+        return None
+    if directory is None or name is None:
+        if name is None:
+            raise click.UsageError("--tls needs --identity NAME (or $WFM_IDENTITY)")
+        raise click.UsageError("--identity needs --tls DIR (or $WFM_TLS)")
+    try:
+        return Identity(directory, name)
+    except LocalError as error:
+        raise click.BadParameter(str(error), param_hint="'--identity'") from None
+
+
+def broker_uri_option(what: str, required: bool = False) -> Decorator:
+    """``--broker URI[,URI...]`` (or ``$WFM_BROKER``) as the ``broker_uri`` parameter, a
+    ``BrokerList``: the client fails over along it, with the identity of ``--tls`` and
+    ``--identity`` (see :func:`tls_options`) if given. ``what`` starts its help."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def secured(*args: Any, broker_uri: BrokerList | None, tls: Identity | None, **kwargs: Any) -> Any:
+            return command(*args, broker_uri=broker_uri and broker_uri.secured(tls), **kwargs)
+
+        return click.option(
+            "--broker",
+            "broker_uri",
+            type=BROKERS,
+            envvar="WFM_BROKER",
+            required=required,
+            help=f"{what}: socket://HOST:PORT/ID, or several comma-separated to fail over along"
+            " (default: $WFM_BROKER).",
+        )(tls_options(secured))
+
+    return decorate
 
 
 broker_option = broker_uri_option("Broker to connect to", required=True)

@@ -18,8 +18,9 @@ from broker.language import ParseError
 from broker.routing import COVERING_MODES
 from broker.transport.persistence import Fsync
 from broker.transport.server import RouterService
+from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
-from wfm.cli.options import URI, broker_option, output_option
+from wfm.cli.options import URI, broker_option, output_option, tls_options
 from wfm.cli.serving import Running, serve
 from wfm.client_commands import apply_line
 from wfm.security.acl import load_policy
@@ -87,6 +88,13 @@ from wfm.security.acl import load_policy
     help="TOML file of access rules, in place of the defaults of the roles it names "
     "(docs/security.md); applied to clients with a TLS certificate.",
 )
+@tls_options
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Without --tls, listen on an address other hosts can reach anyway: anyone who reaches "
+    "it can join the overlay as a client or a broker.",
+)
 def broker(
     uri: BrokerURI,
     neighbors: tuple[BrokerURI, ...],
@@ -99,8 +107,11 @@ def broker(
     data: Path | None,
     fsync: Fsync,
     acl: Path | None,
+    tls: Identity | None,
+    insecure: bool,
 ) -> None:
-    """Run a broker until SIGINT or SIGTERM."""
+    """Run a broker until SIGINT or SIGTERM. With --tls and --identity (a broker certificate whose
+    name is the URI's ID) every link is mutual TLS; without, it listens on loopback only."""
     _log_with_prefix(uri.id)
     try:
         node = RouterService(
@@ -116,6 +127,8 @@ def broker(
             data=data,
             fsync=fsync,
             policy=load_policy(acl),
+            tls=tls,
+            insecure=insecure,
         )
     except ValueError as error:
         raise click.ClickException(str(error)) from None
