@@ -9,6 +9,7 @@ import click
 from agents.runner import KEEP_DAYS, KEEP_RUNS, Retention
 from agents.service import AgentService
 from agents.state import DAY, Agent
+from agents.trust import Trust, load_ca, load_public_key
 from broker.client import Brokers
 from broker.language.values import check_string
 from wfm.cli.options import broker_option
@@ -62,6 +63,21 @@ def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     help="Run logs older than D days are deleted, even among the newest N; a generation not seen "
     "to end (APPL_END lost) within D days is forgotten.",
 )
+@click.option(
+    "--tls",
+    "tls_dir",
+    envvar="WFM_TLS",
+    metavar="DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Take envelopes only from deployers whose certificate DIR/ca.crt issued (default: $WFM_TLS).",
+)
+@click.option(
+    "--trust",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="KEYFILE",
+    help="Without --tls: take envelopes only from this deployer public key (PEM, the .pub beside "
+    "the key wfm deploy made); by default the first key seen is pinned.",
+)
 def agent(
     name: str,
     broker_uri: Brokers,
@@ -70,8 +86,13 @@ def agent(
     retry_backoff: float,
     keep_runs: int,
     keep_days: float,
+    tls_dir: Path | None,
+    trust: Path | None,
 ) -> None:
-    """Run an agent: install the AGENT_CTL envelopes addressed to NAME and run their jobs."""
+    """Run an agent: install the AGENT_CTL envelopes addressed to NAME, if signed by a deployer it
+    trusts, and run their jobs."""
+    if tls_dir is not None and trust is not None:
+        raise click.UsageError("--trust is for agents without --tls (with it, the CA says who deploys)")
     directory = (state_dir or Path(".wfm", "agents", name)).absolute()
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -80,5 +101,9 @@ def agent(
             f"cannot create the state directory {directory}: {error.strerror}"
         ) from None
     retention = Retention(keep_runs, keep_days)
-    agent_ = Agent(name, max_jobs, retry_backoff, keep_days * DAY)
+    policy = Trust(
+        ca=None if tls_dir is None else load_ca(tls_dir),
+        trusted=None if trust is None else load_public_key(trust),
+    )
+    agent_ = Agent(name, max_jobs, retry_backoff, keep_days * DAY, policy)
     serve(AgentService(agent_, broker_uri, directory, Path.cwd(), retention))

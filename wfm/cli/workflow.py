@@ -4,8 +4,11 @@ and :mod:`wfm.deploy`."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -15,6 +18,7 @@ from broker.language import Publication
 from wfm.cli.options import broker_uri_option, output_option
 from wfm.deploy import deploy as deploy_plan
 from wfm.deploy import ordered_batches, undeploy_publications
+from wfm.signing import Deployer, default_key, local_deployer, tls_deployer
 from wfm.workflow import DefinitionError, Plan, Problem, Workflow, load, translate
 
 workflow_file = click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -40,21 +44,85 @@ def validate(file: Path) -> None:
     click.echo(f"{file}: ok ({len(workflow.jobs)} jobs, agents {', '.join(workflow.agents)})")
 
 
+def signing_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--tls DIR --identity NAME`` or ``--key FILE`` as the ``deployer`` parameter, a function
+    giving the :class:`Deployer` that signs the envelopes (a function: ``--dry-run`` without ``-o
+    json`` signs nothing, and makes no key)."""
+
+    @functools.wraps(command)
+    def with_deployer(
+        *args: Any, tls_dir: Path | None, identity: str | None, key: Path | None, **kwargs: Any
+    ) -> Any:
+        return command(*args, deployer=lambda: _deployer(tls_dir, identity, key), **kwargs)
+
+    for option in (
+        click.option(
+            "--key",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Without --tls: the deployer's private key, made on first use "
+            "(default: $XDG_STATE_HOME/wfm/deployer.key).",
+        ),
+        click.option(
+            "--identity",
+            envvar="WFM_IDENTITY",
+            metavar="NAME",
+            help="With --tls: sign with DIR/NAME.key, a deployer certificate (default: $WFM_IDENTITY).",
+        ),
+        click.option(
+            "--tls",
+            "tls_dir",
+            envvar="WFM_TLS",
+            metavar="DIR",
+            type=click.Path(file_okay=False, path_type=Path),
+            help="The certificates made by wfm certs (default: $WFM_TLS).",
+        ),
+    ):
+        with_deployer = option(with_deployer)
+    return with_deployer
+
+
+def _deployer(tls_dir: Path | None, identity: str | None, key: Path | None) -> Deployer:
+    if tls_dir is not None or identity is not None:
+        if tls_dir is None or identity is None:
+            raise click.UsageError("--tls DIR and --identity NAME go together")
+        if key is not None:
+            raise click.UsageError("--key is for deploying without --tls")
+        return tls_deployer(tls_dir, identity)
+    path = key or default_key()
+    deployer, created = local_deployer(path)
+    if created:
+        click.echo(
+            f"wfm: created the deployer key {path} ({deployer.name}); agents trust the first key "
+            f"they see, or only {path}.pub with wfm agent --trust",
+            err=True,
+        )
+    return deployer
+
+
 @click.command()
 @workflow_file
 @broker_uri_option("Broker to deploy through")
 @click.option("--dry-run", is_flag=True, help="Print the plan and send nothing.")
 @output_option
 @timeout_option
-def deploy(file: Path, broker_uri: Brokers | None, dry_run: bool, output: str, timeout: float) -> None:
-    """Deploy a workflow: publish its AGENT_CTL envelopes and wait for every agent's acknowledgement
-    (exit status 1 naming the agents that failed or did not answer). --dry-run prints the plan."""
+@signing_options
+def deploy(
+    file: Path,
+    broker_uri: Brokers | None,
+    dry_run: bool,
+    output: str,
+    timeout: float,
+    deployer: Callable[[], Deployer],
+) -> None:
+    """Deploy a workflow: publish its signed AGENT_CTL envelopes and wait for every agent's
+    acknowledgement (exit status 1 naming the agents that failed, refused or did not answer).
+    --dry-run prints the plan (-o json: the envelopes as signed now)."""
     workflow = load_workflow(file)
     plan = translate(workflow)
     if dry_run:
-        click.echo(plan.to_json() if output == "json" else _listing(workflow, plan))
+        click.echo(plan.to_json(deployer().sign) if output == "json" else _listing(workflow, plan))
         return
-    _send(broker_uri, plan, ordered_batches(plan, workflow.coordinator), timeout, output)
+    _send(broker_uri, plan, ordered_batches(plan, workflow.coordinator), timeout, output, deployer)
 
 
 @click.command()
@@ -62,19 +130,28 @@ def deploy(file: Path, broker_uri: Brokers | None, dry_run: bool, output: str, t
 @broker_uri_option("Broker to send through")
 @timeout_option
 @output_option
-def undeploy(file: Path, broker_uri: Brokers | None, timeout: float, output: str) -> None:
+@signing_options
+def undeploy(
+    file: Path, broker_uri: Brokers | None, timeout: float, output: str, deployer: Callable[[], Deployer]
+) -> None:
     """Remove a workflow (every version of it) from the agents its FILE names."""
     plan = translate(load_workflow(file))
-    _send(broker_uri, plan, [undeploy_publications(plan)], timeout, output)
+    _send(broker_uri, plan, [undeploy_publications(plan)], timeout, output, deployer)
 
 
 def _send(
-    broker_uri: Brokers | None, plan: Plan, batches: list[list[Publication]], timeout: float, output: str
+    broker_uri: Brokers | None,
+    plan: Plan,
+    batches: list[list[Publication]],
+    timeout: float,
+    output: str,
+    deployer: Callable[[], Deployer],
 ) -> None:
     if broker_uri is None:
         raise click.ClickException("no broker: give --broker or set WFM_BROKER")
+    sign = deployer().sign
     try:
-        reports = asyncio.run(deploy_plan(broker_uri, plan, batches, timeout))
+        reports = asyncio.run(deploy_plan(broker_uri, plan, batches, timeout, sign))
     except (ConnectError, OSError, RefusedError, LinkClosed) as error:
         raise click.ClickException(f"cannot deploy through {broker_uri}: {error}") from None
     for report in reports:
