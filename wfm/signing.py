@@ -13,6 +13,7 @@ agent's replay check (:mod:`agents.trust`) holds as long as the clock does not g
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from wfm.state import state_home
 from workflow_messages.signature import Signer, fingerprint
 
 __all__ = ["Deployer", "default_key", "local_deployer", "tls_deployer"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -49,12 +52,12 @@ def default_key() -> Path:
     return state_home() / "deployer.key"
 
 
-def local_deployer(path: Path) -> tuple[Deployer, bool]:
-    """The deployer of the key at ``path``, made (with ``PATH.pub``) if there is none; whether it
-    was made now."""
-    created = False
-    if not path.exists():
-        created = _create(path)
+def local_deployer(path: Path) -> Deployer:
+    """The deployer of the key at ``path``, made (with ``PATH.pub``) if there is none. Making it
+    is logged at INFO only: an error of the command must stay its one line on stderr, and agents
+    log the key they pin, loudly."""
+    if not path.exists() and _create(path):
+        log.info("made the deployer key %s (public key: %s.pub)", path, path)
     try:
         key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except OSError as error:
@@ -63,7 +66,7 @@ def local_deployer(path: Path) -> tuple[Deployer, bool]:
         raise LocalError(f"{path} is not an unencrypted PEM private key") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
         raise LocalError(f"{path} is not an ECDSA P-256 key")
-    return Deployer(Signer.with_key(key), f"key {fingerprint(key.public_key())}"), created
+    return Deployer(Signer.with_key(key), f"key {fingerprint(key.public_key())}")
 
 
 def tls_deployer(directory: Path, name: str) -> Deployer:

@@ -88,15 +88,7 @@ def _deployer(tls_dir: Path | None, identity: str | None, key: Path | None) -> D
         if key is not None:
             raise click.UsageError("--key is for deploying without --tls")
         return tls_deployer(tls_dir, identity)
-    path = key or default_key()
-    deployer, created = local_deployer(path)
-    if created:
-        click.echo(
-            f"wfm: created the deployer key {path} ({deployer.name}); agents trust the first key "
-            f"they see, or only {path}.pub with wfm agent --trust",
-            err=True,
-        )
-    return deployer
+    return local_deployer(key or default_key())
 
 
 @click.command()
