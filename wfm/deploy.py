@@ -110,8 +110,7 @@ async def deploy(
                     report.results[result] = report.results.get(result, 0) + 1
                     if result in ("ERROR", "REFUSED"):
                         report.errors.append(
-                            f"{'' if result == 'ERROR' else 'REFUSED '}"
-                            f"{ack.get('command')} {ack.get('jobname')}: {ack.get('detail')}"
+                            f"{result} {ack.get('command')} {ack.get('jobname')}: {ack.get('detail')}"
                         )
                 pause = min(pause * 2, 4.0)
             for envelope in waiting.values():  # later batches are not sent once one is incomplete

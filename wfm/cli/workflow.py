@@ -160,7 +160,7 @@ def _send(
         missing = f", {report.missing} not acknowledged" if report.missing else ""
         click.echo(f"{report.agent}: {counts or 'nothing'}{missing}")
         for problem in report.errors:
-            click.echo(f"  ERROR {problem}")
+            click.echo(f"  {problem}")
     failed = [r.agent for r in reports if r.errors]
     what = f"{plan.workflow} {plan.version}"
     silent = [r.agent for r in reports if r.missing]
