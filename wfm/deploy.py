@@ -102,8 +102,8 @@ async def deploy(
                     except TimeoutError:
                         break
                     ack = delivery.publication
-                    index = sent.get((str(ack.get("agentname")), str(ack.get("digest"))))
-                    if index is None or waiting.pop(index, None) is None:
+                    answered = sent.get((str(ack.get("agentname")), str(ack.get("digest"))))
+                    if answered is None or waiting.pop(answered, None) is None:
                         continue  # a repeat, or not ours
                     report = reports.setdefault(str(ack["agentname"]), AgentReport(str(ack["agentname"])))
                     result = str(ack.get("result"))
