@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.language import Composite, Filter, Publication, parse_composite, parse_filter
-from workflow_messages import AGENT_CTL, TRIGGER, Calendar, digest, parse_weekdays, trigger_date
+from workflow_messages import AGENT_CTL, TRIGGER, Calendar, envelope_digest, parse_weekdays, trigger_date
 
 __all__ = [
     "COMMANDS",
@@ -71,7 +71,7 @@ class Registration:
 def ack_fields(publication: Publication) -> dict[str, str]:
     """The envelope fields an acknowledgement echoes, whatever their type."""
     fields = {name: str(publication.get(name, "")) for name in ("applname", "version", "jobname", "command")}
-    return fields | {"digest": digest(str(publication.get("content", "")))}
+    return fields | {"digest": envelope_digest(publication)}
 
 
 def parse_control(publication: Publication, agent: str) -> Control:

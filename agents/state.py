@@ -15,7 +15,7 @@ restart or a reconnection.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import asdict, astuple, dataclass, field, replace
 from typing import Any
 
@@ -29,7 +29,9 @@ from agents.envelope import (
     parse_jobinfo,
     parse_registration,
 )
+from agents.trust import Refusal, Trust
 from broker.language import Publication
+from broker.throttle import LogThrottle
 from workflow_messages import (
     APPL_END,
     APPL_START,
@@ -212,12 +214,21 @@ class Pending:
 
 
 class Agent:
-    """The decisions of agent ``name``; feed it events with :meth:`handle`."""
+    """The decisions of agent ``name``; feed it events with :meth:`handle`. Envelopes are acted on
+    only if ``trust`` admits them (:mod:`agents.trust`; by default, trust on first use)."""
 
     def __init__(
-        self, name: str, max_jobs: int = 4, backoff: float = 1.0, forget_after: float = FORGET_AFTER
+        self,
+        name: str,
+        max_jobs: int = 4,
+        backoff: float = 1.0,
+        forget_after: float = FORGET_AFTER,
+        trust: Trust | None = None,
     ) -> None:
         self.name = name
+        self.trust = trust or Trust()
+        self.refused: Counter[str] = Counter()  # refused envelopes by kind of refusal
+        self._refusals = LogThrottle(burst=1)  # one line per kind and signer, then one a minute
         self.max_jobs = max_jobs
         self.backoff = backoff
         self.forget_after = forget_after
@@ -238,7 +249,7 @@ class Agent:
     def handle(self, event: Event, now: float) -> list[Effect]:
         self._sweep(now)
         if isinstance(event, Incoming):
-            return self._incoming(event.publication)
+            return self._incoming(event.publication, now)
         if isinstance(event, Delivered):
             return self._delivery(event.key, event.publications, now)
         if isinstance(event, Finished):
@@ -266,6 +277,7 @@ class Agent:
             "running": [asdict(run) for run in self.running.values()],
             "ended": [[workflow, gid, at] for (workflow, gid), at in self.ended.items()],
             "swept": self._swept,
+            "trust": self.trust.snapshot(),
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
@@ -287,6 +299,8 @@ class Agent:
         for workflow, gid, *at in snapshot["ended"]:
             self.ended[workflow, gid] = at[0] if at else None
         self._swept = snapshot.get("swept", 0.0)
+        if "trust" in snapshot:  # a snapshot from before signed envelopes: trust on first use again
+            self.trust.restore(snapshot["trust"])
 
     def in_progress(self) -> set[tuple[str, str]]:
         """The (workflow, gid) of every generation not over here: their run logs must stay."""
@@ -298,8 +312,12 @@ class Agent:
 
     # control --------------------------------------------------------------------------------
 
-    def _incoming(self, publication: Publication) -> list[Effect]:
+    def _incoming(self, publication: Publication, now: float) -> list[Effect]:
         fields = ack_fields(publication)
+        try:
+            self.trust.admit(publication, now)
+        except Refusal as refusal:
+            return [Emit(ack(self.name, fields, "REFUSED", self._refuse(refusal, fields, now)))]
         try:
             control = parse_control(publication, self.name)
             result, effects = self._apply(control)
@@ -307,6 +325,24 @@ class Agent:
             log.warning("bad envelope %s: %s", publication, error)
             return [Emit(ack(self.name, fields, "ERROR", str(error)))]
         return [*effects, Emit(ack(self.name, fields, result, ""))]
+
+    def _refuse(self, refusal: Refusal, fields: dict[str, str], now: float) -> str:
+        """Count a refused envelope and log it, once per kind and signer then once a minute (a
+        flood of forged envelopes must not flood the log); the reason, for the acknowledgement."""
+        self.refused[refusal.kind] += 1
+        unlogged = self._refusals.admit(f"{refusal.kind} {refusal.who}", now)
+        if unlogged is not None:
+            what = " ".join(fields[name] or "?" for name in ("command", "applname", "jobname"))
+            log.warning(
+                "refused AGENT_CTL %s from %s: %s (%d %s refusals%s)",
+                what,
+                refusal.who,
+                refusal.reason,
+                self.refused[refusal.kind],
+                refusal.kind,
+                f", {unlogged} not logged since the last" if unlogged else "",
+            )
+        return refusal.reason
 
     def _apply(self, control: Control) -> tuple[str, list[Effect]]:
         if control.command == "UNDEPLOY":

@@ -1,7 +1,8 @@
 """The deployer: publish a plan's AGENT_CTL envelopes and collect every agent's acknowledgement.
 
-Each envelope is acknowledged by its agent with AGENT_ACK (result OK, UNCHANGED or ERROR), matched
-by (agent, command, job, digest of the content). Envelopes not yet acknowledged are sent again with
+Each envelope is signed (:mod:`wfm.signing`) and acknowledged by its agent with AGENT_ACK (result
+OK, UNCHANGED, ERROR, or REFUSED when the agent does not take it from this deployer), matched by
+(agent, digest of the signed envelope). Envelopes not yet acknowledged are sent again with
 backoff: right after the deployer advertises, the agents' subscriptions may not have reached its
 broker yet, and a repeated envelope only costs an UNCHANGED. The coordinator's envelopes go last,
 once every other agent has acknowledged: the coordinator starts generations, so it must not start
@@ -11,17 +12,17 @@ one on a version some agent does not have yet.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from broker.client import Brokers, Client
 from broker.language import Publication
 from wfm.workflow import Plan
-from workflow_messages import AGENT_CTL, ack_subscription, digest
+from workflow_messages import AGENT_CTL, ack_subscription, envelope_digest
 
 __all__ = ["AgentReport", "deploy", "ordered_batches", "undeploy_publications"]
 
-Key = tuple[str, str, str, str]  # agent, command, job, digest
+Key = tuple[str, str]  # agent, digest of the signed envelope (its signature)
 
 
 @dataclass
@@ -29,23 +30,15 @@ class AgentReport:
     """What one agent answered: counts per result, the errors, and envelopes never acknowledged."""
 
     agent: str
-    results: dict[str, int] = field(default_factory=lambda: {"OK": 0, "UNCHANGED": 0, "ERROR": 0})
+    results: dict[str, int] = field(
+        default_factory=lambda: {"OK": 0, "UNCHANGED": 0, "ERROR": 0, "REFUSED": 0}
+    )
     errors: list[str] = field(default_factory=list)
     missing: int = 0
 
     @property
     def ok(self) -> bool:
         return not self.errors and not self.missing
-
-
-def _key(publication: Publication) -> Key:
-    fields = ("agentname", "command", "jobname")
-    agent, command, job = (str(publication.get(name, "")) for name in fields)
-    return agent, command, job, digest(str(publication.get("content", "")))
-
-
-def _ack_key(ack: Publication) -> Key:
-    return tuple(str(ack.get(name, "")) for name in ("agentname", "command", "jobname", "digest"))  # type: ignore[return-value]
 
 
 def ordered_batches(plan: Plan, coordinator: str) -> list[list[Publication]]:
@@ -76,20 +69,32 @@ def undeploy_publications(plan: Plan) -> list[Publication]:
 
 
 async def deploy(
-    uri: Brokers, plan: Plan, batches: Sequence[Sequence[Publication]], timeout: float
+    uri: Brokers,
+    plan: Plan,
+    batches: Sequence[Sequence[Publication]],
+    timeout: float,
+    sign: Callable[[Publication], Publication],
 ) -> list[AgentReport]:
-    """Publish each batch in turn, waiting for all its acknowledgements (or ``timeout`` overall)."""
+    """Publish each batch in turn, waiting for all its acknowledgements (or ``timeout`` overall).
+
+    Every sending of an envelope is signed anew by ``sign`` (:meth:`wfm.signing.Deployer.sign`):
+    agents refuse a sequence they have seen, so a repeat must carry a new one. An acknowledgement
+    names the signed envelope (:func:`workflow_messages.envelope_digest`): one of someone else's
+    copy, or of an earlier sending, is not taken for the answer to this one."""
     reports = {agent: AgentReport(agent) for agent in plan.by_agent()}
     deadline = time.monotonic() + timeout
     async with await Client.connect(uri, timeout=max(1.0, timeout)) as client:
         await client.advertise(plan.deployer_advertisement())
         acks = await client.subscribe(ack_subscription(plan.workflow, plan.version))
         for batch in batches:
-            waiting = {_key(p): p for p in batch}
+            waiting = dict(enumerate(batch))
+            sent: dict[Key, int] = {}  # every signed sending -> the envelope of the batch it carries
             pause = 0.5
             while waiting and time.monotonic() < deadline and all(r.ok for r in reports.values()):
-                for publication in waiting.values():
-                    client.publish_nowait(publication)
+                for index, envelope in waiting.items():
+                    signed = sign(envelope)
+                    sent[str(signed["agentname"]), envelope_digest(signed)] = index
+                    client.publish_nowait(signed)
                 resend = min(time.monotonic() + pause, deadline)
                 while waiting and time.monotonic() < resend:
                     try:
@@ -97,16 +102,17 @@ async def deploy(
                     except TimeoutError:
                         break
                     ack = delivery.publication
-                    if waiting.pop(_ack_key(ack), None) is None:
-                        continue  # a repeat
+                    answered = sent.get((str(ack.get("agentname")), str(ack.get("digest"))))
+                    if answered is None or waiting.pop(answered, None) is None:
+                        continue  # a repeat, or not ours
                     report = reports.setdefault(str(ack["agentname"]), AgentReport(str(ack["agentname"])))
                     result = str(ack.get("result"))
                     report.results[result] = report.results.get(result, 0) + 1
-                    if result == "ERROR":
+                    if result in ("ERROR", "REFUSED"):
                         report.errors.append(
-                            f"{ack.get('command')} {ack.get('jobname')}: {ack.get('detail')}"
+                            f"{result} {ack.get('command')} {ack.get('jobname')}: {ack.get('detail')}"
                         )
                 pause = min(pause * 2, 4.0)
-            for agent, *_ in waiting:  # later batches are not sent once one is incomplete
-                reports[agent].missing += 1
+            for envelope in waiting.values():  # later batches are not sent once one is incomplete
+                reports[str(envelope["agentname"])].missing += 1
     return list(reports.values())

@@ -6,7 +6,6 @@ generations and validate input the same way.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import time
@@ -17,6 +16,7 @@ from broker.client import BlockingClient, Brokers
 from broker.durable import LogInUse
 from broker.errors import NoAnswer
 from broker.language.values import NAME_RE
+from wfm.state import state_home
 from workflow_messages import trigger, trigger_advertisement
 
 __all__ = [
@@ -44,8 +44,7 @@ class NotAcknowledged(NoAnswer):
 def default_outbox() -> Path:
     """Where ``wfm trigger`` keeps the Triggers its broker has not acknowledged:
     ``$XDG_STATE_HOME/wfm/trigger`` (``~/.local/state/wfm/trigger`` by default)."""
-    state = os.environ.get("XDG_STATE_HOME", "")
-    return (Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state") / "wfm" / "trigger"
+    return state_home() / "trigger"
 
 
 def new_gid(now: datetime, suffix: str | None = None) -> str:

@@ -4,11 +4,13 @@ publish and subscribe to, and the rules they must agree on.
 It sits between the overlay (:mod:`broker`) and its two users, :mod:`agents` and :mod:`wfm`, so an
 agent can speak it without loading the workflow layer (XML, Spark, the command line), and a change
 of a message shape is made in one place. Everything here is pure; it imports only
-:mod:`broker.language`.
+:mod:`broker.language` (and, for signatures, ``cryptography`` and ``msgpack``).
 
 - :mod:`~workflow_messages.names`: message classes, virtual jobs, statuses, what each ``on`` accepts
 - :mod:`~workflow_messages.trigger`, :mod:`~workflow_messages.jobstatus`,
   :mod:`~workflow_messages.agent_ctl`: the filters, composites and publications of each message
+- :mod:`~workflow_messages.signature`: the deployer's signature over an AGENT_CTL envelope (imported
+  by itself, not re-exported here: only the deployer and agents need ``cryptography`` loaded)
 - :mod:`~workflow_messages.calendars`: on which dates a job runs or a workflow is triggered
 - :mod:`~workflow_messages.generation`: when a generation is over (the coordinator's APPL_END),
   over the dependency graphs of :mod:`~workflow_messages.graph`
@@ -21,6 +23,7 @@ from workflow_messages.agent_ctl import (
     control_subscription,
     deployer_advertisement,
     digest,
+    envelope_digest,
 )
 from workflow_messages.calendars import DAILY, DAYS, WORDS, Calendar, parse_weekdays, weekday_words
 from workflow_messages.generation import Graph, decide_end, outcome, skipped_jobs
@@ -75,6 +78,7 @@ __all__ = [
     "decide_end",
     "deployer_advertisement",
     "digest",
+    "envelope_digest",
     "find_cycles",
     "generation_end",
     "job_condition",

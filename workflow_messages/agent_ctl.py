@@ -18,17 +18,20 @@ __all__ = [
     "control_subscription",
     "deployer_advertisement",
     "digest",
+    "envelope_digest",
 ]
 
 ACK_FIELDS = ("applname", "version", "jobname", "command", "digest", "result", "detail")
 
 
 def deployer_advertisement(workflow: str, version: str) -> Filter:
-    """What the deployer advertises to publish the AGENT_CTL envelopes of one plan."""
+    """What the deployer advertises to publish the signed AGENT_CTL envelopes of one plan
+    (:mod:`workflow_messages.signature`)."""
     return filter_of(
         AGENT_CTL,
         {"applname": workflow, "version": version},
-        present=("agentname", "command", "content", "jobname"),
+        present=("agentname", "command", "content", "jobname", "signer", "signature"),
+        numbers=("sequence",),
     )
 
 
@@ -49,13 +52,20 @@ def ack_subscription(workflow: str, version: str) -> Filter:
 
 def ack(agent: str, fields: dict[str, str], result: str, detail: str) -> Publication:
     """An AGENT_ACK publication, fitting :func:`ack_advertisement`; ``fields`` gives the envelope's
-    applname, version, jobname, command and the :func:`digest` of its content ('' when missing)."""
+    applname, version, jobname, command and its :func:`envelope_digest`."""
     values: dict[str, Value] = {name: text_value(fields.get(name, "")) for name in ACK_FIELDS[:5]}
     values |= {"result": result, "detail": text_value(detail)}
     return Publication(AGENT_ACK, {"agentname": agent, **values})
 
 
 def digest(content: str) -> str:
-    """Names an envelope's content in its acknowledgement (two envelopes may share agent, command
-    and job, e.g. the coordinator's two SUBSCRIBEs for APPL_END)."""
+    """A short name of ``content``: the sha256 prefix acknowledgements echo."""
     return hashlib.sha256(content.encode()).hexdigest()[:12]
+
+
+def envelope_digest(envelope: Publication) -> str:
+    """Names an envelope in its acknowledgement: the :func:`digest` of its signature, or of its
+    content if unsigned. Two envelopes may share agent, command and job (the coordinator's two
+    SUBSCRIBEs for APPL_END), and the deployer must not take the acknowledgement of someone else's
+    copy of its envelope (a refusal of it, say) for its own."""
+    return digest(str(envelope.get("signature", envelope.get("content", ""))))

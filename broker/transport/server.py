@@ -25,14 +25,12 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import math
 import random
 import secrets
 import ssl
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,51 +39,19 @@ from broker.routing import Carry, LinkDown, LinkUp, Refuse, Router, StatusReply,
 from broker.routing.acl import Policy
 from broker.routing.messages import Message
 from broker.routing.tables import Output
+from broker.throttle import LogThrottle
 from broker.transport.codec import Hello, Ping, Pong
 from broker.transport.link import SLOW_CONSUMER, Link
 from broker.transport.persistence import Fsync, RouterLog
 from broker.transport.tls import Identity, Peer, peer
 from broker.transport.uri import BrokerURI
 
-__all__ = ["LogThrottle", "RouterService", "loopback"]
+__all__ = ["RouterService", "loopback"]
 
 HANDSHAKE_TIMEOUT = 5.0
 TICK = 1.0  # seconds between the router's Ticks: how late a client session may expire
 REDIAL_CAP = 1.0  # seconds between two dials of a neighbour, at most (times 0.5-1.5): a neighbour
 # restarted from its log is back in a second or two, and what it holds waits for the link
-
-
-@dataclass(slots=True)
-class _Flood:
-    events: int = 0
-    unlogged: int = 0
-    logged_at: float = -math.inf
-
-
-class LogThrottle:
-    """Which of a flood of similar events to log: the first ``burst`` from each peer, then one each
-    ``interval`` seconds saying how many went unlogged since. A hostile or broken peer would
-    otherwise write a log line per frame (megabytes per fuzz run); the counters see every one.
-    At most ``peers`` are remembered, the longest unheard forgotten first."""
-
-    def __init__(self, burst: int = 5, interval: float = 60.0, peers: int = 1024) -> None:
-        self.burst = burst
-        self.interval = interval
-        self.peers = peers
-        self._floods: OrderedDict[str, _Flood] = OrderedDict()
-
-    def admit(self, peer: str, now: float) -> int | None:
-        """None: do not log this event; else log it, with the number not logged since the last."""
-        flood = self._floods.pop(peer, None) or _Flood()
-        self._floods[peer] = flood
-        if len(self._floods) > self.peers:
-            self._floods.popitem(last=False)
-        flood.events += 1
-        if flood.events > self.burst and now - flood.logged_at < self.interval:
-            flood.unlogged += 1
-            return None
-        unlogged, flood.unlogged, flood.logged_at = flood.unlogged, 0, now
-        return unlogged
 
 
 def loopback(host: str) -> bool:

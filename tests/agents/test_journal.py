@@ -12,6 +12,7 @@ from agents.journal import Journal
 from agents.state import Agent, Delivered, Event, Finished, Incoming, Result
 from broker.errors import LocalError
 from tests.agents.test_state import PLAN, key, runs, status, trigger
+from tests.signing import signed
 
 
 class Crash(Exception):
@@ -39,7 +40,7 @@ def generation(agent: Agent, journal: Journal, gid: str, now: float) -> None:
 
 def installed(journal: Journal) -> Agent:
     agent = Agent("agentB")
-    for publication in PLAN.publications():
+    for publication in signed(PLAN.publications()):
         if publication["agentname"] == "agentB":
             journaled(agent, journal, Incoming(publication), 0.0)
     return agent

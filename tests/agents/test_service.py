@@ -20,6 +20,7 @@ from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 from tests.agents.test_state import PLAN, install
 from tests.processes import against_scripted_broker
+from tests.signing import signed
 from tests.transport.harness import Request, ScriptedBroker, run, until, uri
 from workflow_messages import job_status
 
@@ -101,7 +102,7 @@ def test_the_event_loop_never_waits_for_the_broker(tmp_path: Path) -> None:
     service = AgentService(Agent("agentB"), BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path)
     broker = SlowBroker()
     service.client = broker  # type: ignore[assignment]
-    envelopes = [Incoming(p) for p in PLAN.publications() if p["agentname"] == "agentB"]
+    envelopes = [Incoming(p) for p in signed(PLAN.publications()) if p["agentname"] == "agentB"]
 
     async def scenario() -> None:
         await asyncio.wait_for(service._handle(*envelopes), 2)

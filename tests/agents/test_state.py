@@ -26,6 +26,7 @@ from agents.state import (
     Tick,
 )
 from broker.language import Publication
+from tests.signing import DEPLOYER, signed
 from wfm.workflow import Plan, load, translate
 from workflow_messages import job_status
 
@@ -37,7 +38,10 @@ MONDAY, FRIDAY = "2026.11.23", "2026.11.27"
 
 def install(agent: Agent, plan: Plan = PLAN) -> list[Effect]:
     return [
-        e for p in plan.publications() if p["agentname"] == agent.name for e in agent.handle(Incoming(p), 0)
+        e
+        for p in signed(plan.publications())
+        if p["agentname"] == agent.name
+        for e in agent.handle(Incoming(p), 0)
     ]
 
 
@@ -100,7 +104,7 @@ def test_a_bad_envelope_is_acknowledged_error(changes: dict[str, object], fragme
     base = dict(PLAN.publications()[-1])
     base.pop("class")
     bad = Publication("AGENT_CTL", {**base, "content": "{}", "command": "COMPOSITESUBSCRIBE", **changes})  # type: ignore[dict-item]
-    effects = agent.handle(Incoming(bad), 0)
+    effects = agent.handle(Incoming(DEPLOYER.sign(bad)), 0)
     [ack] = published(effects)
     assert ack.cls == "AGENT_ACK" and ack["result"] == "ERROR"
     assert fragment in str(ack["detail"])
@@ -223,7 +227,7 @@ def journaled(agent: Agent, journal: Journal, event: Event, now: float) -> list[
 def test_a_restart_resumes_from_the_journal(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     agent = Agent("agentB")
-    for publication in PLAN.publications():
+    for publication in signed(PLAN.publications()):
         if publication["agentname"] == "agentB":
             journaled(agent, journal, Incoming(publication), 0.0)
     g1 = (trigger("g1"), status("JobA", "g1"))
@@ -339,7 +343,7 @@ def test_replaying_the_journal_forgets_the_same_as_the_live_agent(tmp_path: Path
     replay forgets at the next journaled event of the same minute, with the same cutoff."""
     journal = Journal(tmp_path)
     agent = Agent("agentB", forget_after=DAY)
-    for publication in PLAN.publications():
+    for publication in signed(PLAN.publications()):
         if publication["agentname"] == "agentB":
             journaled(agent, journal, Incoming(publication), T0)
     journaled(agent, journal, Delivered("PAYROLL starts", (status("APPL_START", "old"),)), T0)

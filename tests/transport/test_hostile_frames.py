@@ -13,8 +13,9 @@ import pytest
 
 from broker.client import Client
 from broker.routing import Refuse, StatusReply
+from broker.throttle import LogThrottle
 from broker.transport.codec import FrameDecoder, Hello, decode, encode
-from broker.transport.server import LogThrottle, RouterService
+from broker.transport.server import RouterService
 from tests.transport.harness import run, uri
 from tests.transport.test_codec_composite import nested
 

@@ -15,12 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from broker.language import parse_publication
+from broker.language import Publication, parse_publication
 from tests.processes import WFM
+from wfm.signing import local_deployer
+from workflow_messages.signature import check_signature
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "workflows"
 GOLDEN = Path(__file__).with_name("golden")
+SIGNATURE_FIELDS = ("sequence", "signer", "signature")
 
 
 def wfm(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:
@@ -32,19 +35,29 @@ def wfm(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess
 
 
 @pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.xml")), ids=lambda p: p.stem)
-def test_golden_plans(path: Path) -> None:
-    done = wfm("deploy", f"workflows/{path.name}", "--dry-run", "-o", "json")
+def test_golden_plans(path: Path, tmp_path: Path) -> None:
+    """The golden files hold the envelopes unsigned: each sequence and signature is new."""
+    key = tmp_path / "deployer.key"
+    deployer = local_deployer(key)
+    done = wfm("deploy", f"workflows/{path.name}", "--dry-run", "-o", "json", "--key", str(key))
     assert (done.returncode, done.stderr) == (0, "")
-    plan = done.stdout.replace(str(WORKFLOWS), "<WORKFLOWS>")
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    sequences = []
+    for record in records:
+        assert list(record) == ["agent", "command", "job", "content", "publication"]
+        publication = parse_publication(record["publication"])
+        assert (publication["agentname"], publication["content"]) == (record["agent"], record["content"])
+        assert check_signature(publication).key == deployer.signer.key.public_key()
+        sequences.append(publication["sequence"])
+        unsigned = {name: value for name, value in publication.fields.items() if name not in SIGNATURE_FIELDS}
+        record["publication"] = str(Publication(publication.cls, unsigned))
+    assert sequences == sorted(set(sequences))  # each above the one before
+    plan = "\n".join(json.dumps(record, ensure_ascii=False) for record in records) + "\n"
+    plan = plan.replace(str(WORKFLOWS), "<WORKFLOWS>")
     golden = GOLDEN / f"{path.stem}.json"
     if os.environ.get("WFM_UPDATE_GOLDEN"):
         golden.write_text(plan)
     assert plan == golden.read_text(), f"plan of {path.name} changed (WFM_UPDATE_GOLDEN=1 to accept)"
-    for line in done.stdout.splitlines():
-        record = json.loads(line)
-        assert list(record) == ["agent", "command", "job", "content", "publication"]
-        publication = parse_publication(record["publication"])
-        assert (publication["agentname"], publication["content"]) == (record["agent"], record["content"])
 
 
 def test_every_workflow_has_a_golden_plan() -> None:

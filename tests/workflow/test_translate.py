@@ -7,6 +7,8 @@ import json
 import pytest
 
 from broker.language import parse_composite, parse_filter, parse_publication
+from broker.routing.relations import fits
+from tests.signing import DEPLOYER
 from wfm.workflow import After, Job, Plan, Workflow, encode, translate
 
 W = "PAYROLL"
@@ -159,7 +161,9 @@ def test_publications_parse_back_and_fit_the_deployer_advertisement() -> None:
             "jobname": envelope.job,
             "version": plan.version,
         }
-        assert set(publication) == {"class", *(p.attribute for p in advertisement.predicates)}
+        sent = DEPLOYER.sign(publication)  # what the deployer publishes
+        assert fits(sent, advertisement) and parse_publication(str(sent)) == sent
+        assert set(sent) == {"class", *(p.attribute for p in advertisement.predicates)}
     assert advertisement["version"].value == plan.version
     info = json.loads(content(plan, "JobA", "JOBINFO"))
     assert info["command"] == 'echo "it\'s" done\nnext line'

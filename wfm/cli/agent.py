@@ -9,7 +9,9 @@ import click
 from agents.runner import KEEP_DAYS, KEEP_RUNS, Retention
 from agents.service import AgentService
 from agents.state import DAY, Agent
+from agents.trust import Trust, load_ca, load_public_key
 from broker.client import Brokers
+from broker.client.reconnect import BrokerList
 from broker.language.values import check_string
 from wfm.cli.options import broker_option
 from wfm.cli.serving import serve
@@ -62,6 +64,13 @@ def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     help="Run logs older than D days are deleted, even among the newest N; a generation not seen "
     "to end (APPL_END lost) within D days is forgotten.",
 )
+@click.option(
+    "--trust",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="KEYFILE",
+    help="Without --tls: take envelopes only from this deployer public key (PEM, the .pub beside "
+    "the key wfm deploy made); by default the first key seen is pinned.",
+)
 def agent(
     name: str,
     broker_uri: Brokers,
@@ -70,8 +79,13 @@ def agent(
     retry_backoff: float,
     keep_runs: int,
     keep_days: float,
+    trust: Path | None,
 ) -> None:
-    """Run an agent: install the AGENT_CTL envelopes addressed to NAME and run their jobs."""
+    """Run an agent: install the AGENT_CTL envelopes addressed to NAME, if signed by a deployer it
+    trusts, and run their jobs."""
+    tls = broker_uri.tls if isinstance(broker_uri, BrokerList) else None
+    if tls is not None and trust is not None:
+        raise click.UsageError("--trust is for agents without --tls (with it, the CA says who deploys)")
     directory = (state_dir or Path(".wfm", "agents", name)).absolute()
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -80,5 +94,9 @@ def agent(
             f"cannot create the state directory {directory}: {error.strerror}"
         ) from None
     retention = Retention(keep_runs, keep_days)
-    agent_ = Agent(name, max_jobs, retry_backoff, keep_days * DAY)
+    policy = Trust(
+        ca=None if tls is None else load_ca(tls.directory),  # deployers are who its CA says
+        trusted=None if trust is None else load_public_key(trust),
+    )
+    agent_ = Agent(name, max_jobs, retry_backoff, keep_days * DAY, policy)
     serve(AgentService(agent_, broker_uri, directory, Path.cwd(), retention))

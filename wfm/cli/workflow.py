@@ -4,17 +4,23 @@ and :mod:`wfm.deploy`."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
 from broker.client import Brokers, ConnectError, RefusedError
+from broker.client.reconnect import BrokerList
 from broker.errors import LinkClosed
 from broker.language import Publication
+from broker.transport.tls import Identity
 from wfm.cli.options import broker_uri_option, output_option
 from wfm.deploy import deploy as deploy_plan
 from wfm.deploy import ordered_batches, undeploy_publications
+from wfm.signing import Deployer, default_key, local_deployer, tls_deployer
 from wfm.workflow import DefinitionError, Plan, Problem, Workflow, load, translate
 
 workflow_file = click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -40,21 +46,58 @@ def validate(file: Path) -> None:
     click.echo(f"{file}: ok ({len(workflow.jobs)} jobs, agents {', '.join(workflow.agents)})")
 
 
+def signing_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``deployer`` parameter, a function giving the :class:`Deployer` that signs the envelopes:
+    with ``--tls DIR --identity NAME`` (which come with ``--broker``) the identity's deployer
+    certificate, else ``--key FILE``. A function: ``--dry-run`` without ``-o json`` signs
+    nothing, and makes no key."""
+
+    @functools.wraps(command)
+    def with_deployer(*args: Any, key: Path | None, **kwargs: Any) -> Any:
+        brokers = kwargs.get("broker_uri")
+        tls = brokers.tls if isinstance(brokers, BrokerList) else None
+        return command(*args, deployer=lambda: _deployer(tls, key), **kwargs)
+
+    return click.option(
+        "--key",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Without --tls: the deployer's private key, made on first use "
+        "(default: $XDG_STATE_HOME/wfm/deployer.key).",
+    )(with_deployer)
+
+
+def _deployer(tls: Identity | None, key: Path | None) -> Deployer:
+    if tls is not None:
+        if key is not None:
+            raise click.UsageError("--key is for deploying without --tls")
+        return tls_deployer(tls.directory, tls.name)
+    return local_deployer(key or default_key())
+
+
 @click.command()
 @workflow_file
 @broker_uri_option("Broker to deploy through")
 @click.option("--dry-run", is_flag=True, help="Print the plan and send nothing.")
 @output_option
 @timeout_option
-def deploy(file: Path, broker_uri: Brokers | None, dry_run: bool, output: str, timeout: float) -> None:
-    """Deploy a workflow: publish its AGENT_CTL envelopes and wait for every agent's acknowledgement
-    (exit status 1 naming the agents that failed or did not answer). --dry-run prints the plan."""
+@signing_options
+def deploy(
+    file: Path,
+    broker_uri: Brokers | None,
+    dry_run: bool,
+    output: str,
+    timeout: float,
+    deployer: Callable[[], Deployer],
+) -> None:
+    """Deploy a workflow: publish its signed AGENT_CTL envelopes and wait for every agent's
+    acknowledgement (exit status 1 naming the agents that failed, refused or did not answer).
+    --dry-run prints the plan (-o json: the envelopes as signed now)."""
     workflow = load_workflow(file)
     plan = translate(workflow)
     if dry_run:
-        click.echo(plan.to_json() if output == "json" else _listing(workflow, plan))
+        click.echo(plan.to_json(deployer().sign) if output == "json" else _listing(workflow, plan))
         return
-    _send(broker_uri, plan, ordered_batches(plan, workflow.coordinator), timeout, output)
+    _send(broker_uri, plan, ordered_batches(plan, workflow.coordinator), timeout, output, deployer)
 
 
 @click.command()
@@ -62,19 +105,28 @@ def deploy(file: Path, broker_uri: Brokers | None, dry_run: bool, output: str, t
 @broker_uri_option("Broker to send through")
 @timeout_option
 @output_option
-def undeploy(file: Path, broker_uri: Brokers | None, timeout: float, output: str) -> None:
+@signing_options
+def undeploy(
+    file: Path, broker_uri: Brokers | None, timeout: float, output: str, deployer: Callable[[], Deployer]
+) -> None:
     """Remove a workflow (every version of it) from the agents its FILE names."""
     plan = translate(load_workflow(file))
-    _send(broker_uri, plan, [undeploy_publications(plan)], timeout, output)
+    _send(broker_uri, plan, [undeploy_publications(plan)], timeout, output, deployer)
 
 
 def _send(
-    broker_uri: Brokers | None, plan: Plan, batches: list[list[Publication]], timeout: float, output: str
+    broker_uri: Brokers | None,
+    plan: Plan,
+    batches: list[list[Publication]],
+    timeout: float,
+    output: str,
+    deployer: Callable[[], Deployer],
 ) -> None:
     if broker_uri is None:
         raise click.ClickException("no broker: give --broker or set WFM_BROKER")
+    sign = deployer().sign
     try:
-        reports = asyncio.run(deploy_plan(broker_uri, plan, batches, timeout))
+        reports = asyncio.run(deploy_plan(broker_uri, plan, batches, timeout, sign))
     except (ConnectError, OSError, RefusedError, LinkClosed) as error:
         raise click.ClickException(f"cannot deploy through {broker_uri}: {error}") from None
     for report in reports:
@@ -91,7 +143,7 @@ def _send(
         missing = f", {report.missing} not acknowledged" if report.missing else ""
         click.echo(f"{report.agent}: {counts or 'nothing'}{missing}")
         for problem in report.errors:
-            click.echo(f"  ERROR {problem}")
+            click.echo(f"  {problem}")
     failed = [r.agent for r in reports if r.errors]
     what = f"{plan.workflow} {plan.version}"
     silent = [r.agent for r in reports if r.missing]

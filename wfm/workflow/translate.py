@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -81,8 +82,10 @@ class Plan:
         """What the deployer advertises before publishing :meth:`publications`."""
         return deployer_advertisement(self.workflow, self.version)
 
-    def to_json(self) -> str:
-        """One JSON object per envelope and line: agent, command, job, content, publication."""
+    def to_json(self, sign: Callable[[Publication], Publication] | None = None) -> str:
+        """One JSON object per envelope and line: agent, command, job, content, publication (signed
+        by ``sign``, if given: :meth:`wfm.signing.Deployer.sign`)."""
+        sign = sign or (lambda publication: publication)
         return "\n".join(
             json.dumps(
                 {
@@ -90,7 +93,7 @@ class Plan:
                     "command": envelope.command,
                     "job": envelope.job,
                     "content": envelope.content,
-                    "publication": str(self.publication(envelope)),
+                    "publication": str(sign(self.publication(envelope))),
                 },
                 ensure_ascii=False,
             )

@@ -1,0 +1,181 @@
+"""Whom an agent takes AGENT_CTL envelopes from: the signer's role, replays and downgrades.
+
+An envelope makes the agent run commands, so before acting on one the agent checks, in this order
+(the first failure is the refusal's reason):
+
+1. its signature (:func:`workflow_messages.signature.check_signature`): unsigned, tampered with (a
+   byte changed anywhere in the signed fields) or carrying unsigned fields: refused;
+2. the signer. With a CA (``--tls DIR``): the envelope's certificate was issued by it, is valid at
+   the envelope's arrival and has role (OU) ``deployer``. Without: the key is the one given with
+   ``--trust``, or else the first key this agent ever accepted (trust on first use: pinned, logged
+   loudly, kept in the agent's snapshot so a restart does not reopen it);
+3. downgrade: an envelope for another version of a workflow than the one deployed last, signed
+   before that one was (a lower sequence), or signed before the workflow was undeployed;
+4. replay: a sequence not above the last one accepted from the same signer for the same workflow
+   (per workflow, so that a deployer deploying two workflows at once does not refuse itself).
+
+Sequences are the deployer's clock in microseconds (:mod:`wfm.deploy`), so the downgrade rule
+compares the sequences of different deployers: their clocks must agree to within the time between
+two deployments of one workflow.
+
+Everything this decides on is in the envelope, the agent's configuration and its own state, and
+``now`` is passed in, so a restarted agent replaying its journal decides the same again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from broker.errors import LocalError
+from broker.language import Publication
+from workflow_messages.signature import Signature, check_signature, fingerprint, key_from_text, key_text
+
+__all__ = ["DEPLOYER", "Refusal", "Trust", "load_ca", "load_public_key"]
+
+log = logging.getLogger(__name__)
+
+DEPLOYER = "deployer"  # the role (certificate OU) that may sign envelopes
+
+
+class Refusal(Exception):
+    """An envelope the agent will not act on: ``kind`` (signature, signer, downgrade, replay) for
+    counting, ``who`` signed it (for logs: a name or key fingerprint, never a secret), ``reason``
+    one line."""
+
+    def __init__(self, kind: str, who: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind, self.who, self.reason = kind, who, reason
+
+
+@dataclass
+class Trust:
+    """The agent's deployer policy (``ca`` or ``trusted``, else trust on first use) and what it
+    accepted so far, which :meth:`snapshot` keeps."""
+
+    ca: x509.Certificate | None = None
+    trusted: ec.EllipticCurvePublicKey | None = None
+    pinned: ec.EllipticCurvePublicKey | None = None
+    sequences: dict[tuple[str, str], int] = field(default_factory=dict)  # (signer, workflow) -> last
+    # workflow -> (the version deployed last, '' once undeployed; the sequence that deployed it)
+    since: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def admit(self, envelope: Publication, now: float) -> str:
+        """Who signed ``envelope``, if this agent may act on it (and remember it did); else
+        :class:`Refusal`. ``now`` is when it arrived (epoch seconds)."""
+        try:
+            signature = check_signature(envelope)
+        except ValueError as error:
+            raise Refusal("signature", "unknown signer", str(error)) from None
+        who = self._signer(signature, now)
+        workflow, version = str(envelope["applname"]), str(envelope["version"])
+        sequence, command = signature.sequence, envelope["command"]
+        deployed, at = self.since.get(workflow, (None, -1))
+        if deployed is not None and version != deployed and sequence < at:
+            newer = f"version {deployed} was deployed" if deployed else "the workflow was undeployed"
+            raise Refusal(
+                "downgrade", who, f"downgrade: {workflow} version {version} was signed before {newer}"
+            )
+        last = self.sequences.get((who, workflow), -1)
+        if sequence <= last:
+            reason = f"replay: sequence {sequence} of {workflow} is not above {last}, the last accepted"
+            raise Refusal("replay", who, reason)
+        self.sequences[who, workflow] = sequence
+        if command == "UNDEPLOY":
+            self.since[workflow] = ("", sequence)
+        elif version != deployed:
+            self.since[workflow] = (version, sequence)
+        return who
+
+    def _signer(self, signature: Signature, now: float) -> str:
+        """Who made ``signature``, if allowed to deploy here; pins the first key without a policy."""
+        key, certificate = signature.key, signature.certificate
+        if self.ca is not None:
+            if certificate is None:
+                reason = "the signer has no certificate (this agent takes deployers of its CA only)"
+                raise Refusal("signer", fingerprint(key), reason)
+            return _deployer(certificate, self.ca, now)
+        if certificate is not None:
+            reason = "signed with a certificate: start the agent with --tls DIR to check it"
+            raise Refusal("signer", fingerprint(key), reason)
+        expected = self.trusted or self.pinned
+        if expected is None:
+            self.pinned = key
+            log.warning(
+                "TRUST ON FIRST USE: pinned the deployer key %s; envelopes signed by any other key "
+                "are refused from now on (wfm agent --trust KEYFILE names the key instead)",
+                fingerprint(key),
+            )
+            return fingerprint(key)
+        if key != expected:
+            why = "the key given with --trust" if self.trusted else "the deployer key pinned on first use"
+            raise Refusal("signer", fingerprint(key), f"signer {fingerprint(key)} is not {why}")
+        return fingerprint(key)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What was accepted, as JSON-able data (the policy comes from the command line)."""
+        pinned = None if self.pinned is None else key_text(self.pinned)
+        return {
+            "pinned": pinned,
+            "sequences": [[who, workflow, n] for (who, workflow), n in self.sequences.items()],
+            "since": [[workflow, version, n] for workflow, (version, n) in self.since.items()],
+        }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        if snapshot["pinned"] is not None:
+            self.pinned = key_from_text(snapshot["pinned"])
+        self.sequences = {(who, workflow): n for who, workflow, n in snapshot["sequences"]}
+        self.since = {workflow: (version, n) for workflow, version, n in snapshot["since"]}
+
+
+def _deployer(certificate: x509.Certificate, ca: x509.Certificate, now: float) -> str:
+    """The name in ``certificate`` if ``ca`` issued it, it is valid ``now`` and its role is deployer."""
+    names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    name = str(names[0].value) if names else fingerprint(certificate.public_key())  # type: ignore[arg-type]
+    who = f"deployer {name}"
+    try:
+        certificate.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        raise Refusal("signer", who, f"{name}'s certificate was not issued by this agent's CA") from None
+    at = datetime.fromtimestamp(now, UTC)
+    if not certificate.not_valid_before_utc <= at <= certificate.not_valid_after_utc:
+        raise Refusal("signer", who, f"{name}'s certificate is not valid now (expired or not yet valid)")
+    units = certificate.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+    roles = [str(unit.value) for unit in units]
+    if roles != [DEPLOYER]:
+        raise Refusal("signer", who, f"{name} has role {', '.join(roles) or 'none'}, not {DEPLOYER}")
+    return who
+
+
+def load_ca(directory: Path) -> x509.Certificate:
+    """``DIR/ca.crt``: the CA whose deployers an agent started with ``--tls DIR`` trusts."""
+    path = directory / "ca.crt"
+    try:
+        return x509.load_pem_x509_certificate(path.read_bytes())
+    except OSError as error:
+        raise LocalError(f"cannot read the CA certificate {path}: {error.strerror}") from None
+    except ValueError:
+        raise LocalError(f"{path} is not a PEM certificate") from None
+
+
+def load_public_key(path: Path) -> ec.EllipticCurvePublicKey:
+    """The deployer key an agent started with ``--trust KEYFILE`` takes envelopes from (a PEM
+    public key, as ``wfm deploy`` prints it)."""
+    try:
+        key = serialization.load_pem_public_key(path.read_bytes())
+    except OSError as error:
+        raise LocalError(f"cannot read the deployer key {path}: {error.strerror}") from None
+    except ValueError:
+        raise LocalError(f"{path} is not a PEM public key") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP256R1):
+        raise LocalError(f"{path} is not an ECDSA P-256 public key")
+    return key

@@ -1,0 +1,190 @@
+"""Whom an agent takes envelopes from (:mod:`agents.trust`), without sockets: certificates made here
+with ``cryptography``, envelopes signed here, the agent's time passed in."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from agents.state import Agent, Emit, Incoming
+from agents.trust import Refusal, Trust
+from broker.language import Publication
+from tests.agents.test_state import PLAN
+from wfm.signing import Deployer
+from workflow_messages.signature import Signer, check_signature, signed_bytes
+
+NOW = dt.datetime(2026, 11, 23, 12, tzinfo=dt.UTC)
+ENVELOPE = PLAN.publications()[0]
+
+
+def new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def name(cn: str, role: str) -> x509.Name:
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "wfm"),
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
+            x509.NameAttribute(NameOID.COMMON_NAME, cn),
+        ]
+    )
+
+
+def certificate(
+    subject: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: x509.Name,
+    issuer_key: ec.EllipticCurvePrivateKey,
+    days: int = 365,
+) -> x509.Certificate:
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(NOW - dt.timedelta(days=1))
+        .not_valid_after(NOW + dt.timedelta(days=days))
+        .sign(issuer_key, hashes.SHA256())
+    )
+
+
+class CA:
+    def __init__(self) -> None:
+        self.key, self.name = new_key(), name("wfm CA", "ca")
+        self.certificate = certificate(self.name, self.key, self.name, self.key)
+
+    def issue(self, cn: str, role: str, days: int = 365) -> Deployer:
+        key = new_key()
+        cert = certificate(name(cn, role), key, self.name, self.key, days)
+        return Deployer(Signer.with_certificate(key, cert), cn)
+
+
+def local() -> Deployer:
+    return Deployer(Signer.with_key(new_key()), "local")
+
+
+def admit(trust: Trust, envelope: Publication, at: dt.datetime = NOW) -> str:
+    return trust.admit(envelope, at.timestamp())
+
+
+def reason(trust: Trust, envelope: Publication, at: dt.datetime = NOW) -> str:
+    with pytest.raises(Refusal) as refusal:
+        admit(trust, envelope, at)
+    return refusal.value.reason
+
+
+def test_the_signed_bytes_are_canonical_msgpack_of_every_signed_field() -> None:
+    fields = {
+        name: name for name in ("agentname", "applname", "version", "command", "jobname", "content", "signer")
+    }
+    encoded = signed_bytes({**fields, "sequence": 7})
+    assert encoded == signed_bytes(dict(reversed(list({**fields, "sequence": 7}.items()))))
+    assert encoded.startswith(b"\x99\xafwfm-agent-ctl-1\xa9agentname")  # array of 9, the format tag first
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("content", "x"), ("version", "v2"), ("agentname", "agentB"), ("applname", "OTHER"), ("sequence", 8)],
+)
+def test_changing_any_signed_field_breaks_the_signature(field: str, value: object) -> None:
+    signed = local().signer.sign(ENVELOPE, 7)
+    check_signature(signed)
+    changed = Publication(signed.cls, {**signed.fields, field: value})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="bad signature"):
+        check_signature(changed)
+
+
+def test_an_extra_field_or_no_signature_is_refused() -> None:
+    signed = local().signer.sign(ENVELOPE, 7)
+    with pytest.raises(ValueError, match="'cwd' is not covered"):
+        check_signature(Publication(signed.cls, {**signed.fields, "cwd": "/tmp"}))
+    assert reason(Trust(), ENVELOPE) == "unsigned envelope"
+
+
+def test_trust_on_first_use_pins_the_first_key_and_keeps_it_in_the_snapshot() -> None:
+    deployer, mallory = local(), local()
+    agent = Agent(str(ENVELOPE["agentname"]))
+    [ack] = [e.publication for e in agent.handle(Incoming(deployer.sign(ENVELOPE)), 0) if isinstance(e, Emit)]
+    assert ack["result"] == "OK"
+    restarted = Agent(agent.name)
+    restarted.restore(json.loads(json.dumps(agent.snapshot())))
+    [refused] = [
+        e.publication for e in restarted.handle(Incoming(mallory.sign(ENVELOPE)), 0) if isinstance(e, Emit)
+    ]
+    assert refused["result"] == "REFUSED"
+    assert str(refused["detail"]).endswith("is not the deployer key pinned on first use")
+    assert restarted.refused == {"signer": 1}
+    assert admit(restarted.trust, deployer.sign(ENVELOPE)).startswith("sha256:")
+
+
+def test_trust_takes_only_the_given_key() -> None:
+    deployer, other = local(), local()
+    trust = Trust(trusted=deployer.signer.key.public_key())
+    assert "is not the key given with --trust" in reason(trust, other.sign(ENVELOPE))
+    assert trust.pinned is None
+    admit(trust, deployer.sign(ENVELOPE))
+
+
+def test_with_a_ca_only_its_valid_deployer_certificates_sign() -> None:
+    ca, other = CA(), CA()
+    trust = Trust(ca=ca.certificate)
+    assert admit(trust, ca.issue("alice", "deployer").sign(ENVELOPE)) == "deployer alice"
+    assert (
+        reason(trust, ca.issue("mallory", "client").sign(ENVELOPE)) == "mallory has role client, not deployer"
+    )
+    assert reason(trust, other.issue("eve", "deployer").sign(ENVELOPE)) == (
+        "eve's certificate was not issued by this agent's CA"
+    )
+    expired = ca.issue("old", "deployer", days=30)
+    assert "is not valid now" in reason(trust, expired.sign(ENVELOPE), NOW + dt.timedelta(days=31))
+    assert "has no certificate" in reason(trust, local().sign(ENVELOPE))
+    assert "start the agent with --tls" in reason(Trust(), ca.issue("alice", "deployer").sign(ENVELOPE))
+
+
+def test_replays_are_refused_per_signer_and_workflow() -> None:
+    trust, deployer = Trust(), local()
+    first, second = deployer.sign(ENVELOPE), deployer.sign(ENVELOPE)
+    admit(trust, second)
+    assert reason(trust, second).startswith(f"replay: sequence {second['sequence']} of PAYROLL is not above")
+    assert reason(trust, first).startswith("replay")  # older, never seen: still below the last
+    other = Publication(ENVELOPE.cls, {**ENVELOPE.fields, "applname": "OTHER"})
+    admit(trust, deployer.sign(other))  # another workflow has its own line
+    admit(trust, deployer.sign(ENVELOPE))
+
+
+def test_a_version_signed_before_a_newer_one_was_deployed_is_a_downgrade() -> None:
+    trust, deployer = Trust(), local()
+    v2 = Publication(ENVELOPE.cls, {**ENVELOPE.fields, "version": "v2"})
+    old = deployer.sign(ENVELOPE)  # signed, never delivered
+    admit(trust, deployer.sign(v2))
+    assert (
+        reason(trust, old)
+        == f"downgrade: PAYROLL version {ENVELOPE['version']} was signed before version v2 was deployed"
+    )
+    admit(trust, deployer.sign(ENVELOPE))  # the deployer going back on purpose: signed after
+    undeploy = Publication(ENVELOPE.cls, {**ENVELOPE.fields, "command": "UNDEPLOY"})
+    before = deployer.sign(v2)
+    admit(trust, deployer.sign(undeploy))
+    assert reason(trust, before).endswith("was signed before the workflow was undeployed")
+
+
+def test_refusals_are_logged_once_per_kind_and_signer_and_all_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    agent, mallory = Agent(str(ENVELOPE["agentname"])), local()
+    agent.handle(Incoming(local().sign(ENVELOPE)), 0)
+    for second in range(10):
+        agent.handle(Incoming(mallory.sign(ENVELOPE)), second)
+    agent.handle(Incoming(mallory.sign(ENVELOPE)), 61)
+    lines = [r.getMessage() for r in caplog.records if "refused AGENT_CTL" in r.getMessage()]
+    assert len(lines) == 2 and agent.refused == {"signer": 11}
+    assert lines[1].endswith("(11 signer refusals, 9 not logged since the last)")
+    assert "BEGIN" not in caplog.text and "PRIVATE" not in caplog.text
