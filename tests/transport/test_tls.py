@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import wfm.certs
-from broker.client import Client, ConnectError
+from broker.client import Client, ConnectError, RefusedError
 from broker.errors import LocalError
 from broker.routing import LinkUp, Refuse
 from broker.transport.codec import Hello
@@ -21,6 +21,7 @@ from broker.transport.server import RouterService
 from broker.transport.tls import Identity, client_id
 from broker.transport.uri import BrokerURI
 from tests.transport.harness import run, until, uri
+from wfm.security.acl import load_policy
 
 ADV = "[class,eq,stock],[price,<,100]"
 
@@ -227,3 +228,25 @@ def test_client_ids_are_scoped_by_the_identity() -> None:
     assert client_id("alice", "alice:x") == "alice:x"
     assert client_id("alice", "mallory") == "alice:mallory"
     assert client_id("alice", "alicex") == "alice:alicex"
+
+
+def test_a_client_outside_its_acl_is_refused_naming_the_rule_and_the_broker_serves_on(certs: Path) -> None:
+    """mallory has a client certificate from the right CA: she may not advertise or publish
+    AGENT_CTL, nor subscribe to agents' envelopes; each refusal names the rule, is counted, and
+    alice goes on publishing and subscribing."""
+
+    async def scenario() -> None:
+        b = await tls_broker(certs, policy=load_policy())
+        alice = Identity(certs, "alice")  # role client, like mallory's would be
+        async with await Client.connect(b.uri, "mallory", tls=alice) as mallory:
+            with pytest.raises(RefusedError, match=r"access denied: alice \(client\) may not advertise"):
+                await mallory.advertise("[class,eq,AGENT_CTL],[agentname,isPresent,'']")
+            with pytest.raises(RefusedError, match=r"roles\.client\.deny_subscribe"):
+                await mallory.subscribe("[class,eq,AGENT_CTL],[agentname,eq,a1]")
+            with pytest.raises(RefusedError, match=r"roles\.client\.deny_publish"):
+                await mallory.advertise("[class,eq,JOBSTATUS],[agentname,isPresent,'']")
+        assert b.status()["counters"]["refused.acl"] == 3  # type: ignore[index]
+        await still_serving(b, certs)
+        await b.stop()
+
+    run(scenario())
