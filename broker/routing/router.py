@@ -55,6 +55,7 @@ from broker.routing.messages import (
 from broker.routing.sessions import Sessions, request_key
 from broker.routing.tables import Output, Tables
 from broker.routing.times import fix_composite_time, fix_time
+from broker.throttle import LogThrottle
 
 __all__ = ["Output", "Router"]
 
@@ -77,6 +78,7 @@ class Router:
     ) -> None:
         self.id = broker_id
         self.policy = policy  # who may do what (``acl``); None: everyone everything
+        self.refusal_log = LogThrottle(burst=1)
         self.tables = Tables(covering, advertisement_covering)
         self.composites = Composites(broker_id, self.tables, composite_max_waiting, composite_max_age)
         self.seen: OrderedDict[str, None] = OrderedDict()
@@ -169,9 +171,8 @@ class Router:
     ) -> Output:
         """A new advertisement or (composite) subscription: acknowledged with its overlay-wide id."""
         entry_id = str(OverlayId(self.id, hop, message.id))
-        if denied := refusal(self.policy, self.sessions.peers[hop], message, now):
-            self.counters["refused.acl"] += 1
-            return self._refuse(hop, message.id, denied)
+        if denied := self._denied(hop, message, now):
+            return denied
         if entry_id in self.owned[hop]:  # a request re-sent after a reconnection is answered again
             if self.sessions.requests[entry_id] == request_key(message):
                 return [(hop, Ack(message.id, entry_id))]
@@ -197,9 +198,8 @@ class Router:
         if not self.tables.conforms(hop, publication):
             self.counters["refused.nonconforming"] += 1
             return self._refuse(hop, message.id, "the publication fits no advertisement of this client")
-        if denied := refusal(self.policy, self.sessions.peers[hop], message, now):
-            self.counters["refused.acl"] += 1
-            return self._refuse(hop, message.id, denied)
+        if denied := self._denied(hop, message, now):
+            return denied
         # a ref "<n>@<session>" names the client's own session, which outlives a reconnection:
         # a re-sent publication keeps its id, and a copy that got through already is not routed again
         ref, _, session = message.id.partition("@")
@@ -209,6 +209,20 @@ class Router:
             return [(hop, Ack(message.id, pub_id))] if message.ack else []
         routed = self._route(pub_id, publication, hop, DEFAULT_TTL, now, now)
         return [(hop, Ack(message.id, pub_id)), *routed] if message.ack else routed
+
+    def _denied(
+        self, hop: str, message: Advertise | Subscribe | CompositeSubscribe | Publish, now: float
+    ) -> Output:
+        """The refusal of what the client's role may not do (counted, and logged: the first of
+        each client, then once a minute), or nothing."""
+        reason = refusal(self.policy, self.sessions.peers[hop], message, now)
+        if reason is None:
+            return []
+        self.counters["refused.acl"] += 1
+        if (unlogged := self.refusal_log.admit(hop, now)) is not None:
+            more = f" ({unlogged} more since the last)" if unlogged else ""
+            log.warning("%s: refused %s from %s: %s%s", self.id, type(message).__name__, hop, reason, more)
+        return self._refuse(hop, message.id, reason)
 
     def _client_cannot(self, message: Message, hop: str, now: float) -> Output:
         return self._refuse(hop, "", f"a client cannot send {type(message).__name__}")

@@ -70,7 +70,7 @@ def test_an_agent_publishes_only_as_itself() -> None:
     assert isinstance(forged, Refuse) and "no rule of roles.agent.publish allows it" in forged.reason
 
 
-def test_a_client_may_not_advertise_or_subscribe_the_control_class() -> None:
+def test_a_client_may_not_advertise_or_subscribe_the_control_class(caplog: pytest.LogCaptureFixture) -> None:
     r = router(("c1", "mallory", "client"))
     ad = answer(r, Advertise("1", parse_filter("[class,eq,CTL],[agent,isPresent,'']")), "c1")
     sub = answer(r, Subscribe("2", parse_filter("[class,eq,CTL],[agent,eq,a1]")), "c1")
@@ -79,6 +79,8 @@ def test_a_client_may_not_advertise_or_subscribe_the_control_class() -> None:
     assert isinstance(sub, Refuse) and "deny_subscribe" in sub.reason
     assert not isinstance(fine, Refuse)
     assert not r.tables.srt and len(r.tables.prt) == 1  # nothing refused reached the tables
+    assert len([m for m in caplog.messages if "refused" in m]) == 1  # logged once, counted always
+    assert r.counters["refused.acl"] == 2
 
 
 def test_an_identity_rule_replaces_its_role_and_an_unknown_role_may_do_nothing() -> None:
