@@ -29,7 +29,6 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-import random
 import time
 import uuid
 from collections import Counter, deque
@@ -40,7 +39,7 @@ from pathlib import Path
 from broker.client.outbox import Outbox, OutboxError
 from broker.client.queues import DeliveryQueue, Seen, client_session
 from broker.client.receipts import Receipts
-from broker.client.reconnect import Backoff, Brokers, ConnectionEvent, brokers, dial_any
+from broker.client.reconnect import JITTER, Backoff, Brokers, ConnectionEvent, brokers, dial_any
 from broker.errors import BadMessage, ConnectError, LinkClosed, LocalError, NoAnswer, RefusedError
 from broker.language import Composite, Filter, Publication, parse_composite, parse_filter, parse_publication
 from broker.routing import (
@@ -212,7 +211,7 @@ class Client(_Stream):
         heartbeat: float = 1.0,
         dead_after: float = 10.0,
         max_unacked: int = 65_536,
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] = JITTER.random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         request_timeout: float = 30.0,
         outbox: Path | None = None,
@@ -248,7 +247,7 @@ class Client(_Stream):
         # a session of our own: publication ids survive a reconnection (see docs/overlay.md), and
         # with an outbox a restart too
         self._stamp = (
-            self._outbox.session if self._outbox else client_session(time.time(), random.getrandbits(32))
+            self._outbox.session if self._outbox else client_session(time.time(), JITTER.getrandbits(32))
         )
         self._refs = itertools.count(self._outbox.next if self._outbox else 1)
         # what an earlier run left in the outbox, re-sent by resend_outbox() or the first publication

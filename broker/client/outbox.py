@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 import uuid
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import msgpack
 
 from broker.client.queues import client_session
+from broker.client.reconnect import JITTER
 from broker.durable import WriteAheadLog
 from broker.durable.log import Fsync
 from broker.errors import BadMessage, LocalError
@@ -77,7 +77,7 @@ class Outbox:
             self.client = client_id or f"c-{uuid.uuid4().hex[:10]}"
             self._append(b"I" + self.client.encode())
         if not self.session:
-            self.session = client_session(time.time(), random.getrandbits(32))
+            self.session = client_session(time.time(), JITTER.getrandbits(32))
             self._append(b"S" + self.session.encode())
 
     def _apply(self, record: bytes) -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "dial_any",
 ]
 
+JITTER = random.Random()  # our own: a client's reconnections never touch the random module's state
 Brokers = BrokerURI | str | Sequence[BrokerURI | str]  # one broker, or a list to fail over along
 
 
@@ -100,7 +101,7 @@ class Backoff:
         if self.attempts is not None and self.attempts < 1:
             raise ValueError("backoff attempts must be at least 1, or None for no limit")
 
-    def delay(self, failures: int, rng: Callable[[], float] = random.random) -> float:
+    def delay(self, failures: int, rng: Callable[[], float] = JITTER.random) -> float:
         """Seconds to wait after ``failures`` consecutive failed attempts (the first wait is 0)."""
         if failures <= 0:
             return 0.0
@@ -187,7 +188,7 @@ async def dial_any(
     timeout: float,
     backoff: Backoff,
     start: int = 0,
-    rng: Callable[[], float] = random.random,
+    rng: Callable[[], float] = JITTER.random,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     greeting: Greeting = _no_custody,
     stay: float = 0.0,

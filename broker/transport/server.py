@@ -49,6 +49,7 @@ from broker.transport.uri import BrokerURI
 __all__ = ["RouterService", "loopback"]
 
 HANDSHAKE_TIMEOUT = 5.0
+_JITTER = random.Random()  # our own: redials never touch the random module's state
 TICK = 1.0  # seconds between the router's Ticks: how late a client session may expire
 REDIAL_CAP = 1.0  # seconds between two dials of a neighbour, at most (times 0.5-1.5): a neighbour
 # restarted from its log is back in a second or two, and what it holds waits for the link
@@ -363,7 +364,7 @@ class RouterService:
                         self.log.debug("cannot link to %s: %s", neighbor, error)
                     if link is not None:
                         await link.wait_closed()
-            await asyncio.sleep(delay * (0.5 + random.random()))
+            await asyncio.sleep(delay * (0.5 + _JITTER.random()))
             delay = min(delay * 2, REDIAL_CAP)
 
     def _hello(self, hop: str) -> Hello:
