@@ -99,6 +99,8 @@ class AgentService:
         # deliveries read before the subscription's id was known: its acknowledgement and its
         # first deliveries can come in one read, and the reader runs before the request returns
         self.early: dict[str, list[Delivery]] = {}
+        # the delivery behind each queued event: done (its broker may forget it) once journaled
+        self.behind: dict[int, Delivery] = {}
         self.outbox: list[Publication] = []  # publications made before the first connection
         self.runs: set[asyncio.Task[None]] = set()
         self.stopping = asyncio.Event()
@@ -170,6 +172,10 @@ class AgentService:
                 self.journal.write(event, now)
             effects += caused
         self.journal.sync()
+        for event in events:  # in the journal now: a restart replays them, the broker need not
+            delivery = self.behind.pop(id(event), None)
+            if delivery is not None and self.client is not None:
+                self.client.done(delivery)
         if self.journal.due():
             self.journal.compact(self.agent.snapshot())
         registering = False
@@ -306,6 +312,7 @@ class AgentService:
             backoff=DAEMON_BACKOFF,
             on_event=self._connection_event,
             outbox=self.state_dir / "outbox",  # statuses not yet acknowledged survive a restart
+            manual_done=True,  # a delivery is done once its event is journaled, not when read
         )
         acks = await self._own(
             client, ACKS, client.advertise(ack_advertisement(self.agent.name), name="acks")
@@ -376,12 +383,16 @@ class AgentService:
                 self.early.setdefault(delivery.subscription, []).append(delivery)
             else:
                 log.error("delivery for unknown subscription %s dropped", delivery.subscription)
+                client.done(delivery)
 
     def _deliver(self, key: str, delivery: Delivery) -> None:
+        event: Event
         if key == CONTROL:
-            self.events.put(Incoming(delivery.publication))
+            event = Incoming(delivery.publication)
         else:
-            self.events.put(Delivered(key, delivery.publications or (delivery.publication,)))
+            event = Delivered(key, delivery.publications or (delivery.publication,))
+        self.behind[id(event)] = delivery
+        self.events.put(event)
 
 
 def _name(key: str) -> str:

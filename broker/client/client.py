@@ -128,9 +128,9 @@ class _Stream:
 
     async def next(self, timeout: float | None = None) -> Delivery:
         """The next delivery; ``TimeoutError`` after ``timeout`` seconds, ``LinkClosed`` at the end."""
-        if self._handling is not None:
+        if self._handling is not None and not self._client.manual_done:
             self._client._done(self._handling, self._queue.queue.empty())
-            self._handling = None
+        self._handling = None
         item = await self._queue.get(timeout)
         if item is None:
             self._queue.put(None)  # the end marker stays for every later reader
@@ -214,6 +214,7 @@ class Client(_Stream):
         rng: Callable[[], float] = JITTER.random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         request_timeout: float = 30.0,
+        manual_done: bool = False,
         outbox: Path | None = None,
         tls: Identity | None = None,
     ) -> None:
@@ -229,6 +230,7 @@ class Client(_Stream):
         self.timeout, self.backoff, self.on_event = timeout, backoff, on_event
         self.heartbeat, self.dead_after, self.max_unacked = heartbeat, dead_after, max_unacked
         self.request_timeout = request_timeout  # seconds to wait for the broker to answer a request
+        self.manual_done = manual_done  # deliveries are done when the application says (``done``)
         self._rng, self._sleep = rng, sleep
         self.counters: Counter[str] = Counter()
         self.refusals: deque[Refuse] = deque(maxlen=REFUSALS_KEPT)  # counted in full in counters
@@ -760,6 +762,12 @@ class Client(_Stream):
         if delivery.seq:
             self._receipts.done(delivery.channel, delivery.seq)
             self._say_took(caught_up)
+
+    def done(self, delivery: Delivery) -> None:
+        """With ``manual_done``: the application is done with ``delivery`` (say, it is in its own
+        journal), so its broker may forget it. Without, asking for the next delivery of a stream
+        says so for the last one."""
+        self._done(delivery, self._queue.queue.empty())
 
     def _say_took(self, caught_up: bool) -> None:
         taken = self._receipts.due(caught_up)

@@ -1,0 +1,64 @@
+"""When a client tells its broker it has taken a delivery: when its consumer asks for the next one
+of the same stream, or, with ``manual_done``, when the application says so (after its journal)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from broker.client import Client
+from broker.language import Publication
+from broker.transport.server import RouterService
+from tests.client.test_reconnect import ADV, FAST
+from tests.transport.harness import run, until, uri
+
+
+def _held(broker: RouterService) -> int:
+    return int(broker.router.status()["held"])
+
+
+def test_a_delivery_is_taken_when_the_next_is_asked_for() -> None:
+    async def scenario() -> None:
+        b = RouterService(uri("B1"), session_grace=60.0)
+        await b.start()
+        pub = await Client.connect(b.uri, "pub", backoff=FAST)
+        sub = await Client.connect(b.uri, "sub", backoff=FAST)
+        await pub.advertise(ADV)
+        s = await sub.subscribe("[class,eq,stock]")
+        for n in (1, 2):
+            await pub.publish(Publication("stock", {"n": n}))
+        await s.next(timeout=5)
+        await s.next(timeout=5)
+        await asyncio.sleep(0.2)
+        assert _held(b) == 2  # the second is being handled; the first's Took waits for a batch
+        with pytest.raises(TimeoutError):
+            await s.next(timeout=0.2)  # caught up: both are taken, in one Took
+        await until(lambda: _held(b) == 0, what="both taken once the consumer caught up")
+        for c in (pub, sub):
+            await c.close()
+        await b.stop()
+
+    run(scenario())
+
+
+def test_with_manual_done_a_delivery_is_taken_only_when_the_application_says_so() -> None:
+    async def scenario() -> None:
+        b = RouterService(uri("B1"), session_grace=60.0)
+        await b.start()
+        pub = await Client.connect(b.uri, "pub", backoff=FAST)
+        sub = await Client.connect(b.uri, "sub", backoff=FAST, manual_done=True)
+        await pub.advertise(ADV)
+        s = await sub.subscribe("[class,eq,stock]")
+        for n in (1, 2, 3):
+            await pub.publish(Publication("stock", {"n": n}))
+        got = [await s.next(timeout=5) for _ in range(3)]
+        await until(lambda: _held(b) == 3, what="all held: none is done")
+        sub.done(got[1])
+        sub.done(got[0])
+        await until(lambda: _held(b) == 1, what="the first two taken, in order")
+        for c in (pub, sub):
+            await c.close()
+        await b.stop()
+
+    run(scenario())
