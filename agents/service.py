@@ -150,7 +150,7 @@ class AgentService:
                 connection, pruning, *self.runs, *self.requesting.values(), return_exceptions=True
             )
             if self.client is not None:
-                await self.client.close()
+                await self.client.close(bye=False)  # it comes back: its broker keeps its place
             self.journal.close()
 
     async def _batch(self) -> list[Event]:
@@ -163,7 +163,10 @@ class AgentService:
         return batch
 
     async def _handle(self, *events: Event) -> None:
-        """Feed events to the state machine, make them durable, then carry out their effects."""
+        """Feed events to the state machine, then: what they publish into the client's outbox (on
+        disk), then the events into the journal, then the runs they start. A crash between the
+        outbox and the journal sends a status twice (the event comes again: its delivery is done
+        only once journaled), never loses one."""
         now = time.time()
         effects: list[Effect] = []
         for event in events:
@@ -171,6 +174,16 @@ class AgentService:
             if caused or not isinstance(event, Tick):
                 self.journal.write(event, now)
             effects += caused
+        requests = [effect.key for effect in effects if isinstance(effect, Request | Withdraw)]
+        for key in requests:
+            self._register(key)
+        if requests:  # one turn of the loop puts them on the link before what is published next
+            await asyncio.sleep(0)  # (an envelope's acknowledgement): the broker has them first
+        for effect in effects:
+            if isinstance(effect, Emit):
+                self._publish(effect.publication)
+        if self.client is not None:
+            await self.client.stored()
         self.journal.sync()
         for event in events:  # in the journal now: a restart replays them, the broker need not
             delivery = self.behind.pop(id(event), None)
@@ -178,24 +191,9 @@ class AgentService:
                 self.client.done(delivery)
         if self.journal.due():
             self.journal.compact(self.agent.snapshot())
-        registering = False
         for effect in effects:
-            if isinstance(effect, Request | Withdraw):
-                self._register(effect.key)
-                registering = True
-                continue
-            if registering and isinstance(effect, Emit):
-                # one turn of the loop puts the requests just started on the link before this
-                # publication (an envelope's acknowledgement): the broker has them first
-                await asyncio.sleep(0)
-                registering = False
-            self._apply(effect)
-
-    def _apply(self, effect: Start | Emit) -> None:
-        if isinstance(effect, Start):
-            self._supervise(effect.run)
-        else:
-            self._publish(effect.publication)
+            if isinstance(effect, Start):
+                self._supervise(effect.run)
 
     def _supervise(self, run: Run) -> None:
         task = asyncio.create_task(self._outcome(run))

@@ -65,6 +65,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DAY = 86_400.0
+# ended generations remembered (each firing of one is a duplicate) for ``forget_after`` seconds
+# but at most this many, the oldest forgotten first: at 10 generations a second for a day, about
+# one in nine would otherwise be kept, and rewritten in every snapshot
+MAX_ENDED = 100_000
 FORGET_AFTER = 30 * DAY  # seconds a generation is remembered: the default of wfm agent --keep-days
 SWEEP_EVERY = 60.0  # seconds of ``now`` between two looks for what to forget
 LOST = "lost: supervisor died"
@@ -522,6 +526,8 @@ class Agent:
         dropped = [p for p in self.pending if (p.run.workflow, p.run.gid) == (workflow, gid)]
         self.pending = [p for p in self.pending if (p.run.workflow, p.run.gid) != (workflow, gid)]
         self.ended[workflow, gid] = at
+        while len(self.ended) > MAX_ENDED:  # memory and snapshot stay bounded at any rate
+            self.ended.popitem(last=False)
         return dropped
 
     def _sweep(self, now: float) -> None:

@@ -512,6 +512,11 @@ class Client(_Stream):
         else:
             self._send(message.id, message, None)
 
+    async def stored(self) -> None:
+        """Until every publication made so far is on disk in the outbox (nothing without one)."""
+        if self._outbox is not None and self._storing:
+            await self._outbox.flush()
+
     def resend_outbox(self) -> int:
         """Send what an earlier run of this client left unacknowledged in its outbox, under the
         ids it had (a broker or subscriber drops the copies that got through): call it once the
@@ -824,12 +829,13 @@ class Client(_Stream):
             self.refusals.append(item)
             log.warning("broker refused %s: %s", item.ref or "a message", item.reason)
 
-    async def close(self) -> None:
+    async def close(self, bye: bool = True) -> None:
         """Say goodbye (the broker then ends this client's session at once instead of keeping it
-        for a reconnection) and close."""
+        for a reconnection) and close. ``bye=False``: a process that stops to start again (an
+        agent restarted) leaves its session to its broker for the grace period."""
         self._closing = True
         if self.link is not None:
-            if self.link.closed is None and self.link.send(Bye()):
+            if self.link.closed is None and (not bye or self.link.send(Bye())):
                 await self.link.flush_and_close("client closed")
             self.link.close("client closed")
             await self.link.wait_closed()

@@ -95,6 +95,9 @@ class SlowBroker:
     def publish_nowait(self, publication: Publication) -> None:
         self.calls.append(f"publish {publication.cls}")
 
+    async def stored(self) -> None:
+        """No outbox here: what is published is as stored as it gets."""
+
 
 def test_the_event_loop_never_waits_for_the_broker(tmp_path: Path) -> None:
     """A deployment's requests wait for a slow broker; its acknowledgements, a firing and a

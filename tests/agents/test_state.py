@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import agents.state
 from agents.journal import Journal
 from agents.state import (
     DAY,
@@ -336,6 +337,17 @@ def test_an_ended_generation_stays_a_duplicate_however_many_end_after_it() -> No
     assert fire(agent, "JobB", "g0", "JobA", now=T0 + DAY) == []  # a day's worth: still a duplicate
     [run] = runs(fire(agent, "JobB", "g0", "JobA", now=T0 + DAY + SWEEP_EVERY))  # forgotten
     assert run.gid == "g0"
+
+
+def test_ended_generations_are_remembered_up_to_a_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bounded by age and by count: at a high rate, a day's worth would not fit in memory."""
+    monkeypatch.setattr(agents.state, "MAX_ENDED", 3)
+    agent = Agent("agentB", forget_after=DAY)
+    install(agent)
+    statuses = key(agent, "APPL_END", "SUBSCRIBE")
+    for n in range(4):
+        agent.handle(Delivered(statuses, (status("APPL_END", f"g{n}"),)), T0 + n)
+    assert [gid for _, gid in agent.ended] == ["g1", "g2", "g3"]
 
 
 def test_replaying_the_journal_forgets_the_same_as_the_live_agent(tmp_path: Path) -> None:

@@ -133,3 +133,21 @@ def test_a_restarted_client_that_names_its_requests_finds_them_in_its_kept_sessi
         await b.stop()
 
     run(scenario())
+
+
+def test_a_client_that_closes_without_bye_keeps_its_session_for_its_restart() -> None:
+    """An agent stopped to be started again closes with ``bye=False``: its broker keeps its
+    subscriptions and what matches meanwhile, as for a crash; with ``Bye`` they go at once."""
+
+    async def scenario() -> None:
+        b = RouterService(uri("B1"), session_grace=60.0)
+        await b.start()
+        for bye in (False, True):
+            sub = await Client.connect(b.uri, f"sub-{bye}", backoff=FAST)
+            await sub.subscribe("[class,eq,stock]")
+            await sub.close(bye=bye)
+            await until(lambda name=f"sub-{bye}": name not in b.links, what="closed")
+        assert b.router.status()["away"] == ["sub-False"]
+        await b.stop()
+
+    run(scenario())
