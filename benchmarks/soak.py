@@ -7,22 +7,27 @@ whose join spans agents (A on agent1, the coordinator; B on agent2 after A; C on
 and B; every command ``true``) is deployed. The agents run with the retention a demanding user
 would pick for a long run (``--keep-runs 100 --keep-days 1``). Then:
 
-1. **Restarts with no history** (the baselines): agent1 is SIGKILLed and started again, then
-   stopped cleanly (SIGTERM) and started again; the same for B2. An agent serves again when a
-   generation triggered as it restarts completes; a broker when ``wfm status`` answers on every
-   broker and the line B1 - B2 - B3 is linked again.
+1. **Restarts with no history** (the baselines), three of each kind: agent1 SIGKILLed and
+   started again, agent1 stopped cleanly (SIGTERM) and started again, the same two for B2. An
+   agent serves again when a generation triggered as it restarts completes (one is triggered every
+   0.25 s until one does; those that never complete are counted as lost probes); a broker when
+   ``wfm status`` answers on every broker and the line B1 - B2 - B3 is linked again (the next
+   generation's time is given too).
 2. **The soak**: N generations triggered at R per second (``TriggerPublisher``); at every tenth of
    N a sample: disk use (blocks) and files of each agent's state directory and each broker's data
    directory, resident memory (``VmRSS``) of each process, generations completed, and what could
-   grow inside them: an agent's journal tail, snapshot (and the generations it remembers), run-log
-   folders; a broker's log and snapshot files and its ``wfm status`` (``held``, join state waiting,
-   sessions and peers kept).
+   grow inside them: an agent's journal tail, snapshot (the generations in progress and the ended
+   ones it remembers) and run-log folders; a broker's log and snapshot files, inputs and
+   checkpoints, and its ``wfm status`` (``held``, join state waiting, sessions and peers kept).
 3. **The same restarts after the history**, timed the same way.
 
-One ``RESULT`` line per figure: the value at the end, a baseline measured in the same run (the
-sample at a tenth of the run for disk and memory, the same restart before the soak for restart
-times) and their ratio (about 1: flat), with the core count. A ``grew`` line names every measured
-part whose end value is more than 1.5 times its value at a tenth of the run.
+One ``RESULT`` line per figure, with a baseline measured in the same run, their ratio (about 1:
+flat) and the core count: for disk and memory, the peak over the second half of the samples
+against the peak over the first (compaction, snapshots and pruning make each a sawtooth: two
+single samples could compare a trough with a crest), with the growth per 1,000 generations over
+the second half; for restarts, the median after the soak against the median before it (target:
+under 1 s). A ``grew`` line names every measured part whose second-half peak is more than 1.5
+times its first-half peak.
 
 Run: ``python benchmarks/soak.py [--generations 2000] [--rate 10]`` (about 5 minutes with the
 defaults); the issue's run is ``--generations 100000 --rate 10`` (about 3 hours). The last line is
@@ -69,6 +74,7 @@ SETTLE = 120.0  # seconds the last generations may take to complete after the la
 TARGET_RESTART_S = 1.0
 GREW = 1.5  # an end value more than this times the first sample's is named as growing
 MiB = 1 << 20
+COUNTED = {"rss", "inputs", "log_checkpoints"}  # memory has its own line; counters only go up
 
 
 def disk(path: Path) -> tuple[int, int]:
@@ -131,6 +137,9 @@ def broker_parts(data: Path, uri: BrokerURI) -> dict[str, int]:
         parts[field] = int(status.get(field, 0))
     parts["away"] = len(status.get("away", ()))
     parts["composite_dropped"] = int(status.get("composite_dropped", 0))
+    counters = status.get("counters", {})
+    parts["inputs"] = sum(int(v) for k, v in counters.items() if k.startswith("in."))
+    parts["log_checkpoints"] = int(counters.get("link.log_checkpoints", 0))
     return parts
 
 
@@ -332,13 +341,22 @@ def report(
     for name in end["processes"]:
         early, late = peaks(samples[:half], name), peaks(samples[half:], name)
         for key, label in (("disk", "disk use"), ("rss", "resident memory")):
+            first_late, last = samples[half]["processes"][name][key], end["processes"][name][key]
+            slope = (last - first_late) / MiB / max(end["triggered"] - samples[half]["triggered"], 1) * 1000
             result(
-                f"{name} {label}, peak 2nd half", late[key] / MiB, "MiB", "peak 1st half", early[key] / MiB
+                f"{name} {label}, peak 2nd half",
+                late[key] / MiB,
+                "MiB",
+                "peak 1st half",
+                early[key] / MiB,
+                mib_per_1000_generations_2nd_half=round(slope, 3),
             )
         grown = [
-            f"{key} {early[key]} -> {value}"
+            f"{key} {early.get(key, 0)} -> {value}"
             for key, value in late.items()
-            if key != "rss" and value > GREW * max(early.get(key, 0), 1) and value - early.get(key, 0) > 100
+            if key not in COUNTED
+            and value > GREW * max(early.get(key, 0), 1)
+            and value - early.get(key, 0) > 100
         ]
         if grown:
             print(f"  grew: {name}: {', '.join(grown)} (peak of the 1st half -> of the 2nd)")
