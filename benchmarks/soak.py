@@ -29,7 +29,7 @@ the second half; for restarts, the median after the soak against the median befo
 under 1 s). A ``grew`` line names every measured part whose second-half peak is more than 1.5
 times its first-half peak.
 
-Run: ``python benchmarks/soak.py [--generations 2000] [--rate 10]`` (about 5 minutes with the
+Run: ``python benchmarks/soak.py [--generations 2000] [--rate 10]`` (about 4 minutes with the
 defaults); the issue's run is ``--generations 100000 --rate 10`` (about 3 hours). The last line is
 one JSON object with every sample.
 """

@@ -10,11 +10,13 @@ agent2 and agent3, every acknowledgement coming back and every status between th
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -22,11 +24,10 @@ import pytest
 
 from benchmarks.workflows import AGENTS, chain, grid, xml
 from broker.client import BlockingClient
-from broker.transport.uri import BrokerURI
 from tests.processes import wait_for
 from tests.transport.harness import free_port
 from wfm.triggers import TriggerPublisher
-from wfm.up import WFM, Child, Processes, agent_children, linked
+from wfm.up import WFM, Processes, agent_children, broker_children, linked
 from workflow_messages import AGENT_ACK
 
 pytestmark = pytest.mark.chaos
@@ -37,6 +38,19 @@ KILL_AFTER_ACKS = 300  # of the ~2,000 acknowledgements of the deployment's firs
 DOWN = 1.0  # seconds B2 stays down
 
 
+def free_ports() -> int:
+    """P such that P, P + 1 and P + 2 are free, for ``broker_children``."""
+    while True:
+        port = free_port()
+        with socket.socket() as one, socket.socket() as two:
+            try:
+                one.bind(("127.0.0.1", port + 1))
+                two.bind(("127.0.0.1", port + 2))
+            except OSError:
+                continue
+        return port
+
+
 class Overlay:
     """The brokers and agents, the shared job log, and a watcher on B1 counting AGENT_ACKs and
     keeping every APPL_END's status by (workflow, gid)."""
@@ -44,24 +58,8 @@ class Overlay:
     def __init__(self, home: Path, processes: Processes) -> None:
         self.home, self.processes = home, processes
         self.log = home / "jobs.log"
-        self.uris = [BrokerURI("127.0.0.1", free_port(), f"B{i}") for i in (1, 2, 3)]
-        self.brokers = [
-            Child(
-                f"broker-{uri.id}",
-                (
-                    *WFM,
-                    "broker",
-                    "--uri",
-                    str(uri),
-                    "--data",
-                    str(home / "brokers" / uri.id),
-                    "--session-grace",
-                    "60",
-                    *(["--neighbor", str(self.uris[i - 1])] if i else []),
-                ),
-            )
-            for i, uri in enumerate(self.uris)
-        ]
+        self.uris, brokers = broker_children(free_ports(), home)  # each with --data home/brokers/ID
+        self.brokers = [replace(child, argv=(*child.argv, "--session-grace", "60")) for child in brokers]
         self.acks = 0
         self.ended: dict[tuple[str, str], str] = {}
 
