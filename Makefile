@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/workflows.py
 	$(BIN)/python benchmarks/history.py
 	$(BIN)/python benchmarks/reliability.py
+	$(BIN)/python benchmarks/soak.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check broker workflow_messages agents wfm tests benchmarks

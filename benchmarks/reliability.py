@@ -300,15 +300,15 @@ class Probe(threading.Thread):
         return round(max(0.0, max((first[n] for n in range(before)), default=since) - since), 2)
 
 
-def watch(uris: list[BrokerURI], observed: Observed, stop: threading.Event) -> None:
-    """The monitor-like subscriber: every APPL_END of the workflow, until ``stop``."""
+def watch(uris: list[BrokerURI], observed: Observed, stop: threading.Event, workflow: str = WORKFLOW) -> None:
+    """The monitor-like subscriber: every APPL_END of ``workflow``, until ``stop``."""
     try:
         client = BlockingClient(uris, "bench-reliability-watch", timeout=5)
     except (ConnectError, OSError, WfmError) as error:
         print(f"  watcher could not connect ({error}): counting from the log only")
         return
     try:
-        client.subscribe(f"[class,eq,JOBSTATUS],[applname,eq,{WORKFLOW}],[jobname,eq,APPL_END]")
+        client.subscribe(f"[class,eq,JOBSTATUS],[applname,eq,{workflow}],[jobname,eq,APPL_END]")
         while not stop.is_set():
             delivery = client.receive(timeout=0.2)
             if delivery is not None:

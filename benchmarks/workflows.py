@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterable
 from datetime import date
 from pathlib import Path
+from xml.sax.saxutils import escape
 
 from broker.client import BlockingClient
 from broker.transport.uri import BrokerURI
@@ -39,12 +40,14 @@ AGENTS = ("agent1", "agent2", "agent3")
 TODAY = date(2026, 11, 27)  # a Friday: PAYROLL's JobC runs
 
 
-def xml(name: str, jobs: Iterable[tuple[str, tuple[str, ...]]]) -> str:
+def xml(name: str, jobs: Iterable[tuple[str, tuple[str, ...]]], command: str = "true") -> str:
+    """The workflow ``name`` of ``jobs`` (name, predecessors), spread over AGENTS round-robin (the
+    first job on the first agent, the coordinator), each running ``command``."""
     lines = [f'<workflow name="{name}">']
     for n, (job, after) in enumerate(jobs):
         lines.append(f'  <job name="{job}" agent="{AGENTS[n % len(AGENTS)]}">')
         lines += [f'    <after job="{p}"/>' for p in after]
-        lines += ["    <command>true</command>", "  </job>"]
+        lines += [f"    <command>{escape(command)}</command>", "  </job>"]
     lines.append("</workflow>")
     return "\n".join(lines) + "\n"
 
