@@ -11,17 +11,13 @@ import pytest
 from broker.language import parse_publication
 from broker.routing import Carry, Deliver, LinkUp, Publish, Router, Took
 from broker.sim import Overlay
-
-JOIN = "{[class,eq,a],[x,eq,$S$X]}&{[class,eq,b],[x,eq,$S$X]}"
+from tests.routing.test_sessions import JOIN
+from tests.routing.test_sessions import line as sessions_line
 
 
 def line(grace: float = 600, **options: object) -> Overlay:
     """B1 - B2 - B3, a publisher of ``a`` at B1 and of ``b`` at B3, a subscriber at B3."""
-    overlay = Overlay.line(3, session_grace=grace, **options)
-    overlay.add_client("pa", "B1").advertise("[class,eq,a],[x,isPresent,'']")
-    overlay.add_client("pb", "B3").advertise("[class,eq,b],[x,isPresent,'']")
-    overlay.add_client("sub", "B3")
-    return overlay
+    return sessions_line(grace, "sub", "B3", **options)
 
 
 def test_what_is_published_while_a_link_is_down_arrives_once_it_is_back() -> None:

@@ -14,12 +14,13 @@ from broker.sim.overlay import RefusedError
 JOIN = "{[class,eq,a],[x,eq,$S$X]}&{[class,eq,b],[x,eq,$S$X]}"
 
 
-def line(grace: float, **options: object) -> Overlay:
-    """B1 - B2 - B3: a publisher of class ``a`` at B1, of ``b`` at B3, an agent at B2."""
+def line(grace: float, client: str = "agent", at: str = "B2", **options: object) -> Overlay:
+    """B1 - B2 - B3: a publisher of class ``a`` at B1, of ``b`` at B3, and ``client`` (an agent
+    at B2 by default)."""
     overlay = Overlay.line(3, session_grace=grace, **options)
     overlay.add_client("pa", "B1").advertise("[class,eq,a],[x,isPresent,'']")
     overlay.add_client("pb", "B3").advertise("[class,eq,b],[x,isPresent,'']")
-    overlay.add_client("agent", "B2")
+    overlay.add_client(client, at)
     return overlay
 
 
