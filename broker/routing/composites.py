@@ -66,6 +66,7 @@ class Composites:
         self.pending: FilterIndex[PartId] = FilterIndex()  # atoms of detections placed before an
         self.pending_atoms: dict[PartId, Filter] = {}  # advertisement of theirs (part i: atom i)
         self.detector_limits = (max_waiting, max_age)
+        self.kept_in_place = 0  # detections not moved to a new source: they held partial matches
         self._numbers = itertools.count(1)  # of this broker's LocalIds
 
     def status(self) -> dict[str, Any]:
@@ -74,6 +75,7 @@ class Composites:
             "composite_subscriptions": len(self.detections),
             "composite_detected": len(detectors),
             "composite_waiting": sum(d.waiting for d in detectors),
+            "composite_kept_in_place": self.kept_in_place,
             "composite_dropped": sum(d.dropped for d in detectors),
         }
 
@@ -105,7 +107,10 @@ class Composites:
         return self._unplace(detection)
 
     def advertised(self, advertisement: Filter) -> Output:
-        """Place again the detections that had no source for an atom this advertisement overlaps."""
+        """Place again the detections that had no source for an atom this advertisement overlaps,
+        unless one holds partial matches here: moving it would throw them away (a Trigger that
+        already passed would never be joined again). It stays, and its atoms' subscriptions
+        are routed towards the new source like any other."""
         waiting = {
             part.detection
             for part in self.pending.candidates(advertisement)
@@ -114,8 +119,12 @@ class Composites:
         out: Output = []
         for detection_id in sorted(waiting, key=str):  # wire-text order, as before ids were records
             detection = self.detections.get(detection_id)
-            if detection is not None and detection.placement is not None and detection.placement.pending:
-                out += self._place(detection)
+            if detection is None or detection.placement is None or not detection.placement.pending:
+                continue
+            if detection.detector is not None and detection.detector.waiting:
+                self.kept_in_place += 1
+                continue
+            out += self._place(detection)
         return out
 
     def link_down(self, hop: str) -> Output:

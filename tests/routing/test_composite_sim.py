@@ -392,3 +392,20 @@ def test_a_part_that_keeps_no_state_is_not_sent_away_and_one_clear_serves_a_brok
     assert overlay.routers["B1"].status()["composite_waiting"] == 2  # only h's c waits, in both
     one.unsubscribe(first)
     assert len(overlay.routers["B1"].composites.clear_subscriptions) == 1  # still used by the other
+
+
+def test_a_detection_holding_partial_matches_is_not_moved_to_a_new_source() -> None:
+    """A Trigger has passed and waits in the detection at B3 for a status no one advertised yet;
+    then its agent advertises at B2. Moving the detection to B2 would lose the Trigger (it is not
+    published again): it stays, the status is routed to it, and the generation fires."""
+    overlay = Overlay.line(3)
+    trigger = overlay.add_client("t", "B1")
+    trigger.advertise("[class,eq,T],[g,isPresent,'']")
+    sub = overlay.add_client("sub", "B3")
+    sub.subscribe_composite("{[class,eq,S],[g,eq,$S$G]}&{[class,eq,T],[g,eq,$S$G]}")
+    trigger.publish("[class,T],[g,g1]")
+    status = overlay.add_client("x", "B2")
+    status.advertise("[class,eq,S],[g,isPresent,'']")
+    status.publish("[class,S],[g,g1]")
+    assert sub.fired() == [["[class,S],[g,g1]", "[class,T],[g,g1]"]]
+    assert overlay.routers["B3"].composites.kept_in_place == 1
