@@ -45,9 +45,9 @@ async def still_serving(b: RouterService, certs: Path) -> None:
         assert (await s.next(timeout=5)).publication["price"] == 3
 
 
-async def hello_over_tls(b: RouterService, identity: Identity, hello: Hello) -> object:
+async def hello_over_tls(address: BrokerURI, identity: Identity, hello: Hello) -> object:
     """Say ``hello`` over a TLS link made with ``identity``; the broker's first answer."""
-    reader, writer = await asyncio.open_connection(b.uri.host, b.uri.port, ssl=identity.client)
+    reader, writer = await asyncio.open_connection(address.host, address.port, ssl=identity.client)
     link = Link(reader, writer)
     link.send(hello)
     try:
@@ -103,13 +103,13 @@ def test_a_peer_without_a_broker_certificate_cannot_link_as_a_broker(
         b = await tls_broker(certs)
         alice = Identity(certs, "alice")
         for _ in range(3):
-            answer = await hello_over_tls(b, alice, Hello("broker", "B9"))
+            answer = await hello_over_tls(b.uri, alice, Hello("broker", "B9"))
             assert isinstance(answer, Refuse)
             assert answer.reason == (
                 "alice (role client) may not link as a broker: only a broker certificate may"
             )
         # a broker certificate may link only under its own name
-        answer = await hello_over_tls(b, Identity(certs, "B2"), Hello("broker", "B3"))
+        answer = await hello_over_tls(b.uri, Identity(certs, "B2"), Hello("broker", "B3"))
         assert isinstance(answer, Refuse)
         assert answer.reason == "broker certificate B2 may not link as broker 'B3'"
         await still_serving(b, certs)
@@ -127,12 +127,12 @@ def test_a_client_id_must_be_its_certificate_name(certs: Path) -> None:
     async def scenario() -> None:
         b = await tls_broker(certs)
         alice = Identity(certs, "alice")
-        answer = await hello_over_tls(b, alice, Hello("client", "mallory"))
+        answer = await hello_over_tls(b.uri, alice, Hello("client", "mallory"))
         assert isinstance(answer, Refuse)
         assert answer.reason == (
             "certificate alice (role client) may not be client 'mallory': only alice or alice:SUFFIX"
         )
-        answer = await hello_over_tls(b, alice, Hello("client", "alicex"))  # a prefix is not the name
+        answer = await hello_over_tls(b.uri, alice, Hello("client", "alicex"))  # a prefix is not the name
         assert isinstance(answer, Refuse) and "may not be client 'alicex'" in answer.reason
         await still_serving(b, certs)
         assert b.status()["counters"]["link.identity_refused"] == 2

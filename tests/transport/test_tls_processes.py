@@ -4,7 +4,6 @@ a good client after all of them."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import shutil
 from pathlib import Path
@@ -15,22 +14,11 @@ import wfm.certs
 from broker.client import Client, ConnectError, RefusedError
 from broker.routing import Refuse
 from broker.transport.codec import Hello
-from broker.transport.link import Link
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 from tests.processes import brokers
 from tests.transport.harness import run
-from tests.transport.test_tls import ADV, other_ca
-
-
-async def _hello(address: BrokerURI, identity: Identity, hello: Hello) -> object:
-    reader, writer = await asyncio.open_connection(address.host, address.port, ssl=identity.client)
-    link = Link(reader, writer)
-    link.send(hello)
-    try:
-        return (await link.receive())[0]
-    finally:
-        await link.wait_closed()
+from tests.transport.test_tls import ADV, hello_over_tls, other_ca
 
 
 def test_every_tls_attack_on_a_broker_process_is_refused_and_it_serves_on(
@@ -46,7 +34,7 @@ def test_every_tls_attack_on_a_broker_process_is_refused_and_it_serves_on(
     alice = Identity(directory, "alice")
 
     async def attacks(b1: BrokerURI) -> dict[str, object]:
-        answer = await _hello(b1, alice, Hello("broker", "B9"))  # a client certificate as a broker
+        answer = await hello_over_tls(b1, alice, Hello("broker", "B9"))  # a client certificate as a broker
         assert isinstance(answer, Refuse) and "may not link as a broker" in answer.reason
         with pytest.raises(ConnectError, match="did not accept our certificate"):  # another CA
             await Client.connect(b1, tls=Identity(other_ca(tmp_path, directory), "alice"), timeout=3)
