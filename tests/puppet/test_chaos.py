@@ -147,6 +147,7 @@ Publisher publisher0 Publish 10 Ontopic /a/b Interval 2
 
 FREEZE = """\
 Subscriber subscriber0 Subscribe /a/*
+Wait 300
 Publisher publisher0 Publish 10 Ontopic /a/b Interval 5
 Wait 300
 Freeze broker2
