@@ -6,17 +6,17 @@ sequence number, goes out as ``Carry(seq, message)`` and is *held* until the rec
 ``Took(n)``, which covers every seq up to n. A broker says ``Took`` only once what it took is in
 its write-ahead log (the adapter holds the router's output until the log commit that covers its
 input), a client once its consumer asks for the next delivery of that stream (or a lossy queue
-dropped it). When the link goes down the channel stays,
-and what the router sends meanwhile is held for the peer. When the peer is back, its hello says
-which of our seqs it took last (``LinkUp.resume``): everything after that goes again, in order,
-and the receiver drops a seq it has already taken, so a resend can never be taken twice.
+dropped it). When the link goes down the channel stays, and what the router sends meanwhile is
+held for the peer. When the peer is back, its hello says which of our seqs it took last
+(``LinkUp.resume``): everything after that goes again, in order, and the receiver drops a seq it
+has already taken, so a resend can never be taken twice.
 
-Each channel has a name, ``EPOCH:N``: the broker's custody epoch and a count of the channels it
-opened. A broker that restarts from its log keeps its epoch and its channels; one that restarts
-empty has a new epoch, and one that forgot a peer (its grace period ended) opens a new channel.
-Either way the peer's hello names a channel that is not the one we know, so both sides know that
-what they held for each other and learned from each other is void (see ``sessions``), and seqs
-start again at 1.
+Each channel has a name, which our hello gave it: the adapter's choice (``LinkUp.name``, so the
+log has it), or ``EPOCH:N`` here. A broker that restarts from its log keeps its epoch and its
+channels; one that restarts empty has a new epoch, and one that forgot a peer (its grace period
+ended) opens a new channel. Either way the peer's hello names a channel that is not the one we
+know, so both sides know that what they held for each other and learned from each other is void
+(see ``sessions``), and seqs start again at 1.
 
 Pure state, no I/O, part of the router: the write-ahead log replays the router's inputs, and the
 channels come back exactly as they were.

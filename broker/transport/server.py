@@ -110,7 +110,7 @@ class RouterService:
         # outputs waiting for the commit of their inputs, with the links they were meant for
         self._held: list[tuple[Output, dict[str, Link | None]]] = []
         self._announced: dict[str, str] = {}  # hop -> the name our hello gave a new channel
-        self._taken: dict[tuple[str, str], int] = {}  # (hop, channel) -> last Took sent, logged
+        self._taken: dict[str, tuple[str, int]] = {}  # hop -> its channel, last Took sent (logged)
         self._commit_wanted = asyncio.Event()
         self.heartbeat = heartbeat
         self.dead_after = dead_after
@@ -148,11 +148,11 @@ class RouterService:
                 f"{log_file.directory} holds broker {self.router.id}'s state, not {self.uri.id}'s"
             )
         self.router.configure_like(fresh, str(log_file.directory))
-        for hop, channel in self.router.custody.channels.items():
-            self._taken[hop, channel.name] = channel.received  # all of it in the log
         for hop, channel in list(self.router.custody.channels.items()):
+            self._taken[hop] = (channel.name, channel.received)  # all of it in the log
             if channel.up:
                 self._feed(LinkDown(), hop)
+        self._forget_gone()
         self._spawn(self._commits(log_file))
 
     async def _commits(self, log_file: RouterLog) -> None:
@@ -259,7 +259,7 @@ class RouterService:
                     continue
                 channel = self.router.custody.channels.get(target)
                 if channel is not None:
-                    self._taken[target, channel.name] = out.seq  # in the log: a hello may say so
+                    self._taken[target] = (channel.name, out.seq)  # in the log: a hello may say so
             if isinstance(out, StatusReply):
                 out = StatusReply(out.ref, self.status())
             link = self.links.get(target)
@@ -376,7 +376,8 @@ class RouterService:
         if not name:
             name = self._announced[hop] = f"{self.router.custody.epoch}:{secrets.token_hex(6)}"
         elif self.log_file is not None:
-            took = self._taken.get((hop, name), 0)
+            logged, seq = self._taken.get(hop, ("", 0))
+            took = seq if logged == name else 0
         return Hello("broker", self.uri.id, epoch=name, peer_epoch=peer_epoch, took=took)
 
     async def _serve(self, link: Link, hop: str, hello: Hello, sent: Hello, who: Peer | None) -> None:
@@ -421,6 +422,7 @@ class RouterService:
                 del self.links[hop]
                 self.log.info("%s disconnected: %s", hop, link.closed)
                 self._feed(LinkDown(), hop)
+                self._forget_gone()
 
     def _handle(self, link: Link, hop: str, item: object) -> None:
         if isinstance(item, BadMessage):
@@ -445,6 +447,12 @@ class RouterService:
         while True:
             await asyncio.sleep(interval)
             self._feed(Tick(), "")
+            self._forget_gone()
+
+    def _forget_gone(self) -> None:
+        """What we said we took from peers whose channel the router has closed: nothing to resume."""
+        for hop in [hop for hop in self._taken if hop not in self.router.custody.channels]:
+            del self._taken[hop]
 
     async def _heartbeats(self) -> None:
         while True:
