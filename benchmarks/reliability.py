@@ -8,7 +8,8 @@ twice, is counted from the file, not from what the agents claim. N generations a
 R per second (``TriggerPublisher``, failing over along B1, B2, B3), under one fault at a time:
 
 * ``none``: nothing killed; the control, and the baseline every other scenario is compared with;
-* ``middle-broker``: SIGKILL of B2 two or three times during the run, restarted after 1-2 s;
+* ``middle-broker``: SIGKILL of B2 two or three times during the run, restarted after 1-2 s (the
+  next kill at least ``UP_BETWEEN`` after the restarted broker accepts connections again);
 * ``edge-broker``: the same for B1, which holds the coordinator (the agent of the first job);
 * ``agents``: SIGKILL of a random agent 5 times, restarted after 1-2 s with the same state dir.
 
@@ -55,6 +56,7 @@ import multiprocessing as mp
 import os
 import random
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -351,11 +353,13 @@ def relinked(uris: list[BrokerURI], since: float, timeout: float = STUCK_AFTER) 
 class Faults(threading.Thread):
     """Applies a schedule: SIGKILL of a child, then the same command started again."""
 
-    def __init__(self, processes: Processes, faults: list[Fault], start: float) -> None:
+    def __init__(
+        self, processes: Processes, faults: list[Fault], start: float, brokers: dict[str, BrokerURI]
+    ) -> None:
         super().__init__(name="faults", daemon=True)
-        self.processes, self.faults, self.start_time = processes, faults, start
+        self.processes, self.faults, self.start_time, self.brokers = processes, faults, start, brokers
         self.stop = threading.Event()
-        self.last_restart = start - UP_BETWEEN
+        self.last_restart = start - UP_BETWEEN  # when the last restarted process was up
         self.restarts: list[tuple[Child, float, float]] = []  # (child, killed, back), monotonic
 
     def run(self) -> None:
@@ -371,8 +375,22 @@ class Faults(threading.Thread):
             if self.stop.wait(fault.down):
                 return
             self.processes.start(child)
-            self.last_restart = time.monotonic()
-            self.restarts.append((child, killed, self.last_restart))
+            back = time.monotonic()
+            self.restarts.append((child, killed, back))
+            self.last_restart = self.listening(child) or back
+
+    def listening(self, child: Child) -> float | None:
+        """When a restarted broker accepts connections again (None for an agent, or a broker not up
+        within ``STUCK_AFTER``): the next kill comes ``UP_BETWEEN`` after that, not after the start
+        of the process, which can take a second on a busy machine. Killed sooner, a broker is up
+        for less time than its neighbours take to redial it, and the gap measured is the schedule's."""
+        uri = self.brokers.get(child.name)
+        deadline = time.monotonic() + STUCK_AFTER
+        while uri is not None and time.monotonic() < deadline and not self.stop.is_set():
+            with contextlib.suppress(OSError), socket.create_connection((uri.host, uri.port), timeout=1):
+                return time.monotonic()
+            time.sleep(0.02)
+        return None
 
 
 def behind(child: Child) -> str:
@@ -403,11 +421,20 @@ def broker_counters(uris: list[BrokerURI]) -> dict[str, dict[str, object]]:
     return found
 
 
-def run_scenario(scenario: str, index: int, generations: int, rate: float, seed: int) -> dict[str, object]:
+def run_scenario(
+    scenario: str, index: int, generations: int, rate: float, seed: int, keep: Path | None = None
+) -> dict[str, object]:
+    """One scenario in a temporary folder, or in ``keep/SCENARIO`` (kept, to read the processes'
+    logs and the brokers' write-ahead logs afterwards)."""
     rng = random.Random(f"{seed}-{scenario}")
     faults = schedule(scenario, generations / rate, rng)
-    with tempfile.TemporaryDirectory(prefix=f"wfm-reliability-{scenario}-") as folder:
-        home = Path(folder)
+    with contextlib.ExitStack() as stack:
+        if keep is None:
+            folder = tempfile.TemporaryDirectory(prefix=f"wfm-reliability-{scenario}-")
+            home = Path(stack.enter_context(folder))
+        else:
+            home = keep / scenario
+            home.mkdir(parents=True, exist_ok=False)
         log = home / "jobs.log"
         (home / "workflow.xml").write_text(workflow_xml(log))
         processes = Processes(home / "logs", print)
@@ -440,7 +467,7 @@ def run_scenario(scenario: str, index: int, generations: int, rate: float, seed:
             refused = 0
             with TriggerPublisher(uris, timeout=5) as publisher:
                 start = time.monotonic()
-                fault_thread = Faults(processes, faults, start)
+                fault_thread = Faults(processes, faults, start, {f"broker-{u.id}": u for u in uris})
                 fault_thread.start()
                 for i, gid in enumerate(gids):
                     time.sleep(max(0.0, start + i / rate - time.monotonic()))
@@ -796,6 +823,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="generations triggered per second")
     parser.add_argument("--scenario", action="append", choices=SCENARIOS, help="repeatable; default all")
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--dir", type=Path, help="each scenario's state and logs in DIR/SCENARIO, kept")
     part = parser.add_mutually_exclusive_group()
     part.add_argument("--durability-only", action="store_true", help="only the cost of durability")
     part.add_argument("--no-durability", action="store_true", help="only the fault scenarios")
@@ -817,7 +845,9 @@ def main() -> None:
         results: list[dict[str, Any]] = []
         control: dict[str, Any] | None = None
         for scenario in scenarios:
-            result = run_scenario(scenario, SCENARIOS.index(scenario), args.generations, args.rate, args.seed)
+            result = run_scenario(
+                scenario, SCENARIOS.index(scenario), args.generations, args.rate, args.seed, args.dir
+            )
             control = result if scenario == "none" else control
             report(result, control)
             results.append(result)

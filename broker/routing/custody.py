@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.language.model import Publication
-from broker.routing.messages import CARRIED, Carry, Deliver, Message, Notify, Publish
+from broker.routing.messages import CARRIED, Advertise, Carry, Deliver, Message, Notify, Publish
 from broker.routing.tables import Output
 
 __all__ = ["Channel", "Custody"]
@@ -50,6 +50,9 @@ class Channel:
     held: OrderedDict[int, tuple[Message, int]] = field(default_factory=OrderedDict)  # seq -> message, weight
     weight: int = 0
     received: int = 0  # the last seq we took from the peer
+    # the advertisements among ``held``, by id, in seq order: until the peer takes one, it may
+    # have subscribers for it that we do not know of (see ``standins``)
+    adverts: dict[str, int] = field(default_factory=dict)
 
 
 def _weight(publication: Publication) -> int:
@@ -73,6 +76,7 @@ class Custody:
         self.epoch = epoch
         self.counters = counters
         self.channels: dict[str, Channel] = {}
+        self.taken_adverts: list[tuple[str, str]] = []  # (hop, advertisement id) taken since asked
         self.opened = 0
         self.max_held = MAX_HELD
         self.max_bytes = MAX_HELD_BYTES
@@ -113,22 +117,33 @@ class Custody:
         channel = self.channels[hop]
         channel.up = True
         if took is not None:
-            self._forget(channel, took)
+            self._forget(hop, channel, took)
         self.counters["resent.custody"] += len(channel.held)
         return [(hop, Carry(seq, message)) for seq, (message, _) in channel.held.items()]  # type: ignore[arg-type]
 
     def took(self, hop: str, seq: int) -> None:
         if (channel := self.channels.get(hop)) is not None:
-            self._forget(channel, seq)
+            self._forget(hop, channel, seq)
 
-    @staticmethod
-    def _forget(channel: Channel, seq: int) -> None:
+    def _forget(self, hop: str, channel: Channel, seq: int) -> None:
         held = channel.held
         while held:
             first = next(iter(held))
             if first > seq:
                 break
             channel.weight -= held.pop(first)[1]
+        adverts = channel.adverts
+        while adverts:
+            adv_id, at = next(iter(adverts.items()))
+            if at > seq:
+                break
+            del adverts[adv_id]
+            self.taken_adverts.append((hop, adv_id))
+
+    def advertisements_taken(self) -> list[tuple[str, str]]:
+        """The (hop, advertisement id) pairs whose carry a peer took since the last call."""
+        taken, self.taken_adverts = self.taken_adverts, []
+        return taken
 
     def receive(self, hop: str, carry: Carry) -> bool:
         """Whether a carried message is new: a seq we took already (a resend) is not."""
@@ -168,6 +183,9 @@ class Custody:
                 channel.next_seq += 1
                 channel.held[seq] = (message, cost)
                 channel.weight += cost
+                if isinstance(message, Advertise):
+                    channel.adverts.pop(message.id, None)  # in seq order: a re-sent one goes last
+                    channel.adverts[message.id] = seq
                 if channel.up:
                     sent.append((hop, Carry(seq, message)))  # type: ignore[arg-type]
                 else:

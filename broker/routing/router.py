@@ -53,6 +53,7 @@ from broker.routing.messages import (
     request_ref,
 )
 from broker.routing.sessions import Sessions, request_key
+from broker.routing.standins import StandIns
 from broker.routing.tables import Output, Tables
 from broker.routing.times import fix_composite_time, fix_time
 from broker.throttle import LogThrottle
@@ -86,6 +87,7 @@ class Router:
         self.custody = Custody(epoch or broker_id, self.counters)  # the adapter names a fresh epoch
         self.sessions = Sessions(self.tables, self.composites, self.custody, self.counters, session_grace)
         self.owned = self.sessions.owned  # client hop -> ids of its advertisements and subscriptions
+        self.stand_ins = StandIns(broker_id, self.tables, self.custody, self.counters)
 
     # the one entry point ------------------------------------------------------------------------
 
@@ -93,7 +95,9 @@ class Router:
         """Feed one message that arrived from ``hop`` at ``now`` (epoch seconds); returns what to
         send where, in order. Sessions whose grace period is over go first; what needs custody
         is carried, and held for a peer that is away."""
-        return self.custody.carry(self.sessions.expire(now) + self._dispatch(message, hop, now))
+        out = self.sessions.expire(now) + self._dispatch(message, hop, now)
+        out += self.stand_ins.update(message, hop, out, bool(self.sessions.away))
+        return self.custody.carry(out)
 
     def _dispatch(self, message: Message, hop: str, now: float) -> Output:
         kind = type(message)
@@ -139,6 +143,7 @@ class Router:
             "held_subscriptions": self.tables.subscriptions.held_count(),
             **self.composites.status(),
             **self.sessions.status(),
+            **self.stand_ins.status(),
             "counters": dict(sorted(self.counters.items())),
         }
 
@@ -234,12 +239,14 @@ class Router:
     # from a neighbour broker --------------------------------------------------------------------
 
     def _carried(self, message: Carry, hop: str, now: float) -> Output:
-        """Taken (the adapter says so once it is in the log), unless taken before; then handled."""
+        """Handled, unless taken before; then taken (the adapter says so once it is in the log).
+        ``Took`` comes after what handling sent: the peer knows our answer to an advertisement
+        (our subscriptions for it) is in when it knows we took it (see ``standins``)."""
         took: Output = [(hop, Took(message.seq))]
         if not self.custody.receive(hop, message):
             return took
         inner = message.message
-        return took + _FROM_BROKER.get(type(inner), Router._unexpected)(self, inner, hop, now)
+        return _FROM_BROKER.get(type(inner), Router._unexpected)(self, inner, hop, now) + took
 
     def _learn(self, message: Advertise | Subscribe, hop: str, now: float) -> Output:
         if self.tables.knows(message.id):

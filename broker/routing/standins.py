@@ -1,0 +1,81 @@
+"""Stand-in subscriptions: what a broker subscribes on behalf of a neighbour that is away.
+
+A publication goes only where subscriptions were learned, and a neighbour sends us its
+subscriptions for an advertisement only once it has *taken* the advertisement. While it is away
+(kept for its grace period, its messages held in custody), an advertisement that reaches us
+waits in its channel, and every publication under that advertisement would be dropped here as
+matching no one, though the neighbour may well have subscribers for it: a trigger publisher that
+fails over from a dead broker to its neighbour is exactly that case, and its triggers were lost.
+
+So for every advertisement held for a neighbour whose link is down (sent while it was away, or
+sent before and not taken when the link went), the broker subscribes, under the neighbour's hop,
+the advertisement's own filter: its publications are held for the neighbour, which filters them
+by its own tables when it is back, and the subscription travels upstream like any other, so a
+publisher two hops away is covered too. The neighbour's ``Took`` of the advertisement comes after
+the subscriptions it sent in answer (``Router._carried``), on the same ordered link, so the stand-in
+is withdrawn only once the real ones are in place. Its session ending takes it with the rest.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from broker.routing.custody import Channel, Custody
+from broker.routing.messages import DEFAULT_TTL, Advertise, LinkDown, Message, Unadvertise
+from broker.routing.tables import Output, Tables
+
+__all__ = ["StandIns"]
+
+
+class StandIns:
+    def __init__(self, broker_id: str, tables: Tables, custody: Custody, counters: Counter[str]) -> None:
+        self.broker_id = broker_id
+        self.tables, self.custody, self.counters = tables, custody, counters
+        self.made: dict[tuple[str, str], str] = {}  # (neighbour, advertisement id) -> subscription id
+
+    def update(self, message: Message, hop: str, out: Output, peers_away: bool) -> Output:
+        """What the router's output ``out`` for ``message`` from ``hop`` changes: stand-ins for
+        the advertisements it holds for a neighbour away, an end to those taken or withdrawn."""
+        if not (peers_away or self.made or self.custody.taken_adverts):
+            return []  # the usual case, and the hot path: nobody away, nothing stood in for
+        more: Output = []
+        if isinstance(message, LinkDown) and (channel := self._away(hop)) is not None:
+            for adv_id in list(channel.adverts):  # sent, not yet taken: it may never have been
+                more += self._make(hop, adv_id)
+        for target, sent in out:
+            if isinstance(sent, Advertise) and self._away(target) is not None:
+                more += self._make(target, sent.id)
+            elif isinstance(sent, Unadvertise) and (target, sent.id) in self.made:
+                more += self._end(target, sent.id)
+        for target, adv_id in self.custody.advertisements_taken():
+            if (target, adv_id) in self.made:
+                more += self._end(target, adv_id)
+        for key in [key for key in self.made if key[0] not in self.custody.channels]:
+            del self.made[key]  # the neighbour's session ended: the tables withdrew its entries
+        return more
+
+    def _away(self, hop: str) -> Channel | None:
+        """The channel of a neighbour whose link is down, kept for its grace period."""
+        channel = self.custody.channels.get(hop)
+        if channel is None or channel.up or channel.client or hop not in self.tables.neighbors:
+            return None
+        return channel
+
+    def _make(self, hop: str, adv_id: str) -> Output:
+        entry = self.tables.srt.get(adv_id)
+        if (hop, adv_id) in self.made or entry is None:
+            return []
+        sub_id = self.made[(hop, adv_id)] = f"{self.broker_id}/stand-in:{hop}/{adv_id}"
+        self.counters["stand_ins.made"] += 1
+        return self.tables.subscribe(sub_id, entry.filter, hop, DEFAULT_TTL)
+
+    def _end(self, hop: str, adv_id: str) -> Output:
+        sub_id = self.made.pop((hop, adv_id))
+        entry = self.tables.prt.get(sub_id)
+        if entry is None or entry.hop != hop:
+            return []
+        self.counters["stand_ins.ended"] += 1
+        return self.tables.withdraw(sub_id)
+
+    def status(self) -> dict[str, int]:
+        return {"stand_ins": len(self.made)}
