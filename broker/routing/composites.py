@@ -108,7 +108,7 @@ class Composites:
 
     def advertised(self, advertisement: Filter) -> Output:
         """Place again the detections that had no source for an atom this advertisement overlaps,
-        unless one holds partial matches here: moving it would throw them away (a Trigger that
+        unless one may hold partial matches: moving it would throw them away (a Trigger that
         already passed would never be joined again). It stays, and its atoms' subscriptions
         are routed towards the new source like any other."""
         waiting = {
@@ -121,10 +121,7 @@ class Composites:
             detection = self.detections.get(detection_id)
             if detection is None or detection.placement is None or not detection.placement.pending:
                 continue
-            if detection.detector is not None and detection.detector.waiting:
-                self.kept_in_place += 1
-                continue
-            out += self._place(detection)
+            out += self._place(detection, moving=True)
         return out
 
     def link_down(self, hop: str) -> Output:
@@ -155,17 +152,22 @@ class Composites:
                 self.pending.remove(part)
                 del self.pending_atoms[part]
 
-    def _place(self, detection: Detection) -> Output:
-        """(Re)decide where the detection happens, and set it up there."""
+    def _place(self, detection: Detection, moving: bool = False) -> Output:
+        """(Re)decide where the detection happens, and set it up there. ``moving``: only a new
+        advertisement asks, so a detection that may hold partial matches stays where it is."""
         upstream = {r[0] for r in detection.requesters if not isinstance(r, PartId)} & self.tables.neighbors
         placement = place(detection.composite, self.tables.whence, upstream)
-        self._note_pending(detection, placement.pending)
         current = detection.placement
-        if current is not None and (current.forward, current.atoms, current.remote) == (
+        unchanged = current is not None and (current.forward, current.atoms, current.remote) == (
             placement.forward,
             placement.atoms,
             placement.remote,
-        ):
+        )
+        if moving and not unchanged and _may_hold_state(detection):
+            self.kept_in_place += 1
+            return []
+        self._note_pending(detection, placement.pending)
+        if unchanged:
             detection.placement = placement
             return []
         out = self._unplace(detection)
@@ -280,6 +282,13 @@ class Composites:
             to_client = hop in self.tables.clients
             out.append((hop, Notify(ref, publications) if to_client else Notify(ref, publications, bindings)))
         return out
+
+
+def _may_hold_state(detection: Detection) -> bool:
+    """Whether matches may wait in the detection: in its detector here, or in a part it sent to a
+    neighbour (which says nothing until the part fires, so any such part may hold some)."""
+    detector, placement = detection.detector, detection.placement
+    return detector is not None and (detector.waiting > 0 or bool(placement and placement.remote))
 
 
 def _key(composite: Composite, clear: Filter | None) -> tuple[str, str]:
