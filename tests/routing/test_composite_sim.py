@@ -9,9 +9,9 @@ import re
 import pytest
 
 from broker.language import parse_composite, parse_publication
-from broker.routing.messages import CompositeSubscribe
 from broker.matching import matches
 from broker.routing.detection import Detector
+from broker.routing.messages import CompositeSubscribe
 from broker.sim import Overlay
 from broker.sim.overlay import SimClient
 from tests.routing.test_detection import WORKFLOW
