@@ -13,7 +13,7 @@ from broker.language import Policy, parse_composite, parse_composite_subscriptio
 from broker.routing.messages import CompositeSubscribe
 from broker.sim import Overlay
 from broker.transport.codec import decode, encode
-from tests.routing.test_detection import Feeder
+from tests.routing.test_detection import WORKFLOW, Feeder, status
 
 # PADRES's TestComplexCS, composite AND
 STOCK = "{{[class,eq,stock],[number,>,120]}&{[class,eq,stock],[price,<,80]}}"
@@ -66,6 +66,17 @@ def test_each_policy_chooses_and_consumes_as_its_context_says(
     assert names(feed("[class,a],[n,1]") + feed("[class,a],[n,2]")) == []
     assert names(feed("[class,b],[n,1]")) == fired
     assert names(feed("[class,b],[n,2]")) == then
+
+
+def test_the_default_fires_a_workflow_job_once_per_generation_even_if_a_status_comes_twice() -> None:
+    """Why ``chronicle`` is the default: a status published again (a retried report) must not
+    start the job a second time; ``recent`` keeps the Trigger and would."""
+    fired: dict[Policy, int] = {}
+    for policy in (Policy.CHRONICLE, Policy.RECENT):
+        feed = feeder(WORKFLOW, policy)
+        feed("[class,Trigger],[applname,PAYROLL],[GID,'g1']")
+        fired[policy] = len(feed(status("g1")) + feed(status("g1")))
+    assert fired == {Policy.CHRONICLE: 1, Policy.RECENT: 2}
 
 
 def test_a_sequence_joins_only_what_came_before_under_every_policy() -> None:
