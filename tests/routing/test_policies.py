@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from broker.errors import ParseError
+from broker.errors import ParseError, RefusedError
 from broker.language import Policy, parse_composite, parse_composite_subscription
 from broker.routing.messages import CompositeSubscribe
 from broker.sim import Overlay
@@ -173,8 +173,10 @@ def test_a_crashed_broker_recovers_its_detections_with_their_policy() -> None:
     overlay.recover("B1")
     stock.publish("[class,stock],[price,70],[number,0]")
     assert sub.fired()[-1] == [FIRST, "[class,stock],[number,0],[price,70]"]
-    restored = pickle.loads(pickle.dumps(overlay.routers["B1"]))
+    restored = pickle.loads(pickle.dumps(overlay.routers["B1"]))  # a snapshot, as RouterLog takes it
     assert {d.policy for d in restored.composites.detections.values()} == {Policy.UNRESTRICTED}
+    logged = ("B2", 1.0, CompositeSubscribe("B2/1", parse_composite(STOCK), None, 5, Policy.RECENT))
+    assert pickle.loads(pickle.dumps(logged)) == logged  # an input, as RouterLog records it
 
 
 # the choice in words and on the wire ---------------------------------------------------------------
@@ -203,3 +205,11 @@ def test_a_cs_line_names_its_policy_by_a_leading_word() -> None:
         parse_composite_subscription(f"latest {AND}")
     with pytest.raises(ParseError, match="column 9"):
         parse_composite_subscription("recent {]")
+
+
+def test_a_request_sent_again_under_its_ref_with_another_policy_is_refused() -> None:
+    overlay = Overlay.line(1)
+    sub = overlay.add_client("sub", "B1")
+    sub.subscribe_composite(AND)  # ref "1"
+    with pytest.raises(RefusedError, match="already in use"):
+        sub._request(CompositeSubscribe("1", parse_composite(AND), policy=Policy.RECENT), "1")
