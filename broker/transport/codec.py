@@ -48,19 +48,8 @@ from typing import Any
 import msgpack
 
 from broker.errors import BadMessage, FrameTooLarge
-from broker.language import MAX_DEPTH
-from broker.language.model import (
-    And,
-    Atom,
-    Composite,
-    Filter,
-    Or,
-    Policy,
-    Predicate,
-    Publication,
-    Sequence,
-    Times,
-)
+from broker.language import MAX_DEPTH, Policy
+from broker.language.model import And, Atom, Composite, Filter, Or, Predicate, Publication, Sequence, Times
 from broker.language.values import TimeRef, Var
 from broker.routing.messages import (
     CARRIED,

@@ -11,6 +11,7 @@ import time
 
 from broker.client import BlockingClient
 from broker.language import parse_publication
+from broker.transport.uri import BrokerURI
 from tests.processes import WFM, brokers, quiet
 from tests.routing.test_composite_sim import CASES
 from tests.routing.test_detection import WORKFLOW
@@ -24,16 +25,21 @@ def renamed(text: str, case: int) -> str:
     return re.sub(r"\[class,(eq,)?([a-d])\]", lambda m: f"[class,{m.group(1) or ''}{m.group(2)}{case}]", text)
 
 
+def client_process(uri: BrokerURI, name: str) -> subprocess.Popen[str]:
+    """A ``wfm client`` reading command lines on stdin, its deliveries as JSON lines on stdout."""
+    return subprocess.Popen(
+        [WFM, "client", "--broker", str(uri), "--id", name, "-o", "json"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_composites_fire_over_real_brokers() -> None:
     workflow = WORKFLOW.replace("JOBSTATUS", "j").replace("Trigger", "t")
     with brokers(STAR, heartbeat=1.0) as uris:
-        subscriber = subprocess.Popen(
-            [WFM, "client", "--broker", str(uris["B5"]), "--id", "agent", "-o", "json"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        subscriber = client_process(uris["B5"], "agent")
         assert subscriber.stdin is not None
         for i, (composite, _, _) in enumerate(CASES):
             subscriber.stdin.write(f"cs {renamed(composite, i)}\n")
@@ -96,13 +102,7 @@ def test_padres_complex_cs_over_real_brokers_with_a_policy_named_on_the_cs_line(
     stock = "{{[class,eq,stock],[number,>,120]}&{[class,eq,stock],[price,<,80]}}"
     first, second = "[class,stock],[number,130],[price,60]", "[class,stock],[price,70]"
     with brokers({"B1": [], "B2": ["B1"]}) as uris:
-        subscriber = subprocess.Popen(
-            [WFM, "client", "--broker", str(uris["B2"]), "--id", "monitor", "-o", "json"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        subscriber = client_process(uris["B2"], "monitor")
         assert subscriber.stdin is not None and subscriber.stderr is not None
         subscriber.stdin.write(f"cs padres {stock}\ncs {stock}\n")
         subscriber.stdin.flush()
