@@ -1,6 +1,7 @@
 """The line commands ``wfm client`` reads on stdin, applied to a :class:`broker.client.Client`.
 
-One command a line: ``a``/``s``/``cs`` advertise, subscribe and composite-subscribe, ``p``
+One command a line: ``a``/``s``/``cs`` advertise, subscribe and composite-subscribe (``cs
+[POLICY] COMPOSITE``, the policy a word such as ``recent`` or ``padres``), ``p``
 publishes, ``ua``/``us`` withdraw by id, ``sleep`` waits while deliveries keep arriving. A line is
 applied at the broker before the next is read; what it says back is returned for the caller to show.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from broker.client import Client
-from broker.language import parse_composite, parse_filter, parse_publication
+from broker.language import parse_composite_subscription, parse_filter, parse_publication
 
 __all__ = ["apply_line"]
 
@@ -25,7 +26,8 @@ async def apply_line(session: Client, line: str) -> str | None:
     if command == "s":
         return f"sub {(await session.subscribe(parse_filter(rest), own_queue=False)).id}"
     if command == "cs":
-        return f"sub {(await session.subscribe_composite(parse_composite(rest), own_queue=False)).id}"
+        composite, policy = parse_composite_subscription(rest)
+        return f"sub {(await session.subscribe_composite(composite, own_queue=False, policy=policy)).id}"
     if command == "p":
         await session.publish(parse_publication(rest))
     elif command == "ua":

@@ -41,7 +41,15 @@ from broker.client.queues import DeliveryQueue, Seen, client_session
 from broker.client.receipts import Receipts
 from broker.client.reconnect import JITTER, Backoff, Brokers, ConnectionEvent, brokers, dial_any
 from broker.errors import BadMessage, ConnectError, LinkClosed, LocalError, NoAnswer, RefusedError
-from broker.language import Composite, Filter, Publication, parse_composite, parse_filter, parse_publication
+from broker.language import (
+    Composite,
+    Filter,
+    Policy,
+    Publication,
+    parse_composite,
+    parse_filter,
+    parse_publication,
+)
 from broker.routing import (
     Ack,
     Advertise,
@@ -471,14 +479,17 @@ class Client(_Stream):
         own_queue: bool = True,
         lossy: bool = False,
         name: str | None = None,
+        policy: Policy | str = Policy.CHRONICLE,
     ) -> Subscription:
         """A composite subscription; each firing is one Delivery with all its publications.
         ``clear`` (a filter that may use the composite's variables) drops waiting state under the
-        bindings of each publication it matches."""
+        bindings of each publication it matches; ``policy`` (or its name) says which waiting
+        publications a firing uses and consumes."""
         parsed = parse_composite(composite) if isinstance(composite, str) else composite
         condition = parse_filter(clear, allow_variables=True) if isinstance(clear, str) else clear
+        chosen = policy if isinstance(policy, Policy) else Policy.named(policy)
         return await self._subscribe(
-            lambda ref: CompositeSubscribe(ref, parsed, condition), own_queue, lossy, name
+            lambda ref: CompositeSubscribe(ref, parsed, condition, policy=chosen), own_queue, lossy, name
         )
 
     async def unsubscribe(self, sub_id: str) -> None:

@@ -15,12 +15,18 @@ from broker.language.model import (
     Composite,
     Filter,
     Or,
+    Policy,
     Predicate,
     Publication,
     Sequence,
     Times,
 )
-from broker.language.parser import parse_composite, parse_filter, parse_publication
+from broker.language.parser import (
+    parse_composite,
+    parse_composite_subscription,
+    parse_filter,
+    parse_publication,
+)
 from broker.language.values import TimeRef, Value, Var
 
 __all__ = [
@@ -31,6 +37,7 @@ __all__ = [
     "Filter",
     "Or",
     "ParseError",
+    "Policy",
     "Predicate",
     "Publication",
     "Sequence",
@@ -39,6 +46,7 @@ __all__ = [
     "Value",
     "Var",
     "parse_composite",
+    "parse_composite_subscription",
     "parse_filter",
     "parse_publication",
 ]

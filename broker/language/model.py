@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from types import MappingProxyType
 from typing import Union
 
@@ -42,6 +43,7 @@ __all__ = [
     "Composite",
     "Filter",
     "Or",
+    "Policy",
     "Predicate",
     "Publication",
     "Sequence",
@@ -385,3 +387,38 @@ def composite_variables(composite: Composite) -> dict[str, Var]:
             if seen.setdefault(name, var) != var:
                 raise ValueError(f"variable {var} is also used as {seen[name]}")
     return seen
+
+
+class Policy(Enum):
+    """Which waiting matches a completed ``&`` or ``;`` uses and consumes: Snoop's parameter
+    contexts (Chakravarthy et al., 1994) and PADRES's own. A subscription's choice, kept with it
+    wherever its parts are detected; docs/composites.md says what each keeps.
+
+    * ``chronicle``: the oldest agreeing match of each operand; all of them are consumed, so each
+      publication completes at most one firing (the default: a workflow fires once per job and
+      generation, and state is freed as it fires);
+    * ``recent``: the newest agreeing match of each operand; nothing is consumed, a new match
+      replaces the waiting one of its operand with the same bindings;
+    * ``continuous``: every combination of agreeing waiting matches fires; all are consumed;
+    * ``cumulative``: one firing with all the agreeing waiting matches; all are consumed;
+    * ``unrestricted`` (also ``padres``): every new combination fires and nothing is consumed,
+      as PADRES's Rete network does (TestComplexCS)."""
+
+    CHRONICLE = "chronicle"
+    RECENT = "recent"
+    CONTINUOUS = "continuous"
+    CUMULATIVE = "cumulative"
+    UNRESTRICTED = "unrestricted"
+
+    @classmethod
+    def named(cls, name: str) -> Policy:
+        """The policy of a name (case-insensitive); ValueError naming the choices otherwise."""
+        key = name.lower() if isinstance(name, str) else name
+        try:
+            return cls.UNRESTRICTED if key == "padres" else cls(key)
+        except ValueError:
+            choices = ", ".join(policy.value for policy in cls)
+            raise ValueError(f"unknown consumption policy {name!r} (one of {choices}, padres)") from None
+
+    def __str__(self) -> str:
+        return self.value

@@ -21,6 +21,7 @@ from broker.language.model import (
     Atom,
     Composite,
     Filter,
+    Policy,
     Predicate,
     Publication,
     Times,
@@ -29,7 +30,7 @@ from broker.language.model import (
 from broker.language.operators import ALL_OPERATORS, TIME_ATTRIBUTE, TIME_OPERATORS
 from broker.language.values import NAME_RE, TimeRef, Value, Var, normalize_number, parse_decimal
 
-__all__ = ["parse_composite", "parse_filter", "parse_publication"]
+__all__ = ["parse_composite", "parse_composite_subscription", "parse_filter", "parse_publication"]
 
 T = TypeVar("T")
 
@@ -62,6 +63,28 @@ def parse_filter(text: str, allow_variables: bool = False) -> Filter:
 def parse_composite(text: str) -> Composite:
     """``{{[class,eq,a],[x,eq,$S$X]}&{[class,eq,b],[x,eq,$S$X]}}`` -> composite tree."""
     return _remembered(text, "composite", True)
+
+
+def parse_composite_subscription(text: str) -> tuple[Composite, Policy]:
+    """``[POLICY] COMPOSITE``, as a ``cs`` line names it: ``recent {{[class,eq,a]}&{[class,eq,b]}}``.
+    The policy is a word of its own before the composite (it belongs to the subscription, not to
+    any node of it); without one, ``chronicle``."""
+    if not isinstance(text, str):
+        raise ParseError(f"expected a message text, not {type(text).__name__}", 1, "")
+    word = _POLICY_WORD.match(text)
+    if word is None or word.group(1) == "Times":
+        return parse_composite(text), Policy.CHRONICLE
+    try:
+        policy = Policy.named(word.group(1))
+    except ValueError as error:
+        raise ParseError(str(error), word.start(1) + 1, text) from None
+    try:
+        return parse_composite(text[word.end() :]), policy
+    except ParseError as error:  # its column in the whole line
+        raise ParseError(error.reason, error.column + word.end(), text) from None
+
+
+_POLICY_WORD = re.compile(r"\s*([A-Za-z_]\w*)")
 
 
 def _remembered(text: str, start: str, allow_variables: bool) -> Any:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.errors import ParseError
-from broker.language.model import Atom, Composite, Filter, Publication, composite_variables
+from broker.language.model import Atom, Composite, Filter, Policy, Publication, composite_variables
 from broker.language.values import Var
 from broker.routing.detection import Bindings, Detector
 from broker.routing.filter_index import FilterIndex
@@ -45,6 +45,7 @@ class Detection:
     composite: Composite
     clear: Filter | None
     ttl: int
+    policy: Policy
     requesters: set[Requester]
     placement: Placement | None = None
     detector: Detector | None = None
@@ -58,7 +59,7 @@ class Composites:
         self.broker_id = broker_id
         self.tables = tables
         self.detections: dict[LocalId, Detection] = {}
-        self.shared: dict[tuple[str, str], Detection] = {}  # (composite, clear) texts -> detection
+        self.shared: dict[tuple[str, str, Policy], Detection] = {}  # see _key
         self.requests: dict[Requester, Detection] = {}  # what each requester asked for
         self.parts: dict[str, tuple[Detection, int]] = {}  # subscription of an atom -> (detection, leaf)
         self.clears: dict[str, tuple[str, set[Detection]]] = {}  # clear text -> (subscription, users)
@@ -77,6 +78,7 @@ class Composites:
             "composite_waiting": sum(d.waiting for d in detectors),
             "composite_kept_in_place": self.kept_in_place,
             "composite_dropped": sum(d.dropped for d in detectors),
+            "composite_truncated": sum(d.truncated for d in detectors),
         }
 
     # requests -----------------------------------------------------------------------------------
@@ -84,13 +86,18 @@ class Composites:
     def asked(self, requester: Requester) -> bool:
         return requester in self.requests
 
-    def request(self, requester: Requester, composite: Composite, clear: Filter | None, ttl: int) -> Output:
+    def request(
+        self, requester: Requester, composite: Composite, clear: Filter | None, ttl: int, policy: Policy
+    ) -> Output:
         """``requester`` asks for the firings of ``composite``: share an equal detection or start one."""
-        detection = self.shared.get(_key(composite, clear))
+        key = _key(composite, clear, policy)
+        detection = self.shared.get(key)
         new = detection is None
         if detection is None:
-            detection = Detection(LocalId(self.broker_id, next(self._numbers)), composite, clear, ttl, set())
-            self.detections[detection.id] = self.shared[_key(composite, clear)] = detection
+            detection = Detection(
+                LocalId(self.broker_id, next(self._numbers)), composite, clear, ttl, policy, set()
+            )
+            self.detections[detection.id] = self.shared[key] = detection
         detection.requesters.add(requester)
         self.requests[requester] = detection
         return self._place(detection) if new else []
@@ -102,13 +109,14 @@ class Composites:
         detection.requesters.discard(requester)
         if detection.requesters:
             return []
-        del self.detections[detection.id], self.shared[_key(detection.composite, detection.clear)]
+        key = _key(detection.composite, detection.clear, detection.policy)
+        del self.detections[detection.id], self.shared[key]
         self._note_pending(detection, False)
         return self._unplace(detection)
 
     def advertised(self, advertisement: Filter) -> Output:
         """Place again the detections that had no source for an atom this advertisement overlaps,
-        unless one holds partial matches here: moving it would throw them away (a Trigger that
+        unless one may hold partial matches: moving it would throw them away (a Trigger that
         already passed would never be joined again). It stays, and its atoms' subscriptions
         are routed towards the new source like any other."""
         waiting = {
@@ -121,10 +129,7 @@ class Composites:
             detection = self.detections.get(detection_id)
             if detection is None or detection.placement is None or not detection.placement.pending:
                 continue
-            if detection.detector is not None and detection.detector.waiting:
-                self.kept_in_place += 1
-                continue
-            out += self._place(detection)
+            out += self._place(detection, moving=True)
         return out
 
     def link_down(self, hop: str) -> Output:
@@ -155,28 +160,38 @@ class Composites:
                 self.pending.remove(part)
                 del self.pending_atoms[part]
 
-    def _place(self, detection: Detection) -> Output:
-        """(Re)decide where the detection happens, and set it up there."""
+    def _place(self, detection: Detection, moving: bool = False) -> Output:
+        """(Re)decide where the detection happens, and set it up there. ``moving``: only a new
+        advertisement asks, so a detection that may hold partial matches stays where it is."""
         upstream = {r[0] for r in detection.requesters if not isinstance(r, PartId)} & self.tables.neighbors
         placement = place(detection.composite, self.tables.whence, upstream)
-        self._note_pending(detection, placement.pending)
         current = detection.placement
-        if current is not None and (current.forward, current.atoms, current.remote) == (
+        unchanged = current is not None and (current.forward, current.atoms, current.remote) == (
             placement.forward,
             placement.atoms,
             placement.remote,
-        ):
+        )
+        if moving and not unchanged and _may_hold_state(detection):
+            self.kept_in_place += 1
+            return []
+        self._note_pending(detection, placement.pending)
+        if unchanged:
             detection.placement = placement
             return []
         out = self._unplace(detection)
         detection.placement = placement
         if placement.forward is not None:
             message = CompositeSubscribe(
-                str(detection.id), detection.composite, detection.clear, max(detection.ttl - 1, 0)
+                str(detection.id),
+                detection.composite,
+                detection.clear,
+                max(detection.ttl - 1, 0),
+                detection.policy,
             )
             return [*out, (placement.forward, message)]
         max_waiting, max_age = self.detector_limits
-        detector = Detector(detection.composite, max_waiting, max_age, [path for path, _ in placement.remote])
+        remote = [path for path, _ in placement.remote]
+        detector = Detector(detection.composite, max_waiting, max_age, remote, detection.policy)
         detection.detector = detector
         subscriptions: list[str] = []
         for leaf, path in enumerate(detector.paths):
@@ -187,7 +202,8 @@ class Composites:
                 self.parts[subscriptions[-1]] = (detection, leaf)
                 out += self.tables.subscribe(subscriptions[-1], node.filter, DETECTOR, detection.ttl)
             else:
-                out += self.request(part, node, _clear_for(node, detection.clear), detection.ttl)
+                clear = _clear_for(node, detection.clear)
+                out += self.request(part, node, clear, detection.ttl, detection.policy)
         detection.subscriptions = tuple(subscriptions)
         if detection.clear is not None and detector.holds_state:
             out += self._watch_clear(detection, detection.clear)
@@ -282,9 +298,17 @@ class Composites:
         return out
 
 
-def _key(composite: Composite, clear: Filter | None) -> tuple[str, str]:
-    """Equal requests share a detection: the texts of the composite and of its clear condition."""
-    return str(composite), "" if clear is None else str(clear)
+def _may_hold_state(detection: Detection) -> bool:
+    """Whether matches may wait in the detection: in its detector here, or in a part it sent to a
+    neighbour (which says nothing until the part fires, so any such part may hold some)."""
+    detector, placement = detection.detector, detection.placement
+    return detector is not None and (detector.waiting > 0 or bool(placement and placement.remote))
+
+
+def _key(composite: Composite, clear: Filter | None, policy: Policy) -> tuple[str, str, Policy]:
+    """Equal requests share a detection: the texts of the composite and of its clear condition,
+    and the policy (one join state cannot consume for one requester and keep for another)."""
+    return str(composite), "" if clear is None else str(clear), policy
 
 
 def _clear_for(part: Composite, clear: Filter | None) -> Filter | None:

@@ -19,11 +19,15 @@ Semantics (INTERFACE.md section 1, issue 5):
 * ``;`` is ``&`` in order of arrival: each operand's match arrived after the previous one's;
 * ``Times(S, N, ATTR, STEP)`` completes with N matches of S whose ATTR grows by STEP each time.
 
-A completed combination fires once and its constituents are consumed (oldest waiting match first).
-Waiting state is kept per match, is bounded (``max_waiting`` matches, oldest dropped first, and
-``max_age`` seconds), and ``clear(bindings)`` drops everything waiting under those bindings: the
-workflow layer clears a generation when its ``APPL_END`` arrives, so memory does not grow with
-the number of finished generations.
+Which waiting matches a completion uses, and whether it consumes them, is the subscription's
+``Policy`` (Snoop's parameter contexts and PADRES's, see ``broker.language.model.Policy``); by
+default (``chronicle``) a combination fires once and its constituents are consumed, oldest
+waiting match first. ``Times`` consumes its run under every policy. Waiting state is kept per
+match, is bounded under every policy (``max_waiting`` matches, oldest dropped first, and
+``max_age`` seconds; the policies that fire every combination fire at most ``max_waiting`` per
+arrival), and ``clear(bindings)`` drops everything waiting under those bindings: the workflow
+layer clears a generation when its ``APPL_END`` arrives, so memory does not grow with the number
+of finished generations.
 """
 
 from __future__ import annotations
@@ -32,13 +36,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import count
 
-from broker.language.model import Atom, Composite, Or, Publication, Sequence, Times
+from broker.language.model import Atom, Composite, Or, Policy, Publication, Sequence, Times
 from broker.language.values import Value, Var
 
 __all__ = ["Bindings", "Detector", "Match", "Path", "operands"]
 
 Bindings = tuple[tuple[str, Value], ...]  # sorted by variable name
 Path = tuple[int, ...]
+
+# Waiting matches one arrival may test in looking for its completions: a search among thousands of
+# waiting matches whose variables agree pairwise but never all at once stops here, not a broker.
+SEARCH_LIMIT = 100_000
 
 
 def operands(node: Composite) -> tuple[Composite, ...]:
@@ -109,7 +117,8 @@ class _OrNode(_Node):
 
 
 class _AndNode(_Node):
-    """Also ``;`` when ``ordered``: operand i's match must have arrived after operand i-1's."""
+    """Also ``;`` when ``ordered``: operand i's match must have arrived after operand i-1's. The
+    detector's policy says which waiting matches a completion uses and which it consumes."""
 
     def __init__(self, detector: Detector, size: int, ordered: bool) -> None:
         super().__init__(detector)
@@ -121,50 +130,106 @@ class _AndNode(_Node):
 
     def offer(self, child: int, match: Match) -> list[Match]:
         last = len(self.stores) - 1
-        if self.ordered and child != last:
-            self.detector._store(self.stores[child], match)
-            return []
-        found = self._complete(child, match)
-        if found is None:
-            if not self.ordered:  # an unmatched last step of a sequence can never complete later
-                self.detector._store(self.stores[child], match)
-            return []
-        chosen, bindings = found
-        for i, used in enumerate(chosen):
-            if i != child:
-                self.stores[i].remove(used)
-                self.detector._waiting -= 1
+        policy = self.detector.policy
+        completions = self._complete(child, match) if not self.ordered or child == last else []
+        keeps = policy in (Policy.RECENT, Policy.UNRESTRICTED)
+        if (keeps or not completions) and (not self.ordered or child != last):
+            self._keep(child, match)  # a last step of a sequence can never complete later
+        if not keeps:
+            used = {id(m): (i, m) for groups, _ in completions for i, g in enumerate(groups) for m in g}
+            for i, used_match in used.values():
+                if i != child:
+                    self.stores[i].remove(used_match)
+                    self.detector._waiting -= 1
         return [
             Match(
                 bindings,
-                tuple(p for part in chosen for p in part.publications),
-                min(part.first for part in chosen),
-                max(part.last for part in chosen),
+                tuple(p for group in groups for m in group for p in m.publications),
+                min(m.first for group in groups for m in group),
+                max(m.last for group in groups for m in group),
                 match.at,
             )
+            for groups, bindings in completions
         ]
 
-    def _complete(self, child: int, match: Match) -> tuple[list[Match], Bindings] | None:
-        """One waiting match per other operand, all agreeing, oldest first; or None."""
-        chosen: list[Match | None] = [None] * len(self.stores)
-        chosen[child] = match
+    def _keep(self, child: int, match: Match) -> None:
+        store = self.stores[child]
+        if self.detector.policy is Policy.RECENT:  # the newest match per bindings replaces the rest
+            stale = [m for m in store if m.bindings == match.bindings]
+            for m in stale:
+                store.remove(m)
+            self.detector._waiting -= len(stale)
+        self.detector._store(store, match)
+
+    def _order(self, child: int) -> list[int]:
+        """The other operands, in the order a completion picks them: backwards from ``child`` in a
+        sequence (each must precede the one after it), all but ``child`` otherwise."""
         if self.ordered:
-            order: list[int] = list(range(child - 1, -1, -1))
-        else:
-            order = [i for i in range(len(self.stores)) if i != child]
-        bindings = match.bindings
-        for i in order:
-            later = chosen[i + 1] if self.ordered else None
-            for candidate in self.stores[i]:
-                if later is not None and candidate.last >= later.first:
-                    continue
-                merged = _merge(bindings, candidate.bindings)
-                if merged is not None:
-                    chosen[i], bindings = candidate, merged
+            return list(range(child - 1, -1, -1))
+        return [i for i in range(len(self.stores)) if i != child]
+
+    def _complete(self, child: int, match: Match) -> list[tuple[list[list[Match]], Bindings]]:
+        """The completions ``match`` makes with waiting matches: per operand the matches used
+        (one each, or under ``cumulative`` all that agree), and the bindings of all of them."""
+        policy = self.detector.policy
+        if policy is Policy.CUMULATIVE:
+            gathered = self._gather(child, match)
+            return [] if gathered is None else [gathered]
+        limit = 1 if policy in (Policy.CHRONICLE, Policy.RECENT) else self.detector.max_waiting
+        order = self._order(child)
+        candidates = [self.stores[i][::-1] if policy is Policy.RECENT else self.stores[i] for i in order]
+        chosen: list[Match] = [match] * len(self.stores)  # overwritten for every operand but child
+        bindings = [match.bindings]  # bindings[d]: those of the operands chosen before depth d
+        positions = [0] * (len(order) + 1)
+        found: list[tuple[list[list[Match]], Bindings]] = []
+        tests, depth = 0, 0
+        while depth >= 0:  # a depth-first search without recursion: an & may have many operands
+            if depth == len(order):
+                found.append(([[m] for m in chosen], bindings[depth]))
+                if len(found) == limit:
                     break
-            else:
+                depth -= 1
+                continue
+            i, step = order[depth], None
+            while positions[depth] < len(candidates[depth]) and step is None:
+                candidate = candidates[depth][positions[depth]]
+                positions[depth] += 1
+                tests += 1
+                if self.ordered and candidate.last >= chosen[i + 1].first:
+                    continue
+                step = _merge(bindings[depth], candidate.bindings)
+                if step is not None:
+                    chosen[i] = candidate
+            if tests > SEARCH_LIMIT:
+                self.detector.truncated += 1
+                break
+            if step is None:
+                depth -= 1
+                continue
+            del bindings[depth + 1 :]
+            bindings.append(step)
+            depth += 1
+            positions[depth] = 0
+        if len(found) == limit and limit > 1:
+            self.detector.truncated += 1  # perhaps more: counted, so a cap that bites is visible
+        return found
+
+    def _gather(self, child: int, match: Match) -> tuple[list[list[Match]], Bindings] | None:
+        """``cumulative``: every waiting match that agrees, operand by operand; None if one has
+        none. In a sequence each step's matches precede the latest of the next step's."""
+        groups: list[list[Match]] = [[] for _ in self.stores]
+        groups[child] = [match]
+        bindings = match.bindings
+        for i in self._order(child):
+            bound = max(m.first for m in groups[i + 1]) if self.ordered else None
+            for candidate in self.stores[i]:
+                merged = _merge(bindings, candidate.bindings)
+                if merged is not None and (bound is None or candidate.last < bound):
+                    groups[i].append(candidate)
+                    bindings = merged
+            if not groups[i]:
                 return None
-        return [m for m in chosen if m is not None], bindings
+        return groups, bindings
 
 
 class _TimesNode(_Node):
@@ -217,14 +282,17 @@ class Detector:
         max_waiting: int = 10_000,
         max_age: float | None = None,
         remote: Iterable[Path] = (),
+        policy: Policy = Policy.CHRONICLE,
     ) -> None:
         self.composite = composite
         self.max_waiting = max_waiting
         self.max_age = max_age
+        self.policy = policy
         self.leaves: list[_LeafNode] = []
         self.paths: list[Path] = []  # of each leaf
         self.nodes: list[_Node] = []
         self.dropped = 0
+        self.truncated = 0  # arrivals whose completions were cut at the cap or the search limit
         self._waiting = 0
         self._arrivals = count()
         self._remote = frozenset(remote)

@@ -16,6 +16,7 @@ from broker.language.model import (
     Composite,
     Filter,
     Or,
+    Policy,
     Publication,
     Sequence,
     Times,
@@ -111,18 +112,23 @@ class Subscribe:
 class CompositeSubscribe:
     """A composite subscription. ``clear``, if given, names the publication that ends a binding:
     when one matches it, the waiting state under its variables' values is dropped (the workflow
-    layer passes the generation's APPL_END). Withdrawn with ``Unsubscribe`` like any other."""
+    layer passes the generation's APPL_END). ``policy`` says which waiting matches a firing uses
+    and consumes; it travels with every part sent on. Withdrawn with ``Unsubscribe`` like any
+    other."""
 
     id: str
     composite: Composite
     clear: Filter | None = None
     ttl: int = DEFAULT_TTL
+    policy: Policy = Policy.CHRONICLE
 
     def __post_init__(self) -> None:
         _text(self.id, "subscription id")
         _ttl(self.ttl)
         if not isinstance(self.composite, Atom | And | Or | Sequence | Times):
             raise ValueError("a composite subscription needs a composite")
+        if not isinstance(self.policy, Policy):
+            raise ValueError("a composite subscription's policy must be a Policy")
         variables = composite_variables(self.composite)
         if self.clear is not None:
             if not isinstance(self.clear, Filter):

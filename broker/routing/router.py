@@ -191,7 +191,7 @@ class Router:
             else:
                 clear = None if message.clear is None else fix_time(message.clear, now)
                 composite = fix_composite_time(message.composite, now)
-                out += self.composites.request((hop, entry_id), composite, clear, DEFAULT_TTL)
+                out += self.composites.request((hop, entry_id), composite, clear, DEFAULT_TTL, message.policy)
         except Exception:
             self.sessions.undo(hop, entry_id)  # a request that failed half-way leaves nothing
             raise
@@ -258,7 +258,9 @@ class Router:
     def _asked(self, message: CompositeSubscribe, hop: str, now: float) -> Output:
         if self.composites.asked((hop, message.id)):
             return self._drop("duplicate")
-        return self.composites.request((hop, message.id), message.composite, message.clear, message.ttl)
+        return self.composites.request(
+            (hop, message.id), message.composite, message.clear, message.ttl, message.policy
+        )
 
     def _notified(self, message: Notify, hop: str, now: float) -> Output:
         out = self.composites.notified(message, hop, now)

@@ -35,7 +35,7 @@ def request_key(message: Advertise | Subscribe | CompositeSubscribe) -> RequestK
     """What makes a re-sent request the same one: everything but its ref. A client re-sends its
     live requests after a reconnection with their refs; one that matches is acknowledged again."""
     if isinstance(message, CompositeSubscribe):
-        return (CompositeSubscribe, message.composite, message.clear)
+        return (CompositeSubscribe, message.composite, message.clear, message.policy)
     return (type(message), message.filter)
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.errors import RefusedError
-from broker.language import parse_composite, parse_filter, parse_publication
+from broker.language import Policy, parse_composite, parse_filter, parse_publication
 from broker.language.model import Composite, Filter, Publication
 from broker.routing import (
     Ack,
@@ -83,11 +83,13 @@ class SimClient:
         ref = self._ref()
         return self._request(Subscribe(ref, _filter(subscription)), ref)
 
-    def subscribe_composite(self, composite: str | Composite, clear: str | Filter | None = None) -> str:
+    def subscribe_composite(
+        self, composite: str | Composite, clear: str | Filter | None = None, policy: str = "chronicle"
+    ) -> str:
         ref = self._ref()
         parsed = parse_composite(composite) if isinstance(composite, str) else composite
         condition = parse_filter(clear, allow_variables=True) if isinstance(clear, str) else clear
-        return self._request(CompositeSubscribe(ref, parsed, condition), ref)
+        return self._request(CompositeSubscribe(ref, parsed, condition, policy=Policy.named(policy)), ref)
 
     def fired(self) -> list[list[str]]:
         """Each composite notification so far as the canonical texts of its publications; then

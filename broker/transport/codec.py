@@ -8,7 +8,7 @@ message               tag             fields
 Advertise             ``adv``         id, filter, ttl
 Unadvertise           ``unadv``       id
 Subscribe             ``sub``         id, filter, ttl
-CompositeSubscribe    ``csub``        id, composite, clear filter or nil, ttl
+CompositeSubscribe    ``csub``        id, composite, clear filter or nil, ttl[, policy unless chronicle]
 Unsubscribe           ``unsub``       id
 Publish               ``pub``         id, publication, ttl, ack, time or nil
 Deliver               ``deliver``     [subscription ids], publication, id, time
@@ -48,7 +48,7 @@ from typing import Any
 import msgpack
 
 from broker.errors import BadMessage, FrameTooLarge
-from broker.language import MAX_DEPTH
+from broker.language import MAX_DEPTH, Policy
 from broker.language.model import And, Atom, Composite, Filter, Or, Predicate, Publication, Sequence, Times
 from broker.language.values import TimeRef, Var
 from broker.routing.messages import (
@@ -174,6 +174,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
         _composite(m.composite),
         None if m.clear is None else _filter(m.clear),
         m.ttl,
+        *([] if m.policy is Policy.CHRONICLE else [m.policy.value]),
     ],
     Notify: lambda m: [
         "notify",
@@ -355,7 +356,7 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
         "CompositeSubscribe",
         5,
         lambda a: CompositeSubscribe(
-            a[1], _to_composite(a[2]), None if a[3] is None else _to_filter(a[3]), a[4]
+            a[1], _to_composite(a[2]), None if a[3] is None else _to_filter(a[3]), a[4], *map(Policy, a[5:])
         ),
     ),
     "notify": (
@@ -377,10 +378,15 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "status": ("StatusReply", 3, lambda a: StatusReply(a[1], _check_status(a[2]))),
     "carry": ("Carry", 3, lambda a: Carry(a[1], _carried(a[2]))),
     "took": ("Took", 2, lambda a: Took(a[1])),
-    "hello": ("Hello", 7, lambda a: Hello(*a[1:])),  # 4 without custody: see decode
+    "hello": ("Hello", 7, lambda a: Hello(*a[1:])),  # 4 without custody: see _OTHER_LENGTH
     "ping": ("Ping", 1, lambda a: Ping()),
     "pong": ("Pong", 1, lambda a: Pong()),
 }
+
+
+# The other length a message's array may have: a Hello without custody, a CompositeSubscribe with
+# a policy (the default one is left out, so such a frame reads as it did before policies).
+_OTHER_LENGTH = {"hello": 4, "csub": 6}
 
 
 def _carried(array: object) -> Any:
@@ -390,7 +396,7 @@ def _carried(array: object) -> Any:
             "a carried message must be an advertisement, subscription, publication or notification"
         )
     name, length, build = _DECODERS[array[0]]
-    if len(array) != length:
+    if len(array) != length and len(array) != _OTHER_LENGTH.get(array[0]):
         raise ValueError(f"the carried {name} has {len(array) - 1} fields, not {length - 1}")
     return build(array)
 
@@ -416,7 +422,7 @@ def decode(payload: bytes | bytearray | memoryview) -> WireMessage:
     if entry is None:
         raise BadMessage(f"unknown message type {_describe(ValueError(repr(array[0])))}")
     name, length, build = entry
-    if len(array) != length and not (name == "Hello" and len(array) == 4):
+    if len(array) != length and len(array) != _OTHER_LENGTH.get(array[0]):
         raise BadMessage(f"bad {name}: expected {length - 1} fields, got {len(array) - 1}")
     try:
         return build(array)

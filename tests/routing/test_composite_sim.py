@@ -11,6 +11,7 @@ import pytest
 from broker.language import parse_composite, parse_publication
 from broker.matching import matches
 from broker.routing.detection import Detector
+from broker.routing.messages import CompositeSubscribe
 from broker.sim import Overlay
 from broker.sim.overlay import SimClient
 from tests.routing.test_detection import WORKFLOW
@@ -409,3 +410,46 @@ def test_a_detection_holding_partial_matches_is_not_moved_to_a_new_source() -> N
     status.publish("[class,S],[g,g1]")
     assert sub.fired() == [["[class,S],[g,g1]", "[class,T],[g,g1]"]]
     assert overlay.routers["B3"].composites.kept_in_place == 1
+
+
+def test_a_part_detected_at_a_neighbour_is_not_moved_away_from_its_partial_matches() -> None:
+    """Issue 14's stall: B3 detects the root and has sent the a&b part towards its sources (B1);
+    an ``a`` waits there. Then ``c`` is advertised at B1 too, so the whole composite could go
+    there: moving it would withdraw the part and its waiting ``a`` with it. It stays, and ``c``
+    is routed to it."""
+    overlay = Overlay.line(3)
+    pa, pb, pc = (overlay.add_client(name, "B1") for name in ("pa", "pb", "pc"))
+    pa.advertise("[class,eq,a]")
+    pb.advertise("[class,eq,b]")
+    sub = overlay.add_client("sub", "B3")
+    sub.subscribe_composite("{{{[class,eq,a]}&{[class,eq,b]}};{[class,eq,c]}}")
+    assert detected_at(overlay) == {"B1": 1, "B3": 1}
+    pa.publish("[class,a]")
+    pc.advertise("[class,eq,c]")
+    pb.publish("[class,b]")
+    pc.publish("[class,c]")
+    assert sub.fired() == [["[class,a]", "[class,b]", "[class,c]"]]
+    assert overlay.routers["B3"].composites.kept_in_place == 1
+
+
+def test_a_composite_subscription_sent_again_keeps_its_join_state() -> None:
+    """The deployer resends envelopes, a client resends its requests after a reconnection and a
+    neighbour's may arrive twice: none of it starts the detection afresh (an ``a`` waits at B1)."""
+    overlay = Overlay.line(3)
+    pa, pb = overlay.add_client("pa", "B1"), overlay.add_client("pb", "B1")
+    pa.advertise("[class,eq,a]")
+    pb.advertise("[class,eq,b]")
+    sub = overlay.add_client("sub", "B3")
+    text = "{{[class,eq,a]}&{[class,eq,b]}}"
+    sub.subscribe_composite(text)
+    pa.publish("[class,a]")
+    sub._request(CompositeSubscribe("1", parse_composite(text)), "1")  # the same ref: answered again
+    other = sub.subscribe_composite(text)  # the same composite again under another ref: shared
+    composites = overlay.routers["B1"].composites
+    (hop, ref), detection = next(iter(composites.requests.items()))
+    overlay._send(hop, "B1", CompositeSubscribe(ref, detection.composite))
+    overlay.run()
+    pb.publish("[class,b]")
+    assert sub.fired() == [["[class,a]", "[class,b]"]] * 2  # one firing, for each of its two ids
+    sub.unsubscribe(other)
+    assert composites.status()["composite_waiting"] == 0

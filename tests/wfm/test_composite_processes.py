@@ -11,6 +11,7 @@ import time
 
 from broker.client import BlockingClient
 from broker.language import parse_publication
+from broker.transport.uri import BrokerURI
 from tests.processes import WFM, brokers, quiet
 from tests.routing.test_composite_sim import CASES
 from tests.routing.test_detection import WORKFLOW
@@ -24,16 +25,21 @@ def renamed(text: str, case: int) -> str:
     return re.sub(r"\[class,(eq,)?([a-d])\]", lambda m: f"[class,{m.group(1) or ''}{m.group(2)}{case}]", text)
 
 
+def client_process(uri: BrokerURI, name: str) -> subprocess.Popen[str]:
+    """A ``wfm client`` reading command lines on stdin, its deliveries as JSON lines on stdout."""
+    return subprocess.Popen(
+        [WFM, "client", "--broker", str(uri), "--id", name, "-o", "json"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_composites_fire_over_real_brokers() -> None:
     workflow = WORKFLOW.replace("JOBSTATUS", "j").replace("Trigger", "t")
     with brokers(STAR, heartbeat=1.0) as uris:
-        subscriber = subprocess.Popen(
-            [WFM, "client", "--broker", str(uris["B5"]), "--id", "agent", "-o", "json"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        subscriber = client_process(uris["B5"], "agent")
         assert subscriber.stdin is not None
         for i, (composite, _, _) in enumerate(CASES):
             subscriber.stdin.write(f"cs {renamed(composite, i)}\n")
@@ -87,3 +93,34 @@ def test_composites_fire_over_real_brokers() -> None:
 
     assert [canonical(fired[sub_id]) for sub_id in ids] == [canonical(firings) for firings in expected]
     assert subscriber.returncode == 0, err
+
+
+def test_padres_complex_cs_over_real_brokers_with_a_policy_named_on_the_cs_line() -> None:
+    """PADRES's TestComplexCS: the publisher's broker detects (its sources are there), the
+    subscriber asks from the other. Named ``padres``, the second publication fires again with the
+    stored first; the plain ``cs`` (chronicle) consumed it and fires once."""
+    stock = "{{[class,eq,stock],[number,>,120]}&{[class,eq,stock],[price,<,80]}}"
+    first, second = "[class,stock],[number,130],[price,60]", "[class,stock],[price,70]"
+    with brokers({"B1": [], "B2": ["B1"]}) as uris:
+        subscriber = client_process(uris["B2"], "monitor")
+        assert subscriber.stdin is not None and subscriber.stderr is not None
+        subscriber.stdin.write(f"cs padres {stock}\ncs {stock}\n")
+        subscriber.stdin.flush()
+        padres, chronicle = (subscriber.stderr.readline().split()[-1] for _ in range(2))
+        with BlockingClient(uris["B1"], "exchange") as publisher:
+            publisher.advertise("[class,eq,stock],[number,isPresent,0],[price,isPresent,0]")
+            publisher.advertise("[class,eq,stock],[price,isPresent,0]")
+            quiet(uris)
+            status = BlockingClient(uris["B1"], "look")
+            assert status.status()["composite_detected"] == 2  # both at B1, each as asked
+            status.close()
+            for text in (first, second):
+                publisher.publish(text)
+                time.sleep(0.1)
+        out, err = subscriber.communicate("sleep 1\n", timeout=30)
+    assert err == "" and subscriber.returncode == 0
+    fired: dict[str, list[list[str]]] = {padres: [], chronicle: []}
+    for line in out.splitlines():
+        record = json.loads(line)
+        fired[record["subscription"]].append([p["publication"] for p in record["publications"]])
+    assert fired == {padres: [[first, first], [first, second]], chronicle: [[first, first]]}

@@ -204,7 +204,9 @@ def client(broker_uri: Brokers, client_id: str | None, linger: float, output: st
     \b
     a  FILTER        advertise            (prints "adv ID" on stderr)
     s  FILTER        subscribe            (prints "sub ID" on stderr)
-    cs COMPOSITE     composite subscribe  (prints "sub ID" on stderr)
+    cs [POLICY] COMPOSITE  composite subscribe (prints "sub ID" on stderr); POLICY:
+                     chronicle (default), recent, continuous, cumulative,
+                     unrestricted or padres
     p  PUBLICATION   publish
     ua ID            unadvertise
     us ID            unsubscribe
