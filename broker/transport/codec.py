@@ -15,7 +15,7 @@ Deliver               ``deliver``     [subscription ids], publication, id, time
 Notify                ``notify``      subscription id, [publications], [[name, value], ...]
 Ack                   ``ack``         ref, id
 Refuse                ``refuse``      ref, reason
-StatusRequest         ``statreq``     ref
+StatusRequest         ``statreq``     ref[, detail]: true for the tables too
 StatusReply           ``status``      ref, {str: msgpack-native value}
 Bye                   ``bye``         (none): a client leaves for good
 Carry                 ``carry``       seq, the carried message's array (one of the above)
@@ -186,7 +186,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     Deliver: lambda m: ["deliver", m.subscriptions, _publication(m.publication), m.id, m.time],
     Ack: lambda m: ["ack", m.ref, m.id],
     Refuse: lambda m: ["refuse", m.ref, m.reason],
-    StatusRequest: lambda m: ["statreq", m.ref],
+    StatusRequest: lambda m: ["statreq", m.ref, *([True] if m.detail else [])],
     Bye: lambda m: ["bye"],
     StatusReply: lambda m: ["status", m.ref, _check_status(m.status)],
     Carry: lambda m: ["carry", m.seq, _ENCODERS[type(m.message)](m.message)],
@@ -372,7 +372,7 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "deliver": ("Deliver", 5, _to_deliver),
     "ack": ("Ack", 3, lambda a: Ack(a[1], a[2])),
     "refuse": ("Refuse", 3, lambda a: Refuse(a[1], a[2])),
-    "statreq": ("StatusRequest", 2, lambda a: StatusRequest(a[1])),
+    "statreq": ("StatusRequest", 3, lambda a: StatusRequest(*a[1:])),  # 2 without detail: see decode
     "bye": ("Bye", 1, lambda a: Bye()),
     "status": ("StatusReply", 3, lambda a: StatusReply(a[1], _check_status(a[2]))),
     "carry": ("Carry", 3, lambda a: Carry(a[1], _carried(a[2]))),
@@ -403,6 +403,9 @@ def _describe(error: BaseException) -> str:
 _CARRIED_TAGS = {tag for tag, (name, _, _) in _DECODERS.items() if name in {t.__name__ for t in CARRIED}}
 
 
+_SHORTER = {"Hello": 4, "StatusRequest": 2}  # messages whose last fields are optional: the length without
+
+
 def decode(payload: bytes | bytearray | memoryview) -> WireMessage:
     """The message in one frame's payload (no length prefix); anything invalid is BadMessage."""
     try:
@@ -416,7 +419,7 @@ def decode(payload: bytes | bytearray | memoryview) -> WireMessage:
     if entry is None:
         raise BadMessage(f"unknown message type {_describe(ValueError(repr(array[0])))}")
     name, length, build = entry
-    if len(array) != length and not (name == "Hello" and len(array) == 4):
+    if len(array) != length and not (name in _SHORTER and len(array) == _SHORTER[name]):
         raise BadMessage(f"bad {name}: expected {length - 1} fields, got {len(array) - 1}")
     try:
         return build(array)
