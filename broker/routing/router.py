@@ -336,6 +336,7 @@ class Router:
             out += self.composites.detect(part, publication, now)
         for target in sorted(by_hop):
             if target in self.tables.clients:
+                self.counters["delivered"] += 1  # to a client here: what a dashboard shows beside in.Publish
                 out.append((target, Deliver(tuple(sorted(by_hop[target])), publication, pub_id, accepted)))
             elif target != hop:
                 out.append((target, Publish(pub_id, publication, ttl - 1, time=accepted)))

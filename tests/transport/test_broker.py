@@ -56,6 +56,7 @@ def test_three_brokers_end_to_end() -> None:
         assert got == [i % 100 for i in range(200) if i % 100 < 50]
         status = await sub.status()
         assert status["id"] == "B3" and status["neighbors"] == ["B2"] and status["subscriptions"] == 1
+        assert status["counters"]["delivered"] == 101  # type: ignore[index]
         await pub.close()
         await sub.close()
         await stop(b1, b2, b3)
