@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -10,6 +13,7 @@ import click
 from broker.client.reconnect import BrokerList
 from broker.transport.tls import Identity
 from wfm.cli.options import broker_uri_option
+from wfm.cli.serving import serve
 
 DEFAULT_PORT = 7180
 
@@ -35,17 +39,39 @@ def web(broker_uri: BrokerList, store: Path | None, workflow_dir: Path | None, p
 
     listener = _listen(host, port)
     tls: Identity | None = broker_uri.tls
-    app = create_app(Dashboard(broker_uri, tls, workflow_dir, store))
+    dashboard = Dashboard(broker_uri, tls, workflow_dir, store)
     bound = listener.getsockname()[1]
     click.echo(f"wfm: dashboard on http://{host}:{bound}/", err=True)
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1, lifespan="on")
-    uvicorn.Server(config).run(sockets=[listener])
+    config = uvicorn.Config(
+        create_app(dashboard), log_level="warning", timeout_graceful_shutdown=2, lifespan="on"
+    )
+
+    class Server(uvicorn.Server):
+        """SIGINT and SIGTERM are ours (``serve``): uvicorn's own handlers would raise the signal
+        again once stopped, and the command would not exit 0 like the other long-lived ones."""
+
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    server = Server(config)
+
+    class Serving:
+        async def run(self) -> None:
+            await server.serve(sockets=[listener])
+
+        def stop(self) -> None:
+            server.should_exit = True
+            dashboard.close_streams()  # open event streams would hold the shutdown up
+
+    serve(Serving())
 
 
 def _listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound here so a port in use is one line, not a uvicorn traceback."""
     try:
-        listener = socket.create_server((host, port))
+        return socket.create_server((host, port))
     except OSError as error:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
-    return listener
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {os.strerror(error.errno) if error.errno else error}"
+        ) from None

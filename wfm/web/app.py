@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 OVERLAY_EVERY = 2.0  # seconds between two walks of the overlay
 RECONNECT_AFTER = 1.0  # seconds before the runs subscription is tried again
+CLOSE = ""  # the event that ends a stream
 KEEPALIVE = 15.0  # seconds between two comments on an idle event stream (proxies close silent ones)
 
 
@@ -66,6 +67,10 @@ class Dashboard:
         """Tell every open page that ``what`` (runs, overlay) changed."""
         for queue in self.listeners:
             queue.put_nowait(what)
+
+    def close_streams(self) -> None:
+        """End every event stream (the server is stopping: it waits for open responses to end)."""
+        self.changed(CLOSE)
 
     def definitions(self) -> list[dict[str, Any]]:
         return workflows(self.workflow_dir)
@@ -108,6 +113,7 @@ def create_app(dashboard: Dashboard, background: bool = True) -> Starlette:
         finally:
             for task in tasks:
                 task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await dashboard.watcher.close()
             if dashboard.history is not None:
                 dashboard.history.close()
@@ -199,6 +205,8 @@ def create_app(dashboard: Dashboard, background: bool = True) -> Starlette:
                     except TimeoutError:
                         yield ": keepalive\n\n"
                         continue
+                    if what == CLOSE:
+                        return
                     yield f"event: {what}\ndata: {json.dumps(what)}\n\n"
             finally:
                 dashboard.listeners.discard(queue)

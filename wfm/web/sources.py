@@ -117,7 +117,7 @@ class OverlayWatcher:
         try:
             return await asyncio.wait_for(client.status(detail), STATUS_TIMEOUT)
         except BaseException:
-            del self.clients[uri]
+            self.clients.pop(uri, None)
             with contextlib.suppress(Exception):
                 await client.close()
             raise
@@ -130,10 +130,10 @@ class OverlayWatcher:
         raise Refused(f"broker {broker_id} is not reached by the dashboard")
 
     async def close(self) -> None:
-        for client in self.clients.values():
+        clients, self.clients = list(self.clients.values()), {}
+        for client in clients:
             with contextlib.suppress(Exception):
                 await client.close()
-        self.clients.clear()
 
 
 def overlay_view(statuses: dict[str, dict[str, Any]], errors: dict[str, str]) -> dict[str, Any]:
