@@ -209,12 +209,15 @@ def serve(
     deploy_timeout: float = 60.0,
     link_timeout: float = 15.0,
     spark_port: int | None = None,
+    web_port: int | None = None,
 ) -> None:
     """Start everything, deploy ``workflows`` (name, file), then wait until ``stop`` is set and
     stop everything. With ``spark_port``, a Spark Connect server on it keeps Spark warm for the
     history store and the historian (it starts in the background: a JVM takes seconds; without
-    Java it exits and wfm up warns and goes on). UpError if another child exits on its own, the
-    brokers do not link or a deploy fails (everything started is stopped first)."""
+    Java it exits and wfm up warns and goes on). With ``web_port``, the dashboard (``wfm web``) on
+    it, as the deployer (optional too: a port in use costs the dashboard, not the rest). UpError
+    if another child exits on its own, the brokers do not link or a deploy fails (everything
+    started is stopped first)."""
     processes = Processes(home / "logs", say)
     certs = ensure(home / "certs", identities(agents)).absolute()
     watcher = Identity(certs, WATCHER)
@@ -240,6 +243,11 @@ def serve(
             history += ("--spark-master", f"sc://{HOST}:{spark_port}")
         historian = ("historian", "--broker", str(uris[0]), *history, *_as(certs, HISTORIAN))
         processes.start(Child("historian", (*WFM, *historian)))
+        if web_port is not None:
+            watched = ",".join(str(uri) for uri in uris)
+            shown = ("--workflows", str(workflows[0][1].parent)) if workflows else ()
+            web = ("web", "--broker", watched, *history[:2], *shown, "--port", str(web_port))
+            processes.start(Child("web", (*WFM, *web, *_as(certs, DEPLOYER)), optional=True))
         for child in agent_children(agents, uris, home / "agents", certs):
             processes.start(child)
         for name, file in workflows:
@@ -252,6 +260,8 @@ def serve(
         say(f"history  {home / 'history'} (wfm history FILTER --broker {uris[0]})")
         if spark_port is not None:
             say(f"spark    sc://{HOST}:{spark_port} (kept warm for wfm history/report --store)")
+        if web_port is not None:
+            say(f"web      http://{HOST}:{web_port}/ (the dashboard)")
         say(f"tls      every link, certificates in {certs} (wfm certs list)")
         say(f"export WFM_TLS={shlex.quote(str(certs))}")
         say(f"export WFM_IDENTITY={DEPLOYER}")

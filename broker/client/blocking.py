@@ -68,8 +68,8 @@ class BlockingClient:
     def publish(self, publication: Publication | str) -> str:
         return self._run(self.client.publish(publication))
 
-    def status(self) -> dict[str, object]:
-        return self._run(self.client.status())
+    def status(self, detail: bool = False) -> dict[str, object]:
+        return self._run(self.client.status(detail))
 
     def stats(self) -> dict[str, int]:
         return self.client.stats()

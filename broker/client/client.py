@@ -586,9 +586,10 @@ class Client(_Stream):
                 message, future = self._storing.popleft()
                 self._send(message.id, message, None if future is None or future.done() else future)
 
-    async def status(self) -> dict[str, object]:
+    async def status(self, detail: bool = False) -> dict[str, object]:
+        """The broker's status; with ``detail``, its routing tables too (see ``Router.status``)."""
         ref = str(next(self._refs))
-        reply = await self._request(StatusRequest(ref), ref)
+        reply = await self._request(StatusRequest(ref, detail), ref)
         assert isinstance(reply, dict)
         return reply
 

@@ -251,10 +251,16 @@ class Refuse:
 
 @dataclass(frozen=True, slots=True)
 class StatusRequest:
+    """``detail``: the reply also lists the routing tables and composite detections (bounded),
+    for a dashboard that draws them; without it a status stays small enough to poll."""
+
     ref: str
+    detail: bool = False
 
     def __post_init__(self) -> None:
         _text(self.ref, "request ref")
+        if not isinstance(self.detail, bool):
+            raise ValueError("a status request's detail is true or false")
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,7 @@ __all__ = ["Output", "Router"]
 log = logging.getLogger(__name__)
 
 SEEN_PUBLICATIONS = 65536  # ids remembered to drop a publication that comes round a cycle
+DETAIL_LIMIT = 300  # entries per table in a detailed status: the reply must fit in one frame
 
 
 class Router:
@@ -131,7 +132,9 @@ class Router:
         self.sessions.grace = fresh.sessions.grace
         self.composites.detector_limits = fresh.composites.detector_limits  # for detectors placed from now
 
-    def status(self) -> dict[str, Any]:
+    def status(self, detail: bool = False) -> dict[str, Any]:
+        """Counts and counters; with ``detail``, also the first DETAIL_LIMIT entries of the SRT,
+        the PRT and the composite detections, each as ``{"entries": [...], "total": N}``."""
         return {
             "id": self.id,
             "neighbors": sorted(self.tables.neighbors - self.sessions.away.keys()),  # linked now
@@ -145,6 +148,36 @@ class Router:
             **self.sessions.status(),
             **self.stand_ins.status(),
             "counters": dict(sorted(self.counters.items())),
+            **(self._tables() if detail else {}),
+        }
+
+    def _tables(self) -> dict[str, Any]:
+        def bounded(entries: list[dict[str, Any]], total: int) -> dict[str, Any]:
+            return {"entries": entries, "total": total}
+
+        def table(entries: dict[str, Any]) -> dict[str, Any]:
+            first = list(entries.items())[:DETAIL_LIMIT]
+            return bounded(
+                [{"id": i, "filter": str(e.filter), "hop": str(e.hop)} for i, e in first], len(entries)
+            )
+
+        detections = list(self.composites.detections.values())[:DETAIL_LIMIT]
+        return {
+            "srt": table(self.tables.srt),
+            "prt": table(self.tables.prt),
+            "composites": bounded(
+                [
+                    {
+                        "id": str(d.id),
+                        "composite": str(d.composite),
+                        "detected_here": d.detector is not None,
+                        "waiting": d.detector.waiting if d.detector is not None else 0,
+                        "requesters": len(d.requesters),
+                    }
+                    for d in detections
+                ],
+                len(self.composites.detections),
+            ),
         }
 
     # links --------------------------------------------------------------------------------------
@@ -159,7 +192,7 @@ class Router:
     # from a client ------------------------------------------------------------------------------
 
     def _status(self, message: StatusRequest, hop: str, now: float) -> Output:
-        return [(hop, StatusReply(message.ref, self.status()))]
+        return [(hop, StatusReply(message.ref, self.status(message.detail)))]
 
     def _client_withdraws(self, message: Unadvertise | Unsubscribe, hop: str, now: float) -> Output:
         if isinstance(message, Unadvertise):
@@ -312,6 +345,7 @@ class Router:
             out += self.composites.detect(part, publication, now)
         for target in sorted(by_hop):
             if target in self.tables.clients:
+                self.counters["delivered"] += 1  # to a client here: what a dashboard shows beside in.Publish
                 out.append((target, Deliver(tuple(sorted(by_hop[target])), publication, pub_id, accepted)))
             elif target != hop:
                 out.append((target, Publish(pub_id, publication, ttl - 1, time=accepted)))

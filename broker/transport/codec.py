@@ -15,7 +15,7 @@ Deliver               ``deliver``     [subscription ids], publication, id, time
 Notify                ``notify``      subscription id, [publications], [[name, value], ...]
 Ack                   ``ack``         ref, id
 Refuse                ``refuse``      ref, reason
-StatusRequest         ``statreq``     ref
+StatusRequest         ``statreq``     ref[, detail]: true for the tables too
 StatusReply           ``status``      ref, {str: msgpack-native value}
 Bye                   ``bye``         (none): a client leaves for good
 Carry                 ``carry``       seq, the carried message's array (one of the above)
@@ -187,7 +187,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     Deliver: lambda m: ["deliver", m.subscriptions, _publication(m.publication), m.id, m.time],
     Ack: lambda m: ["ack", m.ref, m.id],
     Refuse: lambda m: ["refuse", m.ref, m.reason],
-    StatusRequest: lambda m: ["statreq", m.ref],
+    StatusRequest: lambda m: ["statreq", m.ref, *([True] if m.detail else [])],
     Bye: lambda m: ["bye"],
     StatusReply: lambda m: ["status", m.ref, _check_status(m.status)],
     Carry: lambda m: ["carry", m.seq, _ENCODERS[type(m.message)](m.message)],
@@ -373,7 +373,7 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "deliver": ("Deliver", 5, _to_deliver),
     "ack": ("Ack", 3, lambda a: Ack(a[1], a[2])),
     "refuse": ("Refuse", 3, lambda a: Refuse(a[1], a[2])),
-    "statreq": ("StatusRequest", 2, lambda a: StatusRequest(a[1])),
+    "statreq": ("StatusRequest", 3, lambda a: StatusRequest(*a[1:])),  # 2 without detail: see _OTHER_LENGTH
     "bye": ("Bye", 1, lambda a: Bye()),
     "status": ("StatusReply", 3, lambda a: StatusReply(a[1], _check_status(a[2]))),
     "carry": ("Carry", 3, lambda a: Carry(a[1], _carried(a[2]))),
@@ -385,8 +385,9 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
 
 
 # The other length a message's array may have: a Hello without custody, a CompositeSubscribe with
-# a policy (the default one is left out, so such a frame reads as it did before policies).
-_OTHER_LENGTH = {"hello": 4, "csub": 6}
+# a policy (the default one is left out, so such a frame reads as it did before policies), a
+# StatusRequest without detail.
+_OTHER_LENGTH = {"hello": 4, "csub": 6, "statreq": 2}
 
 
 def _carried(array: object) -> Any:

@@ -224,9 +224,13 @@ class RouterService:
             self.counters["task_errors"] += 1
             self.log.error("%s failed: %r", task.get_coro(), error, exc_info=error)
 
-    def status(self) -> dict[str, object]:
-        status = self.router.status()
+    def status(self, reported: dict[str, Any] | None = None) -> dict[str, object]:
+        """The router's status (``reported``: one it answered already) with what only the process
+        knows: its URI, the URIs of the neighbours it dials (so a dashboard can walk the overlay
+        from one broker to the next) and the link counters."""
+        status = self.router.status() if reported is None else dict(reported)
         status["uri"] = str(self.uri)
+        status["neighbor_uris"] = {neighbor.id: str(neighbor) for neighbor in self.neighbors}
         status["counters"] = {**status["counters"], **{f"link.{k}": v for k, v in self.counters.items()}}
         return status
 
@@ -261,7 +265,7 @@ class RouterService:
                 if channel is not None:
                     self._taken[target] = (channel.name, out.seq)  # in the log: a hello may say so
             if isinstance(out, StatusReply):
-                out = StatusReply(out.ref, self.status())
+                out = StatusReply(out.ref, self.status(out.status))
             link = self.links.get(target)
             if isinstance(out, Carry) and link is not links.get(target):
                 self.counters["unsent.relinked"] += 1

@@ -54,7 +54,7 @@ def workflow_dir(tmp_path: Path) -> Path:
 
 
 def test_up_reports_an_agent_that_dies_and_stops_the_rest(tmp_path: Path) -> None:
-    port = free_ports(4)  # Spark Connect on P+3
+    port = free_ports(5)  # Spark Connect on P+3, the dashboard on P+4
     state = workflow_dir(tmp_path) / ".wfm" / "agents"
     state.mkdir(parents=True)
     (state / "agentA").touch()  # a file where agentA's state directory must go: it cannot start
@@ -83,7 +83,7 @@ def start_up(directory: Path, port: int) -> tuple[subprocess.Popen[str], queue.Q
 
 
 def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
-    port = free_ports(4)  # Spark Connect on P+3
+    port = free_ports(5)  # Spark Connect on P+3, the dashboard on P+4
     up, lines = start_up(workflow_dir(tmp_path), port)
     try:
         seen = []
@@ -99,6 +99,7 @@ def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert sorted(status(middle, watcher(certs))["neighbors"]) == ["B1", "B3"]  # type: ignore[call-overload]
         assert f"socket://127.0.0.1:{port}/B1" in seen[0] and "PAYROLL" in seen[-1]
         assert any(line.startswith(f"spark    sc://127.0.0.1:{port + 3} ") for line in seen), seen
+        assert f"web      http://127.0.0.1:{port + 4}/ (the dashboard)\n" in seen
     finally:
         up.send_signal(signal.SIGTERM)
         _, err = up.communicate(timeout=30)

@@ -56,9 +56,35 @@ def test_three_brokers_end_to_end() -> None:
         assert got == [i % 100 for i in range(200) if i % 100 < 50]
         status = await sub.status()
         assert status["id"] == "B3" and status["neighbors"] == ["B2"] and status["subscriptions"] == 1
+        assert status["counters"]["delivered"] == 101  # type: ignore[index]
         await pub.close()
         await sub.close()
         await stop(b1, b2, b3)
+
+    run(scenario())
+
+
+def test_a_detailed_status_lists_the_tables_and_the_dialled_neighbours() -> None:
+    """What the dashboard draws: B2 dials B1, so B2 knows B1's URI; the tables come only on request."""
+
+    async def scenario() -> None:
+        b1, b2 = await line(2)
+        pub = await Client.connect(b1.uri, "pub")
+        await pub.advertise(ADV)
+        await pub.subscribe_composite("{{[class,eq,stock],[price,<,5]}&{[class,eq,stock],[price,>,95]}}")
+        await until(lambda: len(b2.router.tables.srt) == 1, what="advertisement at B2")
+        async with await Client.connect(b2.uri, "dash") as dash:
+            brief, detailed = await dash.status(), await dash.status(detail=True)
+        assert brief["neighbor_uris"] == {"B1": str(b1.uri)} and "srt" not in brief
+        assert detailed["srt"] == {"entries": [{"id": "B1/pub/1", "filter": ADV, "hop": "B1"}], "total": 1}
+        async with await Client.connect(b1.uri, "dash") as dash:
+            at_b1 = await dash.status(detail=True)
+        assert at_b1["neighbor_uris"] == {}  # B1 dials no one
+        assert at_b1["prt"]["total"] == len(at_b1["prt"]["entries"]) == 2  # the composite's two atoms
+        (composite,) = at_b1["composites"]["entries"]
+        assert composite["detected_here"] is True and at_b1["composites"]["total"] == 1
+        await pub.close()
+        await stop(b1, b2)
 
     run(scenario())
 

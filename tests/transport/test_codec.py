@@ -98,6 +98,7 @@ EXAMPLES = [
     Refuse("", "bad frame: not msgpack"),
     Refuse("r2", "attribute 'x' appears more than once"),
     StatusRequest("q1"),
+    StatusRequest("q2", detail=True),
     Bye(),
     StatusReply(
         "q1",

@@ -42,6 +42,7 @@ COMMANDS = {
     "spark-connect": "spark",
     "puppet": "puppet",
     "certs": "certs",
+    "web": "web",
 }
 
 

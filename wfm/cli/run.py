@@ -183,10 +183,10 @@ def _json_line(event: StatusEvent | None) -> None:
 )
 @click.option(
     "--port",
-    type=click.IntRange(1024, 65532),
+    type=click.IntRange(1024, 65531),
     default=7100,
     show_default=True,
-    help="Brokers listen on PORT, PORT+1, PORT+2; Spark Connect on PORT+3.",
+    help="Brokers listen on PORT, PORT+1, PORT+2; Spark Connect on PORT+3; the dashboard on PORT+4.",
 )
 @click.option(
     "--spark-connect/--no-spark-connect",
@@ -205,5 +205,12 @@ def up(directory: Path, port: int, spark_connect: bool) -> None:
     spark_port = port + 3 if spark_connect else None
     with stop_event() as stop:
         serve(
-            named, agent_names(workflows), directory / ".wfm", port, click.echo, stop, spark_port=spark_port
+            named,
+            agent_names(workflows),
+            directory / ".wfm",
+            port,
+            click.echo,
+            stop,
+            spark_port=spark_port,
+            web_port=port + 4,
         )

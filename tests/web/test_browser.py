@@ -1,0 +1,95 @@
+"""The dashboard in a real browser: Debian's Chromium, headless, driven by Playwright (pointed at the
+system browser: nothing is downloaded). ``make test`` installs Chromium where it can (apt-get as
+root or with sudo); without it these tests skip, saying so, and the rest of the suite runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.monitor.test_up import free_ports, workflow_dir
+from tests.processes import WFM
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    if CHROMIUM is None:
+        pytest.skip(
+            "no chromium on PATH: `make test` installs it (apt-get install chromium, as root or with sudo)"
+        )
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is not installed: pip install -e '.[test]'"
+    )
+    with sync_api.sync_playwright() as playwright:
+        # as root, Chromium refuses its sandbox; the page is our own
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[str]:
+    """``wfm up`` (no Spark) in a copy of the PAYROLL workflow; the dashboard's URL."""
+    port = free_ports(5)
+    process = subprocess.Popen(
+        [WFM, "up", "--dir", str(workflow_dir(tmp_path)), "--port", str(port), "--no-spark-connect"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = None
+    try:
+        for line in process.stdout or ():
+            if line.startswith("web "):
+                url = line.split()[1]
+            if line.startswith("try:"):
+                break
+        assert url is not None, (
+            f"wfm up printed no dashboard URL: {process.stderr.read() if process.stderr else ''}"
+        )
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+        assert "Traceback" not in err
+        web_log = tmp_path / ".wfm" / "logs" / "web.log"
+        assert "Traceback" not in web_log.read_text(), web_log.read_text()
+
+
+def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
+    browser: object, up: str, tmp_path: Path
+) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+    page.set_default_timeout(30_000)
+    page.goto(up + "runs")
+    page.wait_for_selector("#live.on")  # the event stream is open: the page will redraw by itself
+    page.select_option("#trigger-workflow", "PAYROLL")
+    page.click("#trigger")
+    page.wait_for_selector("#trigger-result.ok")
+    gid = page.inner_text("#trigger-result").split()[-1]
+    run = f'section.generation[data-gid="{gid}"]'
+    page.wait_for_selector(f'{run}[data-outcome="SUCCESS"]')
+    dag = f"{run} svg.dag"
+    assert page.get_attribute(f'{dag} [data-job="JobA"]', "data-state") == "SUCCESS"
+    assert page.get_attribute(f'{dag} [data-job="JobD"]', "data-state") == "SUCCESS"
+    page.screenshot(path=str(tmp_path / "runs.png"), full_page=True)
+
+    page.goto(up + "overlay")
+    page.wait_for_selector("svg.overlay")
+    assert page.locator("svg.overlay [data-broker]").count() == 3
+    assert page.locator("svg.overlay line.link").count() == 2
+    page.click('svg.overlay [data-broker="B2"]')
+    page.wait_for_selector('[data-detail="B2"]')
+    assert "Subscriptions (PRT)" in page.inner_text("#detail")
+    page.screenshot(path=str(tmp_path / "overlay.png"), full_page=True)
+    assert os.path.getsize(tmp_path / "runs.png") > 0

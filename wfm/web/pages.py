@@ -1,0 +1,297 @@
+"""The dashboard's HTML: pure functions from the data of ``sources.py`` and the monitor's model to
+text. Every value shown is escaped; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from html import escape
+from typing import Any
+
+from wfm.monitor import Generation, Monitor
+from wfm.triggers import check_workflow, parse_date
+from wfm.web.svg import Bar, Edge, Node, Series, dag_svg, gantt_svg, graph_svg, line_chart_svg
+from workflow_messages import APPL_END, APPL_START
+
+__all__ = [
+    "PAGES",
+    "HistoryQuery",
+    "broker_detail",
+    "generations",
+    "history",
+    "overlay",
+    "problem",
+    "runs",
+    "shell",
+    "workflows",
+]
+
+PAGES = ("overlay", "workflows", "runs", "history")
+EVENTS = {"overlay": "overlay", "runs": "runs"}  # page -> the event that redraws it
+RUNS_SHOWN = 20  # newest generations on the Runs page
+PERIODS = ("day", "week")  # as wfm report --by (wfm.history.report loads Spark: not imported here)
+VIRTUAL = (APPL_START, APPL_END)
+
+
+def shell(name: str, definitions: Sequence[Mapping[str, Any]]) -> str:
+    """A whole page: navigation, the page's controls, and the fragment the script fills in."""
+    nav = "".join(
+        f'<a href="/{p}" class="{"active" if p == name else ""}">{p.capitalize()}</a>' for p in PAGES
+    )
+    controls = ""
+    if name == "runs":
+        names = [d["name"] for d in definitions if "name" in d]
+        options = "".join(f'<option value="{_a(n)}">{escape(n)}</option>' for n in names)
+        controls = (
+            '<form id="trigger-form" class="controls"><label>Workflow '
+            f'<select name="workflow" id="trigger-workflow">{options}</select></label>'
+            ' <button type="submit" id="trigger">Trigger</button> <span id="trigger-result"></span></form>'
+        )
+    elif name == "history":
+        today = date.today()
+        controls = (
+            '<form id="history-form" class="controls">'
+            f'<label>From <input type="date" name="since" value="{today - timedelta(days=30)}"></label> '
+            f'<label>To <input type="date" name="until" value="{today}"></label> '
+            '<label>By <select name="by"><option>day</option><option>week</option></select></label> '
+            '<label>Workflow <input name="workflow" placeholder="all"></label> '
+            '<button type="submit">Show</button></form>'
+        )
+    detail = '<div id="detail"></div>' if name == "overlay" else ""
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>wfm {escape(name)}</title>"
+        '<link rel="stylesheet" href="/static/dashboard.css"></head><body>'
+        f'<header><span class="brand">wfm</span><nav>{nav}</nav><span id="live"></span></header>'
+        f"<main>{controls}"
+        f'<div id="content" data-fragment="/fragment/{_a(name)}" data-events="{_a(EVENTS.get(name, ""))}">'
+        f"loading ...</div>{detail}</main>"
+        '<script src="/static/dashboard.js"></script></body></html>'
+    )
+
+
+def problem(message: str) -> str:
+    return f'<p class="problem">{escape(message)}</p>'
+
+
+# overlay ----------------------------------------------------------------------------------------
+
+COUNTS = ("clients", "subscriptions", "advertisements", "composites", "covering")
+COUNTERS = ("publications", "deliveries", "drops", "refusals")
+
+
+def overlay(view: Mapping[str, Any]) -> str:
+    """The graph of brokers and links, and a table of each broker's counts and counters."""
+    brokers = view.get("brokers", [])
+    if not brokers:
+        return problem(view.get("error", "no broker answered yet ..."))
+    graph = graph_svg(
+        [(b["id"], "reached" if b["reached"] else "unreached") for b in brokers],
+        [(a, b) for a, b in view.get("links", [])],
+    )
+    head = "".join(f"<th>{h}</th>" for h in ("broker", "uri", *COUNTS, *COUNTERS))
+    rows = []
+    for b in brokers:
+        if not b["reached"]:
+            rows.append(
+                f'<tr data-broker-row="{_a(b["id"])}"><td>{escape(b["id"])}</td>'
+                f'<td colspan="{1 + len(COUNTS) + len(COUNTERS)}" class="problem">'
+                f"{escape(b['error'])}</td></tr>"
+            )
+            continue
+        cells = "".join(f"<td>{escape(str(b[k]))}</td>" for k in (*COUNTS, *COUNTERS))
+        rows.append(
+            f'<tr data-broker-row="{_a(b["id"])}"><td><a href="#" data-broker="{_a(b["id"])}">'
+            f"{escape(b['id'])}</a></td><td>{escape(b['uri'])}</td>{cells}</tr>"
+        )
+    return (
+        f"<p>{len(brokers)} brokers, {len(view.get('links', []))} links; click a broker for its tables.</p>"
+        f'{graph}<table class="grid"><tr>{head}</tr>{"".join(rows)}</table>'
+    )
+
+
+def broker_detail(status: Mapping[str, Any]) -> str:
+    """One broker's SRT, PRT and composite detections (as many as the broker sent, and the total)."""
+    sections = [
+        f'<h2 data-detail="{_a(str(status.get("id", "")))}">Broker {escape(str(status.get("id", "")))}</h2>'
+    ]
+    for key, title, columns in (
+        ("srt", "Advertisements (SRT)", ("id", "filter", "hop")),
+        ("prt", "Subscriptions (PRT)", ("id", "filter", "hop")),
+        ("composites", "Composite detections", ("id", "composite", "detected_here", "waiting", "requesters")),
+    ):
+        table = status.get(key) or {"entries": [], "total": 0}
+        entries = table["entries"]
+        shown = (
+            f"{len(entries)} of {table['total']}" if len(entries) < table["total"] else str(table["total"])
+        )
+        head = "".join(f"<th>{c}</th>" for c in columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{escape(str(e.get(c, '')))}</td>" for c in columns) + "</tr>"
+            for e in entries
+        )
+        sections.append(f'<h3>{title}: {shown}</h3><table class="grid {key}"><tr>{head}</tr>{body}</table>')
+    return "".join(sections)
+
+
+# workflows --------------------------------------------------------------------------------------
+
+
+def workflows(definitions: Sequence[Mapping[str, Any]]) -> str:
+    """Each workflow: name, version, agents, its DAG (job, agent and schedule in each box)."""
+    if not definitions:
+        return problem("no workflow definitions (start wfm web with --workflows DIR)")
+    parts = []
+    for d in definitions:
+        if "error" in d:
+            parts.append(f"<section><h2>{escape(d['file'])}</h2>{problem(d['error'])}</section>")
+            continue
+        parts.append(
+            f'<section class="workflow" data-workflow="{_a(d["name"])}"><h2>{escape(d["name"])}</h2>'
+            f"<p>version {escape(d['version'])} · file {escape(d['file'])}"
+            f" · agents {escape(', '.join(d['agents']))}"
+            f" (coordinator {escape(d['coordinator'])})</p>{_dag(d)}</section>"
+        )
+    return "".join(parts)
+
+
+def _dag(definition: Mapping[str, Any], states: Mapping[str, str] | None = None) -> str:
+    nodes = [Node(j["job"], f"{j['agent']} · {j['schedule']}") for j in definition["jobs"]]
+    edges = [Edge(after, j["job"], on) for j in definition["jobs"] for after, on in j["after"]]
+    known = {n.name for n in nodes}
+    nodes += [Node(job) for job in (states or {}) if job not in known]  # statuses of jobs not defined here
+    return dag_svg(nodes, edges, states)
+
+
+# runs -------------------------------------------------------------------------------------------
+
+
+def generations(monitor: Monitor) -> list[dict[str, Any]]:
+    """The newest generations first, as JSON-ready data."""
+    return [
+        {
+            "workflow": g.workflow,
+            "gid": g.gid,
+            "date": g.date,
+            "outcome": _outcome(g),
+            "jobs": {
+                job: {"status": s.status, "started": s.started, "duration": s.duration, "detail": s.detail}
+                for job, s in g.jobs.items()
+            },
+        }
+        for g in _newest(monitor)
+    ]
+
+
+def runs(monitor: Monitor, definitions: Sequence[Mapping[str, Any]], error: str | None) -> str:
+    """Each generation seen (newest first): its outcome, its DAG coloured by job state, its timeline."""
+    parts = [problem(error)] if error else []
+    shown = _newest(monitor)
+    if not shown:
+        parts.append("<p>No generation seen since the dashboard started: trigger one.</p>")
+    by_name = {d["name"]: d for d in definitions if "name" in d}
+    for g in shown:
+        states = {job: s.status for job, s in g.jobs.items() if job not in VIRTUAL}
+        definition = by_name.get(g.workflow, {"jobs": []})
+        defined = [j["job"] for j in definition["jobs"]]
+        order = defined + [job for job in states if job not in defined]
+        bars = [
+            Bar(job, g.jobs[job].status, g.jobs[job].started, g.jobs[job].duration)
+            if job in g.jobs
+            else Bar(job, "waiting")
+            for job in order
+        ]
+        outcome = _outcome(g)
+        detail = f" ({g.end.detail})" if g.end is not None and g.end.detail else ""
+        parts.append(
+            f'<section class="generation" data-workflow="{_a(g.workflow)}" data-gid="{_a(g.gid)}"'
+            f' data-outcome="{_a(outcome)}"><h2>{escape(g.workflow)} <code>{escape(g.gid)}</code>'
+            f' {escape(g.date or "")} <span class="outcome state-{_a(outcome)}">{escape(outcome)}</span>'
+            f"{escape(detail)}</h2>"
+            f'<div class="pictures">{_dag(definition, states)}{gantt_svg(bars)}</div></section>'
+        )
+    return "".join(parts)
+
+
+def _newest(monitor: Monitor) -> list[Generation]:
+    return list(reversed(monitor.generations.values()))[:RUNS_SHOWN]
+
+
+def _outcome(generation: Generation) -> str:
+    return "running" if generation.end is None else generation.end.status
+
+
+# history ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryQuery:
+    """The History page's form: a date range, a period, and one workflow or all."""
+
+    since: date
+    until: date
+    by: str = "day"
+    workflow: str | None = None
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str], today: date) -> HistoryQuery:
+        """ValueError (shown on the page) naming the field that is wrong."""
+        since = parse_date(params["since"]) if params.get("since") else today - timedelta(days=30)
+        until = parse_date(params["until"]) if params.get("until") else today
+        by = params.get("by") or "day"
+        if by not in PERIODS:
+            raise ValueError(f"by: {by!r} is not one of {', '.join(PERIODS)}")
+        if until < since:
+            raise ValueError(f"the range ends ({until}) before it starts ({since})")
+        workflow = params.get("workflow") or None
+        return cls(since, until, by, workflow and check_workflow(workflow))
+
+    def compute(self, store: Any) -> list[Any]:
+        """The report's rows in the range (run in the Spark thread)."""
+        from wfm.history.report import job_report  # Spark: only when the History page is asked for
+
+        since = datetime(self.since.year, self.since.month, self.since.day, tzinfo=UTC).timestamp()
+        return [r for r in job_report(store, self.workflow, since, self.by) if r.period <= self.until]
+
+
+def history(query: HistoryQuery, state: str, rows: Any) -> str:
+    """Charts per job (runs and failures; mean and p95 duration) over the periods, or where Spark is."""
+    if state == "none":
+        return problem("no history store (start wfm web with --store DIR)")
+    if state == "starting":
+        return '<p class="pending" data-pending="1">Starting Spark (the first query takes a while) ...</p>'
+    if state == "computing":
+        return '<p class="pending" data-pending="1">Computing the report ...</p>'
+    if state == "error":
+        return problem(str(rows))
+    if not rows:
+        return f"<p>No runs from {query.since} to {query.until}.</p>"
+    periods = sorted({r.period for r in rows})
+    labels = [p.isoformat() for p in periods]
+    jobs: dict[tuple[str, str], dict[date, Any]] = {}
+    for r in rows:
+        jobs.setdefault((r.workflow, r.job), {})[r.period] = r
+    parts = [f"<p>{len(jobs)} jobs, {len(periods)} {query.by}s from {query.since} to {query.until}.</p>"]
+    for (workflow, job), by_period in sorted(jobs.items()):
+
+        def values(name: str, table: dict[date, Any] = by_period) -> list[float | None]:
+            return [getattr(table[p], name) if p in table else None for p in periods]
+
+        counts = line_chart_svg(
+            f"{workflow}/{job}: runs, failures",
+            labels,
+            [Series("runs", values("runs"), "bar"), Series("failures", values("failures"), "bar")],
+        )
+        durations = line_chart_svg(
+            f"{workflow}/{job}: duration (s)",
+            labels,
+            [Series("mean", values("mean_duration")), Series("p95", values("p95_duration"))],
+        )
+        parts.append(f'<section class="job-history" data-job="{_a(job)}">{counts}{durations}</section>')
+    return "".join(parts)
+
+
+def _a(text: str) -> str:
+    return escape(text, quote=True)

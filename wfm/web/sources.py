@@ -1,0 +1,251 @@
+"""Where the dashboard's data comes from, in one module so another source can replace one of them:
+the overlay (each broker's status, walked from broker to broker), the workflow definitions (read
+from a directory of XML files, as ``wfm up`` deploys them), the history store (Spark, started
+on first use) and triggers (``wfm.triggers``). The web layer only calls these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+from broker.client import Client
+from broker.client.reconnect import BrokerList, brokers
+from broker.errors import WfmError
+from broker.transport.tls import Identity
+from wfm.certs import listing
+from wfm.triggers import TriggerPublisher, check_workflow, new_gid
+from wfm.workflow import DefinitionError, Workflow, load
+
+__all__ = [
+    "DEPLOYER",
+    "HistoryReader",
+    "OverlayWatcher",
+    "Refused",
+    "role_of",
+    "trigger",
+    "workflows",
+]
+
+DEPLOYER = "deployer"
+STATUS_TIMEOUT = 3.0  # seconds for a broker to answer a status: a stuck broker must not stall the page
+
+
+class Refused(WfmError):
+    """What the dashboard will not do for this user, in one line (shown on the page)."""
+
+
+# workflows --------------------------------------------------------------------------------------
+
+
+def workflows(directory: Path | None) -> list[dict[str, Any]]:
+    """Every ``*.xml`` in ``directory`` as JSON-ready data: name, version, agents and jobs (agent,
+    schedule, after: [job, on]); a file that does not load is listed with its ``error``."""
+    if directory is None:
+        return []
+    found: list[dict[str, Any]] = []
+    for file in sorted(directory.glob("*.xml")):
+        try:
+            workflow = load(file)
+        except (DefinitionError, OSError) as error:
+            found.append({"file": file.name, "error": str(error).splitlines()[0]})
+            continue
+        found.append(_described(workflow, file))
+    return found
+
+
+def _described(workflow: Workflow, file: Path) -> dict[str, Any]:
+    return {
+        "name": workflow.name,
+        "version": workflow.version(),
+        "file": file.name,
+        "agents": list(workflow.agents),
+        "coordinator": workflow.coordinator,
+        "jobs": [job.definition() for job in workflow.jobs],
+    }
+
+
+# the overlay ------------------------------------------------------------------------------------
+
+
+@dataclass
+class OverlayWatcher:
+    """Walks the overlay from the ``seeds``: every broker reached is asked for its status, and
+    the neighbours it dials (``neighbor_uris``) are visited next. A broker another one dials is
+    only reached if it is a seed (a broker does not know the address of one that dialled it): give
+    every broker, or the far end of a line, as seeds. One connection per broker, kept."""
+
+    seeds: BrokerList
+    tls: Identity | None = None
+    clients: dict[str, Client] = field(default_factory=dict)
+
+    async def snapshot(self) -> dict[str, Any]:
+        """``{"brokers": [...], "links": [[a, b], ...]}``: each broker as :func:`summary` says, or
+        ``{"id", "reached": false, "error"}`` for one named but not answering."""
+        to_visit = [str(uri) for uri in self.seeds]
+        statuses: dict[str, dict[str, Any]] = {}
+        errors: dict[str, str] = {}
+        visited: set[str] = set()
+        while to_visit:
+            uri = to_visit.pop(0)
+            if uri in visited:
+                continue
+            visited.add(uri)
+            try:
+                status = await self.status(uri)
+            except (WfmError, OSError, TimeoutError) as error:
+                errors[uri.rsplit("/", 1)[-1]] = str(error) or type(error).__name__
+                continue
+            statuses[str(status["id"])] = status
+            to_visit += [u for u in dict(status.get("neighbor_uris") or {}).values() if u not in visited]
+        return overlay_view(statuses, errors)
+
+    async def status(self, uri: str, detail: bool = False) -> dict[str, Any]:
+        client = self.clients.get(uri)
+        if client is None:
+            client = await asyncio.wait_for(
+                Client.connect(brokers(uri).secured(self.tls), timeout=STATUS_TIMEOUT), STATUS_TIMEOUT * 2
+            )
+            self.clients[uri] = client
+        try:
+            return await asyncio.wait_for(client.status(detail), STATUS_TIMEOUT)
+        except BaseException:
+            self.clients.pop(uri, None)
+            with contextlib.suppress(Exception):
+                await client.close()
+            raise
+
+    async def detail(self, broker_id: str) -> dict[str, Any]:
+        """One broker's status with its tables (Refused if the broker is unknown)."""
+        for uri in list(self.clients):
+            if uri.rsplit("/", 1)[-1] == broker_id:
+                return await self.status(uri, detail=True)
+        raise Refused(f"broker {broker_id} is not reached by the dashboard")
+
+    async def close(self) -> None:
+        clients, self.clients = list(self.clients.values()), {}
+        for client in clients:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+
+def overlay_view(statuses: dict[str, dict[str, Any]], errors: dict[str, str]) -> dict[str, Any]:
+    """The graph: brokers reached (sorted by id), then those named by a neighbour or a seed but not
+    reached; a link for every pair of linked brokers, once."""
+    found = [summary(statuses[name]) for name in sorted(statuses)]
+    named = {n for s in statuses.values() for n in s.get("neighbors", ())} | errors.keys()
+    found += [
+        {"id": name, "reached": False, "error": errors.get(name, "not reached")}
+        for name in sorted(named - statuses.keys())
+    ]
+    links = sorted({tuple(sorted((name, n))) for name, s in statuses.items() for n in s.get("neighbors", ())})
+    return {"brokers": found, "links": [list(link) for link in links]}
+
+
+def summary(status: dict[str, Any]) -> dict[str, Any]:
+    """What the overlay page shows of one broker's status."""
+    counters: dict[str, int] = dict(status.get("counters") or {})
+    return {
+        "id": status["id"],
+        "reached": True,
+        "uri": status.get("uri", ""),
+        "clients": status.get("clients", 0),
+        "subscriptions": status.get("subscriptions", 0),
+        "advertisements": status.get("advertisements", 0),
+        "composites": status.get("composite_subscriptions", 0),
+        "covering": status.get("covering", ""),
+        "publications": counters.get("in.Publish", 0),
+        "deliveries": counters.get("delivered", 0),
+        "drops": sum(v for k, v in counters.items() if k.startswith("dropped.")),
+        "refusals": sum(v for k, v in counters.items() if k.startswith("refused")),
+    }
+
+
+# triggering -------------------------------------------------------------------------------------
+
+
+def role_of(tls: Identity | None) -> str | None:
+    """The role in the dashboard's own certificate (None without TLS: no roles then)."""
+    if tls is None:
+        return None
+    roles = {issued.name: issued.role for issued in listing(tls.directory)}
+    return roles.get(tls.name, "")
+
+
+def trigger(uri: BrokerList, tls: Identity | None, workflow: str, today: date | None = None) -> str:
+    """Publish a Trigger for ``workflow`` (today's date, a new gid) as the dashboard's identity; its
+    gid. Refused, before anything is sent, if that identity is not a deployer (with TLS on) or the
+    workflow name is not one; a broker that does not take it raises as ``TriggerPublisher`` does."""
+    role = role_of(tls)
+    if role is not None and role != DEPLOYER:
+        assert tls is not None
+        raise Refused(
+            f"the dashboard runs as {tls.name} (role {role or 'none'}): triggering needs role {DEPLOYER};"
+            f" start wfm web with --identity of a deployer"
+        )
+    try:
+        check_workflow(workflow)
+    except ValueError as error:
+        raise Refused(str(error)) from None
+    gid = new_gid(datetime.now())
+    with TriggerPublisher(uri.secured(tls)) as publisher:
+        publisher.publish(workflow, gid, today or date.today())
+    return gid
+
+
+# history ----------------------------------------------------------------------------------------
+
+
+class HistoryReader:
+    """The history store behind the History page. Spark starts in a thread on the first request
+    (``state`` says ``starting`` meanwhile), so the other pages never wait for it; a report is
+    computed in that thread too, and its result kept until the next request with other arguments."""
+
+    def __init__(self, store: Path | None, open_store: Callable[[Path], Any] | None = None) -> None:
+        self.store = store
+        self._open = open_store or _open_store
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="wfm-web-spark")
+        self._lock = threading.Lock()
+        self._opened: Future[Any] | None = None
+        self._reports: dict[tuple[Any, ...], Future[Any]] = {}
+
+    def report(self, compute: Callable[[Any], Any], *key: Any) -> tuple[str, Any]:
+        """``("ready", result)`` of ``compute(store)``, or ``("starting", None)`` while Spark
+        starts, ``("computing", None)`` while it runs, ``("error", message)``, ``("none", None)``
+        without a store."""
+        if self.store is None:
+            return "none", None
+        with self._lock:
+            if self._opened is None:
+                store = self.store
+                self._opened = self._pool.submit(self._open, store)
+            if not self._opened.done():
+                return "starting", None
+            if (error := self._opened.exception()) is not None:
+                return "error", str(error)
+            future = self._reports.get(key)
+            if future is None:
+                opened = self._opened.result()
+                self._reports = {key: self._pool.submit(compute, opened)}
+                future = self._reports[key]
+        if not future.done():
+            return "computing", None
+        if (error := future.exception()) is not None:
+            return "error", str(error).splitlines()[0] if str(error) else type(error).__name__
+        return "ready", future.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _open_store(path: Path) -> Any:
+    from wfm.history.queries import open_store  # Spark: loaded only when the History page is asked for
+
+    return open_store(path, None)

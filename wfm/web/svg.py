@@ -1,0 +1,279 @@
+"""The dashboard's pictures, drawn on the server as SVG text: pure functions of plain data, so a test
+can read what a page will show without a browser, and the page needs no script library to draw.
+
+Every element a test or a script may look for carries a ``data-`` attribute: ``data-job`` and
+``data-state`` on a job of a DAG, ``data-broker`` on a broker, ``data-link`` on a link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
+from math import cos, pi, sin
+
+__all__ = [
+    "Bar",
+    "Edge",
+    "Node",
+    "Series",
+    "dag_svg",
+    "gantt_svg",
+    "graph_svg",
+    "layers",
+    "line_chart_svg",
+]
+
+BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 150, 46, 60, 18, 12
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A job of a DAG: its name and a second line (agent, schedule)."""
+
+    name: str
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """``after`` -> ``job``, taken when ``after`` ends as ``on`` accepts (success, failure, always)."""
+
+    after: str
+    job: str
+    on: str = "success"
+
+
+def layers(nodes: Sequence[str], edges: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """Columns of a left-to-right drawing: a node's column is the length of the longest path to it,
+    so every edge points right; within a column, nodes are ordered by the mean row of their
+    predecessors (fewer crossings), ties in the given order. Edges naming unknown nodes are ignored."""
+    known = set(nodes)
+    before: dict[str, list[str]] = {n: [] for n in nodes}
+    for a, b in edges:
+        if a in known and b in known:
+            before[b].append(a)
+    column: dict[str, int] = {}
+
+    def depth(node: str, seen: frozenset[str]) -> int:
+        if node not in column:
+            preds = [p for p in before[node] if p not in seen]  # a cycle (never valid) cannot loop
+            column[node] = 1 + max((depth(p, seen | {node}) for p in preds), default=-1)
+        return column[node]
+
+    for node in nodes:
+        depth(node, frozenset())
+    result: list[list[str]] = [[] for _ in range(max(column.values(), default=-1) + 1)]
+    row: dict[str, float] = {}
+    order = {n: i for i, n in enumerate(nodes)}
+    for number, members in enumerate(result):
+        members.extend(n for n in nodes if column[n] == number)
+        if number:
+            members.sort(key=lambda n: (sum(row[p] for p in before[n]) / max(len(before[n]), 1), order[n]))
+        row.update((n, float(i)) for i, n in enumerate(members))
+    return result
+
+
+def dag_svg(nodes: Sequence[Node], edges: Sequence[Edge], states: Mapping[str, str] | None = None) -> str:
+    """A workflow left to right: one box per job (coloured by ``states``, job -> status, when
+    given), an arrow per edge; edges taken on failure are dashed, on always dotted, and labelled."""
+    states = states or {}
+    columns = layers([n.name for n in nodes], [(e.after, e.job) for e in edges])
+    notes = {n.name: n.note for n in nodes}
+    where: dict[str, tuple[float, float]] = {}
+    for c, members in enumerate(columns):
+        for r, name in enumerate(members):
+            where[name] = (PAD + c * (BOX_W + GAP_X), PAD + r * (BOX_H + GAP_Y))
+    width = PAD * 2 + max(len(columns), 1) * (BOX_W + GAP_X) - GAP_X
+    height = PAD * 2 + max((len(m) for m in columns), default=1) * (BOX_H + GAP_Y) - GAP_Y
+    out = [_open(width, height, "dag")]
+    out.append(
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7"'
+        ' orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" fill="#555"/></marker></defs>'
+    )
+    for edge in edges:
+        if edge.after not in where or edge.job not in where:
+            continue
+        (x1, y1), (x2, y2) = where[edge.after], where[edge.job]
+        x1, y1, x2, y2 = x1 + BOX_W, y1 + BOX_H / 2, x2, y2 + BOX_H / 2
+        middle = (x1 + x2) / 2
+        out.append(
+            f'<path class="edge on-{_attr(edge.on)}" data-edge="{_attr(edge.after)}-{_attr(edge.job)}"'
+            f' d="M{x1:.0f},{y1:.0f} C{middle:.0f},{y1:.0f} {middle:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"'
+            ' marker-end="url(#arrow)"/>'
+        )
+        if edge.on != "success":
+            out.append(
+                f'<text class="edge-label" x="{middle:.0f}" y="{(y1 + y2) / 2 - 4:.0f}"'
+                f' text-anchor="middle">{escape(edge.on)}</text>'
+            )
+    for name, (x, y) in where.items():
+        state = states.get(name, "")
+        out.append(
+            f'<g class="job state-{_attr(state or "none")}" data-job="{_attr(name)}"'
+            f' data-state="{_attr(state)}">'
+            f"<title>{escape(name)}{': ' + escape(state) if state else ''}</title>"
+            f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="6"/>'
+            f'<text x="{x + BOX_W / 2}" y="{y + 19}" text-anchor="middle" class="name">{escape(name)}</text>'
+            f'<text x="{x + BOX_W / 2}" y="{y + 36}" text-anchor="middle" class="note">'
+            f"{escape(state or notes.get(name, ''))}</text></g>"
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def graph_svg(nodes: Sequence[tuple[str, str]], links: Sequence[tuple[str, str]], size: int = 420) -> str:
+    """Brokers in a line (up to three) or on a circle, and their links: ``nodes``
+    are (id, css class: ``reached`` or ``unreached``), ``links`` pairs of ids."""
+    count = len(nodes)
+    if count <= 3:  # a line reads better: left to right, in the order given
+        step = (size - 100) / max(count - 1, 1)
+        where = {name: (50 + i * step, 60.0) for i, (name, _) in enumerate(nodes)}
+        height = 120
+    else:
+        radius, centre = size / 2 - 50, size / 2
+        where = {
+            name: (
+                centre + radius * cos(pi + 2 * pi * i / count),
+                centre + radius * sin(pi + 2 * pi * i / count),
+            )
+            for i, (name, _) in enumerate(nodes)
+        }
+        height = size
+    out = [_open(size, height, "overlay")]
+    for a, b in links:
+        if a in where and b in where:
+            (x1, y1), (x2, y2) = where[a], where[b]
+            out.append(
+                f'<line class="link" data-link="{_attr(a)}-{_attr(b)}" x1="{x1:.0f}" y1="{y1:.0f}"'
+                f' x2="{x2:.0f}" y2="{y2:.0f}"/>'
+            )
+    for name, kind in nodes:
+        x, y = where[name]
+        out.append(
+            f'<g class="broker {_attr(kind)}" data-broker="{_attr(name)}" tabindex="0">'
+            f'<circle cx="{x:.0f}" cy="{y:.0f}" r="26"/>'
+            f'<text x="{x:.0f}" y="{y + 5:.0f}" text-anchor="middle">{escape(name)}</text></g>'
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One row of a timeline: a job that ran from ``start`` for ``duration`` seconds (epoch
+    seconds; None: it did not run, e.g. NORUN), ended in ``state``."""
+
+    job: str
+    state: str
+    start: float | None = None
+    duration: float | None = None
+
+
+def gantt_svg(bars: Sequence[Bar], width: int = 640) -> str:
+    """A timeline: one row per job, a bar from its start to its end, coloured by its state; a job
+    that did not run gets a row with its state and no bar. The scale is seconds from the first start."""
+    label, row = 120, 22
+    timed = [b for b in bars if b.start is not None]
+    first = min((b.start for b in timed if b.start is not None), default=0.0)
+    last = max(((b.start or 0.0) + (b.duration or 0.0) for b in timed), default=first)
+    span = max(last - first, 0.001)
+    scale = (width - label - 20) / span
+    height = row * len(bars) + 28
+    out = [_open(width, height, "gantt")]
+    for i, bar in enumerate(bars):
+        y = 4 + i * row
+        out.append(
+            f'<g class="row state-{_attr(bar.state)}" data-job="{_attr(bar.job)}"'
+            f' data-state="{_attr(bar.state)}">'
+            f'<text x="4" y="{y + 15}" class="name">{escape(bar.job)}</text>'
+        )
+        if bar.start is None:
+            out.append(f'<text x="{label}" y="{y + 15}" class="note">{escape(bar.state)}</text>')
+        else:
+            x = label + (bar.start - first) * scale
+            w = max((bar.duration or 0.0) * scale, 2.0)
+            seconds = f"{bar.duration:.1f} s" if bar.duration is not None else "running"
+            out.append(
+                f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row - 6}" rx="3">'
+                f"<title>{escape(bar.job)} {escape(bar.state)} {seconds}</title></rect>"
+            )
+        out.append("</g>")
+    axis = height - 8
+    out.append(
+        f'<text x="{label}" y="{axis}" class="note">0 s</text>'
+        f'<text x="{width - 20}" y="{axis}" class="note" text-anchor="end">{span:.1f} s</text></svg>'
+    )
+    return "".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """A named line (or bars) of values per category; None where there is no value."""
+
+    name: str
+    values: Sequence[float | None]
+    kind: str = "line"  # or "bar"
+
+
+def line_chart_svg(title: str, categories: Sequence[str], series: Sequence[Series], width: int = 420) -> str:
+    """A small chart over ``categories`` (periods): bars side by side and lines on one y axis from 0
+    to the largest value, a legend in the title line."""
+    height, left, bottom, top = 180, 40, 24, 26
+    values = [v for s in series for v in s.values if v is not None]
+    peak = max(values, default=0.0) or 1.0
+    plot_w, plot_h = width - left - 10, height - top - bottom
+    step = plot_w / max(len(categories), 1)
+    bars = [s for s in series if s.kind == "bar"]
+
+    def y(value: float) -> float:
+        return top + plot_h - value * plot_h / peak
+
+    out = [_open(width, height, "chart")]
+    out.append(f'<text x="{left}" y="14" class="title">{escape(title)}</text>')
+    out.append(
+        f'<polyline class="axis" points="{left},{top} {left},{top + plot_h} {left + plot_w},{top + plot_h}"/>'
+        f'<text x="{left - 4}" y="{top + 4}" text-anchor="end" class="note">{peak:g}</text>'
+    )
+    for number, s in enumerate(series):
+        out.append(
+            f'<text x="{width - 10}" y="{14 + 0}" dx="{-90 * (len(series) - 1 - number)}" text-anchor="end"'
+            f' class="legend series-{number}">{escape(s.name)}</text>'
+        )
+        if s.kind == "bar":
+            slot = bars.index(s)
+            bar_w = step * 0.8 / max(len(bars), 1)
+            for i, value in enumerate(s.values):
+                if value is not None:
+                    x = left + i * step + step * 0.1 + slot * bar_w
+                    out.append(
+                        f'<rect class="series-{number}" x="{x:.1f}" y="{y(value):.1f}" width="{bar_w:.1f}"'
+                        f' height="{top + plot_h - y(value):.1f}">'
+                        f"<title>{escape(s.name)} {value:g}</title></rect>"
+                    )
+        else:
+            points = [
+                f"{left + i * step + step / 2:.1f},{y(value):.1f}"
+                for i, value in enumerate(s.values)
+                if value is not None
+            ]
+            out.append(f'<polyline class="series-{number} line" points="{" ".join(points)}"/>')
+    if categories:
+        out.append(
+            f'<text x="{left}" y="{height - 6}" class="note">{escape(categories[0])}</text>'
+            f'<text x="{left + plot_w}" y="{height - 6}" class="note" text-anchor="end">'
+            f"{escape(categories[-1])}</text>"
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _open(width: float, height: float, kind: str) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="{kind}" width="{width:.0f}" height="{height:.0f}"'
+        f' viewBox="0 0 {width:.0f} {height:.0f}" role="img">'
+    )
+
+
+def _attr(text: str) -> str:
+    return escape(text, quote=True)
