@@ -26,7 +26,7 @@ __all__ = [
     "parse_registration",
 ]
 
-COMMANDS = ("ADVERTISE", "SUBSCRIBE", "COMPOSITESUBSCRIBE", "JOBINFO", "UNDEPLOY")
+COMMANDS = ("ADVERTISE", "SUBSCRIBE", "COMPOSITESUBSCRIBE", "JOBINFO", "UNDEPLOY", "CANCEL", "RERUN")
 
 
 @dataclass(frozen=True, slots=True)
