@@ -19,7 +19,7 @@ from typing import Any
 
 from broker.language import Filter, Publication
 from workflow_messages._build import filter_of
-from workflow_messages.names import AGENT_ANSWER, AGENT_CTL, AGENT_QUERY
+from workflow_messages.names import AGENT_ACK, AGENT_ANSWER, AGENT_CTL, AGENT_QUERY
 
 __all__ = [
     "ANY",
@@ -33,6 +33,7 @@ __all__ = [
     "decode_content",
     "encode_content",
     "operation",
+    "operation_acks",
     "query",
     "query_advertisement",
     "query_subscription",
@@ -109,4 +110,11 @@ def operation(agent: str, workflow: str, command: str, content: dict[str, Any]) 
             "jobname": ANY,
             "content": encode_content(content),
         },
+    )
+
+
+def operation_acks(workflow: str, command: str) -> Filter:
+    """Every agent's acknowledgements of ``command`` (CANCEL or RERUN) envelopes of ``workflow``."""
+    return filter_of(
+        AGENT_ACK, {"applname": workflow, "version": ANY, "command": command}, present=("agentname",)
     )

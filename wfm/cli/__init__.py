@@ -42,6 +42,11 @@ COMMANDS = {
     "spark-connect": "spark",
     "puppet": "puppet",
     "certs": "certs",
+    "workflows": "operations",
+    "runs": "operations",
+    "logs": "operations",
+    "cancel": "operations",
+    "rerun": "operations",
 }
 
 
