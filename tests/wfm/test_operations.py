@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -88,6 +89,13 @@ def test_cancel_stops_a_running_job_and_the_generation_ends_cancelled(
     assert "After" not in statuses  # after a failure: skipped
     again = lines(wfm(overlay, "cancel", "SLOW", "--gid", "g1", "-o", "json"))
     assert {a["result"] for a in again} == {"UNCHANGED"}
+    overlay.agents["agentC"].send_signal(signal.SIGSTOP)  # an agent that does not answer
+    try:
+        silent = wfm(overlay, "cancel", "SLOW", "--gid", "g2", "--timeout", "2")
+    finally:
+        overlay.agents["agentC"].send_signal(signal.SIGCONT)
+    assert silent.returncode == 3
+    assert silent.stderr == "wfm: error: no answer within 2 s from the agent of SLOW's Alert\n"
 
 
 def test_rerun_from_the_failed_job(overlay: Overlay) -> None:
