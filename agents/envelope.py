@@ -7,12 +7,12 @@ bad envelope with ERROR (and report a bad trigger as a failed job) instead of cr
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker.language import Composite, Filter, Publication, parse_composite, parse_filter
 from workflow_messages import AGENT_CTL, TRIGGER, Calendar, envelope_digest, parse_weekdays, trigger_date
+from workflow_messages.operations import decode_content
 
 __all__ = [
     "COMMANDS",
@@ -26,7 +26,7 @@ __all__ = [
     "parse_registration",
 ]
 
-COMMANDS = ("ADVERTISE", "SUBSCRIBE", "COMPOSITESUBSCRIBE", "JOBINFO", "UNDEPLOY")
+COMMANDS = ("ADVERTISE", "SUBSCRIBE", "COMPOSITESUBSCRIBE", "JOBINFO", "UNDEPLOY", "CANCEL", "RERUN")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ def parse_registration(control: Control) -> Registration:
     """The filter or composite of an ADVERTISE, SUBSCRIBE or COMPOSITESUBSCRIBE envelope."""
     if control.command != "COMPOSITESUBSCRIBE":
         return Registration(control.command, filter=parse_filter(control.content))
-    data = _json_object(control.content)
+    data = decode_content(control.content)
     composite, clear = data.get("composite"), data.get("clear")
     if not isinstance(composite, str) or not isinstance(clear, str | None):
         raise ValueError("COMPOSITESUBSCRIBE needs a string composite and an optional string clear")
@@ -109,7 +109,7 @@ def parse_registration(control: Control) -> Registration:
 
 
 def parse_jobinfo(control: Control) -> JobInfo:
-    data = _json_object(control.content)
+    data = decode_content(control.content)
     if (data.get("workflow"), data.get("version"), data.get("job")) != (
         control.workflow,
         control.version,
@@ -154,16 +154,6 @@ def firing_date(publications: tuple[Publication, ...]) -> dt.date:
         if publication.cls == TRIGGER:
             return trigger_date(str(publication.get("schedule")))
     raise ValueError("the firing holds no Trigger")
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"content is not JSON: {error.msg} at {error.pos}") from None
-    if not isinstance(data, dict):
-        raise ValueError("content must be a JSON object")
-    return data
 
 
 def _cwd(data: dict[str, Any]) -> str | None:

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import glob
 import json
 import logging
 import os
@@ -39,13 +40,25 @@ from pathlib import Path
 from agents import supervisor
 from agents.state import DAY, FORGET_AFTER, Result, Run
 
-__all__ = ["KEEP_DAYS", "KEEP_RUNS", "Retention", "log_path", "prune", "supervise"]
+__all__ = [
+    "KEEP_DAYS",
+    "KEEP_RUNS",
+    "LOG_TAIL",
+    "Retention",
+    "log_path",
+    "log_tail",
+    "prune",
+    "stop",
+    "supervise",
+]
 
 log = logging.getLogger(__name__)
 
 REATTACH_POLL = 0.2  # seconds between looks at the lock of a supervisor this agent did not start
 KEEP_RUNS = 1000  # generations of run logs kept per workflow, by default
 KEEP_DAYS = FORGET_AFTER / DAY  # days run logs (and generations the agent saw no end of) are kept
+# bytes of a log's end a LOGS answer carries: JSON-escaped, at most six times as many, well inside a frame
+LOG_TAIL = 64 << 10
 
 
 def generation_dir(state_dir: Path, workflow: str, gid: str) -> Path:
@@ -74,6 +87,58 @@ async def supervise(run: Run, state_dir: Path, default_cwd: Path) -> Result | No
     finally:
         os.close(lock)
     return _outcome(status, log_file)
+
+
+def stop(run: Run, state_dir: Path, signal_number: int) -> bool:
+    """Send ``signal_number`` to the process group of ``run``'s command (its supervisor wrote the
+    group's id beside the log when it started it); False if it has not started or has ended.
+
+    The id is read only while the run has no status file, i.e. while its supervisor has not reaped
+    the command, so it names the command's group and not a process that reused the number (but
+    for the instant between the reaping and the status write)."""
+    log_file = log_path(state_dir, run)
+    if log_file.with_suffix(".status").exists():
+        return False
+    try:
+        group = int(log_file.with_suffix(".pid").read_text(encoding="ascii"))
+        os.killpg(group, signal_number)
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return False
+    return True
+
+
+def log_tail(
+    state_dir: Path, workflow: str, gid: str, job: str, attempt: int, limit: int = LOG_TAIL
+) -> dict[str, object]:
+    """The last ``limit`` bytes of the log of ``job``'s ``attempt`` (0: the latest) in generation
+    ``gid``, as text (bytes that are not UTF-8 replaced), with the attempts there are, the log's
+    size and whether it was cut. ValueError (one line) if there is no such log."""
+    folder = generation_dir(state_dir, workflow, gid)
+    attempts = sorted(
+        int(number)
+        for path in folder.glob(f"{glob.escape(job)}.*.log")
+        if (number := path.name[len(job) + 1 : -len(".log")]).isdigit()
+    )
+    if not attempts:
+        raise ValueError(f"no log of {job} in {gid} (it did not run here, or its log was pruned)")
+    chosen = attempt or attempts[-1]
+    if chosen not in attempts:
+        raise ValueError(
+            f"{job} has no attempt {chosen} in {gid} (attempts: {', '.join(map(str, attempts))})"
+        )
+    path = folder / f"{job}.{chosen}.log"
+    with path.open("rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        file.seek(max(0, size - limit))
+        data = file.read(limit)
+    return {
+        "attempts": attempts,
+        "attempt": chosen,
+        "size": size,
+        "truncated": size > limit,
+        "ended": path.with_suffix(".status").exists(),
+        "text": data.decode("utf-8", errors="replace"),
+    }
 
 
 def _try_lock(fd: int) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import signal
 import time
 from collections import Counter
 from collections.abc import Awaitable
@@ -31,7 +32,8 @@ from typing import Any, TypeVar
 
 from agents.envelope import Registration
 from agents.journal import Journal
-from agents.runner import Retention, prune, supervise
+from agents.queries import LogRequest, answer_query
+from agents.runner import Retention, log_tail, prune, stop, supervise
 from agents.state import (
     Agent,
     Delivered,
@@ -44,6 +46,7 @@ from agents.state import (
     Request,
     Run,
     Start,
+    Stop,
     Tick,
     Withdraw,
 )
@@ -60,6 +63,7 @@ from broker.client.queues import DeliveryQueue
 from broker.errors import LinkClosed
 from broker.language import Publication
 from workflow_messages import ack_advertisement, control_subscription
+from workflow_messages.operations import answer, answer_advertisement, query_subscription
 
 __all__ = ["AgentService"]
 
@@ -67,7 +71,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CONTROL = "\0control"  # the key of the agent's own AGENT_CTL subscription
+QUERY = "\0query"  # the key of its AGENT_QUERY subscription
 ACKS, CONTROLS = "advertisement of its acknowledgements", "control subscription"  # its own requests
+ANSWERS, QUERIES = "advertisement of its answers", "query subscription"
+STOP_GRACE = 5.0  # seconds a cancelled run's command has between SIGTERM and SIGKILL
 BATCH = 32  # events handled (and fsync'd) together before the event loop gets a turn
 PRUNE_EVERY = 60.0  # seconds between prunings of run logs
 EARLY_LIMIT = 10_000  # deliveries held for subscriptions whose id is not known yet
@@ -194,6 +201,19 @@ class AgentService:
         for effect in effects:
             if isinstance(effect, Start):
                 self._supervise(effect.run)
+            elif isinstance(effect, Stop):
+                self._stop(effect.run)
+
+    def _stop(self, run: Run) -> None:
+        """SIGTERM to the run's command, SIGKILL after STOP_GRACE if it still runs; its supervisor
+        then records how it ended, as after a timeout."""
+        if not stop(run, self.state_dir, signal.SIGTERM):
+            log.warning("%s: cancelled, but its command is not running (yet)", run.label)
+        asyncio.get_running_loop().call_later(STOP_GRACE, self._kill, run)
+
+    def _kill(self, run: Run) -> None:
+        if self.agent.running.get((run.workflow, run.gid, run.job)) == run:
+            stop(run, self.state_dir, signal.SIGKILL)
 
     def _supervise(self, run: Run) -> None:
         task = asyncio.create_task(self._outcome(run))
@@ -320,8 +340,15 @@ class AgentService:
             CONTROLS,
             client.subscribe(control_subscription(self.agent.name), own_queue=False, name="control"),
         )
-        self.own = {acks: ACKS, control.id: CONTROLS}
+        answers = await self._own(
+            client, ANSWERS, client.advertise(answer_advertisement(self.agent.name), name="answers")
+        )
+        queries = await self._own(
+            client, QUERIES, client.subscribe(query_subscription(), own_queue=False, name="queries")
+        )
+        self.own = {acks: ACKS, control.id: CONTROLS, answers: ANSWERS, queries.id: QUERIES}
         self.keys[control.id] = CONTROL
+        self.keys[queries.id] = QUERY
         self.client = client
         log.info("agent %s connected to %s", self.agent.name, client.broker_id)
         self._reconcile()
@@ -384,6 +411,11 @@ class AgentService:
                 client.done(delivery)
 
     def _deliver(self, key: str, delivery: Delivery) -> None:
+        if key == QUERY:  # read-only: answered at once, not journaled
+            self._answer(delivery.publication)
+            if self.client is not None:
+                self.client.done(delivery)
+            return
         event: Event
         if key == CONTROL:
             event = Incoming(delivery.publication)
@@ -391,6 +423,18 @@ class AgentService:
             event = Delivered(key, delivery.publications or (delivery.publication,))
         self.behind[id(event)] = delivery
         self.events.put(event)
+
+    def _answer(self, query: Publication) -> None:
+        reply = answer_query(self.agent, query)
+        if isinstance(reply, LogRequest):
+            wanted = reply
+            try:
+                tail = log_tail(self.state_dir, wanted.workflow, wanted.gid, wanted.job, wanted.attempt)
+                reply = answer(self.agent.name, wanted.request, "OK", tail)
+            except (ValueError, OSError) as error:
+                reply = answer(self.agent.name, wanted.request, "ERROR", {"error": str(error)})
+        if reply is not None:
+            self._publish(reply)
 
 
 def _name(key: str) -> str:

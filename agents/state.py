@@ -35,6 +35,7 @@ from broker.throttle import LogThrottle
 from workflow_messages import (
     APPL_END,
     APPL_START,
+    CANCELLED,
     FAILURE,
     JOBSTATUS,
     NORUN,
@@ -44,6 +45,7 @@ from workflow_messages import (
     job_status,
     start_subscription,
 )
+from workflow_messages.operations import CANCEL, OPERATIONS, decode_content
 
 __all__ = [
     "Agent",
@@ -58,6 +60,7 @@ __all__ = [
     "Result",
     "Run",
     "Start",
+    "Stop",
     "Tick",
     "Withdraw",
 ]
@@ -72,6 +75,10 @@ MAX_ENDED = 100_000
 FORGET_AFTER = 30 * DAY  # seconds a generation is remembered: the default of wfm agent --keep-days
 SWEEP_EVERY = 60.0  # seconds of ``now`` between two looks for what to forget
 LOST = "lost: supervisor died"
+NOT_RUN = "cancelled"  # the detail of a job a cancelled generation does not run
+# generations whose outcomes (the statuses this agent published) are kept, for wfm runs and the
+# jobs wfm rerun --from reuses, the oldest forgotten first
+MAX_OUTCOMES = 500
 
 
 # events ---------------------------------------------------------------------------------------
@@ -177,7 +184,14 @@ class Start:
     run: Run
 
 
-Effect = Request | Withdraw | Emit | Start
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Stop ``run``, its generation was cancelled: a :class:`Finished` (or :class:`Lost`) follows."""
+
+    run: Run
+
+
+Effect = Request | Withdraw | Emit | Start | Stop
 
 
 # state ----------------------------------------------------------------------------------------
@@ -207,6 +221,9 @@ class GenerationState:
     statuses: dict[str, str] = field(default_factory=dict)
     ended: bool = False  # APPL_END published (coordinator)
     since: float | None = None  # when this agent first heard of it (None: restored from an older snapshot)
+    cancelled: bool = False  # wfm cancel: its jobs do not run here (NORUN), its APPL_END is CANCELLED
+    rerun_of: str | None = None  # wfm rerun --from: the generation whose outcomes it reuses
+    reused: dict[str, list[str]] = field(default_factory=dict)  # job -> [status, detail] to republish
 
 
 @dataclass
@@ -245,6 +262,9 @@ class Agent:
         # generations over (APPL_END, or forgotten) -> when, oldest first: a late firing of one
         # is a duplicate for ``forget_after`` seconds, however many generations ended since
         self.ended: OrderedDict[tuple[str, str], float | None] = OrderedDict()
+        # (workflow, gid) -> {"date": YYYY-MM-DD, "jobs": {job: status record}}: what this agent
+        # published in recent generations (see MAX_OUTCOMES), answered to wfm runs
+        self.outcomes: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         self._installs = 0
         self._swept = 0.0  # the last minute of ``now`` (now // SWEEP_EVERY) swept
 
@@ -274,7 +294,18 @@ class Agent:
                 for d in sorted(self.deployments.values(), key=lambda d: d.order)
             ],
             "generations": [
-                [workflow, gid, g.version, g.jobs, g.statuses, g.ended, g.since]
+                [
+                    workflow,
+                    gid,
+                    g.version,
+                    g.jobs,
+                    g.statuses,
+                    g.ended,
+                    g.since,
+                    g.cancelled,
+                    g.rerun_of,
+                    g.reused,
+                ]
                 for (workflow, gid), g in self.generations.items()
             ],
             "pending": [[asdict(p.run), p.at] for p in self.pending],
@@ -282,6 +313,7 @@ class Agent:
             "ended": [[workflow, gid, at] for (workflow, gid), at in self.ended.items()],
             "swept": self._swept,
             "trust": self.trust.snapshot(),
+            "outcomes": [[workflow, gid, record] for (workflow, gid), record in self.outcomes.items()],
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
@@ -295,8 +327,8 @@ class Agent:
                 deployment.order, deployment.ended = saved["order"], saved["ended"]
         self._installs = snapshot["installs"]
         # snapshots from before the age bound have no times: their entries get the first sweep's
-        for workflow, gid, version, jobs, statuses, ended, *since in snapshot["generations"]:
-            self.generations[workflow, gid] = GenerationState(version, jobs, statuses, ended, *since)
+        for workflow, gid, version, jobs, statuses, ended, *later in snapshot["generations"]:
+            self.generations[workflow, gid] = GenerationState(version, jobs, statuses, ended, *later)
         self.pending = [Pending(Run(**run), at) for run, at in snapshot["pending"]]
         self.running = {(r.workflow, r.gid, r.job): r for r in (Run(**run) for run in snapshot["running"])}
         self.ended = OrderedDict()
@@ -305,6 +337,7 @@ class Agent:
         self._swept = snapshot.get("swept", 0.0)
         if "trust" in snapshot:  # a snapshot from before signed envelopes: trust on first use again
             self.trust.restore(snapshot["trust"])
+        self.outcomes = OrderedDict(((w, g), record) for w, g, record in snapshot.get("outcomes", []))
 
     def in_progress(self) -> set[tuple[str, str]]:
         """The (workflow, gid) of every generation not over here: their run logs must stay."""
@@ -324,11 +357,14 @@ class Agent:
             return [Emit(ack(self.name, fields, "REFUSED", self._refuse(refusal, fields, now)))]
         try:
             control = parse_control(publication, self.name)
-            result, effects = self._apply(control)
+            if control.command in OPERATIONS:
+                result, detail, effects = self._operate(control, now)
+            else:
+                (result, effects), detail = self._apply(control), ""
         except ValueError as error:
             log.warning("bad envelope %s: %s", publication, error)
             return [Emit(ack(self.name, fields, "ERROR", str(error)))]
-        return [*effects, Emit(ack(self.name, fields, result, ""))]
+        return [*effects, Emit(ack(self.name, fields, result, detail))]
 
     def _refuse(self, refusal: Refusal, fields: dict[str, str], now: float) -> str:
         """Count a refused envelope and log it, once per kind and signer then once a minute (a
@@ -454,8 +490,14 @@ class Agent:
             date = firing_date(publications)
         except ValueError as error:
             return self._report(info, gid, FAILURE, str(error), now)
+        self._outcome(info.workflow, gid)["date"] = date.isoformat()
         if info.job == APPL_START:
             return self._report(info, gid, SUCCESS, f"trigger for {date.isoformat()}", now)
+        if generation.cancelled:
+            return self._report(info, gid, NORUN, NOT_RUN, now)
+        if info.job in generation.reused:
+            status, detail = generation.reused[info.job]
+            return self._report(info, gid, status, detail, now)
         if not info.calendar.allows(date):
             return self._report(info, gid, NORUN, f"not scheduled on {date.strftime('%A')} {date}", now)
         generation.jobs[info.job] = "queued"
@@ -505,6 +547,8 @@ class Agent:
             return []
         generation.ended = True
         status, detail = over
+        if generation.cancelled:
+            status, detail = CANCELLED, "; ".join(part for part in (NOT_RUN, detail) if part)
         end = self._publication(info.workflow, info.version, APPL_END, gid, status, detail, 0, now)
         return [Emit(end)]
 
@@ -600,6 +644,11 @@ class Agent:
 
     def _failed(self, run: Run, result: Result, now: float) -> list[Effect]:
         del self.running[run.workflow, run.gid, run.job]
+        generation = self.generations.get((run.workflow, run.gid))
+        if generation is not None and generation.cancelled:  # stopped, or failed meanwhile: no retry
+            return self._done(
+                run, FAILURE, replace(result, detail=f"{NOT_RUN}: {result.detail}")
+            ) + self._pump(now)
         retries = self._retries(run)
         if run.attempt <= retries:
             delay = min(self.backoff * 2 ** (run.attempt - 1), 60.0)
@@ -666,7 +715,7 @@ class Agent:
         started: float = 0.0,
         duration: float = 0.0,
     ) -> Publication:
-        return job_status(
+        publication = job_status(
             workflow,
             job,
             gid,
@@ -678,3 +727,75 @@ class Agent:
             started=started,
             duration=duration,
         )
+        record = {name: publication[name] for name in ("status", "detail", "attempt", "started", "duration")}
+        self._outcome(workflow, gid)["jobs"][job] = record
+        return publication
+
+    def _outcome(self, workflow: str, gid: str) -> dict[str, Any]:
+        """The outcome record of a generation, made (and the oldest dropped) on first use."""
+        record = self.outcomes.get((workflow, gid))
+        if record is None:
+            record = self.outcomes[workflow, gid] = {"date": None, "jobs": {}}
+            while len(self.outcomes) > MAX_OUTCOMES:
+                self.outcomes.popitem(last=False)
+        return record
+
+    # cancel and rerun -------------------------------------------------------------------------
+
+    def _operate(self, control: Control, now: float) -> tuple[str, str, list[Effect]]:
+        """CANCEL or RERUN of a generation: the acknowledgement's result and detail, and effects."""
+        data = decode_content(control.content)
+        gid = data.get("gid")
+        if not isinstance(gid, str) or not gid:
+            raise ValueError(f"{control.command} needs a gid")
+        if control.command == CANCEL:
+            return self._cancel(control.workflow, gid, now)
+        new, reuse = data.get("new"), data.get("reuse")
+        if not isinstance(new, str) or not new or new == gid:
+            raise ValueError("RERUN needs a new gid, other than the gid it reruns")
+        if not isinstance(reuse, list) or not all(isinstance(job, str) for job in reuse):
+            raise ValueError("RERUN needs reuse, a list of job names")
+        return self._rerun(control.workflow, gid, new, reuse, now)
+
+    def _cancel(self, workflow: str, gid: str, now: float) -> tuple[str, str, list[Effect]]:
+        """Record the cancellation (the envelope is in the journal), drop the generation's queued
+        runs (NORUN; FAILURE for one waiting for a retry) and stop its running ones. Jobs that fire
+        later publish NORUN; the coordinator ends it CANCELLED."""
+        if (workflow, gid) in self.ended:
+            return "UNCHANGED", f"generation {gid} is over", []
+        seen = (workflow, gid) in self.generations
+        generation = self.generations.setdefault((workflow, gid), GenerationState(since=now))
+        if generation.cancelled:
+            return "UNCHANGED", f"generation {gid} was cancelled already", []
+        generation.cancelled = True
+        queued = [p for p in self.pending if (p.run.workflow, p.run.gid) == (workflow, gid)]
+        self.pending = [p for p in self.pending if p not in queued]
+        effects: list[Effect] = []
+        for pending in queued:
+            status = NORUN if pending.at is None else FAILURE
+            detail = NOT_RUN if pending.at is None else f"{NOT_RUN} before attempt {pending.run.attempt}"
+            effects += self._done(pending.run, status, Result(False, detail, now, 0.0))
+        stopping = [run for run in self.running.values() if (run.workflow, run.gid) == (workflow, gid)]
+        effects += [Stop(run) for run in stopping]
+        if not seen:
+            return "OK", f"generation {gid} not seen here yet: its jobs will not run", effects
+        return "OK", f"{len(stopping)} running stopped, {len(queued)} queued not run", effects
+
+    def _rerun(
+        self, workflow: str, gid: str, new: str, reuse: list[str], now: float
+    ) -> tuple[str, str, list[Effect]]:
+        """Generation ``new`` republishes the outcomes ``gid`` had here for the ``reuse`` jobs
+        (those not downstream of the job rerun from) instead of running them."""
+        known = self.generations.get((workflow, new))
+        if known is not None and known.rerun_of == gid:
+            return "UNCHANGED", f"{new} reruns {gid} already", []
+        if known is not None or (workflow, new) in self.ended or (workflow, new) in self.outcomes:
+            return "ERROR", f"generation {new} exists", []
+        recorded = self.outcomes.get((workflow, gid), {}).get("jobs", {})
+        reused = {
+            job: [str(recorded[job]["status"]), f"reused from {gid}: {recorded[job]['detail']}"[:500]]
+            for job in reuse
+            if job in recorded
+        }
+        self.generations[workflow, new] = GenerationState(since=now, rerun_of=gid, reused=reused)
+        return "OK", f"{len(reused)} outcomes of {gid} reused here", []

@@ -16,6 +16,9 @@ LOCK is the number of that inherited descriptor: it is made non-inheritable befo
 starts, or a command that leaves a process behind (``sleep 60 &``) would hold the lock after the
 supervisor ended, and a restarted agent would wait for it for ever.
 
+The command's process group id goes to ``JOB.ATTEMPT.pid`` beside the log once it started, so
+that ``wfm cancel`` can stop it (:func:`agents.runner.stop`).
+
 The log file is created before the command starts: a free lock, no status and no log mean the
 command never started, which is the only case in which the agent may launch it again.
 
@@ -79,6 +82,8 @@ def run(command: str, cwd: str, timeout: float | None, log: str) -> dict[str, ob
         return {"started": started, "duration": 0.0, "error": f"cannot start: {error.strerror} (cwd {cwd})"}
     finally:
         os.close(output)
+    with open(os.path.splitext(log)[0] + ".pid", "w") as group:  # so a cancellation can stop it (runner.stop)
+        group.write(str(pid))
     code: int | None = _wait(pid, timeout)
     return {"started": started, "duration": time.monotonic() - clock, "code": code, "timeout": timeout}
 

@@ -10,7 +10,8 @@ An envelope makes the agent run commands, so before acting on one the agent chec
    ``--trust``, or else the first key this agent ever accepted (trust on first use: pinned, logged
    loudly, kept in the agent's snapshot so a restart does not reopen it);
 3. downgrade: an envelope for another version of a workflow than the one deployed last, signed
-   before that one was (a lower sequence), or signed before the workflow was undeployed;
+   before that one was (a lower sequence), or signed before the workflow was undeployed (not for
+   CANCEL and RERUN: they act on a generation and deploy no version, which is ``*`` in them);
 4. replay: a sequence not above the last one accepted from the same signer for the same workflow
    (per workflow, so that a deployer deploying two workflows at once does not refuse itself).
 
@@ -38,6 +39,7 @@ from cryptography.x509.oid import NameOID
 
 from broker.errors import LocalError
 from broker.language import Publication
+from workflow_messages.operations import OPERATIONS
 from workflow_messages.signature import Signature, check_signature, fingerprint, key_from_text, key_text
 
 __all__ = ["DEPLOYER", "Refusal", "Trust", "load_ca", "load_public_key"]
@@ -79,8 +81,9 @@ class Trust:
         who = self._signer(signature, now)
         workflow, version = str(envelope["applname"]), str(envelope["version"])
         sequence, command = signature.sequence, envelope["command"]
+        operation = command in OPERATIONS  # acts on a generation, deploys no version
         deployed, at = self.since.get(workflow, (None, -1))
-        if deployed is not None and version != deployed and sequence < at:
+        if not operation and deployed is not None and version != deployed and sequence < at:
             newer = f"version {deployed} was deployed" if deployed else "the workflow was undeployed"
             raise Refusal(
                 "downgrade", who, f"downgrade: {workflow} version {version} was signed before {newer}"
@@ -90,6 +93,8 @@ class Trust:
             reason = f"replay: sequence {sequence} of {workflow} is not above {last}, the last accepted"
             raise Refusal("replay", who, reason)
         self.sequences[who, workflow] = sequence
+        if operation:
+            return who
         if command == "UNDEPLOY":
             self.since[workflow] = ("", sequence)
         elif version != deployed:

@@ -11,9 +11,12 @@ from broker.language import Var
 __all__ = [
     "ACCEPTS",
     "AGENT_ACK",
+    "AGENT_ANSWER",
     "AGENT_CTL",
+    "AGENT_QUERY",
     "APPL_END",
     "APPL_START",
+    "CANCELLED",
     "FAILURE",
     "GID",
     "HISTORY_QUERY",
@@ -26,6 +29,9 @@ __all__ = [
 
 AGENT_CTL, AGENT_ACK, JOBSTATUS, TRIGGER = "AGENT_CTL", "AGENT_ACK", "JOBSTATUS", "Trigger"
 SUCCESS, FAILURE, NORUN = "SUCCESS", "FAILURE", "NORUN"
+CANCELLED = "CANCELLED"  # APPL_END of a generation wfm cancel stopped
+# questions to agents (what is deployed, recent runs, a job's log) and their answers
+AGENT_QUERY, AGENT_ANSWER = "AGENT_QUERY", "AGENT_ANSWER"
 # history asked and answered over the overlay (wfm.history.protocol)
 HISTORY_QUERY, HISTORY_RESULT = "HISTORY_QUERY", "HISTORY_RESULT"
 # The virtual jobs every workflow has: APPL_START runs first (when the Trigger arrives), APPL_END

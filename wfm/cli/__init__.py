@@ -43,6 +43,11 @@ COMMANDS = {
     "puppet": "puppet",
     "certs": "certs",
     "web": "web",
+    "workflows": "operations",
+    "runs": "operations",
+    "logs": "operations",
+    "cancel": "operations",
+    "rerun": "operations",
 }
 
 

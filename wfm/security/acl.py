@@ -5,10 +5,16 @@ are this layer's. The defaults follow the roles of ``wfm certs``:
 
 * a **deployer** (the operator: ``wfm deploy``, ``wfm trigger``) may publish and subscribe anything;
 * an **agent** may subscribe only to its own AGENT_CTL envelopes, to job statuses and triggers (its
-  jobs' composite subscriptions), and publish statuses and acknowledgements only as itself;
+  jobs' composite subscriptions) and to queries, and publish statuses, acknowledgements and
+  answers only as itself;
 * a **monitor** (``wfm monitor``, the historian, which keeps the envelopes too, ``wfm history
-  --broker``) subscribes to anything, and publishes only history questions and answers;
-* a **client** publishes and subscribes anything but the workflow's control traffic.
+  --broker``, ``wfm workflows``, ``wfm runs``, ``wfm logs``) subscribes to anything, and publishes
+  only history questions and answers and queries to agents;
+* a **client** publishes and subscribes anything but the workflow's control traffic (queries
+  included: a job's log may say more than a client should read).
+
+Only a deployer may publish Triggers and AGENT_CTL envelopes, so only a deployer may trigger,
+cancel or rerun a generation (and agents check that CANCEL and RERUN are signed by a deployer).
 
 So a stolen client certificate cannot make an agent run anything (and agents check the deployer's
 signature in any case), and an agent's cannot speak for another agent.
@@ -19,11 +25,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker.routing.acl import Policy, PolicyError
-from workflow_messages.names import AGENT_ACK, AGENT_CTL, HISTORY_QUERY, HISTORY_RESULT, JOBSTATUS, TRIGGER
+from workflow_messages.names import (
+    AGENT_ACK,
+    AGENT_ANSWER,
+    AGENT_CTL,
+    AGENT_QUERY,
+    HISTORY_QUERY,
+    HISTORY_RESULT,
+    JOBSTATUS,
+    TRIGGER,
+)
 
 __all__ = ["DEFAULT_ACL", "load_policy"]
 
-_CONTROL = [f"[class,eq,{cls}]" for cls in (AGENT_CTL, AGENT_ACK, JOBSTATUS, TRIGGER)]
+_CONTROL = [
+    f"[class,eq,{cls}]" for cls in (AGENT_CTL, AGENT_ACK, JOBSTATUS, TRIGGER, AGENT_QUERY, AGENT_ANSWER)
+]
 
 DEFAULT_ACL = f"""
 [roles.deployer]
@@ -34,15 +51,17 @@ subscribe = ["*"]
 publish = [
     "[class,eq,{JOBSTATUS}],[agentname,eq,$IDENTITY]",
     "[class,eq,{AGENT_ACK}],[agentname,eq,$IDENTITY]",
+    "[class,eq,{AGENT_ANSWER}],[agentname,eq,$IDENTITY]",
 ]
 subscribe = [
     "[class,eq,{AGENT_CTL}],[agentname,eq,$IDENTITY]",
     "[class,eq,{JOBSTATUS}]",
     "[class,eq,{TRIGGER}]",
+    "[class,eq,{AGENT_QUERY}]",
 ]
 
 [roles.monitor]
-publish = ["[class,eq,{HISTORY_QUERY}]", "[class,eq,{HISTORY_RESULT}]"]
+publish = ["[class,eq,{HISTORY_QUERY}]", "[class,eq,{HISTORY_RESULT}]", "[class,eq,{AGENT_QUERY}]"]
 subscribe = ["*"]
 
 [roles.client]

@@ -1,0 +1,126 @@
+"""Answers to the queries of ``wfm workflows``, ``wfm runs`` and ``wfm logs``, from the agent's state.
+
+Pure and read-only: a query changes nothing, so the adapter answers it at once, outside the
+journal. A log lives on disk, so a LOGS query is checked here (the job deployed, the generation
+known: only a path the agent itself wrote is ever read) and handed back as a :class:`LogRequest`
+for the adapter to read (:func:`agents.runner.log_tail`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agents.state import Agent
+from broker.language import Publication
+from workflow_messages import APPL_END, APPL_START, weekday_words
+from workflow_messages.operations import ANY, answer, decode_content
+
+__all__ = ["DEFAULT_RUNS", "MAX_RUNS", "LogRequest", "answer_query"]
+
+DEFAULT_RUNS, MAX_RUNS = 20, 200  # generations a RUNS answer holds: an answer is one frame
+VIRTUAL = (APPL_START, APPL_END)
+
+
+@dataclass(frozen=True, slots=True)
+class LogRequest:
+    """Read the log of ``job`` in generation ``gid`` (``attempt`` 0: the latest) and answer ``request``."""
+
+    request: str
+    workflow: str
+    gid: str
+    job: str
+    attempt: int
+
+
+def answer_query(agent: Agent, query: Publication) -> Publication | LogRequest | None:
+    """The answer to ``query``, a log to read, or None when it is not addressed to this agent (or
+    has no request id to answer to). A bad query is answered with result ERROR and the reason."""
+    request = query.get("request")
+    if query.get("agentname") not in (agent.name, ANY) or not isinstance(request, str) or not request:
+        return None
+    try:
+        content = decode_content(query.get("content"))
+        kind = query.get("query")
+        if kind == "WORKFLOWS":
+            return answer(agent.name, request, "OK", {"deployments": _deployments(agent)})
+        if kind == "RUNS":
+            workflow = _text(content, "workflow")
+            limit = content.get("limit", DEFAULT_RUNS)
+            if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_RUNS:
+                raise ValueError(f"limit must be an integer from 1 to {MAX_RUNS}")
+            prefix = content.get("gid", "")
+            if not isinstance(prefix, str):
+                raise ValueError("gid must be a string")
+            return answer(agent.name, request, "OK", {"generations": _runs(agent, workflow, prefix, limit)})
+        if kind == "LOGS":
+            return _log_request(agent, request, content)
+        raise ValueError(f"unknown query {kind!r} (WORKFLOWS, RUNS or LOGS)")
+    except ValueError as error:
+        return answer(agent.name, request, "ERROR", {"error": str(error)})
+
+
+def _deployments(agent: Agent) -> list[dict[str, Any]]:
+    """Every deployed version, the one new generations start on marked ``current``; the
+    coordinator's carries the workflow's graph (``{job: [[predecessor, on], ...]}``)."""
+    found = []
+    for (workflow, version), deployment in sorted(agent.deployments.items()):
+        end = deployment.jobs.get(APPL_END)
+        jobs = {
+            job: {
+                "command": info.command,
+                "schedule": weekday_words(info.calendar.weekdays),
+                "timeout": info.timeout,
+                "retries": info.retries,
+            }
+            for job, info in deployment.jobs.items()
+            if job not in VIRTUAL
+        }
+        found.append(
+            {
+                "workflow": workflow,
+                "version": version,
+                "current": agent.current(workflow) == version,
+                "coordinator": end is not None,
+                "graph": end.graph if end is not None else None,
+                "jobs": jobs,
+            }
+        )
+    return found
+
+
+def _runs(agent: Agent, workflow: str, prefix: str, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` generations of ``workflow`` (whose gid starts with ``prefix``) this agent
+    took part in: the date, the statuses it published, and its jobs queued, running or waiting."""
+    found = []
+    for (w, gid), record in reversed(agent.outcomes.items()):
+        if w != workflow or not gid.startswith(prefix):
+            continue
+        generation = agent.generations.get((w, gid))
+        busy = {} if generation is None else {j: s for j, s in generation.jobs.items() if s != "done"}
+        cancelled = generation is not None and generation.cancelled
+        found.append(
+            {"gid": gid, "date": record["date"], "jobs": record["jobs"], "busy": busy, "cancelled": cancelled}
+        )
+        if len(found) == limit:
+            break
+    return found
+
+
+def _log_request(agent: Agent, request: str, content: dict[str, Any]) -> LogRequest:
+    workflow, gid, job = (_text(content, name) for name in ("workflow", "gid", "job"))
+    attempt = content.get("attempt", 0)
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+        raise ValueError("attempt must be a non-negative integer")
+    if not any(w == workflow and job in d.jobs for (w, _), d in agent.deployments.items()):
+        raise ValueError(f"job {job} of {workflow} is not deployed on {agent.name}")
+    if (workflow, gid) not in agent.outcomes and (workflow, gid) not in agent.generations:
+        raise ValueError(f"{agent.name} knows no generation {gid} of {workflow}")
+    return LogRequest(request, workflow, gid, job, attempt)
+
+
+def _text(content: dict[str, Any], name: str) -> str:
+    value = content.get(name)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"the query needs a non-empty string {name}")
+    return value

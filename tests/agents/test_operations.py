@@ -1,0 +1,197 @@
+"""CANCEL, RERUN and the queries, in the agent's state machine: no sockets, no processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agents.queries import LogRequest, answer_query
+from agents.runner import log_tail
+from agents.state import Agent, Delivered, Finished, Incoming, Result, Stop
+from broker.language import Publication
+from tests.agents.test_state import FRIDAY, MONDAY, acks, fire, install, key, published, runs, status, trigger
+from tests.signing import DEPLOYER
+from workflow_messages.operations import CANCEL, RERUN, operation, query
+
+
+def operate(agent: Agent, command: str, now: float = 5.0, **content: object) -> list:  # type: ignore[type-arg]
+    return agent.handle(Incoming(DEPLOYER.sign(operation(agent.name, "PAYROLL", command, content))), now)
+
+
+def ack_of(effects: list) -> tuple[str, str]:  # type: ignore[type-arg]
+    [ack] = [p for p in published(effects) if p.cls == "AGENT_ACK"]
+    return str(ack["result"]), str(ack["detail"])
+
+
+def test_cancel_stops_the_running_jobs_and_drops_the_queued_ones() -> None:
+    agent = Agent("agentB", max_jobs=1)
+    install(agent)
+    [running] = runs(fire(agent, "JobB", "g1", "JobA", date=FRIDAY))
+    assert runs(fire(agent, "JobC", "g1", "JobA", date=FRIDAY)) == []  # queued
+    effects = operate(agent, CANCEL, gid="g1")
+    assert [e.run for e in effects if isinstance(e, Stop)] == [running]
+    [norun] = [p for p in published(effects) if p.cls == "JOBSTATUS"]
+    assert (norun["jobname"], norun["status"], norun["detail"]) == ("JobC", "NORUN", "cancelled")
+    assert ack_of(effects) == ("OK", "1 running stopped, 1 queued not run")
+    # JobB has retries="2": stopped, it is not retried
+    [stopped] = published(agent.handle(Finished(running, Result(False, "exit -15 after 1 s", 1.0, 1.0)), 6.0))
+    assert (stopped["status"], stopped["detail"]) == ("FAILURE", "cancelled: exit -15 after 1 s")
+    assert agent.pending == [] and agent.running == {}
+    assert ack_of(operate(agent, CANCEL, gid="g1")) == ("UNCHANGED", "generation g1 was cancelled already")
+
+
+def test_jobs_of_a_cancelled_generation_publish_norun_once_and_never_run() -> None:
+    agent = Agent("agentB")
+    install(agent)
+    assert (
+        ack_of(operate(agent, CANCEL, gid="g1"))[1]
+        == "generation g1 not seen here yet: its jobs will not run"
+    )
+    restarted = Agent("agentB")  # the cancellation is in the state a restart restores
+    restarted.restore(json.loads(json.dumps(agent.snapshot())))
+    for each in (agent, restarted):
+        effects = fire(each, "JobB", "g1", "JobA")
+        assert runs(effects) == []
+        assert [(p["jobname"], p["status"]) for p in published(effects)] == [("JobB", "NORUN")]
+        assert fire(each, "JobB", "g1", "JobA") == []  # a firing delivered again: nothing
+        assert runs(fire(each, "JobB", "g2", "JobA"))  # other generations run
+
+
+def test_the_coordinator_ends_a_cancelled_generation_cancelled() -> None:
+    agent = Agent("agentA")
+    install(agent)
+    agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g1"),)), 1.0)
+    operate(agent, CANCEL, gid="g1")
+    statuses = key(agent, "APPL_END", "SUBSCRIBE")
+    ends: list[Publication] = []
+    for job, value in (("JobA", "SUCCESS"), ("JobB", "NORUN"), ("JobC", "NORUN"), ("JobD", "NORUN")):
+        ends = published(agent.handle(Delivered(statuses, (status(job, "g1", value),)), 2.0))
+    [end] = ends
+    assert (end["jobname"], end["status"], end["detail"]) == (
+        "APPL_END",
+        "CANCELLED",
+        "cancelled; skipped: Alert",
+    )
+    agent.handle(Delivered(statuses, (end,)), 3.0)
+    assert ack_of(operate(agent, CANCEL, gid="g1")) == ("UNCHANGED", "generation g1 is over")
+
+
+def test_cancel_and_rerun_must_be_signed_and_move_no_deployed_version() -> None:
+    agent = Agent("agentB")
+    install(agent)
+    unsigned = operation("agentB", "PAYROLL", CANCEL, {"gid": "g1"})
+    assert ack_of(agent.handle(Incoming(unsigned), 1.0)) == ("REFUSED", "unsigned envelope")
+    operate(agent, CANCEL, gid="g1")
+    assert {result for _, result in acks(install(agent))} == {"UNCHANGED"}  # not a downgrade
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [({}, "needs a gid"), ({"gid": "g1"}, "new gid"), ({"gid": "g1", "new": "g2", "reuse": "JobB"}, "list")],
+)
+def test_a_bad_rerun_is_an_error(content: dict[str, object], fragment: str) -> None:
+    agent = Agent("agentB")
+    install(agent)
+    result, detail = ack_of(operate(agent, RERUN, **content))
+    assert result == "ERROR" and fragment in detail
+
+
+def test_rerun_from_a_job_reuses_the_outcomes_of_the_jobs_before_it() -> None:
+    agent = Agent("agentB")
+    install(agent)
+    [run] = runs(fire(agent, "JobB", "g1", "JobA", date=MONDAY))
+    agent.handle(Finished(run, Result(False, "exit 1 after 0.1 s", 1.0, 0.1)), 2.0)
+    fire(agent, "JobC", "g1", "JobA", date=MONDAY)  # NORUN: not scheduled on Mondays
+    effects = operate(agent, RERUN, gid="g1", new="g1-r1", reuse=["JobC", "JobA"])
+    assert ack_of(effects) == ("OK", "1 outcomes of g1 reused here")
+    assert ack_of(operate(agent, RERUN, gid="g1", new="g1-r1", reuse=["JobC"]))[0] == "UNCHANGED"
+    assert ack_of(operate(agent, RERUN, gid="g0", new="g1-r1", reuse=[]))[0] == "ERROR"  # taken
+    assert ack_of(operate(agent, RERUN, gid="g0", new="g1", reuse=[]))[0] == "ERROR"  # it exists
+    [reused] = published(fire(agent, "JobC", "g1-r1", "JobA", date=MONDAY))
+    assert (reused["status"], reused["GID"]) == ("NORUN", "g1-r1")
+    assert str(reused["detail"]).startswith("reused from g1: not scheduled on Monday")
+    [again] = runs(fire(agent, "JobB", "g1-r1", "JobA", date=MONDAY))  # rerun from JobB: it runs
+    assert (again.gid, again.attempt) == ("g1-r1", 1)
+
+
+def test_the_workflows_query_lists_deployments_and_the_coordinator_has_the_graph() -> None:
+    a, b = Agent("agentA"), Agent("agentB")
+    install(a)
+    install(b)
+    for agent, coordinator, jobs in ((a, True, ["JobA"]), (b, False, ["JobB", "JobC"])):
+        reply = answer_query(agent, query("*", "WORKFLOWS", "r1", {}))
+        assert isinstance(reply, Publication) and reply["result"] == "OK" and reply["agentname"] == agent.name
+        [deployment] = json.loads(str(reply["content"]))["deployments"]
+        assert (deployment["workflow"], deployment["current"], deployment["coordinator"]) == (
+            "PAYROLL",
+            True,
+            coordinator,
+        )
+        assert sorted(deployment["jobs"]) == jobs
+        assert (deployment["graph"] is not None) == coordinator
+    assert json.loads(str(answer_query(a, query("*", "WORKFLOWS", "r", {}))["content"]))["deployments"][0][  # type: ignore[index]
+        "graph"
+    ]["JobD"] == [["JobB", "success"], ["JobC", "success"]]
+    assert answer_query(a, query("agentB", "WORKFLOWS", "r1", {})) is None  # not addressed to it
+
+
+def test_the_runs_query_gives_recent_generations_newest_first() -> None:
+    agent = Agent("agentB")
+    install(agent)
+    for gid in ("g1", "g2", "x3"):
+        fire(agent, "JobC", gid, "JobA", date=MONDAY)
+    runs(fire(agent, "JobB", "g2", "JobA", date=MONDAY))
+
+    def generations(**content: object) -> list[dict[str, object]]:
+        reply = answer_query(agent, query("*", "RUNS", "r", {"workflow": "PAYROLL", **content}))
+        assert isinstance(reply, Publication) and reply["result"] == "OK", reply
+        return json.loads(str(reply["content"]))["generations"]  # type: ignore[no-any-return]
+
+    assert [g["gid"] for g in generations()] == ["x3", "g2", "g1"]
+    assert [g["gid"] for g in generations(gid="g", limit=1)] == ["g2"]
+    [g2] = generations(gid="g2")
+    assert g2["date"] == "2026-11-23" and g2["busy"] == {"JobB": "running"}
+    assert g2["jobs"]["JobC"]["status"] == "NORUN"  # type: ignore[index]
+    bad = answer_query(agent, query("*", "RUNS", "r", {"workflow": "PAYROLL", "limit": 0}))
+    assert isinstance(bad, Publication) and bad["result"] == "ERROR" and "limit" in str(bad["content"])
+
+
+def test_a_logs_query_is_checked_before_anything_is_read(tmp_path: Path) -> None:
+    agent = Agent("agentB")
+    install(agent)
+    assert runs(fire(agent, "JobB", "g1", "JobA"))
+
+    def ask(**content: object) -> Publication | LogRequest | None:
+        return answer_query(agent, query("agentB", "LOGS", "r", {"workflow": "PAYROLL", **content}))
+
+    assert ask(gid="g1", job="JobB") == LogRequest("r", "PAYROLL", "g1", "JobB", 0)
+    for bad, fragment in (
+        ({"gid": "g1", "job": "JobA"}, "not deployed on agentB"),
+        ({"gid": "../x", "job": "JobB"}, "knows no generation"),
+    ):
+        reply = ask(**bad)
+        assert (
+            isinstance(reply, Publication)
+            and reply["result"] == "ERROR"
+            and fragment in str(reply["content"])
+        )
+    folder = tmp_path / "logs" / "PAYROLL" / "g1"
+    folder.mkdir(parents=True)
+    (folder / "JobB.1.log").write_bytes(b"first\n")
+    (folder / "JobB.2.log").write_bytes(b"x" * 10 + b"\xff end\n")
+    tail = log_tail(tmp_path, "PAYROLL", "g1", "JobB", 0, limit=8)
+    assert tail == {
+        "attempts": [1, 2],
+        "attempt": 2,
+        "size": 16,
+        "truncated": True,
+        "ended": False,
+        "text": "xx\ufffd end\n",
+    }
+    assert log_tail(tmp_path, "PAYROLL", "g1", "JobB", 1)["text"] == "first\n"
+    with pytest.raises(ValueError, match="no attempt 3"):
+        log_tail(tmp_path, "PAYROLL", "g1", "JobB", 3)
+    with pytest.raises(ValueError, match="no log of JobC"):
+        log_tail(tmp_path, "PAYROLL", "g1", "JobC", 0)

@@ -1,0 +1,135 @@
+"""``wfm workflows``, ``runs``, ``logs``, ``cancel`` and ``rerun`` against real brokers and agents
+(the agents' tests' overlay: B1 - B2 - B3, agentA, agentB, agentC)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.agents.test_processes import MONDAY, WORKFLOWS, Overlay, overlay
+from tests.processes import WFM, brokers
+
+__all__ = ["overlay"]  # the fixture
+
+SLOW = """<workflow name="SLOW">
+  <job name="Sleep" agent="agentA"><command>echo started; sleep 60</command></job>
+  <job name="After" agent="agentB"><after job="Sleep"/><command>echo after</command></job>
+  <job name="Alert" agent="agentC"><after job="Sleep" on="failure"/><command>echo alert</command></job>
+</workflow>
+"""
+
+
+def wfm(overlay: Overlay, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [WFM, *args, "--broker", str(overlay.uris["B1"])], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def lines(done: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_workflows_runs_and_logs(overlay: Overlay) -> None:
+    overlay.deploy(WORKFLOWS / "payroll.xml")
+    [payroll] = lines(wfm(overlay, "workflows", "-o", "json"))
+    assert (payroll["workflow"], payroll["coordinator"]) == ("PAYROLL", "agentA")
+    assert payroll["agents"] == {"agentA": ["JobA"], "agentB": ["JobB", "JobC"], "agentC": ["Alert", "JobD"]}
+    table = wfm(overlay, "workflows")
+    assert "PAYROLL" in table.stdout and "3 agents answered" in table.stderr
+    overlay.trigger("PAYROLL", ["mon"], MONDAY)
+    overlay.wait_end("PAYROLL", ["mon"])
+    [run] = lines(wfm(overlay, "runs", "PAYROLL", "-o", "json"))
+    assert (run["gid"], run["date"], run["status"]) == ("mon", "2026-11-23", "SUCCESS")
+    assert run["jobs"] == {
+        "JobA": "SUCCESS",
+        "JobB": "SUCCESS",
+        "JobC": "NORUN",
+        "JobD": "SUCCESS",
+        "Alert": "SKIPPED",
+    }
+    assert isinstance(run["duration"], float) and run["duration"] >= 0
+    assert "mon" in wfm(overlay, "runs", "PAYROLL").stdout
+    log = wfm(overlay, "logs", "PAYROLL", "JobB", "--gid", "mon")
+    assert log.returncode == 0 and log.stdout == "PAYROLL mon 2026-11-23: JobB compute\n"
+    assert "attempt 1 (attempts 1) on agentB" in log.stderr
+    [answer] = lines(wfm(overlay, "logs", "PAYROLL", "JobB", "--gid", "mon", "-o", "json"))
+    assert (answer["agent"], answer["truncated"], answer["ended"]) == ("agentB", False, True)
+    unknown = wfm(overlay, "runs", "NOSUCH")
+    assert unknown.returncode == 1
+    assert unknown.stderr.startswith("wfm: error: no agent has workflow NOSUCH deployed (3 agents answered")
+    nojob = wfm(overlay, "logs", "PAYROLL", "JobZ", "--gid", "mon")
+    assert nojob.returncode == 1 and "PAYROLL has no job JobZ" in nojob.stderr
+    nogid = wfm(overlay, "logs", "PAYROLL", "JobB", "--gid", "other")
+    assert nogid.returncode == 1 and "agentB knows no generation other of PAYROLL" in nogid.stderr
+
+
+def test_cancel_stops_a_running_job_and_the_generation_ends_cancelled(
+    overlay: Overlay, tmp_path: Path
+) -> None:
+    slow = tmp_path / "slow.xml"
+    slow.write_text(SLOW)
+    overlay.deploy(slow)
+    overlay.trigger("SLOW", ["g1"])
+    deadline = time.monotonic() + 20
+    while "RUNNING" not in wfm(overlay, "runs", "SLOW").stdout:  # the table shows Sleep:RUNNING
+        assert time.monotonic() < deadline, "Sleep never ran"
+    began = time.monotonic()
+    acks = lines(wfm(overlay, "cancel", "SLOW", "--gid", "g1", "-o", "json"))
+    assert {(a["agent"], a["result"]) for a in acks} == {("agentA", "OK"), ("agentB", "OK"), ("agentC", "OK")}
+    overlay.wait_end("SLOW", ["g1"])
+    assert time.monotonic() - began < 15  # not the 60 s of the sleep
+    statuses = overlay.statuses["SLOW", "g1"]
+    assert (statuses["APPL_END"]["status"], statuses["Sleep"]["status"]) == ("CANCELLED", "FAILURE")
+    assert str(statuses["Sleep"]["detail"]).startswith("cancelled: exit -15")
+    assert (statuses["Alert"]["status"], statuses["Alert"]["detail"]) == ("NORUN", "cancelled")
+    assert "After" not in statuses  # after a failure: skipped
+    again = lines(wfm(overlay, "cancel", "SLOW", "--gid", "g1", "-o", "json"))
+    assert {a["result"] for a in again} == {"UNCHANGED"}
+    overlay.agents["agentC"].send_signal(signal.SIGSTOP)  # an agent that does not answer
+    try:
+        silent = wfm(overlay, "cancel", "SLOW", "--gid", "g2", "--timeout", "2")
+    finally:
+        overlay.agents["agentC"].send_signal(signal.SIGCONT)
+    assert silent.returncode == 3
+    assert silent.stderr == "wfm: error: no answer within 2 s from the agent of SLOW's Alert\n"
+
+
+def test_rerun_from_the_failed_job(overlay: Overlay) -> None:
+    overlay.deploy(WORKFLOWS / "payroll.xml")
+    (overlay.output / "fail").mkdir(parents=True)
+    (overlay.output / "fail" / "JobB").touch()
+    overlay.trigger("PAYROLL", ["g1"], MONDAY)
+    overlay.wait_end("PAYROLL", ["g1"])
+    assert overlay.states("PAYROLL", "g1")["JobB"] == "FAILURE"
+    (overlay.output / "fail" / "JobB").unlink()
+    done = wfm(overlay, "rerun", "PAYROLL", "--gid", "g1", "--from", "JobB")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "g1-r1\n"
+    overlay.wait_end("PAYROLL", ["g1-r1"])
+    assert overlay.states("PAYROLL", "g1-r1")["APPL_END"] == "SUCCESS"
+    assert str(overlay.statuses["PAYROLL", "g1-r1"]["JobA"]["detail"]).startswith("reused from g1: exit 0")
+    assert overlay.records("PAYROLL", "g1-r1") == {"JobB": 1, "JobD": 1}  # JobA did not run again
+    full = wfm(overlay, "rerun", "PAYROLL", "--gid", "g1", "-o", "json")
+    assert json.loads(full.stdout) == {"workflow": "PAYROLL", "gid": "g1-r2", "rerun_of": "g1", "from": None}
+    overlay.wait_end("PAYROLL", ["g1-r2"])
+    assert overlay.records("PAYROLL", "g1-r2") == {"JobA": 1, "JobB": 1, "JobD": 1}
+    unknown = wfm(overlay, "rerun", "PAYROLL", "--gid", "nosuch")
+    assert unknown.returncode == 1 and "no agent remembers generation nosuch of PAYROLL" in unknown.stderr
+
+
+def test_no_agent_answering_is_a_timeout_exit_3() -> None:
+    with brokers({"B1": []}) as uris:
+        for command in (["workflows"], ["runs", "PAYROLL"], ["cancel", "PAYROLL", "--gid", "g1"]):
+            done = subprocess.run(
+                [WFM, *command, "--broker", str(uris["B1"]), "--timeout", "1"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert (done.returncode, done.stderr) == (3, "wfm: error: no agent answered within 1 s\n"), (
+                command
+            )

@@ -1,0 +1,233 @@
+"""``wfm workflows``, ``wfm runs``, ``wfm logs``, ``wfm cancel`` and ``wfm rerun``: thin commands over
+:class:`wfm.operations.Session`. A timeout (an agent that did not answer) exits with status 3."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from broker.client import Brokers
+from wfm.cli.options import broker_option, checked, output_option
+from wfm.cli.workflow import signing_options
+from wfm.monitor import Monitor
+from wfm.operations import NoReply, Session, generation_record
+from wfm.signing import Deployer
+from wfm.triggers import check_gid, check_workflow, default_outbox
+
+T = TypeVar("T")
+TIMED_OUT = 3
+
+workflow_argument = click.argument("workflow", callback=checked(check_workflow))
+gid_option = click.option("--gid", required=True, callback=checked(check_gid), help="The generation.")
+
+
+def timeout_option(default: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(0.1, 3600),
+        default=default,
+        show_default=True,
+        help="Seconds to wait for the agents' answers (exit status 3 after it).",
+    )
+
+
+def _session(uri: Brokers, timeout: float, use: Callable[[Session], Awaitable[T]]) -> T:
+    """Run ``use`` on a session; a NoReply is the one-line error of a timeout, exit status 3."""
+
+    async def main() -> T:
+        async with Session.connect(uri, timeout) as session:
+            return await use(session)
+
+    try:
+        return asyncio.run(main())
+    except NoReply as error:
+        click.echo(f"wfm: error: {error}", err=True)
+        raise click.exceptions.Exit(TIMED_OUT) from None
+
+
+def _json(record: dict[str, Any]) -> None:
+    click.echo(json.dumps(record, ensure_ascii=False))
+
+
+@click.command()
+@broker_option
+@timeout_option(5.0)
+@output_option
+def workflows(broker_uri: Brokers, timeout: float, output: str) -> None:
+    """What is deployed: each workflow with its version, agents and jobs, as its agents say."""
+    found, agents = _session(broker_uri, timeout, lambda session: session.workflows())
+    if output == "json":
+        for workflow in found:
+            _json(workflow.record())
+        return
+    table = Table("workflow", "version", "coordinator", "agents (jobs)", "older versions")
+    for workflow in found:
+        jobs = "; ".join(f"{agent} ({', '.join(jobs)})" for agent, jobs in workflow.agents.items())
+        older = ", ".join(sorted(workflow.versions - {workflow.version}))
+        table.add_row(workflow.workflow, workflow.version, workflow.coordinator or "?", jobs, older)
+    Console().print(table)
+    click.echo(f"{len(agents)} agents answered: {', '.join(agents)}", err=True)
+
+
+@click.command()
+@workflow_argument
+@broker_option
+@click.option(
+    "--limit", type=click.IntRange(1, 200), default=20, show_default=True, help="Generations shown."
+)
+@click.option("--watch", is_flag=True, help="Then follow new statuses live until Ctrl-C.")
+@timeout_option(5.0)
+@output_option
+def runs(workflow: str, broker_uri: Brokers, limit: int, watch: bool, timeout: float, output: str) -> None:
+    """Recent generations of WORKFLOW: outcome, start, duration and job states, from what its
+    agents keep (their last 500 generations). -o json: one object per generation; with --watch,
+    one more each time a generation changes."""
+
+    async def use(session: Session) -> None:
+        if watch:
+            await session.follow(workflow)
+        monitor = await session.runs(workflow, limit)
+        if output == "json":
+            for record in _records(session, monitor, limit):
+                _json(record)
+            if watch:
+                seen = {(r["gid"], json.dumps(r)) for r in _records(session, monitor, limit)}
+                await session.watch(monitor, lambda: _changed(session, monitor, limit, seen))
+            return
+        console = Console()
+        if not watch:
+            console.print(_table(_records(session, monitor, limit)))
+            return
+        with Live(_table(_records(session, monitor, limit)), console=console, auto_refresh=False) as live:
+            await session.watch(
+                monitor, lambda: live.update(_table(_records(session, monitor, limit)), refresh=True)
+            )
+
+    _session(broker_uri, timeout, use)
+
+
+def _records(session: Session, monitor: Monitor, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` generations (by start; not started yet: first)."""
+    records = [
+        generation_record(g, (g.workflow, g.gid) in session.cancelled) for g in monitor.generations.values()
+    ]
+    records.sort(key=lambda r: (r["started"] is None, r["started"] or 0.0), reverse=True)
+    return records[:limit]
+
+
+def _changed(session: Session, monitor: Monitor, limit: int, seen: set[tuple[str, str]]) -> None:
+    for record in _records(session, monitor, limit):
+        key = (record["gid"], json.dumps(record))
+        if key not in seen:
+            seen.add(key)
+            _json(record)
+
+
+def _table(records: list[dict[str, Any]]) -> Table:
+    table = Table("gid", "date", "status", "started", "duration", "jobs")
+    for r in records:
+        started = (
+            "" if r["started"] is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"]))
+        )
+        duration = "" if r["duration"] is None else f"{r['duration']:.1f}s"
+        jobs = " ".join(f"{job}:{status}" for job, status in r["jobs"].items())
+        table.add_row(r["gid"], r["date"] or "", r["status"], started, duration, jobs)
+    return table
+
+
+@click.command()
+@workflow_argument
+@click.argument("job")
+@gid_option
+@click.option("--attempt", type=click.IntRange(1), help="Which attempt [default: the latest].")
+@broker_option
+@timeout_option(5.0)
+@output_option
+def logs(
+    workflow: str, job: str, gid: str, attempt: int | None, broker_uri: Brokers, timeout: float, output: str
+) -> None:
+    """What JOB printed (stdout and stderr) in generation GID, fetched from its agent: the last 64
+    KiB of it, saying on stderr when the log is longer."""
+    found = _session(broker_uri, timeout, lambda session: session.logs(workflow, job, gid, attempt or 0))
+    if output == "json":
+        _json(found)
+        return
+    click.echo(found["text"], nl=False)
+    attempts = ", ".join(map(str, found["attempts"]))
+    cut = f"; the last {len(found['text'].encode())} of {found['size']} bytes" if found["truncated"] else ""
+    running = "" if found["ended"] else "; still running"
+    click.echo(
+        f"wfm: {job} attempt {found['attempt']} (attempts {attempts}) on {found['agent']}{cut}{running}",
+        err=True,
+    )
+
+
+@click.command()
+@workflow_argument
+@gid_option
+@broker_option
+@timeout_option(10.0)
+@output_option
+@signing_options
+def cancel(
+    workflow: str,
+    gid: str,
+    broker_uri: Brokers,
+    timeout: float,
+    output: str,
+    deployer: Callable[[], Deployer],
+) -> None:
+    """Cancel generation GID of WORKFLOW: its running jobs are stopped, the others publish NORUN
+    (detail cancelled), and it ends with APPL_END CANCELLED. Needs a deployer's key (signed, like a
+    deployment). Exit status 1 if an agent refused."""
+    sign = deployer().sign
+    acks = _session(broker_uri, timeout, lambda session: session.cancel(workflow, gid, sign))
+    for agent, (result, detail) in sorted(acks.items()):
+        if output == "json":
+            _json({"agent": agent, "workflow": workflow, "gid": gid, "result": result, "detail": detail})
+        else:
+            click.echo(f"{agent}: {result} {detail}")
+    refused = sorted(agent for agent, (result, _) in acks.items() if result not in ("OK", "UNCHANGED"))
+    if refused:
+        click.echo(f"wfm: error: cancel of {gid} refused by {', '.join(refused)}", err=True)
+        raise click.exceptions.Exit(1)
+
+
+@click.command()
+@workflow_argument
+@gid_option
+@click.option(
+    "--from", "start", metavar="JOB", help="Rerun JOB and the jobs after it; the others keep GID's outcome."
+)
+@broker_option
+@timeout_option(10.0)
+@output_option
+@signing_options
+def rerun(
+    workflow: str,
+    gid: str,
+    start: str | None,
+    broker_uri: Brokers,
+    timeout: float,
+    output: str,
+    deployer: Callable[[], Deployer],
+) -> None:
+    """Run generation GID of WORKFLOW again, on its date, as a new generation GID-rN (printed):
+    every job, or with --from JOB that job and those after it (the other jobs republish their
+    outcome in GID, detail "reused from GID", without running)."""
+    sign = deployer().sign
+    new = _session(
+        broker_uri, timeout, lambda session: session.rerun(workflow, gid, start, sign, default_outbox())
+    )
+    if output == "json":
+        _json({"workflow": workflow, "gid": new, "rerun_of": gid, "from": start})
+    else:
+        click.echo(new)

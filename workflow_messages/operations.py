@@ -1,0 +1,120 @@
+"""Asking agents and acting on generations: the queries ``wfm workflows``, ``wfm runs`` and ``wfm
+logs`` send, the answers, and the CANCEL and RERUN envelopes of ``wfm cancel`` and ``wfm rerun``.
+
+Queries read and change nothing, so they are a class of their own, ``AGENT_QUERY``, unsigned::
+
+    [class,AGENT_QUERY],[agentname,'*'|A],[query,WORKFLOWS|RUNS|LOGS],[request,ID],[content,JSON]
+    [class,AGENT_ANSWER],[agentname,A],[request,ID],[result,OK|ERROR],[content,JSON]
+
+Every agent subscribes to every query and answers those addressed to it or to ``*``; the asker
+subscribes to the answers of its own request id. CANCEL and RERUN change what agents run, so they
+are AGENT_CTL envelopes, signed by a deployer like a deployment and acknowledged with AGENT_ACK;
+their version and job are ``*`` (they act on a generation, whatever version it runs on).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from broker.language import Filter, Publication
+from workflow_messages._build import filter_of
+from workflow_messages.names import AGENT_ACK, AGENT_ANSWER, AGENT_CTL, AGENT_QUERY
+
+__all__ = [
+    "ANY",
+    "CANCEL",
+    "OPERATIONS",
+    "QUERIES",
+    "RERUN",
+    "answer",
+    "answer_advertisement",
+    "answer_subscription",
+    "decode_content",
+    "encode_content",
+    "operation",
+    "operation_acks",
+    "query",
+    "query_advertisement",
+    "query_subscription",
+]
+
+ANY = "*"  # every agent (a query), any version or job (an operation)
+CANCEL, RERUN = "CANCEL", "RERUN"
+OPERATIONS = (CANCEL, RERUN)  # the AGENT_CTL commands that act on a generation, not a deployment
+QUERIES = ("WORKFLOWS", "RUNS", "LOGS")
+
+
+def encode_content(data: dict[str, Any]) -> str:
+    """JSON that is a valid string value: ASCII (a log's bytes may be anything), no line break,
+    no ``'`` (a string value cannot hold both quote kinds)."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).replace("'", "\\u0027")
+
+
+def decode_content(value: object) -> dict[str, Any]:
+    """The JSON object a query, an answer or an operation carries; ValueError (one line) otherwise."""
+    if not isinstance(value, str):
+        raise ValueError("content must be a string")
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"content is not JSON: {error.msg} at {error.pos}") from None
+    if not isinstance(data, dict):
+        raise ValueError("content must be a JSON object")
+    return data
+
+
+def query_advertisement() -> Filter:
+    """What an asker advertises before it publishes queries."""
+    return filter_of(AGENT_QUERY, {}, present=("agentname", "query", "request", "content"))
+
+
+def query_subscription() -> Filter:
+    """Every query (an agent picks those addressed to it or to every agent)."""
+    return filter_of(AGENT_QUERY, {}, present=("agentname", "query", "request"))
+
+
+def query(agent: str, kind: str, request: str, content: dict[str, Any]) -> Publication:
+    return Publication(
+        AGENT_QUERY,
+        {"agentname": agent, "query": kind, "request": request, "content": encode_content(content)},
+    )
+
+
+def answer_advertisement(agent: str) -> Filter:
+    """What ``agent`` advertises to answer queries."""
+    return filter_of(AGENT_ANSWER, {"agentname": agent}, present=("request", "result", "content"))
+
+
+def answer_subscription(request: str) -> Filter:
+    """Every agent's answer to one request."""
+    return filter_of(AGENT_ANSWER, {"request": request}, present=("agentname",))
+
+
+def answer(agent: str, request: str, result: str, content: dict[str, Any]) -> Publication:
+    return Publication(
+        AGENT_ANSWER,
+        {"agentname": agent, "request": request, "result": result, "content": encode_content(content)},
+    )
+
+
+def operation(agent: str, workflow: str, command: str, content: dict[str, Any]) -> Publication:
+    """An unsigned CANCEL or RERUN envelope for ``agent`` (the deployer signs it)."""
+    return Publication(
+        AGENT_CTL,
+        {
+            "agentname": agent,
+            "applname": workflow,
+            "version": ANY,
+            "command": command,
+            "jobname": ANY,
+            "content": encode_content(content),
+        },
+    )
+
+
+def operation_acks(workflow: str, command: str) -> Filter:
+    """Every agent's acknowledgements of ``command`` (CANCEL or RERUN) envelopes of ``workflow``."""
+    return filter_of(
+        AGENT_ACK, {"applname": workflow, "version": ANY, "command": command}, present=("agentname",)
+    )
