@@ -75,9 +75,10 @@ async def not_a_broker(answer: bytes | None) -> AsyncIterator[BrokerURI]:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read(1 << 16)
         if answer is None:
-            await asyncio.sleep(5)
+            await reader.read(1 << 16)  # until the client gives up
         writer.write(answer or b"")
         writer.close()
+        await writer.wait_closed()
 
     server = await asyncio.start_server(serve, address.host, address.port)
     try:
