@@ -5,6 +5,7 @@ and :mod:`wfm.up`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
@@ -16,14 +17,18 @@ from rich.live import Live
 from tzlocal import get_localzone
 
 from broker.client import Brokers, ConnectError
+from wfm.cli import TimedOut
 from wfm.cli.options import broker_option, broker_uri_option, checked, output_option
 from wfm.cli.serving import stop_event
 from wfm.cli.workflow import load_workflow
-from wfm.monitor import TIMED_OUT, MonitorService, StatusEvent, render
+from wfm.monitor import MonitorService, StatusEvent, render
 from wfm.scheduler import NEVER_STOPPED, fire, run_schedule
 from wfm.timetable import Entry, fires, load_config
 from wfm.triggers import TriggerPublisher, check_gid, check_workflow, default_outbox, new_gid, parse_date
 from wfm.up import agent_names, serve
+
+# seconds wfm monitor --gid waits for a historian to answer what it holds of the generation
+CATCH_UP_TIMEOUT = 3.0
 
 
 @click.command()
@@ -114,13 +119,14 @@ def _fire(
     "gids",
     multiple=True,
     callback=checked(check_gid),
-    help="Watch this generation (repeatable) [default: the first one seen].",
+    help="Watch this generation (repeatable), from its start even if that was earlier "
+    "[default: the first one triggered from now on].",
 )
 @broker_option
 @click.option("--watch", is_flag=True, help="Keep showing new generations until Ctrl-C.")
 @output_option
 @click.option(
-    "--timeout", type=click.FloatRange(0, min_open=True), help="Give up after S seconds (exit status 2)."
+    "--timeout", type=click.FloatRange(0, min_open=True), help="Give up after S seconds (exit status 3)."
 )
 def monitor(
     workflow: str | None,
@@ -132,20 +138,21 @@ def monitor(
 ) -> None:
     """Show job states per generation of WORKFLOW (or of every workflow), live.
 
-    The monitor sees only what is published after it subscribes: start it before the trigger (the
-    history of earlier generations comes with the historian). -o json prints one line per job
-    status. Without --watch it exits when the watched generations end: exit status 0 if all
-    ended SUCCESS, 1 if one ended FAILURE, 2 on --timeout."""
+    Without --gid it follows the generations triggered from now on: start it before wfm trigger.
+    With --gid it first asks the historians (wfm up runs one) what they hold of those
+    generations, so it may start after the trigger:
+
+    \b
+    wfm monitor PAYROLL --gid "$(wfm trigger PAYROLL)"
+
+    -o json prints one line per job status. Without --watch it exits when the watched generations
+    end: exit status 0 if all ended SUCCESS, 1 if one ended FAILURE, 3 on --timeout."""
     try:
         status = asyncio.run(_monitor(broker_uri, workflow, gids, watch, output == "json", timeout))
-    except KeyboardInterrupt:
-        if not watch:
-            raise
-        status = 0
     except (ConnectError, ConnectionError) as error:
         raise click.ClickException(str(error)) from None
-    if status == TIMED_OUT:
-        click.echo(f"wfm: timed out after {timeout:g} s", err=True)
+    except TimeoutError:
+        raise TimedOut(f"timed out after {timeout:g} s") from None
     raise click.exceptions.Exit(status)
 
 
@@ -157,14 +164,34 @@ async def _monitor(
     as_json: bool,
     timeout: float | None,
 ) -> int:
-    """A JSON line per job status, or the tables redrawn after each delivery."""
-    async with MonitorService.connect(uri, workflow, gids) as service:
-        if as_json:
-            return await service.run(forever, timeout, _json_line)
-        with Live(render(service.monitor), console=Console(), auto_refresh=False) as live:
-            return await service.run(
-                forever, timeout, lambda _: live.update(render(service.monitor), refresh=True)
-            )
+    """A JSON line per job status, or the tables redrawn after each delivery; what it waits for
+    on stderr."""
+    async with MonitorService.connect(uri, workflow, gids) as service, contextlib.AsyncExitStack() as stack:
+        show: Callable[[StatusEvent | None], None] = _json_line
+        if not as_json:
+            live = stack.enter_context(Live(render(service.monitor), console=Console(), auto_refresh=False))
+
+            def show(_: StatusEvent | None) -> None:
+                live.update(render(service.monitor), refresh=True)
+
+        clock = asyncio.get_running_loop().time
+        deadline = None if timeout is None else clock() + timeout
+        if gids:
+            problem = await service.catch_up(min(CATCH_UP_TIMEOUT, timeout or CATCH_UP_TIMEOUT), show)
+            if problem is not None:
+                click.echo(f"wfm: warning: {problem}", err=True)
+        if not service.monitor.done:
+            click.echo(f"wfm: {_waiting_for(workflow, gids, forever)}", err=True)
+        return await service.run(forever, None if deadline is None else max(0.0, deadline - clock()), show)
+
+
+def _waiting_for(workflow: str | None, gids: Sequence[str], forever: bool) -> str:
+    """What the monitor waits for, so that one started after its trigger does not wait in silence."""
+    of = f"of {workflow}" if workflow else "of any workflow"
+    if gids:
+        return f"waiting for generation {', '.join(gids)} {of} to end" + (" (then more)" * forever)
+    which = "the generations" if forever else "the next generation"
+    return f"waiting for {which} {of} triggered from now on (Ctrl-C to stop)"
 
 
 def _json_line(event: StatusEvent | None) -> None:
