@@ -115,12 +115,11 @@ def history(
     A composite covers the past only; through the overlay each atom is asked as a filter and the
     answers are joined here.
     """
-    if store is None and broker_uri is None:
-        raise click.ClickException("give --broker URI or --store DIR")
+    broker_uri = _one_source(broker_uri, store)
     if subscription.lstrip().startswith("{"):
         composite, atoms = _composite(subscription)
         groups: Iterable[tuple[Stored, ...]]
-        if store is not None or broker_uri is None:
+        if broker_uri is None:
             groups = query_composite(_open_store(store, spark_master), composite, since, until)
         else:
             groups = asyncio.run(_composite_from_overlay(broker_uri, atoms, since, until, timeout))
@@ -131,11 +130,24 @@ def history(
         wanted = parse_filter(subscription)
     except ParseError as error:
         raise click.ClickException(f"invalid filter: {error}") from None
-    if store is not None or broker_uri is None:
+    if broker_uri is None:
         for stored in _open_store(store, spark_master).query(wanted, since, until):
             _show("history", stored, output)
         return
     asyncio.run(_from_overlay(broker_uri, wanted, since, until, timeout, output))
+
+
+def _one_source(broker_uri: Brokers | None, store: Path | None) -> Brokers | None:
+    """The broker to ask, or None to read ``store``: a usage error unless exactly one is given
+    (``$WFM_BROKER``, which wfm up tells users to export, gives way to --store)."""
+    if store is None and broker_uri is None:
+        raise click.UsageError("give --broker URI or --store DIR (or set $WFM_BROKER)")
+    if store is None:
+        return broker_uri
+    source = click.get_current_context().get_parameter_source("broker_uri")
+    if broker_uri is not None and source == click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("give --broker URI or --store DIR, not both")
+    return None
 
 
 def _composite(text: str) -> tuple[Composite, list[Atom]]:
