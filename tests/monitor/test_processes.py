@@ -39,7 +39,9 @@ def wfm(*argv: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
 def test_trigger_reaches_a_subscriber_on_another_broker(overlay: dict[str, BrokerURI]) -> None:
     with BlockingClient(overlay["B2"]) as subscriber:
         subscriber.subscribe("[class,eq,Trigger],[applname,eq,PAYROLL]")
-        done = wfm("trigger", "PAYROLL", "--date", "2026-11-27", "--broker", str(overlay["B1"]))
+        done = wfm(
+            "trigger", "PAYROLL", "--date", "2026-11-27", "--wait", "0", "--broker", str(overlay["B1"])
+        )
         assert done.returncode == 0, done.stderr
         gid = done.stdout.strip()
         assert gid.startswith("20") and len(gid.split("-")) == 3
@@ -57,8 +59,54 @@ def test_trigger_reaches_a_subscriber_on_another_broker(overlay: dict[str, Broke
 
 
 def test_trigger_with_a_given_gid(overlay: dict[str, BrokerURI]) -> None:
-    done = wfm("trigger", "PAYROLL", "--gid", "g-given", "--broker", str(overlay["B1"]))
+    done = wfm("trigger", "PAYROLL", "--gid", "g-given", "--wait", "0", "--broker", str(overlay["B1"]))
     assert (done.returncode, done.stdout) == (0, "g-given\n")
+
+
+def test_trigger_of_a_workflow_nobody_runs_fails(overlay: dict[str, BrokerURI]) -> None:
+    with BlockingClient(overlay["B2"]) as historian:  # a subscriber to every Trigger is no coordinator
+        historian.subscribe("[class,eq,Trigger],[applname,isPresent,''],[GID,isPresent,'']")
+        done = wfm("trigger", "NOSUCH", "--gid", "g-none", "--wait", "1", "--broker", str(overlay["B1"]))
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "wfm: error: nothing started NOSUCH generation g-none within 1 s: no workflow of that name is"
+        " deployed (wfm deploy), or its coordinator agent is not running; the Trigger stays published\n"
+    )
+
+
+def test_trigger_waits_for_the_coordinator_to_start_the_generation(overlay: dict[str, BrokerURI]) -> None:
+    """A coordinator on the other broker answers the Trigger with APPL_START; -o json."""
+    with BlockingClient(overlay["B2"], "agentA") as coordinator:
+        coordinator.subscribe("[class,eq,Trigger],[applname,eq,PAYROLL],[GID,isPresent,'']")
+        coordinator.advertise(
+            f"[class,eq,{JOBSTATUS}],[applname,eq,PAYROLL],[jobname,isPresent,''],[GID,isPresent,''],"
+            "[status,isPresent,''],[detail,isPresent,'']"
+        )
+        quiet(overlay)
+        command = [
+            WFM,
+            "trigger",
+            "PAYROLL",
+            "--gid",
+            "g-start",
+            "-o",
+            "json",
+            "--broker",
+            str(overlay["B1"]),
+        ]
+        trigger = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        delivery = coordinator.receive(timeout=10)
+        assert delivery is not None and delivery.publication["GID"] == "g-start"
+        coordinator.publish(
+            "[class,JOBSTATUS],[applname,PAYROLL],[jobname,APPL_START],[GID,g-start],[status,SUCCESS],[detail,'']"
+        )
+        out, err = trigger.communicate(timeout=20)
+    assert trigger.returncode == 0, err
+    assert json.loads(out) == {
+        "workflow": "PAYROLL",
+        "gid": "g-start",
+        "date": datetime.now().date().isoformat(),
+    }
 
 
 def publish_statuses(uri: BrokerURI, gid: str, statuses: list[tuple[str, str, str]]) -> None:

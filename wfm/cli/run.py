@@ -45,26 +45,48 @@ CATCH_UP_TIMEOUT = 3.0
     type=click.Path(file_okay=False, path_type=Path),
     help="Where Triggers wait until the broker acknowledges them [default: $XDG_STATE_HOME/wfm/trigger].",
 )
+@click.option(
+    "--wait",
+    type=click.FloatRange(0, 3600),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the workflow's coordinator to start the generation; 0: do not wait.",
+)
+@output_option
 def trigger(
-    workflow: str, gid: str | None, day: date | None, broker_uri: Brokers, outbox: Path | None
+    workflow: str,
+    gid: str | None,
+    day: date | None,
+    broker_uri: Brokers,
+    outbox: Path | None,
+    wait: float,
+    output: str,
 ) -> None:
     """Start one generation of WORKFLOW: publish a Trigger and print its gid.
 
-    Exits once the broker has acknowledged the Trigger. One it did not acknowledge in time (exit
-    status 1, saying so) stays in the outbox, and the next wfm trigger sends it first, under the
-    same id: the overlay drops it if it got through after all. Triggers in the same outbox go one
-    process at a time."""
+    Exits once the broker has acknowledged the Trigger and the workflow's coordinator has started
+    the generation (its APPL_START): exit status 1 if none did within --wait seconds, as when no
+    workflow of that name is deployed. A Trigger the broker did not acknowledge in time (exit
+    status 3) stays in the outbox, and the next wfm trigger sends it first, under the same id:
+    the overlay drops it if it got through after all. Triggers in the same outbox go one process
+    at a time. -o json: {"workflow", "gid", "date"}."""
     gid = gid or new_gid(datetime.now())
+    day = day or date.today()
     try:
         with TriggerPublisher(broker_uri, outbox=outbox or default_outbox()) as publisher:
-            publisher.publish(workflow, gid, day or date.today())
-    except (ConnectError, OSError, TimeoutError) as error:
-        raise click.ClickException(f"cannot trigger {workflow}: {error or 'timed out'}") from None
+            publisher.publish(workflow, gid, day, started_within=wait)
+    except (ConnectError, OSError) as error:
+        raise click.ClickException(f"cannot trigger {workflow}: {error}") from None
+    except TimeoutError as error:
+        raise TimedOut(f"cannot trigger {workflow}: {error or 'timed out'}") from None
     if publisher.resent:
         click.echo(
             f"wfm: sent again {publisher.resent} Trigger(s) an earlier run left unacknowledged", err=True
         )
-    click.echo(gid)
+    if output == "json":
+        click.echo(json.dumps({"workflow": workflow, "gid": gid, "date": day.isoformat()}))
+    else:
+        click.echo(gid)
 
 
 @click.command()
