@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -65,3 +66,13 @@ def test_schedule_runs_until_sigterm(tmp_path: Path) -> None:
     scheduler.send_signal(signal.SIGTERM)
     out, err = scheduler.communicate(timeout=10)
     assert (scheduler.returncode, out, err) == (0, "", "")
+
+
+def test_dry_run_json(tmp_path: Path) -> None:
+    (tmp_path / "holidays.txt").write_text("")
+    (tmp_path / "s.toml").write_text(CONFIG)
+    done = schedule(str(tmp_path / "s.toml"), "--dry-run", "--days", "7", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {row["workflow"] for row in rows} == {"PAYROLL", "LEDGER"}
+    assert all(set(row) == {"time", "workflow", "date"} and row["time"][:10] == row["date"] for row in rows)

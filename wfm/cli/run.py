@@ -98,11 +98,14 @@ def trigger(
     "--days", type=click.IntRange(1, 3660), default=7, show_default=True, help="Days --dry-run looks ahead."
 )
 @broker_uri_option("Broker to publish through")
-def schedule(config: Path, dry_run: bool, days: int, broker_uri: Brokers | None) -> None:
+@output_option
+def schedule(config: Path, dry_run: bool, days: int, broker_uri: Brokers | None, output: str) -> None:
     """Trigger workflows by cron expression and business calendar until SIGINT/SIGTERM.
 
     CONFIG is a TOML file with one [workflows.NAME] table each (cron, calendar, holidays; see
-    docs/workflows.md). Each trigger prints "TIME WORKFLOW DATE GID" on stdout."""
+    docs/workflows.md). Each trigger prints "TIME WORKFLOW DATE GID" on stdout (-o json: one
+    object {"time", "workflow", "date", "gid"}; --dry-run has no gid)."""
+    as_json = output == "json"
     timezone = get_localzone()
     try:
         entries = load_config(config, timezone)
@@ -111,16 +114,24 @@ def schedule(config: Path, dry_run: bool, days: int, broker_uri: Brokers | None)
     if dry_run:
         now = datetime.now(timezone)
         for at, workflow, day in fires(entries, now, now + timedelta(days=days)):
-            click.echo(f"{at:%Y-%m-%d %H:%M %a} {workflow} {day.isoformat()}")
+            if as_json:
+                click.echo(
+                    json.dumps({"time": at.isoformat(), "workflow": workflow, "date": day.isoformat()})
+                )
+            else:
+                click.echo(f"{at:%Y-%m-%d %H:%M %a} {workflow} {day.isoformat()}")
         return
     if broker_uri is None:
         raise click.UsageError("--broker (or $WFM_BROKER) is needed unless --dry-run")
     with TriggerPublisher(broker_uri) as publisher, stop_event() as stop:
-        run_schedule(entries, timezone, lambda entry: _fire(entry, publisher, stop.wait), stop)
+        run_schedule(entries, timezone, lambda entry: _fire(entry, publisher, stop.wait, as_json), stop)
 
 
 def _fire(
-    entry: Entry, publisher: TriggerPublisher, wait: Callable[[float], bool] = NEVER_STOPPED.wait
+    entry: Entry,
+    publisher: TriggerPublisher,
+    wait: Callable[[float], bool] = NEVER_STOPPED.wait,
+    as_json: bool = False,
 ) -> None:
     """One cron fire, shown on stdout. A broker that cannot take it is tried again for a few
     minutes with the same gid, then reported (the scheduler keeps running)."""
@@ -130,7 +141,12 @@ def _fire(
     except (ConnectError, OSError, TimeoutError) as error:
         click.echo(f"wfm: error: cannot trigger {entry.workflow}: {error or 'timed out'}", err=True)
         return
-    if gid is not None:
+    if gid is None:
+        return
+    if as_json:
+        record = {"time": now.isoformat(), "workflow": entry.workflow, "date": now.date().isoformat()}
+        click.echo(json.dumps({**record, "gid": gid}))
+    else:
         click.echo(f"{now:%Y-%m-%d %H:%M:%S} {entry.workflow} {now.date().isoformat()} {gid}")
 
 

@@ -36,16 +36,33 @@ timeout_option = click.option(
 
 
 @click.command()
-@workflow_file
-def validate(file: Path) -> None:
-    """Check a workflow definition: every problem is printed as FILE:LINE: message (exit status 1)."""
-    try:
-        workflow = _read(file)
-    except DefinitionError as error:
-        for problem in error.problems:
-            click.echo(_located(file, problem), err=True)
-        raise click.exceptions.Exit(1) from None
-    click.echo(f"{file}: ok ({len(workflow.jobs)} jobs, agents {', '.join(workflow.agents)})")
+@click.argument(
+    "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@output_option
+def validate(files: tuple[Path, ...], output: str) -> None:
+    """Check workflow definitions: every problem is printed as FILE:LINE: message on stderr, and
+    exit status 1 if any file has one. -o json: one object per file on stdout, {"file", "ok",
+    "workflow", "jobs", "agents", "problems": [{"line", "message"}]}."""
+    failed = False
+    for file in files:
+        try:
+            workflow = _read(file)
+        except DefinitionError as error:
+            failed = True
+            if output == "json":
+                problems = [{"line": p.line, "message": p.message} for p in error.problems]
+                click.echo(json.dumps({"file": str(file), "ok": False, "problems": problems}))
+            for problem in error.problems:
+                click.echo(_located(file, problem), err=True)
+            continue
+        if output == "json":
+            record = {"file": str(file), "ok": True, "workflow": workflow.name, "jobs": len(workflow.jobs)}
+            click.echo(json.dumps({**record, "agents": list(workflow.agents), "problems": []}))
+        else:
+            click.echo(f"{file}: ok ({len(workflow.jobs)} jobs, agents {', '.join(workflow.agents)})")
+    if failed:
+        raise click.exceptions.Exit(1)
 
 
 def signing_options(command: Callable[..., Any]) -> Callable[..., Any]:
