@@ -19,13 +19,14 @@ from tzlocal import get_localzone
 from broker.client import Brokers, ConnectError
 from wfm.cli import TimedOut
 from wfm.cli.options import broker_option, broker_uri_option, checked, output_option
+from wfm.cli.progress import progress
 from wfm.cli.serving import stop_event
 from wfm.cli.workflow import load_workflow
 from wfm.monitor import MonitorService, StatusEvent, render
 from wfm.scheduler import NEVER_STOPPED, fire, run_schedule
 from wfm.timetable import Entry, fires, load_config
 from wfm.triggers import TriggerPublisher, check_gid, check_workflow, default_outbox, new_gid, parse_date
-from wfm.up import agent_names, serve
+from wfm.up import Started, agent_names, serve
 
 # seconds wfm monitor --gid waits for a historian to answer what it holds of the generation
 CATCH_UP_TIMEOUT = 3.0
@@ -212,15 +213,26 @@ async def _monitor(
             def show(_: StatusEvent | None) -> None:
                 live.update(render(service.monitor), refresh=True)
 
-        clock = asyncio.get_running_loop().time
-        deadline = None if timeout is None else clock() + timeout
         if gids:
-            problem = await service.catch_up(min(CATCH_UP_TIMEOUT, timeout or CATCH_UP_TIMEOUT), show)
-            if problem is not None:
-                click.echo(f"wfm: warning: {problem}", err=True)
-        if not service.monitor.done:
-            click.echo(f"wfm: {_waiting_for(workflow, gids, forever)}", err=True)
-        return await service.run(forever, None if deadline is None else max(0.0, deadline - clock()), show)
+            catching = asyncio.create_task(
+                _catch_up(service, min(CATCH_UP_TIMEOUT, timeout or CATCH_UP_TIMEOUT), show)
+            )
+            stack.push_async_callback(_cancelled, catching)
+        click.echo(f"wfm: {_waiting_for(workflow, gids, forever)}", err=True)
+        return await service.run(forever, timeout, show)
+
+
+async def _catch_up(
+    service: MonitorService, timeout: float, show: Callable[[StatusEvent | None], None]
+) -> None:
+    problem = await service.catch_up(timeout, show)
+    if problem is not None:
+        click.echo(f"wfm: warning: {problem}", err=True)
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _waiting_for(workflow: str | None, gids: Sequence[str], forever: bool) -> str:
@@ -259,16 +271,34 @@ def _json_line(event: StatusEvent | None) -> None:
     show_default=True,
     help="Keep Spark warm for wfm history --store and wfm report (a JVM: about 1 GB).",
 )
-def up(directory: Path, port: int, spark_connect: bool) -> None:
+@output_option
+def up(directory: Path, port: int, spark_connect: bool, output: str) -> None:
     """Run the embedded default until Ctrl-C: three brokers in a line (B1-B2-B3), one agent per
-    agent name in DIR/*.xml, every workflow deployed. Prints the broker addresses and what to try."""
+    agent name in DIR/*.xml, every workflow deployed. Prints the broker addresses and what to try
+    (-o json: one object) once everything runs; progress and warnings go to stderr. One wfm up
+    per DIR: a second one fails, naming the first."""
     files = sorted(directory.glob("*.xml"))
     if not files:
         raise click.ClickException(f"no workflows (*.xml) in {directory}")
     workflows = [load_workflow(file) for file in files]
     named = [(workflow.name, file) for workflow, file in zip(workflows, files, strict=True)]
     spark_port = port + 3 if spark_connect else None
-    with stop_event() as stop:
+
+    with stop_event() as stop, contextlib.ExitStack() as starting:
+        say = starting.enter_context(progress("starting"))
+
+        def ready(started: Started) -> None:
+            starting.close()  # the spinner ends where the data begins
+            click.echo(json.dumps(started.record()) if output == "json" else "\n".join(started.lines()))
+
         serve(
-            named, agent_names(workflows), directory / ".wfm", port, click.echo, stop, spark_port=spark_port
+            named,
+            agent_names(workflows),
+            directory / ".wfm",
+            port,
+            ready,
+            stop,
+            spark_port=spark_port,
+            say=say,
+            warn=lambda line: click.echo(f"wfm: {line}", err=True),
         )

@@ -25,6 +25,7 @@ __all__ = ["MonitorService"]
 # After the watched generations end, statuses that took a longer path through the overlay may
 # still be on their way (APPL_END can overtake them): wait this long for them before the last render.
 SETTLE = 0.3
+TICK = 0.2  # seconds between two looks at whether the history has ended the watched generations
 
 
 class MonitorService:
@@ -51,10 +52,11 @@ class MonitorService:
             yield service
 
     async def catch_up(self, timeout: float, received: Callable[[StatusEvent | None], None]) -> str | None:
-        """Feed the monitor what the historians hold of its subscriptions (call once subscribed:
-        what is published meanwhile comes live, and a status received twice changes nothing),
-        calling ``received`` as :meth:`run` does. None, or a line saying why the past is missing
-        (no historian answered within ``timeout``)."""
+        """Feed the monitor what the historians hold of its subscriptions, calling ``received`` as
+        :meth:`run` does. Run it beside :meth:`run` (a historian whose Spark is still starting
+        may take long, and live statuses are shown meanwhile): what is published after the
+        subscriptions comes live, and a status received twice changes nothing. None, or a line
+        saying why the past is missing (no historian answered within ``timeout``)."""
         asked = [
             ask(self.client, uuid.uuid4().hex, wanted, None, time.time(), timeout)
             for wanted in self.subscriptions
@@ -79,21 +81,20 @@ class MonitorService:
         broker goes away."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        # when to stop, once the watched generations have ended (they may have, in the history)
-        settled = loop.time() + SETTLE if not forever and self.monitor.done else None
+        settled: float | None = None  # when to stop, once the watched generations have ended
         while True:
             now = loop.time()
+            if not forever and settled is None and self.monitor.done:  # live, or from the history
+                settled = now + SETTLE
             if settled is not None and now >= settled:
                 return self.monitor.exit_status()
             if deadline is not None and now >= deadline:
                 raise TimeoutError(f"timed out after {timeout:g} s")
             limits = [t - now for t in (deadline, settled) if t is not None]
             try:
-                delivery = await self.client.next(min(limits) if limits else None)
+                delivery = await self.client.next(min([*limits, TICK]))
             except TimeoutError:
                 continue
             except LinkClosed as error:
                 raise ConnectionError(f"connection to {self.uri} lost: {error}") from None
             received(self.monitor.receive(dict(delivery.publication)))
-            if not forever and settled is None and self.monitor.done:
-                settled = loop.time() + SETTLE
