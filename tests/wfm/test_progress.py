@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 from rich.console import Console
@@ -14,9 +15,12 @@ from wfm.cli.progress import progress
 def test_plain_lines_once_per_new_phrase_after_the_quiet_start(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(wfm.cli.progress, "QUIET", 0.0)
+    monkeypatch.setattr(wfm.cli.progress, "QUIET", 0.05)
     with progress("deploying P", Console(file=io.StringIO())) as say:
-        for phrase in ("0/3 acknowledged", "0/3 acknowledged", "2/3 acknowledged"):
+        say("connecting")
+        say("0/3 acknowledged")  # the last phrase of the quiet start is shown at its end
+        time.sleep(0.5)
+        for phrase in ("0/3 acknowledged", "2/3 acknowledged"):
             say(phrase)
     assert capsys.readouterr() == (
         "",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +17,7 @@ from rich.table import Table
 from broker.client import Brokers
 from broker.language import Atom, Composite, Filter, ParseError, TimeRef, parse_composite, parse_filter
 from wfm.cli.options import broker_uri_option, output_option
+from wfm.cli.progress import progress
 from wfm.cli.serving import on_signals
 from wfm.history.asker import Result
 from wfm.history.groups import joinable_atoms
@@ -120,7 +121,9 @@ def history(
         composite, atoms = _composite(subscription)
         groups: Iterable[tuple[Stored, ...]]
         if broker_uri is None:
-            groups = query_composite(_open_store(store, spark_master), composite, since, until)
+            groups = _first_from_spark(
+                query_composite(_open_store(store, spark_master), composite, since, until)
+            )
         else:
             groups = asyncio.run(_composite_from_overlay(broker_uri, atoms, since, until, timeout))
         for group in groups:
@@ -131,10 +134,21 @@ def history(
     except ParseError as error:
         raise click.ClickException(f"invalid filter: {error}") from None
     if broker_uri is None:
-        for stored in _open_store(store, spark_master).query(wanted, since, until):
+        for stored in _first_from_spark(_open_store(store, spark_master).query(wanted, since, until)):
             _show("history", stored, output)
         return
     asyncio.run(_from_overlay(broker_uri, wanted, since, until, timeout, output))
+
+
+def _first_from_spark(rows: Iterable[T]) -> Iterator[T]:
+    """``rows``, the wait for the first shown as progress: Spark may be starting (seconds)."""
+    with progress("querying the store with Spark") as say:
+        say("waiting for the first row")
+        rows = iter(rows)
+        first = next(rows, None)
+    if first is not None:
+        yield first
+        yield from rows
 
 
 def _one_source(broker_uri: Brokers | None, store: Path | None) -> Brokers | None:
@@ -222,10 +236,17 @@ def _line(stored: Stored) -> str:
 @click.command()
 @store_option
 @master_option
-def compact(store: Path | None, spark_master: str | None) -> None:
-    """Move the sealed landing segments of a store into its Parquet table."""
-    count = _open_store(store, spark_master).compact()
-    click.echo(f"compacted {count} segment{'s' * (count != 1)}", err=True)
+@output_option
+def compact(store: Path | None, spark_master: str | None, output: str) -> None:
+    """Move the sealed landing segments of a store into its Parquet table (-o json:
+    {"segments": N} on stdout)."""
+    with progress(f"compacting {store}") as say:
+        say("Spark writes the Parquet table")
+        count = _open_store(store, spark_master).compact()
+    if output == "json":
+        click.echo(json.dumps({"segments": count}))
+    else:
+        click.echo(f"compacted {count} segment{'s' * (count != 1)}", err=True)
 
 
 @click.command()
@@ -251,7 +272,9 @@ def report(
     output: str,
 ) -> None:
     """Per job and day (or week): runs, failures, NORUNs, mean and p95 duration, slowest generations."""
-    rows = job_report(_open_store(store, spark_master), workflow, since, by)
+    with progress("reporting from the store with Spark") as say:
+        say("Spark computes the report")
+        rows = job_report(_open_store(store, spark_master), workflow, since, by)
     if html_file is not None:
         html_file.write_text(render_html(rows, f"wfm report {workflow or 'all workflows'} by {by}"))
     if output == "json":

@@ -5,7 +5,7 @@ a step that is quick, or fails at once with its one-line error, leaves nothing e
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -22,18 +22,35 @@ Say = Callable[[str], None]  # how a step reports where it is: one short phrase
 @contextmanager
 def progress(what: str, console: Console | None = None) -> Iterator[Say]:
     """While the block runs, show ``what`` and the latest phrase given to the yielded function:
-    on a terminal a spinner (cleared at the end), else a line per new phrase after QUIET seconds."""
+    on a terminal a spinner (cleared at the end), else a line per new phrase, from QUIET seconds on."""
     console = console or Console(stderr=True)
     if console.is_terminal:
         with console.status(f"{what} ...") as status:
             yield lambda phrase: status.update(f"{what}: {phrase}")
         return
-    said = [""]
-    quiet_until = time.monotonic() + QUIET
+    latest, shown = [""], [""]
+    lock = threading.Lock()
+
+    def show() -> None:
+        with lock:
+            if latest[0] != shown[0]:
+                shown[0] = latest[0]
+                click.echo(f"wfm: {what}: {latest[0]}", err=True)
 
     def line(phrase: str) -> None:
-        if phrase != said[0] and time.monotonic() >= quiet_until:
-            said[0] = phrase
-            click.echo(f"wfm: {what}: {phrase}", err=True)
+        latest[0] = phrase
+        if over.is_set():
+            show()
 
-    yield line
+    def end_of_quiet() -> None:  # a phrase said in the quiet start is shown at its end
+        over.set()
+        show()
+
+    over = threading.Event()
+    quiet = threading.Timer(QUIET, end_of_quiet)
+    quiet.daemon = True
+    quiet.start()
+    try:
+        yield line
+    finally:
+        quiet.cancel()
