@@ -221,7 +221,7 @@ def _show(subscription: str, stored: Stored, output: str) -> None:
 
 
 def _delivered(stored: Stored) -> dict[str, object]:
-    """A stored publication as ``-o json`` shows a delivery as ``wfm client -o json`` does (README), with its broker time."""
+    """A stored publication as ``wfm client -o json`` shows a delivery (README), with its broker time."""
     return {
         "publication": str(stored.publication),
         "attributes": dict(stored.publication),
