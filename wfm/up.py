@@ -25,10 +25,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from broker.client import BlockingClient, ConnectError
 from broker.errors import LocalError
@@ -273,49 +273,11 @@ def serve(
     seconds; without Java it exits and wfm up warns and goes on). UpError if another wfm up runs
     in ``home``, if another child exits on its own, the brokers do not link or a deploy fails
     (everything started is stopped first)."""
-    with _locked(home):
-        _serve(
-            workflows, agents, home, port, ready, stop, deploy_timeout, link_timeout, spark_port, say, warn
-        )
-
-
-@contextmanager
-def _locked(home: Path) -> Iterator[None]:
-    """``home/lock``, held while this wfm up runs, with its pid in it: two in one folder would
-    share state and ports in silence."""
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / "lock", "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            other = lock.read().strip() or "?"
-            raise UpError(
-                f"another wfm up (pid {other}) is running in {home}: stop it, or use another --dir"
-            ) from None
-        lock.truncate(0)
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
-        yield
-
-
-def _serve(
-    workflows: Sequence[tuple[str, Path]],
-    agents: Sequence[str],
-    home: Path,
-    port: int,
-    ready: Callable[[Started], None],
-    stop: threading.Event,
-    deploy_timeout: float,
-    link_timeout: float,
-    spark_port: int | None,
-    say: Callable[[str], None],
-    warn: Callable[[str], None],
-) -> None:
+    lock = _lock(home)
     processes = Processes(home / "logs", warn)
-    certs = ensure(home / "certs", identities(agents)).absolute()
-    watcher = Identity(certs, WATCHER)
     try:
+        certs = ensure(home / "certs", identities(agents)).absolute()
+        watcher = Identity(certs, WATCHER)
         say("starting brokers")
         uris, brokers = broker_children(port, home, certs)
         for child in brokers:
@@ -353,6 +315,27 @@ def _serve(
             processes.check()
     finally:
         processes.stop()
+        lock.close()
+
+
+def _lock(home: Path) -> TextIO:
+    """``home/lock``, locked with this process's pid in it, held until closed: two wfm up in one
+    folder would share state and ports in silence."""
+    home.mkdir(parents=True, exist_ok=True)
+    lock = open(home / "lock", "a+")  # noqa: SIM115 (held beyond this function: serve closes it)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        other = lock.read().strip() or "?"
+        lock.close()
+        raise UpError(
+            f"another wfm up (pid {other}) is running in {home}: stop it, or use another --dir"
+        ) from None
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
 
 
 def _deploy(
