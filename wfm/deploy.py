@@ -12,7 +12,7 @@ one on a version some agent does not have yet.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from broker.client import Brokers, Client
@@ -27,7 +27,9 @@ Key = tuple[str, str]  # agent, digest of the signed envelope (its signature)
 
 @dataclass
 class AgentReport:
-    """What one agent answered: counts per result, the errors, and envelopes never acknowledged."""
+    """What one agent answered: counts per result, the errors, envelopes sent and never
+    acknowledged (``missing``), and envelopes not sent (``unsent``: a batch is sent only once the
+    one before it is complete, so a silent agent leaves the coordinator's unsent, not unanswered)."""
 
     agent: str
     results: dict[str, int] = field(
@@ -35,6 +37,7 @@ class AgentReport:
     )
     errors: list[str] = field(default_factory=list)
     missing: int = 0
+    unsent: int = 0
 
     @property
     def ok(self) -> bool:
@@ -74,8 +77,10 @@ async def deploy(
     batches: Sequence[Sequence[Publication]],
     timeout: float,
     sign: Callable[[Publication], Publication],
+    say: Callable[[str], None] = lambda _: None,
 ) -> list[AgentReport]:
-    """Publish each batch in turn, waiting for all its acknowledgements (or ``timeout`` overall).
+    """Publish each batch in turn, waiting for all its acknowledgements (or ``timeout`` overall);
+    ``say`` hears how many are acknowledged and which agents are waited for, as that changes.
 
     Every sending of an envelope is signed anew by ``sign`` (:meth:`wfm.signing.Deployer.sign`):
     agents refuse a sequence they have seen, so a repeat must carry a new one. An acknowledgement
@@ -83,14 +88,20 @@ async def deploy(
     copy, or of an earlier sending, is not taken for the answer to this one."""
     reports = {agent: AgentReport(agent) for agent in plan.by_agent()}
     deadline = time.monotonic() + timeout
+    total, answered = sum(map(len, batches)), 0
     async with await Client.connect(uri, timeout=max(1.0, timeout)) as client:
         await client.advertise(plan.deployer_advertisement())
         acks = await client.subscribe(ack_subscription(plan.workflow, plan.version))
-        for batch in batches:
+        for number, batch in enumerate(batches):
             waiting = dict(enumerate(batch))
             sent: dict[Key, int] = {}  # every signed sending -> the envelope of the batch it carries
             pause = 0.5
+            if number and (time.monotonic() >= deadline or not all(r.ok for r in reports.values())):
+                for envelope in batch:  # later batches are not sent once one is incomplete
+                    reports[str(envelope["agentname"])].unsent += 1
+                continue
             while waiting and time.monotonic() < deadline and all(r.ok for r in reports.values()):
+                say(_waiting(answered, total, waiting.values()))
                 for index, envelope in waiting.items():
                     signed = sign(envelope)
                     sent[str(signed["agentname"]), envelope_digest(signed)] = index
@@ -102,9 +113,12 @@ async def deploy(
                     except TimeoutError:
                         break
                     ack = delivery.publication
-                    answered = sent.get((str(ack.get("agentname")), str(ack.get("digest"))))
-                    if answered is None or waiting.pop(answered, None) is None:
+                    acked = sent.get((str(ack.get("agentname")), str(ack.get("digest"))))
+                    if acked is None or waiting.pop(acked, None) is None:
                         continue  # a repeat, or not ours
+                    answered += 1
+                    if waiting:
+                        say(_waiting(answered, total, waiting.values()))
                     report = reports.setdefault(str(ack["agentname"]), AgentReport(str(ack["agentname"])))
                     result = str(ack.get("result"))
                     report.results[result] = report.results.get(result, 0) + 1
@@ -113,6 +127,11 @@ async def deploy(
                             f"{result} {ack.get('command')} {ack.get('jobname')}: {ack.get('detail')}"
                         )
                 pause = min(pause * 2, 4.0)
-            for envelope in waiting.values():  # later batches are not sent once one is incomplete
+            for envelope in waiting.values():
                 reports[str(envelope["agentname"])].missing += 1
     return list(reports.values())
+
+
+def _waiting(answered: int, total: int, waiting: Iterable[Publication]) -> str:
+    agents = ", ".join(dict.fromkeys(str(envelope["agentname"]) for envelope in waiting))
+    return f"{answered}/{total} acknowledged, waiting for {agents}"

@@ -14,13 +14,15 @@ from pathlib import Path
 
 from broker.client import BlockingClient, Brokers
 from broker.durable import LogInUse
-from broker.errors import NoAnswer
+from broker.errors import NoAnswer, RemoteError
+from broker.language import Filter, Predicate
 from broker.language.values import NAME_RE
 from wfm.state import state_home
-from workflow_messages import trigger, trigger_advertisement
+from workflow_messages import APPL_START, JOBSTATUS, trigger, trigger_advertisement
 
 __all__ = [
     "NotAcknowledged",
+    "NotStarted",
     "TriggerPublisher",
     "check_gid",
     "check_workflow",
@@ -39,6 +41,12 @@ ADVERTISEMENT_SETTLE = 0.5
 
 class NotAcknowledged(NoAnswer):
     """The broker took no Trigger in time, and it waits in the outbox for the next run."""
+
+
+class NotStarted(RemoteError):
+    """No coordinator started the generation: no workflow of that name is deployed, or its
+    coordinator is not running. A broker cannot tell (a historian or a monitor subscribes to every
+    Trigger), but the coordinator answers every Trigger of its workflow with APPL_START."""
 
 
 def default_outbox() -> Path:
@@ -111,9 +119,10 @@ class TriggerPublisher:
                     raise
                 time.sleep(0.1)
 
-    def publish(self, workflow: str, gid: str, day: date) -> None:
+    def publish(self, workflow: str, gid: str, day: date, started_within: float = 0.0) -> None:
         """Publish one Trigger; ConnectError, OSError or TimeoutError if the broker cannot take it
-        (NotAcknowledged if it waits in the outbox)."""
+        (NotAcknowledged if it waits in the outbox). With ``started_within``, NotStarted unless
+        the generation's APPL_START comes within that many seconds."""
         if self._client is None:
             client = self._connect()
             try:
@@ -123,6 +132,9 @@ class TriggerPublisher:
                 client.close()
                 raise
             self._client = client
+        # subscribed before the Trigger goes out: the subscription travels towards the coordinator's
+        # old advertisement along the path the Trigger takes after it, so it is there first
+        started = self._client.subscribe(_start_of(workflow, gid)) if started_within else None
         try:
             self._client.publish(trigger(workflow, gid, day))
         except BaseException as error:
@@ -135,6 +147,8 @@ class TriggerPublisher:
                 ) from None
             raise
         self.resent = self._client.stats().get("resent.outbox", 0)
+        if started is not None:
+            _wait_start(self._client, started, started_within, f"{workflow} generation {gid}")
 
     def close(self) -> None:
         if self._client is not None:
@@ -146,3 +160,19 @@ class TriggerPublisher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _wait_start(client: BlockingClient, subscription: str, timeout: float, what: str) -> None:
+    delivery = client.receive(timeout)
+    client.unsubscribe(subscription)
+    if delivery is None:
+        raise NotStarted(
+            f"nothing started {what} within {timeout:g} s: no workflow of that name is deployed"
+            " (wfm deploy), or its coordinator agent is not running; the Trigger stays published"
+        )
+
+
+def _start_of(workflow: str, gid: str) -> Filter:
+    """The APPL_START of one generation: the coordinator's answer to its Trigger."""
+    equal = {"applname": workflow, "jobname": APPL_START, "GID": gid}
+    return Filter(JOBSTATUS, tuple(Predicate(name, "eq", value) for name, value in equal.items()))

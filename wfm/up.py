@@ -18,6 +18,8 @@ and it prints the ``export WFM_TLS=... WFM_IDENTITY=deployer`` a user needs to t
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shlex
 import subprocess
 import sys
@@ -26,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from broker.client import BlockingClient, ConnectError
 from broker.errors import LocalError
@@ -38,6 +41,7 @@ __all__ = [
     "WFM",
     "Child",
     "Processes",
+    "Started",
     "UpError",
     "agent_children",
     "agent_names",
@@ -175,8 +179,10 @@ class Processes:
             return ""
         return f": {lines[-1].strip()} (log: {self.log(child)})" if lines else f" (log: {self.log(child)})"
 
-    def stop(self, grace: float = 5.0) -> None:
-        """SIGTERM to all (agents first), wait up to ``grace`` seconds in all, then SIGKILL the rest."""
+    def stop(self, grace: float = 3.0) -> None:
+        """SIGTERM to all at once (agents first), wait up to ``grace`` seconds in all, then SIGKILL
+        the rest. Brokers, agents and the historian exit within a second of SIGTERM; the grace is
+        for a JVM (Spark Connect) still starting."""
         for _, process in reversed(self.running):
             if process.poll() is None:
                 process.terminate()
@@ -199,29 +205,85 @@ def linked(uri: BrokerURI, neighbours: set[str], tls: Identity | None = None) ->
     return set(report.get("neighbors", ())) == neighbours  # type: ignore[call-overload]
 
 
+@dataclass(frozen=True)
+class Started:
+    """What ``wfm up`` runs once it is up: shown as text lines or one JSON object."""
+
+    brokers: list[BrokerURI]
+    agents: list[str]
+    logs: Path
+    deployed: list[str]
+    history: Path
+    spark: str | None
+    web: str | None
+    certs: Path
+
+    def lines(self) -> list[str]:
+        """What to paste and try: the exports, and a trigger followed by a monitor that catches up
+        with it (a monitor started after the trigger sees its generation from the history)."""
+        first = self.brokers[0]
+        example = self.deployed[0] if self.deployed else "WORKFLOW"
+        return [
+            f"brokers  {' '.join(str(uri) for uri in self.brokers)}",
+            f"agents   {', '.join(self.agents)} (logs in {self.logs})",
+            f"deployed {', '.join(self.deployed)}",
+            f"history  {self.history} (wfm history FILTER --broker {first})",
+            *([f"spark    {self.spark} (kept warm for wfm history/report --store)"] if self.spark else []),
+            *([f"web      {self.web} (the dashboard)"] if self.web else []),
+            f"tls      every link, certificates in {self.certs} (wfm certs list)",
+            *(f"export {name}={shlex.quote(value)}" for name, value in self.environment().items()),
+            f'try: wfm monitor {example} --gid "$(wfm trigger {example})"',
+        ]
+
+    def environment(self) -> dict[str, str]:
+        return {"WFM_TLS": str(self.certs), "WFM_IDENTITY": DEPLOYER, "WFM_BROKER": str(self.brokers[0])}
+
+    def record(self) -> dict[str, object]:
+        return {
+            "brokers": [str(uri) for uri in self.brokers],
+            "agents": self.agents,
+            "logs": str(self.logs),
+            "deployed": self.deployed,
+            "history": str(self.history),
+            "spark": self.spark,
+            "web": self.web,
+            "certs": str(self.certs),
+            "environment": self.environment(),
+        }
+
+
+def _ignore(_: str) -> None:
+    pass
+
+
 def serve(
     workflows: Sequence[tuple[str, Path]],
     agents: Sequence[str],
     home: Path,
     port: int,
-    say: Callable[[str], None],
+    ready: Callable[[Started], None],
     stop: threading.Event,
     deploy_timeout: float = 60.0,
     link_timeout: float = 15.0,
     spark_port: int | None = None,
     web_port: int | None = None,
+    say: Callable[[str], None] = _ignore,
+    warn: Callable[[str], None] = _ignore,
 ) -> None:
-    """Start everything, deploy ``workflows`` (name, file), then wait until ``stop`` is set and
-    stop everything. With ``spark_port``, a Spark Connect server on it keeps Spark warm for the
-    history store and the historian (it starts in the background: a JVM takes seconds; without
-    Java it exits and wfm up warns and goes on). With ``web_port``, the dashboard (``wfm web``) on
-    it, as the deployer (optional too: a port in use costs the dashboard, not the rest). UpError
-    if another child exits on its own, the brokers do not link or a deploy fails (everything
-    started is stopped first)."""
-    processes = Processes(home / "logs", say)
-    certs = ensure(home / "certs", identities(agents)).absolute()
-    watcher = Identity(certs, WATCHER)
+    """Start everything, deploy ``workflows`` (name, file), tell ``ready`` what runs, then wait
+    until ``stop`` is set and stop everything; ``say`` hears each step of the start, ``warn``
+    what goes wrong without stopping it. With ``spark_port``, a Spark Connect server on it keeps
+    Spark warm for the history store and the historian (it starts in the background: a JVM takes
+    seconds; without Java it exits and wfm up warns and goes on). With ``web_port``, the dashboard
+    (``wfm web``) on it, as the deployer (optional too: a port in use costs the dashboard, not the
+    rest). UpError if another wfm up runs in ``home``, if another child exits on its own, the
+    brokers do not link or a deploy fails (everything started is stopped first)."""
+    lock = _lock(home)
+    processes = Processes(home / "logs", warn)
     try:
+        certs = ensure(home / "certs", identities(agents)).absolute()
+        watcher = Identity(certs, WATCHER)
+        say("starting brokers")
         uris, brokers = broker_children(port, home, certs)
         for child in brokers:
             processes.start(child)
@@ -236,6 +298,7 @@ def serve(
                     raise UpError(
                         f"{uri.id} did not link to {', '.join(sorted(expected))} within {link_timeout:g} s"
                     )
+        say("brokers linked; starting the historian and the agents")
         history: tuple[str, ...] = ("--store", str(home / "history"))
         if spark_port is not None:
             spark = ("spark-connect", *history, "--port", str(spark_port))
@@ -251,26 +314,39 @@ def serve(
         for child in agent_children(agents, uris, home / "agents", certs):
             processes.start(child)
         for name, file in workflows:
+            say(f"deploying {name}")
             _deploy(name, file, (str(uris[0]), *_as(certs, DEPLOYER)), deploy_timeout, processes, stop)
             if stop.is_set():
                 return
-        say(f"brokers  {' '.join(str(uri) for uri in uris)}")
-        say(f"agents   {', '.join(agents)} (logs in {processes.logs})")
-        say(f"deployed {', '.join(name for name, _ in workflows)}")
-        say(f"history  {home / 'history'} (wfm history FILTER --broker {uris[0]})")
-        if spark_port is not None:
-            say(f"spark    sc://{HOST}:{spark_port} (kept warm for wfm history/report --store)")
-        if web_port is not None:
-            say(f"web      http://{HOST}:{web_port}/ (the dashboard)")
-        say(f"tls      every link, certificates in {certs} (wfm certs list)")
-        say(f"export WFM_TLS={shlex.quote(str(certs))}")
-        say(f"export WFM_IDENTITY={DEPLOYER}")
-        example = workflows[0][0] if workflows else "WORKFLOW"
-        say(f"try: export WFM_BROKER={uris[0]}; wfm trigger {example}; wfm monitor {example}")
+        spark_uri = None if spark_port is None else f"sc://{HOST}:{spark_port}"
+        web_url = None if web_port is None else f"http://{HOST}:{web_port}/"
+        names = [name for name, _ in workflows]
+        ready(Started(uris, list(agents), processes.logs, names, home / "history", spark_uri, web_url, certs))
         while not stop.wait(0.2):
             processes.check()
     finally:
         processes.stop()
+        lock.close()
+
+
+def _lock(home: Path) -> TextIO:
+    """``home/lock``, locked with this process's pid in it, held until closed: two wfm up in one
+    folder would share state and ports in silence."""
+    home.mkdir(parents=True, exist_ok=True)
+    lock = open(home / "lock", "a+")  # noqa: SIM115 (held beyond this function: serve closes it)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        other = lock.read().strip() or "?"
+        lock.close()
+        raise UpError(
+            f"another wfm up (pid {other}) is running in {home}: stop it, or use another --dir"
+        ) from None
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
 
 
 def _deploy(

@@ -16,7 +16,7 @@ import ssl
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from broker.errors import ConnectError, LinkClosed
+from broker.errors import BadMessage, ConnectError, LinkClosed, ProtocolError
 from broker.routing import Refuse
 from broker.transport.codec import Hello, WireMessage
 from broker.transport.link import Link
@@ -161,16 +161,12 @@ async def dial(
     link.send(Hello("client", name, peer_epoch=peer_epoch, took=took))
     try:
         items = await asyncio.wait_for(link.receive(), timeout)
-    except (TimeoutError, LinkClosed) as error:
+        if isinstance(items[0], BadMessage):
+            raise items[0]
+    except (TimeoutError, LinkClosed, ProtocolError) as error:
         await link.wait_closed()
-        hint = ""
-        if isinstance(error, LinkClosed):  # why a broker hangs up before its hello, most often
-            hint = (
-                " (a broker that requires TLS closes plain connections: give --tls and --identity)"
-                if tls is None
-                else " (the broker did not accept our certificate: is it from the broker's CA, and valid?)"
-            )
-        raise ConnectError(f"{target} did not answer the handshake: {error or 'timed out'}{hint}") from None
+        reason = _unanswered(error, timeout, tls)
+        raise ConnectError(f"{target} did not answer the handshake: {reason}") from None
     first = items[0]
     if isinstance(first, Refuse):
         await link.wait_closed()
@@ -180,6 +176,20 @@ async def dial(
         raise ConnectError(f"{target} answered as {getattr(first, 'id', first)!r}, not {target.id!r}")
     link.peer = first
     return link, [item for item in items[1:] if not isinstance(item, Exception)]
+
+
+def _unanswered(error: Exception, timeout: float, tls: ssl.SSLContext | None) -> str:
+    """Why a handshake failed, in words a user can act on: most often the port is not a broker's."""
+    if isinstance(error, ProtocolError):
+        return f"it sent something that is not a wfm frame ({error}): is a wfm broker listening there?"
+    if isinstance(error, LinkClosed):  # why a broker hangs up before its hello, most often
+        hint = (
+            "a broker that requires TLS closes plain connections: give --tls and --identity"
+            if tls is None
+            else "the broker did not accept our certificate: is it from the broker's CA, and valid?"
+        )
+        return f"it closed the connection ({error}; {hint})"
+    return f"no answer within {timeout:g} s: is a wfm broker listening there?"
 
 
 async def dial_any(

@@ -323,3 +323,40 @@ def test_wfm_historian_exits_with_a_clear_error_if_its_subscriptions_are_refused
     argv = ("historian", "--store", str(tmp_path / "store"), *KEEP, "--compact-every", "0")
     code, err = against_scripted_broker(lambda connection, request: "no room", *argv)
     assert code == 1 and err == "wfm: error: broker B1 refused historian historian's requests: no room\n"
+
+
+def test_monitor_catches_up_with_a_generation_that_ended_before_it_started(
+    overlay: dict[str, BrokerURI], historian: Path
+) -> None:
+    """``wfm trigger`` then ``wfm monitor --gid``: the historians' past, then live (issue 16)."""
+    with BlockingClient(overlay["B1"], "coordinator") as client:
+        client.advertise(
+            "[class,eq,JOBSTATUS],[applname,eq,PAYROLL],[jobname,isPresent,''],[GID,isPresent,''],"
+            "[status,isPresent,''],[detail,isPresent,'']"
+        )
+        time.sleep(0.5)  # the historian's subscription travels towards the new advertisement
+        ids = [
+            client.publish(
+                f"[class,JOBSTATUS],[applname,PAYROLL],[jobname,{job}],[GID,g-past],[status,SUCCESS],[detail,'']"
+            )
+            for job in ("APPL_START", "JobA", "APPL_END")
+        ]
+    wait_for(lambda: {row[0] for row in landed(historian)} >= set(ids), "landed", 10)
+    done = wfm(
+        "monitor",
+        "PAYROLL",
+        "--gid",
+        "g-past",
+        "-o",
+        "json",
+        "--timeout",
+        "60",
+        "--broker",
+        str(overlay["B1"]),
+    )
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["job"] for line in done.stdout.splitlines()] == [
+        "APPL_START",
+        "JobA",
+        "APPL_END",
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -173,3 +174,13 @@ def test_composite_history_joins_on_variables(
     }
     assert main(["history", "{[class,eq,Trigger]}||{[class,eq,JOBSTATUS]}", "--store", str(store_dir)]) == 1
     assert "invalid composite: a historic composite query is an & of atoms" in capsys.readouterr().err
+
+
+def test_store_and_broker_together_are_a_usage_error(tmp_path: Path) -> None:
+    argv = ["history", "[class,eq,JOBSTATUS]", "--store", str(tmp_path), "--broker", "socket://127.0.0.1:1/b"]
+    done = wfm(*argv)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "wfm: error: give --broker URI or --store DIR, not both\n"
+    env = {**os.environ, "WFM_BROKER": "socket://127.0.0.1:1/b"}  # exported for wfm up: --store wins
+    done = subprocess.run([WFM, *argv[:4]], capture_output=True, text=True, timeout=180, env=env)
+    assert done.stderr == f"wfm: error: no history store at {tmp_path} (no landing/ or table/ inside)\n"

@@ -117,8 +117,23 @@ def test_render_shows_states_and_the_end() -> None:
     model.receive(status("g1", "APPL_END", "FAILURE", "failed: JobA; skipped: JobB"))
     console.print(render(model))
     text = console.export_text()
-    assert "waiting for triggers" in text
+    assert text.startswith("PAYROLL  g1"), (
+        "an empty monitor shows nothing (it says what it waits for on stderr)"
+    )
     assert "PAYROLL  g1  2026-11-23  running" in text
     assert "FAILURE (failed: JobA; skipped: JobB)" in text
     assert "1.2s" in text and "exit 3" in text and SKIPPED in text
     assert text.index("APPL_START") < text.index("JobA")
+
+
+def test_a_status_received_twice_is_one_event() -> None:
+    """From the history and live, when a monitor catches up with a generation."""
+    model = Monitor(["g1"])
+    first = status("g1", "JobA", "SUCCESS", "exit 0", attempt=1)
+    assert model.receive(first) is not None
+    assert model.receive(dict(first)) is None
+    assert model.receive(status("g1", "JobA", "FAILURE", "exit 1", attempt=2)) is not None
+    end = status("g1", "APPL_END", "FAILURE", "failed: JobA")
+    assert model.receive(end) is not None
+    assert model.receive(dict(end)) is None
+    assert model.done and model.exit_status() == 1

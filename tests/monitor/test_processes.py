@@ -39,7 +39,9 @@ def wfm(*argv: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
 def test_trigger_reaches_a_subscriber_on_another_broker(overlay: dict[str, BrokerURI]) -> None:
     with BlockingClient(overlay["B2"]) as subscriber:
         subscriber.subscribe("[class,eq,Trigger],[applname,eq,PAYROLL]")
-        done = wfm("trigger", "PAYROLL", "--date", "2026-11-27", "--broker", str(overlay["B1"]))
+        done = wfm(
+            "trigger", "PAYROLL", "--date", "2026-11-27", "--wait", "0", "--broker", str(overlay["B1"])
+        )
         assert done.returncode == 0, done.stderr
         gid = done.stdout.strip()
         assert gid.startswith("20") and len(gid.split("-")) == 3
@@ -57,8 +59,54 @@ def test_trigger_reaches_a_subscriber_on_another_broker(overlay: dict[str, Broke
 
 
 def test_trigger_with_a_given_gid(overlay: dict[str, BrokerURI]) -> None:
-    done = wfm("trigger", "PAYROLL", "--gid", "g-given", "--broker", str(overlay["B1"]))
+    done = wfm("trigger", "PAYROLL", "--gid", "g-given", "--wait", "0", "--broker", str(overlay["B1"]))
     assert (done.returncode, done.stdout) == (0, "g-given\n")
+
+
+def test_trigger_of_a_workflow_nobody_runs_fails(overlay: dict[str, BrokerURI]) -> None:
+    with BlockingClient(overlay["B2"]) as historian:  # a subscriber to every Trigger is no coordinator
+        historian.subscribe("[class,eq,Trigger],[applname,isPresent,''],[GID,isPresent,'']")
+        done = wfm("trigger", "NOSUCH", "--gid", "g-none", "--wait", "1", "--broker", str(overlay["B1"]))
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "wfm: error: nothing started NOSUCH generation g-none within 1 s: no workflow of that name is"
+        " deployed (wfm deploy), or its coordinator agent is not running; the Trigger stays published\n"
+    )
+
+
+def test_trigger_waits_for_the_coordinator_to_start_the_generation(overlay: dict[str, BrokerURI]) -> None:
+    """A coordinator on the other broker answers the Trigger with APPL_START; -o json."""
+    with BlockingClient(overlay["B2"], "agentA") as coordinator:
+        coordinator.subscribe("[class,eq,Trigger],[applname,eq,PAYROLL],[GID,isPresent,'']")
+        coordinator.advertise(
+            f"[class,eq,{JOBSTATUS}],[applname,eq,PAYROLL],[jobname,isPresent,''],[GID,isPresent,''],"
+            "[status,isPresent,''],[detail,isPresent,'']"
+        )
+        quiet(overlay)
+        command = [
+            WFM,
+            "trigger",
+            "PAYROLL",
+            "--gid",
+            "g-start",
+            "-o",
+            "json",
+            "--broker",
+            str(overlay["B1"]),
+        ]
+        trigger = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        delivery = coordinator.receive(timeout=10)
+        assert delivery is not None and delivery.publication["GID"] == "g-start"
+        coordinator.publish(
+            "[class,JOBSTATUS],[applname,PAYROLL],[jobname,APPL_START],[GID,g-start],[status,SUCCESS],[detail,'']"
+        )
+        out, err = trigger.communicate(timeout=20)
+    assert trigger.returncode == 0, err
+    assert json.loads(out) == {
+        "workflow": "PAYROLL",
+        "gid": "g-start",
+        "date": datetime.now().date().isoformat(),
+    }
 
 
 def publish_statuses(uri: BrokerURI, gid: str, statuses: list[tuple[str, str, str]]) -> None:
@@ -133,10 +181,19 @@ def test_monitor_prints_statuses_and_exits_with_the_generation(
     assert lines[2]["detail"] == end[2]
 
 
-def test_monitor_times_out_with_status_2(overlay: dict[str, BrokerURI]) -> None:
+NO_HISTORY = (
+    "wfm: warning: no history of earlier statuses (no historian answered within 0.5 s):"
+    " showing what is published from now on"
+)
+
+
+def test_monitor_times_out_with_status_3(overlay: dict[str, BrokerURI]) -> None:
     done = wfm("monitor", "--gid", "never", "--timeout", "0.5", "--broker", str(overlay["B2"]))
-    assert done.returncode == 2
-    assert done.stderr == "wfm: timed out after 0.5 s\n"
+    assert (done.returncode, done.stdout) == (3, "")
+    waiting, *warning, error = done.stderr.splitlines()
+    assert waiting == "wfm: waiting for generation never of any workflow to end"
+    assert error == "wfm: error: timed out after 0.5 s"
+    assert warning in ([], [NO_HISTORY]), "the history's answer (none here) races the timeout"
 
 
 @pytest.mark.parametrize(
@@ -181,5 +238,6 @@ def test_monitor_watch_keeps_going_until_ctrl_c(overlay: dict[str, BrokerURI]) -
         monitor.send_signal(signal.SIGINT)
     finally:
         out, err = monitor.communicate(timeout=20)
-    assert monitor.returncode == 0, err
+    assert monitor.returncode == 130, err  # interrupted, as any command by Ctrl-C
+    assert err.splitlines()[-1] == "wfm: interrupted" and "Traceback" not in err
     assert "PAYROLL  g-w" in out and "SUCCESS" in out and "JobA" in out  # the last table, as text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -10,6 +11,8 @@ from datetime import date
 from pathlib import Path
 
 from tests.processes import WFM
+
+ROOT = Path(__file__).parents[2]
 
 CONFIG = """
 [workflows.PAYROLL]
@@ -65,3 +68,24 @@ def test_schedule_runs_until_sigterm(tmp_path: Path) -> None:
     scheduler.send_signal(signal.SIGTERM)
     out, err = scheduler.communicate(timeout=10)
     assert (scheduler.returncode, out, err) == (0, "", "")
+
+
+def test_dry_run_json(tmp_path: Path) -> None:
+    (tmp_path / "holidays.txt").write_text("")
+    (tmp_path / "s.toml").write_text(CONFIG)
+    done = schedule(str(tmp_path / "s.toml"), "--dry-run", "--days", "7", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {row["workflow"] for row in rows} == {"PAYROLL", "LEDGER"}
+    assert all(set(row) == {"time", "workflow", "date"} and row["time"][:10] == row["date"] for row in rows)
+
+
+def test_the_example_in_the_docs_is_shipped_and_runs() -> None:
+    """docs/workflows.md's schedule, copied and pasted: workflows/schedule.toml and its holiday file."""
+    docs = (ROOT / "docs" / "workflows.md").read_text()
+    example = docs.split("```toml\n")[1].split("```")[0]
+    assert (ROOT / "workflows" / "schedule.toml").read_text() == example
+    done = schedule(str(ROOT / "workflows" / "schedule.toml"), "--dry-run", "--days", "400")
+    assert done.returncode == 0, done.stderr
+    ledger = [line.split()[4] for line in done.stdout.splitlines() if line.split()[3] == "LEDGER"]
+    assert ledger and "2026-12-25" not in ledger

@@ -3,6 +3,7 @@ that dies is named, and the others are stopped."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -17,7 +18,7 @@ from broker.transport.uri import BrokerURI
 from tests.processes import WFM, status, watcher
 from tests.transport.harness import free_port
 from wfm.cli.serving import stop_event
-from wfm.up import serve
+from wfm.up import Started, serve
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
 
@@ -62,15 +63,18 @@ def test_up_reports_an_agent_that_dies_and_stops_the_rest(tmp_path: Path) -> Non
         [WFM, "up", "--dir", str(tmp_path), "--port", str(port)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 1
-    assert re.match(r"wfm: error: agent-agentA exited with status 2: .*is a file", done.stderr), done.stderr
-    assert done.stderr.count("\n") == 1
+    *steps, error = done.stderr.splitlines()
+    assert re.match(r"wfm: error: agent-agentA exited with status 2: .*is a file", error), done.stderr
+    assert all(step.startswith("wfm: starting: ") for step in steps), "progress, then one error"
     logs = tmp_path / ".wfm" / "logs"
     assert {p.name for p in logs.iterdir()} >= {"broker-B1.log", "broker-B2.log", "broker-B3.log"}
     assert not any(_listening(port + i) for i in range(3))  # the brokers were stopped
 
 
-def start_up(directory: Path, port: int) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
-    """``wfm up`` as a process, and its stdout lines as they come."""
+def start_up(
+    directory: Path, port: int, stream: str = "stdout"
+) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+    """``wfm up`` as a process, and the lines of its ``stream`` as they come."""
     up = subprocess.Popen(
         [WFM, "up", "--dir", str(directory), "--port", str(port)],
         stdout=subprocess.PIPE,
@@ -78,7 +82,8 @@ def start_up(directory: Path, port: int) -> tuple[subprocess.Popen[str], queue.Q
         text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in up.stdout or ()], daemon=True).start()
+    read = getattr(up, stream)
+    threading.Thread(target=lambda: [lines.put(line) for line in read], daemon=True).start()
     return up, lines
 
 
@@ -87,19 +92,32 @@ def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
     up, lines = start_up(workflow_dir(tmp_path), port)
     try:
         seen = []
-        while not seen or not seen[-1].startswith("try: export WFM_BROKER="):
+        while not seen or not seen[-1].startswith("try: "):
             seen.append(lines.get(timeout=60))
         certs = tmp_path / ".wfm" / "certs"
-        assert [line.strip() for line in seen[-3:-1]] == [
+        assert [line.strip() for line in seen[-4:]] == [
             f"export WFM_TLS={certs}",
             "export WFM_IDENTITY=deployer",
+            f"export WFM_BROKER=socket://127.0.0.1:{port}/B1",
+            'try: wfm monitor PAYROLL --gid "$(wfm trigger PAYROLL)"',
         ]
         middle = BrokerURI("127.0.0.1", port + 1, "B2")
         assert status(middle) == {}, "over TLS only"
         assert sorted(status(middle, watcher(certs))["neighbors"]) == ["B1", "B3"]  # type: ignore[call-overload]
         assert f"socket://127.0.0.1:{port}/B1" in seen[0] and "PAYROLL" in seen[-1]
         assert any(line.startswith(f"spark    sc://127.0.0.1:{port + 3} ") for line in seen), seen
-        assert f"web      http://127.0.0.1:{port + 4}/ (the dashboard)\n" in seen
+        assert f"web      http://127.0.0.1:{port + 4}/ (the dashboard)" in [line.strip() for line in seen]
+        other = subprocess.run(
+            [WFM, "up", "--dir", str(tmp_path), "--port", str(free_ports(5))],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (other.returncode, other.stdout) == (1, "")
+        home = tmp_path / ".wfm"
+        assert other.stderr == (
+            f"wfm: error: another wfm up (pid {up.pid}) is running in {home}: stop it, or use another --dir\n"
+        )
     finally:
         up.send_signal(signal.SIGTERM)
         _, err = up.communicate(timeout=30)
@@ -112,13 +130,12 @@ def test_serve_links_three_brokers_and_stops_them_on_sigterm(tmp_path: Path) -> 
     """The process management of ``wfm up`` without agents or workflows (runs today)."""
     port, said = free_ports(), []
 
-    def say(line: str) -> None:
-        said.append(line)
-        if line.startswith("try:"):
-            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    def ready(started: Started) -> None:
+        said.extend(started.lines())
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
 
     with stop_event() as stop:
-        serve([], [], tmp_path, port, say, stop)
+        serve([], [], tmp_path, port, ready, stop)
     assert said[0] == "brokers  " + " ".join(f"socket://127.0.0.1:{port + i}/B{i + 1}" for i in range(3))
     assert not any(_listening(port + i) for i in range(3))
     for log in (tmp_path / "logs").iterdir():
@@ -131,16 +148,39 @@ def test_up_carries_on_without_spark_connect(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", port + 3))
         taken.listen()
-        up, lines = start_up(workflow_dir(tmp_path), port)
+        up, lines = start_up(workflow_dir(tmp_path), port, "stderr")  # warnings are not data
         try:
             seen: list[str] = []
-            while not all(any(s.startswith(start) for s in seen) for start in ("warning:", "try:")):
+            while not any(s.startswith("wfm: warning:") for s in seen):
                 seen.append(lines.get(timeout=60))
-            [warning] = [s for s in seen if s.startswith("warning:")]
-            assert warning.startswith("warning: spark-connect exited with status 1: "), seen
+            [warning] = [s for s in seen if s.startswith("wfm: warning:")]
+            assert warning.startswith("wfm: warning: spark-connect exited with status 1: "), seen
             assert f"port {port + 3} on 127.0.0.1 is in use" in warning
             assert up.poll() is None, "wfm up goes on"
         finally:
             up.send_signal(signal.SIGTERM)
             _, err = up.communicate(timeout=30)
     assert up.returncode == 0, err
+
+
+def test_what_runs_as_text_and_as_json(tmp_path: Path) -> None:
+    uris = [BrokerURI("127.0.0.1", 7100 + i, f"B{i + 1}") for i in range(3)]
+    started = Started(
+        uris,
+        ["agentA"],
+        tmp_path / "logs",
+        ["PAYROLL"],
+        tmp_path / "h",
+        None,
+        "http://h:1/",
+        tmp_path / "certs",
+    )
+    record = started.record()
+    assert json.loads(json.dumps(record))["environment"] == {
+        "WFM_TLS": str(tmp_path / "certs"),
+        "WFM_IDENTITY": "deployer",
+        "WFM_BROKER": "socket://127.0.0.1:7100/B1",
+    }
+    assert record["brokers"] == [str(uri) for uri in uris] and record["spark"] is None
+    assert record["web"] == "http://h:1/" and "web      http://h:1/ (the dashboard)" in started.lines()
+    assert started.lines()[-1] == 'try: wfm monitor PAYROLL --gid "$(wfm trigger PAYROLL)"'

@@ -65,3 +65,42 @@ def test_the_blocking_client_times_out_too() -> None:
             await asyncio.to_thread(client.close)
 
     run(scenario(), timeout=10)
+
+
+@asynccontextmanager
+async def not_a_broker(answer: bytes | None) -> AsyncIterator[BrokerURI]:
+    """Something else on a broker's port: it sends ``answer`` and hangs up, or (None) says nothing."""
+    address = uri("B1")
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1 << 16)
+        if answer is None:
+            await reader.read(1 << 16)  # until the client gives up
+        writer.write(answer or b"")
+        writer.close()
+        await writer.wait_closed()
+
+    server = await asyncio.start_server(serve, address.host, address.port)
+    try:
+        yield address
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (b"HTTP/1.1 400 Bad Request\r\n\r\n", "it sent something that is not a wfm frame (frame of "),
+        (b"\x00\x00\x00\x04\xc1\xc1\xc1\xc1", "it sent something that is not a wfm frame ("),
+        (b"", "it closed the connection (closed by peer; a broker that requires TLS"),
+        (None, "no answer within 0.3 s: is a wfm broker listening there?"),
+    ],
+)
+def test_a_port_that_is_not_a_broker_is_named_with_the_reason(answer: bytes | None, reason: str) -> None:
+    async def scenario() -> None:
+        async with not_a_broker(answer) as address:
+            with pytest.raises(RemoteError) as raised:
+                await Client.connect(address, "c", timeout=0.3)
+            assert f"did not answer the handshake: {reason}" in str(raised.value)
+
+    run(scenario(), timeout=10)

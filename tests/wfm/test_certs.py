@@ -4,6 +4,7 @@ nothing replaced without ``--force``, validity as asked; and the ``--tls``/``--i
 from __future__ import annotations
 
 import datetime
+import json
 import stat
 from pathlib import Path
 
@@ -54,6 +55,13 @@ def test_each_role_is_in_its_certificate_signed_by_the_ca(
     code, out, _ = run(capsys, "certs", "list", str(ca))
     assert code == 0
     assert [line.split()[:2] for line in out.splitlines()][:2] == [["ca", "ca"], ["the-agent", "agent"]]
+    code, out, _ = run(capsys, "certs", "list", str(ca), "-o", "json")
+    records = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [(r["name"], r["role"]) for r in records][:2] == [
+        ("ca", "ca"),
+        ("the-agent", "agent"),
+    ]
+    assert records[0]["expires"] > "2026" and records[1]["hosts"] == []
 
 
 def test_a_broker_certificate_names_the_hosts_given(ca: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -139,3 +140,27 @@ def test_usage_errors_are_one_line(args: list[str], fragment: str) -> None:
     done = wfm(*args)
     assert done.returncode != 0
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("wfm: error: ") and fragment in done.stderr
+
+
+def test_validate_several_files_fails_if_one_does(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "workflows" / "payroll.xml", tmp_path)
+    (tmp_path / "bad.xml").write_text(
+        '<workflow name="W">\n<job name="B"><command>x</command></job>\n</workflow>\n'
+    )
+    done = wfm("validate", "payroll.xml", "bad.xml", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stdout == "payroll.xml: ok (5 jobs, agents agentA, agentB, agentC)\n"
+    assert done.stderr == "bad.xml:2: job 'B' has no agent\n"
+    done = wfm("validate", "payroll.xml", "bad.xml", "-o", "json", cwd=tmp_path)
+    assert done.returncode == 1
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [
+        {
+            "file": "payroll.xml",
+            "ok": True,
+            "workflow": "PAYROLL",
+            "jobs": 5,
+            "agents": ["agentA", "agentB", "agentC"],
+            "problems": [],
+        },
+        {"file": "bad.xml", "ok": False, "problems": [{"line": 2, "message": "job 'B' has no agent"}]},
+    ]

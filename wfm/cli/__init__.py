@@ -1,7 +1,8 @@
 """The ``wfm`` command line: each command is a few lines over library code.
 
-Data goes to stdout, logs and errors to stderr. Every error is one line, ``wfm: error: ...``,
-with a non-zero exit status; bad input never shows a traceback.
+Data goes to stdout; logs, progress and errors to stderr. Every error is one line, ``wfm: error:
+...``, with a non-zero exit status; bad input never shows a traceback. :func:`main` is the one
+place that turns what a command raised into its exit status (:data:`EXIT_STATUSES`).
 
 One module per group of commands; the group imports a command's module only when that command
 runs (or ``--help`` lists it), so ``wfm broker`` and ``wfm agent`` start without loading lxml,
@@ -18,8 +19,18 @@ import click
 
 from broker.errors import WfmError
 from wfm import __version__
+from wfm.cli.serving import INTERRUPTED
 
-__all__ = ["COMMANDS", "cli", "main"]
+__all__ = ["COMMANDS", "EXIT_STATUSES", "TIMED_OUT", "TimedOut", "cli", "main"]
+
+TIMED_OUT = 3
+EXIT_STATUSES = {
+    0: "ok",
+    1: "failure (the error says what failed)",
+    2: "usage error (a bad option or argument)",
+    TIMED_OUT: "timeout (an answer or an end did not come in time)",
+    130: "interrupted (Ctrl-C)",
+}
 
 # command name -> the module of wfm.cli that defines it (as a function of the same name)
 COMMANDS = {
@@ -51,6 +62,12 @@ COMMANDS = {
 }
 
 
+class TimedOut(click.ClickException):
+    """A wait that ended without its answer: exit status 3, whatever the command."""
+
+    exit_code = TIMED_OUT
+
+
 class LazyGroup(click.Group):
     """A group whose commands are named in :data:`COMMANDS` and imported on first use."""
 
@@ -68,11 +85,17 @@ class LazyGroup(click.Group):
         """The one boundary where the library's errors (one line each) become the command's error."""
         try:
             return super().invoke(ctx)
+        except TimeoutError as error:  # NoAnswer among them: a peer that did not answer in time
+            raise TimedOut(str(error) or "timed out") from None
         except WfmError as error:
             raise click.ClickException(str(error)) from None
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+EPILOG = "\b\nExit status:\n" + "\n".join(f"  {code:<4} {what}" for code, what in EXIT_STATUSES.items())
+EPILOG += '\n\nShell completion (bash; zsh and fish alike): eval "$(_WFM_COMPLETE=bash_source wfm)"'
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(__version__, prog_name="wfm")
 @click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug).")
 def cli(verbose: int) -> None:
@@ -84,16 +107,21 @@ def cli(verbose: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: click's errors become one line on stderr."""
+    """Console entry point: click's errors become one line on stderr, and Ctrl-C exit status 130
+    whether it came as KeyboardInterrupt or to a command that stopped cleanly on SIGINT."""
+    INTERRUPTED.clear()
     try:
         # without standalone mode, click returns the status of ctx.exit(N) / raise Exit(N)
         status = cli.main(args=argv, prog_name="wfm", standalone_mode=False)
     except click.exceptions.Exit as done:
-        return done.exit_code
-    except click.exceptions.Abort:
+        status = done.exit_code
+    except click.exceptions.Abort:  # click's name for KeyboardInterrupt
+        INTERRUPTED.set()
+    except click.ClickException as error:
+        if not INTERRUPTED.is_set():
+            click.echo(f"wfm: error: {error.format_message()}", err=True)
+        status = error.exit_code
+    if INTERRUPTED.is_set():
         click.echo("wfm: interrupted", err=True)
         return 130
-    except click.ClickException as error:
-        click.echo(f"wfm: error: {error.format_message()}", err=True)
-        return error.exit_code
     return status if isinstance(status, int) else 0

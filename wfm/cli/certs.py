@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
 from wfm.certs import DEFAULT_DAYS, DEFAULT_HOSTS, ROLES, init, issue, listing
+from wfm.cli.options import output_option
 
 DIRECTORY = click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 FORCE = click.option(
@@ -51,8 +53,16 @@ def issue_command(
 
 @certs.command("list")
 @DIRECTORY
-def list_command(directory: Path) -> None:
-    """Every certificate in DIRECTORY: name, role, expiry and a broker's hosts."""
+@output_option
+def list_command(directory: Path, output: str) -> None:
+    """Every certificate in DIRECTORY: name, role, expiry and a broker's hosts (-o json: one
+    object each, {"name", "role", "expires", "hosts"})."""
     for item in listing(directory):
+        if output == "json":
+            expires = item.expires.isoformat()
+            click.echo(
+                json.dumps({"name": item.name, "role": item.role, "expires": expires, "hosts": item.hosts})
+            )
+            continue
         hosts = f"  {','.join(item.hosts)}" if item.hosts else ""
         click.echo(f"{item.name:<16} {item.role:<9} expires {item.expires:%Y-%m-%d %H:%M}Z{hosts}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +17,7 @@ from rich.table import Table
 from broker.client import Brokers
 from broker.language import Atom, Composite, Filter, ParseError, TimeRef, parse_composite, parse_filter
 from wfm.cli.options import broker_uri_option, output_option
+from wfm.cli.progress import progress
 from wfm.cli.serving import on_signals
 from wfm.history.asker import Result
 from wfm.history.groups import joinable_atoms
@@ -115,13 +116,14 @@ def history(
     A composite covers the past only; through the overlay each atom is asked as a filter and the
     answers are joined here.
     """
-    if store is None and broker_uri is None:
-        raise click.ClickException("give --broker URI or --store DIR")
+    broker_uri = _one_source(broker_uri, store)
     if subscription.lstrip().startswith("{"):
         composite, atoms = _composite(subscription)
         groups: Iterable[tuple[Stored, ...]]
-        if store is not None or broker_uri is None:
-            groups = query_composite(_open_store(store, spark_master), composite, since, until)
+        if broker_uri is None:
+            groups = _first_from_spark(
+                query_composite(_open_store(store, spark_master), composite, since, until)
+            )
         else:
             groups = asyncio.run(_composite_from_overlay(broker_uri, atoms, since, until, timeout))
         for group in groups:
@@ -131,11 +133,35 @@ def history(
         wanted = parse_filter(subscription)
     except ParseError as error:
         raise click.ClickException(f"invalid filter: {error}") from None
-    if store is not None or broker_uri is None:
-        for stored in _open_store(store, spark_master).query(wanted, since, until):
+    if broker_uri is None:
+        for stored in _first_from_spark(_open_store(store, spark_master).query(wanted, since, until)):
             _show("history", stored, output)
         return
     asyncio.run(_from_overlay(broker_uri, wanted, since, until, timeout, output))
+
+
+def _first_from_spark(rows: Iterable[T]) -> Iterator[T]:
+    """``rows``, the wait for the first shown as progress: Spark may be starting (seconds)."""
+    with progress("querying the store with Spark") as say:
+        say("waiting for the first row")
+        rows = iter(rows)
+        first = next(rows, None)
+    if first is not None:
+        yield first
+        yield from rows
+
+
+def _one_source(broker_uri: Brokers | None, store: Path | None) -> Brokers | None:
+    """The broker to ask, or None to read ``store``: a usage error unless exactly one is given
+    (``$WFM_BROKER``, which wfm up tells users to export, gives way to --store)."""
+    if store is None and broker_uri is None:
+        raise click.UsageError("give --broker URI or --store DIR (or set $WFM_BROKER)")
+    if store is None:
+        return broker_uri
+    source = click.get_current_context().get_parameter_source("broker_uri")
+    if broker_uri is not None and source == click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("give --broker URI or --store DIR, not both")
+    return None
 
 
 def _composite(text: str) -> tuple[Composite, list[Atom]]:
@@ -195,7 +221,7 @@ def _show(subscription: str, stored: Stored, output: str) -> None:
 
 
 def _delivered(stored: Stored) -> dict[str, object]:
-    """A stored publication as ``-o json`` shows a delivery (INTERFACE.md), with its broker time."""
+    """A stored publication as ``wfm client -o json`` shows a delivery (README), with its broker time."""
     return {
         "publication": str(stored.publication),
         "attributes": dict(stored.publication),
@@ -210,10 +236,17 @@ def _line(stored: Stored) -> str:
 @click.command()
 @store_option
 @master_option
-def compact(store: Path | None, spark_master: str | None) -> None:
-    """Move the sealed landing segments of a store into its Parquet table."""
-    count = _open_store(store, spark_master).compact()
-    click.echo(f"compacted {count} segment{'s' * (count != 1)}", err=True)
+@output_option
+def compact(store: Path | None, spark_master: str | None, output: str) -> None:
+    """Move the sealed landing segments of a store into its Parquet table (-o json:
+    {"segments": N} on stdout)."""
+    with progress(f"compacting {store}") as say:
+        say("Spark writes the Parquet table")
+        count = _open_store(store, spark_master).compact()
+    if output == "json":
+        click.echo(json.dumps({"segments": count}))
+    else:
+        click.echo(f"compacted {count} segment{'s' * (count != 1)}", err=True)
 
 
 @click.command()
@@ -239,7 +272,9 @@ def report(
     output: str,
 ) -> None:
     """Per job and day (or week): runs, failures, NORUNs, mean and p95 duration, slowest generations."""
-    rows = job_report(_open_store(store, spark_master), workflow, since, by)
+    with progress("reporting from the store with Spark") as say:
+        say("Spark computes the report")
+        rows = job_report(_open_store(store, spark_master), workflow, since, by)
     if html_file is not None:
         html_file.write_text(render_html(rows, f"wfm report {workflow or 'all workflows'} by {by}"))
     if output == "json":

@@ -5,6 +5,7 @@ and :mod:`wfm.up`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
@@ -16,14 +17,19 @@ from rich.live import Live
 from tzlocal import get_localzone
 
 from broker.client import Brokers, ConnectError
+from wfm.cli import TimedOut
 from wfm.cli.options import broker_option, broker_uri_option, checked, output_option
+from wfm.cli.progress import progress
 from wfm.cli.serving import stop_event
 from wfm.cli.workflow import load_workflow
-from wfm.monitor import TIMED_OUT, MonitorService, StatusEvent, render
+from wfm.monitor import MonitorService, StatusEvent, render
 from wfm.scheduler import NEVER_STOPPED, fire, run_schedule
 from wfm.timetable import Entry, fires, load_config
 from wfm.triggers import TriggerPublisher, check_gid, check_workflow, default_outbox, new_gid, parse_date
-from wfm.up import agent_names, serve
+from wfm.up import Started, agent_names, serve
+
+# seconds wfm monitor --gid waits for a historian to answer what it holds of the generation
+CATCH_UP_TIMEOUT = 3.0
 
 
 @click.command()
@@ -40,26 +46,48 @@ from wfm.up import agent_names, serve
     type=click.Path(file_okay=False, path_type=Path),
     help="Where Triggers wait until the broker acknowledges them [default: $XDG_STATE_HOME/wfm/trigger].",
 )
+@click.option(
+    "--wait",
+    type=click.FloatRange(0, 3600),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the workflow's coordinator to start the generation; 0: do not wait.",
+)
+@output_option
 def trigger(
-    workflow: str, gid: str | None, day: date | None, broker_uri: Brokers, outbox: Path | None
+    workflow: str,
+    gid: str | None,
+    day: date | None,
+    broker_uri: Brokers,
+    outbox: Path | None,
+    wait: float,
+    output: str,
 ) -> None:
     """Start one generation of WORKFLOW: publish a Trigger and print its gid.
 
-    Exits once the broker has acknowledged the Trigger. One it did not acknowledge in time (exit
-    status 1, saying so) stays in the outbox, and the next wfm trigger sends it first, under the
-    same id: the overlay drops it if it got through after all. Triggers in the same outbox go one
-    process at a time."""
+    Exits once the broker has acknowledged the Trigger and the workflow's coordinator has started
+    the generation (its APPL_START): exit status 1 if none did within --wait seconds, as when no
+    workflow of that name is deployed. A Trigger the broker did not acknowledge in time (exit
+    status 3) stays in the outbox, and the next wfm trigger sends it first, under the same id:
+    the overlay drops it if it got through after all. Triggers in the same outbox go one process
+    at a time. -o json: {"workflow", "gid", "date"}."""
     gid = gid or new_gid(datetime.now())
+    day = day or date.today()
     try:
         with TriggerPublisher(broker_uri, outbox=outbox or default_outbox()) as publisher:
-            publisher.publish(workflow, gid, day or date.today())
-    except (ConnectError, OSError, TimeoutError) as error:
-        raise click.ClickException(f"cannot trigger {workflow}: {error or 'timed out'}") from None
+            publisher.publish(workflow, gid, day, started_within=wait)
+    except (ConnectError, OSError) as error:
+        raise click.ClickException(f"cannot trigger {workflow}: {error}") from None
+    except TimeoutError as error:
+        raise TimedOut(f"cannot trigger {workflow}: {error or 'timed out'}") from None
     if publisher.resent:
         click.echo(
             f"wfm: sent again {publisher.resent} Trigger(s) an earlier run left unacknowledged", err=True
         )
-    click.echo(gid)
+    if output == "json":
+        click.echo(json.dumps({"workflow": workflow, "gid": gid, "date": day.isoformat()}))
+    else:
+        click.echo(gid)
 
 
 @click.command()
@@ -71,11 +99,14 @@ def trigger(
     "--days", type=click.IntRange(1, 3660), default=7, show_default=True, help="Days --dry-run looks ahead."
 )
 @broker_uri_option("Broker to publish through")
-def schedule(config: Path, dry_run: bool, days: int, broker_uri: Brokers | None) -> None:
+@output_option
+def schedule(config: Path, dry_run: bool, days: int, broker_uri: Brokers | None, output: str) -> None:
     """Trigger workflows by cron expression and business calendar until SIGINT/SIGTERM.
 
     CONFIG is a TOML file with one [workflows.NAME] table each (cron, calendar, holidays; see
-    docs/workflows.md). Each trigger prints "TIME WORKFLOW DATE GID" on stdout."""
+    docs/workflows.md). Each trigger prints "TIME WORKFLOW DATE GID" on stdout (-o json: one
+    object {"time", "workflow", "date", "gid"}; --dry-run has no gid)."""
+    as_json = output == "json"
     timezone = get_localzone()
     try:
         entries = load_config(config, timezone)
@@ -84,16 +115,24 @@ def schedule(config: Path, dry_run: bool, days: int, broker_uri: Brokers | None)
     if dry_run:
         now = datetime.now(timezone)
         for at, workflow, day in fires(entries, now, now + timedelta(days=days)):
-            click.echo(f"{at:%Y-%m-%d %H:%M %a} {workflow} {day.isoformat()}")
+            if as_json:
+                click.echo(
+                    json.dumps({"time": at.isoformat(), "workflow": workflow, "date": day.isoformat()})
+                )
+            else:
+                click.echo(f"{at:%Y-%m-%d %H:%M %a} {workflow} {day.isoformat()}")
         return
     if broker_uri is None:
         raise click.UsageError("--broker (or $WFM_BROKER) is needed unless --dry-run")
     with TriggerPublisher(broker_uri) as publisher, stop_event() as stop:
-        run_schedule(entries, timezone, lambda entry: _fire(entry, publisher, stop.wait), stop)
+        run_schedule(entries, timezone, lambda entry: _fire(entry, publisher, stop.wait, as_json), stop)
 
 
 def _fire(
-    entry: Entry, publisher: TriggerPublisher, wait: Callable[[float], bool] = NEVER_STOPPED.wait
+    entry: Entry,
+    publisher: TriggerPublisher,
+    wait: Callable[[float], bool] = NEVER_STOPPED.wait,
+    as_json: bool = False,
 ) -> None:
     """One cron fire, shown on stdout. A broker that cannot take it is tried again for a few
     minutes with the same gid, then reported (the scheduler keeps running)."""
@@ -103,7 +142,12 @@ def _fire(
     except (ConnectError, OSError, TimeoutError) as error:
         click.echo(f"wfm: error: cannot trigger {entry.workflow}: {error or 'timed out'}", err=True)
         return
-    if gid is not None:
+    if gid is None:
+        return
+    if as_json:
+        record = {"time": now.isoformat(), "workflow": entry.workflow, "date": now.date().isoformat()}
+        click.echo(json.dumps({**record, "gid": gid}))
+    else:
         click.echo(f"{now:%Y-%m-%d %H:%M:%S} {entry.workflow} {now.date().isoformat()} {gid}")
 
 
@@ -114,13 +158,14 @@ def _fire(
     "gids",
     multiple=True,
     callback=checked(check_gid),
-    help="Watch this generation (repeatable) [default: the first one seen].",
+    help="Watch this generation (repeatable), from its start even if that was earlier "
+    "[default: the first one triggered from now on].",
 )
 @broker_option
 @click.option("--watch", is_flag=True, help="Keep showing new generations until Ctrl-C.")
 @output_option
 @click.option(
-    "--timeout", type=click.FloatRange(0, min_open=True), help="Give up after S seconds (exit status 2)."
+    "--timeout", type=click.FloatRange(0, min_open=True), help="Give up after S seconds (exit status 3)."
 )
 def monitor(
     workflow: str | None,
@@ -132,20 +177,21 @@ def monitor(
 ) -> None:
     """Show job states per generation of WORKFLOW (or of every workflow), live.
 
-    The monitor sees only what is published after it subscribes: start it before the trigger (the
-    history of earlier generations comes with the historian). -o json prints one line per job
-    status. Without --watch it exits when the watched generations end: exit status 0 if all
-    ended SUCCESS, 1 if one ended FAILURE, 2 on --timeout."""
+    Without --gid it follows the generations triggered from now on: start it before wfm trigger.
+    With --gid it first asks the historians (wfm up runs one) what they hold of those
+    generations, so it may start after the trigger:
+
+    \b
+    wfm monitor PAYROLL --gid "$(wfm trigger PAYROLL)"
+
+    -o json prints one line per job status. Without --watch it exits when the watched generations
+    end: exit status 0 if all ended SUCCESS, 1 if one ended FAILURE, 3 on --timeout."""
     try:
         status = asyncio.run(_monitor(broker_uri, workflow, gids, watch, output == "json", timeout))
-    except KeyboardInterrupt:
-        if not watch:
-            raise
-        status = 0
     except (ConnectError, ConnectionError) as error:
         raise click.ClickException(str(error)) from None
-    if status == TIMED_OUT:
-        click.echo(f"wfm: timed out after {timeout:g} s", err=True)
+    except TimeoutError:
+        raise TimedOut(f"timed out after {timeout:g} s") from None
     raise click.exceptions.Exit(status)
 
 
@@ -157,14 +203,45 @@ async def _monitor(
     as_json: bool,
     timeout: float | None,
 ) -> int:
-    """A JSON line per job status, or the tables redrawn after each delivery."""
-    async with MonitorService.connect(uri, workflow, gids) as service:
-        if as_json:
-            return await service.run(forever, timeout, _json_line)
-        with Live(render(service.monitor), console=Console(), auto_refresh=False) as live:
-            return await service.run(
-                forever, timeout, lambda _: live.update(render(service.monitor), refresh=True)
+    """A JSON line per job status, or the tables redrawn after each delivery; what it waits for
+    on stderr."""
+    async with MonitorService.connect(uri, workflow, gids) as service, contextlib.AsyncExitStack() as stack:
+        show: Callable[[StatusEvent | None], None] = _json_line
+        if not as_json:
+            live = stack.enter_context(Live(render(service.monitor), console=Console(), auto_refresh=False))
+
+            def show(_: StatusEvent | None) -> None:
+                live.update(render(service.monitor), refresh=True)
+
+        if gids:
+            catching = asyncio.create_task(
+                _catch_up(service, min(CATCH_UP_TIMEOUT, timeout or CATCH_UP_TIMEOUT), show)
             )
+            stack.push_async_callback(_cancelled, catching)
+        click.echo(f"wfm: {_waiting_for(workflow, gids, forever)}", err=True)
+        return await service.run(forever, timeout, show)
+
+
+async def _catch_up(
+    service: MonitorService, timeout: float, show: Callable[[StatusEvent | None], None]
+) -> None:
+    problem = await service.catch_up(timeout, show)
+    if problem is not None:
+        click.echo(f"wfm: warning: {problem}", err=True)
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def _waiting_for(workflow: str | None, gids: Sequence[str], forever: bool) -> str:
+    """What the monitor waits for, so that one started after its trigger does not wait in silence."""
+    of = f"of {workflow}" if workflow else "of any workflow"
+    if gids:
+        return f"waiting for generation {', '.join(gids)} {of} to end" + (" (then more)" * forever)
+    which = "the generations" if forever else "the next generation"
+    return f"waiting for {which} {of} triggered from now on (Ctrl-C to stop)"
 
 
 def _json_line(event: StatusEvent | None) -> None:
@@ -194,23 +271,35 @@ def _json_line(event: StatusEvent | None) -> None:
     show_default=True,
     help="Keep Spark warm for wfm history --store and wfm report (a JVM: about 1 GB).",
 )
-def up(directory: Path, port: int, spark_connect: bool) -> None:
+@output_option
+def up(directory: Path, port: int, spark_connect: bool, output: str) -> None:
     """Run the embedded default until Ctrl-C: three brokers in a line (B1-B2-B3), one agent per
-    agent name in DIR/*.xml, every workflow deployed. Prints the broker addresses and what to try."""
+    agent name in DIR/*.xml, every workflow deployed. Prints the broker addresses and what to try
+    (-o json: one object) once everything runs; progress and warnings go to stderr. One wfm up
+    per DIR: a second one fails, naming the first."""
     files = sorted(directory.glob("*.xml"))
     if not files:
         raise click.ClickException(f"no workflows (*.xml) in {directory}")
     workflows = [load_workflow(file) for file in files]
     named = [(workflow.name, file) for workflow, file in zip(workflows, files, strict=True)]
     spark_port = port + 3 if spark_connect else None
-    with stop_event() as stop:
+
+    with stop_event() as stop, contextlib.ExitStack() as starting:
+        say = starting.enter_context(progress("starting"))
+
+        def ready(started: Started) -> None:
+            starting.close()  # the spinner ends where the data begins
+            click.echo(json.dumps(started.record()) if output == "json" else "\n".join(started.lines()))
+
         serve(
             named,
             agent_names(workflows),
             directory / ".wfm",
             port,
-            click.echo,
+            ready,
             stop,
             spark_port=spark_port,
             web_port=port + 4,
+            say=say,
+            warn=lambda line: click.echo(f"wfm: {line}", err=True),
         )

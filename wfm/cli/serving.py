@@ -1,8 +1,10 @@
 """Running a long-lived asyncio service from a command until SIGINT or SIGTERM.
 
-The signal asks the service to stop and the command returns once it has (exit status 0), so a
-broker closes its links, an agent its journal and a historian flushes its landing log, instead of
-dying in a KeyboardInterrupt traceback.
+The signal asks the service to stop and the command returns once it has, so a broker closes its
+links, an agent its journal and a historian flushes its landing log, instead of dying in a
+KeyboardInterrupt traceback. The exit status says which signal it was: 0 after SIGTERM (asked to
+stop), 130 after SIGINT (Ctrl-C), as for any command interrupted (``INTERRUPTED``, read by
+:func:`wfm.cli.main`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
-__all__ = ["Running", "Server", "Service", "on_signals", "serve", "stop_event"]
+__all__ = ["INTERRUPTED", "Running", "Server", "Service", "on_signals", "serve", "stop_event"]
+
+INTERRUPTED = threading.Event()  # a SIGINT stopped the command: its exit status is 130
 
 
 class Service(Protocol):
@@ -56,7 +60,13 @@ def on_signals(callback: Callable[[], object]) -> None:
     """SIGINT and SIGTERM call ``callback`` in the running loop instead of interrupting it."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, callback)
+        loop.add_signal_handler(sig, _stopping, sig, callback)
+
+
+def _stopping(sig: int, callback: Callable[[], object]) -> None:
+    if sig == signal.SIGINT:
+        INTERRUPTED.set()
+    callback()
 
 
 def serve(service: Service) -> None:
@@ -74,7 +84,10 @@ def stop_event() -> Iterator[threading.Event]:
     """For a command that blocks without an event loop: an event that SIGINT and SIGTERM set while
     the block runs (the previous handlers come back after it)."""
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        sig: signal.signal(sig, lambda sig, _: _stopping(sig, stop.set))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield stop
     finally:

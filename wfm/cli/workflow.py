@@ -17,7 +17,9 @@ from broker.client.reconnect import BrokerList
 from broker.errors import LinkClosed
 from broker.language import Publication
 from broker.transport.tls import Identity
+from wfm.cli import TimedOut
 from wfm.cli.options import broker_uri_option, output_option
+from wfm.cli.progress import progress
 from wfm.deploy import deploy as deploy_plan
 from wfm.deploy import ordered_batches, undeploy_publications
 from wfm.signing import Deployer, default_key, local_deployer, tls_deployer
@@ -34,16 +36,33 @@ timeout_option = click.option(
 
 
 @click.command()
-@workflow_file
-def validate(file: Path) -> None:
-    """Check a workflow definition: every problem is printed as FILE:LINE: message (exit status 1)."""
-    try:
-        workflow = _read(file)
-    except DefinitionError as error:
-        for problem in error.problems:
-            click.echo(_located(file, problem), err=True)
-        raise click.exceptions.Exit(1) from None
-    click.echo(f"{file}: ok ({len(workflow.jobs)} jobs, agents {', '.join(workflow.agents)})")
+@click.argument(
+    "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@output_option
+def validate(files: tuple[Path, ...], output: str) -> None:
+    """Check workflow definitions: every problem is printed as FILE:LINE: message on stderr, and
+    exit status 1 if any file has one. -o json: one object per file on stdout, {"file", "ok",
+    "workflow", "jobs", "agents", "problems": [{"line", "message"}]}."""
+    failed = False
+    for file in files:
+        try:
+            workflow = _read(file)
+        except DefinitionError as error:
+            failed = True
+            if output == "json":
+                problems = [{"line": p.line, "message": p.message} for p in error.problems]
+                click.echo(json.dumps({"file": str(file), "ok": False, "problems": problems}))
+            for problem in error.problems:
+                click.echo(_located(file, problem), err=True)
+            continue
+        if output == "json":
+            record = {"file": str(file), "ok": True, "workflow": workflow.name, "jobs": len(workflow.jobs)}
+            click.echo(json.dumps({**record, "agents": list(workflow.agents), "problems": []}))
+        else:
+            click.echo(f"{file}: ok ({len(workflow.jobs)} jobs, agents {', '.join(workflow.agents)})")
+    if failed:
+        raise click.exceptions.Exit(1)
 
 
 def signing_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -90,7 +109,8 @@ def deploy(
     deployer: Callable[[], Deployer],
 ) -> None:
     """Deploy a workflow: publish its signed AGENT_CTL envelopes and wait for every agent's
-    acknowledgement (exit status 1 naming the agents that failed, refused or did not answer).
+    acknowledgement, showing progress on stderr (exit status 1 naming the agents that failed or
+    refused, 3 naming those that did not answer).
     --dry-run prints the plan (-o json: the envelopes as signed now)."""
     workflow = load_workflow(file)
     plan = translate(workflow)
@@ -126,7 +146,8 @@ def _send(
         raise click.ClickException("no broker: give --broker or set WFM_BROKER")
     sign = deployer().sign
     try:
-        reports = asyncio.run(deploy_plan(broker_uri, plan, batches, timeout, sign))
+        with progress(f"deploying {plan.workflow} {plan.version} through {broker_uri}") as say:
+            reports = asyncio.run(deploy_plan(broker_uri, plan, batches, timeout, sign, say))
     except (ConnectError, OSError, RefusedError, LinkClosed) as error:
         raise click.ClickException(f"cannot deploy through {broker_uri}: {error}") from None
     for report in reports:
@@ -135,24 +156,26 @@ def _send(
                 "agent": report.agent,
                 **{k.lower(): v for k, v in report.results.items()},
                 "missing": report.missing,
+                "unsent": report.unsent,
                 "errors": report.errors,
             }
             click.echo(json.dumps(record))
             continue
         counts = ", ".join(f"{n} {result}" for result, n in report.results.items() if n)
         missing = f", {report.missing} not acknowledged" if report.missing else ""
-        click.echo(f"{report.agent}: {counts or 'nothing'}{missing}")
+        unsent = f", {report.unsent} not sent (waiting for the others)" if report.unsent else ""
+        click.echo(f"{report.agent}: {counts or 'nothing'}{missing}{unsent}")
         for problem in report.errors:
             click.echo(f"  {problem}")
     failed = [r.agent for r in reports if r.errors]
     what = f"{plan.workflow} {plan.version}"
     silent = [r.agent for r in reports if r.missing]
+    no_answer = f"no answer within {timeout:g} s from {', '.join(silent)}"
     if failed:
-        click.echo(f"wfm: error: {what}: agents reported errors: {', '.join(failed)}", err=True)
+        also = f"; {no_answer}" if silent else ""
+        raise click.ClickException(f"{what}: agents reported errors: {', '.join(failed)}{also}")
     if silent:
-        click.echo(f"wfm: error: {what}: no answer within {timeout:g} s from {', '.join(silent)}", err=True)
-    if failed or silent:
-        raise click.exceptions.Exit(1)
+        raise TimedOut(f"{what}: {no_answer} (are they running?)")
 
 
 def load_workflow(file: Path) -> Workflow:

@@ -2,12 +2,11 @@
 the :class:`MonitorService` that feeds it deliveries."""
 
 from wfm.monitor.model import SKIPPED, Generation, JobState, Monitor, StatusEvent
-from wfm.monitor.service import TIMED_OUT, MonitorService
+from wfm.monitor.service import MonitorService
 from wfm.monitor.view import render
 
 __all__ = [
     "SKIPPED",
-    "TIMED_OUT",
     "Generation",
     "JobState",
     "Monitor",

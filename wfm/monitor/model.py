@@ -80,8 +80,9 @@ class Monitor:
         self._watched = set(gids)
 
     def receive(self, attributes: Mapping[str, Value]) -> StatusEvent | None:
-        """Take one publication's attributes; a StatusEvent for a job status, None for a Trigger or
-        anything that is not a well-formed workflow message (the monitor ignores those)."""
+        """Take one publication's attributes; a StatusEvent for a job status, None for a Trigger, a
+        status already taken, or anything that is not a well-formed workflow message (the monitor
+        ignores those)."""
         workflow, gid = attributes.get("applname"), attributes.get("GID")
         if not isinstance(workflow, str) or not isinstance(gid, str):
             return None
@@ -99,7 +100,8 @@ class Monitor:
             _number(attributes.get("duration")),
             int(_number(attributes.get("attempt")) or 0),
         )
-        self._status(self._generation(workflow, gid), job, state)
+        if not self._status(self._generation(workflow, gid), job, state):
+            return None
         extras = {k: v for k, v in attributes.items() if k not in _CORE}
         return StatusEvent(workflow, gid, job, status, detail, extras)
 
@@ -119,15 +121,22 @@ class Monitor:
             generation.date = str(day)
 
     @staticmethod
-    def _status(generation: Generation, job: str, state: JobState) -> None:
+    def _status(generation: Generation, job: str, state: JobState) -> bool:
+        """Record a job's status; False if it is one already recorded (the same status from the
+        history and live, when the monitor catches up)."""
         if job == APPL_END:
+            if generation.end == state:
+                return False
             generation.end = state
             for name in skipped_jobs(state.detail):
                 generation.jobs.setdefault(name, JobState(SKIPPED))
-            return
+            return True
         known = generation.jobs.get(job)
+        if known == state:
+            return False
         if known is None or known.status == SKIPPED or state.attempt >= known.attempt:
             generation.jobs[job] = state
+        return True
 
     def watched(self) -> list[Generation]:
         """The watched generations seen so far."""

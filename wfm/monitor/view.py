@@ -17,9 +17,8 @@ STYLES = {SUCCESS: "green", FAILURE: "bold red", NORUN: "dim", SKIPPED: "yellow"
 
 
 def render(monitor: Monitor) -> Group:
-    """Every generation seen, oldest first; an empty monitor says what it is waiting for."""
-    if not monitor.generations:
-        return Group(Text("waiting for triggers and job statuses ...", style="dim"))
+    """Every generation seen, oldest first (nothing before the first: data only, the command says
+    on stderr what it waits for)."""
     return Group(*(section(g) for g in monitor.generations.values()))
 
 
