@@ -34,6 +34,8 @@ from broker.routing.tables import Output
 
 __all__ = ["Channel", "Custody"]
 
+DATA = (Publish, Deliver, Notify)  # what a full channel may drop: the rest is routing state
+
 MAX_HELD = 100_000  # messages held for one peer
 MAX_HELD_BYTES = 64 << 20  # roughly, their publications' size, for one peer
 
@@ -53,6 +55,9 @@ class Channel:
     # the advertisements among ``held``, by id, in seq order: until the peer takes one, it may
     # have subscribers for it that we do not know of (see ``standins``)
     adverts: dict[str, int] = field(default_factory=dict)
+    # advertisements the peer's hello said it took when it came back: its answers to them may be
+    # among what it resends, so they count as taken at its next Took, which comes after those
+    confirming: list[str] = field(default_factory=list)
 
 
 def _weight(publication: Publication) -> int:
@@ -117,12 +122,17 @@ class Custody:
         channel = self.channels[hop]
         channel.up = True
         if took is not None:
+            before = len(self.taken_adverts)
             self._forget(hop, channel, took)
+            channel.confirming += [adv_id for _, adv_id in self.taken_adverts[before:]]
+            del self.taken_adverts[before:]
         self.counters["resent.custody"] += len(channel.held)
         return [(hop, Carry(seq, message)) for seq, (message, _) in channel.held.items()]  # type: ignore[arg-type]
 
     def took(self, hop: str, seq: int) -> None:
         if (channel := self.channels.get(hop)) is not None:
+            self.taken_adverts += [(hop, adv_id) for adv_id in channel.confirming]
+            channel.confirming.clear()
             self._forget(hop, channel, seq)
 
     def _forget(self, hop: str, channel: Channel, seq: int) -> None:
@@ -172,7 +182,9 @@ class Custody:
             else:
                 cost = weight(message)
                 noun = "session" if channel.client else "link"
-                if len(channel.held) >= self.max_held or channel.weight + cost > self.max_bytes:
+                full = len(channel.held) >= self.max_held or channel.weight + cost > self.max_bytes
+                if full and isinstance(message, DATA):  # routing state is never dropped: it is
+                    # bounded by the tables, and a neighbour that missed some would stay wrong
                     if channel.up:  # it still goes, but it will not be sent again
                         self.counters[f"unheld.{noun}_full"] += 1
                         sent.append((hop, message))

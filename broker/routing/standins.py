@@ -31,7 +31,8 @@ class StandIns:
     def __init__(self, broker_id: str, tables: Tables, custody: Custody, counters: Counter[str]) -> None:
         self.broker_id = broker_id
         self.tables, self.custody, self.counters = tables, custody, counters
-        self.made: dict[tuple[str, str], str] = {}  # (neighbour, advertisement id) -> subscription id
+        # neighbour -> (its channel then, advertisement id -> stand-in subscription id)
+        self.made: dict[str, tuple[Channel, dict[str, str]]] = {}
 
     def update(self, message: Message, hop: str, out: Output, peers_away: bool) -> Output:
         """What the router's output ``out`` for ``message`` from ``hop`` changes: stand-ins for
@@ -39,20 +40,24 @@ class StandIns:
         if not (peers_away or self.made or self.custody.taken_adverts):
             return []  # the usual case, and the hot path: nobody away, nothing stood in for
         more: Output = []
+        channels = self.custody.channels
+        for neighbour in [n for n, (then, _) in self.made.items() if channels.get(n) is not then]:
+            del self.made[neighbour]  # its session ended, or it came back new: its entries went
         if isinstance(message, LinkDown) and (channel := self._away(hop)) is not None:
             for adv_id in list(channel.adverts):  # sent, not yet taken: it may never have been
                 more += self._make(hop, adv_id)
         for target, sent in out:
             if isinstance(sent, Advertise) and self._away(target) is not None:
                 more += self._make(target, sent.id)
-            elif isinstance(sent, Unadvertise) and (target, sent.id) in self.made:
+            elif isinstance(sent, Unadvertise) and sent.id in self._made(target):
                 more += self._end(target, sent.id)
         for target, adv_id in self.custody.advertisements_taken():
-            if (target, adv_id) in self.made:
+            if adv_id in self._made(target):
                 more += self._end(target, adv_id)
-        for key in [key for key in self.made if key[0] not in self.custody.channels]:
-            del self.made[key]  # the neighbour's session ended: the tables withdrew its entries
         return more
+
+    def _made(self, hop: str) -> dict[str, str]:
+        return self.made[hop][1] if hop in self.made else {}
 
     def _away(self, hop: str) -> Channel | None:
         """The channel of a neighbour whose link is down, kept for its grace period."""
@@ -63,14 +68,19 @@ class StandIns:
 
     def _make(self, hop: str, adv_id: str) -> Output:
         entry = self.tables.srt.get(adv_id)
-        if (hop, adv_id) in self.made or entry is None:
+        _, made = self.made.setdefault(hop, (self.custody.channels[hop], {}))
+        if adv_id in made or entry is None:
             return []
-        sub_id = self.made[(hop, adv_id)] = f"{self.broker_id}/stand-in:{hop}/{adv_id}"
+        # "~" is in no peer id, so this id is no client's ("<broker>/<client>/<ref>") nor another's
+        sub_id = made[adv_id] = f"{self.broker_id}~stand-in~{hop}~{adv_id}"
         self.counters["stand_ins.made"] += 1
         return self.tables.subscribe(sub_id, entry.filter, hop, DEFAULT_TTL)
 
     def _end(self, hop: str, adv_id: str) -> Output:
-        sub_id = self.made.pop((hop, adv_id))
+        made = self.made[hop][1]
+        sub_id = made.pop(adv_id)
+        if not made:
+            del self.made[hop]
         entry = self.tables.prt.get(sub_id)
         if entry is None or entry.hop != hop:
             return []
@@ -78,4 +88,4 @@ class StandIns:
         return self.tables.withdraw(sub_id)
 
     def status(self) -> dict[str, int]:
-        return {"stand_ins": len(self.made)}
+        return {"stand_ins": sum(len(made) for _, made in self.made.values())}
