@@ -26,10 +26,14 @@ from workflow_messages.agent_ctl import (
     envelope_digest,
 )
 from workflow_messages.calendars import DAILY, DAYS, WORDS, Calendar, parse_weekdays, weekday_words
-from workflow_messages.generation import Graph, decide_end, outcome, skipped_jobs
+from workflow_messages.generation import Graph, decide_end, end_of, outcome, skipped_jobs
 from workflow_messages.graph import find_cycles, topological_order
 from workflow_messages.jobstatus import (
+    blocked,
     cleanup_subscription,
+    end_condition,
+    ended,
+    failures,
     generation_end,
     job_condition,
     job_status,
@@ -73,12 +77,17 @@ __all__ = [
     "ack",
     "ack_advertisement",
     "ack_subscription",
+    "blocked",
     "cleanup_subscription",
     "control_subscription",
     "decide_end",
     "deployer_advertisement",
     "digest",
+    "end_condition",
+    "end_of",
+    "ended",
     "envelope_digest",
+    "failures",
     "find_cycles",
     "generation_end",
     "job_condition",

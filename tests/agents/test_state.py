@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,8 +67,15 @@ def trigger(gid: str, date: str = MONDAY) -> Publication:
     return Publication("Trigger", {"applname": "PAYROLL", "GID": gid, "schedule": date})
 
 
-def status(job: str, gid: str, value: str = "SUCCESS", version: str = V) -> Publication:
-    return job_status("PAYROLL", job, gid, value, "", version=version, agent="other")
+def status(job: str, gid: str, value: str = "SUCCESS", version: str = V, **extra: Any) -> Publication:
+    return job_status("PAYROLL", job, gid, value, "", version=version, agent="other", **extra)
+
+
+def end_here(agent: Agent, gid: str, now: float) -> None:
+    """agentB's jobs of ``gid`` skipped (JobA failed): the generation is over for agentB."""
+    for job in ("JobB", "JobC"):
+        failed = status("JobA", gid, "FAILURE", failed=["JobA"])
+        agent.handle(Delivered(key(agent, job), (trigger(gid), failed)), now)
 
 
 def fire(agent: Agent, job: str, gid: str, *after: str, date: str = MONDAY, now: float = 1.0) -> list[Effect]:
@@ -196,16 +204,13 @@ def test_the_coordinator_ends_a_generation_and_everyone_forgets_it() -> None:
     agent = Agent("agentA")
     install(agent)
     agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g1"),)), 1.0)
-    statuses = key(agent, "APPL_END", "SUBSCRIBE")
-    ends: list[Publication] = []
-    for job, value in (("JobA", "SUCCESS"), ("JobB", "SUCCESS"), ("JobC", "NORUN"), ("JobD", "SUCCESS")):
-        assert ends == []
-        ends = published(agent.handle(Delivered(statuses, (status(job, "g1", value),)), 2.0))
-    [end] = ends
+    [run] = runs(fire(agent, "JobA", "g1", "APPL_START"))
+    agent.handle(Finished(run, Result(True, "exit 0", 1.0, 0.1)), 2.0)
+    ends = (status("JobD", "g1"), status("Alert", "g1", "NORUN", skipped=True))
+    [end] = published(agent.handle(Delivered(key(agent, "APPL_END"), ends), 2.0))
     assert (end["jobname"], end["status"], end["detail"]) == ("APPL_END", "SUCCESS", "skipped: Alert")
-    assert agent.handle(Delivered(statuses, (status("JobD", "g1"),)), 3.0) == []  # no second APPL_END
-    agent.handle(Delivered(statuses, (end,)), 3.0)
-    assert ("PAYROLL", "g1") not in agent.generations
+    assert agent.handle(Delivered(key(agent, "APPL_END"), ends), 3.0) == []  # no second APPL_END
+    assert ("PAYROLL", "g1") not in agent.generations  # every job here published: over here
     assert agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g1"),)), 4.0) == []  # late repeat
 
 
@@ -213,9 +218,11 @@ def test_a_failed_job_ends_the_generation_as_failure() -> None:
     agent = Agent("agentA")
     install(agent)
     agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g1"),)), 1.0)
-    statuses = key(agent, "APPL_END", "SUBSCRIBE")
-    agent.handle(Delivered(statuses, (status("JobA", "g1", "FAILURE"),)), 2.0)
-    [end] = published(agent.handle(Delivered(statuses, (status("Alert", "g1"),)), 2.0))
+    ends = (
+        status("JobD", "g1", "NORUN", skipped=True, failed=["JobA"]),
+        status("Alert", "g1", failed=["JobA"]),
+    )
+    [end] = published(agent.handle(Delivered(key(agent, "APPL_END"), ends), 2.0))
     assert (end["status"], end["detail"]) == ("FAILURE", "failed: JobA; skipped: JobB, JobC, JobD")
 
 
@@ -293,8 +300,7 @@ def test_a_snapshot_restores_the_same_state() -> None:
     [first] = runs(fire(agent, "JobB", "g1", "JobA"))
     assert runs(fire(agent, "JobB", "g2", "JobA") + fire(agent, "JobC", "g1", "JobA", date=FRIDAY)) == []
     [second] = runs(agent.handle(Finished(first, Result(False, "exit 1", 1.0, 0.1)), 2.0))  # g1: at 4.0
-    statuses = key(agent, "APPL_END", "SUBSCRIBE")
-    agent.handle(Delivered(statuses, (status("APPL_END", "g0"),)), 2.0)
+    end_here(agent, "g0", 2.0)
     restored = Agent("agentB", max_jobs=1, backoff=2.0)
     restored.restore(json.loads(json.dumps(agent.snapshot())))
     assert restored.snapshot() == agent.snapshot()
@@ -331,9 +337,8 @@ def test_a_generation_whose_appl_end_was_lost_is_forgotten_after_its_retention(
 def test_an_ended_generation_stays_a_duplicate_however_many_end_after_it() -> None:
     agent = Agent("agentB", forget_after=DAY)
     install(agent)
-    statuses = key(agent, "APPL_END", "SUBSCRIBE")
     for n in range(10_001):
-        agent.handle(Delivered(statuses, (status("APPL_END", f"g{n}"),)), T0 + n)
+        end_here(agent, f"g{n}", T0 + n)
     assert fire(agent, "JobB", "g0", "JobA", now=T0 + DAY) == []  # a day's worth: still a duplicate
     [run] = runs(fire(agent, "JobB", "g0", "JobA", now=T0 + DAY + SWEEP_EVERY))  # forgotten
     assert run.gid == "g0"
@@ -344,9 +349,8 @@ def test_ended_generations_are_remembered_up_to_a_count(monkeypatch: pytest.Monk
     monkeypatch.setattr(agents.state, "MAX_ENDED", 3)
     agent = Agent("agentB", forget_after=DAY)
     install(agent)
-    statuses = key(agent, "APPL_END", "SUBSCRIBE")
     for n in range(4):
-        agent.handle(Delivered(statuses, (status("APPL_END", f"g{n}"),)), T0 + n)
+        end_here(agent, f"g{n}", T0 + n)
     assert [gid for _, gid in agent.ended] == ["g1", "g2", "g3"]
 
 
