@@ -387,3 +387,50 @@ def test_a_snapshot_from_before_the_age_bound_is_restored_and_timed_at_the_first
     restored.restore(snapshot)
     restored.handle(Tick(), T0 + 5)
     assert restored.ended == {("PAYROLL", "g0"): T0} and restored.generations["PAYROLL", "g1"].since == T0
+
+
+@pytest.mark.parametrize(
+    ("jobs", "fragment"),
+    [
+        ([{"job": "JobB", "command": "x", "after": [["JobA", "sometimes"]]}], "after must be"),
+        ([{"job": "JobB", "command": "x", "after": [["JobA", "success"]]}] * 2, "names job 'JobB' twice"),
+        ([{"job": "JobB", "command": "x"}], "runs after nothing"),
+        ([{"job": "JobB", "virtual": True}], "only APPL_START and APPL_END are virtual"),
+        ([{"job": "JobB", "command": " ", "after": [["JobA", "success"]]}], "non-empty command"),
+        ("JobB", "non-empty list of job objects"),
+    ],
+)
+def test_a_bad_deploy_is_refused_with_its_reason_and_the_agent_goes_on(jobs: object, fragment: str) -> None:
+    agent = Agent("agentB")
+    [good] = [p for p in PLAN.publications() if p["agentname"] == "agentB"]
+    content = json.dumps({"workflow": "PAYROLL", "version": V, "jobs": jobs})
+    bad = Publication("AGENT_CTL", {**good.fields, "content": content})
+    [ack] = published(agent.handle(Incoming(DEPLOYER.sign(bad)), 0))
+    assert ack["result"] == "ERROR" and fragment in str(ack["detail"])
+    assert agent.deployments == {} or all(not d.jobs for d in agent.deployments.values())
+    assert acks(install(agent)) == [("DEPLOY", "OK")]  # the good one is taken afterwards
+
+
+def test_a_job_after_a_failure_is_skipped_and_the_skip_carries_on() -> None:
+    agent = Agent("agentB")
+    install(agent)
+    failed = status("JobA", "g1", "FAILURE", failed=["JobA"])
+    [skip] = published(agent.handle(Delivered(key(agent, "JobB"), (trigger("g1"), failed)), 1.0))
+    assert (skip["status"], skip["skipped"], skip["failed"]) == ("NORUN", 1, "JobA")
+    assert skip["detail"] == "skipped: JobA ended FAILURE"
+    agent_c = Agent("agentC")
+    install(agent_c)
+    after_skip = (trigger("g1"), skip, status("JobC", "g1", "NORUN"))
+    [skip_d] = published(agent_c.handle(Delivered(key(agent_c, "JobD"), after_skip), 1.0))
+    assert (skip_d["status"], skip_d["skipped"], skip_d["detail"]) == (
+        "NORUN",
+        1,
+        "skipped: JobB was skipped",
+    )
+    [alert] = runs(agent_c.handle(Delivered(key(agent_c, "Alert"), (trigger("g1"), failed)), 1.0))
+    [done] = published(agent_c.handle(Finished(alert, Result(True, "exit 0", 1.0, 0.1)), 2.0))
+    assert (done["status"], done["skipped"], done["failed"]) == ("SUCCESS", 0, "JobA")  # carried on
+    ok = status("JobA", "g2")
+    [not_taken] = published(agent_c.handle(Delivered(key(agent_c, "Alert"), (trigger("g2"), ok)), 3.0))
+    assert (not_taken["status"], not_taken["skipped"]) == ("NORUN", 1)
+    assert ("PAYROLL", "g1") in agent_c.ended  # both its jobs published: over for agentC
