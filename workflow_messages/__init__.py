@@ -30,7 +30,6 @@ from workflow_messages.generation import Graph, decide_end, end_of, outcome, ski
 from workflow_messages.graph import find_cycles, topological_order
 from workflow_messages.jobstatus import (
     blocked,
-    cleanup_subscription,
     end_condition,
     ended,
     failures,
@@ -40,7 +39,6 @@ from workflow_messages.jobstatus import (
     monitor_subscriptions,
     start_subscription,
     status_advertisement,
-    status_subscription,
 )
 from workflow_messages.names import (
     ACCEPTS,
@@ -78,7 +76,6 @@ __all__ = [
     "ack_advertisement",
     "ack_subscription",
     "blocked",
-    "cleanup_subscription",
     "control_subscription",
     "decide_end",
     "deployer_advertisement",
@@ -98,7 +95,6 @@ __all__ = [
     "skipped_jobs",
     "start_subscription",
     "status_advertisement",
-    "status_subscription",
     "topological_order",
     "trigger",
     "trigger_advertisement",

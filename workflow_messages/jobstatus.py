@@ -15,7 +15,6 @@ from workflow_messages.trigger import trigger_atom
 
 __all__ = [
     "blocked",
-    "cleanup_subscription",
     "end_condition",
     "ended",
     "failures",
@@ -25,7 +24,6 @@ __all__ = [
     "monitor_subscriptions",
     "start_subscription",
     "status_advertisement",
-    "status_subscription",
 ]
 
 STATUS_STRINGS = ("GID", "status", "detail", "version", "agentname", "failed")
@@ -124,16 +122,6 @@ def generation_end(workflow: str) -> Filter:
     """APPL_END of the generation bound to ``$S$X``: the overlay then forgets that generation's
     join state (the ``clear`` of every composite subscription)."""
     return filter_of(JOBSTATUS, {"applname": workflow, "jobname": APPL_END, "GID": GID})
-
-
-def cleanup_subscription(workflow: str) -> Filter:
-    """Every APPL_END of ``workflow``: each agent forgets a generation when it ends."""
-    return filter_of(JOBSTATUS, {"applname": workflow, "jobname": APPL_END}, present=("GID",))
-
-
-def status_subscription(workflow: str) -> Filter:
-    """Every job status of ``workflow``: what the coordinator follows to decide APPL_END."""
-    return filter_of(JOBSTATUS, {"applname": workflow}, present=("GID",))
 
 
 def start_subscription(workflow: str) -> Filter:
