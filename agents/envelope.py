@@ -1,4 +1,4 @@
-"""Checking what arrives from outside: AGENT_CTL envelopes, JOBINFO and the Trigger's date.
+"""Checking what arrives from outside: AGENT_CTL envelopes, DEPLOY and JOBINFO, the Trigger's date.
 
 Every check raises ``ValueError`` with one line saying what is wrong, so the agent can acknowledge a
 bad envelope with ERROR (and report a bad trigger as a failed job) instead of crashing.
@@ -7,11 +7,26 @@ bad envelope with ERROR (and report a bad trigger as a failed job) instead of cr
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from broker.language import Composite, Filter, Publication, parse_composite, parse_filter
-from workflow_messages import AGENT_CTL, TRIGGER, Calendar, envelope_digest, parse_weekdays, trigger_date
+from workflow_messages import (
+    ACCEPTS,
+    AGENT_CTL,
+    APPL_END,
+    APPL_START,
+    TRIGGER,
+    Calendar,
+    end_condition,
+    envelope_digest,
+    generation_end,
+    job_condition,
+    parse_weekdays,
+    status_advertisement,
+    trigger_atom,
+    trigger_date,
+)
 from workflow_messages.operations import decode_content
 
 __all__ = [
@@ -22,11 +37,22 @@ __all__ = [
     "ack_fields",
     "firing_date",
     "parse_control",
+    "parse_deploy",
     "parse_jobinfo",
     "parse_registration",
+    "registrations",
 ]
 
-COMMANDS = ("ADVERTISE", "SUBSCRIBE", "COMPOSITESUBSCRIBE", "JOBINFO", "UNDEPLOY", "CANCEL", "RERUN")
+COMMANDS = (
+    "ADVERTISE",
+    "SUBSCRIBE",
+    "COMPOSITESUBSCRIBE",
+    "JOBINFO",
+    "DEPLOY",
+    "UNDEPLOY",
+    "CANCEL",
+    "RERUN",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +68,8 @@ class Control:
 
 @dataclass(frozen=True, slots=True)
 class JobInfo:
-    """What JOBINFO says about a job; ``graph`` only for APPL_END (the coordinator's)."""
+    """What JOBINFO or DEPLOY says about a job; ``graph`` only for APPL_END (the coordinator's).
+    ``after`` is the job's predecessors and their ``on`` (for a DEPLOY's APPL_END: the end jobs)."""
 
     workflow: str
     version: str
@@ -54,6 +81,7 @@ class JobInfo:
     cwd: str | None = None
     virtual: bool = False
     graph: dict[str, list[list[str]]] | None = None
+    after: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,14 +144,67 @@ def parse_jobinfo(control: Control) -> JobInfo:
         control.job,
     ):
         raise ValueError("JOBINFO's workflow, version and job differ from the envelope's")
+    return _jobinfo(control.workflow, control.version, control.job, data)
+
+
+def parse_deploy(control: Control) -> list[JobInfo]:
+    """The jobs of a DEPLOY envelope (:func:`wfm.workflow.translate`), each checked as JOBINFO is;
+    APPL_END's ``after`` is made the end jobs of its graph, whose statuses end a generation."""
+    data = decode_content(control.content)
+    if (data.get("workflow"), data.get("version")) != (control.workflow, control.version):
+        raise ValueError("DEPLOY's workflow and version differ from the envelope's")
+    entries = data.get("jobs")
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        raise ValueError("DEPLOY needs a non-empty list of job objects")
+    infos: list[JobInfo] = []
+    for entry in entries:
+        job = entry.get("job")
+        if not isinstance(job, str) or not job:
+            raise ValueError("DEPLOY: every job needs a non-empty string name")
+        if job in (info.job for info in infos):
+            raise ValueError(f"DEPLOY names job {job!r} twice")
+        try:
+            info = _jobinfo(control.workflow, control.version, job, {"cwd": data.get("cwd"), **entry})
+        except ValueError as error:
+            raise ValueError(f"DEPLOY job {job!r}: {error}") from None
+        if info.virtual != (job in (APPL_START, APPL_END)) or (job == APPL_END) != (info.graph is not None):
+            raise ValueError(
+                f"DEPLOY job {job!r}: only APPL_START and APPL_END are virtual, APPL_END has the graph"
+            )
+        if info.graph is not None:
+            successors = {pred for edges in info.graph.values() for pred, _ in edges}
+            info = replace(info, after=tuple((job, "always") for job in info.graph if job not in successors))
+        elif not info.virtual and not info.after:
+            raise ValueError(f"DEPLOY job {job!r} runs after nothing (a start job runs after APPL_START)")
+        infos.append(info)
+    return infos
+
+
+def registrations(info: JobInfo) -> list[Registration]:
+    """What a job of a DEPLOY envelope has its agent register: the advertisement of its statuses,
+    then the condition it fires on (:mod:`workflow_messages`), built as model objects whose
+    constructors check every value as the parser would, rather than sent as text to parse."""
+    workflow, job = info.workflow, info.job
+    if job == APPL_START:
+        condition: Composite = trigger_atom(workflow)
+    elif job == APPL_END:
+        condition = end_condition(workflow, [pred for pred, _ in info.after])
+    else:
+        condition = job_condition(workflow, [pred for pred, _ in info.after])
+    return [
+        Registration("ADVERTISE", filter=status_advertisement(workflow, job)),
+        Registration("COMPOSITESUBSCRIBE", composite=condition, clear=generation_end(workflow)),
+    ]
+
+
+def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> JobInfo:
+    """A job's definition (JOBINFO's content, or one entry of DEPLOY's) checked."""
     virtual = data.get("virtual", False) is True
     graph = data.get("graph")
     if graph is not None and not _is_graph(graph):
         raise ValueError("JOBINFO graph must map jobs to [[predecessor, on], ...]")
     if virtual:
-        return JobInfo(
-            control.workflow, control.version, control.job, virtual=True, graph=graph, cwd=_cwd(data)
-        )
+        return JobInfo(workflow, version, job, virtual=True, graph=graph, cwd=_cwd(data))
     command, words, retries = data.get("command"), data.get("schedule", ["daily"]), data.get("retries", 0)
     timeout = data.get("timeout")
     if not isinstance(command, str) or not command.strip():
@@ -136,15 +217,21 @@ def parse_jobinfo(control: Control) -> JobInfo:
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
     ):
         raise ValueError("JOBINFO timeout must be a positive number or null")
+    after = data.get("after", [])
+    if not _is_edges(after):
+        raise ValueError(
+            f"JOBINFO after must be [[predecessor, on], ...], each on one of {', '.join(ACCEPTS)}"
+        )
     return JobInfo(
-        control.workflow,
-        control.version,
-        control.job,
+        workflow,
+        version,
+        job,
         command,
         Calendar(parse_weekdays(",".join(words))),
         None if timeout is None else float(timeout),
         retries,
         _cwd(data),
+        after=tuple((pred, on) for pred, on in after),
     )
 
 
@@ -164,11 +251,17 @@ def _cwd(data: dict[str, Any]) -> str | None:
 
 
 def _is_graph(graph: object) -> bool:
-    return isinstance(graph, dict) and all(
-        isinstance(edges, list)
-        and all(
-            isinstance(edge, list) and len(edge) == 2 and all(isinstance(x, str) for x in edge)
-            for edge in edges
-        )
-        for edges in graph.values()
+    return isinstance(graph, dict) and all(_is_edges(edges) for edges in graph.values())
+
+
+def _is_edges(edges: object) -> bool:
+    """``[[predecessor, on], ...]``: non-empty names, each ``on`` one :data:`ACCEPTS` knows."""
+    return isinstance(edges, list) and all(
+        isinstance(edge, list)
+        and len(edge) == 2
+        and isinstance(edge[0], str)
+        and edge[0] != ""
+        and isinstance(edge[1], str)
+        and edge[1] in ACCEPTS
+        for edge in edges
     )

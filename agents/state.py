@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from dataclasses import asdict, astuple, dataclass, field, replace
 from typing import Any
 
@@ -26,8 +27,10 @@ from agents.envelope import (
     ack_fields,
     firing_date,
     parse_control,
+    parse_deploy,
     parse_jobinfo,
     parse_registration,
+    registrations,
 )
 from agents.trust import Refusal, Trust
 from broker.language import Publication
@@ -41,7 +44,11 @@ from workflow_messages import (
     NORUN,
     SUCCESS,
     ack,
+    blocked,
     decide_end,
+    digest,
+    end_of,
+    failures,
     job_status,
     start_subscription,
 )
@@ -114,6 +121,7 @@ class Run:
     cwd: str | None
     date: str  # YYYY-MM-DD
     timeout: float | None
+    upstream: str = ""  # the failed jobs its predecessors' statuses named, for its own status
 
     @property
     def label(self) -> str:
@@ -208,6 +216,8 @@ class Deployment:
     keys: set[str] = field(default_factory=set)
     envelopes: dict[str, Control] = field(default_factory=dict)  # what built it, for a snapshot
     ended: bool = False  # a generation of this version has ended: older ones start no more
+    # deployed by DEPLOY: no APPL_END comes here, a generation is over once each job here published
+    ends_here: bool = False
 
 
 @dataclass
@@ -389,6 +399,8 @@ class Agent:
             versions = [v for (w, v) in self.deployments if w == control.workflow]
             effects = [e for v in versions for e in self._remove(control.workflow, v)]
             return ("OK" if versions else "UNCHANGED"), effects
+        if control.command == "DEPLOY":
+            return self._deploy(control)
         if control.command == "JOBINFO":
             info = parse_jobinfo(control)
             deployment = self._deployment(control.workflow, control.version)
@@ -407,6 +419,30 @@ class Agent:
         self.wanted[key] = registration
         self.owners[key] = (control.workflow, control.version, control.job)
         return "OK", [Request(key, registration), *self._starts(control.workflow)]
+
+    def _deploy(self, control: Control) -> tuple[str, list[Effect]]:
+        """A DEPLOY envelope: its jobs, the advertisements of their statuses, then their conditions
+        (in that order on the link, so a condition finds this agent's own statuses advertised)."""
+        infos = parse_deploy(control)
+        deployment = self._deployment(control.workflow, control.version)
+        deployment.ends_here = True
+        deployment.envelopes[f"DEPLOY {digest(control.content)}"] = control
+        changed = False
+        requests: list[Request] = []
+        for info in infos:
+            changed |= deployment.jobs.get(info.job) != info
+            deployment.jobs[info.job] = info
+            for registration in registrations(info):
+                key = f"{info.workflow} {info.version} {registration.command} {info.job}"
+                if key not in self.wanted:
+                    deployment.keys.add(key)
+                    self.wanted[key] = registration
+                    self.owners[key] = (info.workflow, info.version, info.job)
+                    requests.append(Request(key, registration))
+        requests.sort(key=lambda request: request.registration.command != "ADVERTISE")
+        if not changed and not requests:
+            return "UNCHANGED", []
+        return "OK", [*requests, *self._starts(control.workflow)]
 
     def _deployment(self, workflow: str, version: str) -> Deployment:
         """The deployment of (workflow, version), created when its first envelope arrives."""
@@ -486,10 +522,22 @@ class Agent:
             generation.version = info.version
         if info.job in generation.jobs:
             return []  # a duplicate firing
+        statuses = {str(p.get("jobname")): p for p in publications if p.cls == JOBSTATUS}
+        upstream = failures(statuses.values())
+        if info.job == APPL_END:  # DEPLOY's: the end jobs' statuses came
+            assert info.graph is not None
+            status, detail = end_of(info.graph, upstream)
+            if generation.cancelled:
+                status, detail = CANCELLED, "; ".join(part for part in (NOT_RUN, detail) if part)
+            generation.ended = True
+            return self._report(info, gid, status, detail, now)
+        reason = blocked(info.after, statuses)
+        if reason is not None:
+            return self._report(info, gid, NORUN, f"skipped: {reason}", now, upstream, skipped=True)
         try:
             date = firing_date(publications)
         except ValueError as error:
-            return self._report(info, gid, FAILURE, str(error), now)
+            return self._report(info, gid, FAILURE, str(error), now, upstream)
         self._outcome(info.workflow, gid)["date"] = date.isoformat()
         if info.job == APPL_START:
             return self._report(info, gid, SUCCESS, f"trigger for {date.isoformat()}", now)
@@ -499,7 +547,8 @@ class Agent:
             status, detail = generation.reused[info.job]
             return self._report(info, gid, status, detail, now)
         if not info.calendar.allows(date):
-            return self._report(info, gid, NORUN, f"not scheduled on {date.strftime('%A')} {date}", now)
+            detail = f"not scheduled on {date.strftime('%A')} {date}"
+            return self._report(info, gid, NORUN, detail, now, upstream)
         generation.jobs[info.job] = "queued"
         run = Run(
             info.workflow,
@@ -511,6 +560,7 @@ class Agent:
             info.cwd,
             date.isoformat(),
             info.timeout,
+            " ".join(sorted(upstream)),
         )
         self.pending.append(Pending(run))
         return self._pump(now)
@@ -540,8 +590,8 @@ class Agent:
         assert generation.version is not None
         deployment = self.deployments.get((workflow, generation.version))
         info = deployment.jobs.get(APPL_END) if deployment else None
-        if info is None or info.graph is None or generation.ended:
-            return []
+        if info is None or info.graph is None or info.after or generation.ended:
+            return []  # (a DEPLOY's APPL_END, with the end jobs as ``after``, fires as a composite)
         over = decide_end(info.graph, generation.statuses)
         if over is None:
             return []
@@ -634,20 +684,20 @@ class Agent:
         if not result.ok:
             return self._failed(run, result, now)
         del self.running[run.workflow, run.gid, run.job]
-        return self._done(run, SUCCESS, result) + self._pump(now)
+        return self._done(run, SUCCESS, result, now) + self._pump(now)
 
     def _lost(self, run: Run, now: float) -> list[Effect]:
         if self.running.get((run.workflow, run.gid, run.job)) != run:
             return []
         del self.running[run.workflow, run.gid, run.job]
-        return self._done(run, FAILURE, Result(False, LOST, now, 0.0)) + self._pump(now)
+        return self._done(run, FAILURE, Result(False, LOST, now, 0.0), now) + self._pump(now)
 
     def _failed(self, run: Run, result: Result, now: float) -> list[Effect]:
         del self.running[run.workflow, run.gid, run.job]
         generation = self.generations.get((run.workflow, run.gid))
         if generation is not None and generation.cancelled:  # stopped, or failed meanwhile: no retry
             return self._done(
-                run, FAILURE, replace(result, detail=f"{NOT_RUN}: {result.detail}")
+                run, FAILURE, replace(result, detail=f"{NOT_RUN}: {result.detail}"), now
             ) + self._pump(now)
         retries = self._retries(run)
         if run.attempt <= retries:
@@ -664,14 +714,14 @@ class Agent:
             self.pending.append(Pending(replace(run, attempt=run.attempt + 1), now + delay))
             self._mark(run, "waiting")
             return self._pump(now)
-        return self._done(run, FAILURE, result) + self._pump(now)
+        return self._done(run, FAILURE, result, now) + self._pump(now)
 
     def _retries(self, run: Run) -> int:
         deployment = self.deployments.get((run.workflow, run.version))
         info = deployment.jobs.get(run.job) if deployment else None
         return info.retries if info else 0
 
-    def _done(self, run: Run, status: str, result: Result) -> list[Effect]:
+    def _done(self, run: Run, status: str, result: Result, now: float) -> list[Effect]:
         self._mark(run, "done")
         publication = self._publication(
             run.workflow,
@@ -683,25 +733,59 @@ class Agent:
             attempt=run.attempt,
             started=result.started,
             duration=result.duration,
+            failed=[*run.upstream.split(), *([run.job] if status == FAILURE else [])],
         )
-        return [Emit(publication)]
+        return [Emit(publication), *self._over_here(run.workflow, run.gid, now)]
 
     def _mark(self, run: Run, state: str) -> None:
         generation = self.generations.get((run.workflow, run.gid))
         if generation is not None:
             generation.jobs[run.job] = state
 
-    def _report(self, info: JobInfo, gid: str, status: str, detail: str, now: float) -> list[Effect]:
-        """A status decided without running anything: APPL_START, NORUN, a bad trigger."""
+    def _report(
+        self,
+        info: JobInfo,
+        gid: str,
+        status: str,
+        detail: str,
+        now: float,
+        upstream: Iterable[str] = (),
+        skipped: bool = False,
+    ) -> list[Effect]:
+        """A status decided without running anything: APPL_START, APPL_END, NORUN, a skip, a bad
+        trigger. ``upstream``: the failures the predecessors' statuses named."""
         generation = self.generations[info.workflow, gid]
         generation.jobs[info.job] = "done"
+        failed = [*upstream, *([info.job] if status == FAILURE and info.job != APPL_END else [])]
         publication = self._publication(
-            info.workflow, info.version, info.job, gid, status, detail, started=now
+            info.workflow,
+            info.version,
+            info.job,
+            gid,
+            status,
+            detail,
+            started=now,
+            skipped=skipped,
+            failed=failed,
         )
-        if info.job != APPL_START:
-            return [Emit(publication)]
-        generation.statuses[APPL_START] = status
-        return [Emit(publication), *self._end_if_over(info.workflow, gid, generation, now)]
+        if info.job == APPL_START:
+            generation.statuses[APPL_START] = status
+            return [Emit(publication), *self._end_if_over(info.workflow, gid, generation, now)]
+        return [Emit(publication), *self._over_here(info.workflow, gid, now)]
+
+    def _over_here(self, workflow: str, gid: str, now: float) -> list[Effect]:
+        """A generation of a DEPLOY's version is over here once every job of this agent has
+        published its status in it (each job publishes one in every generation): this agent hears
+        no APPL_END, which would cost a message to every agent in every generation."""
+        generation = self.generations.get((workflow, gid))
+        if generation is None or generation.version is None:
+            return []
+        deployment = self.deployments.get((workflow, generation.version))
+        if deployment is None or not deployment.ends_here:
+            return []
+        if any(generation.jobs.get(job) != "done" for job in deployment.jobs):
+            return []
+        return self._forget(workflow, gid, generation.version, now)
 
     def _publication(
         self,
@@ -714,6 +798,8 @@ class Agent:
         attempt: int = 0,
         started: float = 0.0,
         duration: float = 0.0,
+        skipped: bool = False,
+        failed: list[str] | None = None,
     ) -> Publication:
         publication = job_status(
             workflow,
@@ -726,8 +812,11 @@ class Agent:
             attempt=attempt,
             started=started,
             duration=duration,
+            skipped=skipped,
+            failed=failed or (),
         )
-        record = {name: publication[name] for name in ("status", "detail", "attempt", "started", "duration")}
+        kept = ("status", "detail", "attempt", "started", "duration", "skipped")
+        record = {name: publication[name] for name in kept if publication.get(name) is not None}
         self._outcome(workflow, gid)["jobs"][job] = record
         return publication
 
@@ -774,7 +863,7 @@ class Agent:
         for pending in queued:
             status = NORUN if pending.at is None else FAILURE
             detail = NOT_RUN if pending.at is None else f"{NOT_RUN} before attempt {pending.run.attempt}"
-            effects += self._done(pending.run, status, Result(False, detail, now, 0.0))
+            effects += self._done(pending.run, status, Result(False, detail, now, 0.0), now)
         stopping = [run for run in self.running.values() if (run.workflow, run.gid) == (workflow, gid)]
         effects += [Stop(run) for run in stopping]
         if not seen:

@@ -4,21 +4,23 @@ The overlay is PADRES's five-broker star (B1 in the centre). Cost is counted as 
 messages times broker-to-broker hops travelled (every message is taken as the same size), except
 for the notification figure, which counts the messages a client receives. Each figure is printed
 with and without composite subscriptions and their ratio (with / without: lower is better), then
-one JSON line with ``notification_ratio``, ``deployment_ratio`` and ``execution_ratio`` (workflow B).
+one JSON line: workflow B's hops (``execution_hops_per_generation_b``, ``deployment_hops_b``), their
+lower bounds counted by hand, the same for the atomic baseline, and the ratios.
 
 * Notifications: 200 composite subscriptions of 5 atoms (one generation variable, atoms published
   on four different brokers) against the same client's 1,000 atomic subscriptions with the join
   done in the client.
-* Deployment: a workflow's plan (``wfm.workflow.translate``) delivered in AGENT_CTL envelopes to
-  agents on the four leaf brokers, and what the agents then advertise and subscribe. Without
-  composites, each job's condition is deployed as one subscription per atom (variables become
-  ``isPresent``) and the agent joins locally. The deployer sends every agent's ADVERTISE envelopes
-  before the subscriptions in both cases, so that subscriptions find their advertisements.
+* Deployment: a workflow's plan (``wfm.workflow.translate``: one DEPLOY envelope per agent)
+  delivered to agents on the four leaf brokers, and what the agents then advertise and subscribe
+  (``agents.envelope.registrations``, as the real agent derives them). Without composites, each
+  job's condition is one subscription per distinct atom of the agent (variables become
+  ``isPresent``) and the agent joins locally. Every agent's advertisements are made before the
+  subscriptions in both cases, so that subscriptions find their advertisements.
 * Execution: ten generations of the workflow, every job succeeding: triggers, statuses,
-  notifications and the coordinator's generation tracking. Printed twice: with the product's
-  tracking (the coordinator subscribes to every status, see docs/workflows.md), and with the
-  paper's ("APPL_END is triggered by the end jobs": a composite over the end jobs' statuses, plus
-  any FAILURE), which is the fairer comparison of the two (docs/performance.md).
+  notifications, APPL_END (a composite over the end jobs) reaching the brokers that hold join
+  state. Both variants run the same plan: every job publishes a status, agents end a generation
+  when their own jobs have, the coordinator follows the end jobs only. Not counted in either: the
+  acknowledgements, and each agent's own APPL_START subscription (version bookkeeping).
 * Growth: deployment plus one generation for layered workflows of 10 to 1,000 jobs; with
   ``--plot FILE`` the curves are drawn (matplotlib, a benchmark-only dependency).
 
@@ -35,14 +37,22 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from broker.language import Filter, Predicate, Publication, Var, parse_composite
+from agents.envelope import Registration, parse_control, parse_deploy, registrations
+from broker.language import Filter, Predicate, Var
 from broker.routing.detection import Detector
+from broker.routing.messages import Deliver
 from broker.sim import Overlay
 from broker.sim.overlay import SimClient
-from wfm.workflow import After, Envelope, Job, Workflow, encode, translate
-from workflow_messages import APPL_END, generation_end, status_subscription, trigger_atom
+from wfm.workflow import After, Job, Workflow, translate
+from workflow_messages import job_status
 
 LEAVES = ["B2", "B3", "B4", "B5"]
+# workflow B in the star, every job succeeding, counted by hand in docs/performance.md: each job's
+# status crosses its leaf's link once and each job is fired by one message across it (16), and the
+# end of the generation reaches the coordinator (1); a deployment pays the flooded advertisements
+# (40), an envelope per agent (4) and the subscriptions' least routes (about 17)
+EXECUTION_BOUND_B = 17
+DEPLOYMENT_BOUND_B = 61
 
 
 def star() -> Overlay:
@@ -142,15 +152,14 @@ def build(name: str, jobs: Iterable[tuple[str, tuple[str, ...]]]) -> Workflow:
 
 @dataclass
 class Agent:
-    """What an agent does with its envelopes, reduced to the messages it causes."""
+    """What an agent does with its DEPLOY envelope, reduced to the messages it causes."""
 
     client: SimClient
     composite: bool
     jobs: dict[str, str] = field(default_factory=dict)  # subscription id -> job, with composites
     local: dict[str, tuple[Detector, list[str]]] = field(default_factory=dict)  # job -> join, leaf ids
-    coordinator: bool = False
+    atoms: dict[str, str] = field(default_factory=dict)  # atom text -> its one subscription id
     seen: set[tuple[str, str]] = field(default_factory=set)  # (job, gid) run
-    statuses: dict[str, set[str]] = field(default_factory=dict)  # gid -> jobs with a status
 
 
 def without_variables(atom: Filter) -> Filter:
@@ -163,88 +172,50 @@ def without_variables(atom: Filter) -> Filter:
     )
 
 
-def deploy(
-    overlay: Overlay, workflow: Workflow, composite: bool, by_end_jobs: bool = False
-) -> dict[str, Agent]:
+def deploy(overlay: Overlay, workflow: Workflow, composite: bool) -> dict[str, Agent]:
+    """The plan's DEPLOY envelopes delivered, then each agent's registrations, advertisements of
+    every agent first (as if they had settled before the subscriptions were placed)."""
     plan = translate(workflow)
     agents: dict[str, Agent] = {}
     for n, name in enumerate(workflow.agents):
         client = overlay.add_client(name, LEAVES[n % len(LEAVES)])
         client.subscribe(f"[class,eq,AGENT_CTL],[agentname,eq,{name}]")
         agents[name] = Agent(client, composite)
-    agents[workflow.coordinator].coordinator = not by_end_jobs
     deployer = overlay.add_client("deployer", "B1")
     deployer.advertise(plan.deployer_advertisement())
     issuer = overlay.add_client("issuer", "B1")
     issuer.advertise("[class,eq,Trigger],[applname,isPresent,''],[GID,isPresent,''],[schedule,isPresent,'']")
     overlay.reset_traffic()
-    envelopes = end_job_tracking(workflow, plan.envelopes) if by_end_jobs else list(plan.envelopes)
-    envelopes = envelopes if composite else atomic(envelopes, agents)
-    advertisements = [e for e in envelopes if e.command == "ADVERTISE"]
-    rest = [e for e in envelopes if e.command != "ADVERTISE"]
-    for phase in (advertisements, rest):
-        for envelope in phase:
-            deployer.publish(plan.publication(envelope))
-        for agent in agents.values():
-            for delivery in agent.client.deliveries:
-                install(agent, dict(delivery.publication))
-            agent.client.deliveries.clear()
+    for envelope in plan.envelopes:
+        deployer.publish(plan.publication(envelope))
+    wanted: list[tuple[Agent, str, Registration]] = []
+    for agent in agents.values():
+        for delivery in agent.client.deliveries:
+            control = parse_control(delivery.publication, str(delivery.publication["agentname"]))
+            wanted += [(agent, info.job, r) for info in parse_deploy(control) for r in registrations(info)]
+        agent.client.deliveries.clear()
+    for agent, job, registration in sorted(wanted, key=lambda w: w[2].command != "ADVERTISE"):
+        install(agent, job, registration)
     return agents
 
 
-def end_job_tracking(workflow: Workflow, envelopes: Iterable[Envelope]) -> list[Envelope]:
-    """The coordinator's subscription to every status replaced by the paper's tracking: APPL_END
-    fires on a composite over the end jobs' statuses (any status) and the trigger; a FAILURE, which
-    can end a generation early, is subscribed to as well (none comes in these runs). Without
-    composites, :func:`atomic` turns the composite into atoms that the coordinator joins."""
-    name = workflow.name
-    every = str(status_subscription(name))
-    ends = sorted({j.name for j in workflow.jobs} - {a.job for j in workflow.jobs for a in j.after})
-    atoms = [
-        f"{{[class,eq,JOBSTATUS],[GID,eq,$S$X],[applname,eq,{name}],[jobname,eq,{end}]}}" for end in ends
-    ]
-    condition = "{" + "&".join([*atoms, str(trigger_atom(name))]) + "}"
-    failures = f"[class,eq,JOBSTATUS],[GID,isPresent,''],[applname,eq,{name}],[status,eq,FAILURE]"
-    content = encode({"job": APPL_END, "composite": condition, "clear": str(generation_end(name))})
-    out = []
-    for envelope in envelopes:
-        if envelope.command == "SUBSCRIBE" and envelope.content == every:
-            out += [
-                Envelope(envelope.agent, "COMPOSITESUBSCRIBE", content, APPL_END),
-                Envelope(envelope.agent, "SUBSCRIBE", failures, APPL_END),
-            ]
-        else:
-            out.append(envelope)
-    return out
-
-
-def atomic(envelopes: Iterable[Envelope], agents: dict[str, Agent]) -> list[Envelope]:
-    """The plan without composite subscriptions: one SUBSCRIBE envelope per atom of a job's
-    condition (its agent joins them), as a translator without composites would deploy it. Their
-    command reads ATOM here only so that :func:`install` knows which join they feed."""
-    out = []
-    for envelope in envelopes:
-        if envelope.command != "COMPOSITESUBSCRIBE":
-            out.append(envelope)
-            continue
-        condition = parse_composite(json.loads(envelope.content)["composite"])
-        agents[envelope.agent].local[envelope.job] = (Detector(condition), [])
-        for atom in condition.atoms():
-            out.append(Envelope(envelope.agent, "ATOM", str(without_variables(atom.filter)), envelope.job))
-    return out
-
-
-def install(agent: Agent, envelope: dict[str, object]) -> None:
-    command, content, job = envelope["command"], str(envelope["content"]), str(envelope["jobname"])
-    if command == "ADVERTISE":
-        agent.client.advertise(content)
-    elif command == "SUBSCRIBE":
-        agent.client.subscribe(content)
-    elif command == "ATOM":  # an atom of the job's condition
-        agent.local[job][1].append(agent.client.subscribe(content))
-    elif command == "COMPOSITESUBSCRIBE":
-        data = json.loads(content)
-        agent.jobs[agent.client.subscribe_composite(data["composite"], data["clear"])] = job
+def install(agent: Agent, job: str, registration: Registration) -> None:
+    """As the agent does; without composites, one subscription per distinct atom of the agent's
+    conditions (variables made ``isPresent``), joined at the agent."""
+    if registration.filter is not None:
+        agent.client.advertise(registration.filter)
+        return
+    assert registration.composite is not None
+    if agent.composite:
+        agent.jobs[agent.client.subscribe_composite(registration.composite, registration.clear)] = job
+        return
+    ids = []
+    for atom in registration.composite.atoms():
+        text = str(without_variables(atom.filter))
+        if text not in agent.atoms:
+            agent.atoms[text] = agent.client.subscribe(text)
+        ids.append(agent.atoms[text])
+    agent.local[job] = (Detector(registration.composite), ids)
 
 
 def execute(overlay: Overlay, workflow: Workflow, agents: dict[str, Agent], generations: int) -> int:
@@ -267,45 +238,30 @@ def step(workflow: Workflow, agents: dict[str, Agent]) -> bool:
             fired.append((agent, agent.jobs[notification.subscription], gid))
         agent.client.notifications.clear()
         for delivery in agent.client.deliveries:
-            joined = join_locally(agent, delivery.subscriptions, delivery.publication)
-            fired += [(agent, job, gid) for job, gid in joined]
-            if agent.coordinator and delivery.publication.cls == "JOBSTATUS":
-                fired += track(agent, workflow, delivery.publication)
+            fired += [(agent, job, gid) for job, gid in join_locally(agent, delivery)]
         agent.client.deliveries.clear()
     for agent, job, gid in fired:
         if (job, gid) not in agent.seen:
             agent.seen.add((job, gid))
             agent.client.publish(
-                f"[class,JOBSTATUS],[applname,{workflow.name}],[jobname,{job}],[GID,{gid}],[status,SUCCESS],[detail,ok]"
+                job_status(workflow.name, job, gid, "SUCCESS", "ok", version="v", agent=agent.client.name)
             )
     return bool(fired)
 
 
-def join_locally(
-    agent: Agent, subscriptions: Iterable[str], publication: Publication
-) -> list[tuple[str, str]]:
+def join_locally(agent: Agent, delivery: Deliver) -> list[tuple[str, str]]:
     out = []
     for job, (detector, ids) in agent.local.items():
         for leaf, sub_id in enumerate(ids):
-            if sub_id in subscriptions:
-                fired = detector.feed(leaf, publication, agent.client.overlay.now)
+            if sub_id in delivery.subscriptions:
+                fired = detector.feed(leaf, delivery.publication, agent.client.overlay.now)
                 out += [(job, str(m.publications[0]["GID"])) for m in fired]
     return out
 
 
-def track(agent: Agent, workflow: Workflow, publication: Publication) -> list[tuple[Agent, str, str]]:
-    """The coordinator ends a generation once every job has a status (all succeed here)."""
-    gid = str(publication["GID"])
-    done = agent.statuses.setdefault(gid, set())
-    done.add(str(publication["jobname"]))
-    return [(agent, "APPL_END", gid)] if {j.name for j in workflow.jobs} <= done else []
-
-
-def traffic(
-    workflow: Workflow, composite: bool, generations: int, by_end_jobs: bool = False
-) -> tuple[int, int]:
+def traffic(workflow: Workflow, composite: bool, generations: int) -> tuple[int, int]:
     overlay = star()
-    agents = deploy(overlay, workflow, composite, by_end_jobs)
+    agents = deploy(overlay, workflow, composite)
     deployment = overlay.messages()
     return deployment, execute(overlay, workflow, agents, generations)
 
@@ -321,12 +277,15 @@ def main() -> None:
     results = {}
     for name, workflow in (("A", workflow_a()), ("B", workflow_b())):
         (dep_with, run_with), (dep_without, run_without) = (traffic(workflow, c, 10) for c in (True, False))
-        results[name] = (
-            report(f"deployment traffic, workflow {name} ({len(workflow.jobs)} jobs)", dep_with, dep_without),
-            report(f"execution traffic, workflow {name}, 10 generations", run_with, run_without),
-        )
-    (_, end_with), (_, end_without) = (traffic(workflow_b(), c, 10, by_end_jobs=True) for c in (True, False))
-    end_ratio = report("execution, workflow B, tracked by end jobs", end_with, end_without)
+        results[name] = (dep_with, run_with, dep_without, run_without)
+        report(f"deployment traffic, workflow {name} ({len(workflow.jobs)} jobs)", dep_with, dep_without)
+        report(f"execution traffic, workflow {name}, 10 generations", run_with, run_without)
+    dep_b, run_b, dep_b_atomic, run_b_atomic = results["B"]
+    execution_b = run_b / 10
+    print(
+        f"workflow B per generation: execution {execution_b:g} hops (lower bound {EXECUTION_BOUND_B}), "
+        f"deployment {dep_b} hops (lower bound about {DEPLOYMENT_BOUND_B})"
+    )
     sizes = [n for n in (10, 20, 50, 100, 200, 500, 1000) if n <= args.max_jobs]
     growth: dict[bool, list[int]] = {True: [], False: []}
     for size in sizes:
@@ -345,12 +304,19 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "execution_hops_per_generation_b": execution_b,
+                "execution_lower_bound_b": EXECUTION_BOUND_B,
+                "execution_target_b": 19,
+                "deployment_hops_b": dep_b,
+                "deployment_lower_bound_b": DEPLOYMENT_BOUND_B,
+                "deployment_target_b": 70,
+                "execution_hops_per_generation_b_atomic": run_b_atomic / 10,
+                "deployment_hops_b_atomic": dep_b_atomic,
+                "execution_ratio": round(ratio(run_b, run_b_atomic), 4),
+                "deployment_ratio": round(ratio(dep_b, dep_b_atomic), 4),
+                "execution_ratio_a": round(ratio(results["A"][1], results["A"][3]), 4),
+                "deployment_ratio_a": round(ratio(results["A"][0], results["A"][2]), 4),
                 "notification_ratio": round(notification_ratio, 4),
-                "deployment_ratio": round(results["B"][0], 4),
-                "execution_ratio": round(results["B"][1], 4),
-                "deployment_ratio_a": round(results["A"][0], 4),
-                "execution_ratio_a": round(results["A"][1], 4),
-                "execution_ratio_end_job_tracking": round(end_ratio, 4),
                 "cores": os.cpu_count(),
             }
         )

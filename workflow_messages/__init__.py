@@ -26,17 +26,19 @@ from workflow_messages.agent_ctl import (
     envelope_digest,
 )
 from workflow_messages.calendars import DAILY, DAYS, WORDS, Calendar, parse_weekdays, weekday_words
-from workflow_messages.generation import Graph, decide_end, outcome, skipped_jobs
+from workflow_messages.generation import Graph, decide_end, end_of, outcome, skipped_jobs
 from workflow_messages.graph import find_cycles, topological_order
 from workflow_messages.jobstatus import (
-    cleanup_subscription,
+    blocked,
+    end_condition,
+    ended,
+    failures,
     generation_end,
     job_condition,
     job_status,
     monitor_subscriptions,
     start_subscription,
     status_advertisement,
-    status_subscription,
 )
 from workflow_messages.names import (
     ACCEPTS,
@@ -75,12 +77,16 @@ __all__ = [
     "ack",
     "ack_advertisement",
     "ack_subscription",
-    "cleanup_subscription",
+    "blocked",
     "control_subscription",
     "decide_end",
     "deployer_advertisement",
     "digest",
+    "end_condition",
+    "end_of",
+    "ended",
     "envelope_digest",
+    "failures",
     "find_cycles",
     "generation_end",
     "job_condition",
@@ -91,7 +97,6 @@ __all__ = [
     "skipped_jobs",
     "start_subscription",
     "status_advertisement",
-    "status_subscription",
     "topological_order",
     "trigger",
     "trigger_advertisement",

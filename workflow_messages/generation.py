@@ -1,21 +1,22 @@
-"""When is a generation over? The coordinator's decision for the virtual job APPL_END. Pure.
+"""When is a generation over, and how did it end? The coordinator's decision for APPL_END. Pure.
 
-APPL_END cannot be a composite subscription over the end jobs: a job on a branch not taken (an
-``on="failure"`` job whose predecessor succeeded, and everything downstream of a job that cannot
-run) never publishes a status, so such a composite would wait forever. Instead the coordinator
-feeds every JOBSTATUS of a generation to :func:`decide_end`, with the graph its JOBINFO carries.
+A plan of ``wfm deploy`` makes APPL_END a composite over the end jobs: every job publishes a status
+in every generation (a skip status on a branch not taken), so once the end jobs have, the
+generation is over, and :func:`end_of` says how it ended from the failures the end jobs' statuses
+carry. Envelopes of the older shape (JOBINFO, COMPOSITESUBSCRIBE, where a job on a branch not taken
+never publishes) make the coordinator follow every status instead and ask :func:`decide_end`.
 The rule lives here, not in the agent, because the monitor reads what it wrote (:func:`skipped_jobs`)
 and the tests state it as a table, without an agent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from workflow_messages.graph import topological_order
 from workflow_messages.names import ACCEPTS, APPL_START, FAILURE, SUCCESS
 
-__all__ = ["Graph", "decide_end", "outcome", "skipped_jobs"]
+__all__ = ["Graph", "decide_end", "end_of", "outcome", "skipped_jobs"]
 
 Graph = Mapping[str, Sequence[Sequence[str]]]  # job -> [(predecessor, on), ...], as in JOBINFO
 
@@ -30,6 +31,24 @@ def decide_end(graph: Graph, statuses: Mapping[str, str]) -> tuple[str, str] | N
         return outcome(graph, statuses)
     except ValueError as error:
         return FAILURE, str(error)
+
+
+def end_of(graph: Graph, failed: Iterable[str]) -> tuple[str, str]:
+    """APPL_END's ``(status, detail)`` once every end job has a status, given the jobs that failed
+    (APPL_START included if its trigger was bad). Which jobs were skipped follows from those: a
+    job runs unless a predecessor was skipped or ended as its ``on`` does not accept, and SUCCESS
+    and NORUN are accepted alike by every ``on``."""
+    failed = set(failed)
+    statuses = {APPL_START: FAILURE if APPL_START in failed else SUCCESS}
+    order = topological_order({job: [pred for pred, _ in edges] for job, edges in graph.items()})
+    if len(order) != len(graph):
+        return FAILURE, "the graph has a cycle"
+    for job in order:
+        if not any(_blocks(pred, on, statuses, set()) or pred not in statuses for pred, on in graph[job]):
+            statuses[job] = FAILURE if job in failed else SUCCESS
+    over = outcome(graph, statuses)
+    assert over is not None  # every job has a status or is blocked
+    return over
 
 
 def outcome(graph: Graph, statuses: Mapping[str, str]) -> tuple[str, str] | None:

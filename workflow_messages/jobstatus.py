@@ -5,7 +5,7 @@ monitor).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from broker.language import Atom, Composite, Filter, Publication, Value, Var
 from broker.language.model import combine
@@ -14,24 +14,29 @@ from workflow_messages.names import ACCEPTS, APPL_END, APPL_START, GID, JOBSTATU
 from workflow_messages.trigger import trigger_atom
 
 __all__ = [
-    "cleanup_subscription",
+    "blocked",
+    "end_condition",
+    "ended",
+    "failures",
     "generation_end",
     "job_condition",
     "job_status",
     "monitor_subscriptions",
     "start_subscription",
     "status_advertisement",
-    "status_subscription",
 ]
 
-STATUS_STRINGS = ("GID", "status", "detail", "version", "agentname")
-STATUS_NUMBERS = ("attempt", "started", "duration")
+STATUS_STRINGS = ("GID", "status", "detail", "version", "agentname", "failed")
+STATUS_NUMBERS = ("attempt", "started", "duration", "skipped")
 
 
 def status_advertisement(workflow: str, job: str) -> Filter:
     """What the agent of ``job`` advertises before it publishes the job's statuses: the pinned
     shape of INTERFACE.md section 3 plus the version the generation runs on, the agent, the
-    attempt, the start (epoch seconds) and the duration (seconds), so monitors need no side channel."""
+    attempt, the start (epoch seconds) and the duration (seconds), so monitors need no side channel,
+    and what the next jobs and APPL_END decide on: ``skipped`` (1: a NORUN for a branch not taken)
+    and ``failed`` (the jobs of the generation this status follows from that failed, see
+    :func:`job_status`)."""
     return filter_of(
         JOBSTATUS, {"applname": workflow, "jobname": job}, present=STATUS_STRINGS, numbers=STATUS_NUMBERS
     )
@@ -49,8 +54,12 @@ def job_status(
     attempt: int = 0,
     started: float = 0.0,
     duration: float = 0.0,
+    skipped: bool = False,
+    failed: Iterable[str] = (),
 ) -> Publication:
-    """A JOBSTATUS publication, fitting :func:`status_advertisement`."""
+    """A JOBSTATUS publication, fitting :func:`status_advertisement`. ``failed`` names the failed
+    jobs upstream (the job itself too if ``status`` is FAILURE): carried from status to status, it
+    tells the coordinator, which sees only the end jobs' statuses, which jobs failed anywhere."""
     values: dict[str, Value] = {
         "applname": workflow,
         "jobname": job,
@@ -62,38 +71,57 @@ def job_status(
         "attempt": attempt,
         "started": round(started, 3),
         "duration": round(duration, 3),
+        "skipped": int(skipped),
+        "failed": " ".join(sorted(set(failed))),
     }
     return Publication(JOBSTATUS, values)
 
 
-def job_condition(workflow: str, after: Iterable[tuple[str, str]]) -> Composite:
-    """``{ {P1 ok} & ... & {Pn ok} & {trigger} }``: each predecessor ended as its ``on`` accepts,
-    in the same generation as the trigger."""
-    finished = [
-        combine("||", [Atom(filter_of(JOBSTATUS, _status(workflow, job, status))) for status in ACCEPTS[on]])
-        for job, on in after
-    ]
-    return combine("&", [*finished, trigger_atom(workflow)])
+def job_condition(workflow: str, after: Iterable[str]) -> Composite:
+    """``{ {P1 ended} & ... & {Pn ended} & {trigger} }``: each predecessor published a status, any
+    status, in the generation of the trigger. Every job publishes one in every generation (a skip
+    status, NORUN with ``skipped`` 1, for a branch not taken), so the condition always fires and the
+    job's agent decides from the statuses whether the job runs or is skipped in turn
+    (:func:`blocked`): a job after a failed one still ends, and so does the generation."""
+    return combine("&", [*(ended(workflow, job) for job in after), trigger_atom(workflow)])
 
 
-def _status(workflow: str, job: str, status: str) -> dict[str, Value | Var]:
-    return {"applname": workflow, "jobname": job, "GID": GID, "status": status}
+def end_condition(workflow: str, ends: Iterable[str]) -> Composite:
+    """APPL_END's condition, as in the PADRES paper: every end job (one that no job waits for)
+    published a status in the generation."""
+    return combine("&", [ended(workflow, job) for job in ends])
+
+
+def ended(workflow: str, job: str) -> Atom:
+    """``{[class,eq,JOBSTATUS],[applname,eq,W],[jobname,eq,J],[GID,eq,$S$X],[status,isPresent,'']}``:
+    one atom rather than an ``||`` of the three statuses: one subscription to route, not three."""
+    equal: dict[str, Value | Var] = {"applname": workflow, "jobname": job, "GID": GID}
+    return Atom(filter_of(JOBSTATUS, equal, present=("status",)))
+
+
+def blocked(after: Iterable[tuple[str, str]], statuses: Mapping[str, Publication]) -> str | None:
+    """Why a job whose predecessors published ``statuses`` (by job) must be skipped, or None if it
+    may run: a predecessor was skipped, or ended with a status its ``on`` does not accept."""
+    for job, on in after:
+        status = statuses.get(job)
+        if status is None:
+            continue
+        if status.get("skipped") == 1:
+            return f"{job} was skipped"
+        if status.get("status") not in ACCEPTS[on]:
+            return f"{job} ended {status.get('status')}"
+    return None
+
+
+def failures(statuses: Iterable[Publication]) -> set[str]:
+    """The failed jobs that ``statuses`` name (their ``failed``), which the next status carries on."""
+    return {job for status in statuses for job in str(status.get("failed", "")).split()}
 
 
 def generation_end(workflow: str) -> Filter:
     """APPL_END of the generation bound to ``$S$X``: the overlay then forgets that generation's
     join state (the ``clear`` of every composite subscription)."""
     return filter_of(JOBSTATUS, {"applname": workflow, "jobname": APPL_END, "GID": GID})
-
-
-def cleanup_subscription(workflow: str) -> Filter:
-    """Every APPL_END of ``workflow``: each agent forgets a generation when it ends."""
-    return filter_of(JOBSTATUS, {"applname": workflow, "jobname": APPL_END}, present=("GID",))
-
-
-def status_subscription(workflow: str) -> Filter:
-    """Every job status of ``workflow``: what the coordinator follows to decide APPL_END."""
-    return filter_of(JOBSTATUS, {"applname": workflow}, present=("GID",))
 
 
 def start_subscription(workflow: str) -> Filter:

@@ -30,12 +30,13 @@ def journaled(agent: Agent, journal: Journal, event: Event, now: float) -> list[
 
 
 def generation(agent: Agent, journal: Journal, gid: str, now: float) -> None:
-    """JobB of ``gid`` fires, runs, succeeds, and the generation ends."""
+    """JobB of ``gid`` fires, runs, succeeds, JobC is not run, and the generation ends here."""
     [run] = runs(
         journaled(agent, journal, Delivered(key(agent, "JobB"), (trigger(gid), status("JobA", gid))), now)
     )
     journaled(agent, journal, Finished(run, Result(True, "exit 0", now, 0.1)), now)
-    journaled(agent, journal, Delivered(key(agent, "APPL_END", "SUBSCRIBE"), (status("APPL_END", gid),)), now)
+    # JobC is not scheduled on the trigger's Monday: its NORUN ends the generation for agentB
+    journaled(agent, journal, Delivered(key(agent, "JobC"), (trigger(gid), status("JobA", gid))), now)
 
 
 def installed(journal: Journal) -> Agent:

@@ -129,10 +129,12 @@ def test_captured_envelopes_replayed_tampered_or_downgraded_are_refused(
 
     assert refused(mallory.send(captured), "replay: sequence")
 
-    [jobinfo] = [e for e in fresh if e["command"] == "JOBINFO" and e["jobname"] == "JobA"]
-    content = str(jobinfo["content"])
+    [envelope] = [e for e in fresh if e["command"] == "DEPLOY" and e["agentname"] == "agentA"]
+    content = str(envelope["content"])
     assert "step.sh extract" in content
-    tampered = Publication(jobinfo.cls, {**jobinfo.fields, "content": content.replace("extract", "extracT")})
+    tampered = Publication(
+        envelope.cls, {**envelope.fields, "content": content.replace("extract", "extracT")}
+    )
     assert refused(mallory.send([tampered]), "bad signature (signer sha256:")
 
     (tmp_path / "v2").mkdir()

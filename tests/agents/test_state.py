@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,8 +67,15 @@ def trigger(gid: str, date: str = MONDAY) -> Publication:
     return Publication("Trigger", {"applname": "PAYROLL", "GID": gid, "schedule": date})
 
 
-def status(job: str, gid: str, value: str = "SUCCESS", version: str = V) -> Publication:
-    return job_status("PAYROLL", job, gid, value, "", version=version, agent="other")
+def status(job: str, gid: str, value: str = "SUCCESS", version: str = V, **extra: Any) -> Publication:
+    return job_status("PAYROLL", job, gid, value, "", version=version, agent="other", **extra)
+
+
+def end_here(agent: Agent, gid: str, now: float) -> None:
+    """agentB's jobs of ``gid`` skipped (JobA failed): the generation is over for agentB."""
+    for job in ("JobB", "JobC"):
+        failed = status("JobA", gid, "FAILURE", failed=["JobA"])
+        agent.handle(Delivered(key(agent, job), (trigger(gid), failed)), now)
 
 
 def fire(agent: Agent, job: str, gid: str, *after: str, date: str = MONDAY, now: float = 1.0) -> list[Effect]:
@@ -196,16 +204,13 @@ def test_the_coordinator_ends_a_generation_and_everyone_forgets_it() -> None:
     agent = Agent("agentA")
     install(agent)
     agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g1"),)), 1.0)
-    statuses = key(agent, "APPL_END", "SUBSCRIBE")
-    ends: list[Publication] = []
-    for job, value in (("JobA", "SUCCESS"), ("JobB", "SUCCESS"), ("JobC", "NORUN"), ("JobD", "SUCCESS")):
-        assert ends == []
-        ends = published(agent.handle(Delivered(statuses, (status(job, "g1", value),)), 2.0))
-    [end] = ends
+    [run] = runs(fire(agent, "JobA", "g1", "APPL_START"))
+    agent.handle(Finished(run, Result(True, "exit 0", 1.0, 0.1)), 2.0)
+    ends = (status("JobD", "g1"), status("Alert", "g1", "NORUN", skipped=True))
+    [end] = published(agent.handle(Delivered(key(agent, "APPL_END"), ends), 2.0))
     assert (end["jobname"], end["status"], end["detail"]) == ("APPL_END", "SUCCESS", "skipped: Alert")
-    assert agent.handle(Delivered(statuses, (status("JobD", "g1"),)), 3.0) == []  # no second APPL_END
-    agent.handle(Delivered(statuses, (end,)), 3.0)
-    assert ("PAYROLL", "g1") not in agent.generations
+    assert agent.handle(Delivered(key(agent, "APPL_END"), ends), 3.0) == []  # no second APPL_END
+    assert ("PAYROLL", "g1") not in agent.generations  # every job here published: over here
     assert agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g1"),)), 4.0) == []  # late repeat
 
 
@@ -213,9 +218,11 @@ def test_a_failed_job_ends_the_generation_as_failure() -> None:
     agent = Agent("agentA")
     install(agent)
     agent.handle(Delivered(key(agent, "APPL_START"), (trigger("g1"),)), 1.0)
-    statuses = key(agent, "APPL_END", "SUBSCRIBE")
-    agent.handle(Delivered(statuses, (status("JobA", "g1", "FAILURE"),)), 2.0)
-    [end] = published(agent.handle(Delivered(statuses, (status("Alert", "g1"),)), 2.0))
+    ends = (
+        status("JobD", "g1", "NORUN", skipped=True, failed=["JobA"]),
+        status("Alert", "g1", failed=["JobA"]),
+    )
+    [end] = published(agent.handle(Delivered(key(agent, "APPL_END"), ends), 2.0))
     assert (end["status"], end["detail"]) == ("FAILURE", "failed: JobA; skipped: JobB, JobC, JobD")
 
 
@@ -293,8 +300,7 @@ def test_a_snapshot_restores_the_same_state() -> None:
     [first] = runs(fire(agent, "JobB", "g1", "JobA"))
     assert runs(fire(agent, "JobB", "g2", "JobA") + fire(agent, "JobC", "g1", "JobA", date=FRIDAY)) == []
     [second] = runs(agent.handle(Finished(first, Result(False, "exit 1", 1.0, 0.1)), 2.0))  # g1: at 4.0
-    statuses = key(agent, "APPL_END", "SUBSCRIBE")
-    agent.handle(Delivered(statuses, (status("APPL_END", "g0"),)), 2.0)
+    end_here(agent, "g0", 2.0)
     restored = Agent("agentB", max_jobs=1, backoff=2.0)
     restored.restore(json.loads(json.dumps(agent.snapshot())))
     assert restored.snapshot() == agent.snapshot()
@@ -331,9 +337,8 @@ def test_a_generation_whose_appl_end_was_lost_is_forgotten_after_its_retention(
 def test_an_ended_generation_stays_a_duplicate_however_many_end_after_it() -> None:
     agent = Agent("agentB", forget_after=DAY)
     install(agent)
-    statuses = key(agent, "APPL_END", "SUBSCRIBE")
     for n in range(10_001):
-        agent.handle(Delivered(statuses, (status("APPL_END", f"g{n}"),)), T0 + n)
+        end_here(agent, f"g{n}", T0 + n)
     assert fire(agent, "JobB", "g0", "JobA", now=T0 + DAY) == []  # a day's worth: still a duplicate
     [run] = runs(fire(agent, "JobB", "g0", "JobA", now=T0 + DAY + SWEEP_EVERY))  # forgotten
     assert run.gid == "g0"
@@ -344,9 +349,8 @@ def test_ended_generations_are_remembered_up_to_a_count(monkeypatch: pytest.Monk
     monkeypatch.setattr(agents.state, "MAX_ENDED", 3)
     agent = Agent("agentB", forget_after=DAY)
     install(agent)
-    statuses = key(agent, "APPL_END", "SUBSCRIBE")
     for n in range(4):
-        agent.handle(Delivered(statuses, (status("APPL_END", f"g{n}"),)), T0 + n)
+        end_here(agent, f"g{n}", T0 + n)
     assert [gid for _, gid in agent.ended] == ["g1", "g2", "g3"]
 
 
@@ -383,3 +387,50 @@ def test_a_snapshot_from_before_the_age_bound_is_restored_and_timed_at_the_first
     restored.restore(snapshot)
     restored.handle(Tick(), T0 + 5)
     assert restored.ended == {("PAYROLL", "g0"): T0} and restored.generations["PAYROLL", "g1"].since == T0
+
+
+@pytest.mark.parametrize(
+    ("jobs", "fragment"),
+    [
+        ([{"job": "JobB", "command": "x", "after": [["JobA", "sometimes"]]}], "after must be"),
+        ([{"job": "JobB", "command": "x", "after": [["JobA", "success"]]}] * 2, "names job 'JobB' twice"),
+        ([{"job": "JobB", "command": "x"}], "runs after nothing"),
+        ([{"job": "JobB", "virtual": True}], "only APPL_START and APPL_END are virtual"),
+        ([{"job": "JobB", "command": " ", "after": [["JobA", "success"]]}], "non-empty command"),
+        ("JobB", "non-empty list of job objects"),
+    ],
+)
+def test_a_bad_deploy_is_refused_with_its_reason_and_the_agent_goes_on(jobs: object, fragment: str) -> None:
+    agent = Agent("agentB")
+    [good] = [p for p in PLAN.publications() if p["agentname"] == "agentB"]
+    content = json.dumps({"workflow": "PAYROLL", "version": V, "jobs": jobs})
+    bad = Publication("AGENT_CTL", {**good.fields, "content": content})
+    [ack] = published(agent.handle(Incoming(DEPLOYER.sign(bad)), 0))
+    assert ack["result"] == "ERROR" and fragment in str(ack["detail"])
+    assert agent.deployments == {} or all(not d.jobs for d in agent.deployments.values())
+    assert acks(install(agent)) == [("DEPLOY", "OK")]  # the good one is taken afterwards
+
+
+def test_a_job_after_a_failure_is_skipped_and_the_skip_carries_on() -> None:
+    agent = Agent("agentB")
+    install(agent)
+    failed = status("JobA", "g1", "FAILURE", failed=["JobA"])
+    [skip] = published(agent.handle(Delivered(key(agent, "JobB"), (trigger("g1"), failed)), 1.0))
+    assert (skip["status"], skip["skipped"], skip["failed"]) == ("NORUN", 1, "JobA")
+    assert skip["detail"] == "skipped: JobA ended FAILURE"
+    agent_c = Agent("agentC")
+    install(agent_c)
+    after_skip = (trigger("g1"), skip, status("JobC", "g1", "NORUN"))
+    [skip_d] = published(agent_c.handle(Delivered(key(agent_c, "JobD"), after_skip), 1.0))
+    assert (skip_d["status"], skip_d["skipped"], skip_d["detail"]) == (
+        "NORUN",
+        1,
+        "skipped: JobB was skipped",
+    )
+    [alert] = runs(agent_c.handle(Delivered(key(agent_c, "Alert"), (trigger("g1"), failed)), 1.0))
+    [done] = published(agent_c.handle(Finished(alert, Result(True, "exit 0", 1.0, 0.1)), 2.0))
+    assert (done["status"], done["skipped"], done["failed"]) == ("SUCCESS", 0, "JobA")  # carried on
+    ok = status("JobA", "g2")
+    [not_taken] = published(agent_c.handle(Delivered(key(agent_c, "Alert"), (trigger("g2"), ok)), 3.0))
+    assert (not_taken["status"], not_taken["skipped"]) == ("NORUN", 1)
+    assert ("PAYROLL", "g1") in agent_c.ended  # both its jobs published: over for agentC

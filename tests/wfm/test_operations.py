@@ -86,7 +86,7 @@ def test_cancel_stops_a_running_job_and_the_generation_ends_cancelled(
     assert (statuses["APPL_END"]["status"], statuses["Sleep"]["status"]) == ("CANCELLED", "FAILURE")
     assert str(statuses["Sleep"]["detail"]).startswith("cancelled: exit -15")
     assert (statuses["Alert"]["status"], statuses["Alert"]["detail"]) == ("NORUN", "cancelled")
-    assert "After" not in statuses  # after a failure: skipped
+    assert (statuses["After"]["status"], statuses["After"]["skipped"]) == ("NORUN", 1)  # after a failure
     again = lines(wfm(overlay, "cancel", "SLOW", "--gid", "g1", "-o", "json"))
     assert {a["result"] for a in again} == {"UNCHANGED"}
     overlay.agents["agentC"].send_signal(signal.SIGSTOP)  # an agent that does not answer

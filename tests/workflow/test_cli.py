@@ -122,7 +122,7 @@ def test_deploy_text_lists_each_agent() -> None:
     lines = done.stdout.splitlines()
     assert lines[0].startswith("PAYROLL version ") and lines[0].endswith(": 5 jobs, coordinator agentA")
     assert [line for line in lines if line and not line.startswith(" ")][2:] == ["agentA", "agentB", "agentC"]
-    assert sum("COMPOSITESUBSCRIBE" in line for line in lines) == 6
+    assert sum("DEPLOY" in line for line in lines) == 3  # one envelope per agent
 
 
 @pytest.mark.parametrize(

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
-from broker.language import parse_composite, parse_filter, parse_publication
+from agents.envelope import Control, parse_deploy, registrations
+from broker.language import parse_composite, parse_publication
 from broker.routing.relations import fits
 from tests.signing import DEPLOYER
 from wfm.workflow import After, Job, Plan, Workflow, encode, translate
+from wfm.workflow.translate import PART_LIMIT
 
 W = "PAYROLL"
 TRIGGER = "{[class,eq,Trigger],[applname,eq,PAYROLL],[GID,eq,$S$X]}"
-
-
-def status(job: str, value: str) -> str:
-    return (
-        f"{{[class,eq,JOBSTATUS],[applname,eq,PAYROLL],[jobname,eq,{job}],[GID,eq,$S$X],[status,eq,{value}]}}"
-    )
 
 
 def payroll() -> Workflow:
@@ -34,79 +31,71 @@ def payroll() -> Workflow:
     )
 
 
-def content(plan: Plan, job: str, command: str) -> str:
-    (found,) = [e.content for e in plan.envelopes if e.job == job and e.command == command]
+def entries(plan: Plan, agent: str) -> list[dict[str, Any]]:
+    """The job entries of ``agent``'s DEPLOY envelopes, in order."""
+    return [e for env in plan.by_agent()[agent] for e in json.loads(env.content)["jobs"]]
+
+
+def entry(plan: Plan, job: str) -> dict[str, Any]:
+    (found,) = [e for agent in plan.by_agent() for e in entries(plan, agent) if e["job"] == job]
     return found
 
 
-def composite(plan: Plan, job: str) -> str:
-    return json.loads(content(plan, job, "COMPOSITESUBSCRIBE"))["composite"]
+def condition(plan: Plan, job: str) -> str:
+    """The composite the agent of ``job`` subscribes for it, derived as the agent derives it."""
+    (found,) = [
+        str(r.composite)
+        for env in plan.envelopes
+        for info in parse_deploy(Control(W, plan.version, env.command, env.job, env.content))
+        if info.job == job
+        for r in registrations(info)
+        if r.composite is not None
+    ]
+    return found
 
 
 def canonical(text: str) -> str:
     return str(parse_composite(text))
 
 
-def test_composite_of_the_issue_example() -> None:
-    expected = (
-        "{{{[class,eq,JOBSTATUS],[applname,eq,PAYROLL],[jobname,eq,JobA],[GID,eq,$S$X],[status,eq,SUCCESS]}"
-        "||{[class,eq,JOBSTATUS],[applname,eq,PAYROLL],[jobname,eq,JobA],[GID,eq,$S$X],[status,eq,NORUN]}}"
-        "&{[class,eq,Trigger],[applname,eq,PAYROLL],[GID,eq,$S$X]}}"
+def ended(job: str) -> str:
+    return (
+        f"{{[class,eq,JOBSTATUS],[applname,eq,PAYROLL],[jobname,eq,{job}],[GID,eq,$S$X],"
+        "[status,isPresent,'']}"
     )
-    assert composite(translate(payroll()), "JobB") == canonical(expected)
 
 
 @pytest.mark.parametrize(
     ("job", "expected"),
     [
-        ("JobA", f"{{{{{status('APPL_START', 'SUCCESS')}||{status('APPL_START', 'NORUN')}}}&{TRIGGER}}}"),
-        ("Alert", f"{{{status('JobA', 'FAILURE')}&{TRIGGER}}}"),
-        (
-            "JobD",
-            f"{{{{{status('JobB', 'SUCCESS')}||{status('JobB', 'NORUN')}}}"
-            f"&{{{status('JobC', 'SUCCESS')}||{status('JobC', 'NORUN')}}}&{TRIGGER}}}",
-        ),
+        ("JobA", f"{{{ended('APPL_START')}&{TRIGGER}}}"),
+        ("JobB", f"{{{ended('JobA')}&{TRIGGER}}}"),
+        ("Alert", f"{{{ended('JobA')}&{TRIGGER}}}"),  # fires on any status: the agent decides on `on`
+        ("JobD", f"{{{ended('JobB')}&{ended('JobC')}&{TRIGGER}}}"),
         ("APPL_START", TRIGGER),
+        ("APPL_END", f"{{{ended('JobD')}&{ended('Alert')}}}"),  # the end jobs, as in the PADRES paper
     ],
 )
-def test_composite_shapes(job: str, expected: str) -> None:
-    assert composite(translate(payroll()), job) == canonical(expected)
+def test_conditions(job: str, expected: str) -> None:
+    assert condition(translate(payroll()), job) == canonical(expected)
 
 
-def test_on_always_accepts_every_status() -> None:
-    workflow = Workflow(W, (Job("JobA", "a", "x"), Job("R", "a", "y", after=(After("JobA", "always"),))))
-    ok = "||".join(status("JobA", s) for s in ("SUCCESS", "NORUN", "FAILURE"))
-    assert composite(translate(workflow), "R") == canonical(f"{{{{{ok}}}&{TRIGGER}}}")
-
-
-def test_envelopes_per_agent_in_order() -> None:
+def test_one_envelope_per_agent_coordinator_first() -> None:
     plan = translate(payroll())
-    cleanup = ("SUBSCRIBE", "APPL_END")
-    per_job = ["ADVERTISE", "JOBINFO", "COMPOSITESUBSCRIBE"]
-    assert {agent: [(e.command, e.job) for e in group] for agent, group in plan.by_agent().items()} == {
-        "agentA": [
-            cleanup,
-            *[(c, "APPL_START") for c in per_job],
-            *[(c, "JobA") for c in per_job],
-            ("ADVERTISE", "APPL_END"),
-            ("JOBINFO", "APPL_END"),
-            ("SUBSCRIBE", "APPL_END"),
-        ],
-        "agentB": [cleanup, *[(c, "JobB") for c in per_job], *[(c, "JobC") for c in per_job]],
-        "agentC": [cleanup, *[(c, "JobD") for c in per_job], *[(c, "Alert") for c in per_job]],
-    }
+    assert [(e.agent, e.command, e.job) for e in plan.envelopes] == [
+        ("agentA", "DEPLOY", "*"),
+        ("agentB", "DEPLOY", "*"),
+        ("agentC", "DEPLOY", "*"),
+    ]
+    assert [e["job"] for e in entries(plan, "agentA")] == ["APPL_START", "JobA", "APPL_END"]
+    assert [e["job"] for e in entries(plan, "agentC")] == ["JobD", "Alert"]
 
 
 def test_contents() -> None:
     plan = translate(payroll())
-    assert parse_filter(content(plan, "JobB", "ADVERTISE")) == parse_filter(
-        "[class,eq,JOBSTATUS],[applname,eq,PAYROLL],[jobname,eq,JobB],[GID,isPresent,''],"
-        "[status,isPresent,''],[detail,isPresent,''],[version,isPresent,''],[agentname,isPresent,''],"
-        "[attempt,isPresent,0],[started,isPresent,0],[duration,isPresent,0]"
-    )
-    assert json.loads(content(plan, "JobC", "JOBINFO")) == {
-        "workflow": W,
-        "version": plan.version,
+    head = json.loads(plan.envelopes[1].content)
+    assert (head["workflow"], head["version"]) == (W, plan.version)
+    assert entry(plan, "JobC") == {
         "job": "JobC",
         "command": "bonus",
         "schedule": ["fri"],
@@ -114,28 +103,9 @@ def test_contents() -> None:
         "retries": 0,
         "after": [["JobA", "success"]],
     }
-    assert json.loads(content(plan, "JobB", "JOBINFO"))["timeout"] == 600
-    subscription = json.loads(content(plan, "JobB", "COMPOSITESUBSCRIBE"))
-    assert subscription["job"] == "JobB"
-    assert parse_filter(subscription["clear"], allow_variables=True) == parse_filter(
-        "[class,eq,JOBSTATUS],[applname,eq,PAYROLL],[jobname,eq,APPL_END],[GID,eq,$S$X]", allow_variables=True
-    )
-    cleanups = [e for e in plan.envelopes if e.command == "SUBSCRIBE" and e.job == "APPL_END"]
-    assert {e.content for e in cleanups} == {
-        str(
-            parse_filter(
-                "[class,eq,JOBSTATUS],[applname,eq,PAYROLL],[jobname,eq,APPL_END],[GID,isPresent,'']"
-            )
-        ),
-        str(parse_filter("[class,eq,JOBSTATUS],[applname,eq,PAYROLL],[GID,isPresent,'']")),
-    }
-    assert json.loads(content(plan, "APPL_START", "JOBINFO")) == {
-        "workflow": W,
-        "version": plan.version,
-        "job": "APPL_START",
-        "virtual": True,
-    }
-    end = json.loads(content(plan, "APPL_END", "JOBINFO"))
+    assert entry(plan, "JobB")["timeout"] == 600
+    assert entry(plan, "APPL_START") == {"job": "APPL_START", "virtual": True}
+    end = entry(plan, "APPL_END")
     assert end["virtual"] is True
     assert end["graph"] == {
         "JobA": [["APPL_START", "success"]],
@@ -144,6 +114,14 @@ def test_contents() -> None:
         "JobD": [["JobB", "success"], ["JobC", "success"]],
         "Alert": [["JobA", "failure"]],
     }
+
+
+def test_a_large_agent_is_split_into_parts_that_fit() -> None:
+    big = "x" * (PART_LIMIT // 3)
+    jobs = [Job("J0", "a", big)] + [Job(f"J{i}", "a", big, after=(After(f"J{i - 1}"),)) for i in range(1, 7)]
+    plan = translate(Workflow(W, tuple(jobs)))
+    assert len(plan.envelopes) == 4 and all(len(e.content) <= PART_LIMIT for e in plan.envelopes)
+    assert [e["job"] for e in entries(plan, "a")] == ["APPL_START", *(f"J{i}" for i in range(7)), "APPL_END"]
 
 
 def test_publications_parse_back_and_fit_the_deployer_advertisement() -> None:
@@ -165,15 +143,7 @@ def test_publications_parse_back_and_fit_the_deployer_advertisement() -> None:
         assert fits(sent, advertisement) and parse_publication(str(sent)) == sent
         assert set(sent) == {"class", *(p.attribute for p in advertisement.predicates)}
     assert advertisement["version"].value == plan.version
-    info = json.loads(content(plan, "JobA", "JOBINFO"))
-    assert info["command"] == 'echo "it\'s" done\nnext line'
-
-
-def test_every_composite_text_is_canonical() -> None:
-    for envelope in translate(payroll()).envelopes:
-        if envelope.command == "COMPOSITESUBSCRIBE":
-            text = json.loads(envelope.content)["composite"]
-            assert str(parse_composite(text)) == text
+    assert entry(plan, "JobA")["command"] == 'echo "it\'s" done\nnext line'
 
 
 def test_versions() -> None:
@@ -199,8 +169,8 @@ def test_versions() -> None:
 
 def test_cwd_is_the_directory_of_the_source() -> None:
     plan = translate(Workflow(W, payroll().jobs, source="/srv/flows/payroll.xml"))
-    assert json.loads(content(plan, "JobA", "JOBINFO"))["cwd"] == "/srv/flows"
-    assert "cwd" not in json.loads(content(translate(payroll()), "JobA", "JOBINFO"))
+    assert json.loads(plan.envelopes[0].content)["cwd"] == "/srv/flows"
+    assert "cwd" not in json.loads(translate(payroll()).envelopes[0].content)
 
 
 def test_encode_never_writes_a_single_quote() -> None:
@@ -220,5 +190,4 @@ def test_a_thousand_jobs() -> None:
         for i in range(1, 1000)
     ]
     plan = translate(Workflow(W, tuple(jobs)))
-    assert len(plan.envelopes) == 3 * 1000 + 10 + 6  # jobs, one cleanup per agent, the virtual jobs
-    assert len(plan.by_agent()) == 10
+    assert len(plan.envelopes) == len(plan.by_agent()) == 10  # one per agent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflow_messages import decide_end, outcome
+from workflow_messages import decide_end, end_of, outcome
 
 S = "APPL_START"
 PAYROLL = {
@@ -128,3 +128,22 @@ def test_the_coordinator_ends_nothing_before_appl_start_and_a_cycle_as_failure()
     assert decide_end(PAYROLL, {S: OK, **finished}) == ("SUCCESS", "skipped: Alert")
     cycle = {"A": [["B", "success"]], "B": [["A", "success"]]}
     assert decide_end(cycle, {S: OK}) == ("FAILURE", "the graph has a cycle")
+
+
+@pytest.mark.parametrize(
+    ("failed", "expected"),
+    [
+        ((), ("SUCCESS", "skipped: Alert")),
+        (("JobA",), ("FAILURE", "failed: JobA; skipped: JobB, JobC, JobD")),
+        (("JobB",), ("FAILURE", "failed: JobB; skipped: JobD, Alert")),
+        ((S,), ("SUCCESS", "skipped: JobA, JobB, JobC, JobD, Alert")),  # a bad trigger: as decide_end
+    ],
+)
+def test_end_of_from_the_failures_the_end_jobs_carry(
+    failed: tuple[str, ...], expected: tuple[str, str]
+) -> None:
+    assert end_of(PAYROLL, failed) == expected
+    assert end_of({"A": [["B", "success"]], "B": [["A", "success"]]}, ()) == (
+        "FAILURE",
+        "the graph has a cycle",
+    )

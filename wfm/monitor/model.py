@@ -4,8 +4,9 @@ of each Trigger and JOBSTATUS publication, ask it what to show and whether it is
 Publications can arrive in any order: they take different paths through the overlay, so a job's
 status may come before its generation's Trigger, or after APPL_END. Any message creates its
 generation; a retried job's later attempt wins over an earlier one whatever the arrival order; a
-status arriving after APPL_END still updates its job. Jobs named as skipped in APPL_END's detail
-are shown as SKIPPED (a skipped job publishes nothing itself).
+status arriving after APPL_END still updates its job. A job on a branch not taken publishes NORUN
+with ``[skipped,1]``, shown as SKIPPED; so are jobs named as skipped in APPL_END's detail (an agent
+of an older version published nothing for them).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from broker.language import Value
-from workflow_messages import APPL_END, FAILURE, JOBSTATUS, TRIGGER, skipped_jobs, trigger_date
+from workflow_messages import APPL_END, FAILURE, JOBSTATUS, NORUN, TRIGGER, skipped_jobs, trigger_date
 
 __all__ = ["SKIPPED", "Generation", "JobState", "Monitor", "StatusEvent"]
 
@@ -93,6 +94,8 @@ class Monitor:
         if attributes.get("class") != JOBSTATUS or not isinstance(job, str) or not isinstance(status, str):
             return None
         detail = str(attributes.get("detail", ""))
+        if status == NORUN and attributes.get("skipped") == 1:  # a branch not taken says so
+            status = SKIPPED
         state = JobState(
             status,
             detail,

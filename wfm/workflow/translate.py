@@ -1,12 +1,14 @@
 """Workflow -> deployment plan: the AGENT_CTL envelopes each agent receives. Pure: no I/O.
 
-For workflow W at version V, every job J on agent A gets, in this order: ADVERTISE (its JOBSTATUS),
-JOBINFO (JSON: what to run, when, after what) and COMPOSITESUBSCRIBE (JSON: the condition that runs
-it, and the filter that clears a generation's join state). Each agent first SUBSCRIBEs to the
-workflow's APPL_END, to forget finished generations. The coordinator (the agent of the first start
-job) also runs the virtual jobs: APPL_START fires on the trigger; APPL_END is not a composite but
-decided by :func:`workflow_messages.decide_end` over every status of a generation, because jobs
-on a branch not taken never publish (see docs/workflows.md).
+For workflow W at version V, each agent gets one DEPLOY envelope (more only when its jobs' text
+would not fit in one message, see :data:`PART_LIMIT`): JSON naming its jobs as the definition says
+them (what to run, when, after what). The agent derives from them the filters and composites it
+advertises and subscribes (:mod:`workflow_messages`, the same functions for every agent), so
+nothing in the envelope is parsed but JSON, and one envelope, one signature check and one
+acknowledgement per agent replace three per job. The coordinator (the agent of the first start
+job) also runs the virtual jobs: APPL_START fires on the trigger; APPL_END on the statuses of the
+end jobs (every job publishes one in every generation, a skip status on a branch not taken), and
+its entry carries the graph from which the coordinator names the failed and skipped jobs.
 """
 
 from __future__ import annotations
@@ -15,25 +17,13 @@ import json
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 from broker.language import Filter, Publication
 from wfm.workflow.model import Workflow
-from workflow_messages import (
-    AGENT_CTL,
-    APPL_END,
-    APPL_START,
-    cleanup_subscription,
-    deployer_advertisement,
-    generation_end,
-    job_condition,
-    status_advertisement,
-    status_subscription,
-    trigger_atom,
-)
+from workflow_messages import AGENT_CTL, APPL_END, APPL_START, deployer_advertisement
 
-__all__ = ["Envelope", "Plan", "encode", "translate"]
+__all__ = ["PART_LIMIT", "Envelope", "Plan", "encode", "translate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,38 +97,44 @@ def encode(data: dict[str, Any]) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":")).replace("'", "\\u0027")
 
 
+PART_LIMIT = 128 * 1024  # characters of one DEPLOY content: a frame (1 MiB) holds it escaped twice
+
+
 def translate(workflow: Workflow) -> Plan:
     """The deployment plan of ``workflow``; equal definitions give equal plans."""
     name, version, coordinator = workflow.name, workflow.version(), workflow.coordinator
-    base = {"workflow": name, "version": version}
+    base: dict[str, Any] = {"workflow": name, "version": version}
     if workflow.source is not None:  # commands run in the workflow file's directory
         base["cwd"] = posixpath.dirname(workflow.source)
-    clear = str(generation_end(name))
     graph = {
         job.name: [(a.job, a.on) for a in job.after] or [(APPL_START, "success")] for job in workflow.jobs
     }
     agents = [coordinator, *(agent for agent in workflow.agents if agent != coordinator)]
-    envelopes = {
-        agent: [Envelope(agent, "SUBSCRIBE", str(cleanup_subscription(name)), APPL_END)] for agent in agents
-    }
-
-    def add(agent: str, job: str, info: dict[str, Any], command: str, content: str) -> None:
-        envelopes[agent] += [
-            Envelope(agent, "ADVERTISE", str(status_advertisement(name, job)), job),
-            Envelope(agent, "JOBINFO", encode({**base, "job": job, **info}), job),
-            Envelope(agent, command, content, job),
-        ]
-
-    def subscribe(job: str, after: list[tuple[str, str]]) -> str:
-        condition = job_condition(name, after) if after else trigger_atom(name)
-        return encode({"job": job, "composite": str(condition), "clear": clear})
-
-    add(coordinator, APPL_START, {"virtual": True}, "COMPOSITESUBSCRIBE", subscribe(APPL_START, []))
+    entries: dict[str, list[dict[str, Any]]] = {agent: [] for agent in agents}
+    entries[coordinator].append({"job": APPL_START, "virtual": True})
     for job in workflow.jobs:
         definition = job.definition()
         del definition["agent"]  # the envelope's agentname says it
-        info = {**definition, "after": graph[job.name]}
-        add(job.agent, job.name, info, "COMPOSITESUBSCRIBE", subscribe(job.name, graph[job.name]))
-    end_info = {"virtual": True, "graph": graph}
-    add(coordinator, APPL_END, end_info, "SUBSCRIBE", str(status_subscription(name)))
-    return Plan(name, version, tuple(chain.from_iterable(envelopes.values())))
+        entries[job.agent].append({**definition, "after": graph[job.name]})
+    entries[coordinator].append({"job": APPL_END, "virtual": True, "graph": graph})
+    envelopes = [
+        Envelope(agent, "DEPLOY", content, "*")
+        for agent in agents
+        for content in _parts(base, entries[agent])
+    ]
+    return Plan(name, version, tuple(envelopes))
+
+
+def _parts(base: dict[str, Any], entries: list[dict[str, Any]]) -> list[str]:
+    """The DEPLOY contents of one agent: its entries in order, as few per content as fit in
+    :data:`PART_LIMIT` (a single entry larger than that goes alone: a command may be 128 KiB)."""
+    parts: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for entry in entries:
+        length = len(encode(entry)) + 1
+        if parts[-1] and size + length > PART_LIMIT:
+            parts.append([])
+            size = 0
+        parts[-1].append(entry)
+        size += length
+    return [encode({**base, "jobs": part}) for part in parts]
