@@ -122,3 +122,11 @@ def test_render_shows_states_and_the_end() -> None:
     assert "FAILURE (failed: JobA; skipped: JobB)" in text
     assert "1.2s" in text and "exit 3" in text and SKIPPED in text
     assert text.index("APPL_START") < text.index("JobA")
+
+
+def test_a_cancelled_generation_is_a_failure_with_its_reason() -> None:
+    model = Monitor()
+    model.receive(status("g1", "JobA", "NORUN", "cancelled"))
+    model.receive(status("g1", "APPL_END", "CANCELLED", "cancelled; failed: JobB"))
+    assert model.done and model.exit_status() == 1
+    assert model.unsuccessful() == ["PAYROLL g1 ended CANCELLED: cancelled; failed: JobB"]

@@ -135,7 +135,8 @@ def monitor(
     The monitor sees only what is published after it subscribes: start it before the trigger (the
     history of earlier generations comes with the historian). -o json prints one line per job
     status. Without --watch it exits when the watched generations end: exit status 0 if all
-    ended SUCCESS, 1 if one ended FAILURE, 2 on --timeout."""
+    ended SUCCESS, 1 if one ended otherwise
+    (FAILURE, CANCELLED: why, on stderr), 2 on --timeout."""
     try:
         status = asyncio.run(_monitor(broker_uri, workflow, gids, watch, output == "json", timeout))
     except KeyboardInterrupt:
@@ -160,11 +161,16 @@ async def _monitor(
     """A JSON line per job status, or the tables redrawn after each delivery."""
     async with MonitorService.connect(uri, workflow, gids) as service:
         if as_json:
-            return await service.run(forever, timeout, _json_line)
-        with Live(render(service.monitor), console=Console(), auto_refresh=False) as live:
-            return await service.run(
-                forever, timeout, lambda _: live.update(render(service.monitor), refresh=True)
-            )
+            status = await service.run(forever, timeout, _json_line)
+        else:
+            with Live(render(service.monitor), console=Console(), auto_refresh=False) as live:
+                status = await service.run(
+                    forever, timeout, lambda _: live.update(render(service.monitor), refresh=True)
+                )
+        if status != TIMED_OUT:
+            for reason in service.monitor.unsuccessful():
+                click.echo(f"wfm: {reason}", err=True)
+        return status
 
 
 def _json_line(event: StatusEvent | None) -> None:
