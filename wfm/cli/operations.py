@@ -18,7 +18,7 @@ from broker.client import Brokers
 from wfm.cli.options import broker_option, checked, output_option
 from wfm.cli.workflow import signing_options
 from wfm.monitor import Monitor
-from wfm.operations import NoReply, Session, generation_record
+from wfm.operations import NoReply, Session, generation_record, newest
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow, default_outbox
 
@@ -116,11 +116,10 @@ def runs(workflow: str, broker_uri: Brokers, limit: int, watch: bool, timeout: f
 
 def _records(session: Session, monitor: Monitor, limit: int) -> list[dict[str, Any]]:
     """The newest ``limit`` generations (by start; not started yet: first)."""
-    records = [
-        generation_record(g, (g.workflow, g.gid) in session.cancelled) for g in monitor.generations.values()
+    return [
+        generation_record(g, (g.workflow, g.gid) in session.cancelled)
+        for g in newest(monitor.generations.values(), limit)
     ]
-    records.sort(key=lambda r: (r["started"] is None, r["started"] or 0.0), reverse=True)
-    return records[:limit]
 
 
 def _changed(session: Session, monitor: Monitor, limit: int, seen: set[tuple[str, str]]) -> None:
