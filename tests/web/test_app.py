@@ -49,8 +49,8 @@ class Agents:
 
     async def workflows(self) -> tuple[list[Deployed], list[str]]:
         jobs = {
-            "JobA": {"agent": "agentA", "schedule": "every day"},
-            "JobB": {"agent": "agentB", "schedule": ""},
+            "JobA": {"agent": "agentA", "schedule": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]},
+            "JobB": {"agent": "agentB", "schedule": ["fri"]},
         }
         payroll = Deployed(
             "PAYROLL", "v2", {"v1", "v2"}, {"agentA": ["JobA"], "agentB": ["JobB"]}, jobs, GRAPH, "agentA"
@@ -199,13 +199,14 @@ def test_the_workflows_page_shows_what_the_agents_say_is_deployed_and_files_not_
     assert payroll["jobs"][1] == {
         "job": "JobB",
         "agent": "agentB",
-        "schedule": "",
+        "schedule": ["fri"],
         "after": [["JobA", "success"]],
     }
     assert payroll["file"] == "payroll.xml" and payroll["file_version"] != "v2"  # the file is not what runs
     assert listed["OTHER"]["deployed"] is False and "error" in listed["broken.xml"]
     page = client(board).get("/fragment/workflows").text
     assert 'data-workflow="PAYROLL" data-deployed="true"' in page and "no answer for JobC" in page
+    assert "agentA · daily" in page and "agentB · fri" in page and "? · ?" in page  # JobC: silent agent
     assert 'data-workflow="OTHER" data-deployed="false"' in page and "from other.xml, not deployed" in page
 
 

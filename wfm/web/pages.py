@@ -15,6 +15,7 @@ from wfm.operations import newest
 from wfm.triggers import check_workflow, parse_date
 from wfm.web.svg import Bar, Edge, Node, Series, dag_svg, gantt_svg, graph_svg, line_chart_svg
 from workflow_messages import APPL_END, APPL_START
+from workflow_messages.calendars import DAYS
 
 __all__ = [
     "PAGES",
@@ -171,11 +172,18 @@ def workflows(definitions: Sequence[Mapping[str, Any]], agents_error: str | None
 
 
 def _dag(definition: Mapping[str, Any], states: Mapping[str, str] | None = None) -> str:
-    nodes = [Node(j["job"], f"{j['agent']} · {j['schedule']}") for j in definition["jobs"]]
+    nodes = [Node(j["job"], f"{j['agent']} · {_days(j['schedule'])}") for j in definition["jobs"]]
     edges = [Edge(after, j["job"], on) for j in definition["jobs"] for after, on in j["after"]]
     known = {n.name for n in nodes}
     nodes += [Node(job) for job in (states or {}) if job not in known]  # statuses of jobs not defined here
     return dag_svg(nodes, edges, states)
+
+
+def _days(schedule: str | Sequence[str]) -> str:
+    """A schedule's day words (JOBINFO's list) as the XML's ``schedule`` would say them."""
+    if isinstance(schedule, str):
+        return schedule
+    return "daily" if len(schedule) == len(DAYS) else " ".join(schedule)
 
 
 # runs -------------------------------------------------------------------------------------------

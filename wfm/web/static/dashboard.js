@@ -7,10 +7,15 @@
   let fragment = content.dataset.fragment;
   let pending = null;
 
+  let asked = 0;  // responses may come back out of order: only the latest request's is shown
+
   async function refresh() {
+    const mine = ++asked;
     try {
       const response = await fetch(fragment, {cache: "no-store"});
-      content.innerHTML = await response.text();
+      const text = await response.text();
+      if (mine !== asked) return;
+      content.innerHTML = text;
     } catch (error) {
       live.textContent = "server unreachable";
       return;
