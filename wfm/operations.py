@@ -56,6 +56,7 @@ __all__ = [
     "downstream",
     "generation_record",
     "newest",
+    "stored_runs",
 ]
 
 QUIET = 0.5  # seconds without a new answer after which every agent that will answer has
@@ -148,6 +149,17 @@ def generation_record(generation: Generation, cancelled: bool = False) -> dict[s
         "duration": None if end is None or started is None else round(max(ends) - started, 3),
         "jobs": {job: state.status for job, state in jobs.items()},
     }
+
+
+def stored_runs(store: Any, workflow: str, into: Monitor | None = None) -> Monitor:
+    """The generations of ``workflow`` in a history store (anything with ``query(filter)``, as
+    ``wfm.history.HistoryStore``): its Triggers and job statuses fed into ``into`` (a new
+    :class:`Monitor` by default), as the live ones are. Older than what agents keep."""
+    monitor = into or Monitor()
+    for subscription in monitor_subscriptions(workflow):
+        for stored in store.query(subscription):
+            monitor.receive(dict(stored.publication))
+    return monitor
 
 
 def newest(generations: Iterable[Generation], limit: int) -> list[Generation]:
