@@ -128,6 +128,10 @@ class Dashboard:
             except (WfmError, ConnectError, ConnectionError, OSError) as error:
                 self.agents_error = f"cannot ask the agents: {error}"
                 self.changed("workflows")
+            except Exception:  # an answer this code did not expect must not stop the asking
+                log.exception("asking the agents failed")
+                self.agents_error = "asking the agents failed (see the log)"
+                self.changed("workflows")
             finally:
                 self.session = None
             await asyncio.sleep(RECONNECT_AFTER)
