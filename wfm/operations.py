@@ -55,6 +55,8 @@ __all__ = [
     "UnknownWorkflow",
     "downstream",
     "generation_record",
+    "newest",
+    "stored_runs",
 ]
 
 QUIET = 0.5  # seconds without a new answer after which every agent that will answer has
@@ -132,9 +134,8 @@ def generation_record(generation: Generation, cancelled: bool = False) -> dict[s
     """One generation as ``wfm runs`` shows it: its outcome (APPL_END's status, else running), its
     start, its duration once over, and each job's status."""
     jobs = {job: state for job, state in generation.jobs.items() if job != APPL_START}
-    starts = [s.started for s in generation.jobs.values() if s.started]
     ends = [s.started + (s.duration or 0.0) for s in generation.jobs.values() if s.started]
-    started = min(starts) if starts else None
+    started = _started(generation)
     end = generation.end
     if end is not None and end.started:
         ends.append(end.started)
@@ -148,6 +149,29 @@ def generation_record(generation: Generation, cancelled: bool = False) -> dict[s
         "duration": None if end is None or started is None else round(max(ends) - started, 3),
         "jobs": {job: state.status for job, state in jobs.items()},
     }
+
+
+def stored_runs(store: Any, workflow: str, into: Monitor | None = None) -> Monitor:
+    """The generations of ``workflow`` in a history store (anything with ``query(filter)``, as
+    ``wfm.history.HistoryStore``): its Triggers and job statuses fed into ``into`` (a new
+    :class:`Monitor` by default), as the live ones are. Older than what agents keep."""
+    monitor = into or Monitor()
+    for subscription in monitor_subscriptions(workflow):
+        for stored in store.query(subscription):
+            monitor.receive(dict(stored.publication))
+    return monitor
+
+
+def newest(generations: Iterable[Generation], limit: int) -> list[Generation]:
+    """The newest ``limit`` generations by start, those not started yet first: what agents answer
+    and what is followed live arrive in no useful order."""
+    found = sorted(generations, key=lambda g: (_started(g) is None, _started(g) or 0.0), reverse=True)
+    return found[:limit]
+
+
+def _started(generation: Generation) -> float | None:
+    starts = [s.started for s in generation.jobs.values() if s.started]
+    return min(starts) if starts else None
 
 
 class Session:

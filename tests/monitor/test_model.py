@@ -137,3 +137,11 @@ def test_a_status_received_twice_is_one_event() -> None:
     assert model.receive(end) is not None
     assert model.receive(dict(end)) is None
     assert model.done and model.exit_status() == 1
+
+
+def test_a_cancelled_generation_is_a_failure_with_its_reason() -> None:
+    model = Monitor()
+    model.receive(status("g1", "JobA", "NORUN", "cancelled"))
+    model.receive(status("g1", "APPL_END", "CANCELLED", "cancelled; failed: JobB"))
+    assert model.done and model.exit_status() == 1
+    assert model.unsuccessful() == ["PAYROLL g1 ended CANCELLED: cancelled; failed: JobB"]

@@ -3,6 +3,7 @@ filled in by the test (the monitor fed by hand, a history reader with a stand-in
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import threading
 from datetime import date
@@ -15,9 +16,12 @@ from starlette.testclient import TestClient
 from broker.client.reconnect import brokers
 from broker.transport.tls import Identity
 from wfm.history.report import JobPeriod
+from wfm.monitor import Monitor
+from wfm.operations import Deployed, NoReply, UnknownWorkflow
 from wfm.web import Dashboard, create_app
 from wfm.web.pages import HistoryQuery, history
 from wfm.web.sources import HistoryReader, overlay_view, summary
+from workflow_messages.operations import CANCEL, operation
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
 URI = "socket://127.0.0.1:1/B1"
@@ -31,6 +35,58 @@ def dashboard(tmp_path: Path, tls: Identity | None = None, **options: Any) -> Da
 
 def client(board: Dashboard) -> TestClient:
     return TestClient(create_app(board, background=False))
+
+
+GRAPH = {"JobA": [], "JobB": [["JobA", "success"]], "JobC": [["JobA", "failure"]]}
+
+
+class Agents:
+    """A stand-in for ``wfm.operations.Session``: PAYROLL deployed on two agents (version v2, v1
+    still deployed), one remembered generation, a log; what it was asked to do, in ``done``."""
+
+    def __init__(self) -> None:
+        self.done: list[tuple[object, ...]] = []
+
+    async def workflows(self) -> tuple[list[Deployed], list[str]]:
+        jobs = {
+            "JobA": {"agent": "agentA", "schedule": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]},
+            "JobB": {"agent": "agentB", "schedule": ["fri"]},
+        }
+        payroll = Deployed(
+            "PAYROLL", "v2", {"v1", "v2"}, {"agentA": ["JobA"], "agentB": ["JobB"]}, jobs, GRAPH, "agentA"
+        )
+        return [payroll], ["agentA", "agentB"]
+
+    async def runs(self, workflow: str, limit: int, gid: str = "", into: Monitor | None = None) -> Monitor:
+        assert into is not None
+        into.receive({"class": "Trigger", "applname": workflow, "GID": "old", "schedule": "2026.11.20"})
+        into.receive(status("JobA", "SUCCESS", "old", started=50.0, duration=1.0))
+        into.receive(status("APPL_END", "SUCCESS", "old"))
+        return into
+
+    async def logs(self, workflow: str, job: str, gid: str, attempt: int) -> dict[str, Any]:
+        if job == "JobZ":
+            raise UnknownWorkflow(f"{workflow} has no job JobZ (jobs: JobA, JobB)")
+        if job == "JobB":
+            raise NoReply("no answer within 5 s from agentB", ["agentB"])
+        text = "<payroll> done\n"
+        return {
+            "agent": "agentA",
+            "attempts": [1, 2],
+            "attempt": 2,
+            "size": 70000,
+            "truncated": True,
+            "ended": True,
+            "text": text,
+        }
+
+    async def cancel(self, workflow: str, gid: str, sign: Any) -> dict[str, tuple[str, str]]:
+        self.done.append(("cancel", workflow, gid, sign(operation("agentA", workflow, CANCEL, {"gid": gid}))))
+        return {"agentA": ("OK", "cancelled"), "agentB": ("REFUSED", "not signed by a deployer")}
+
+    async def rerun(self, workflow: str, gid: str, start: str | None, sign: Any) -> str:
+        self.done.append(("rerun", workflow, gid, start))
+        return f"{gid}-r1"
 
 
 def status(job: str, state: str, gid: str = "g1", **extra: object) -> dict[str, object]:
@@ -125,3 +181,100 @@ def test_history_without_a_store_or_with_a_bad_range_says_so(tmp_path: Path) -> 
 @pytest.mark.parametrize("page", ["/", "/overlay", "/workflows", "/runs", "/history", "/static/dashboard.js"])
 def test_every_page_is_served(tmp_path: Path, page: str) -> None:
     assert client(dashboard(tmp_path)).get(page).status_code == 200
+
+
+def test_the_workflows_page_shows_what_the_agents_say_is_deployed_and_files_not_deployed(
+    tmp_path: Path,
+) -> None:
+    board = dashboard(tmp_path)
+    (tmp_path / "other.xml").write_text(
+        (WORKFLOWS / "payroll.xml").read_text().replace('name="PAYROLL"', 'name="OTHER"')
+    )
+    asyncio.run(board.ask_agents(Agents(), set()))
+    listed = {d.get("name", d.get("file")): d for d in client(board).get("/api/workflows").json()}
+    payroll = listed["PAYROLL"]
+    assert payroll["deployed"] and payroll["version"] == "v2" and payroll["older"] == ["v1"]
+    assert payroll["agents"] == ["agentA", "agentB"] and payroll["missing"] == ["JobC"]
+    assert [j["job"] for j in payroll["jobs"]] == ["JobA", "JobB", "JobC"]
+    assert payroll["jobs"][1] == {
+        "job": "JobB",
+        "agent": "agentB",
+        "schedule": ["fri"],
+        "after": [["JobA", "success"]],
+    }
+    assert payroll["file"] == "payroll.xml" and payroll["file_version"] != "v2"  # the file is not what runs
+    assert listed["OTHER"]["deployed"] is False and "error" in listed["broken.xml"]
+    page = client(board).get("/fragment/workflows").text
+    assert 'data-workflow="PAYROLL" data-deployed="true"' in page and "no answer for JobC" in page
+    assert "agentA · daily" in page and "agentB · fri" in page and "? · ?" in page  # JobC: silent agent
+    assert 'data-workflow="OTHER" data-deployed="false"' in page and "from other.xml, not deployed" in page
+
+
+def test_the_runs_page_lists_the_generations_the_agents_remember_newest_first(tmp_path: Path) -> None:
+    board = dashboard(tmp_path)
+    board.monitor.receive(status("JobA", "SUCCESS", "live", started=100.0))  # followed live, newer
+    remembered: set[str] = set()
+    asyncio.run(board.ask_agents(Agents(), remembered))
+    assert remembered == {"PAYROLL"}
+    runs = client(board).get("/api/runs").json()["generations"]
+    assert [(r["gid"], r["outcome"]) for r in runs] == [("live", "running"), ("old", "SUCCESS")]
+    page = client(board).get("/fragment/runs").text
+    assert page.index('data-gid="live"') < page.index('data-gid="old"')
+    assert 'data-action="cancel"' in page and 'data-action="rerun"' in page  # running; ended
+    assert '<option value="JobC">JobC</option>' in page  # rerun from any job of the deployed graph
+
+
+def test_a_jobs_log_is_fetched_from_its_agent_and_shown_truncated_as_the_agent_says(tmp_path: Path) -> None:
+    board = dashboard(tmp_path)
+    web = client(board)
+    query = {"workflow": "PAYROLL", "gid": "g1", "job": "JobA"}
+    assert web.get("/fragment/logs", params=query).status_code == 503  # no session with the agents yet
+    board.session = Agents()
+    panel = web.get("/fragment/logs", params=query).text
+    assert "<pre>&lt;payroll&gt; done\n</pre>" in panel and 'data-log="JobA"' in panel
+    assert "attempt 2 (attempts: 1, 2); on agentA; the last 15 of 70000 bytes" in panel
+    assert web.get("/api/logs", params=query).json()["truncated"] is True
+    unknown = web.get("/fragment/logs", params={**query, "job": "JobZ"})
+    assert unknown.status_code == 404 and "has no job JobZ" in unknown.text
+    silent = web.get("/api/logs", params={**query, "job": "JobB"})
+    assert silent.status_code == 504 and silent.json()["error"] == "no answer within 5 s from agentB"
+    assert web.get("/api/logs", params={**query, "gid": "a b"}).status_code == 400
+
+
+def test_cancel_and_rerun_are_refused_unless_the_identity_is_a_deployer(tmp_path: Path, certs: Path) -> None:
+    board = dashboard(tmp_path, Identity(certs, "monitor"))
+    board.session = agents = Agents()
+    web = client(board)
+    for action, doing in (("cancel", "cancelling"), ("rerun", "rerunning")):
+        answer = web.post(f"/api/{action}", json={"workflow": "PAYROLL", "gid": "g1"})
+        assert answer.status_code == 403
+        assert answer.json()["error"].startswith(
+            f"the dashboard runs as monitor (role monitor): {doing} needs role deployer"
+        )
+        assert web.post(f"/api/{action}", json={"workflow": "PAYROLL"}).json() == {
+            "error": 'give {"workflow": NAME, "gid": GID}'
+        }
+    assert agents.done == []
+
+
+def test_cancel_and_rerun_as_a_deployer_sign_and_say_what_the_agents_answered(
+    tmp_path: Path, certs: Path
+) -> None:
+    board = dashboard(tmp_path, Identity(certs, "deployer"))
+    web = client(board)
+    body = {"workflow": "PAYROLL", "gid": "g1"}
+    assert web.post("/api/cancel", json=body).status_code == 503  # not connected to the agents yet
+    board.session = agents = Agents()
+    refused = web.post("/api/cancel", json=body)
+    assert refused.status_code == 502
+    assert (
+        refused.json()["error"]
+        == "cannot cancel g1: cancel of g1 refused by agentB: REFUSED not signed by a deployer"
+    )
+    ((_, _, _, signed),) = agents.done
+    assert "signature" in dict(signed) and dict(signed)["sequence"]  # signed, by the dashboard's deployer
+    rerun = web.post("/api/rerun", json={**body, "from": "JobB"})
+    assert rerun.json() == {"workflow": "PAYROLL", "gid": "g1-r1", "rerun_of": "g1", "from": "JobB"}
+    assert web.post("/api/rerun", json=body).json()["from"] is None
+    assert agents.done[1:] == [("rerun", "PAYROLL", "g1", "JobB"), ("rerun", "PAYROLL", "g1", None)]
+    assert web.post("/api/rerun", json={**body, "from": 3}).status_code == 400

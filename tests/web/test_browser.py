@@ -82,7 +82,20 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     dag = f"{run} svg.dag"
     assert page.get_attribute(f'{dag} [data-job="JobA"]', "data-state") == "SUCCESS"
     assert page.get_attribute(f'{dag} [data-job="JobD"]', "data-state") == "SUCCESS"
+    page.click(f'{dag} [data-job="JobA"]')  # its log, fetched from agentA
+    log = f'#detail section.log[data-log="JobA"][data-gid="{gid}"] pre'
+    page.wait_for_selector(log)
+    assert f"PAYROLL {gid} " in page.inner_text(log) and ": JobA extract" in page.inner_text(log)
+    assert page.get_attribute(run, "data-outcome") == "SUCCESS"  # no late, stale redraw over it
     page.screenshot(path=str(tmp_path / "runs.png"), full_page=True)
+
+    page.click(f'{run} [data-action="rerun"]')  # every job again, signed as the dashboard's deployer
+    page.wait_for_selector("#action-result.ok")
+    assert page.inner_text("#action-result") == f"rerunning {gid} as {gid}-r1"
+    page.wait_for_selector(f'section.generation[data-gid="{gid}-r1"][data-outcome="SUCCESS"]')
+
+    page.goto(up + "workflows")  # as the agents say it is deployed
+    page.wait_for_selector('section.workflow[data-workflow="PAYROLL"][data-deployed="true"]')
 
     page.goto(up + "overlay")
     page.wait_for_selector("svg.overlay")

@@ -9,10 +9,17 @@ import subprocess
 import time
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from broker.language import Publication
 from tests.agents.test_processes import MONDAY, WORKFLOWS, Overlay, overlay
 from tests.processes import WFM, brokers
+from wfm.cli import cli
+from wfm.history.landing import Landing
 
 __all__ = ["overlay"]  # the fixture
+
+STATUS = {"class": "JOBSTATUS", "applname": "PAYROLL"}
 
 SLOW = """<workflow name="SLOW">
   <job name="Sleep" agent="agentA"><command>echo started; sleep 60</command></job>
@@ -133,3 +140,35 @@ def test_no_agent_answering_is_a_timeout_exit_3() -> None:
             assert (done.returncode, done.stderr) == (3, "wfm: error: no agent answered within 1 s\n"), (
                 command
             )
+
+
+def test_runs_from_a_store_reads_the_landing_log_without_spark(tmp_path: Path) -> None:
+    store = tmp_path / "history"
+    rows = [
+        {"class": "Trigger", "applname": "PAYROLL", "GID": "g1", "schedule": "2026.11.20"},
+        {**STATUS, "GID": "g1", "jobname": "JobA", "status": "SUCCESS", "started": 10.0, "duration": 2.0},
+        {**STATUS, "GID": "g1", "jobname": "APPL_END", "status": "SUCCESS", "started": 13.0},
+        {**STATUS, "GID": "g2", "jobname": "JobA", "status": "FAILURE", "started": 20.0, "duration": 1.0},
+        {**STATUS, "GID": "g2", "jobname": "APPL_END", "status": "CANCELLED", "detail": "cancelled"},
+        {**STATUS, "applname": "OTHER", "GID": "g3", "jobname": "JobA", "status": "SUCCESS"},
+    ]
+    with Landing(store / "landing") as landing:
+        for number, row in enumerate(rows):
+            attributes = {k: v for k, v in row.items() if k != "class"}
+            landing.append(Publication(str(row["class"]), attributes), float(number), "tester", f"id{number}")
+    done = CliRunner().invoke(cli, ["runs", "PAYROLL", "--store", str(store), "-o", "json"])
+    assert done.exit_code == 0, done.output
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["gid"], r["status"], r["duration"]) for r in records] == [
+        ("g2", "CANCELLED", 1.0),
+        ("g1", "SUCCESS", 3.0),
+    ]
+    assert records[1]["date"] == "2026-11-20" and records[1]["jobs"] == {"JobA": "SUCCESS"}
+    assert "wfm: 2 generations of PAYROLL in" in done.stderr and "Spark" not in done.stderr
+    for extra in (["--watch"], ["--broker", "socket://127.0.0.1:1/B1"]):
+        usage = CliRunner().invoke(cli, ["runs", "PAYROLL", "--store", str(store), *extra])
+        assert usage.exit_code == 2 and "--store reads the store only" in usage.stderr
+    neither = CliRunner().invoke(cli, ["runs", "PAYROLL"], env={"WFM_BROKER": None})
+    assert neither.exit_code == 2 and "give --broker URI (or $WFM_BROKER), or --store DIR" in neither.stderr
+    missing = CliRunner().invoke(cli, ["runs", "PAYROLL", "--store", str(tmp_path / "none")])
+    assert missing.exit_code == 1 and "no history store at" in missing.stderr

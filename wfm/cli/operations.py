@@ -7,18 +7,20 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from broker.client import Brokers
-from wfm.cli.options import broker_option, checked, output_option
+from wfm.cli.options import broker_option, broker_uri_option, checked, output_option
 from wfm.cli.workflow import signing_options
 from wfm.monitor import Monitor
-from wfm.operations import NoReply, Session, generation_record
+from wfm.operations import NoReply, Session, generation_record, newest, stored_runs
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow, default_outbox
 
@@ -79,52 +81,101 @@ def workflows(broker_uri: Brokers, timeout: float, output: str) -> None:
 
 @click.command()
 @workflow_argument
-@broker_option
+@broker_uri_option("Broker to connect to (required unless --store)")
 @click.option(
     "--limit", type=click.IntRange(1, 200), default=20, show_default=True, help="Generations shown."
 )
 @click.option("--watch", is_flag=True, help="Then follow new statuses live until Ctrl-C.")
+@click.option(
+    "--store",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Read the generations from this history store instead of asking the agents (older ones).",
+)
 @timeout_option(5.0)
 @output_option
-def runs(workflow: str, broker_uri: Brokers, limit: int, watch: bool, timeout: float, output: str) -> None:
+@click.pass_context
+def runs(
+    ctx: click.Context,
+    workflow: str,
+    broker_uri: Brokers | None,
+    limit: int,
+    watch: bool,
+    store: Path | None,
+    timeout: float,
+    output: str,
+) -> None:
     """Recent generations of WORKFLOW: outcome, start, duration and job states, from what its
-    agents keep (their last 500 generations). -o json: one object per generation; with --watch,
-    one more each time a generation changes."""
+    agents keep (their last 500 generations), or with --store from the history store (every
+    generation the historian recorded; Spark starts only if the store has a compacted table).
+    -o json: one object per generation; with --watch, one more each time a generation changes."""
+    if store is not None:
+        if watch or ctx.get_parameter_source("broker_uri") == ParameterSource.COMMANDLINE:
+            raise click.UsageError("--store reads the store only: give it without --broker and --watch")
+        _show(_stored(store, workflow), set(), limit, output)
+        return
+    if broker_uri is None:
+        raise click.UsageError("give --broker URI (or $WFM_BROKER), or --store DIR")
 
     async def use(session: Session) -> None:
         if watch:
             await session.follow(workflow)
         monitor = await session.runs(workflow, limit)
-        if output == "json":
-            for record in _records(session, monitor, limit):
-                _json(record)
-            if watch:
-                seen = {(r["gid"], json.dumps(r)) for r in _records(session, monitor, limit)}
-                await session.watch(monitor, lambda: _changed(session, monitor, limit, seen))
-            return
-        console = Console()
         if not watch:
-            console.print(_table(_records(session, monitor, limit)))
+            _show(monitor, session.cancelled, limit, output)
             return
-        with Live(_table(_records(session, monitor, limit)), console=console, auto_refresh=False) as live:
+        if output == "json":
+            _show(monitor, session.cancelled, limit, output)
+            seen = {(r["gid"], json.dumps(r)) for r in _records(session.cancelled, monitor, limit)}
+            await session.watch(monitor, lambda: _changed(session, monitor, limit, seen))
+            return
+        table = _table(_records(session.cancelled, monitor, limit))
+        with Live(table, console=Console(), auto_refresh=False) as live:
             await session.watch(
-                monitor, lambda: live.update(_table(_records(session, monitor, limit)), refresh=True)
+                monitor,
+                lambda: live.update(_table(_records(session.cancelled, monitor, limit)), refresh=True),
             )
 
     _session(broker_uri, timeout, use)
 
 
-def _records(session: Session, monitor: Monitor, limit: int) -> list[dict[str, Any]]:
+def _stored(path: Path, workflow: str) -> Monitor:
+    """``workflow``'s generations in the store at ``path``, saying on stderr when Spark starts."""
+    from wfm.history.queries import open_store  # Spark: only for --store
+    from wfm.history.store import HistoryStore, require_store
+
+    path = path.absolute()
+    require_store(path)
+
+    def spark() -> Any:
+        click.echo(
+            f"wfm: starting Spark to read the table of {path} (the first query takes a while) ...", err=True
+        )
+        return open_store(path, None).spark
+
+    found = stored_runs(HistoryStore(path, spark), workflow)
+    click.echo(f"wfm: {len(found.generations)} generations of {workflow} in {path}", err=True)
+    return found
+
+
+def _show(monitor: Monitor, cancelled: set[tuple[str, str]], limit: int, output: str) -> None:
+    records = _records(cancelled, monitor, limit)
+    if output == "json":
+        for record in records:
+            _json(record)
+    else:
+        Console().print(_table(records))
+
+
+def _records(cancelled: set[tuple[str, str]], monitor: Monitor, limit: int) -> list[dict[str, Any]]:
     """The newest ``limit`` generations (by start; not started yet: first)."""
-    records = [
-        generation_record(g, (g.workflow, g.gid) in session.cancelled) for g in monitor.generations.values()
+    return [
+        generation_record(g, (g.workflow, g.gid) in cancelled)
+        for g in newest(monitor.generations.values(), limit)
     ]
-    records.sort(key=lambda r: (r["started"] is None, r["started"] or 0.0), reverse=True)
-    return records[:limit]
 
 
 def _changed(session: Session, monitor: Monitor, limit: int, seen: set[tuple[str, str]]) -> None:
-    for record in _records(session, monitor, limit):
+    for record in _records(session.cancelled, monitor, limit):
         key = (record["gid"], json.dumps(record))
         if key not in seen:
             seen.add(key)

@@ -185,7 +185,8 @@ def monitor(
     wfm monitor PAYROLL --gid "$(wfm trigger PAYROLL)"
 
     -o json prints one line per job status. Without --watch it exits when the watched generations
-    end: exit status 0 if all ended SUCCESS, 1 if one ended FAILURE, 3 on --timeout."""
+    end: exit status 0 if all ended SUCCESS, 1 if one ended otherwise
+    (FAILURE, CANCELLED: why, on stderr), 3 on --timeout."""
     try:
         status = asyncio.run(_monitor(broker_uri, workflow, gids, watch, output == "json", timeout))
     except (ConnectError, ConnectionError) as error:
@@ -219,7 +220,10 @@ async def _monitor(
             )
             stack.push_async_callback(_cancelled, catching)
         click.echo(f"wfm: {_waiting_for(workflow, gids, forever)}", err=True)
-        return await service.run(forever, timeout, show)
+        status = await service.run(forever, timeout, show)
+        for reason in service.monitor.unsuccessful():
+            click.echo(f"wfm: {reason}", err=True)
+        return status
 
 
 async def _catch_up(

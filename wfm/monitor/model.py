@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from broker.language import Value
-from workflow_messages import APPL_END, FAILURE, JOBSTATUS, NORUN, TRIGGER, skipped_jobs, trigger_date
+from workflow_messages import APPL_END, JOBSTATUS, NORUN, SUCCESS, TRIGGER, skipped_jobs, trigger_date
 
 __all__ = ["SKIPPED", "Generation", "JobState", "Monitor", "StatusEvent"]
 
@@ -152,9 +152,17 @@ class Monitor:
         return bool(seen) and {g.gid for g in seen} >= self._watched and all(g.ended for g in seen)
 
     def exit_status(self) -> int:
-        """0 if every watched generation ended SUCCESS, 1 if one ended FAILURE (call when done)."""
-        failed = any(g.end is not None and g.end.status == FAILURE for g in self.watched())
-        return 1 if failed else 0
+        """0 if every watched generation ended SUCCESS, 1 if one did not (FAILURE, CANCELLED: a
+        script waiting on a generation must not go on as if it ran); call when done."""
+        return 1 if self.unsuccessful() else 0
+
+    def unsuccessful(self) -> list[str]:
+        """Why: each watched generation that ended other than SUCCESS, with APPL_END's detail."""
+        return [
+            f"{g.workflow} {g.gid} ended {g.end.status}" + (f": {g.end.detail}" if g.end.detail else "")
+            for g in self.watched()
+            if g.end is not None and g.end.status != SUCCESS
+        ]
 
 
 def _number(value: Value | None) -> float | None:

@@ -1,11 +1,14 @@
 """``wfm web``: the dashboard as a Starlette application. An ordinary overlay client (a monitor
-subscription for the Runs page, status requests for the Overlay page) plus a reader of the history
-store; every page is HTML drawn on the server (``pages.py``, SVG from ``svg.py``), refreshed by a
-few lines of script when the server says, over server-sent events, that something changed.
+subscription for the Runs page, status requests for the Overlay page, a ``wfm.operations.Session``
+asking the agents what is deployed, what they remember and what a job printed, and cancelling or
+rerunning generations) plus a reader of the history store; every page is HTML drawn on the
+server (``pages.py``, SVG from ``svg.py``), refreshed by a few lines of script when the server
+says, over server-sent events, that something changed.
 
 Routes: ``/`` (= ``/runs``), ``/overlay``, ``/workflows``, ``/runs``, ``/history`` are pages; each
 has ``/fragment/...`` (the part that is redrawn) and ``/api/...`` (the same data as JSON);
-``/events`` is the event stream; ``POST /api/trigger`` starts a generation.
+``/events`` is the event stream; ``POST /api/trigger``, ``/api/cancel`` and ``/api/rerun`` act
+(as a deployer only), ``/fragment/logs`` and ``/api/logs`` show a job's log.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -28,11 +31,23 @@ from starlette.staticfiles import StaticFiles
 
 from broker.client import ConnectError
 from broker.client.reconnect import BrokerList
-from broker.errors import WfmError
+from broker.errors import RemoteError, WfmError
 from broker.transport.tls import Identity
 from wfm.monitor import Monitor, MonitorService
+from wfm.operations import Deployed, NoReply, Session, UnknownWorkflow
+from wfm.signing import Deployer
+from wfm.triggers import check_gid, check_workflow
 from wfm.web import pages
-from wfm.web.sources import HistoryReader, OverlayWatcher, Refused, trigger, workflows
+from wfm.web.sources import (
+    HistoryReader,
+    OverlayWatcher,
+    Refused,
+    deployer,
+    described,
+    require_deployer,
+    trigger,
+    workflows,
+)
 
 __all__ = ["Dashboard", "create_app"]
 
@@ -42,6 +57,14 @@ OVERLAY_EVERY = 2.0  # seconds between two walks of the overlay
 RECONNECT_AFTER = 1.0  # seconds before the runs subscription is tried again
 CLOSE = ""  # the event that ends a stream
 KEEPALIVE = 15.0  # seconds between two comments on an idle event stream (proxies close silent ones)
+AGENTS_EVERY = 10.0  # seconds between two questions to the agents about what is deployed
+AGENTS_TIMEOUT = 5.0  # seconds for the agents to answer (a page's log, a cancel, a rerun)
+
+Connect = Callable[[BrokerList, float], AbstractAsyncContextManager[Any]]
+
+
+class Unavailable(WfmError):
+    """The dashboard is not (yet) connected to the agents."""
 
 
 @dataclass
@@ -57,6 +80,11 @@ class Dashboard:
     overlay: dict[str, Any] = field(default_factory=lambda: {"brokers": [], "links": []})
     listeners: set[asyncio.Queue[str]] = field(default_factory=set)
     history: HistoryReader | None = None
+    connect: Connect = Session.connect  # how to open a session with the agents (tests: a stand-in)
+    session: Any = None  # the open Session, when connected
+    deployed: list[Deployed] | None = None  # what the agents said last (None: not answered yet)
+    agents_error: str | None = "asking the agents ..."
+    _signer: Deployer | None = None
 
     def __post_init__(self) -> None:
         self.watcher = OverlayWatcher(self.brokers, self.tls)
@@ -73,7 +101,64 @@ class Dashboard:
         self.changed(CLOSE)
 
     def definitions(self) -> list[dict[str, Any]]:
-        return workflows(self.workflow_dir)
+        return described(self.deployed or [], workflows(self.workflow_dir))
+
+    def agents(self) -> Any:
+        """The session with the agents; Unavailable (with why) while there is none."""
+        if self.session is None:
+            raise Unavailable(f"not connected to the agents: {self.agents_error or 'connecting ...'}")
+        return self.session
+
+    def sign(self, envelope: Any) -> Any:
+        """Signed as the dashboard's deployer, one :class:`Deployer` kept (its sequence only rises)."""
+        if self._signer is None:
+            self._signer = deployer(self.tls)
+        return self._signer.sign(envelope)
+
+    async def follow_agents(self) -> None:
+        """A session with the agents, for ever: what is deployed, asked every AGENTS_EVERY seconds."""
+        while True:
+            try:
+                async with self.connect(self.brokers, AGENTS_TIMEOUT) as session:
+                    self.session = session
+                    remembered: set[str] = set()
+                    while True:
+                        await self.ask_agents(session, remembered)
+                        await asyncio.sleep(AGENTS_EVERY)
+            except (WfmError, ConnectError, ConnectionError, OSError) as error:
+                self.agents_error = f"cannot ask the agents: {error}"
+                self.changed("workflows")
+            except Exception:  # an answer this code did not expect must not stop the asking
+                log.exception("asking the agents failed")
+                self.agents_error = "asking the agents failed (see the log)"
+                self.changed("workflows")
+            finally:
+                self.session = None
+            await asyncio.sleep(RECONNECT_AFTER)
+
+    async def ask_agents(self, session: Any, remembered: set[str]) -> None:
+        """What is deployed; and, once per workflow not in ``remembered``, the generations its
+        agents remember, fed into the Runs page's monitor beside those followed live."""
+        try:
+            found, _ = await session.workflows()
+        except (NoReply, RemoteError) as error:
+            self.agents_error = str(error)
+            self.changed("workflows")
+            return
+        self.agents_error = None
+        if found != self.deployed:
+            self.deployed = found
+            self.changed("workflows")
+        for workflow in found:
+            if workflow.workflow in remembered:
+                continue
+            try:
+                await session.runs(workflow.workflow, pages.RUNS_SHOWN, into=self.monitor)
+            except (NoReply, UnknownWorkflow, RemoteError) as error:
+                log.info("the runs of %s: %s (asked again later)", workflow.workflow, error)
+                continue
+            remembered.add(workflow.workflow)
+            self.changed("runs")
 
     async def follow_runs(self) -> None:
         """The monitor's subscription, for ever: generations are kept across reconnections."""
@@ -107,7 +192,10 @@ def create_app(dashboard: Dashboard, background: bool = True) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(t()) for t in (dashboard.follow_runs, dashboard.watch_overlay)]
+        tasks = [
+            asyncio.create_task(t())
+            for t in (dashboard.follow_runs, dashboard.watch_overlay, dashboard.follow_agents)
+        ]
         try:
             yield
         finally:
@@ -146,7 +234,7 @@ def create_app(dashboard: Dashboard, background: bool = True) -> Starlette:
             raise Refused(f"broker {request.path_params['broker']} did not answer: {error}") from None
 
     async def workflows_fragment(request: Request) -> str:
-        return pages.workflows(dashboard.definitions())
+        return pages.workflows(dashboard.definitions(), dashboard.agents_error)
 
     async def runs_fragment(request: Request) -> str:
         return pages.runs(dashboard.monitor, dashboard.definitions(), dashboard.runs_error)
@@ -175,22 +263,84 @@ def create_app(dashboard: Dashboard, background: bool = True) -> Starlette:
         )
 
     async def api_trigger(request: Request) -> JSONResponse:
+        async def act(form: dict[str, str]) -> dict[str, Any]:
+            gid = await asyncio.to_thread(trigger, dashboard.brokers, dashboard.tls, form["workflow"])
+            return {"workflow": form["workflow"], "gid": gid}
+
+        return await acted(request, ("workflow",), act, "cannot trigger {workflow}")
+
+    async def api_cancel(request: Request) -> JSONResponse:
+        async def act(form: dict[str, str]) -> dict[str, Any]:
+            require_deployer(dashboard.tls, "cancelling")
+            workflow, gid = check_workflow(form["workflow"]), check_gid(form["gid"])
+            acks = await dashboard.agents().cancel(workflow, gid, dashboard.sign)
+            refused = [f"{a}: {r} {d}" for a, (r, d) in sorted(acks.items()) if r not in ("OK", "UNCHANGED")]
+            if refused:
+                raise RemoteError(f"cancel of {gid} refused by {'; '.join(refused)}")
+            agents = {agent: {"result": r, "detail": d} for agent, (r, d) in sorted(acks.items())}
+            return {"workflow": workflow, "gid": gid, "agents": agents}
+
+        return await acted(request, ("workflow", "gid"), act, "cannot cancel {gid}")
+
+    async def api_rerun(request: Request) -> JSONResponse:
+        async def act(form: dict[str, str]) -> dict[str, Any]:
+            require_deployer(dashboard.tls, "rerunning")
+            workflow, gid, start = check_workflow(form["workflow"]), check_gid(form["gid"]), form.get("from")
+            new = await dashboard.agents().rerun(workflow, gid, start or None, dashboard.sign)
+            return {"workflow": workflow, "gid": new, "rerun_of": gid, "from": start or None}
+
+        return await acted(request, ("workflow", "gid"), act, "cannot rerun {gid}", ("from",))
+
+    async def acted(
+        request: Request,
+        required: tuple[str, ...],
+        act: Callable[[dict[str, str]], Awaitable[dict[str, Any]]],
+        failing: str,
+        optional: tuple[str, ...] = (),
+    ) -> JSONResponse:
+        """``act`` on the request's JSON object of strings, its answer or ``{"error": ...}``."""
+        usage = "give {" + ", ".join(f'"{name}": {PLACEHOLDERS[name]}' for name in required) + "}"
         try:
             form = await request.json()
-            workflow = form["workflow"] if isinstance(form, dict) else None
-            if not isinstance(workflow, str):
-                raise Refused('give {"workflow": NAME}')
-        except (ValueError, KeyError, Refused) as error:
-            return JSONResponse({"error": str(error) or 'give {"workflow": NAME}'}, status_code=400)
+        except ValueError:
+            form = None
+        if (
+            not isinstance(form, dict)
+            or not all(isinstance(form.get(name), str) for name in required)
+            or not all(isinstance(form.get(name), str | None) for name in optional)
+        ):
+            return JSONResponse({"error": usage}, status_code=400)
         try:
-            gid = await asyncio.to_thread(trigger, dashboard.brokers, dashboard.tls, workflow)
-        except Refused as error:
-            return JSONResponse({"error": str(error)}, status_code=403)
-        except (WfmError, ConnectError, OSError, TimeoutError) as error:
-            return JSONResponse(
-                {"error": f"cannot trigger {workflow}: {error or 'timed out'}"}, status_code=502
-            )
-        return JSONResponse({"workflow": workflow, "gid": gid})
+            return JSONResponse(await act(form))
+        except (WfmError, ValueError, OSError, TimeoutError) as error:
+            status, message = failure(error)
+            if status == 502:
+                message = f"{failing.format(**form)}: {message}"
+            return JSONResponse({"error": message}, status_code=status)
+
+    async def job_log(request: Request) -> dict[str, Any]:
+        params = request.query_params
+        workflow, gid = check_workflow(params.get("workflow", "")), check_gid(params.get("gid", ""))
+        job = params.get("job", "")
+        attempt = params.get("attempt", "0")
+        if not job or not attempt.isdigit():
+            raise ValueError("give workflow, gid, job and, if you like, attempt (a number)")
+        found: dict[str, Any] = await dashboard.agents().logs(workflow, job, gid, int(attempt))
+        return {"workflow": workflow, "gid": gid, "job": job, **found}
+
+    async def logs_fragment(request: Request) -> HTMLResponse:
+        try:
+            return HTMLResponse(pages.job_log(await job_log(request)))
+        except (WfmError, ValueError, OSError, TimeoutError) as error:
+            status, message = failure(error)
+            return HTMLResponse(pages.problem(message), status_code=status)
+
+    async def api_logs(request: Request) -> JSONResponse:
+        try:
+            return JSONResponse(await job_log(request))
+        except (WfmError, ValueError, OSError, TimeoutError) as error:
+            status, message = failure(error)
+            return JSONResponse({"error": message}, status_code=status)
 
     async def events(request: Request) -> Response:
         queue: asyncio.Queue[str] = asyncio.Queue()
@@ -231,7 +381,31 @@ def create_app(dashboard: Dashboard, background: bool = True) -> Starlette:
         Route("/api/workflows", api_workflows),
         Route("/api/runs", api_runs),
         Route("/api/trigger", api_trigger, methods=["POST"]),
+        Route("/api/cancel", api_cancel, methods=["POST"]),
+        Route("/api/rerun", api_rerun, methods=["POST"]),
+        Route("/api/logs", api_logs),
+        Route("/fragment/logs", logs_fragment),
         Route("/events", events),
         Mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static"),
     ]
     return Starlette(routes=routes, lifespan=lifespan if background else None)
+
+
+PLACEHOLDERS = {"workflow": "NAME", "gid": "GID"}
+
+
+def failure(error: Exception) -> tuple[int, str]:
+    """The HTTP status of what went wrong, and its one line."""
+    for kind, status in FAILURES:
+        if isinstance(error, kind):
+            return status, str(error) or type(error).__name__
+    return 502, str(error) or "timed out"
+
+
+FAILURES: tuple[tuple[type[Exception], int], ...] = (
+    (Refused, 403),
+    (Unavailable, 503),
+    (NoReply, 504),
+    (UnknownWorkflow, 404),
+    (ValueError, 400),
+)

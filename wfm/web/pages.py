@@ -11,9 +11,11 @@ from html import escape
 from typing import Any
 
 from wfm.monitor import Generation, Monitor
+from wfm.operations import newest
 from wfm.triggers import check_workflow, parse_date
 from wfm.web.svg import Bar, Edge, Node, Series, dag_svg, gantt_svg, graph_svg, line_chart_svg
 from workflow_messages import APPL_END, APPL_START
+from workflow_messages.calendars import DAYS
 
 __all__ = [
     "PAGES",
@@ -21,6 +23,7 @@ __all__ = [
     "broker_detail",
     "generations",
     "history",
+    "job_log",
     "overlay",
     "problem",
     "runs",
@@ -29,7 +32,7 @@ __all__ = [
 ]
 
 PAGES = ("overlay", "workflows", "runs", "history")
-EVENTS = {"overlay": "overlay", "runs": "runs"}  # page -> the event that redraws it
+EVENTS = {"overlay": "overlay", "runs": "runs", "workflows": "workflows"}  # page -> the event that redraws it
 RUNS_SHOWN = 20  # newest generations on the Runs page
 PERIODS = ("day", "week")  # as wfm report --by (wfm.history.report loads Spark: not imported here)
 VIRTUAL = (APPL_START, APPL_END)
@@ -47,7 +50,8 @@ def shell(name: str, definitions: Sequence[Mapping[str, Any]]) -> str:
         controls = (
             '<form id="trigger-form" class="controls"><label>Workflow '
             f'<select name="workflow" id="trigger-workflow">{options}</select></label>'
-            ' <button type="submit" id="trigger">Trigger</button> <span id="trigger-result"></span></form>'
+            ' <button type="submit" id="trigger">Trigger</button> <span id="trigger-result"></span>'
+            ' <span id="action-result"></span></form>'
         )
     elif name == "history":
         today = date.today()
@@ -59,7 +63,7 @@ def shell(name: str, definitions: Sequence[Mapping[str, Any]]) -> str:
             '<label>Workflow <input name="workflow" placeholder="all"></label> '
             '<button type="submit">Show</button></form>'
         )
-    detail = '<div id="detail"></div>' if name == "overlay" else ""
+    detail = '<div id="detail"></div>' if name in ("overlay", "runs") else ""
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>wfm {escape(name)}</title>"
@@ -139,30 +143,47 @@ def broker_detail(status: Mapping[str, Any]) -> str:
 # workflows --------------------------------------------------------------------------------------
 
 
-def workflows(definitions: Sequence[Mapping[str, Any]]) -> str:
-    """Each workflow: name, version, agents, its DAG (job, agent and schedule in each box)."""
+def workflows(definitions: Sequence[Mapping[str, Any]], agents_error: str | None = None) -> str:
+    """Each workflow the agents say is deployed: version, agents, its DAG (job, agent and schedule in
+    each box); then the files of --workflows DIR not deployed as written."""
+    parts = [problem(agents_error)] if agents_error else []
     if not definitions:
-        return problem("no workflow definitions (start wfm web with --workflows DIR)")
-    parts = []
+        parts.append(problem("no workflow is deployed on an agent that answered"))
     for d in definitions:
         if "error" in d:
             parts.append(f"<section><h2>{escape(d['file'])}</h2>{problem(d['error'])}</section>")
             continue
+        facts = [f"version {escape(d['version'])}"]
+        if d["deployed"]:
+            facts += [f"older versions still deployed: {escape(', '.join(d['older']))}"] if d["older"] else []
+            facts += [f"agents {escape(', '.join(d['agents']))} (coordinator {escape(d['coordinator'])})"]
+            if d["missing"]:
+                facts.append(f'<span class="problem">no answer for {escape(", ".join(d["missing"]))}</span>')
+            if "file_version" in d:
+                facts.append(f"{escape(d['file'])} has version {escape(d['file_version'])}, not deployed")
+        else:
+            facts.append(f'<span class="problem">from {escape(d["file"])}, not deployed</span>')
         parts.append(
-            f'<section class="workflow" data-workflow="{_a(d["name"])}"><h2>{escape(d["name"])}</h2>'
-            f"<p>version {escape(d['version'])} · file {escape(d['file'])}"
-            f" · agents {escape(', '.join(d['agents']))}"
-            f" (coordinator {escape(d['coordinator'])})</p>{_dag(d)}</section>"
+            f'<section class="workflow" data-workflow="{_a(d["name"])}"'
+            f' data-deployed="{_a(str(d["deployed"]).lower())}">'
+            f"<h2>{escape(d['name'])}</h2><p>{' · '.join(facts)}</p>{_dag(d)}</section>"
         )
     return "".join(parts)
 
 
 def _dag(definition: Mapping[str, Any], states: Mapping[str, str] | None = None) -> str:
-    nodes = [Node(j["job"], f"{j['agent']} · {j['schedule']}") for j in definition["jobs"]]
+    nodes = [Node(j["job"], f"{j['agent']} · {_days(j['schedule'])}") for j in definition["jobs"]]
     edges = [Edge(after, j["job"], on) for j in definition["jobs"] for after, on in j["after"]]
     known = {n.name for n in nodes}
     nodes += [Node(job) for job in (states or {}) if job not in known]  # statuses of jobs not defined here
     return dag_svg(nodes, edges, states)
+
+
+def _days(schedule: str | Sequence[str]) -> str:
+    """A schedule's day words (JOBINFO's list) as the XML's ``schedule`` would say them."""
+    if isinstance(schedule, str):
+        return schedule
+    return "daily" if len(schedule) == len(DAYS) else " ".join(schedule)
 
 
 # runs -------------------------------------------------------------------------------------------
@@ -190,7 +211,9 @@ def runs(monitor: Monitor, definitions: Sequence[Mapping[str, Any]], error: str 
     parts = [problem(error)] if error else []
     shown = _newest(monitor)
     if not shown:
-        parts.append("<p>No generation seen since the dashboard started: trigger one.</p>")
+        parts.append("<p>No generation seen yet (nor remembered by the agents): trigger one.</p>")
+    else:
+        parts.append("<p>Click a job on a DAG or a timeline for its log.</p>")
     by_name = {d["name"]: d for d in definitions if "name" in d}
     for g in shown:
         states = {job: s.status for job, s in g.jobs.items() if job not in VIRTUAL}
@@ -209,14 +232,43 @@ def runs(monitor: Monitor, definitions: Sequence[Mapping[str, Any]], error: str 
             f'<section class="generation" data-workflow="{_a(g.workflow)}" data-gid="{_a(g.gid)}"'
             f' data-outcome="{_a(outcome)}"><h2>{escape(g.workflow)} <code>{escape(g.gid)}</code>'
             f' {escape(g.date or "")} <span class="outcome state-{_a(outcome)}">{escape(outcome)}</span>'
-            f"{escape(detail)}</h2>"
+            f"{escape(detail)}</h2>{_actions(g, order)}"
             f'<div class="pictures">{_dag(definition, states)}{gantt_svg(bars)}</div></section>'
         )
     return "".join(parts)
 
 
+def _actions(generation: Generation, jobs: Sequence[str]) -> str:
+    """Cancel while it runs; once ended, rerun it (every job, or from one and those after it)."""
+    if not generation.ended:
+        return '<p class="actions"><button type="button" data-action="cancel">Cancel</button></p>'
+    options = "".join(f'<option value="{_a(job)}">{escape(job)}</option>' for job in jobs)
+    return (
+        '<p class="actions"><label>Rerun from <select data-rerun-from><option value="">every job</option>'
+        f'{options}</select></label> <button type="button" data-action="rerun">Rerun</button></p>'
+    )
+
+
+def job_log(found: Mapping[str, Any]) -> str:
+    """The log panel: what the agent sent of one attempt's output, and whether it is all of it."""
+    facts = [
+        f"attempt {found['attempt']} (attempts: {', '.join(map(str, found['attempts'])) or 'none'})",
+        f"on {found['agent']}",
+    ]
+    if found["truncated"]:
+        facts.append(f"the last {len(found['text'].encode())} of {found['size']} bytes")
+    if not found["ended"]:
+        facts.append("still running")
+    return (
+        f'<section class="log" data-log="{_a(found["job"])}" data-gid="{_a(found["gid"])}">'
+        f"<h2>Log of {escape(found['job'])} in {escape(found['workflow'])}"
+        f" <code>{escape(found['gid'])}</code></h2><p>{escape('; '.join(facts))}</p>"
+        f"<pre>{escape(found['text']) or '(no output)'}</pre></section>"
+    )
+
+
 def _newest(monitor: Monitor) -> list[Generation]:
-    return list(reversed(monitor.generations.values()))[:RUNS_SHOWN]
+    return newest(monitor.generations.values(), RUNS_SHOWN)
 
 
 def _outcome(generation: Generation) -> str:

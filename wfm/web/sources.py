@@ -1,7 +1,8 @@
 """Where the dashboard's data comes from, in one module so another source can replace one of them:
-the overlay (each broker's status, walked from broker to broker), the workflow definitions (read
-from a directory of XML files, as ``wfm up`` deploys them), the history store (Spark, started
-on first use) and triggers (``wfm.triggers``). The web layer only calls these.
+the overlay (each broker's status, walked from broker to broker), the workflows (what the agents
+say is deployed, asked with ``wfm.operations.Session``; a directory of XML files adds what is not
+deployed as written), the history store (Spark, started on first use), triggers
+(``wfm.triggers``) and the deployer's key for cancel and rerun. The web layer only calls these.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -21,6 +22,8 @@ from broker.client.reconnect import BrokerList, brokers
 from broker.errors import WfmError
 from broker.transport.tls import Identity
 from wfm.certs import listing
+from wfm.operations import Deployed
+from wfm.signing import Deployer, default_key, local_deployer, tls_deployer
 from wfm.triggers import TriggerPublisher, check_workflow, new_gid
 from wfm.workflow import DefinitionError, Workflow, load
 
@@ -29,6 +32,9 @@ __all__ = [
     "HistoryReader",
     "OverlayWatcher",
     "Refused",
+    "deployer",
+    "described",
+    "require_deployer",
     "role_of",
     "trigger",
     "workflows",
@@ -69,7 +75,47 @@ def _described(workflow: Workflow, file: Path) -> dict[str, Any]:
         "agents": list(workflow.agents),
         "coordinator": workflow.coordinator,
         "jobs": [job.definition() for job in workflow.jobs],
+        "deployed": False,
     }
+
+
+def described(deployed: Sequence[Deployed], files: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Workflows page's list: each workflow the agents say is deployed (its current version,
+    older versions still deployed, agents, jobs in the coordinator's order, ``missing``: jobs whose
+    agent did not answer), then what the directory adds: a file of a workflow no agent has, or of
+    another version than the deployed one (``file_version`` on it), or one that does not load."""
+    found = []
+    for workflow in deployed:
+        order = list(workflow.graph) if workflow.graph is not None else sorted(workflow.jobs)
+        graph = workflow.graph or {}
+        found.append(
+            {
+                "name": workflow.workflow,
+                "version": workflow.version,
+                "older": sorted(workflow.versions - {workflow.version}),
+                "agents": sorted(workflow.agents),
+                "coordinator": workflow.coordinator or "?",
+                "jobs": [
+                    {
+                        "job": job,
+                        "agent": workflow.jobs.get(job, {}).get("agent", "?"),
+                        "schedule": workflow.jobs.get(job, {}).get("schedule", "?"),
+                        "after": graph.get(job, []),
+                    }
+                    for job in order
+                ],
+                "missing": workflow.unanswered(),
+                "deployed": True,
+            }
+        )
+    by_name = {d["name"]: d for d in found}
+    for file in files:
+        same = by_name.get(file.get("name", ""))
+        if same is None:
+            found.append(file)
+        elif file["version"] != same["version"]:
+            same["file"], same["file_version"] = file["file"], file["version"]
+    return found
 
 
 # the overlay ------------------------------------------------------------------------------------
@@ -179,17 +225,28 @@ def role_of(tls: Identity | None) -> str | None:
     return roles.get(tls.name, "")
 
 
-def trigger(uri: BrokerList, tls: Identity | None, workflow: str, today: date | None = None) -> str:
-    """Publish a Trigger for ``workflow`` (today's date, a new gid) as the dashboard's identity; its
-    gid. Refused, before anything is sent, if that identity is not a deployer (with TLS on) or the
-    workflow name is not one; a broker that does not take it raises as ``TriggerPublisher`` does."""
+def require_deployer(tls: Identity | None, doing: str) -> None:
+    """Refused, naming the dashboard's identity and role, unless it is a deployer (with TLS on)."""
     role = role_of(tls)
     if role is not None and role != DEPLOYER:
         assert tls is not None
         raise Refused(
-            f"the dashboard runs as {tls.name} (role {role or 'none'}): triggering needs role {DEPLOYER};"
+            f"the dashboard runs as {tls.name} (role {role or 'none'}): {doing} needs role {DEPLOYER};"
             f" start wfm web with --identity of a deployer"
         )
+
+
+def deployer(tls: Identity | None) -> Deployer:
+    """Who signs the dashboard's cancel and rerun: its TLS identity, else the local deployer key
+    (``wfm deploy``'s default, which agents without TLS pinned). Call :func:`require_deployer` first."""
+    return tls_deployer(tls.directory, tls.name) if tls is not None else local_deployer(default_key())
+
+
+def trigger(uri: BrokerList, tls: Identity | None, workflow: str, today: date | None = None) -> str:
+    """Publish a Trigger for ``workflow`` (today's date, a new gid) as the dashboard's identity; its
+    gid. Refused, before anything is sent, if that identity is not a deployer (with TLS on) or the
+    workflow name is not one; a broker that does not take it raises as ``TriggerPublisher`` does."""
+    require_deployer(tls, "triggering")
     try:
         check_workflow(workflow)
     except ValueError as error:

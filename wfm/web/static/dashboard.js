@@ -7,10 +7,15 @@
   let fragment = content.dataset.fragment;
   let pending = null;
 
+  let asked = 0;  // responses may come back out of order: only the latest request's is shown
+
   async function refresh() {
+    const mine = ++asked;
     try {
       const response = await fetch(fragment, {cache: "no-store"});
-      content.innerHTML = await response.text();
+      const text = await response.text();
+      if (mine !== asked) return;
+      content.innerHTML = text;
     } catch (error) {
       live.textContent = "server unreachable";
       return;
@@ -24,14 +29,46 @@
   events.onerror = () => { live.textContent = "reconnecting ..."; live.className = "off"; };
   if (content.dataset.events) events.addEventListener(content.dataset.events, refresh);
 
-  content.addEventListener("click", async (event) => {
-    const broker = event.target.closest("[data-broker]");
-    if (!broker) return;
-    event.preventDefault();
+  async function show(what, url) {
     const detail = document.getElementById("detail");
-    detail.textContent = "asking " + broker.dataset.broker + " ...";
-    const response = await fetch("/fragment/broker/" + encodeURIComponent(broker.dataset.broker));
+    detail.textContent = "asking " + what + " ...";
+    const response = await fetch(url, {cache: "no-store"});
     detail.innerHTML = await response.text();
+    detail.scrollIntoView({block: "nearest"});
+  }
+
+  async function act(what, body) {
+    const result = document.getElementById("action-result");
+    result.textContent = what + " " + body.gid + " ...";
+    result.className = "";
+    const response = await fetch("/api/" + what, {
+      method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body),
+    });
+    const answer = await response.json();
+    result.textContent = answer.error ? answer.error
+      : what === "rerun" ? "rerunning " + answer.rerun_of + " as " + answer.gid : "cancelled " + answer.gid;
+    result.className = answer.error ? "problem" : "ok";
+  }
+
+  content.addEventListener("click", (event) => {
+    const broker = event.target.closest("[data-broker]");
+    const run = event.target.closest("section.generation");
+    if (broker) {
+      event.preventDefault();
+      show(broker.dataset.broker, "/fragment/broker/" + encodeURIComponent(broker.dataset.broker));
+    } else if (run) {
+      const body = {workflow: run.dataset.workflow, gid: run.dataset.gid};
+      const action = event.target.closest("[data-action]");
+      const job = event.target.closest("[data-job]");
+      if (action && action.dataset.action === "rerun") {
+        act("rerun", {...body, from: run.querySelector("[data-rerun-from]").value});
+      } else if (action) {
+        act(action.dataset.action, body);
+      } else if (job) {
+        show("the log of " + job.dataset.job,
+             "/fragment/logs?" + new URLSearchParams({...body, job: job.dataset.job}));
+      }
+    }
   });
 
   const trigger = document.getElementById("trigger-form");
