@@ -28,6 +28,7 @@ __all__ = ["Fsync", "RouterLog"]
 
 log = logging.getLogger("broker")
 
+SNAPSHOT_FORMAT = 2  # raised whenever the router's state changes shape (2: stand-ins, policies)
 CHECKPOINT_RECORDS = 20_000  # inputs between two snapshots: what a restart may have to replay
 CHECKPOINT_BYTES = 32 << 20
 
@@ -44,14 +45,14 @@ class RouterLog:
         snapshot, records = self.wal.recover()
         if snapshot is None and not records:
             router = fresh()
-            self.wal.checkpoint(pickle.dumps(router, pickle.HIGHEST_PROTOCOL))
+            self.checkpoint(router)
             return router
         if snapshot is None:  # the first snapshot is written before any record: it was lost
             raise LocalError(
                 f"{self.directory}: the log has records but no usable snapshot, so the broker's "
                 "custody epoch is lost; move the directory away to start this broker afresh"
             )
-        router = pickle.loads(snapshot)
+        router = self._router(snapshot)
         quiet = logging.getLogger("broker.routing")
         level = quiet.level
         quiet.setLevel(logging.ERROR)  # what it logged then, it does not log again
@@ -87,7 +88,23 @@ class RouterLog:
         )
 
     def checkpoint(self, router: Router) -> None:
-        self.wal.checkpoint(pickle.dumps(router, pickle.HIGHEST_PROTOCOL))
+        self.wal.checkpoint(pickle.dumps((SNAPSHOT_FORMAT, router), pickle.HIGHEST_PROTOCOL))
+
+    def _router(self, snapshot: bytes) -> Router:
+        """The router in a snapshot of this version's format; LocalError for another's, which
+        would fail on every message (its state lacks what this code expects)."""
+        try:
+            loaded = pickle.loads(snapshot)
+        except Exception as error:  # a class or attribute this code no longer has
+            loaded = error
+        if isinstance(loaded, tuple) and len(loaded) == 2 and loaded[0] == SNAPSHOT_FORMAT:
+            return loaded[1]  # type: ignore[no-any-return]
+        found = loaded[0] if isinstance(loaded, tuple) and loaded else "an older one"
+        raise LocalError(
+            f"{self.directory}: the snapshot was written by another version of the broker (format "
+            f"{found}, this one reads {SNAPSHOT_FORMAT}); move the directory away to start this "
+            "broker afresh"
+        )
 
     def close(self) -> None:
         self.wal.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import pickle
 import signal
 import subprocess
 import time
@@ -19,7 +20,7 @@ from broker.client import Client
 from broker.durable.log import WriteAheadLog
 from broker.errors import LocalError
 from broker.language import Publication, parse_filter
-from broker.routing import Advertise, Carry, Subscribe, Took
+from broker.routing import Advertise, Carry, Router, Subscribe, Took
 from broker.routing.acl import Policy
 from broker.transport import persistence
 from broker.transport.codec import Hello
@@ -309,3 +310,17 @@ def test_a_full_disk_at_a_checkpoint_does_not_stop_the_acknowledgements(
         await a.stop()
 
     run(scenario())
+
+
+def test_a_snapshot_of_another_format_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A broker upgraded over a data directory whose state has another shape would fail on every
+    message; it refuses to start instead, saying what to do."""
+    log = persistence.RouterLog(tmp_path)
+    log.restore(lambda: Router("B1"))
+    log.wal.checkpoint(pickle.dumps(Router("B1")))  # as the format before versions
+    log.close()
+    again = persistence.RouterLog(tmp_path)
+    refused = r"another version of the broker \(format an older one, this one reads"
+    with pytest.raises(LocalError, match=refused):
+        again.restore(lambda: Router("B1"))
+    again.close()
