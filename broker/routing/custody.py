@@ -28,8 +28,16 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.language.model import Publication
-from broker.routing.messages import CARRIED, Advertise, Carry, Deliver, Message, Notify, Publish
+from broker.routing.messages import (
+    CARRIED,
+    Advertise,
+    Carry,
+    Deliver,
+    Message,
+    Notify,
+    Publish,
+    publication_weight,
+)
 from broker.routing.tables import Output
 
 __all__ = ["Channel", "Custody"]
@@ -55,19 +63,11 @@ class Channel:
     adverts: dict[str, int] = field(default_factory=dict)
 
 
-def _weight(publication: Publication) -> int:
-    """What holding a publication costs, roughly, without writing it out: held messages are
-    bounded by this, and it runs for every message sent."""
-    return 64 + sum(
-        len(name) + (len(v) if isinstance(v, str) else 8) for name, v in publication.fields.items()
-    )
-
-
 def weight(message: Message) -> int:
     if isinstance(message, Publish | Deliver):
-        return _weight(message.publication)
+        return publication_weight(message.publication)
     if isinstance(message, Notify):
-        return sum(_weight(p) for p in message.publications)
+        return sum(publication_weight(p) for p in message.publications)
     return 256  # routing state: a filter or a composite
 
 
