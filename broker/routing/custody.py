@@ -125,6 +125,15 @@ class Custody:
         if (channel := self.channels.get(hop)) is not None:
             self._forget(hop, channel, seq)
 
+    def unsendable(self, hop: str, seq: int) -> None:
+        """The adapter could not send ``seq`` (it does not fit in a frame): held, it would fail
+        again at every resume, so it goes. The peer takes the gap like one left by a full channel.
+        Not a router input, so not in the log: a broker restored from it holds the message again,
+        and drops it again at its first send."""
+        channel = self.channels.get(hop)
+        if channel is not None and seq in channel.held:
+            channel.weight -= channel.held.pop(seq)[1]
+
     def _forget(self, hop: str, channel: Channel, seq: int) -> None:
         held = channel.held
         while held:
