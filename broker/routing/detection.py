@@ -33,8 +33,8 @@ policies that fire every combination make at most ``max_waiting`` combinations i
 join would otherwise multiply one node's combinations by the next's), every search tests at most
 ``SEARCH_LIMIT`` waiting matches in all, and a ``cumulative`` firing gathers at most
 ``MAX_FIRING_PUBLICATIONS`` publications and ``MAX_FIRING_WEIGHT`` of them (it must fit in one
-frame to its subscriber); what a cut leaves waits for the next completion. Each arrival cut is
-counted in ``truncated``.
+frame to its subscriber): the matches it leaves out wait for the next completion. Each arrival
+cut is counted in ``truncated``.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ class _AndNode(_Node):
         keeps = policy in (Policy.RECENT, Policy.UNRESTRICTED)
         if (keeps or not completions) and (not self.ordered or child != last):
             self._keep(child, match)  # a last step of a sequence can never complete later
-        if not keeps:
+        if completions and not keeps:
             for i, store in enumerate(self.stores):
                 used = {id(m) for groups, _ in completions for m in groups[i]} if i != child else set()
                 if len(used) == 1:  # chronicle's: the oldest that fits, found by identity
