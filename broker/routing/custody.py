@@ -28,8 +28,16 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.language.model import Publication
-from broker.routing.messages import CARRIED, Advertise, Carry, Deliver, Message, Notify, Publish
+from broker.routing.messages import (
+    CARRIED,
+    Advertise,
+    Carry,
+    Deliver,
+    Message,
+    Notify,
+    Publish,
+    publication_weight,
+)
 from broker.routing.tables import Output
 
 __all__ = ["Channel", "Custody"]
@@ -60,19 +68,11 @@ class Channel:
     confirming: list[str] = field(default_factory=list)
 
 
-def _weight(publication: Publication) -> int:
-    """What holding a publication costs, roughly, without writing it out: held messages are
-    bounded by this, and it runs for every message sent."""
-    return 64 + sum(
-        len(name) + (len(v) if isinstance(v, str) else 8) for name, v in publication.fields.items()
-    )
-
-
 def weight(message: Message) -> int:
     if isinstance(message, Publish | Deliver):
-        return _weight(message.publication)
+        return publication_weight(message.publication)
     if isinstance(message, Notify):
-        return sum(_weight(p) for p in message.publications)
+        return sum(publication_weight(p) for p in message.publications)
     return 256  # routing state: a filter or a composite
 
 
@@ -134,6 +134,15 @@ class Custody:
             self.taken_adverts += [(hop, adv_id) for adv_id in channel.confirming]
             channel.confirming.clear()
             self._forget(hop, channel, seq)
+
+    def unsendable(self, hop: str, seq: int) -> None:
+        """The adapter could not send ``seq`` (it does not fit in a frame): held, it would fail
+        again at every resume, so it goes. The peer takes the gap like one left by a full channel.
+        Not a router input, so not in the log: a broker restored from it holds the message again,
+        and drops it again at its first send."""
+        channel = self.channels.get(hop)
+        if channel is not None and seq in channel.held:
+            channel.weight -= channel.held.pop(seq)[1]
 
     def _forget(self, hop: str, channel: Channel, seq: int) -> None:
         held = channel.held

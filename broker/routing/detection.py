@@ -24,10 +24,17 @@ Which waiting matches a completion uses, and whether it consumes them, is the su
 default (``chronicle``) a combination fires once and its constituents are consumed, oldest
 waiting match first. ``Times`` consumes its run under every policy. Waiting state is kept per
 match, is bounded under every policy (``max_waiting`` matches, oldest dropped first, and
-``max_age`` seconds; the policies that fire every combination fire at most ``max_waiting`` per
-arrival), and ``clear(bindings)`` drops everything waiting under those bindings: the workflow
-layer clears a generation when its ``APPL_END`` arrives, so memory does not grow with the number
-of finished generations.
+``max_age`` seconds), and ``clear(bindings)`` drops everything waiting under those bindings: the
+workflow layer clears a generation when its ``APPL_END`` arrives, so memory does not grow with the
+number of finished generations.
+
+What one arrival costs is bounded too, over every node it climbs through (a ``_Budget``): the
+policies that fire every combination make at most ``max_waiting`` combinations in all (a nested
+join would otherwise multiply one node's combinations by the next's), every search tests at most
+``SEARCH_LIMIT`` waiting matches in all, and a ``cumulative`` firing gathers at most
+``MAX_FIRING_PUBLICATIONS`` publications and ``MAX_FIRING_WEIGHT`` of them (it must fit in one
+frame to its subscriber): the matches it leaves out wait for the next completion. Each arrival
+cut is counted in ``truncated``.
 """
 
 from __future__ import annotations
@@ -38,15 +45,21 @@ from itertools import count
 
 from broker.language.model import Atom, Composite, Or, Policy, Publication, Sequence, Times
 from broker.language.values import Value, Var
+from broker.routing.messages import publication_weight
 
 __all__ = ["Bindings", "Detector", "Match", "Path", "operands"]
 
 Bindings = tuple[tuple[str, Value], ...]  # sorted by variable name
 Path = tuple[int, ...]
 
-# Waiting matches one arrival may test in looking for its completions: a search among thousands of
-# waiting matches whose variables agree pairwise but never all at once stops here, not a broker.
+# Waiting matches one arrival may test in looking for its completions, at all nodes together: a
+# search among thousands of waiting matches whose variables agree pairwise but never all at once
+# stops here, not a broker.
 SEARCH_LIMIT = 100_000
+# What one cumulative firing gathers at most: its Notify must fit in a frame (1 MiB, of which
+# publication_weight's estimate may undercount a third) with room for the bindings.
+MAX_FIRING_PUBLICATIONS = 1_000
+MAX_FIRING_WEIGHT = 512 << 10
 
 
 def operands(node: Composite) -> tuple[Composite, ...]:
@@ -82,6 +95,29 @@ def _agrees(bindings: Bindings, wanted: dict[str, Value]) -> bool:
     return all(wanted.get(name, value) == value for name, value in bindings)
 
 
+def _weight(match: Match) -> int:
+    return sum(publication_weight(p) for p in match.publications)
+
+
+@dataclass(slots=True)
+class _Budget:
+    """What one arrival may still spend, shared by every node it climbs through: a limit per
+    node would let a nested join multiply its children's combinations (300 x 300 firings of one
+    publication under ``unrestricted``)."""
+
+    combinations: int
+    tests: int
+    cut: bool = False  # a limit bit: some completions were not looked for
+
+    def test(self) -> bool:
+        """Whether one more waiting match may be tested."""
+        if self.tests == 0:
+            self.cut = True
+            return False
+        self.tests -= 1
+        return True
+
+
 class _Node:
     """A node of the composite tree; matches flow from the atoms up to the root."""
 
@@ -90,7 +126,7 @@ class _Node:
         self.parent: _Node | None = None
         self.slot = 0  # which operand of the parent this node is
 
-    def offer(self, child: int, match: Match) -> list[Match]:
+    def offer(self, child: int, match: Match, budget: _Budget) -> list[Match]:
         """A match of operand ``child``; returns the matches of this node it completes."""
         raise NotImplementedError
 
@@ -112,7 +148,7 @@ class _LeafNode(_Node):
 
 
 class _OrNode(_Node):
-    def offer(self, child: int, match: Match) -> list[Match]:
+    def offer(self, child: int, match: Match, budget: _Budget) -> list[Match]:
         return [match]
 
 
@@ -128,19 +164,21 @@ class _AndNode(_Node):
     def waiting(self) -> list[list[Match]]:
         return self.stores
 
-    def offer(self, child: int, match: Match) -> list[Match]:
+    def offer(self, child: int, match: Match, budget: _Budget) -> list[Match]:
         last = len(self.stores) - 1
         policy = self.detector.policy
-        completions = self._complete(child, match) if not self.ordered or child == last else []
+        completions = self._complete(child, match, budget) if not self.ordered or child == last else []
         keeps = policy in (Policy.RECENT, Policy.UNRESTRICTED)
         if (keeps or not completions) and (not self.ordered or child != last):
             self._keep(child, match)  # a last step of a sequence can never complete later
-        if not keeps:
-            used = {id(m): (i, m) for groups, _ in completions for i, g in enumerate(groups) for m in g}
-            for i, used_match in used.values():
-                if i != child:
-                    self.stores[i].remove(used_match)
-                    self.detector._waiting -= 1
+        if completions and not keeps:
+            for i, store in enumerate(self.stores):
+                used = {id(m) for groups, _ in completions for m in groups[i]} if i != child else set()
+                if len(used) == 1:  # chronicle's: the oldest that fits, found by identity
+                    del store[next(k for k, m in enumerate(store) if id(m) in used)]
+                elif used:  # cumulative's, up to thousands: in one pass
+                    store[:] = [m for m in store if id(m) not in used]
+                self.detector._waiting -= len(used)
         return [
             Match(
                 bindings,
@@ -168,21 +206,26 @@ class _AndNode(_Node):
             return list(range(child - 1, -1, -1))
         return [i for i in range(len(self.stores)) if i != child]
 
-    def _complete(self, child: int, match: Match) -> list[tuple[list[list[Match]], Bindings]]:
+    def _complete(
+        self, child: int, match: Match, budget: _Budget
+    ) -> list[tuple[list[list[Match]], Bindings]]:
         """The completions ``match`` makes with waiting matches: per operand the matches used
         (one each, or under ``cumulative`` all that agree), and the bindings of all of them."""
         policy = self.detector.policy
         if policy is Policy.CUMULATIVE:
-            gathered = self._gather(child, match)
+            gathered = self._gather(child, match, budget)
             return [] if gathered is None else [gathered]
-        limit = 1 if policy in (Policy.CHRONICLE, Policy.RECENT) else self.detector.max_waiting
+        limit = 1 if policy in (Policy.CHRONICLE, Policy.RECENT) else budget.combinations
+        if limit == 0:
+            budget.cut = True
+            return []
         order = self._order(child)
         candidates = [self.stores[i][::-1] if policy is Policy.RECENT else self.stores[i] for i in order]
         chosen: list[Match] = [match] * len(self.stores)  # overwritten for every operand but child
         bindings = [match.bindings]  # bindings[d]: those of the operands chosen before depth d
         positions = [0] * (len(order) + 1)
         found: list[tuple[list[list[Match]], Bindings]] = []
-        tests, depth = 0, 0
+        depth = 0
         while depth >= 0:  # a depth-first search without recursion: an & may have many operands
             if depth == len(order):
                 found.append(([[m] for m in chosen], bindings[depth]))
@@ -191,17 +234,15 @@ class _AndNode(_Node):
                 depth -= 1
                 continue
             i, step = order[depth], None
-            while positions[depth] < len(candidates[depth]) and step is None:
+            while positions[depth] < len(candidates[depth]) and step is None and budget.test():
                 candidate = candidates[depth][positions[depth]]
                 positions[depth] += 1
-                tests += 1
                 if self.ordered and candidate.last >= chosen[i + 1].first:
                     continue
                 step = _merge(bindings[depth], candidate.bindings)
                 if step is not None:
                     chosen[i] = candidate
-            if tests > SEARCH_LIMIT:
-                self.detector.truncated += 1
+            if budget.cut:
                 break
             if step is None:
                 depth -= 1
@@ -210,23 +251,39 @@ class _AndNode(_Node):
             bindings.append(step)
             depth += 1
             positions[depth] = 0
-        if len(found) == limit and limit > 1:
-            self.detector.truncated += 1  # perhaps more: counted, so a cap that bites is visible
+        if policy in (Policy.CONTINUOUS, Policy.UNRESTRICTED):
+            budget.combinations -= len(found)
+            if budget.combinations == 0:
+                budget.cut = True  # perhaps more: counted, so a cap that bites is visible
         return found
 
-    def _gather(self, child: int, match: Match) -> tuple[list[list[Match]], Bindings] | None:
-        """``cumulative``: every waiting match that agrees, operand by operand; None if one has
-        none. In a sequence each step's matches precede the latest of the next step's."""
+    def _gather(self, child: int, match: Match, budget: _Budget) -> tuple[list[list[Match]], Bindings] | None:
+        """``cumulative``: every waiting match that agrees, operand by operand, oldest first, as
+        long as the firing stays within ``MAX_FIRING_PUBLICATIONS`` and ``MAX_FIRING_WEIGHT`` (each
+        operand gets its first agreeing match whatever it weighs); None if an operand has none.
+        In a sequence each step's matches precede the latest of the next step's."""
         groups: list[list[Match]] = [[] for _ in self.stores]
         groups[child] = [match]
         bindings = match.bindings
+        publications, weight = len(match.publications), _weight(match)
         for i in self._order(child):
             bound = max(m.first for m in groups[i + 1]) if self.ordered else None
             for candidate in self.stores[i]:
+                if not budget.test():
+                    break
                 merged = _merge(bindings, candidate.bindings)
-                if merged is not None and (bound is None or candidate.last < bound):
-                    groups[i].append(candidate)
-                    bindings = merged
+                if merged is None or (bound is not None and candidate.last >= bound):
+                    continue
+                more = _weight(candidate)
+                if groups[i] and (
+                    publications + len(candidate.publications) > MAX_FIRING_PUBLICATIONS
+                    or weight + more > MAX_FIRING_WEIGHT
+                ):
+                    budget.cut = True
+                    break
+                groups[i].append(candidate)
+                bindings = merged
+                publications, weight = publications + len(candidate.publications), weight + more
             if not groups[i]:
                 return None
         return groups, bindings
@@ -249,7 +306,7 @@ class _TimesNode(_Node):
                 return publication[self.attribute]
         return None
 
-    def offer(self, child: int, match: Match) -> list[Match]:
+    def offer(self, child: int, match: Match, budget: _Budget) -> list[Match]:
         value = self._value(match)
         if isinstance(value, str) or value is None:
             return []
@@ -292,7 +349,7 @@ class Detector:
         self.paths: list[Path] = []  # of each leaf
         self.nodes: list[_Node] = []
         self.dropped = 0
-        self.truncated = 0  # arrivals whose completions were cut at the cap or the search limit
+        self.truncated = 0  # arrivals whose completions were cut by their budget
         self._waiting = 0
         self._arrivals = count()
         self._remote = frozenset(remote)
@@ -358,10 +415,12 @@ class Detector:
         arrival = next(self._arrivals)
         matches = [Match(bindings, publications, arrival, arrival, now)]
         node: _Node = self.leaves[leaf]
+        budget = _Budget(self.max_waiting, SEARCH_LIMIT)
         while matches and node.parent is not None:
             parent = node.parent
-            matches = [out for m in matches for out in parent.offer(node.slot, m)]
+            matches = [out for m in matches for out in parent.offer(node.slot, m, budget)]
             node = parent
+        self.truncated += budget.cut
         return matches
 
     def clear(self, bindings: dict[str, Value]) -> int:

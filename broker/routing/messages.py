@@ -47,6 +47,7 @@ __all__ = [
     "Took",
     "Unadvertise",
     "Unsubscribe",
+    "publication_weight",
     "request_ref",
 ]
 
@@ -138,6 +139,14 @@ class CompositeSubscribe:
                     raise ValueError(f"clear uses {var}, which the composite does not bind")
                 if variables[name] != var:
                     raise ValueError(f"clear uses {var}, the composite {variables[name]}")
+
+
+def publication_weight(publication: Publication) -> int:
+    """What a publication costs, roughly, without writing it out: custody bounds what it holds
+    by this and a cumulative firing what it gathers, and it runs for every message sent."""
+    return 64 + sum(
+        len(name) + (len(v) if isinstance(v, str) else 8) for name, v in publication.fields.items()
+    )
 
 
 @dataclass(frozen=True, slots=True)

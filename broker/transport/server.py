@@ -121,6 +121,7 @@ class RouterService:
         self.log = logging.LoggerAdapter(logging.getLogger("broker"), {"broker": uri.id})
         self.bad_message_log = LogThrottle()
         self.refusal_log = LogThrottle(burst=1)  # TLS and identity refusals, by peer address
+        self.unsendable_log = LogThrottle(burst=1)  # messages too large to send, all together
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[asyncio.Task[Any]] = set()  # accepted-connection handlers
@@ -270,9 +271,23 @@ class RouterService:
             if isinstance(out, Carry) and link is not links.get(target):
                 self.counters["unsent.relinked"] += 1
                 continue
-            # the router never emits LinkUp/LinkDown; a message for a link that went is counted
-            if link is None or not link.send(out):  # type: ignore[arg-type]
-                self.counters["dropped.link_gone"] += 1
+            try:  # the router never emits LinkUp/LinkDown; a message for a link that went is counted
+                if link is None or not link.send(out):  # type: ignore[arg-type]
+                    self.counters["dropped.link_gone"] += 1
+            except (ProtocolError, TypeError) as error:  # it cannot be encoded: the next one can
+                self._unsendable(target, out, error)
+
+    def _unsendable(self, target: str, message: object, error: Exception) -> None:
+        """A message that cannot be encoded (too large for a frame: a composite's firing of many
+        publications) must cost itself only, not the committer task or the link it was for."""
+        self.counters["dropped.unsendable"] += 1
+        if isinstance(message, Carry):
+            self.router.custody.unsendable(target, message.seq)
+        unlogged = self.unsendable_log.admit("", time.monotonic())
+        if unlogged is not None:
+            kind = type(message.message if isinstance(message, Carry) else message).__name__
+            more = f" ({unlogged} more not logged since the last)" if unlogged else ""
+            self.log.error("dropped a %s for %s, it can never be sent: %s%s", kind, target, error, more)
 
     # links --------------------------------------------------------------------------------------
 

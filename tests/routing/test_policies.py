@@ -9,10 +9,11 @@ import pickle
 import pytest
 
 from broker.errors import ParseError, RefusedError
-from broker.language import Policy, parse_composite, parse_composite_subscription
-from broker.routing.messages import CompositeSubscribe
+from broker.language import Policy, parse_composite, parse_composite_subscription, parse_publication
+from broker.routing import detection
+from broker.routing.messages import CompositeSubscribe, Notify
 from broker.sim import Overlay
-from broker.transport.codec import decode, encode
+from broker.transport.codec import MAX_FRAME, decode, encode
 from tests.routing.test_detection import WORKFLOW, Feeder, status
 
 # PADRES's TestComplexCS, composite AND
@@ -127,6 +128,54 @@ def test_join_state_and_firings_are_bounded_under_every_policy(policy: Policy) -
     assert most <= 6
     expected = {Policy.CONTINUOUS: (4, False), Policy.UNRESTRICTED: (6, True)}.get(policy, (1, False))
     assert (most, feed.detector.truncated > 0) == expected  # continuous: both a's with both b's
+
+
+NESTED = "{{[class,eq,a]}&{{[class,eq,b]};{[class,eq,c]}}}"
+
+
+def test_one_arrival_makes_at_most_max_waiting_combinations_through_a_nested_join() -> None:
+    """The reviewer's case: under ``unrestricted`` a c completes the sequence with each of 30 b's
+    and each of those 30 matches joins all 30 a's: 900 firings of one publication, again with
+    every c, were the cap per node. One budget for the arrival: 30 inner and 70 at the root."""
+    feed = feeder(NESTED, Policy.UNRESTRICTED, max_waiting=100)
+    for _ in range(30):
+        feed("[class,a]")
+        feed("[class,b]")
+    assert (len(feed("[class,c]")), feed.detector.truncated) == (70, 1)
+
+
+def test_one_arrival_tests_at_most_search_limit_waiting_matches_in_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each of the 31 searches of a c tests at most 30 matches, under a limit of 500 per search;
+    together they may not test more than 500: 30 for the sequence, 470 finding an a each."""
+    monkeypatch.setattr(detection, "SEARCH_LIMIT", 500)
+    feed = feeder(NESTED, Policy.UNRESTRICTED)
+    for _ in range(30):
+        feed("[class,a]")
+        feed("[class,b]")
+    assert (len(feed("[class,c]")), feed.detector.truncated) == (470, 1)
+
+
+def test_a_cumulative_firing_is_cut_to_what_one_notification_can_carry() -> None:
+    """600 a's of 2 kB would make a Notify of 1.2 MB, more than a frame; the firing stops at
+    MAX_FIRING_WEIGHT, the rest wait for the next b. 1,500 small a's stop at 1,000 publications."""
+    feed = feeder(AND, Policy.CUMULATIVE)
+    big = parse_publication("[class,a],[payload,'" + "x" * 2000 + "']")
+    for _ in range(600):
+        feed(big)
+    firings = [feed.detector.feed(1, parse_publication("[class,b]"), 0.0)[0] for _ in range(3)]
+    assert all(len(encode(Notify("B1~1", f.publications, f.bindings))) < MAX_FRAME for f in firings)
+    assert [len(f.publications) - 1 for f in firings] == [253, 253, 94]  # every a, oldest first
+    assert (feed.detector.waiting, feed.detector.truncated) == (0, 2)
+    small = feeder(AND, Policy.CUMULATIVE)
+    for n in range(1_500):
+        small(f"[class,a],[n,{n}]")
+    assert [len(f) for f in small("[class,b]") + small("[class,b]")] == [
+        1_000,
+        502,
+    ]  # 999 a's and the b, then the rest
+    assert (small.detector.waiting, small.detector.truncated) == (0, 1)
 
 
 # the choice in the overlay -----------------------------------------------------------------------
