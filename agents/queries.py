@@ -13,7 +13,7 @@ from typing import Any
 
 from agents.state import Agent
 from broker.language import Publication
-from workflow_messages import APPL_END, APPL_START, weekday_words
+from workflow_messages import APPL_END, APPL_START, check_gid, weekday_words
 from workflow_messages.operations import ANY, answer, decode_content
 
 __all__ = ["DEFAULT_RUNS", "MAX_RUNS", "LogRequest", "answer_query"]
@@ -109,6 +109,7 @@ def _runs(agent: Agent, workflow: str, prefix: str, limit: int) -> list[dict[str
 
 def _log_request(agent: Agent, request: str, content: dict[str, Any]) -> LogRequest:
     workflow, gid, job = (_text(content, name) for name in ("workflow", "gid", "job"))
+    check_gid(gid)
     attempt = content.get("attempt", 0)
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
         raise ValueError("attempt must be a non-negative integer")

@@ -41,6 +41,7 @@ from workflow_messages import (
     NORUN,
     SUCCESS,
     ack,
+    check_gid,
     decide_end,
     job_status,
     start_subscription,
@@ -473,6 +474,11 @@ class Agent:
         gid = next((p.get("GID") for p in publications), None)
         if not isinstance(gid, str) or (info.workflow, gid) in self.ended:
             return []
+        try:
+            check_gid(gid)  # it names the folder of the run logs; anyone may publish a Trigger
+        except ValueError as error:
+            self._refuse_firing(info, str(error), now)
+            return []
         versions = {p.get("version") for p in publications if p.cls == JOBSTATUS}
         if info.job == APPL_START:
             if info.version != self.current(info.workflow):
@@ -514,6 +520,20 @@ class Agent:
         )
         self.pending.append(Pending(run))
         return self._pump(now)
+
+    def _refuse_firing(self, info: JobInfo, reason: str, now: float) -> None:
+        """Count a firing not acted on, and log it as :meth:`_refuse` does an envelope."""
+        self.refused["firing"] += 1
+        unlogged = self._refusals.admit(f"firing {info.workflow}", now)
+        if unlogged is not None:
+            log.warning(
+                "ignored a firing of %s %s: %s (%d firings refused%s)",
+                info.workflow,
+                info.job,
+                reason,
+                self.refused["firing"],
+                f", {unlogged} not logged since the last" if unlogged else "",
+            )
 
     def _status(self, publication: Publication, now: float) -> list[Effect]:
         """A JOBSTATUS from a plain subscription: a start, an end, or (coordinator) any status."""
@@ -748,11 +768,13 @@ class Agent:
         gid = data.get("gid")
         if not isinstance(gid, str) or not gid:
             raise ValueError(f"{control.command} needs a gid")
+        check_gid(gid)
         if control.command == CANCEL:
             return self._cancel(control.workflow, gid, now)
         new, reuse = data.get("new"), data.get("reuse")
         if not isinstance(new, str) or not new or new == gid:
             raise ValueError("RERUN needs a new gid, other than the gid it reruns")
+        check_gid(new)
         if not isinstance(reuse, list) or not all(isinstance(job, str) for job in reuse):
             raise ValueError("RERUN needs reuse, a list of job names")
         return self._rerun(control.workflow, gid, new, reuse, now)

@@ -52,7 +52,7 @@ from workflow_messages.names import (
     SUCCESS,
     TRIGGER,
 )
-from workflow_messages.trigger import trigger, trigger_advertisement, trigger_atom, trigger_date
+from workflow_messages.trigger import check_gid, trigger, trigger_advertisement, trigger_atom, trigger_date
 
 __all__ = [
     "ACCEPTS",
@@ -75,6 +75,7 @@ __all__ = [
     "ack",
     "ack_advertisement",
     "ack_subscription",
+    "check_gid",
     "cleanup_subscription",
     "control_subscription",
     "decide_end",

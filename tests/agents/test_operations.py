@@ -169,7 +169,8 @@ def test_a_logs_query_is_checked_before_anything_is_read(tmp_path: Path) -> None
     assert ask(gid="g1", job="JobB") == LogRequest("r", "PAYROLL", "g1", "JobB", 0)
     for bad, fragment in (
         ({"gid": "g1", "job": "JobA"}, "not deployed on agentB"),
-        ({"gid": "../x", "job": "JobB"}, "knows no generation"),
+        ({"gid": "other", "job": "JobB"}, "knows no generation"),
+        ({"gid": "../x", "job": "JobB"}, "invalid gid"),
     ):
         reply = ask(**bad)
         assert (
@@ -195,3 +196,35 @@ def test_a_logs_query_is_checked_before_anything_is_read(tmp_path: Path) -> None
         log_tail(tmp_path, "PAYROLL", "g1", "JobB", 3)
     with pytest.raises(ValueError, match="no log of JobC"):
         log_tail(tmp_path, "PAYROLL", "g1", "JobC", 0)
+
+
+BAD_GID = "../../../secret"
+
+
+def test_a_gid_from_a_message_is_checked_before_it_names_a_folder() -> None:
+    """Without TLS anyone may publish a Trigger, and its gid names the folder of the run logs: a
+    bad one is refused (a firing is logged and counted, an envelope or a query answered ERROR)
+    and the agent goes on."""
+    coordinator, agent = Agent("agentA"), Agent("agentB")
+    install(coordinator)
+    install(agent)
+    assert coordinator.handle(Delivered(key(coordinator, "APPL_START"), (trigger(BAD_GID),)), 1.0) == []
+    assert fire(agent, "JobB", BAD_GID, "JobA") == []
+    assert (coordinator.refused["firing"], agent.refused["firing"]) == (1, 1)
+    assert coordinator.generations == {} and agent.generations == {} and agent.outcomes == {}
+    for command, content in ((CANCEL, {"gid": BAD_GID}), (RERUN, {"gid": "g1", "new": "-r1", "reuse": []})):
+        result, detail = ack_of(operate(agent, command, **content))
+        assert result == "ERROR" and detail.startswith("invalid gid")
+    assert agent.generations == {}
+    assert runs(fire(agent, "JobB", "g1", "JobA"))  # it goes on
+
+
+def test_a_log_is_read_only_inside_the_state_dir(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "logs" / "W").mkdir(parents=True)
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "A.1.log").write_text("password\n")
+    with pytest.raises(ValueError, match="outside"):
+        log_tail(state, "W", BAD_GID, "A", 0)
+    with pytest.raises(ValueError, match="outside"):
+        log_tail(state, "W", "g1", str(tmp_path / "secret" / "A"), 0)  # an absolute job name
