@@ -807,13 +807,23 @@ class Agent:
         self, workflow: str, gid: str, new: str, reuse: list[str], now: float
     ) -> tuple[str, str, list[Effect]]:
         """Generation ``new`` republishes the outcomes ``gid`` had here for the ``reuse`` jobs
-        (those not downstream of the job rerun from) instead of running them."""
+        (those not downstream of the job rerun from, and not skipped in ``gid``) instead of
+        running them; ERROR, naming them, if this agent has no outcome of some it hosts."""
         known = self.generations.get((workflow, new))
         if known is not None and known.rerun_of == gid:
             return "UNCHANGED", f"{new} reruns {gid} already", []
         if known is not None or (workflow, new) in self.ended or (workflow, new) in self.outcomes:
             return "ERROR", f"generation {new} exists", []
         recorded = self.outcomes.get((workflow, gid), {}).get("jobs", {})
+        hosted = {job for (w, _), d in self.deployments.items() if w == workflow for job in d.jobs}
+        lost = sorted(job for job in reuse if job in hosted and job not in recorded)
+        if lost:  # forgotten (MAX_OUTCOMES) or never run here: it would run again, not be reused
+            return (
+                "ERROR",
+                f"{self.name} has no outcome of {', '.join(lost)} in {gid} to reuse (it keeps those"
+                f" of its last {MAX_OUTCOMES} generations): rerun {gid} whole, or from an earlier job",
+                [],
+            )
         reused = {
             job: [str(recorded[job]["status"]), f"reused from {gid}: {recorded[job]['detail']}"[:500]]
             for job in reuse

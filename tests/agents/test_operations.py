@@ -228,3 +228,23 @@ def test_a_log_is_read_only_inside_the_state_dir(tmp_path: Path) -> None:
         log_tail(state, "W", BAD_GID, "A", 0)
     with pytest.raises(ValueError, match="outside"):
         log_tail(state, "W", "g1", str(tmp_path / "secret" / "A"), 0)  # an absolute job name
+
+
+def test_rerun_refuses_to_reuse_a_job_whose_outcome_it_no_longer_keeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent that dropped the old generation's outcomes must not answer OK: the job it cannot
+    republish would run again in the rerun, which was to reuse it."""
+    monkeypatch.setattr("agents.state.MAX_OUTCOMES", 2)
+    agent = Agent("agentB")
+    install(agent)
+    for gid in ("g1", "g2", "g3"):  # JobC: NORUN (not on Mondays), recorded; g1's dropped at g3
+        fire(agent, "JobC", gid, "JobA", date=MONDAY)
+    result, detail = ack_of(operate(agent, RERUN, gid="g1", new="g1-r1", reuse=["JobA", "JobC"]))
+    assert result == "ERROR"
+    assert detail.startswith("agentB has no outcome of JobC in g1 to reuse (it keeps those of its last 2")
+    assert ("PAYROLL", "g1-r1") not in agent.generations
+    assert ack_of(operate(agent, RERUN, gid="g3", new="g3-r1", reuse=["JobA", "JobC"])) == (
+        "OK",
+        "1 outcomes of g3 reused here",
+    )

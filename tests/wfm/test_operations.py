@@ -3,14 +3,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
+from broker.errors import RemoteError
 from tests.agents.test_processes import MONDAY, WORKFLOWS, Overlay, overlay
 from tests.processes import WFM, brokers
+from wfm.monitor import Monitor
+from wfm.operations import Deployed, Session
+from workflow_messages import JOBSTATUS, TRIGGER
 
 __all__ = ["overlay"]  # the fixture
 
@@ -133,3 +140,51 @@ def test_no_agent_answering_is_a_timeout_exit_3() -> None:
             assert (done.returncode, done.stderr) == (3, "wfm: error: no agent answered within 1 s\n"), (
                 command
             )
+
+
+def test_rerun_from_a_job_does_not_ask_to_reuse_a_skipped_job_and_reports_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job skipped in the generation has no outcome anywhere (its agents would refuse to reuse
+    it): it is not in ``reuse``. An agent's refusal names the agent and its reason."""
+    graph = {
+        "JobA": [["APPL_START", "success"]],
+        "JobB": [["JobA", "success"]],
+        "Alert": [["JobA", "failure"]],
+    }
+    deployed = Deployed(
+        "W", "v1", {"v1"}, {"a": ["Alert", "JobA"], "b": ["JobB"]}, graph=graph, coordinator="a"
+    )
+    deployed.jobs = {job: {"agent": "a" if job != "JobB" else "b"} for job in graph}
+    monitor = Monitor()
+    monitor.receive({"class": TRIGGER, "applname": "W", "GID": "g1", "schedule": "2026.11.23"})
+    for job, status, detail in (
+        ("JobA", "SUCCESS", ""),
+        ("JobB", "FAILURE", ""),
+        ("APPL_END", "FAILURE", "failed: JobB; skipped: Alert"),
+    ):
+        monitor.receive(
+            {
+                "class": JOBSTATUS,
+                "applname": "W",
+                "GID": "g1",
+                "jobname": job,
+                "status": status,
+                "detail": detail,
+            }
+        )
+    sent: dict[str, object] = {}
+
+    async def operate(
+        workflow: str, command: str, content: dict[str, object], *_: object
+    ) -> dict[str, tuple[str, str]]:
+        sent.update(content)
+        return {"a": ("OK", "1 outcomes of g1 reused here"), "b": ("ERROR", "b has no outcome of JobA in g1")}
+
+    session = Session(None, None, 1.0)  # type: ignore[arg-type]
+    monkeypatch.setattr(session, "deployed", lambda workflow: asyncio.sleep(0, deployed))
+    monkeypatch.setattr(session, "runs", lambda workflow, limit, gid: asyncio.sleep(0, monitor))
+    monkeypatch.setattr(session, "operate", operate)
+    with pytest.raises(RemoteError, match=r"^rerun of g1 refused: b: ERROR b has no outcome of JobA in g1$"):
+        asyncio.run(session.rerun("W", "g1", "JobB", lambda p: p))
+    assert sent == {"gid": "g1", "new": "g1-r1", "reuse": ["JobA"]}  # not Alert
