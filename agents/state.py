@@ -340,6 +340,15 @@ class Agent:
             self.trust.restore(snapshot["trust"])
         self.outcomes = OrderedDict(((w, g), record) for w, g, record in snapshot.get("outcomes", []))
 
+    def resume(self) -> list[Effect]:
+        """What a restarted adapter does about the runs the journal says are running: follow each
+        (a :class:`Start` re-attaches to its supervisor, or starts it if it never started), and
+        stop again those of cancelled generations (the stop asked before the restart may have
+        come to nothing: a command that ignored SIGTERM outlives the adapter's SIGKILL timer)."""
+        running = list(self.running.values())
+        cancelled = {key for key, generation in self.generations.items() if generation.cancelled}
+        return [*map(Start, running), *(Stop(r) for r in running if (r.workflow, r.gid) in cancelled)]
+
     def in_progress(self) -> set[tuple[str, str]]:
         """The (workflow, gid) of every generation not over here: their run logs must stay."""
         return set(self.generations) | {(r.workflow, r.gid) for r in self.running.values()}

@@ -9,7 +9,7 @@ import pytest
 
 from agents.queries import LogRequest, answer_query
 from agents.runner import log_tail
-from agents.state import Agent, Delivered, Finished, Incoming, Result, Stop
+from agents.state import Agent, Delivered, Finished, Incoming, Result, Start, Stop
 from broker.language import Publication
 from tests.agents.test_state import FRIDAY, MONDAY, acks, fire, install, key, published, runs, status, trigger
 from tests.signing import DEPLOYER
@@ -248,3 +248,14 @@ def test_rerun_refuses_to_reuse_a_job_whose_outcome_it_no_longer_keeps(
         "OK",
         "1 outcomes of g3 reused here",
     )
+
+
+def test_a_restarted_agent_stops_again_the_running_jobs_of_a_cancelled_generation() -> None:
+    agent = Agent("agentB")
+    install(agent)
+    [cancelled] = runs(fire(agent, "JobB", "g1", "JobA", date=FRIDAY))
+    [other] = runs(fire(agent, "JobB", "g2", "JobA", date=FRIDAY))
+    operate(agent, CANCEL, gid="g1")
+    restarted = Agent("agentB")
+    restarted.restore(json.loads(json.dumps(agent.snapshot())))
+    assert restarted.resume() == [Start(cancelled), Start(other), Stop(cancelled)]

@@ -5,6 +5,12 @@ a restart (with one, in this process)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import pickle
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,8 +18,9 @@ from types import SimpleNamespace
 import pytest
 
 from agents.envelope import Registration
+from agents.runner import log_path
 from agents.service import AgentService
-from agents.state import Agent, Delivered, Incoming
+from agents.state import Agent, Delivered, GenerationState, Incoming, Run
 from broker.client import Backoff, Client, Delivery, RefusedError
 from broker.language import Publication, parse_filter, parse_publication
 from broker.transport.server import RouterService
@@ -221,3 +228,44 @@ def test_a_restarted_agent_resends_a_status_that_was_never_acknowledged(tmp_path
         await b.stop()
 
     run(scenario())
+
+
+def test_a_cancelled_run_is_stopped_again_after_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent stopped its cancelled run, whose command ignores SIGTERM, and died before its
+    SIGKILL: the next run of the agent stops it again, SIGKILL timer included, and it ends
+    cancelled (it used to re-attach and wait, and the command could end SUCCESS)."""
+    monkeypatch.setattr("agents.service.STOP_GRACE", 0.2)
+    job = Run("W", "v1", "g1", "Job", 1, "trap '' TERM; sleep 30", None, "2026-11-23", None)
+    pid_file = log_path(tmp_path, job).with_suffix(".pid")
+    script = (
+        "import asyncio, pickle, sys; from pathlib import Path; from agents.runner import supervise; "
+        "asyncio.run(supervise(pickle.loads(bytes.fromhex(sys.argv[1])), Path(sys.argv[2]), Path('/')))"
+    )
+    died = subprocess.Popen([sys.executable, "-c", script, pickle.dumps(job).hex(), str(tmp_path)])
+    agent = Agent("agentA")
+    agent.running[job.workflow, job.gid, job.job] = job
+    agent.generations[job.workflow, job.gid] = GenerationState("v1", {"Job": "running"}, cancelled=True)
+    service = AgentService(agent, BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path)
+
+    async def scenario() -> None:
+        await until(pid_file.exists, timeout=10, what="the command started")
+        died.send_signal(signal.SIGKILL)
+        died.wait(5)
+        running = asyncio.create_task(service.run())
+        try:
+            await until(lambda: not agent.running, timeout=10, what="the run stopped")
+        finally:
+            service.stop()
+            await running
+
+    try:
+        run(scenario())
+    finally:
+        died.kill()
+        died.wait(5)
+        with contextlib.suppress(ProcessLookupError):  # the command, if it was not stopped
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+    [status] = service.outbox
+    assert status["status"] == "FAILURE" and str(status["detail"]).startswith("cancelled: exit -9")
