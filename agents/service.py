@@ -437,8 +437,12 @@ class AgentService:
                 reply = answer(self.agent.name, wanted.request, "OK", tail)
             except (ValueError, OSError) as error:
                 reply = answer(self.agent.name, wanted.request, "ERROR", {"error": str(error)})
-        if reply is not None:
-            self._publish(reply)
+        if reply is None or self.client is None:
+            return
+        try:  # not through the outbox: an answer lost in a restart is asked again
+            self.client.publish_nowait(reply, durable=False)
+        except (LinkClosed, TooManyUnacknowledged) as error:
+            log.error("answer to request %s lost (its asker asks again): %s", reply["request"], error)
 
 
 def _name(key: str) -> str:

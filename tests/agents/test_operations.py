@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from agents.queries import LogRequest, answer_query
+from agents.queries import ANSWER_BUDGET, LogRequest, answer_query
 from agents.runner import log_tail
 from agents.state import Agent, Delivered, Finished, Incoming, Result, Start, Stop
 from broker.language import Publication
-from tests.agents.test_state import FRIDAY, MONDAY, acks, fire, install, key, published, runs, status, trigger
+from tests.agents.test_state import (
+    FRIDAY,
+    MONDAY,
+    PLAN,
+    acks,
+    fire,
+    install,
+    key,
+    published,
+    runs,
+    status,
+    trigger,
+)
 from tests.signing import DEPLOYER
 from workflow_messages.operations import CANCEL, RERUN, operation, query
 
@@ -259,3 +272,44 @@ def test_a_restarted_agent_stops_again_the_running_jobs_of_a_cancelled_generatio
     restarted = Agent("agentB")
     restarted.restore(json.loads(json.dumps(agent.snapshot())))
     assert restarted.resume() == [Start(cancelled), Start(other), Stop(cancelled)]
+
+
+def busy_agent(generations: int, jobs: int) -> Agent:
+    """agentB, with ``jobs`` outcomes in each of ``generations`` generations of PAYROLL."""
+    agent = Agent("agentB")
+    install(agent)
+    record = {"status": "SUCCESS", "detail": "exit 0 after 12.3 s, " + "x" * 40, "attempt": 1}
+    for n in range(generations):
+        jobs_ = {f"Job{j:02}": {**record, "started": 1.7e9 + n, "duration": 12.3} for j in range(jobs)}
+        agent.outcomes["PAYROLL", f"g{n:03}"] = {"date": "2026-11-23", "jobs": jobs_}
+    return agent
+
+
+def test_an_answer_too_large_for_a_message_keeps_what_fits_and_says_truncated() -> None:
+    """wfm rerun asks for 200 generations: at 40 jobs the answer was over a megabyte, more than a
+    frame, and the agent failed to publish it."""
+    agent = busy_agent(200, 40)
+    reply = answer_query(agent, query("*", "RUNS", "r", {"workflow": "PAYROLL", "limit": 200}))
+    assert isinstance(reply, Publication) and reply["result"] == "OK"
+    assert ANSWER_BUDGET // 2 < len(str(reply["content"])) <= ANSWER_BUDGET
+    content = json.loads(str(reply["content"]))
+    assert content["truncated"] is True and 50 < len(content["generations"]) < 200
+    assert [g["gid"] for g in content["generations"][:2]] == ["g199", "g198"]  # the newest kept
+    small = answer_query(agent, query("*", "RUNS", "r", {"workflow": "PAYROLL", "limit": 2}))
+    assert isinstance(small, Publication) and json.loads(str(small["content"]))["truncated"] is False
+
+
+def test_a_workflows_answer_too_large_cuts_long_commands_first() -> None:
+    agent = Agent("agentB")
+    install(agent)
+    long = "echo " + "y" * ANSWER_BUDGET  # two of them: more than a frame
+    for deployment in agent.deployments.values():
+        for job, info in deployment.jobs.items():
+            if job in ("JobB", "JobC"):
+                deployment.jobs[job] = replace(info, command=long)
+    reply = answer_query(agent, query("*", "WORKFLOWS", "r", {}))
+    assert isinstance(reply, Publication) and reply["result"] == "OK"
+    content = json.loads(str(reply["content"]))
+    [deployment] = content["deployments"]
+    assert content["truncated"] is True and deployment["version"] == PLAN.version
+    assert deployment["jobs"]["JobB"]["command"] == long[:1000]

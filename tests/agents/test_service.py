@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import pickle
 import signal
@@ -25,11 +26,13 @@ from broker.client import Backoff, Client, Delivery, RefusedError
 from broker.language import Publication, parse_filter, parse_publication
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
+from tests.agents.test_operations import busy_agent
 from tests.agents.test_state import PLAN, install
 from tests.processes import against_scripted_broker
 from tests.signing import signed
 from tests.transport.harness import Request, ScriptedBroker, run, until, uri
 from workflow_messages import job_status
+from workflow_messages.operations import answer_subscription, query, query_advertisement
 
 FILTER = parse_filter("[class,eq,JOBSTATUS],[jobname,eq,A]")
 FIRST, SECOND = (
@@ -269,3 +272,33 @@ def test_a_cancelled_run_is_stopped_again_after_a_restart(
             os.killpg(int(pid_file.read_text()), signal.SIGKILL)
     [status] = service.outbox
     assert status["status"] == "FAILURE" and str(status["detail"]).startswith("cancelled: exit -9")
+
+
+def test_an_agent_answers_a_query_past_its_outbox_and_too_large_an_answer_is_cut(tmp_path: Path) -> None:
+    """A RUNS answer larger than a frame ended the agent (and one in the outbox would have failed
+    again at every start): it is cut to fit, and published past the outbox."""
+
+    async def scenario() -> None:
+        b = RouterService(uri("B1"))
+        await b.start()
+        asker = await Client.connect(b.uri, "asker")
+        await asker.advertise(query_advertisement())
+        answers = await asker.subscribe(answer_subscription("r1"))
+        service = AgentService(busy_agent(200, 40), b.uri, tmp_path / "agentB", tmp_path)
+        running = asyncio.create_task(service.run())
+        await until(lambda: service.client is not None and service.client.connected, what="connected")
+        ask = query("agentB", "RUNS", "r1", {"workflow": "PAYROLL", "limit": 200})
+        got = None
+        while got is None:  # the query's advertisement reaches the agent's broker first
+            asker.publish_nowait(ask)
+            with contextlib.suppress(TimeoutError):
+                got = await answers.next(timeout=0.5)
+        assert got.publication["result"] == "OK" and not running.done()
+        assert json.loads(str(got.publication["content"]))["truncated"] is True
+        assert service.client is not None and service.client.stats()["outbox"] == 0
+        service.stop()
+        await running
+        await asker.close()
+        await b.stop()
+
+    run(scenario())
