@@ -156,6 +156,7 @@ class Session:
     def __init__(self, client: Client, uri: Brokers, timeout: float) -> None:
         self.client, self.uri, self.timeout = client, uri, timeout
         self.cancelled: set[tuple[str, str]] = set()  # generations agents said they are cancelling
+        self.truncated: set[str] = set()  # agents that cut an answer to fit it in a message
 
     @classmethod
     @asynccontextmanager
@@ -191,10 +192,17 @@ class Session:
             )
         return _contents(replies)
 
+    def _cut(self, answers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """``answers``, noting in :attr:`truncated` the agents that had to leave something out."""
+        self.truncated.update(agent for agent, data in answers.items() if data.get("truncated"))
+        return answers
+
     async def workflows(self) -> tuple[list[Deployed], list[str]]:
         """Every workflow deployed on an agent that answers, and every agent that answered."""
-        answers = await self.ask(
-            "WORKFLOWS", {}, enough=lambda got: not any(w.unanswered() for w in _deployed(got))
+        answers = self._cut(
+            await self.ask(
+                "WORKFLOWS", {}, enough=lambda got: not any(w.unanswered() for w in _deployed(got))
+            )
         )
         return _deployed(answers), sorted(answers)
 
@@ -216,7 +224,9 @@ class Session:
         kept of them, fed into ``into`` (a new :class:`Monitor` by default): the newest ``limit``
         of each agent's."""
         deployed = await self.deployed(workflow)
-        answers = await self.ask("RUNS", {"workflow": workflow, "gid": gid, "limit": limit}, deployed.agents)
+        answers = self._cut(
+            await self.ask("RUNS", {"workflow": workflow, "gid": gid, "limit": limit}, deployed.agents)
+        )
         monitor = into or Monitor()
         for agent, data in answers.items():
             for generation in data["generations"]:

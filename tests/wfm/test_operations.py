@@ -8,6 +8,8 @@ import json
 import signal
 import subprocess
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from broker.errors import RemoteError
 from tests.agents.test_processes import MONDAY, WORKFLOWS, Overlay, overlay
 from tests.processes import WFM, brokers
+from wfm.cli import main
 from wfm.monitor import Monitor
 from wfm.operations import Deployed, Session
 from workflow_messages import JOBSTATUS, TRIGGER
@@ -188,3 +191,39 @@ def test_rerun_from_a_job_does_not_ask_to_reuse_a_skipped_job_and_reports_a_refu
     with pytest.raises(RemoteError, match=r"^rerun of g1 refused: b: ERROR b has no outcome of JobA in g1$"):
         asyncio.run(session.rerun("W", "g1", "JobB", lambda p: p))
     assert sent == {"gid": "g1", "new": "g1-r1", "reuse": ["JobA"]}  # not Alert
+
+
+def test_an_answer_cut_to_fit_a_message_is_said_on_stderr(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deployment = {
+        "workflow": "W",
+        "version": "v1",
+        "current": True,
+        "coordinator": True,
+        "graph": {"J": [["APPL_START", "success"]]},
+        "jobs": {"J": {"command": "true", "schedule": "daily", "timeout": None, "retries": 0}},
+    }
+    state = {"status": "SUCCESS", "detail": "", "attempt": 1, "started": 1.0, "duration": 1.0}
+    generation = {"gid": "g1", "date": "2026-11-23", "jobs": {"J": state}, "busy": {}, "cancelled": False}
+    answers = {
+        "WORKFLOWS": {"deployments": [deployment], "truncated": False},
+        "RUNS": {"generations": [generation], "truncated": True},
+    }
+
+    async def ask(kind: str, *_: object, **__: object) -> dict[str, dict[str, object]]:
+        return {"agentA": answers[kind]}
+
+    @asynccontextmanager
+    async def connect(uri: object, timeout: float) -> AsyncIterator[Session]:
+        session = Session(None, uri, timeout)  # type: ignore[arg-type]
+        monkeypatch.setattr(session, "ask", ask)
+        yield session
+
+    monkeypatch.setattr(Session, "connect", connect)
+    assert main(["runs", "W", "--broker", "socket://127.0.0.1:1/B1", "-o", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["gid"] == "g1"
+    assert err == "wfm: warning: agentA left out what does not fit in one answer\n"
+    assert main(["workflows", "--broker", "socket://127.0.0.1:1/B1", "-o", "json"]) == 0
+    assert "warning" not in capsys.readouterr().err
