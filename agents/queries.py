@@ -1,9 +1,13 @@
 """Answers to the queries of ``wfm workflows``, ``wfm runs`` and ``wfm logs``, from the agent's state.
 
 Pure and read-only: a query changes nothing, so the adapter answers it at once, outside the
-journal. A log lives on disk, so a LOGS query is checked here (the job deployed, the generation
-known: only a path the agent itself wrote is ever read) and handed back as a :class:`LogRequest`
-for the adapter to read (:func:`agents.runner.log_tail`).
+journal, and publishes the answer past its outbox (an answer lost in a restart is asked again). An
+answer is one message: one that would be too large keeps what fits (the newest generations, the
+current deployments first) and says ``truncated``.
+
+A log lives on disk, so a LOGS query is checked here (a valid gid, the job deployed, the
+generation known) and handed back as a :class:`LogRequest` for the adapter to read
+(:func:`agents.runner.log_tail`, which reads nothing outside the state directory's logs).
 """
 
 from __future__ import annotations
@@ -13,12 +17,17 @@ from typing import Any
 
 from agents.state import Agent
 from broker.language import Publication
-from workflow_messages import APPL_END, APPL_START, weekday_words
-from workflow_messages.operations import ANY, answer, decode_content
+from broker.transport import MAX_FRAME
+from workflow_messages import APPL_END, APPL_START, check_gid, weekday_words
+from workflow_messages.operations import ANY, answer, decode_content, encode_content
 
-__all__ = ["DEFAULT_RUNS", "MAX_RUNS", "LogRequest", "answer_query"]
+__all__ = ["ANSWER_BUDGET", "DEFAULT_RUNS", "MAX_RUNS", "LogRequest", "answer_query"]
 
-DEFAULT_RUNS, MAX_RUNS = 20, 200  # generations a RUNS answer holds: an answer is one frame
+DEFAULT_RUNS, MAX_RUNS = 20, 200  # generations a RUNS answer holds at most
+# bytes of content an answer carries at most: half a frame leaves room for the frames a broker
+# wraps it in to reach the asker (a publication that fits a frame may not fit a delivery)
+ANSWER_BUDGET = MAX_FRAME // 2
+COMMAND_SHOWN = 1000  # characters of a job's command a WORKFLOWS answer too large for one keeps
 VIRTUAL = (APPL_START, APPL_END)
 
 
@@ -43,7 +52,10 @@ def answer_query(agent: Agent, query: Publication) -> Publication | LogRequest |
         content = decode_content(query.get("content"))
         kind = query.get("query")
         if kind == "WORKFLOWS":
-            return answer(agent.name, request, "OK", {"deployments": _deployments(agent)})
+            deployments = _deployments(agent)
+            if cut := _size({"deployments": deployments}) > ANSWER_BUDGET:  # long commands first
+                deployments = _deployments(agent, COMMAND_SHOWN)
+            return _fitted(agent, request, "deployments", deployments, cut)
         if kind == "RUNS":
             workflow = _text(content, "workflow")
             limit = content.get("limit", DEFAULT_RUNS)
@@ -52,7 +64,7 @@ def answer_query(agent: Agent, query: Publication) -> Publication | LogRequest |
             prefix = content.get("gid", "")
             if not isinstance(prefix, str):
                 raise ValueError("gid must be a string")
-            return answer(agent.name, request, "OK", {"generations": _runs(agent, workflow, prefix, limit)})
+            return _fitted(agent, request, "generations", _runs(agent, workflow, prefix, limit))
         if kind == "LOGS":
             return _log_request(agent, request, content)
         raise ValueError(f"unknown query {kind!r} (WORKFLOWS, RUNS or LOGS)")
@@ -60,15 +72,37 @@ def answer_query(agent: Agent, query: Publication) -> Publication | LogRequest |
         return answer(agent.name, request, "ERROR", {"error": str(error)})
 
 
-def _deployments(agent: Agent) -> list[dict[str, Any]]:
-    """Every deployed version, the one new generations start on marked ``current``; the
-    coordinator's carries the workflow's graph (``{job: [[predecessor, on], ...]}``)."""
+def _fitted(
+    agent: Agent, request: str, name: str, items: list[dict[str, Any]], cut: bool = False
+) -> Publication:
+    """An OK answer with ``items`` under ``name``, as many of the first as fit ANSWER_BUDGET;
+    ``truncated`` if some were left out, or ``cut`` (shortened) already."""
+    count = len(items)
+    if _size({name: items}) > ANSWER_BUDGET:
+        low, high = 0, count - 1  # none fits: an empty list is a few bytes
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (
+                (middle, high) if _size({name: items[:middle]}) <= ANSWER_BUDGET else (low, middle - 1)
+            )
+        count = low
+    return answer(agent.name, request, "OK", {name: items[:count], "truncated": cut or count < len(items)})
+
+
+def _size(content: dict[str, Any]) -> int:
+    return len(encode_content(content))  # ASCII: as many bytes as characters
+
+
+def _deployments(agent: Agent, command_limit: int | None = None) -> list[dict[str, Any]]:
+    """Every deployed version, the ones new generations start on (marked ``current``) first; the
+    coordinator's carries the workflow's graph (``{job: [[predecessor, on], ...]}``). Commands
+    are cut to ``command_limit`` characters if given."""
     found = []
     for (workflow, version), deployment in sorted(agent.deployments.items()):
         end = deployment.jobs.get(APPL_END)
         jobs = {
             job: {
-                "command": info.command,
+                "command": info.command[:command_limit],
                 "schedule": weekday_words(info.calendar.weekdays),
                 "timeout": info.timeout,
                 "retries": info.retries,
@@ -86,7 +120,7 @@ def _deployments(agent: Agent) -> list[dict[str, Any]]:
                 "jobs": jobs,
             }
         )
-    return found
+    return sorted(found, key=lambda deployment: not deployment["current"])  # stable: by name then
 
 
 def _runs(agent: Agent, workflow: str, prefix: str, limit: int) -> list[dict[str, Any]]:
@@ -109,6 +143,7 @@ def _runs(agent: Agent, workflow: str, prefix: str, limit: int) -> list[dict[str
 
 def _log_request(agent: Agent, request: str, content: dict[str, Any]) -> LogRequest:
     workflow, gid, job = (_text(content, name) for name in ("workflow", "gid", "job"))
+    check_gid(gid)
     attempt = content.get("attempt", 0)
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
         raise ValueError("attempt must be a non-negative integer")

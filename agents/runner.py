@@ -65,9 +65,20 @@ def generation_dir(state_dir: Path, workflow: str, gid: str) -> Path:
     return state_dir / "logs" / workflow / gid
 
 
+def _inside_logs(state_dir: Path, path: Path) -> Path:
+    """``path``, once resolved inside ``logs/`` of the state directory; ValueError otherwise. Names
+    and gids are checked where they come in, and this last look makes sure no name (an absolute
+    one, ``..``, a symbolic link) leads a run's log, or a LOGS query, out of it."""
+    logs = (state_dir / "logs").resolve()
+    if not path.resolve().is_relative_to(logs):
+        raise ValueError(f"log path {path} is outside {logs}")
+    return path
+
+
 def log_path(state_dir: Path, run: Run) -> Path:
     """``logs/W/GID/JOB.ATTEMPT.log`` under the agent's state directory."""
-    return generation_dir(state_dir, run.workflow, run.gid) / f"{run.job}.{run.attempt}.log"
+    folder = generation_dir(state_dir, run.workflow, run.gid)
+    return _inside_logs(state_dir, folder / f"{run.job}.{run.attempt}.log")
 
 
 async def supervise(run: Run, state_dir: Path, default_cwd: Path) -> Result | None:
@@ -96,10 +107,10 @@ def stop(run: Run, state_dir: Path, signal_number: int) -> bool:
     The id is read only while the run has no status file, i.e. while its supervisor has not reaped
     the command, so it names the command's group and not a process that reused the number (but
     for the instant between the reaping and the status write)."""
-    log_file = log_path(state_dir, run)
-    if log_file.with_suffix(".status").exists():
-        return False
     try:
+        log_file = log_path(state_dir, run)
+        if log_file.with_suffix(".status").exists():
+            return False
         group = int(log_file.with_suffix(".pid").read_text(encoding="ascii"))
         os.killpg(group, signal_number)
     except (FileNotFoundError, ValueError, ProcessLookupError):
@@ -114,6 +125,7 @@ def log_tail(
     ``gid``, as text (bytes that are not UTF-8 replaced), with the attempts there are, the log's
     size and whether it was cut. ValueError (one line) if there is no such log."""
     folder = generation_dir(state_dir, workflow, gid)
+    _inside_logs(state_dir, folder / job)
     attempts = sorted(
         int(number)
         for path in folder.glob(f"{glob.escape(job)}.*.log")
@@ -126,7 +138,7 @@ def log_tail(
         raise ValueError(
             f"{job} has no attempt {chosen} in {gid} (attempts: {', '.join(map(str, attempts))})"
         )
-    path = folder / f"{job}.{chosen}.log"
+    path = _inside_logs(state_dir, folder / f"{job}.{chosen}.log")
     with path.open("rb") as file:
         size = file.seek(0, os.SEEK_END)
         file.seek(max(0, size - limit))

@@ -117,15 +117,15 @@ class AgentService:
         self.stopping.set()
 
     async def run(self) -> None:
-        """Recover the journal, re-attach to the runs it had started, then serve until :meth:`stop`.
+        """Recover the journal, re-attach to the runs it had started (stopping again those of
+        cancelled generations), then serve until :meth:`stop`.
 
         The supervisors of runs outlive the agent (:mod:`agents.runner`): stopping leaves them
         running, and the next start re-attaches to them or publishes how they ended."""
         replayed = self.journal.recover(self.agent)
         log.info("agent %s recovered its journal (%d records after the snapshot)", self.agent.name, replayed)
         self.failed = asyncio.get_running_loop().create_future()
-        for run in list(self.agent.running.values()):
-            self._supervise(run)
+        self._act(self.agent.resume())
         await self._handle(Tick())
         connection = asyncio.create_task(self._keep_connected())
         stopping = asyncio.create_task(self.stopping.wait())
@@ -198,6 +198,10 @@ class AgentService:
                 self.client.done(delivery)
         if self.journal.due():
             self.journal.compact(self.agent.snapshot())
+        self._act(effects)
+
+    def _act(self, effects: list[Effect]) -> None:
+        """Start (or re-attach to) and stop runs."""
         for effect in effects:
             if isinstance(effect, Start):
                 self._supervise(effect.run)
@@ -433,8 +437,12 @@ class AgentService:
                 reply = answer(self.agent.name, wanted.request, "OK", tail)
             except (ValueError, OSError) as error:
                 reply = answer(self.agent.name, wanted.request, "ERROR", {"error": str(error)})
-        if reply is not None:
-            self._publish(reply)
+        if reply is None or self.client is None:
+            return
+        try:  # not through the outbox: an answer lost in a restart is asked again
+            self.client.publish_nowait(reply, durable=False)
+        except (LinkClosed, TooManyUnacknowledged) as error:
+            log.error("answer to request %s lost (its asker asks again): %s", reply["request"], error)
 
 
 def _name(key: str) -> str:

@@ -45,6 +45,7 @@ from workflow_messages import (
     SUCCESS,
     ack,
     blocked,
+    check_gid,
     decide_end,
     digest,
     end_of,
@@ -349,6 +350,15 @@ class Agent:
             self.trust.restore(snapshot["trust"])
         self.outcomes = OrderedDict(((w, g), record) for w, g, record in snapshot.get("outcomes", []))
 
+    def resume(self) -> list[Effect]:
+        """What a restarted adapter does about the runs the journal says are running: follow each
+        (a :class:`Start` re-attaches to its supervisor, or starts it if it never started), and
+        stop again those of cancelled generations (the stop asked before the restart may have
+        come to nothing: a command that ignored SIGTERM outlives the adapter's SIGKILL timer)."""
+        running = list(self.running.values())
+        cancelled = {key for key, generation in self.generations.items() if generation.cancelled}
+        return [*map(Start, running), *(Stop(r) for r in running if (r.workflow, r.gid) in cancelled)]
+
     def in_progress(self) -> set[tuple[str, str]]:
         """The (workflow, gid) of every generation not over here: their run logs must stay."""
         return set(self.generations) | {(r.workflow, r.gid) for r in self.running.values()}
@@ -509,6 +519,11 @@ class Agent:
         gid = next((p.get("GID") for p in publications), None)
         if not isinstance(gid, str) or (info.workflow, gid) in self.ended:
             return []
+        try:
+            check_gid(gid)  # it names the folder of the run logs; anyone may publish a Trigger
+        except ValueError as error:
+            self._refuse_firing(info, str(error), now)
+            return []
         versions = {p.get("version") for p in publications if p.cls == JOBSTATUS}
         if info.job == APPL_START:
             if info.version != self.current(info.workflow):
@@ -564,6 +579,20 @@ class Agent:
         )
         self.pending.append(Pending(run))
         return self._pump(now)
+
+    def _refuse_firing(self, info: JobInfo, reason: str, now: float) -> None:
+        """Count a firing not acted on, and log it as :meth:`_refuse` does an envelope."""
+        self.refused["firing"] += 1
+        unlogged = self._refusals.admit(f"firing {info.workflow}", now)
+        if unlogged is not None:
+            log.warning(
+                "ignored a firing of %s %s: %s (%d firings refused%s)",
+                info.workflow,
+                info.job,
+                reason,
+                self.refused["firing"],
+                f", {unlogged} not logged since the last" if unlogged else "",
+            )
 
     def _status(self, publication: Publication, now: float) -> list[Effect]:
         """A JOBSTATUS from a plain subscription: a start, an end, or (coordinator) any status."""
@@ -815,8 +844,9 @@ class Agent:
             skipped=skipped,
             failed=failed or (),
         )
-        kept = ("status", "detail", "attempt", "started", "duration", "skipped")
-        record = {name: publication[name] for name in kept if publication.get(name) is not None}
+        record = {name: publication[name] for name in ("status", "detail", "attempt", "started", "duration")}
+        if skipped:  # kept only when set: a record per job for 500 generations is the snapshot's bulk
+            record["skipped"] = 1
         self._outcome(workflow, gid)["jobs"][job] = record
         return publication
 
@@ -837,11 +867,13 @@ class Agent:
         gid = data.get("gid")
         if not isinstance(gid, str) or not gid:
             raise ValueError(f"{control.command} needs a gid")
+        check_gid(gid)
         if control.command == CANCEL:
             return self._cancel(control.workflow, gid, now)
         new, reuse = data.get("new"), data.get("reuse")
         if not isinstance(new, str) or not new or new == gid:
             raise ValueError("RERUN needs a new gid, other than the gid it reruns")
+        check_gid(new)
         if not isinstance(reuse, list) or not all(isinstance(job, str) for job in reuse):
             raise ValueError("RERUN needs reuse, a list of job names")
         return self._rerun(control.workflow, gid, new, reuse, now)
@@ -874,13 +906,23 @@ class Agent:
         self, workflow: str, gid: str, new: str, reuse: list[str], now: float
     ) -> tuple[str, str, list[Effect]]:
         """Generation ``new`` republishes the outcomes ``gid`` had here for the ``reuse`` jobs
-        (those not downstream of the job rerun from) instead of running them."""
+        (those not downstream of the job rerun from, and not skipped in ``gid``) instead of
+        running them; ERROR, naming them, if this agent has no outcome of some it hosts."""
         known = self.generations.get((workflow, new))
         if known is not None and known.rerun_of == gid:
             return "UNCHANGED", f"{new} reruns {gid} already", []
         if known is not None or (workflow, new) in self.ended or (workflow, new) in self.outcomes:
             return "ERROR", f"generation {new} exists", []
         recorded = self.outcomes.get((workflow, gid), {}).get("jobs", {})
+        hosted = {job for (w, _), d in self.deployments.items() if w == workflow for job in d.jobs}
+        lost = sorted(job for job in reuse if job in hosted and job not in recorded)
+        if lost:  # forgotten (MAX_OUTCOMES) or never run here: it would run again, not be reused
+            return (
+                "ERROR",
+                f"{self.name} has no outcome of {', '.join(lost)} in {gid} to reuse (it keeps those"
+                f" of its last {MAX_OUTCOMES} generations): rerun {gid} whole, or from an earlier job",
+                [],
+            )
         reused = {
             job: [str(recorded[job]["status"]), f"reused from {gid}: {recorded[job]['detail']}"[:500]]
             for job in reuse

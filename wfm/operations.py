@@ -25,7 +25,7 @@ from typing import Any
 from broker.client import Brokers, Client, Subscription
 from broker.errors import LocalError, NoAnswer, RemoteError
 from broker.language import Publication, Value
-from wfm.monitor import Generation, Monitor
+from wfm.monitor import SKIPPED, Generation, Monitor
 from wfm.triggers import TriggerPublisher, check_gid
 from workflow_messages import (
     APPL_START,
@@ -180,6 +180,7 @@ class Session:
     def __init__(self, client: Client, uri: Brokers, timeout: float) -> None:
         self.client, self.uri, self.timeout = client, uri, timeout
         self.cancelled: set[tuple[str, str]] = set()  # generations agents said they are cancelling
+        self.truncated: set[str] = set()  # agents that cut an answer to fit it in a message
 
     @classmethod
     @asynccontextmanager
@@ -215,10 +216,17 @@ class Session:
             )
         return _contents(replies)
 
+    def _cut(self, answers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """``answers``, noting in :attr:`truncated` the agents that had to leave something out."""
+        self.truncated.update(agent for agent, data in answers.items() if data.get("truncated"))
+        return answers
+
     async def workflows(self) -> tuple[list[Deployed], list[str]]:
         """Every workflow deployed on an agent that answers, and every agent that answered."""
-        answers = await self.ask(
-            "WORKFLOWS", {}, enough=lambda got: not any(w.unanswered() for w in _deployed(got))
+        answers = self._cut(
+            await self.ask(
+                "WORKFLOWS", {}, enough=lambda got: not any(w.unanswered() for w in _deployed(got))
+            )
         )
         return _deployed(answers), sorted(answers)
 
@@ -240,7 +248,9 @@ class Session:
         kept of them, fed into ``into`` (a new :class:`Monitor` by default): the newest ``limit``
         of each agent's."""
         deployed = await self.deployed(workflow)
-        answers = await self.ask("RUNS", {"workflow": workflow, "gid": gid, "limit": limit}, deployed.agents)
+        answers = self._cut(
+            await self.ask("RUNS", {"workflow": workflow, "gid": gid, "limit": limit}, deployed.agents)
+        )
         monitor = into or Monitor()
         for agent, data in answers.items():
             for generation in data["generations"]:
@@ -362,7 +372,10 @@ class Session:
                 raise UnknownWorkflow(
                     f"{workflow} has no job {start} (jobs: {', '.join(sorted(deployed.graph))})"
                 )
-            reuse = sorted(set(deployed.graph) - downstream(deployed.graph, start))
+            # a job skipped in gid has no outcome to reuse: its predecessors' outcomes, republished,
+            # skip it again; an agent refuses to reuse a job of which it kept no outcome
+            skipped = {job for job, state in generation.jobs.items() if state.status == SKIPPED}
+            reuse = sorted(set(deployed.graph) - downstream(deployed.graph, start) - skipped)
             content = {"gid": gid, "new": new, "reuse": reuse}
             acks = await self.operate(workflow, RERUN, content, deployed.agents, sign)
             failed = [

@@ -18,7 +18,7 @@ from broker.errors import NoAnswer, RemoteError
 from broker.language import Filter, Predicate
 from broker.language.values import NAME_RE
 from wfm.state import state_home
-from workflow_messages import APPL_START, JOBSTATUS, trigger, trigger_advertisement
+from workflow_messages import APPL_START, JOBSTATUS, check_gid, trigger, trigger_advertisement
 
 __all__ = [
     "NotAcknowledged",
@@ -31,7 +31,6 @@ __all__ = [
     "parse_date",
 ]
 
-_GID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}\Z")
 _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
 # A subscription travels towards a publisher only once the publisher's advertisement has reached
 # its broker (docs/overlay.md), so a Trigger published right after a fresh advertisement would miss
@@ -59,16 +58,6 @@ def new_gid(now: datetime, suffix: str | None = None) -> str:
     """``20261123-114523-3f9a``: sorts by creation time (to the second), and the random suffix
     keeps two generations started in the same second apart."""
     return f"{now:%Y%m%d-%H%M%S}-{suffix or secrets.token_hex(2)}"
-
-
-def check_gid(gid: str) -> str:
-    """A gid given by the user: 1 to 64 letters, digits and ``_ . : -``, starting with a letter or
-    digit (so it is one plain token in logs, file names and the message language)."""
-    if not _GID_RE.match(gid):
-        raise ValueError(
-            f"invalid gid {gid!r} (1 to 64 letters, digits and _ . : -, not starting with one of _ . : -)"
-        )
-    return gid
 
 
 def check_workflow(name: str) -> str:

@@ -54,7 +54,7 @@ from workflow_messages.names import (
     SUCCESS,
     TRIGGER,
 )
-from workflow_messages.trigger import trigger, trigger_advertisement, trigger_atom, trigger_date
+from workflow_messages.trigger import check_gid, trigger, trigger_advertisement, trigger_atom, trigger_date
 
 __all__ = [
     "ACCEPTS",
@@ -78,6 +78,8 @@ __all__ = [
     "ack_advertisement",
     "ack_subscription",
     "blocked",
+    "check_gid",
+    "cleanup_subscription",
     "control_subscription",
     "decide_end",
     "deployer_advertisement",

@@ -6,13 +6,28 @@ that the jobs' calendars are checked against.
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime
 
 from broker.language import Atom, Filter, Publication
 from workflow_messages._build import filter_of
 from workflow_messages.names import GID, TRIGGER
 
-__all__ = ["trigger", "trigger_advertisement", "trigger_atom", "trigger_date"]
+__all__ = ["check_gid", "trigger", "trigger_advertisement", "trigger_atom", "trigger_date"]
+
+_GID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}\Z")
+
+
+def check_gid(gid: str) -> str:
+    """A generation id: 1 to 64 letters, digits and ``_ . : -``, starting with a letter or digit,
+    so it is one plain token in logs, in the message language and in file names (an agent keeps a
+    generation's run logs in a folder named by it). Checked where one is made (``wfm trigger``) and
+    where an agent takes one from a message: without TLS anyone may publish a Trigger."""
+    if not _GID_RE.match(gid):
+        raise ValueError(
+            f"invalid gid {gid!r} (1 to 64 letters, digits and _ . : -, not starting with one of _ . : -)"
+        )
+    return gid
 
 
 def trigger_advertisement() -> Filter:

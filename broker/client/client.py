@@ -255,10 +255,10 @@ class Client(_Stream):
         self._client = self
         self._receipts = Receipts()
         # a session of our own: publication ids survive a reconnection (see docs/overlay.md), and
-        # with an outbox a restart too
-        self._stamp = (
-            self._outbox.session if self._outbox else client_session(time.time(), JITTER.getrandbits(32))
-        )
+        # with an outbox a restart too; this run's own for what is published past the outbox,
+        # whose numbers the outbox does not count: a later run must not give them again
+        self._volatile = client_session(time.time(), JITTER.getrandbits(32))
+        self._stamp = self._outbox.session if self._outbox else self._volatile
         self._refs = itertools.count(self._outbox.next if self._outbox else 1)
         # what an earlier run left in the outbox, re-sent by resend_outbox() or the first publication
         self._left: list[Publish] = self._outbox.recovered if self._outbox else []
@@ -495,8 +495,8 @@ class Client(_Stream):
     async def unsubscribe(self, sub_id: str) -> None:
         await self._withdraw(sub_id, Unsubscribe)
 
-    def _publication_ref(self) -> str:
-        return f"{next(self._refs)}@{self._stamp}"
+    def _publication_ref(self, durable: bool = True) -> str:
+        return f"{next(self._refs)}@{self._stamp if durable else self._volatile}"
 
     async def publish(self, publication: Publication | str) -> str:
         """Publish and wait for the broker's acknowledgement (through reconnections); waits
@@ -509,16 +509,17 @@ class Client(_Stream):
         ref = self._publication_ref()
         return str(await self._request(Publish(ref, _publication(publication)), ref))
 
-    def publish_nowait(self, publication: Publication | str) -> None:
+    def publish_nowait(self, publication: Publication | str, durable: bool = True) -> None:
         """Publish without waiting: kept until acknowledged and re-sent after a reconnection.
         TooManyUnacknowledged when ``max_unacked`` publications already wait. With an outbox,
         it is sent once on disk, in a group commit with those made meanwhile; a disk that
-        refuses it is logged and counted (``lost.outbox``)."""
+        refuses it is logged and counted (``lost.outbox``). Not ``durable``: past the outbox,
+        kept in memory only (an answer its asker asks again for if this process ends)."""
         if self._unacked + len(self._storing) >= self.max_unacked:
             self.counters["refused.unacknowledged"] += 1
             raise TooManyUnacknowledged(self._unacked + len(self._storing))
-        message = Publish(self._publication_ref(), _publication(publication))
-        if self._outbox is not None:
+        message = Publish(self._publication_ref(durable), _publication(publication))
+        if self._outbox is not None and durable:
             self._store(message, None)
         else:
             self._send(message.id, message, None)

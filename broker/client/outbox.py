@@ -28,7 +28,7 @@ from broker.client.queues import client_session
 from broker.client.reconnect import JITTER
 from broker.durable import WriteAheadLog
 from broker.durable.log import Fsync
-from broker.errors import BadMessage, LocalError
+from broker.errors import BadMessage, LocalError, ProtocolError
 from broker.routing import Publish
 from broker.transport.codec import decode, encode
 
@@ -118,8 +118,15 @@ class Outbox:
             self._wal.append(record)
 
     def add(self, message: Publish) -> None:
-        """Keep ``message`` (on disk after the next :meth:`flush`)."""
-        record = b"+" + encode(message)
+        """Keep ``message`` (on disk after the next :meth:`flush`). OutboxError, and nothing
+        kept, if it cannot be sent: kept, it would fail again at every start of the client."""
+        try:
+            record = b"+" + encode(message)
+        except ProtocolError as error:  # too large for a frame, or not encodable
+            raise OutboxError(
+                f"a publication of class {message.publication.cls} is not kept in outbox"
+                f" {self.directory}, it cannot be sent: {error}"
+            ) from None
         self._append(record)
         self.pending[message.id] = record
         self.next = max(self.next, _number(message.id) + 1)

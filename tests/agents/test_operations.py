@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from agents.queries import LogRequest, answer_query
+from agents.queries import ANSWER_BUDGET, LogRequest, answer_query
 from agents.runner import log_tail
-from agents.state import Agent, Delivered, Finished, Incoming, Result, Stop
+from agents.state import Agent, Delivered, Finished, Incoming, Result, Start, Stop
 from broker.language import Publication
-from tests.agents.test_state import FRIDAY, MONDAY, acks, fire, install, key, published, runs, status, trigger
+from tests.agents.test_state import (
+    FRIDAY,
+    MONDAY,
+    PLAN,
+    acks,
+    fire,
+    install,
+    key,
+    published,
+    runs,
+    status,
+    trigger,
+)
 from tests.signing import DEPLOYER
 from workflow_messages.operations import CANCEL, RERUN, operation, query
 
@@ -173,7 +186,8 @@ def test_a_logs_query_is_checked_before_anything_is_read(tmp_path: Path) -> None
     assert ask(gid="g1", job="JobB") == LogRequest("r", "PAYROLL", "g1", "JobB", 0)
     for bad, fragment in (
         ({"gid": "g1", "job": "JobA"}, "not deployed on agentB"),
-        ({"gid": "../x", "job": "JobB"}, "knows no generation"),
+        ({"gid": "other", "job": "JobB"}, "knows no generation"),
+        ({"gid": "../x", "job": "JobB"}, "invalid gid"),
     ):
         reply = ask(**bad)
         assert (
@@ -199,3 +213,107 @@ def test_a_logs_query_is_checked_before_anything_is_read(tmp_path: Path) -> None
         log_tail(tmp_path, "PAYROLL", "g1", "JobB", 3)
     with pytest.raises(ValueError, match="no log of JobC"):
         log_tail(tmp_path, "PAYROLL", "g1", "JobC", 0)
+
+
+BAD_GID = "../../../secret"
+
+
+def test_a_gid_from_a_message_is_checked_before_it_names_a_folder() -> None:
+    """Without TLS anyone may publish a Trigger, and its gid names the folder of the run logs: a
+    bad one is refused (a firing is logged and counted, an envelope or a query answered ERROR)
+    and the agent goes on."""
+    coordinator, agent = Agent("agentA"), Agent("agentB")
+    install(coordinator)
+    install(agent)
+    assert coordinator.handle(Delivered(key(coordinator, "APPL_START"), (trigger(BAD_GID),)), 1.0) == []
+    assert fire(agent, "JobB", BAD_GID, "JobA") == []
+    assert (coordinator.refused["firing"], agent.refused["firing"]) == (1, 1)
+    assert coordinator.generations == {} and agent.generations == {} and agent.outcomes == {}
+    for command, content in ((CANCEL, {"gid": BAD_GID}), (RERUN, {"gid": "g1", "new": "-r1", "reuse": []})):
+        result, detail = ack_of(operate(agent, command, **content))
+        assert result == "ERROR" and detail.startswith("invalid gid")
+    assert agent.generations == {}
+    assert runs(fire(agent, "JobB", "g1", "JobA"))  # it goes on
+
+
+def test_a_log_is_read_only_inside_the_state_dir(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "logs" / "W").mkdir(parents=True)
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "A.1.log").write_text("password\n")
+    with pytest.raises(ValueError, match="outside"):
+        log_tail(state, "W", BAD_GID, "A", 0)
+    with pytest.raises(ValueError, match="outside"):
+        log_tail(state, "W", "g1", str(tmp_path / "secret" / "A"), 0)  # an absolute job name
+
+
+def test_rerun_refuses_to_reuse_a_job_whose_outcome_it_no_longer_keeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent that dropped the old generation's outcomes must not answer OK: the job it cannot
+    republish would run again in the rerun, which was to reuse it."""
+    monkeypatch.setattr("agents.state.MAX_OUTCOMES", 2)
+    agent = Agent("agentB")
+    install(agent)
+    for gid in ("g1", "g2", "g3"):  # JobC: NORUN (not on Mondays), recorded; g1's dropped at g3
+        fire(agent, "JobC", gid, "JobA", date=MONDAY)
+    result, detail = ack_of(operate(agent, RERUN, gid="g1", new="g1-r1", reuse=["JobA", "JobC"]))
+    assert result == "ERROR"
+    assert detail.startswith("agentB has no outcome of JobC in g1 to reuse (it keeps those of its last 2")
+    assert ("PAYROLL", "g1-r1") not in agent.generations
+    assert ack_of(operate(agent, RERUN, gid="g3", new="g3-r1", reuse=["JobA", "JobC"])) == (
+        "OK",
+        "1 outcomes of g3 reused here",
+    )
+
+
+def test_a_restarted_agent_stops_again_the_running_jobs_of_a_cancelled_generation() -> None:
+    agent = Agent("agentB")
+    install(agent)
+    [cancelled] = runs(fire(agent, "JobB", "g1", "JobA", date=FRIDAY))
+    [other] = runs(fire(agent, "JobB", "g2", "JobA", date=FRIDAY))
+    operate(agent, CANCEL, gid="g1")
+    restarted = Agent("agentB")
+    restarted.restore(json.loads(json.dumps(agent.snapshot())))
+    assert restarted.resume() == [Start(cancelled), Start(other), Stop(cancelled)]
+
+
+def busy_agent(generations: int, jobs: int) -> Agent:
+    """agentB, with ``jobs`` outcomes in each of ``generations`` generations of PAYROLL."""
+    agent = Agent("agentB")
+    install(agent)
+    record = {"status": "SUCCESS", "detail": "exit 0 after 12.3 s, " + "x" * 40, "attempt": 1}
+    for n in range(generations):
+        jobs_ = {f"Job{j:02}": {**record, "started": 1.7e9 + n, "duration": 12.3} for j in range(jobs)}
+        agent.outcomes["PAYROLL", f"g{n:03}"] = {"date": "2026-11-23", "jobs": jobs_}
+    return agent
+
+
+def test_an_answer_too_large_for_a_message_keeps_what_fits_and_says_truncated() -> None:
+    """wfm rerun asks for 200 generations: at 40 jobs the answer was over a megabyte, more than a
+    frame, and the agent failed to publish it."""
+    agent = busy_agent(200, 40)
+    reply = answer_query(agent, query("*", "RUNS", "r", {"workflow": "PAYROLL", "limit": 200}))
+    assert isinstance(reply, Publication) and reply["result"] == "OK"
+    assert ANSWER_BUDGET // 2 < len(str(reply["content"])) <= ANSWER_BUDGET
+    content = json.loads(str(reply["content"]))
+    assert content["truncated"] is True and 50 < len(content["generations"]) < 200
+    assert [g["gid"] for g in content["generations"][:2]] == ["g199", "g198"]  # the newest kept
+    small = answer_query(agent, query("*", "RUNS", "r", {"workflow": "PAYROLL", "limit": 2}))
+    assert isinstance(small, Publication) and json.loads(str(small["content"]))["truncated"] is False
+
+
+def test_a_workflows_answer_too_large_cuts_long_commands_first() -> None:
+    agent = Agent("agentB")
+    install(agent)
+    long = "echo " + "y" * ANSWER_BUDGET  # two of them: more than a frame
+    for deployment in agent.deployments.values():
+        for job, info in deployment.jobs.items():
+            if job in ("JobB", "JobC"):
+                deployment.jobs[job] = replace(info, command=long)
+    reply = answer_query(agent, query("*", "WORKFLOWS", "r", {}))
+    assert isinstance(reply, Publication) and reply["result"] == "OK"
+    content = json.loads(str(reply["content"]))
+    [deployment] = content["deployments"]
+    assert content["truncated"] is True and deployment["version"] == PLAN.version
+    assert deployment["jobs"]["JobB"]["command"] == long[:1000]

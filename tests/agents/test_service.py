@@ -5,6 +5,13 @@ a restart (with one, in this process)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,17 +19,20 @@ from types import SimpleNamespace
 import pytest
 
 from agents.envelope import Registration
+from agents.runner import log_path
 from agents.service import AgentService
-from agents.state import Agent, Delivered, Incoming
+from agents.state import Agent, Delivered, GenerationState, Incoming, Run
 from broker.client import Backoff, Client, Delivery, RefusedError
 from broker.language import Publication, parse_filter, parse_publication
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
+from tests.agents.test_operations import busy_agent
 from tests.agents.test_state import PLAN, install
 from tests.processes import against_scripted_broker
 from tests.signing import signed
 from tests.transport.harness import Request, ScriptedBroker, run, until, uri
 from workflow_messages import job_status
+from workflow_messages.operations import answer_subscription, query, query_advertisement
 
 FILTER = parse_filter("[class,eq,JOBSTATUS],[jobname,eq,A]")
 FIRST, SECOND = (
@@ -218,6 +228,77 @@ def test_a_restarted_agent_resends_a_status_that_was_never_acknowledged(tmp_path
         second.stop()
         await running
         await watch.close()
+        await b.stop()
+
+    run(scenario())
+
+
+def test_a_cancelled_run_is_stopped_again_after_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent stopped its cancelled run, whose command ignores SIGTERM, and died before its
+    SIGKILL: the next run of the agent stops it again, SIGKILL timer included, and it ends
+    cancelled (it used to re-attach and wait, and the command could end SUCCESS)."""
+    monkeypatch.setattr("agents.service.STOP_GRACE", 0.2)
+    job = Run("W", "v1", "g1", "Job", 1, "trap '' TERM; sleep 30", None, "2026-11-23", None)
+    pid_file = log_path(tmp_path, job).with_suffix(".pid")
+    script = (
+        "import asyncio, pickle, sys; from pathlib import Path; from agents.runner import supervise; "
+        "asyncio.run(supervise(pickle.loads(bytes.fromhex(sys.argv[1])), Path(sys.argv[2]), Path('/')))"
+    )
+    died = subprocess.Popen([sys.executable, "-c", script, pickle.dumps(job).hex(), str(tmp_path)])
+    agent = Agent("agentA")
+    agent.running[job.workflow, job.gid, job.job] = job
+    agent.generations[job.workflow, job.gid] = GenerationState("v1", {"Job": "running"}, cancelled=True)
+    service = AgentService(agent, BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path)
+
+    async def scenario() -> None:
+        await until(pid_file.exists, timeout=10, what="the command started")
+        died.send_signal(signal.SIGKILL)
+        died.wait(5)
+        running = asyncio.create_task(service.run())
+        try:
+            await until(lambda: not agent.running, timeout=10, what="the run stopped")
+        finally:
+            service.stop()
+            await running
+
+    try:
+        run(scenario())
+    finally:
+        died.kill()
+        died.wait(5)
+        with contextlib.suppress(ProcessLookupError):  # the command, if it was not stopped
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+    [status] = service.outbox
+    assert status["status"] == "FAILURE" and str(status["detail"]).startswith("cancelled: exit -9")
+
+
+def test_an_agent_answers_a_query_past_its_outbox_and_too_large_an_answer_is_cut(tmp_path: Path) -> None:
+    """A RUNS answer larger than a frame ended the agent (and one in the outbox would have failed
+    again at every start): it is cut to fit, and published past the outbox."""
+
+    async def scenario() -> None:
+        b = RouterService(uri("B1"))
+        await b.start()
+        asker = await Client.connect(b.uri, "asker")
+        await asker.advertise(query_advertisement())
+        answers = await asker.subscribe(answer_subscription("r1"))
+        service = AgentService(busy_agent(200, 40), b.uri, tmp_path / "agentB", tmp_path)
+        running = asyncio.create_task(service.run())
+        await until(lambda: service.client is not None and service.client.connected, what="connected")
+        ask = query("agentB", "RUNS", "r1", {"workflow": "PAYROLL", "limit": 200})
+        got = None
+        while got is None:  # the query's advertisement reaches the agent's broker first
+            asker.publish_nowait(ask)
+            with contextlib.suppress(TimeoutError):
+                got = await answers.next(timeout=0.5)
+        assert got.publication["result"] == "OK" and not running.done()
+        assert json.loads(str(got.publication["content"]))["truncated"] is True
+        assert service.client is not None and service.client.stats()["outbox"] == 0
+        service.stop()
+        await running
+        await asker.close()
         await b.stop()
 
     run(scenario())

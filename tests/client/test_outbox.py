@@ -14,6 +14,7 @@ from broker.client.client import OutboxError
 from broker.durable import LogInUse
 from broker.language import Publication
 from broker.routing import Ack
+from broker.transport import MAX_FRAME
 from broker.transport.server import RouterService
 from tests.durable.test_log import SlowFile
 from tests.transport.harness import run, until, uri
@@ -158,6 +159,61 @@ def test_an_outbox_has_one_owner(tmp_path: Path) -> None:
         with pytest.raises(OutboxError, match="belongs to client 'pub', not 'other'"):
             await Client.connect(b.uri, "other", outbox=tmp_path / "outbox")
         await asyncio.gather(sub.close())
+        await b.stop()
+
+    run(scenario())
+
+
+def test_what_cannot_be_sent_is_refused_before_it_is_kept(tmp_path: Path) -> None:
+    """A publication too large for a frame would fail at every start of the client: refused."""
+
+    async def scenario() -> None:
+        b, sub = await started(tmp_path)
+        s = await sub.subscribe("[class,eq,stock]")
+        pub = await Client.connect(b.uri, "pub", outbox=tmp_path / "outbox")
+        await pub.advertise(ADV)
+        huge = Publication("stock", {"n": 0, "text": "x" * MAX_FRAME})
+        refused = rf"^a publication of class stock is not kept in outbox {tmp_path}/outbox, it cannot be sent"
+        with pytest.raises(OutboxError, match=refused):
+            pub.publish_nowait(huge)
+        with pytest.raises(OutboxError, match=refused):
+            await pub.publish(huge)
+        assert pub.stats()["outbox"] == 0
+        await pub.publish(stock(1))
+        await pub.close()
+        again = await Client.connect(b.uri, outbox=tmp_path / "outbox")
+        await again.advertise(ADV)
+        assert again.resend_outbox() == 0
+        assert (await s.next(timeout=5)).publication == stock(1)
+        for c in (again, sub):
+            await c.close()
+        await b.stop()
+
+    run(scenario())
+
+
+def test_a_publication_past_the_outbox_keeps_an_id_of_its_own(tmp_path: Path) -> None:
+    """Not durable: never on disk, and numbered in a session of this run, so that the next run,
+    which counts only what its outbox kept, gives none of its ids again."""
+
+    async def scenario() -> None:
+        b, sub = await started(tmp_path)
+        s = await sub.subscribe("[class,eq,stock]")
+        pub = await Client.connect(b.uri, "pub", outbox=tmp_path / "outbox")
+        await pub.advertise(ADV)
+        pub.publish_nowait(stock(1), durable=False)
+        assert pub.stats()["outbox"] == 0
+        first = await s.next(timeout=5)
+        await until(lambda: pub.stats()["unacknowledged"] == 0, what="acknowledged")
+        await pub.close()
+        again = await Client.connect(b.uri, outbox=tmp_path / "outbox")
+        await again.advertise(ADV)
+        again.publish_nowait(stock(2))
+        second = await s.next(timeout=5)
+        assert (first.publication, second.publication) == (stock(1), stock(2))  # not dropped as a copy
+        assert first.id.rpartition("@")[2] != second.id.rpartition("@")[2]
+        for c in (again, sub):
+            await c.close()
         await b.stop()
 
     run(scenario())

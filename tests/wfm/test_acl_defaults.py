@@ -34,3 +34,19 @@ def test_an_acl_file_replaces_the_roles_it_names(tmp_path: Path) -> None:
     acl.write_text("[roles.monitor]\nsubscribe = 3\n")
     with pytest.raises(PolicyError, match=f"{acl}: roles.monitor.subscribe must be a list"):
         load_policy(acl)
+
+
+def test_only_operators_read_the_agents_answers_and_the_queries() -> None:
+    """A log tail or a job's command is the operators': a client may not subscribe to answers or
+    queries, while the roles the wfm commands and wfm web run as (deployer, monitor) may."""
+    policy = load_policy()
+    for cls in ("AGENT_ANSWER", "AGENT_QUERY"):
+        wanted = parse_filter(f"[class,eq,{cls}]")
+        assert policy.may_subscribe("c", "client", wanted) is not None
+        assert (
+            policy.may_subscribe("c", "client", parse_filter(f"[class,eq,{cls}],[request,eq,r1]")) is not None
+        )
+        assert policy.may_subscribe("d", "deployer", wanted) is None
+        assert policy.may_subscribe("m", "monitor", wanted) is None
+    assert policy.may_subscribe("a1", "agent", parse_filter("[class,eq,AGENT_QUERY]")) is None
+    assert policy.may_subscribe("c", "client", parse_filter("[class,eq,JOBSTATUS]")) is None

@@ -3,19 +3,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+from broker.errors import RemoteError
 from broker.language import Publication
 from tests.agents.test_processes import MONDAY, WORKFLOWS, Overlay, overlay
 from tests.processes import WFM, brokers
-from wfm.cli import cli
+from wfm.cli import cli, main
 from wfm.history.landing import Landing
+from wfm.monitor import Monitor
+from wfm.operations import Deployed, Session
+from workflow_messages import JOBSTATUS, TRIGGER
 
 __all__ = ["overlay"]  # the fixture
 
@@ -172,3 +180,87 @@ def test_runs_from_a_store_reads_the_landing_log_without_spark(tmp_path: Path) -
     assert neither.exit_code == 2 and "give --broker URI (or $WFM_BROKER), or --store DIR" in neither.stderr
     missing = CliRunner().invoke(cli, ["runs", "PAYROLL", "--store", str(tmp_path / "none")])
     assert missing.exit_code == 1 and "no history store at" in missing.stderr
+
+
+def test_rerun_from_a_job_does_not_ask_to_reuse_a_skipped_job_and_reports_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job skipped in the generation has no outcome anywhere (its agents would refuse to reuse
+    it): it is not in ``reuse``. An agent's refusal names the agent and its reason."""
+    graph = {
+        "JobA": [["APPL_START", "success"]],
+        "JobB": [["JobA", "success"]],
+        "Alert": [["JobA", "failure"]],
+    }
+    deployed = Deployed(
+        "W", "v1", {"v1"}, {"a": ["Alert", "JobA"], "b": ["JobB"]}, graph=graph, coordinator="a"
+    )
+    deployed.jobs = {job: {"agent": "a" if job != "JobB" else "b"} for job in graph}
+    monitor = Monitor()
+    monitor.receive({"class": TRIGGER, "applname": "W", "GID": "g1", "schedule": "2026.11.23"})
+    for job, status, detail in (
+        ("JobA", "SUCCESS", ""),
+        ("JobB", "FAILURE", ""),
+        ("APPL_END", "FAILURE", "failed: JobB; skipped: Alert"),
+    ):
+        monitor.receive(
+            {
+                "class": JOBSTATUS,
+                "applname": "W",
+                "GID": "g1",
+                "jobname": job,
+                "status": status,
+                "detail": detail,
+            }
+        )
+    sent: dict[str, object] = {}
+
+    async def operate(
+        workflow: str, command: str, content: dict[str, object], *_: object
+    ) -> dict[str, tuple[str, str]]:
+        sent.update(content)
+        return {"a": ("OK", "1 outcomes of g1 reused here"), "b": ("ERROR", "b has no outcome of JobA in g1")}
+
+    session = Session(None, None, 1.0)  # type: ignore[arg-type]
+    monkeypatch.setattr(session, "deployed", lambda workflow: asyncio.sleep(0, deployed))
+    monkeypatch.setattr(session, "runs", lambda workflow, limit, gid: asyncio.sleep(0, monitor))
+    monkeypatch.setattr(session, "operate", operate)
+    with pytest.raises(RemoteError, match=r"^rerun of g1 refused: b: ERROR b has no outcome of JobA in g1$"):
+        asyncio.run(session.rerun("W", "g1", "JobB", lambda p: p))
+    assert sent == {"gid": "g1", "new": "g1-r1", "reuse": ["JobA"]}  # not Alert
+
+
+def test_an_answer_cut_to_fit_a_message_is_said_on_stderr(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deployment = {
+        "workflow": "W",
+        "version": "v1",
+        "current": True,
+        "coordinator": True,
+        "graph": {"J": [["APPL_START", "success"]]},
+        "jobs": {"J": {"command": "true", "schedule": "daily", "timeout": None, "retries": 0}},
+    }
+    state = {"status": "SUCCESS", "detail": "", "attempt": 1, "started": 1.0, "duration": 1.0}
+    generation = {"gid": "g1", "date": "2026-11-23", "jobs": {"J": state}, "busy": {}, "cancelled": False}
+    answers = {
+        "WORKFLOWS": {"deployments": [deployment], "truncated": False},
+        "RUNS": {"generations": [generation], "truncated": True},
+    }
+
+    async def ask(kind: str, *_: object, **__: object) -> dict[str, dict[str, object]]:
+        return {"agentA": answers[kind]}
+
+    @asynccontextmanager
+    async def connect(uri: object, timeout: float) -> AsyncIterator[Session]:
+        session = Session(None, uri, timeout)  # type: ignore[arg-type]
+        monkeypatch.setattr(session, "ask", ask)
+        yield session
+
+    monkeypatch.setattr(Session, "connect", connect)
+    assert main(["runs", "W", "--broker", "socket://127.0.0.1:1/B1", "-o", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["gid"] == "g1"
+    assert err == "wfm: warning: agentA left out what does not fit in one answer\n"
+    assert main(["workflows", "--broker", "socket://127.0.0.1:1/B1", "-o", "json"]) == 0
+    assert "warning" not in capsys.readouterr().err

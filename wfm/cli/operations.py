@@ -42,11 +42,16 @@ def timeout_option(default: float) -> Callable[[Callable[..., Any]], Callable[..
 
 
 def _session(uri: Brokers, timeout: float, use: Callable[[Session], Awaitable[T]]) -> T:
-    """Run ``use`` on a session; a NoReply is the one-line error of a timeout, exit status 3."""
+    """Run ``use`` on a session; a NoReply is the one-line error of a timeout, exit status 3. An
+    agent's answer cut to fit in a message is said on stderr."""
 
     async def main() -> T:
         async with Session.connect(uri, timeout) as session:
-            return await use(session)
+            try:
+                return await use(session)
+            finally:
+                for agent in sorted(session.truncated):
+                    click.echo(f"wfm: warning: {agent} left out what does not fit in one answer", err=True)
 
     try:
         return asyncio.run(main())

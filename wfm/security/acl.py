@@ -10,8 +10,9 @@ are this layer's. The defaults follow the roles of ``wfm certs``:
 * a **monitor** (``wfm monitor``, the historian, which keeps the envelopes too, ``wfm history
   --broker``, ``wfm workflows``, ``wfm runs``, ``wfm logs``) subscribes to anything, and publishes
   only history questions and answers and queries to agents;
-* a **client** publishes and subscribes anything but the workflow's control traffic (queries
-  included: a job's log may say more than a client should read).
+* a **client** publishes anything but the workflow's control traffic, and subscribes anything but
+  envelopes, queries and their answers (a log tail or a job's command may say more than a client
+  should read; the operators' ``wfm`` commands and ``wfm web`` run as deployer or monitor).
 
 Only a deployer may publish Triggers and AGENT_CTL envelopes, so only a deployer may trigger,
 cancel or rerun a generation (and agents check that CANCEL and RERUN are signed by a deployer).
@@ -68,7 +69,7 @@ subscribe = ["*"]
 publish = ["*"]
 subscribe = ["*"]
 deny_publish = {_CONTROL!r}
-deny_subscribe = ["[class,eq,{AGENT_CTL}]"]
+deny_subscribe = ["[class,eq,{AGENT_CTL}]", "[class,eq,{AGENT_QUERY}]", "[class,eq,{AGENT_ANSWER}]"]
 """.replace("'", '"')
 
 
