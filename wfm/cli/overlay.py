@@ -24,11 +24,20 @@ from wfm.cli.options import URI, broker_option, output_option, tls_options
 from wfm.cli.serving import Running, serve
 from wfm.client_commands import apply_line
 from wfm.security.acl import load_policy
+from wfm.topology import load_topology
 
 
 @click.command()
-@click.option("--uri", type=URI, required=True, help="This broker's address, socket://HOST:PORT/ID.")
+@click.option("--uri", type=URI, default=None, help="This broker's address, socket://HOST:PORT/ID.")
 @click.option("--neighbor", "neighbors", type=URI, multiple=True, help="A neighbour to link to (repeatable).")
+@click.option(
+    "--topology",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="A SESDAD configuration file (or its TOML form, docs/puppet.md): with --name, this "
+    "broker's address and the neighbours it dials come from it, in place of --uri.",
+)
+@click.option("--name", default=None, help="With --topology: the process name of this broker in it.")
 @click.option(
     "--covering",
     type=click.Choice(COVERING_MODES),
@@ -96,8 +105,10 @@ from wfm.security.acl import load_policy
     "it can join the overlay as a client or a broker.",
 )
 def broker(
-    uri: BrokerURI,
+    uri: BrokerURI | None,
     neighbors: tuple[BrokerURI, ...],
+    topology: Path | None,
+    name: str | None,
     covering: str,
     advertisement_covering: bool,
     heartbeat: float,
@@ -112,6 +123,7 @@ def broker(
 ) -> None:
     """Run a broker until SIGINT or SIGTERM. With --tls and --identity (a broker certificate whose
     name is the URI's ID) every link is mutual TLS; without, it listens on loopback only."""
+    uri, neighbors = _placed(uri, neighbors, topology, name)
     _log_with_prefix(uri.id)
     try:
         node = RouterService(
@@ -137,6 +149,21 @@ def broker(
     except OSError as error:
         reason = os.strerror(error.errno).lower() if error.errno else str(error)
         raise click.ClickException(f"cannot listen on {uri}: {reason}") from None
+
+
+def _placed(
+    uri: BrokerURI | None, neighbors: tuple[BrokerURI, ...], topology: Path | None, name: str | None
+) -> tuple[BrokerURI, tuple[BrokerURI, ...]]:
+    """This broker's address and neighbours: from --uri, or from --topology and --name."""
+    if (topology is None) != (name is None):
+        raise click.UsageError("--topology and --name go together")
+    if (uri is None) == (topology is None):
+        raise click.UsageError("give --uri, or --topology FILE --name NAME (not both)")
+    if uri is not None:
+        return uri, neighbors
+    assert topology is not None and name is not None
+    placed = load_topology(topology)
+    return placed.uri(name), (*placed.neighbours(name), *neighbors)
 
 
 def _log_with_prefix(name: str) -> None:
