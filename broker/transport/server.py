@@ -252,18 +252,19 @@ class RouterService:
         """Onto the links; of the custody answers to one peer only the last matters. What was
         carried for a link that has been replaced since is not sent: the peer's hello on the new
         link said what it took, and what it had not is sent again, in order, by the router."""
-        last_took = {target: out for target, out in output if isinstance(out, Took)}
+        last_took = {target: out for target, out in output if type(out) is Took}
         for target, out in output:
-            if isinstance(out, Took):
+            kind = type(out)  # exact types: messages are final dataclasses, and this runs per message
+            if kind is Took:
                 if last_took[target] is not out:
                     continue
                 channel = self.router.custody.channels.get(target)
                 if channel is not None:
                     self._taken[target] = (channel.name, out.seq)  # in the log: a hello may say so
-            if isinstance(out, StatusReply):
-                out = StatusReply(out.ref, self.status())
+            elif kind is StatusReply:
+                out = StatusReply(out.ref, self.status())  # type: ignore[union-attr]
             link = self.links.get(target)
-            if isinstance(out, Carry) and link is not links.get(target):
+            if kind is Carry and link is not links.get(target):
                 self.counters["unsent.relinked"] += 1
                 continue
             # the router never emits LinkUp/LinkDown; a message for a link that went is counted
