@@ -52,13 +52,21 @@ __all__ = [
 DEFAULT_TTL = 32  # hops a message may travel: bounds the damage of a misconfigured cyclic overlay
 
 
+# The checks below run for every message built, decoded or not: each takes the common case
+# (exact types, which is what msgpack and the router make) first, then the general checks.
+
+
 def _text(value: object, what: str) -> str:
+    if type(value) is str and 0 < len(value) <= 512:
+        return value
     if not isinstance(value, str) or not value or len(value) > 512:
         raise ValueError(f"{what} must be a non-empty string of at most 512 characters")
     return value
 
 
 def _time(value: object, optional: bool = False) -> None:
+    if type(value) is float and 0 <= value < 1e11:
+        return
     if optional and value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e11:
@@ -66,6 +74,8 @@ def _time(value: object, optional: bool = False) -> None:
 
 
 def _ttl(value: object) -> int:
+    if type(value) is int and 0 <= value <= 255:
+        return value
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 255:
         raise ValueError("ttl must be an integer from 0 to 255")
     return value
@@ -297,6 +307,8 @@ class Took:
 
 
 def _seq(value: object) -> None:
+    if type(value) is int and 0 <= value < 1 << 63:
+        return
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 63:
         raise ValueError("a sequence number must be an integer from 0 to 2**63-1")
 
