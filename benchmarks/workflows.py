@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -34,6 +35,8 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from broker.client import BlockingClient
+from broker.client.reconnect import BrokerList, brokers
+from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 from wfm.triggers import TriggerPublisher
 
@@ -93,7 +96,7 @@ BIG = grid(10, 100)
 class Watch:
     """A subscriber on B1 that timestamps every APPL_END."""
 
-    def __init__(self, uri: BrokerURI) -> None:
+    def __init__(self, uri: BrokerList) -> None:
         self.client = BlockingClient(uri, "bench-watch", timeout=30)
         self.client.subscribe("[class,eq,JOBSTATUS],[jobname,eq,APPL_END],[GID,isPresent,'']")
         self.ended: dict[str, tuple[float, str]] = {}
@@ -166,19 +169,23 @@ def main() -> None:
         try:
             assert up.stdout is not None
             for line in up.stdout:
+                if line.startswith("export WFM_"):  # wfm up is TLS: its CA and the deployer's identity
+                    name, _, value = line.removeprefix("export ").strip().partition("=")
+                    os.environ[name] = shlex.split(value)[0]  # for the wfm deploy this runs too
                 if line.startswith("try:"):
                     break
             else:
                 raise RuntimeError(f"wfm up did not start: {up.stderr.read() if up.stderr else ''}")
             print(f"wfm up with 3 workflows ready in {time.perf_counter() - started:.1f} s")
-            results = measure(directory, BrokerURI("127.0.0.1", PORT, "B1"))
+            tls = Identity(Path(os.environ["WFM_TLS"]), os.environ["WFM_IDENTITY"])
+            results = measure(directory, brokers(BrokerURI("127.0.0.1", PORT, "B1")).secured(tls))
         finally:
             up.terminate()
             up.wait(30)
     print(json.dumps({"benchmark": "workflows", "cores": os.cpu_count(), **results}))
 
 
-def measure(directory: Path, b1: BrokerURI) -> dict[str, object]:
+def measure(directory: Path, b1: BrokerList) -> dict[str, object]:
     watch = Watch(b1)
     with TriggerPublisher(b1) as trigger:
         run(trigger, watch, "TEN", ["warm-up"])  # the first generation pays for imports and connections
