@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -139,6 +139,19 @@ def our_subscriber(uri: BrokerList, count: int, ready: Any, results: Any) -> Non
     asyncio.run(run())
 
 
+async def paced(start: float, count: int, rate: float) -> AsyncIterator[int]:
+    """0 to ``count`` - 1, the i-th at ``start`` + i / ``rate`` (``rate`` 0: at once), with a turn
+    of the event loop every 200 so that the client's writer runs."""
+    for i in range(count):
+        if rate:
+            delay = start + i / rate - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        yield i
+        if i % 200 == 0:
+            await asyncio.sleep(0)
+
+
 def our_publisher(uri: BrokerList, count: int, rate: float, subscribers: int, results: Any) -> None:
     async def run() -> None:
         async with await Client.connect(uri) as client:
@@ -148,14 +161,8 @@ def our_publisher(uri: BrokerList, count: int, rate: float, subscribers: int, re
             while (await client.status())["subscriptions"] < subscribers:  # type: ignore[operator]
                 await asyncio.sleep(0.02)
             start = time.time()
-            for i in range(count):
-                if rate:
-                    delay = start + i / rate - time.time()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
+            async for i in paced(start, count, rate):
                 client.publish_nowait(Publication(CLASS, {"seq": i, "t": time.time(), "pad": PAYLOAD}))
-                if i % 200 == 0:
-                    await asyncio.sleep(0)  # let the writer run
             await client.publish(Publication(CLASS, {"seq": -1, "t": time.time(), "pad": PAYLOAD}))
             results.put({"start": start})
 
@@ -321,14 +328,8 @@ def nats_publisher(port: int, count: int, rate: float, subscribers: int, results
     async def run() -> None:
         client = await nats.connect(f"nats://127.0.0.1:{port}")
         start = time.time()
-        for i in range(count):
-            if rate:
-                delay = start + i / rate - time.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+        async for i in paced(start, count, rate):
             await client.publish(CLASS, _peer_message(i))
-            if i % 200 == 0:
-                await asyncio.sleep(0)  # let the flusher run
         await client.flush()
         results.put({"start": start})
         await client.close()
