@@ -7,6 +7,8 @@ one or more subscribers (multiprocessing). Figures:
 * publications/s end to end through a chain of 3 brokers;
 * publications/s with 10 subscribers that each receive every publication;
 * latency p50/p99 at a fixed 1,000 publications/s through one broker;
+* CPU time per publication of the server, the publisher and the subscriber (what bounds
+  throughput when the processes share a few cores, and what load distorts least);
 * the first and the last again over mutual TLS (every client and the broker with a certificate of
   a CA made for the run), against the plain figures of the same run (``--tls-only``: just these).
 
@@ -84,6 +86,8 @@ def brokers(count: int, certs: Path | None = None) -> Iterator[list[BrokerList]]
         time.sleep(0.3)
     tls = None if certs is None else Identity(certs, "alice")
     reach = [broker_list(uri).secured(tls) for uri in uris]
+    for target in reach:  # a chain's work is done by all its brokers
+        SERVERS[str(target)] = [proc.pid for proc in procs]
     try:
         asyncio.run(_wait_linked(reach))
         yield reach
@@ -212,17 +216,62 @@ def measure(
     (the publisher against ``publish_to`` if given) and summarise what they saw."""
     ctx = mp.get_context("spawn")
     ready, results = ctx.Queue(), ctx.Queue()
-    subs = [ctx.Process(target=subscriber, args=(target, count, ready, results)) for _ in range(subscribers)]
+    subs = [
+        ctx.Process(target=_with_cpu, args=(subscriber, target, count, ready, results))
+        for _ in range(subscribers)
+    ]
     for p in subs:
         p.start()
     for _ in subs:
         ready.get(timeout=60)
-    pub = ctx.Process(target=publisher, args=(publish_to or target, count, rate, subscribers, results))
+    servers = SERVERS.get(str(publish_to or target), [])
+    before = cpu_seconds(servers)
+    pub = ctx.Process(
+        target=_with_cpu, args=(publisher, publish_to or target, count, rate, subscribers, results)
+    )
     pub.start()
     collected = [results.get(timeout=300) for _ in range(subscribers + 1)]
+    after = cpu_seconds(servers)
     for p in [*subs, pub]:
         p.join(60)
-    return _summarise(collected, count)
+    summary = _summarise(collected, count)
+    if before is not None and after is not None:
+        summary["server_cpu_us"] = round((after - before) / count * 1e6, 1)
+    return summary
+
+
+# CPU time per publication of each process: what load distorts least, and what bounds throughput
+# when three processes share a few cores. Servers by target (str of a broker list or a port).
+SERVERS: dict[str, list[int]] = {}
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pids: list[int]) -> float | None:
+    """User and system CPU seconds of these processes so far (Linux's /proc), None elsewhere."""
+    try:
+        total = 0
+        for pid in pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / _CLOCK_TICKS if pids else None
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class _Cpu:
+    """A results queue that adds the CPU seconds its process spent since it was made."""
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+        self.start = time.process_time()
+
+    def put(self, item: Any) -> None:
+        self.queue.put({**item, "cpu": time.process_time() - self.start} if isinstance(item, dict) else item)
+
+
+def _with_cpu(role: Any, *args: Any) -> None:
+    """Run a subscriber or publisher (``role``) whose results say what CPU it spent."""
+    role(*args[:-1], _Cpu(args[-1]))
 
 
 def measure_ours(
@@ -374,6 +423,7 @@ def peer_server(command: list[str], module: str) -> Iterator[int | None]:
             if probe.connect_ex(("127.0.0.1", port)) == 0:
                 break
         time.sleep(0.05)
+    SERVERS[str(port)] = [proc.pid]
     try:
         yield port
     finally:
@@ -400,10 +450,13 @@ def _summarise(collected: list[dict[str, Any]], count: int) -> dict[str, float]:
     receivers = [c for c in collected if "last" in c]
     last = max(c["last"] for c in receivers)
     latencies = sorted(x for c in receivers for x in c["latencies"])
+    publisher = next(c for c in collected if "start" in c)
     return {
         "per_second": round(count / (last - start)),
         "p50_ms": round(statistics.median(latencies) * 1000, 3),
         "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 3),
+        "publisher_cpu_us": round(publisher["cpu"] / count * 1e6, 1),
+        "subscriber_cpu_us": round(statistics.mean(c["cpu"] for c in receivers) / count * 1e6, 1),
     }
 
 
@@ -425,6 +478,11 @@ KEYS = {
 
 def _figure(row: dict[str, float], latency: bool) -> str:
     return f"p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms" if latency else f"{row['per_second']:,}/s"
+
+
+def _cpu(row: dict[str, float]) -> str:
+    parts = [row.get(f"{who}_cpu_us") for who in ("server", "publisher", "subscriber")]
+    return "/".join("?" if part is None else f"{part:g}" for part in parts) + " us"
 
 
 def _ratio(ours: dict[str, float], peer: dict[str, float], latency: bool) -> float:
@@ -489,6 +547,8 @@ def main() -> None:
             entry[f"ratio_{peer}"] = round(ratio, 3)
         print(line, flush=True)
         result[KEYS[name]] = entry
+    cpu = " ".join(f"{system} {_cpu(result['one_broker'][system])}" for system in ["ours", *peers])
+    print(f"{'CPU per publication':26} server/publisher/subscriber through 1 broker: {cpu}", flush=True)
     result.update(tls_rows(count, plain=plain))
     print("RESULT " + json.dumps(result))
 
