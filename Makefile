@@ -26,9 +26,11 @@ test: $(STAMP) browser
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
-	command -v redis-server >/dev/null || { command -v apt-get >/dev/null && \
-		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q redis-server >/dev/null; } || \
-		echo "redis-server not installed: the overlay benchmark runs without its Redis baseline"
+	for server in redis-server nats-server; do \
+		command -v $$server >/dev/null || { command -v apt-get >/dev/null && \
+			$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q $$server >/dev/null; } || \
+			echo "$$server not installed: the overlay benchmark runs without it as a baseline"; \
+	done
 	$(BIN)/python benchmarks/matching.py
 	$(BIN)/python benchmarks/overlay.py
 	$(BIN)/python benchmarks/composite_traffic.py --plot docs/composite_traffic.png

@@ -1,4 +1,4 @@
-"""Overlay throughput and latency on loopback, against Redis PUBLISH/SUBSCRIBE in the same run.
+"""Overlay throughput and latency on loopback, against Redis and NATS pub/sub in the same run.
 
 Every party is its own process, as in production: ``wfm broker`` processes, one publisher, and
 one or more subscribers (multiprocessing). Figures:
@@ -7,13 +7,19 @@ one or more subscribers (multiprocessing). Figures:
 * publications/s end to end through a chain of 3 brokers;
 * publications/s with 10 subscribers that each receive every publication;
 * latency p50/p99 at a fixed 1,000 publications/s through one broker;
+* CPU time per publication of the server, the publisher and the subscriber (what bounds
+  throughput when the processes share a few cores, and what load distorts least);
 * the first and the last again over mutual TLS (every client and the broker with a certificate of
   a CA made for the run), against the plain figures of the same run (``--tls-only``: just these).
 
-Redis gets the same shapes (one server; a chain does not exist there, so the 3-broker figure is
-compared with the single Redis server) and messages of the same size. Needs ``redis-server`` on
-PATH (Debian: ``apt-get install redis-server``) and the ``redis`` package; without them the Redis
-columns are left out and the result line says so.
+Redis (``PUBLISH``/``SUBSCRIBE``) and NATS (core subjects) get the same shapes (one server each;
+a chain does not exist there, so the 3-broker figure is compared with the single server), messages
+of the same size, Python clients (redis-py, nats-py) and 1,000 other subscriptions that never match
+(other channels, other subjects). Every figure is the median of ``--repeat`` rounds (3), each round
+measuring every system one after the other, so that the ratios compare figures of the same minutes.
+Needs ``redis-server`` and ``nats-server`` on PATH (Debian: ``apt-get install redis-server
+nats-server``) and the ``redis`` and ``nats-py`` packages (the ``bench`` extra); a peer missing is
+left out and the result line says so.
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +86,8 @@ def brokers(count: int, certs: Path | None = None) -> Iterator[list[BrokerList]]
         time.sleep(0.3)
     tls = None if certs is None else Identity(certs, "alice")
     reach = [broker_list(uri).secured(tls) for uri in uris]
+    for target in reach:  # a chain's work is done by all its brokers
+        SERVERS[str(target)] = [proc.pid for proc in procs]
     try:
         asyncio.run(_wait_linked(reach))
         yield reach
@@ -135,6 +143,19 @@ def our_subscriber(uri: BrokerList, count: int, ready: Any, results: Any) -> Non
     asyncio.run(run())
 
 
+async def paced(start: float, count: int, rate: float) -> AsyncIterator[int]:
+    """0 to ``count`` - 1, the i-th at ``start`` + i / ``rate`` (``rate`` 0: at once), with a turn
+    of the event loop every 200 so that the client's writer runs."""
+    for i in range(count):
+        if rate:
+            delay = start + i / rate - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        yield i
+        if i % 200 == 0:
+            await asyncio.sleep(0)
+
+
 def our_publisher(uri: BrokerList, count: int, rate: float, subscribers: int, results: Any) -> None:
     async def run() -> None:
         async with await Client.connect(uri) as client:
@@ -144,14 +165,8 @@ def our_publisher(uri: BrokerList, count: int, rate: float, subscribers: int, re
             while (await client.status())["subscriptions"] < subscribers:  # type: ignore[operator]
                 await asyncio.sleep(0.02)
             start = time.time()
-            for i in range(count):
-                if rate:
-                    delay = start + i / rate - time.time()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
+            async for i in paced(start, count, rate):
                 client.publish_nowait(Publication(CLASS, {"seq": i, "t": time.time(), "pad": PAYLOAD}))
-                if i % 200 == 0:
-                    await asyncio.sleep(0)  # let the writer run
             await client.publish(Publication(CLASS, {"seq": -1, "t": time.time(), "pad": PAYLOAD}))
             results.put({"start": start})
 
@@ -173,10 +188,12 @@ def holder(uri: BrokerList, count: int, ready: Any, stop: Any) -> None:
 
 
 @contextmanager
-def other_subscriptions(uri: BrokerList, count: int) -> Iterator[None]:
+def other_subscriptions(target: Any, count: int, holder_of: Any = None) -> Iterator[None]:
+    """``count`` subscriptions that never match, held in another process (``holder`` for ours,
+    ``holder_of`` for a peer's ``target``)."""
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
-    proc = ctx.Process(target=holder, args=(uri, count, ready, stop))
+    proc = ctx.Process(target=holder_of or holder, args=(target, count, ready, stop))
     proc.start()
     ready.get(timeout=120)
     try:
@@ -199,17 +216,62 @@ def measure(
     (the publisher against ``publish_to`` if given) and summarise what they saw."""
     ctx = mp.get_context("spawn")
     ready, results = ctx.Queue(), ctx.Queue()
-    subs = [ctx.Process(target=subscriber, args=(target, count, ready, results)) for _ in range(subscribers)]
+    subs = [
+        ctx.Process(target=_with_cpu, args=(subscriber, target, count, ready, results))
+        for _ in range(subscribers)
+    ]
     for p in subs:
         p.start()
     for _ in subs:
         ready.get(timeout=60)
-    pub = ctx.Process(target=publisher, args=(publish_to or target, count, rate, subscribers, results))
+    servers = SERVERS.get(str(publish_to or target), [])
+    before = cpu_seconds(servers)
+    pub = ctx.Process(
+        target=_with_cpu, args=(publisher, publish_to or target, count, rate, subscribers, results)
+    )
     pub.start()
     collected = [results.get(timeout=300) for _ in range(subscribers + 1)]
+    after = cpu_seconds(servers)
     for p in [*subs, pub]:
         p.join(60)
-    return _summarise(collected, count)
+    summary = _summarise(collected, count)
+    if before is not None and after is not None:
+        summary["server_cpu_us"] = round((after - before) / count * 1e6, 1)
+    return summary
+
+
+# CPU time per publication of each process: what load distorts least, and what bounds throughput
+# when three processes share a few cores. Servers by target (str of a broker list or a port).
+SERVERS: dict[str, list[int]] = {}
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pids: list[int]) -> float | None:
+    """User and system CPU seconds of these processes so far (Linux's /proc), None elsewhere."""
+    try:
+        total = 0
+        for pid in pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / _CLOCK_TICKS if pids else None
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class _Cpu:
+    """A results queue that adds the CPU seconds its process spent since it was made."""
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+        self.start = time.process_time()
+
+    def put(self, item: Any) -> None:
+        self.queue.put({**item, "cpu": time.process_time() - self.start} if isinstance(item, dict) else item)
+
+
+def _with_cpu(role: Any, *args: Any) -> None:
+    """Run a subscriber or publisher (``role``) whose results say what CPU it spent."""
+    role(*args[:-1], _Cpu(args[-1]))
 
 
 def measure_ours(
@@ -218,7 +280,16 @@ def measure_ours(
     return measure(our_subscriber, our_publisher, sub_uri, count, subscribers, rate, publish_to=pub_uri)
 
 
-# --- redis -------------------------------------------------------------------------------------
+# --- peers: redis and nats ---------------------------------------------------------------------
+
+
+def _peer_message(i: int) -> bytes:
+    """What a peer's publication carries: the same sequence number, timestamp and padding as ours."""
+    return f"{i},{time.time()},{PAYLOAD}".encode()
+
+
+def _sent_at(data: bytes) -> float:
+    return float(data.split(b",", 2)[1])
 
 
 def redis_subscriber(port: int, count: int, ready: Any, results: Any) -> None:
@@ -237,7 +308,7 @@ def redis_subscriber(port: int, count: int, ready: Any, results: Any) -> None:
         last = time.time()
         if received == 0:
             first = last
-        latencies.append(last - float(message["data"].split(b",", 2)[1]))
+        latencies.append(last - _sent_at(message["data"]))
         received += 1
     results.put({"first": first, "last": last, "latencies": latencies})
 
@@ -256,28 +327,103 @@ def redis_publisher(port: int, count: int, rate: float, subscribers: int, result
             if delay > 0:
                 pipe.execute()
                 time.sleep(delay)
-        pipe.publish(CLASS, f"{i},{time.time()},{PAYLOAD}")
+        pipe.publish(CLASS, _peer_message(i))
         if rate or i % 200 == 199:
             pipe.execute()
     pipe.execute()
     results.put({"start": start})
 
 
+def redis_holder(port: int, count: int, ready: Any, stop: Any) -> None:
+    import redis
+
+    pubsub = redis.Redis(port=port).pubsub()
+    pubsub.subscribe(*(f"{CLASS}-other-{i}" for i in range(count)))
+    ready.put(True)
+    while not stop.is_set():
+        pubsub.get_message(timeout=0.1)
+
+
+def nats_subscriber(port: int, count: int, ready: Any, results: Any) -> None:
+    import nats
+
+    async def run() -> None:
+        client = await nats.connect(f"nats://127.0.0.1:{port}")
+        latencies: list[float] = []
+        times = [0.0, 0.0]
+        done = asyncio.get_running_loop().create_future()
+
+        async def on_message(message: Any) -> None:
+            now = times[1] = time.time()
+            if not latencies:
+                times[0] = now
+            latencies.append(now - _sent_at(message.data))
+            if len(latencies) == count:
+                done.set_result(None)
+
+        await client.subscribe(CLASS, cb=on_message)
+        await client.flush()  # a round trip: the server has the subscription
+        ready.put(True)
+        await asyncio.wait_for(done, 300)
+        results.put({"first": times[0], "last": times[1], "latencies": latencies})
+        await client.close()
+
+    asyncio.run(run())
+
+
+def nats_publisher(port: int, count: int, rate: float, subscribers: int, results: Any) -> None:
+    import nats
+
+    async def run() -> None:
+        client = await nats.connect(f"nats://127.0.0.1:{port}")
+        start = time.time()
+        async for i in paced(start, count, rate):
+            await client.publish(CLASS, _peer_message(i))
+        await client.flush()
+        results.put({"start": start})
+        await client.close()
+
+    asyncio.run(run())
+
+
+def nats_holder(port: int, count: int, ready: Any, stop: Any) -> None:
+    import nats
+
+    async def run() -> None:
+        client = await nats.connect(f"nats://127.0.0.1:{port}")
+        for i in range(count):
+            await client.subscribe(f"{CLASS}.other.{i}")
+        await client.flush()
+        ready.put(True)
+        while not stop.is_set():
+            await asyncio.sleep(0.1)
+        await client.close()
+
+    asyncio.run(run())
+
+
 @contextmanager
-def redis_server() -> Iterator[int | None]:
-    if shutil.which("redis-server") is None:
+def peer_server(command: list[str], module: str) -> Iterator[int | None]:
+    """A peer's server on a free port (``{port}`` in ``command``), or None without the server's
+    program or its Python client ``module``."""
+    if shutil.which(command[0]) is None:
         yield None
         return
     try:
-        import redis  # noqa: F401
+        __import__(module)
     except ImportError:
         yield None
         return
     port = free_port()
     proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL
+        [part.format(port=port) for part in command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    time.sleep(0.5)
+    for _ in range(100):  # until it listens
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    SERVERS[str(port)] = [proc.pid]
     try:
         yield port
     finally:
@@ -285,8 +431,18 @@ def redis_server() -> Iterator[int | None]:
         proc.wait(10)
 
 
-def measure_redis(port: int, count: int, subscribers: int = 1, rate: float = 0.0) -> dict[str, float]:
-    return measure(redis_subscriber, redis_publisher, port, count, subscribers, rate)
+PEERS = {
+    "redis": (
+        ["redis-server", "--port", "{port}", "--save", "", "--appendonly", "no"],
+        "redis",
+        (redis_subscriber, redis_publisher, redis_holder),
+    ),
+    "nats": (
+        ["nats-server", "-a", "127.0.0.1", "-p", "{port}"],
+        "nats",
+        (nats_subscriber, nats_publisher, nats_holder),
+    ),
+}
 
 
 def _summarise(collected: list[dict[str, Any]], count: int) -> dict[str, float]:
@@ -294,11 +450,19 @@ def _summarise(collected: list[dict[str, Any]], count: int) -> dict[str, float]:
     receivers = [c for c in collected if "last" in c]
     last = max(c["last"] for c in receivers)
     latencies = sorted(x for c in receivers for x in c["latencies"])
+    publisher = next(c for c in collected if "start" in c)
     return {
         "per_second": round(count / (last - start)),
         "p50_ms": round(statistics.median(latencies) * 1000, 3),
         "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 3),
+        "publisher_cpu_us": round(publisher["cpu"] / count * 1e6, 1),
+        "subscriber_cpu_us": round(statistics.mean(c["cpu"] for c in receivers) / count * 1e6, 1),
     }
+
+
+def median_row(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the rounds."""
+    return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
 
 
 # --- main --------------------------------------------------------------------------------------
@@ -316,50 +480,76 @@ def _figure(row: dict[str, float], latency: bool) -> str:
     return f"p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms" if latency else f"{row['per_second']:,}/s"
 
 
+def _cpu(row: dict[str, float]) -> str:
+    parts = [row.get(f"{who}_cpu_us") for who in ("server", "publisher", "subscriber")]
+    return "/".join("?" if part is None else f"{part:g}" for part in parts) + " us"
+
+
+def _ratio(ours: dict[str, float], peer: dict[str, float], latency: bool) -> float:
+    """Throughput: ours/peer (higher is better); latency: p99 ours/peer (lower is better)."""
+    return ours["p99_ms"] / peer["p99_ms"] if latency else ours["per_second"] / peer["per_second"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=30_000, help="publications per throughput figure")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; each figure is their median")
     parser.add_argument("--tls-only", action="store_true", help="only TLS against plain, through one broker")
     args = parser.parse_args()
     count = args.count
     if args.tls_only:
         print("RESULT " + json.dumps({"benchmark": "overlay", "cores": os.cpu_count(), **tls_rows(count)}))
         return
-    rows: list[tuple[str, dict[str, float], dict[str, float] | None]] = []
-    with redis_server() as port:
-        with brokers(1) as (b1,), other_subscriptions(b1, 1000):
-            rows.append(("1 broker, 1 subscriber", measure_ours(b1, b1, count), None))
-            rows.append(("1 broker, 10 subscribers", measure_ours(b1, b1, count // 5, subscribers=10), None))
-            rows.append(("latency at 1,000/s", measure_ours(b1, b1, 3000, rate=1000), None))
-        with brokers(3) as chain:
-            rows.append(("3 brokers, 1 subscriber", measure_ours(chain[0], chain[-1], count), None))
-        if port is not None:
-            baseline = {
-                "1 broker, 1 subscriber": measure_redis(port, count),
-                "1 broker, 10 subscribers": measure_redis(port, count // 5, subscribers=10),
-                "latency at 1,000/s": measure_redis(port, 3000, rate=1000),
-                "3 brokers, 1 subscriber": measure_redis(port, count),
-            }
-            rows = [(name, ours, baseline[name]) for name, ours, _ in rows]
-    result: dict[str, Any] = {"benchmark": "overlay", "cores": os.cpu_count(), "baseline": "redis pub/sub"}
-    for name, ours, redis_row in rows:
+    shapes = {  # name: (publications, subscribers, rate)
+        "1 broker, 1 subscriber": (count, 1, 0.0),
+        "1 broker, 10 subscribers": (count // 5, 10, 0.0),
+        "latency at 1,000/s": (3000, 1, 1000.0),
+        "3 brokers, 1 subscriber": (count, 1, 0.0),
+    }
+    rounds: dict[str, dict[str, list[dict[str, float]]]] = {name: {} for name in shapes}
+    with ExitStack() as stack:
+        peers: dict[str, int] = {}
+        for peer, (command, module, (_, _, holder_of)) in PEERS.items():
+            port = stack.enter_context(peer_server(command, module))
+            if port is not None:
+                stack.enter_context(other_subscriptions(port, 1000, holder_of))
+                peers[peer] = port
+        with brokers(1) as (b1,), other_subscriptions(b1, 1000), brokers(3) as chain:
+            for _ in range(args.repeat):
+                for name, (n, subscribers, rate) in shapes.items():
+                    pub_uri, sub_uri = (chain[0], chain[-1]) if name.startswith("3 brokers") else (b1, b1)
+                    runs = rounds[name]
+                    runs.setdefault("ours", []).append(measure_ours(pub_uri, sub_uri, n, subscribers, rate))
+                    for peer, port in peers.items():
+                        subscriber, publisher, _ = PEERS[peer][2]
+                        runs.setdefault(peer, []).append(
+                            measure(subscriber, publisher, port, n, subscribers, rate)
+                        )
+    result: dict[str, Any] = {
+        "benchmark": "overlay",
+        "cores": os.cpu_count(),
+        "repeat": args.repeat,
+        "baselines": {
+            peer: "pub/sub" if peer in peers else "missing: no server or no client package" for peer in PEERS
+        },
+    }
+    plain = {}
+    for name, runs in rounds.items():
         latency = name.startswith("latency")
+        ours = plain[name] = median_row(runs["ours"])
         line = f"{name:26} ours {_figure(ours, latency):30}"
         entry: dict[str, Any] = {"ours": ours}
-        if redis_row:
-            # throughput: ours/redis (higher is better); latency: p99 ours/redis (lower is better)
-            ratio = (
-                ours["p99_ms"] / redis_row["p99_ms"]
-                if latency
-                else ours["per_second"] / redis_row["per_second"]
-            )
-            line += f" redis {_figure(redis_row, latency):30} ratio {ratio:.2f}"
-            entry.update(redis=redis_row, ratio=round(ratio, 3))
+        for peer in peers:
+            row = median_row(runs[peer])
+            ratio = _ratio(ours, row, latency)
+            line += f" {peer} {_figure(row, latency):30} ratio {ratio:.2f}"
+            entry[peer] = row
+            entry[f"ratio_{peer}"] = round(ratio, 3)
         print(line, flush=True)
         result[KEYS[name]] = entry
-    if rows[0][2] is None:
-        result["baseline"] = "none: redis-server or the redis package is missing"
-    result.update(tls_rows(count, plain={name: ours for name, ours, _ in rows}))
+    cpu = " ".join(f"{system} {_cpu(result['one_broker'][system])}" for system in ["ours", *peers])
+    print(f"{'CPU per publication':26} server/publisher/subscriber through 1 broker: {cpu}", flush=True)
+    result.update(tls_rows(count, plain=plain))
     print("RESULT " + json.dumps(result))
 
 

@@ -4,15 +4,17 @@ Starts ``wfm up`` (three brokers in a line, one agent per agent name, every work
 a directory of generated workflows whose jobs run ``true``, then times, from the Trigger to the
 generation's APPL_END as a subscriber on B1 sees them:
 
-* a chain of 40 no-op jobs (peer figure: Airflow, ~116 s for 40 sequential ~10 ms tasks);
+* a chain of 40 no-op jobs;
 * one generation of a 10-job workflow (latency, p50 of 20), and 50 generations triggered at once
   (generations per second); Temporal's cited p50 to start a workflow is 14 ms;
-* 100 concurrent generations of PAYROLL's shape;
+* 100 concurrent generations of PAYROLL's shape, and of a 5-job diamond;
 * a 1,000-job workflow (10 wide, 100 deep): deployment and one generation.
 
 The baseline measured in the same run is the floor for the chain: the same 40 commands run one
 after the other by ``subprocess`` with no overlay at all; the ratio says what the decentralised
-machinery adds. Targets: the chain under 2 s, the 100 PAYROLL generations under 10 s.
+machinery adds. The peer measured in the same run is Luigi (``peers_luigi.py``, the ``bench``
+extra) on the chain and the 100 diamonds. Targets: the chain under 2 s, the 100 PAYROLL
+generations under 10 s.
 
 Run: ``python benchmarks/workflows.py`` (about a minute). The last line is one JSON object.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -32,6 +35,8 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from broker.client import BlockingClient
+from broker.client.reconnect import BrokerList, brokers
+from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 from wfm.triggers import TriggerPublisher
 
@@ -83,6 +88,7 @@ WORKFLOWS = {
         ("J", ("I",)),
     ],
     "PAYROLL": [("JobA", ()), ("JobB", ("JobA",)), ("JobC", ("JobA",)), ("JobD", ("JobB", "JobC"))],
+    "DIAMOND": [("A", ()), ("B", ("A",)), ("C", ("A",)), ("D", ("A",)), ("E", ("B", "C", "D"))],
 }
 BIG = grid(10, 100)
 
@@ -90,7 +96,7 @@ BIG = grid(10, 100)
 class Watch:
     """A subscriber on B1 that timestamps every APPL_END."""
 
-    def __init__(self, uri: BrokerURI) -> None:
+    def __init__(self, uri: BrokerList) -> None:
         self.client = BlockingClient(uri, "bench-watch", timeout=30)
         self.client.subscribe("[class,eq,JOBSTATUS],[jobname,eq,APPL_END],[GID,isPresent,'']")
         self.ended: dict[str, tuple[float, str]] = {}
@@ -132,6 +138,15 @@ def baseline(size: int) -> float:
     return time.perf_counter() - start
 
 
+def luigi_figures() -> dict[str, float | int | str]:
+    """Luigi on the chain and the diamonds (``peers_luigi.py``, a process of its own)."""
+    script = Path(__file__).with_name("peers_luigi.py")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        return {"luigi": f"failed: {done.stderr.strip().splitlines()[-1:]}"}
+    return json.loads(done.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+
+
 def report(name: str, value: float, unit: str, baseline_name: str, baseline_value: float) -> None:
     print(
         f"{name:46} {value:9.3f} {unit:4} {baseline_name} {baseline_value:.3f} {unit}   "
@@ -154,26 +169,32 @@ def main() -> None:
         try:
             assert up.stdout is not None
             for line in up.stdout:
+                if line.startswith("export WFM_"):  # wfm up is TLS: its CA and the deployer's identity
+                    name, _, value = line.removeprefix("export ").strip().partition("=")
+                    os.environ[name] = shlex.split(value)[0]  # for the wfm deploy this runs too
                 if line.startswith("try:"):
                     break
             else:
                 raise RuntimeError(f"wfm up did not start: {up.stderr.read() if up.stderr else ''}")
             print(f"wfm up with 3 workflows ready in {time.perf_counter() - started:.1f} s")
-            results = measure(directory, BrokerURI("127.0.0.1", PORT, "B1"))
+            tls = Identity(Path(os.environ["WFM_TLS"]), os.environ["WFM_IDENTITY"])
+            results = measure(directory, brokers(BrokerURI("127.0.0.1", PORT, "B1")).secured(tls))
         finally:
             up.terminate()
             up.wait(30)
     print(json.dumps({"benchmark": "workflows", "cores": os.cpu_count(), **results}))
 
 
-def measure(directory: Path, b1: BrokerURI) -> dict[str, float]:
+def measure(directory: Path, b1: BrokerList) -> dict[str, object]:
     watch = Watch(b1)
     with TriggerPublisher(b1) as trigger:
         run(trigger, watch, "TEN", ["warm-up"])  # the first generation pays for imports and connections
         floor = baseline(40)
         chain_s = run(trigger, watch, "CHAIN40", ["chain-1"])
         report("40 sequential no-op jobs, trigger to APPL_END", chain_s, "s", "subprocess floor", floor)
-        print(f"{'':46} Airflow's cited figure 116 s: {116 / chain_s:.0f}x faster")
+        luigi = luigi_figures()
+        if "luigi_chain_s" in luigi:
+            report("", chain_s, "s", "Luigi (same run)", luigi["luigi_chain_s"])
         latencies = [run(trigger, watch, "TEN", [f"ten-{i}"]) for i in range(20)]
         p50 = statistics.median(latencies)
         report("10-job workflow, one generation, p50", p50 * 1000, "ms", "Temporal's cited start p50", 14.0)
@@ -183,6 +204,11 @@ def measure(directory: Path, b1: BrokerURI) -> dict[str, float]:
         )
         payroll = run(trigger, watch, "PAYROLL", [f"pay-{i}" for i in range(100)])
         report("100 concurrent PAYROLL generations", payroll, "s", "target", 10.0)
+        diamonds = run(trigger, watch, "DIAMOND", [f"diamond-{i}" for i in range(100)])
+        if "luigi_diamonds_s" in luigi:
+            report(
+                "100 concurrent 5-job diamonds", diamonds, "s", "Luigi (same run)", luigi["luigi_diamonds_s"]
+            )
     (directory / "big.xml").write_text(xml("BIG", BIG))
     started = time.perf_counter()
     command = ["deploy", str(directory / "big.xml"), "--broker", str(b1), "--timeout", "300"]
@@ -199,6 +225,8 @@ def measure(directory: Path, b1: BrokerURI) -> dict[str, float]:
         "ten_p50_ms": round(p50 * 1000, 1),
         "ten_generations_per_s": round(50 / burst, 1),
         "payroll100_s": round(payroll, 2),
+        "diamonds100_s": round(diamonds, 2),
+        **luigi,
         "big_deploy_s": round(deploy_s, 2),
         "big_run_s": round(big_s, 2),
     }

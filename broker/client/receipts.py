@@ -70,7 +70,9 @@ class Receipts:
 
     def done(self, name: str, seq: int) -> None:
         """A delivery of channel ``name`` is done with (whichever broker it came from)."""
-        channel = next((c for c in self._channels.values() if c.name == name), None)
+        channel: _Channel | None = self._current  # nearly always: no search (a generator per delivery)
+        if self._current.name != name:
+            channel = next((c for c in self._channels.values() if c.name == name), None)
         left = None if channel is None else channel.open.get(seq)
         if channel is None or left is None:
             return

@@ -67,20 +67,25 @@ def normalize_value(value: Value) -> Value:
         return value  # the common cases first: publications carry many of these
     if kind is str and "\n" not in value and "\r" not in value and not ("'" in value and '"' in value):  # type: ignore[operator]
         return value
+    if kind is float and -MAX_EXACT <= value <= MAX_EXACT and not value.is_integer():  # type: ignore[operator, union-attr]
+        return value  # finite (NaN fails the comparison), in range, not integral: kept as it is
     if isinstance(value, str):
         return check_string(value)
     return normalize_number(value)
 
 
-_GOOD_NAMES: set[str] = set()  # attribute names already checked: publications repeat them
+_GOOD_NAMES: set[str] = set()  # attribute names a publication may have, checked: publications repeat them
 
 
-def _attribute_name(name: str) -> str:
-    if name not in _GOOD_NAMES:
-        check_name(name, "attribute name")
-        if len(_GOOD_NAMES) < 100_000:
-            _GOOD_NAMES.add(name)
-    return name
+def _attribute_name(name: str) -> None:
+    """Refuse a name that is not an attribute name of a publication; remember a good one."""
+    check_name(name, "attribute name")
+    if name == CLASS:
+        raise ValueError("'class' must be the first attribute and appear once")
+    if name == TIME_ATTRIBUTE:
+        raise ValueError("'time' is reserved for the broker's timestamp of a publication")
+    if len(_GOOD_NAMES) < 100_000:
+        _GOOD_NAMES.add(name)
 
 
 def format_value(value: Value | Var | TimeRef) -> str:
@@ -101,19 +106,21 @@ class Publication(Mapping[str, Value]):
     _hash: int | None
 
     def __init__(self, cls: str, attributes: Mapping[str, Value] | Iterable[tuple[str, Value]] = ()):
-        items = attributes.items() if isinstance(attributes, Mapping) else attributes
+        kind = type(attributes)  # a list or a dict: no ABC check (slow) for those
+        mapping = kind is dict or (kind is not list and isinstance(attributes, Mapping))
+        items: Iterable[tuple[str, Value]] = attributes.items() if mapping else attributes  # type: ignore[union-attr, assignment]
         attrs: dict[str, Value] = {}
-        for name, value in items:
-            _attribute_name(name)
-            if name == CLASS:
-                raise ValueError("'class' must be the first attribute and appear once")
-            if name == TIME_ATTRIBUTE:
-                raise ValueError("'time' is reserved for the broker's timestamp of a publication")
+        for name, value in items:  # the hot path of every broker and client: one set lookup a name
+            if name not in _GOOD_NAMES:
+                _attribute_name(name)
             if name in attrs:
                 raise ValueError(f"attribute '{name}' appears more than once")
             attrs[name] = normalize_value(value)
         object.__setattr__(self, "cls", check_string(_class_name(cls)))
-        object.__setattr__(self, "_attrs", dict(sorted(attrs.items())))
+        names = sorted(attrs)
+        if names != list(attrs):  # what comes off the wire is sorted already: no copy then
+            attrs = {name: attrs[name] for name in names}
+        object.__setattr__(self, "_attrs", attrs)
         object.__setattr__(self, "_hash", None)
 
     def __setattr__(self, name: str, value: object) -> None:

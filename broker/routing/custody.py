@@ -69,8 +69,9 @@ class Channel:
 
 
 def weight(message: Message) -> int:
-    if isinstance(message, Publish | Deliver):
-        return publication_weight(message.publication)
+    kind = type(message)
+    if kind is Deliver or kind is Publish:
+        return publication_weight(message.publication)  # type: ignore[union-attr]
     if isinstance(message, Notify):
         return sum(publication_weight(p) for p in message.publications)
     return 256  # routing state: a filter or a composite

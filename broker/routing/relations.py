@@ -19,6 +19,7 @@ from broker.language.operators import PRESENT, TIME_ATTRIBUTE, holds
 from broker.language.values import Value, Var
 
 __all__ = [
+    "Fit",
     "advertisement_covers",
     "fits",
     "overlaps",
@@ -205,12 +206,39 @@ def advertisement_covers(wide: Filter, narrow: Filter) -> bool:
 def fits(publication: Publication, advertisement: Filter) -> bool:
     """May a client that advertised this publish that? Same class, and every attribute of the
     publication advertised and satisfied (advertised attributes may be left out)."""
-    if publication.cls != advertisement.cls:
-        return False
-    for name, value in publication.fields.items():
-        if name not in advertisement:
+    return Fit.of(advertisement)(publication)
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """``fits`` for one advertisement, compiled once: an edge broker checks every publication
+    of a client against the client's advertisements. Plain data, so that a broker's snapshot
+    holds it; ``isPresent`` (what advertisements mostly say) is a type test."""
+
+    cls: str
+    tests: dict[str, tuple[str, object]]  # attribute -> (op, value); isPresent: (op, a string?)
+
+    @classmethod
+    def of(cls, advertisement: Filter) -> Fit:
+        tests: dict[str, tuple[str, object]] = {}
+        for predicate in advertisement.predicates:
+            chosen = advertisement[predicate.attribute]  # the predicate fits() would ask
+            value = isinstance(chosen.value, str) if chosen.op == PRESENT else chosen.value
+            tests[chosen.attribute] = (chosen.op, value)
+        return cls(advertisement.cls, tests)
+
+    def __call__(self, publication: Publication) -> bool:
+        if publication.cls != self.cls:
             return False
-        predicate = advertisement[name]
-        if not holds(predicate.op, predicate.value, value):
-            return False
-    return True
+        tests = self.tests
+        for name, value in publication.fields.items():
+            test = tests.get(name)
+            if test is None:
+                return False
+            op, expected = test
+            if op == PRESENT:
+                if isinstance(value, str) is not expected:
+                    return False
+            elif not holds(op, expected, value):  # type: ignore[arg-type]
+                return False
+        return True

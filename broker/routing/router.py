@@ -102,7 +102,7 @@ class Router:
 
     def _dispatch(self, message: Message, hop: str, now: float) -> Output:
         kind = type(message)
-        self.counters[f"in.{kind.__name__}"] += 1
+        self.counters[_COUNTED.get(kind) or _counted(kind)] += 1
         if kind in _LINK_EVENTS:
             return _LINK_EVENTS[kind](self, message, hop, now)
         if hop in self.tables.clients:
@@ -356,6 +356,12 @@ class Router:
 
 
 Handler = Callable[[Router, Any, str, float], Output]
+_COUNTED: dict[type, str] = {}  # message type -> the name of its counter, made once
+
+
+def _counted(kind: type) -> str:
+    name = _COUNTED[kind] = f"in.{kind.__name__}"
+    return name
 
 
 def _live(handler: Handler) -> Handler:

@@ -23,7 +23,7 @@ from broker.routing.forwarding import Action, Forwarding
 from broker.routing.ids import DETECTOR, Hop
 from broker.routing.messages import Advertise, Message, Subscribe, Unadvertise, Unsubscribe
 from broker.routing.placement import HERE, NOWHERE, Source
-from broker.routing.relations import advertisement_covers, fits, overlaps, subscription_covers
+from broker.routing.relations import Fit, advertisement_covers, overlaps, subscription_covers
 
 __all__ = ["Output", "Tables"]
 
@@ -49,6 +49,8 @@ class Tables:
         self.prt_index: FilterIndex[str] = FilterIndex()  # subscriptions an advertisement may overlap
         # client or neighbour hop -> the advertisements that came from it: what it may publish
         self.hop_adverts: dict[str, FilterIndex[str]] = {}
+        # hop -> the advertisement from it that its last conforming publication fitted, compiled
+        self.last_fit: dict[str, tuple[str, Fit]] = {}
         self.subscriptions = Forwarding(covering, subscription_covers)
         self.advertisements = Forwarding("lazy" if advertisement_covering else "off", advertisement_covers)
 
@@ -62,6 +64,7 @@ class Tables:
         """After its entries are withdrawn."""
         self.clients.discard(hop)
         del self.hop_adverts[hop]
+        self.last_fit.pop(hop, None)
 
     def add_neighbor(self, hop: str) -> Output:
         """A neighbour is linked: send it every advertisement, and every subscription it should have."""
@@ -87,6 +90,7 @@ class Tables:
         for entry_id in learned:
             out += self.withdraw(entry_id)
         del self.hop_adverts[hop]
+        self.last_fit.pop(hop, None)
         return out
 
     # entries ------------------------------------------------------------------------------------
@@ -126,6 +130,8 @@ class Tables:
             self.srt_index.remove(entry_id)
             if entry.hop in self.hop_adverts:
                 self.hop_adverts[entry.hop].remove(entry_id)
+            if self.last_fit.get(entry.hop, ("",))[0] == entry_id:
+                del self.last_fit[entry.hop]
             for neighbor in sorted(self.neighbors):
                 out += self._apply(neighbor, self.advertisements.unwant(neighbor, entry_id), True)
             if entry.hop in self.neighbors:  # subscriptions that only this advertisement drew that way
@@ -151,8 +157,15 @@ class Tables:
     def conforms(self, hop: str, publication: Publication) -> bool:
         """Does the publication fit an advertisement that came from ``hop``, the client that
         publishes it or the neighbour that forwards it?"""
-        possible = self.hop_adverts[hop].lookup(publication.cls, publication.fields)
-        return any(fits(publication, self.srt[i].filter) for i in possible)
+        last = self.last_fit.get(hop)  # a client mostly publishes what it did last: tried first
+        if last is not None and last[1](publication):
+            return True
+        for adv_id in self.hop_adverts[hop].lookup(publication.cls, publication.fields):
+            fit = Fit.of(self.srt[adv_id].filter)
+            if fit(publication):
+                self.last_fit[hop] = (adv_id, fit)
+                return True
+        return False
 
     def matching(self, publication: Publication, now: float) -> tuple[list[str], dict[str, list[str]]]:
         """The subscriptions a publication matches: those of this broker's detectors, sorted, and

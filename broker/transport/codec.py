@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -204,6 +205,17 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
 }
 
 
+_PACKERS = threading.local()  # a Packer per thread: msgpack.packb makes a new one for every call
+
+
+def _packer() -> msgpack.Packer:
+    try:
+        return _PACKERS.packer  # type: ignore[no-any-return]
+    except AttributeError:
+        _PACKERS.packer = msgpack.Packer(use_bin_type=True)  # resets itself when packing fails
+        return _PACKERS.packer  # type: ignore[no-any-return]
+
+
 def encode(message: WireMessage) -> bytes:
     """One complete frame, length prefix included.
 
@@ -216,7 +228,7 @@ def encode(message: WireMessage) -> bytes:
     except KeyError:
         raise TypeError(f"{type(message).__name__} is not a message sent on a link") from None
     try:
-        payload = msgpack.packb(to_array(message), use_bin_type=True)
+        payload = _packer().pack(to_array(message))
     except (ValueError, TypeError, OverflowError) as error:
         raise BadMessage(f"cannot encode {type(message).__name__}: {_describe(error)}") from None
     size = len(payload)
@@ -279,7 +291,10 @@ def _to_publication(array: object) -> Publication:
     cls, pairs = array
     if type(pairs) is not list:
         raise ValueError("the attributes of a publication must be an array of [name, value] pairs")
-    return Publication(cls, [_to_pair(pair, "an attribute of a publication") for pair in pairs])
+    for pair in pairs:  # inline, not _to_pair: every publication that crosses a link comes here
+        if type(pair) is not list or len(pair) != 2:
+            raise ValueError("an attribute of a publication must be an array [name, value]")
+    return Publication(cls, pairs)
 
 
 def _to_filter(array: object) -> Filter:

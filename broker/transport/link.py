@@ -49,6 +49,7 @@ class Link:
         self.decoder = FrameDecoder() if frame_limit is None else FrameDecoder(frame_limit)
         self._queue: list[bytes] = []
         self._queued_bytes = 0
+        self._transport_bytes = 0  # the transport's buffer after our last write (at least what it holds)
         self.pending: list[WireMessage | BadMessage] = []  # read along with the handshake
         self.peer: Hello | None = None  # the peer's hello, once the handshake is done
         self._wakeup = asyncio.Event()
@@ -63,11 +64,14 @@ class Link:
         if self.closed is not None:
             return False
         frame = encode(message)
-        backlog = self._queued_bytes + self._transport_backlog()
-        if backlog + len(frame) > self.queue_limit:
-            self.close(f"{SLOW_CONSUMER}: {backlog} bytes waiting", abort=True)
-            self.discarded_frames += 1
-            return False
+        # the transport's buffer as of our last write, which only the peer's reading shrinks
+        # since: asked again (a call per message otherwise) only when it may be over the limit
+        if self._queued_bytes + self._transport_bytes + len(frame) > self.queue_limit:
+            backlog = self._queued_bytes + self._transport_backlog()
+            if backlog + len(frame) > self.queue_limit:
+                self.close(f"{SLOW_CONSUMER}: {backlog} bytes waiting", abort=True)
+                self.discarded_frames += 1
+                return False
         self._queue.append(frame)
         self._queued_bytes += len(frame)
         self._wakeup.set()
@@ -112,6 +116,7 @@ class Link:
                 self.writer.write(b"".join(frames))
                 self.sent_frames += len(frames)
                 self.last_sent = time.monotonic()
+                self._transport_bytes = self._transport_backlog()
                 await self.writer.drain()
         except (ConnectionError, OSError) as error:
             self.close(f"write failed: {error}")

@@ -255,20 +255,24 @@ class RouterService:
 
     def _send(self, output: Output, links: Mapping[str, Link | None]) -> None:
         """Onto the links; of the custody answers to one peer only the last matters. What was
-        carried for a link that has been replaced since is not sent: the peer's hello on the new
-        link said what it took, and what it had not is sent again, in order, by the router."""
-        last_took = {target: out for target, out in output if isinstance(out, Took)}
+        carried or taken for a link that has been replaced since is not sent: the peer's hello on
+        the new link said what it took, and what it had not is sent again, in order, by the
+        router; our next Took covers what this one did."""
+        last_took = {target: out for target, out in output if type(out) is Took}
         for target, out in output:
-            if isinstance(out, Took):
+            kind = type(out)  # exact types: messages are final dataclasses, and this runs per message
+            if kind is Took:
                 if last_took[target] is not out:
                     continue
                 channel = self.router.custody.channels.get(target)
                 if channel is not None:
                     self._taken[target] = (channel.name, out.seq)  # in the log: a hello may say so
-            if isinstance(out, StatusReply):
-                out = StatusReply(out.ref, self.status(out.status))
+            elif kind is StatusReply:
+                out = StatusReply(out.ref, self.status(out.status))  # type: ignore[union-attr]
             link = self.links.get(target)
-            if isinstance(out, Carry) and link is not links.get(target):
+            if (kind is Carry or kind is Took) and link is not links.get(target):
+                # a Took too: on the new link it could overtake what we resend there (our answers
+                # to what we took), and the peer would end a stand-in too early (``standins``)
                 self.counters["unsent.relinked"] += 1
                 continue
             try:  # the router never emits LinkUp/LinkDown; a message for a link that went is counted

@@ -49,6 +49,32 @@ def test_publication_must_fit_own_advertisement(mode: str) -> None:
     assert sub.take() == ["[class,stock]"]
 
 
+def test_conformance_follows_the_advertisements_a_client_has_now(mode: str) -> None:
+    """The edge broker tries the advertisement a client's last publication fitted first: it
+    must not let through what only a withdrawn one, or another client's, allowed."""
+    overlay = Overlay.line(1, covering=mode)
+    pub, other, sub = (overlay.add_client(n, "B1") for n in ("pub", "other", "sub"))
+    sub.subscribe("[class,eq,stock]")
+    wide = pub.advertise("[class,eq,stock],[price,isPresent,0]")
+    pub.advertise("[class,eq,stock],[price,<,10]")
+    pub.publish("[class,stock],[price,50]")  # fits the wide one only
+    pub.publish("[class,stock],[price,5]")  # fits both
+    pub.unadvertise(wide)
+    pub.publish("[class,stock],[price,6]")
+    with pytest.raises(RefusedError, match="fits no advertisement"):
+        pub.publish("[class,stock],[price,50]")
+    other.advertise("[class,eq,stock],[volume,isPresent,0]")
+    other.publish("[class,stock],[volume,1]")
+    with pytest.raises(RefusedError, match="fits no advertisement"):
+        pub.publish("[class,stock],[volume,1]")  # the other client's advertisement, fitted last
+    assert sub.take() == [
+        "[class,stock],[price,50]",
+        "[class,stock],[price,5]",
+        "[class,stock],[price,6]",
+        "[class,stock],[volume,1]",
+    ]
+
+
 def test_two_brokers(mode: str) -> None:
     overlay = Overlay.line(2, covering=mode)
     pub, sub = overlay.add_client("pub", "B1"), overlay.add_client("sub", "B2")

@@ -6,9 +6,10 @@ import random
 
 import pytest
 
-from broker.language import Predicate, Var, parse_filter, parse_publication
+from broker.language import Filter, Predicate, Publication, Var, parse_filter, parse_publication
 from broker.language.operators import holds
 from broker.routing.relations import (
+    Fit,
     advertisement_covers,
     fits,
     overlaps,
@@ -104,6 +105,26 @@ def test_filter_relations() -> None:
     assert fits(parse_publication("[class,stock],[price,80]"), adv)
     assert not fits(parse_publication("[class,stock],[price,80],[volume,5]"), adv)
     assert not fits(parse_publication("[class,stock],[price,180]"), adv)
+
+
+def test_a_compiled_fit_says_what_the_advertisement_says_on_random_publications() -> None:
+    """``Fit`` (compiled once per advertisement) against the definition: every attribute of the
+    publication advertised, and its predicate holds."""
+    rng = random.Random(7)
+    said_yes = 0
+    for _ in range(5000):
+        names = rng.sample("abc", rng.randint(0, 3))
+        advertisement = Filter("c", tuple(random_predicate(rng, name, variables=True) for name in names))
+        publication = Publication(
+            rng.choice(["c", "c", "d"]), [(name, rng.choice(PROBES)) for name in rng.sample("abcd", 2)]
+        )
+        expected = publication.cls == advertisement.cls and all(
+            name in advertisement and holds(advertisement[name].op, advertisement[name].value, value)
+            for name, value in publication.fields.items()
+        )
+        assert Fit.of(advertisement)(publication) == expected, (str(advertisement), str(publication))
+        said_yes += expected
+    assert said_yes > 20  # the relation is not trivially no
 
 
 def test_variables_overlap_by_type() -> None:
