@@ -21,11 +21,12 @@ from __future__ import annotations
 import fcntl
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -35,11 +36,13 @@ from broker.errors import LocalError
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 from wfm.certs import ensure
+from wfm.topology import Topology
 from wfm.workflow import Workflow
 
 __all__ = [
     "WFM",
     "Child",
+    "Layout",
     "Processes",
     "Started",
     "UpError",
@@ -72,10 +75,49 @@ class Child:
     optional: bool = False  # if it exits, wfm up warns and carries on without it
 
 
-def identities(agents: Iterable[str]) -> dict[str, str]:
+@dataclass(frozen=True)
+class Layout:
+    """Where ``wfm up``'s brokers listen, whom each dials, and which brokers each agent uses: the
+    line B1 - B2 - B3 by default, or what a SESDAD topology file says (INTERFACE section 5)."""
+
+    dials: dict[BrokerURI, tuple[BrokerURI, ...]]  # every broker, in start order
+    agents: dict[str, str]  # agent -> its --broker list, for the agents the topology places
+
+    @classmethod
+    def line(cls, port: int) -> Layout:
+        """B1 - B2 - B3 on ports P, P+1, P+2, each dialling the one before it."""
+        uris = [BrokerURI(HOST, port + i, broker_id) for i, broker_id in enumerate(BROKER_IDS)]
+        return cls({uri: tuple(uris[i - 1 : i]) for i, uri in enumerate(uris)}, {})
+
+    @classmethod
+    def of(cls, topology: Topology) -> Layout:
+        """The topology's brokers (a port 0 becomes a free one) and links; its agents connect to
+        their site's brokers, failing over along them."""
+        placed = topology.with_ports(free_port)
+        brokers = [p.name for p in placed.of_role("broker")]
+        agents = {p.name: str(placed.brokers_for(p.name)) for p in placed.of_role("agent")}
+        return cls({placed.uri(b): tuple(placed.neighbours(b)) for b in brokers}, agents)
+
+    @property
+    def uris(self) -> list[BrokerURI]:
+        return list(self.dials)
+
+    def neighbours(self, uri: BrokerURI) -> set[str]:
+        """The ids of the brokers ``uri`` is linked with, either way."""
+        dialled = {n.id for n in self.dials[uri]}
+        return dialled | {other.id for other, dials in self.dials.items() if uri in dials}
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def identities(agents: Iterable[str], brokers: Iterable[str] = BROKER_IDS) -> dict[str, str]:
     """Every identity ``wfm up`` runs a process as: name -> role."""
     return {
-        **dict.fromkeys(BROKER_IDS, "broker"),
+        **dict.fromkeys(brokers, "broker"),
         **dict.fromkeys(agents, "agent"),
         HISTORIAN: "monitor",  # subscribes to everything, publishes history answers only
         DEPLOYER: "deployer",
@@ -88,11 +130,13 @@ def _as(certs: Path | None, name: str) -> tuple[str, ...]:
     return () if certs is None else ("--tls", str(certs), "--identity", name)
 
 
-def broker_children(port: int, state: Path, certs: Path | None = None) -> tuple[list[BrokerURI], list[Child]]:
-    """B1 - B2 - B3 on ports P, P+1, P+2; each dials the one before it and keeps its write-ahead
-    log in ``state/brokers/ID``, so a broker that is killed comes back with what it held. With
-    ``certs``, each runs over TLS as the identity of its id."""
-    uris = [BrokerURI(HOST, port + i, broker_id) for i, broker_id in enumerate(BROKER_IDS)]
+def broker_children(
+    port: int | Layout, state: Path, certs: Path | None = None
+) -> tuple[list[BrokerURI], list[Child]]:
+    """B1 - B2 - B3 on ports P, P+1, P+2 (or the brokers of a ``Layout``); each dials the one
+    before it and keeps its write-ahead log in ``state/brokers/ID``, so a broker that is killed
+    comes back with what it held. With ``certs``, each runs over TLS as the identity of its id."""
+    layout = Layout.line(port) if isinstance(port, int) else port
     children = [
         Child(
             f"broker-{uri.id}",
@@ -103,13 +147,13 @@ def broker_children(port: int, state: Path, certs: Path | None = None) -> tuple[
                 str(uri),
                 "--data",
                 str(state / "brokers" / uri.id),
-                *(["--neighbor", str(uris[i - 1])] if i else []),
+                *(arg for neighbour in dials for arg in ("--neighbor", str(neighbour))),
                 *_as(certs, uri.id),
             ),
         )
-        for i, uri in enumerate(uris)
+        for uri, dials in layout.dials.items()
     ]
-    return uris, children
+    return layout.uris, children
 
 
 def agent_names(workflows: Iterable[Workflow]) -> list[str]:
@@ -118,10 +162,16 @@ def agent_names(workflows: Iterable[Workflow]) -> list[str]:
 
 
 def agent_children(
-    agents: Sequence[str], uris: Sequence[BrokerURI], state: Path, certs: Path | None = None
+    agents: Sequence[str],
+    uris: Sequence[BrokerURI],
+    state: Path,
+    certs: Path | None = None,
+    placed: Mapping[str, str] | None = None,
 ) -> list[Child]:
-    """One agent per name, spread over the brokers round-robin, each with its own state directory
-    (and, with ``certs``, as the identity of its name)."""
+    """One agent per name, on the brokers ``placed`` names for it, or else spread over the brokers
+    round-robin, each with its own state directory (and, with ``certs``, as the identity of its
+    name)."""
+    placed = placed or {}
     return [
         Child(
             f"agent-{name}",
@@ -131,7 +181,7 @@ def agent_children(
                 "--name",
                 name,
                 "--broker",
-                str(uris[i % len(uris)]),
+                placed.get(name, str(uris[i % len(uris)])),
                 "--state-dir",
                 str(state / name),
                 *_as(certs, name),
@@ -269,6 +319,7 @@ def serve(
     web_port: int | None = None,
     say: Callable[[str], None] = _ignore,
     warn: Callable[[str], None] = _ignore,
+    topology: Topology | None = None,
 ) -> None:
     """Start everything, deploy ``workflows`` (name, file), tell ``ready`` what runs, then wait
     until ``stop`` is set and stop everything; ``say`` hears each step of the start, ``warn``
@@ -276,20 +327,22 @@ def serve(
     Spark warm for the history store and the historian (it starts in the background: a JVM takes
     seconds; without Java it exits and wfm up warns and goes on). With ``web_port``, the dashboard
     (``wfm web``) on it, as the deployer (optional too: a port in use costs the dashboard, not the
-    rest). UpError if another wfm up runs in ``home``, if another child exits on its own, the
-    brokers do not link or a deploy fails (everything started is stopped first)."""
+    rest). With ``topology``, its brokers and agents' places instead of the line on ``port``.
+    UpError if another wfm up runs in ``home``, if another child exits on its own, the brokers do
+    not link or a deploy fails (everything started is stopped first)."""
+    layout = Layout.line(port) if topology is None else Layout.of(topology)
     lock = _lock(home)
     processes = Processes(home / "logs", warn)
     try:
-        certs = ensure(home / "certs", identities(agents)).absolute()
+        certs = ensure(home / "certs", identities(agents, [uri.id for uri in layout.uris])).absolute()
         watcher = Identity(certs, WATCHER)
         say("starting brokers")
-        uris, brokers = broker_children(port, home, certs)
+        uris, brokers = broker_children(layout, home, certs)
         for child in brokers:
             processes.start(child)
-        neighbours = [{BROKER_IDS[j] for j in (i - 1, i + 1) if 0 <= j < len(uris)} for i in range(len(uris))]
         deadline = time.monotonic() + link_timeout
-        for uri, expected in zip(uris, neighbours, strict=True):
+        for uri in uris:
+            expected = layout.neighbours(uri)
             while not linked(uri, expected, watcher):
                 processes.check()
                 if stop.wait(0.1):
@@ -311,7 +364,7 @@ def serve(
             shown = ("--workflows", str(workflows[0][1].parent)) if workflows else ()
             web = ("web", "--broker", watched, *history[:2], *shown, "--port", str(web_port))
             processes.start(Child("web", (*WFM, *web, *_as(certs, DEPLOYER)), optional=True))
-        for child in agent_children(agents, uris, home / "agents", certs):
+        for child in agent_children(agents, uris, home / "agents", certs, layout.agents):
             processes.start(child)
         for name, file in workflows:
             say(f"deploying {name}")

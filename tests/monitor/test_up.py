@@ -184,3 +184,53 @@ def test_what_runs_as_text_and_as_json(tmp_path: Path) -> None:
     assert record["brokers"] == [str(uri) for uri in uris] and record["spark"] is None
     assert record["web"] == "http://h:1/" and "web      http://h:1/ (the dashboard)" in started.lines()
     assert started.lines()[-1] == 'try: wfm monitor PAYROLL --gid "$(wfm trigger PAYROLL)"'
+
+
+def test_up_places_brokers_and_agents_as_a_topology_file_says(tmp_path: Path) -> None:
+    """A star of three sites (ports chosen by wfm up), agentC on the hub's site, the others on
+    the leaves' brokers round-robin; the workflows still run end to end."""
+    topology = tmp_path / "star.txt"
+    topology.write_text(
+        "Site hub Parent none\nSite east Parent hub\nSite west Parent hub\n"
+        "Process central Is broker On hub URL tcp://127.0.0.1:0/b\n"
+        "Process eastern Is broker On east URL tcp://127.0.0.1:0/b\n"
+        "Process western Is broker On west URL tcp://127.0.0.1:0/b\n"
+        "Process agentC Is agent On west URL tcp://127.0.0.1:0/a\n"
+    )
+    port = free_ports(5)
+    up = subprocess.Popen(
+        [WFM, "up", "--dir", str(workflow_dir(tmp_path)), "--port", str(port), "--topology", str(topology)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert up.stdout is not None
+        seen = [up.stdout.readline()]
+        while not seen[-1].startswith("try: "):
+            seen.append(up.stdout.readline())
+            assert seen[-1], "wfm up ended early"
+        brokers = seen[0].split()[1:]
+        assert [b.rsplit("/", 1)[1] for b in brokers] == ["central", "eastern", "western"]
+        certs = tmp_path / ".wfm" / "certs"
+        hub = BrokerURI.parse(brokers[0])
+        assert sorted(status(hub, watcher(certs))["neighbors"]) == ["eastern", "western"]  # type: ignore[call-overload]
+        agent_c = command_line("agentC", tmp_path)
+        assert agent_c.split("--broker ")[1].split()[0] == brokers[2]  # western's site
+    finally:
+        up.send_signal(signal.SIGTERM)
+        _, err = up.communicate(timeout=30)
+    assert up.returncode == 0, err
+
+
+def command_line(agent: str, home: Path) -> str:
+    """The command line of the running ``wfm agent --name AGENT`` whose state is under ``home``."""
+    for entry in Path("/proc").iterdir():
+        try:
+            words = (entry / "cmdline").read_bytes().decode().split("\0")
+        except (OSError, ValueError):
+            continue
+        line = " ".join(words)
+        if f" agent --name {agent} " in line and str(home) in line:
+            return line
+    raise AssertionError(f"no agent {agent} running")

@@ -25,6 +25,7 @@ from wfm.cli.workflow import load_workflow
 from wfm.monitor import MonitorService, StatusEvent, render
 from wfm.scheduler import NEVER_STOPPED, fire, run_schedule
 from wfm.timetable import Entry, fires, load_config
+from wfm.topology import load_topology
 from wfm.triggers import TriggerPublisher, check_gid, check_workflow, default_outbox, new_gid, parse_date
 from wfm.up import Started, agent_names, serve
 
@@ -275,12 +276,21 @@ def _json_line(event: StatusEvent | None) -> None:
     show_default=True,
     help="Keep Spark warm for wfm history --store and wfm report (a JVM: about 1 GB).",
 )
+@click.option(
+    "--topology",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="A SESDAD configuration file (or its TOML form, docs/puppet.md): its brokers and links "
+    "instead of the line, and its agents on their sites' brokers (PORT then only places Spark "
+    "Connect and the dashboard).",
+)
 @output_option
-def up(directory: Path, port: int, spark_connect: bool, output: str) -> None:
-    """Run the embedded default until Ctrl-C: three brokers in a line (B1-B2-B3), one agent per
-    agent name in DIR/*.xml, every workflow deployed. Prints the broker addresses and what to try
-    (-o json: one object) once everything runs; progress and warnings go to stderr. One wfm up
-    per DIR: a second one fails, naming the first."""
+def up(directory: Path, port: int, spark_connect: bool, topology: Path | None, output: str) -> None:
+    """Run the embedded default until Ctrl-C: three brokers in a line (B1-B2-B3), or those of
+    --topology, one agent per agent name in DIR/*.xml, every workflow deployed. Prints the broker
+    addresses and what to try (-o json: one object) once everything runs; progress and warnings
+    go to stderr. One wfm up per DIR: a second one fails, naming the first."""
+    placed = None if topology is None else load_topology(topology)
     files = sorted(directory.glob("*.xml"))
     if not files:
         raise click.ClickException(f"no workflows (*.xml) in {directory}")
@@ -306,4 +316,5 @@ def up(directory: Path, port: int, spark_connect: bool, output: str) -> None:
             web_port=port + 4,
             say=say,
             warn=lambda line: click.echo(f"wfm: {line}", err=True),
+            topology=placed,
         )
