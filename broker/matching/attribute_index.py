@@ -1,9 +1,11 @@
 """Every predicate on one attribute of one class, indexed by operator family.
 
-``collect(value, pos, neg)`` appends the slots of the predicates that ``value`` satisfies to
-``pos``; ``neg`` receives slots to subtract (``neq``/``<>`` are indexed as "all of them, minus the
-ones equal to the value", which is one hash look-up instead of a scan). Each predicate is reported
-at most once per value, which is what makes counting exact.
+``collect(value, parts)`` appends the slots of the predicates that ``value`` satisfies to
+``parts.pos``; ``parts.neg`` receives slots to subtract (``neq``/``<>`` are indexed as "all of them,
+minus the ones equal to the value", which is one hash look-up instead of a scan). Each predicate is
+reported at most once per value, which is what makes counting exact. Order predicates (``< <= > >=``
+and their string forms) are reported on both sides, satisfied in ``parts.sat`` and failed in
+``parts.fail``: the matcher counts whichever side is smaller.
 
 Number and string predicates are kept apart so that a string value never reaches a numeric
 index and vice versa: that is the language's rule, and it also halves the work per value.
@@ -21,9 +23,21 @@ from broker.language.operators import PRESENT
 from broker.language.values import Value, Var
 from broker.matching.bounds import Bounds
 
-__all__ = ["AttributeIndex"]
+__all__ = ["AttributeIndex", "Found"]
 
 Parts = list[Any]  # NumPy arrays of slots (views, never copies)
+
+
+class Found:
+    """What one publication's values select in a class's indexes, before counting."""
+
+    __slots__ = ("fail", "neg", "pos", "sat")
+
+    def __init__(self) -> None:
+        self.pos: Parts = []
+        self.neg: Parts = []
+        self.sat: Parts = []  # order predicates satisfied
+        self.fail: Parts = []  # order predicates not satisfied
 
 
 class Slots:
@@ -125,28 +139,34 @@ class _Family:
         self.upper: Bounds | None = None  # value <= key
         self.upper_strict: Bounds | None = None  # value < key (strings only)
 
-    def collect(self, value: Value, pos: Parts, neg: Parts) -> None:
+    def fail_all(self, out: Parts) -> None:
+        """A value of the other type fails every order predicate of this one."""
+        for bounds in (self.lower, self.upper, self.upper_strict):
+            if bounds is not None:
+                bounds.everything(out)
+
+    def collect(self, value: Value, found: Found) -> None:
         if self.eq:
             slots = self.eq.get(value)
             if slots is not None:
-                pos.append(slots.view())
+                found.pos.append(slots.view())
         if self.neq_all:
-            pos.append(self.neq_all.view())
+            found.pos.append(self.neq_all.view())
             slots = self.neq.get(value)
             if slots is not None:
-                neg.append(slots.view())
+                found.neg.append(slots.view())
         if self.present:
-            pos.append(self.present.view())
+            found.pos.append(self.present.view())
         if self.lower is not None:
-            self.lower.below(value, True, pos)
+            self.lower.split_below(value, True, found.sat, found.fail)
         if self.upper is not None:
-            self.upper.above(value, True, pos)
+            self.upper.split_above(value, True, found.sat, found.fail)
         if self.upper_strict is not None:
-            self.upper_strict.above(value, False, pos)
+            self.upper_strict.split_above(value, False, found.sat, found.fail)
 
 
 class AttributeIndex:
-    __slots__ = ("contains", "integers", "numbers", "prefix", "strings", "suffix")
+    __slots__ = ("bounds", "contains", "integers", "numbers", "prefix", "strings", "suffix")
 
     def __init__(self) -> None:
         self.numbers = _Family()
@@ -155,8 +175,10 @@ class AttributeIndex:
         self.prefix: _Affixes | None = None
         self.suffix: _Affixes | None = None
         self.contains: _Needles | None = None
+        self.bounds: list[Bounds] = []  # the order indexes of both families
 
-    def add(self, predicate: Predicate, slot: int) -> None:
+    def add(self, predicate: Predicate, slot: int) -> bool:
+        """Index the predicate; True when it went to an order index (it is counted on both sides)."""
         op, value = predicate.op, predicate.value
         if isinstance(value, Var):
             if value.kind == "S":
@@ -165,7 +187,7 @@ class AttributeIndex:
                 self.numbers.present.append(slot)
             else:
                 self.integers.append(slot)
-            return
+            return False
         family = self.strings if isinstance(value, str) else self.numbers
         if op == PRESENT:
             family.present.append(slot)
@@ -175,35 +197,63 @@ class AttributeIndex:
             _bucket(family.neq, value).append(slot)
             family.neq_all.append(slot)
         elif isinstance(value, str):
-            self._add_string(op, value, slot)
+            return self._add_string(op, value, slot)
         else:
             self._add_number(op, value, slot)  # type: ignore[arg-type]
+            return True
+        return False
+
+    def settle(self, budget: int) -> int:
+        """Merge up to ``budget`` pending order entries into their sorted parts; return how many."""
+        used = 0
+        for bounds in self.bounds:
+            if used < budget and bounds.pending_keys:
+                used += bounds.settle(budget - used)
+        return used
+
+    def everything(self, out: Parts) -> None:
+        """The slots of every order predicate: all fail when the publication lacks the attribute."""
+        for bounds in self.bounds:
+            bounds.everything(out)
 
     def _add_number(self, op: str, value: float, slot: int) -> None:
         family = self.numbers
         if op in (">", ">="):
             # x > t is x >= nextafter(t): exact, since every accepted number is a float64.
             key = math.nextafter(value, math.inf) if op == ">" else value
-            family.lower = family.lower or Bounds()
+            if family.lower is None:
+                family.lower = self._new_bounds(numeric=True)
             family.lower.add(key, slot)
         else:
             key = math.nextafter(value, -math.inf) if op == "<" else value
-            family.upper = family.upper or Bounds()
+            if family.upper is None:
+                family.upper = self._new_bounds(numeric=True)
             family.upper.add(key, slot)
 
-    def _add_string(self, op: str, value: str, slot: int) -> None:
+    def _new_bounds(self, numeric: bool) -> Bounds:
+        bounds = Bounds(numeric)
+        self.bounds.append(bounds)
+        return bounds
+
+    def _add_string(self, op: str, value: str, slot: int) -> bool:
         family = self.strings
         if op in ("str-gt", "str-ge"):
             # x > t is x >= t + "\0": the smallest string greater than t.
-            family.lower = family.lower or Bounds()
+            if family.lower is None:
+                family.lower = self._new_bounds(numeric=False)
             family.lower.add(value + "\0" if op == "str-gt" else value, slot)
-        elif op == "str-le":
-            family.upper = family.upper or Bounds()
+            return True
+        if op == "str-le":
+            if family.upper is None:
+                family.upper = self._new_bounds(numeric=False)
             family.upper.add(value, slot)
-        elif op == "str-lt":
-            family.upper_strict = family.upper_strict or Bounds()
+            return True
+        if op == "str-lt":
+            if family.upper_strict is None:
+                family.upper_strict = self._new_bounds(numeric=False)
             family.upper_strict.add(value, slot)
-        elif op == "str-prefix":
+            return True
+        if op == "str-prefix":
             self.prefix = self.prefix or _Affixes(suffix=False)
             self.prefix.add(value, slot)
         elif op == "str-postfix":
@@ -212,17 +262,20 @@ class AttributeIndex:
         else:
             self.contains = self.contains or _Needles()
             self.contains.add(value, slot)
+        return False
 
-    def collect(self, value: Value, pos: Parts, neg: Parts) -> None:
+    def collect(self, value: Value, found: Found) -> None:
         if isinstance(value, str):
-            self.strings.collect(value, pos, neg)
+            self.strings.collect(value, found)
+            self.numbers.fail_all(found.fail)
             if self.prefix is not None:
-                self.prefix.collect(value, pos)
+                self.prefix.collect(value, found.pos)
             if self.suffix is not None:
-                self.suffix.collect(value, pos)
+                self.suffix.collect(value, found.pos)
             if self.contains is not None:
-                self.contains.collect(value, pos)
+                self.contains.collect(value, found.pos)
         else:
-            self.numbers.collect(value, pos, neg)
+            self.numbers.collect(value, found)
+            self.strings.fail_all(found.fail)
             if self.integers and isinstance(value, int):
-                pos.append(self.integers.view())
+                found.pos.append(self.integers.view())
