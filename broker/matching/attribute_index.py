@@ -1,11 +1,11 @@
 """Every predicate on one attribute of one class, indexed by operator family.
 
-``collect(value, parts)`` appends the slots of the predicates that ``value`` satisfies to
-``parts.pos``; ``parts.neg`` receives slots to subtract (``neq``/``<>`` are indexed as "all of them,
-minus the ones equal to the value", which is one hash look-up instead of a scan). Each predicate is
-reported at most once per value, which is what makes counting exact. Order predicates (``< <= > >=``
-and their string forms) are reported on both sides, satisfied in ``parts.sat`` and failed in
-``parts.fail``: the matcher counts whichever side is smaller.
+``collect(value, found)`` reports the slots of the predicates that ``value`` satisfies. Predicates
+kept in sorted indexes (equality, inequality, order: every operator but presence, affixes and
+variables) are reported on both sides, satisfied in ``found.sat`` and failed in ``found.fail``, as
+slices of their index: the matcher counts whichever side is smaller. The others are reported in
+``found.pos`` when satisfied. Each predicate is reported at most once per value, which is what
+makes counting exact.
 
 Number and string predicates are kept apart so that a string value never reaches a numeric
 index and vice versa: that is the language's rule, and it also halves the work per value.
@@ -31,13 +31,12 @@ Parts = list[Any]  # NumPy arrays of slots (views, never copies)
 class Found:
     """What one publication's values select in a class's indexes, before counting."""
 
-    __slots__ = ("fail", "neg", "pos", "sat")
+    __slots__ = ("fail", "pos", "sat")
 
     def __init__(self) -> None:
-        self.pos: Parts = []
-        self.neg: Parts = []
-        self.sat: Parts = []  # order predicates satisfied
-        self.fail: Parts = []  # order predicates not satisfied
+        self.pos: Parts = []  # other predicates satisfied
+        self.sat: Parts = []  # sorted predicates satisfied
+        self.fail: Parts = []  # sorted predicates not satisfied
 
 
 class Slots:
@@ -126,37 +125,37 @@ class _Needles(_Texts):
 
 
 class _Family:
-    """The predicates of one value type: hash for equality, bounds for order, affixes."""
+    """The predicates of one value type: sorted keys for equality and order, a list for presence.
 
-    __slots__ = ("eq", "lower", "neq", "neq_all", "present", "upper", "upper_strict")
+    Equality is a sorted index too (a bucket is a run of equal keys, found by two bisections) rather
+    than a hash, so that its failed side is two slices: a value that most ``eq`` predicates accept
+    is then as cheap to count as one that few accept. ``neq`` is the same index with the sides
+    swapped.
+    """
+
+    __slots__ = ("eq", "lower", "neq", "present", "upper", "upper_strict")
 
     def __init__(self) -> None:
-        self.eq: dict[Value, Slots] = {}
-        self.neq: dict[Value, Slots] = {}
-        self.neq_all = Slots()
         self.present = Slots()
+        self.eq: Bounds | None = None  # value == key
+        self.neq: Bounds | None = None  # value != key
         self.lower: Bounds | None = None  # value >= key
         self.upper: Bounds | None = None  # value <= key
         self.upper_strict: Bounds | None = None  # value < key (strings only)
 
     def fail_all(self, out: Parts) -> None:
-        """A value of the other type fails every order predicate of this one."""
-        for bounds in (self.lower, self.upper, self.upper_strict):
+        """A value of the other type fails every sorted predicate of this one."""
+        for bounds in (self.eq, self.neq, self.lower, self.upper, self.upper_strict):
             if bounds is not None:
                 bounds.everything(out)
 
     def collect(self, value: Value, found: Found) -> None:
-        if self.eq:
-            slots = self.eq.get(value)
-            if slots is not None:
-                found.pos.append(slots.view())
-        if self.neq_all:
-            found.pos.append(self.neq_all.view())
-            slots = self.neq.get(value)
-            if slots is not None:
-                found.neg.append(slots.view())
         if self.present:
             found.pos.append(self.present.view())
+        if self.eq is not None:
+            self.eq.split_equal(value, found.sat, found.fail)
+        if self.neq is not None:
+            self.neq.split_equal(value, found.fail, found.sat)
         if self.lower is not None:
             self.lower.split_below(value, True, found.sat, found.fail)
         if self.upper is not None:
@@ -175,10 +174,10 @@ class AttributeIndex:
         self.prefix: _Affixes | None = None
         self.suffix: _Affixes | None = None
         self.contains: _Needles | None = None
-        self.bounds: list[Bounds] = []  # the order indexes of both families
+        self.bounds: list[Bounds] = []  # the sorted indexes of both families
 
     def add(self, predicate: Predicate, slot: int) -> bool:
-        """Index the predicate; True when it went to an order index (it is counted on both sides)."""
+        """Index the predicate; True when it went to a sorted index (it is counted on both sides)."""
         op, value = predicate.op, predicate.value
         if isinstance(value, Var):
             if value.kind == "S":
@@ -188,23 +187,24 @@ class AttributeIndex:
             else:
                 self.integers.append(slot)
             return False
-        family = self.strings if isinstance(value, str) else self.numbers
+        numeric = not isinstance(value, str)
+        family = self.numbers if numeric else self.strings
         if op == PRESENT:
             family.present.append(slot)
         elif op in ("eq", "="):
-            _bucket(family.eq, value).append(slot)
+            family.eq = self._sorted(family.eq, numeric)
+            family.eq.add(value, slot)
         elif op in ("neq", "<>"):
-            _bucket(family.neq, value).append(slot)
-            family.neq_all.append(slot)
+            family.neq = self._sorted(family.neq, numeric)
+            family.neq.add(value, slot)
         elif isinstance(value, str):
             return self._add_string(op, value, slot)
         else:
             self._add_number(op, value, slot)  # type: ignore[arg-type]
-            return True
-        return False
+        return op != PRESENT
 
     def settle(self, budget: int) -> int:
-        """Merge up to ``budget`` pending order entries into their sorted parts; return how many."""
+        """Merge pending entries into the sorted indexes within ``budget``; return the budget used."""
         used = 0
         for bounds in self.bounds:
             if used < budget and bounds.pending_keys:
@@ -212,7 +212,7 @@ class AttributeIndex:
         return used
 
     def everything(self, out: Parts) -> None:
-        """The slots of every order predicate: all fail when the publication lacks the attribute."""
+        """The slots of every sorted predicate: all fail when the publication lacks the attribute."""
         for bounds in self.bounds:
             bounds.everything(out)
 
@@ -221,36 +221,33 @@ class AttributeIndex:
         if op in (">", ">="):
             # x > t is x >= nextafter(t): exact, since every accepted number is a float64.
             key = math.nextafter(value, math.inf) if op == ">" else value
-            if family.lower is None:
-                family.lower = self._new_bounds(numeric=True)
+            family.lower = self._sorted(family.lower, numeric=True)
             family.lower.add(key, slot)
         else:
             key = math.nextafter(value, -math.inf) if op == "<" else value
-            if family.upper is None:
-                family.upper = self._new_bounds(numeric=True)
+            family.upper = self._sorted(family.upper, numeric=True)
             family.upper.add(key, slot)
 
-    def _new_bounds(self, numeric: bool) -> Bounds:
-        bounds = Bounds(numeric)
-        self.bounds.append(bounds)
+    def _sorted(self, bounds: Bounds | None, numeric: bool) -> Bounds:
+        """The given sorted index, or a new one."""
+        if bounds is None:
+            bounds = Bounds(numeric)
+            self.bounds.append(bounds)
         return bounds
 
     def _add_string(self, op: str, value: str, slot: int) -> bool:
         family = self.strings
         if op in ("str-gt", "str-ge"):
             # x > t is x >= t + "\0": the smallest string greater than t.
-            if family.lower is None:
-                family.lower = self._new_bounds(numeric=False)
+            family.lower = self._sorted(family.lower, numeric=False)
             family.lower.add(value + "\0" if op == "str-gt" else value, slot)
             return True
         if op == "str-le":
-            if family.upper is None:
-                family.upper = self._new_bounds(numeric=False)
+            family.upper = self._sorted(family.upper, numeric=False)
             family.upper.add(value, slot)
             return True
         if op == "str-lt":
-            if family.upper_strict is None:
-                family.upper_strict = self._new_bounds(numeric=False)
+            family.upper_strict = self._sorted(family.upper_strict, numeric=False)
             family.upper_strict.add(value, slot)
             return True
         if op == "str-prefix":

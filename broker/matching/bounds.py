@@ -1,10 +1,10 @@
-"""Sorted thresholds of one-sided predicates, answering "which keys are below/above v" by bisection.
+"""Sorted keys of predicates, answering "which keys are below/above/equal to v" by bisection.
 
 Keys are a sorted Python list, searched with ``bisect`` (C speed, no per-call NumPy overhead, and
 the same code for numbers and strings); the subscription slots beside them are a NumPy array, so
 a query returns slices of it: views, no copies, ready for the matcher's vectorised counting. A query
 returns both sides of the split, the satisfied slots and the others, because the matcher counts
-whichever side is smaller (see ``matcher``).
+whichever side is smaller (see ``matcher``). Equality uses the same index: equal keys are a run.
 
 ``add`` only appends to a pending list, and ``settle`` merges at most a given number of pending
 entries into the sorted part (one ``bisect`` per new key and one ``np.insert``). The matcher calls
@@ -15,8 +15,10 @@ them waits for the whole build; entries still pending are answered by a scan: ve
 
 from __future__ import annotations
 
+import operator
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,7 @@ import numpy as np
 __all__ = ["Bounds"]
 
 _NO_SLOTS = np.empty(0, dtype=np.int64)
+STRING_COST = 16  # a string entry's merge costs about as much as this many numbers' (measured)
 
 
 class Bounds:
@@ -46,8 +49,11 @@ class Bounds:
         return len(self.keys) + len(self.pending_keys)
 
     def settle(self, budget: int) -> int:
-        """Merge up to ``budget`` pending entries (oldest first) into the sorted part; return how many."""
-        taken = min(budget, len(self.pending_keys))
+        """Merge pending entries (oldest first) into the sorted part within ``budget``; return the
+        budget used: an entry costs one for numbers, whose merge is vectorised, and
+        ``STRING_COST`` for strings, merged one ``bisect`` at a time."""
+        cost = 1 if self.numeric else STRING_COST
+        taken = min(budget // cost, len(self.pending_keys))
         if not taken:
             return 0
         if self.numeric:
@@ -56,7 +62,7 @@ class Bounds:
             self._settle_strings(taken)
         del self.pending_keys[:taken]
         del self.pending_slots[:taken]
-        return taken
+        return taken * cost
 
     # Both merges insert each new key after the equal keys already present, in a stable order: the
     # result is the sorted order of all keys, whatever the batches they were merged in.
@@ -86,13 +92,24 @@ class Bounds:
         merged += keys[start:]
         self.keys = merged
 
+    def split_equal(self, value: Any, sat: list[Any], fail: list[Any]) -> None:
+        """Slots whose key equals value to ``sat``, the others to ``fail``."""
+        keys, slots = self.keys, self.slots
+        start = bisect_left(keys, value)
+        end = bisect_right(keys, value, start)
+        sat.append(slots[start:end])
+        fail.append(slots[:start])
+        fail.append(slots[end:])
+        if self.pending_keys:
+            self._scan(value, sat, fail, equal=True)
+
     def split_below(self, value: Any, inclusive: bool, sat: list[Any], fail: list[Any]) -> None:
         """Slots whose key is < value (<= when inclusive) to ``sat``, the others to ``fail``."""
         end = (bisect_right if inclusive else bisect_left)(self.keys, value)
         sat.append(self.slots[:end])
         fail.append(self.slots[end:])
         if self.pending_keys:
-            self._scan(value, inclusive, True, sat, fail)
+            self._scan(value, sat, fail, below=True, inclusive=inclusive)
 
     def split_above(self, value: Any, inclusive: bool, sat: list[Any], fail: list[Any]) -> None:
         """Slots whose key is > value (>= when inclusive) to ``sat``, the others to ``fail``."""
@@ -100,7 +117,7 @@ class Bounds:
         sat.append(self.slots[start:])
         fail.append(self.slots[:start])
         if self.pending_keys:
-            self._scan(value, inclusive, False, sat, fail)
+            self._scan(value, sat, fail, below=False, inclusive=inclusive)
 
     def everything(self, out: list[Any]) -> None:
         """Every slot: what fails when the publication lacks the attribute."""
@@ -108,20 +125,31 @@ class Bounds:
         if self.pending_slots:
             out.append(np.array(self.pending_slots, dtype=np.int64))
 
-    def _scan(self, value: Any, inclusive: bool, below: bool, sat: list[Any], fail: list[Any]) -> None:
+    def _scan(
+        self,
+        value: Any,
+        sat: list[Any],
+        fail: list[Any],
+        below: bool = False,
+        inclusive: bool = True,
+        equal: bool = False,
+    ) -> None:
+        """Split the pending entries: key == value, or key below/above value."""
         slots = np.array(self.pending_slots, dtype=np.int64)
+        test = _TESTS[equal, below, inclusive]
         if self.numeric:
-            keys = np.frombuffer(self.pending_keys)
-            if below:
-                hit = keys <= value if inclusive else keys < value
-            else:
-                hit = keys >= value if inclusive else keys > value
+            hit = test(np.frombuffer(self.pending_keys), value)
         else:
-            strings = self.pending_keys
-            if below:
-                flags = [key <= value for key in strings] if inclusive else [key < value for key in strings]
-            else:
-                flags = [key >= value for key in strings] if inclusive else [key > value for key in strings]
-            hit = np.array(flags, dtype=bool)
+            hit = np.array([test(key, value) for key in self.pending_keys], dtype=bool)
         sat.append(slots[hit])
         fail.append(slots[~hit])
+
+
+# (equal, below, inclusive) -> how a key compares with the value; works on NumPy arrays and strings
+_TESTS: dict[tuple[bool, bool, bool], Callable[[Any, Any], Any]] = {
+    (True, False, True): operator.eq,
+    (False, True, True): operator.le,
+    (False, True, False): operator.lt,
+    (False, False, True): operator.ge,
+    (False, False, False): operator.gt,
+}
