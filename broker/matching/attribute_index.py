@@ -65,15 +65,40 @@ class Slots:
         return self.size
 
 
-def _bucket(buckets: dict[Any, Slots], key: Any) -> Slots:
-    bucket = buckets.get(key)
-    if bucket is None:
-        bucket = buckets[key] = Slots()
-    return bucket
+class _Affixes:
+    """``str-prefix`` or ``str-postfix``: a sorted index of the texts and their distinct lengths.
+
+    The publication's value has one candidate affix per known length; each is a run of equal keys,
+    so both sides of the split are slices, as for equality.
+    """
+
+    __slots__ = ("bounds", "lengths", "suffix")
+
+    def __init__(self, bounds: Bounds, suffix: bool) -> None:
+        self.bounds = bounds
+        self.lengths: list[int] = []
+        self.suffix = suffix
+
+    def add(self, text: str, slot: int) -> None:
+        self.bounds.add(text, slot)
+        if len(text) not in self.lengths:
+            self.lengths = sorted([*self.lengths, len(text)])
+
+    def collect(self, value: str, found: Found) -> None:
+        size = len(value)
+        if self.suffix:
+            candidates = {value[size - length :] for length in self.lengths if length <= size}
+        else:
+            candidates = {value[:length] for length in self.lengths if length <= size}
+        self.bounds.split_among(candidates, found.sat, found.fail)
 
 
-class _Texts:
-    """Slots by the text of their predicate, and the distinct lengths of those texts."""
+class _Needles:
+    """``str-contains``: test each needle, or each substring of a known length, whichever is less.
+
+    Counted on the satisfied side only: a value may contain many needles, and the candidates
+    (its substrings) are too many to look up in a sorted index.
+    """
 
     __slots__ = ("by_text", "lengths")
 
@@ -82,35 +107,12 @@ class _Texts:
         self.lengths: list[int] = []
 
     def add(self, text: str, slot: int) -> None:
-        _bucket(self.by_text, text).append(slot)
+        bucket = self.by_text.get(text)
+        if bucket is None:
+            bucket = self.by_text[text] = Slots()
+        bucket.append(slot)
         if len(text) not in self.lengths:
             self.lengths = sorted([*self.lengths, len(text)])
-
-
-class _Affixes(_Texts):
-    """``str-prefix`` or ``str-postfix``: one hash look-up per known length."""
-
-    __slots__ = ("suffix",)
-
-    def __init__(self, suffix: bool) -> None:
-        super().__init__()
-        self.suffix = suffix
-
-    def collect(self, value: str, out: Parts) -> None:
-        size = len(value)
-        for length in self.lengths:
-            if length > size:
-                break
-            key = value[size - length :] if self.suffix else value[:length]
-            slots = self.by_text.get(key)
-            if slots is not None:
-                out.append(slots.view())
-
-
-class _Needles(_Texts):
-    """``str-contains``: test each needle, or each substring of a known length, whichever is less."""
-
-    __slots__ = ()
 
     def collect(self, value: str, out: Parts) -> None:
         if len(self.by_text) <= len(value) * len(self.lengths):
@@ -142,12 +144,6 @@ class _Family:
         self.lower: Bounds | None = None  # value >= key
         self.upper: Bounds | None = None  # value <= key
         self.upper_strict: Bounds | None = None  # value < key (strings only)
-
-    def fail_all(self, out: Parts) -> None:
-        """A value of the other type fails every sorted predicate of this one."""
-        for bounds in (self.eq, self.neq, self.lower, self.upper, self.upper_strict):
-            if bounds is not None:
-                bounds.everything(out)
 
     def collect(self, value: Value, found: Found) -> None:
         if self.present:
@@ -251,28 +247,32 @@ class AttributeIndex:
             family.upper_strict.add(value, slot)
             return True
         if op == "str-prefix":
-            self.prefix = self.prefix or _Affixes(suffix=False)
+            self.prefix = self.prefix or _Affixes(self._sorted(None, numeric=False), suffix=False)
             self.prefix.add(value, slot)
-        elif op == "str-postfix":
-            self.suffix = self.suffix or _Affixes(suffix=True)
+            return True
+        if op == "str-postfix":
+            self.suffix = self.suffix or _Affixes(self._sorted(None, numeric=False), suffix=True)
             self.suffix.add(value, slot)
+            return True
         else:
             self.contains = self.contains or _Needles()
             self.contains.add(value, slot)
         return False
 
     def collect(self, value: Value, found: Found) -> None:
+        numeric = not isinstance(value, str)
+        for bounds in self.bounds:  # a value of one type fails every sorted predicate of the other
+            if bounds.numeric != numeric:
+                bounds.everything(found.fail)
         if isinstance(value, str):
             self.strings.collect(value, found)
-            self.numbers.fail_all(found.fail)
             if self.prefix is not None:
-                self.prefix.collect(value, found.pos)
+                self.prefix.collect(value, found)
             if self.suffix is not None:
-                self.suffix.collect(value, found.pos)
+                self.suffix.collect(value, found)
             if self.contains is not None:
                 self.contains.collect(value, found.pos)
         else:
             self.numbers.collect(value, found)
-            self.strings.fail_all(found.fail)
             if self.integers and isinstance(value, int):
                 found.pos.append(self.integers.view())

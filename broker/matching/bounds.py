@@ -101,7 +101,19 @@ class Bounds:
         fail.append(slots[:start])
         fail.append(slots[end:])
         if self.pending_keys:
-            self._scan(value, sat, fail, equal=True)
+            self._scan(operator.eq, value, sat, fail)
+
+    def split_among(self, values: set[Any], sat: list[Any], fail: list[Any]) -> None:
+        """Slots whose key is one of ``values`` to ``sat``, the others to ``fail``."""
+        keys, slots = self.keys, self.slots
+        start = 0
+        for low, high in sorted((bisect_left(keys, v), bisect_right(keys, v)) for v in values):
+            fail.append(slots[start:low])
+            sat.append(slots[low:high])
+            start = high
+        fail.append(slots[start:])
+        if self.pending_keys:
+            self._scan(_is_in, values, sat, fail)
 
     def split_below(self, value: Any, inclusive: bool, sat: list[Any], fail: list[Any]) -> None:
         """Slots whose key is < value (<= when inclusive) to ``sat``, the others to ``fail``."""
@@ -109,7 +121,7 @@ class Bounds:
         sat.append(self.slots[:end])
         fail.append(self.slots[end:])
         if self.pending_keys:
-            self._scan(value, sat, fail, below=True, inclusive=inclusive)
+            self._scan(operator.le if inclusive else operator.lt, value, sat, fail)
 
     def split_above(self, value: Any, inclusive: bool, sat: list[Any], fail: list[Any]) -> None:
         """Slots whose key is > value (>= when inclusive) to ``sat``, the others to ``fail``."""
@@ -117,7 +129,7 @@ class Bounds:
         sat.append(self.slots[start:])
         fail.append(self.slots[:start])
         if self.pending_keys:
-            self._scan(value, sat, fail, below=False, inclusive=inclusive)
+            self._scan(operator.ge if inclusive else operator.gt, value, sat, fail)
 
     def everything(self, out: list[Any]) -> None:
         """Every slot: what fails when the publication lacks the attribute."""
@@ -125,18 +137,9 @@ class Bounds:
         if self.pending_slots:
             out.append(np.array(self.pending_slots, dtype=np.int64))
 
-    def _scan(
-        self,
-        value: Any,
-        sat: list[Any],
-        fail: list[Any],
-        below: bool = False,
-        inclusive: bool = True,
-        equal: bool = False,
-    ) -> None:
-        """Split the pending entries: key == value, or key below/above value."""
+    def _scan(self, test: Callable[[Any, Any], Any], value: Any, sat: list[Any], fail: list[Any]) -> None:
+        """Split the pending entries by ``test(key, value)``: on an array of numbers, or per string."""
         slots = np.array(self.pending_slots, dtype=np.int64)
-        test = _TESTS[equal, below, inclusive]
         if self.numeric:
             hit = test(np.frombuffer(self.pending_keys), value)
         else:
@@ -145,11 +148,5 @@ class Bounds:
         fail.append(slots[~hit])
 
 
-# (equal, below, inclusive) -> how a key compares with the value; works on NumPy arrays and strings
-_TESTS: dict[tuple[bool, bool, bool], Callable[[Any, Any], Any]] = {
-    (True, False, True): operator.eq,
-    (False, True, True): operator.le,
-    (False, True, False): operator.lt,
-    (False, False, True): operator.ge,
-    (False, False, False): operator.gt,
-}
+def _is_in(key: Any, values: set[Any]) -> bool:
+    return key in values

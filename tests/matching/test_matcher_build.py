@@ -76,6 +76,20 @@ def test_failed_side_counts_missing_attributes_and_other_types() -> None:
         assert len(oracle.match(p, NOW)) == size, text
 
 
+@pytest.mark.parametrize("op", ["str-prefix", "str-postfix"])
+def test_failed_side_of_affixes(op: str) -> None:
+    """Affixes are runs of a sorted index; the keys between and after the runs fail."""
+    m, oracle = Matcher(), LinearMatcher()
+    affixes = ["", "a", "ab", "abc", "b", "ba", "c"]
+    for i in range(700):
+        f = Filter("s", (Predicate("x", ">=", i % 3), Predicate("t", op, affixes[i % len(affixes)])))
+        m.add(i, f)
+        oracle.add(i, f)
+    for value in ["abc", "cba", "ba", "zz", ""]:
+        p = Publication("s", {"x": 5, "t": value})
+        assert m.match(p, NOW) == oracle.match(p, NOW), value
+
+
 def _order_heavy_filter(rng: random.Random) -> Filter:
     """Mostly order predicates, wide or narrow, so that both sides get counted."""
     f = random_filter(rng)
