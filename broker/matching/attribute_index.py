@@ -161,7 +161,7 @@ class _Family:
 
 
 class AttributeIndex:
-    __slots__ = ("bounds", "contains", "integers", "numbers", "prefix", "strings", "suffix")
+    __slots__ = ("bounds", "by_type", "contains", "integers", "numbers", "prefix", "strings", "suffix")
 
     def __init__(self) -> None:
         self.numbers = _Family()
@@ -170,7 +170,8 @@ class AttributeIndex:
         self.prefix: _Affixes | None = None
         self.suffix: _Affixes | None = None
         self.contains: _Needles | None = None
-        self.bounds: list[Bounds] = []  # the sorted indexes of both families
+        self.bounds: list[Bounds] = []  # the sorted indexes of both types
+        self.by_type: dict[bool, list[Bounds]] = {True: [], False: []}  # numeric? -> its sorted indexes
 
     def add(self, predicate: Predicate, slot: int) -> bool:
         """Index the predicate; True when it went to a sorted index (it is counted on both sides)."""
@@ -229,6 +230,7 @@ class AttributeIndex:
         if bounds is None:
             bounds = Bounds(numeric)
             self.bounds.append(bounds)
+            self.by_type[numeric].append(bounds)
         return bounds
 
     def _add_string(self, op: str, value: str, slot: int) -> bool:
@@ -260,10 +262,8 @@ class AttributeIndex:
         return False
 
     def collect(self, value: Value, found: Found) -> None:
-        numeric = not isinstance(value, str)
-        for bounds in self.bounds:  # a value of one type fails every sorted predicate of the other
-            if bounds.numeric != numeric:
-                bounds.everything(found.fail)
+        for bounds in self.by_type[isinstance(value, str)]:
+            bounds.everything(found.fail)  # a value of one type fails every predicate of the other
         if isinstance(value, str):
             self.strings.collect(value, found)
             if self.prefix is not None:
