@@ -82,8 +82,8 @@ def per_call(
 
 
 def build(subscriptions: list[Filter], mixed: bool) -> tuple[CountingMatcher, float]:
-    """A matcher holding the subscriptions and the seconds it took, including the merge of the
-    pending index entries that the first publication of each class triggers."""
+    """A matcher holding the subscriptions and the seconds it took, including the first publication
+    of each class (which merges its budget's share of the pending index entries)."""
     start = time.perf_counter()
     matcher = CountingMatcher()
     for i, f in enumerate(subscriptions):

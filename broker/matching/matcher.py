@@ -46,7 +46,7 @@ _SMALL = 128  # fewer satisfied predicates than this: count in a dict, NumPy's f
 _MIN_COMPACT = 64
 # Pending index entries merged per publication (a few milliseconds): after a bulk add, the indexes
 # are sorted over the next publications and the entries still pending are scanned meanwhile.
-SETTLE_BUDGET = 65536
+SETTLE_BUDGET = 32768
 
 
 def _grown(array: np.ndarray, size: int) -> np.ndarray:
