@@ -1,11 +1,11 @@
 """Every predicate on one attribute of one class, indexed by operator family.
 
 ``collect(value, found)`` reports the slots of the predicates that ``value`` satisfies. Predicates
-kept in sorted indexes (equality, inequality, order: every operator but presence, affixes and
-variables) are reported on both sides, satisfied in ``found.sat`` and failed in ``found.fail``, as
-slices of their index: the matcher counts whichever side is smaller. The others are reported in
-``found.pos`` when satisfied. Each predicate is reported at most once per value, which is what
-makes counting exact.
+kept in sorted indexes (every operator but ``isPresent`` and variables: equality, order, affixes,
+``str-contains``) are reported on both sides, satisfied in ``found.sat`` and failed in
+``found.fail``, as slices of their index: the matcher counts whichever side is smaller. The others
+are reported in ``found.pos`` when satisfied. Each predicate is reported at most once per value,
+which is what makes counting exact.
 
 Number and string predicates are kept apart so that a string value never reaches a numeric
 index and vice versa: that is the language's rule, and it also halves the work per value.
@@ -65,65 +65,46 @@ class Slots:
         return self.size
 
 
-class _Affixes:
-    """``str-prefix`` or ``str-postfix``: a sorted index of the texts and their distinct lengths.
+class _Texts:
+    """``str-prefix``, ``str-postfix`` or ``str-contains``: a sorted index of the texts, their
+    distinct values and lengths.
 
-    The publication's value has one candidate affix per known length; each is a run of equal keys,
-    so both sides of the split are slices, as for equality.
+    The texts a value satisfies are a few distinct keys (its affix of each known length; for
+    ``contains``, the needles it contains, found by testing each needle or each substring of a
+    known length, whichever is less), each a run of equal keys: both sides of the split are
+    slices, as for equality.
     """
 
-    __slots__ = ("bounds", "lengths", "suffix")
+    __slots__ = ("bounds", "distinct", "kind", "lengths")
 
-    def __init__(self, bounds: Bounds, suffix: bool) -> None:
+    def __init__(self, bounds: Bounds, kind: str) -> None:
         self.bounds = bounds
+        self.kind = kind
+        self.distinct: dict[str, None] = {}
         self.lengths: list[int] = []
-        self.suffix = suffix
 
     def add(self, text: str, slot: int) -> None:
         self.bounds.add(text, slot)
+        self.distinct[text] = None
         if len(text) not in self.lengths:
             self.lengths = sorted([*self.lengths, len(text)])
 
     def collect(self, value: str, found: Found) -> None:
-        size = len(value)
-        if self.suffix:
-            candidates = {value[size - length :] for length in self.lengths if length <= size}
+        self.bounds.split_among(self._satisfied(value), found.sat, found.fail)
+
+    def _satisfied(self, value: str) -> set[str]:
+        size, lengths = len(value), self.lengths
+        if self.kind == "str-prefix":
+            texts = {value[:length] for length in lengths if length <= size}
+        elif self.kind == "str-postfix":
+            texts = {value[size - length :] for length in lengths if length <= size}
+        elif len(self.distinct) <= size * len(lengths):
+            return {needle for needle in self.distinct if needle in value}
         else:
-            candidates = {value[:length] for length in self.lengths if length <= size}
-        self.bounds.split_among(candidates, found.sat, found.fail)
-
-
-class _Needles:
-    """``str-contains``: test each needle, or each substring of a known length, whichever is less.
-
-    Counted on the satisfied side only: a value may contain many needles, and the candidates
-    (its substrings) are too many to look up in a sorted index.
-    """
-
-    __slots__ = ("by_text", "lengths")
-
-    def __init__(self) -> None:
-        self.by_text: dict[str, Slots] = {}
-        self.lengths: list[int] = []
-
-    def add(self, text: str, slot: int) -> None:
-        bucket = self.by_text.get(text)
-        if bucket is None:
-            bucket = self.by_text[text] = Slots()
-        bucket.append(slot)
-        if len(text) not in self.lengths:
-            self.lengths = sorted([*self.lengths, len(text)])
-
-    def collect(self, value: str, out: Parts) -> None:
-        if len(self.by_text) <= len(value) * len(self.lengths):
-            out.extend(slots.view() for needle, slots in self.by_text.items() if needle in value)
-            return
-        found = {
-            value[start : start + length]
-            for length in self.lengths
-            for start in range(len(value) - length + 1)
-        }
-        out.extend(self.by_text[needle].view() for needle in found if needle in self.by_text)
+            texts = {
+                value[start : start + length] for length in lengths for start in range(size - length + 1)
+            }
+        return texts & self.distinct.keys()
 
 
 class _Family:
@@ -161,15 +142,13 @@ class _Family:
 
 
 class AttributeIndex:
-    __slots__ = ("bounds", "by_type", "contains", "integers", "numbers", "prefix", "strings", "suffix")
+    __slots__ = ("bounds", "by_type", "integers", "numbers", "strings", "texts")
 
     def __init__(self) -> None:
         self.numbers = _Family()
         self.strings = _Family()
         self.integers = Slots()  # $I$ variables: present and integral
-        self.prefix: _Affixes | None = None
-        self.suffix: _Affixes | None = None
-        self.contains: _Needles | None = None
+        self.texts: dict[str, _Texts] = {}  # by operator: str-prefix, str-postfix, str-contains
         self.bounds: list[Bounds] = []  # the sorted indexes of both types
         self.by_type: dict[bool, list[Bounds]] = {True: [], False: []}  # numeric? -> its sorted indexes
 
@@ -195,7 +174,7 @@ class AttributeIndex:
             family.neq = self._sorted(family.neq, numeric)
             family.neq.add(value, slot)
         elif isinstance(value, str):
-            return self._add_string(op, value, slot)
+            self._add_string(op, value, slot)
         else:
             self._add_number(op, value, slot)  # type: ignore[arg-type]
         return op != PRESENT
@@ -233,45 +212,31 @@ class AttributeIndex:
             self.by_type[numeric].append(bounds)
         return bounds
 
-    def _add_string(self, op: str, value: str, slot: int) -> bool:
+    def _add_string(self, op: str, value: str, slot: int) -> None:
         family = self.strings
         if op in ("str-gt", "str-ge"):
             # x > t is x >= t + "\0": the smallest string greater than t.
             family.lower = self._sorted(family.lower, numeric=False)
             family.lower.add(value + "\0" if op == "str-gt" else value, slot)
-            return True
-        if op == "str-le":
+        elif op == "str-le":
             family.upper = self._sorted(family.upper, numeric=False)
             family.upper.add(value, slot)
-            return True
-        if op == "str-lt":
+        elif op == "str-lt":
             family.upper_strict = self._sorted(family.upper_strict, numeric=False)
             family.upper_strict.add(value, slot)
-            return True
-        if op == "str-prefix":
-            self.prefix = self.prefix or _Affixes(self._sorted(None, numeric=False), suffix=False)
-            self.prefix.add(value, slot)
-            return True
-        if op == "str-postfix":
-            self.suffix = self.suffix or _Affixes(self._sorted(None, numeric=False), suffix=True)
-            self.suffix.add(value, slot)
-            return True
         else:
-            self.contains = self.contains or _Needles()
-            self.contains.add(value, slot)
-        return False
+            texts = self.texts.get(op)
+            if texts is None:
+                texts = self.texts[op] = _Texts(self._sorted(None, numeric=False), op)
+            texts.add(value, slot)
 
     def collect(self, value: Value, found: Found) -> None:
         for bounds in self.by_type[isinstance(value, str)]:
             bounds.everything(found.fail)  # a value of one type fails every predicate of the other
         if isinstance(value, str):
             self.strings.collect(value, found)
-            if self.prefix is not None:
-                self.prefix.collect(value, found)
-            if self.suffix is not None:
-                self.suffix.collect(value, found)
-            if self.contains is not None:
-                self.contains.collect(value, found.pos)
+            for texts in self.texts.values():
+                texts.collect(value, found)
         else:
             self.numbers.collect(value, found)
             if self.integers and isinstance(value, int):

@@ -76,9 +76,9 @@ def test_failed_side_counts_missing_attributes_and_other_types() -> None:
         assert len(oracle.match(p, NOW)) == size, text
 
 
-@pytest.mark.parametrize("op", ["str-prefix", "str-postfix"])
-def test_failed_side_of_affixes(op: str) -> None:
-    """Affixes are runs of a sorted index; the keys between and after the runs fail."""
+@pytest.mark.parametrize("op", ["str-prefix", "str-postfix", "str-contains"])
+def test_failed_side_of_text_operators(op: str) -> None:
+    """Texts are runs of a sorted index; the keys before, between and after the runs fail."""
     m, oracle = Matcher(), LinearMatcher()
     affixes = ["", "a", "ab", "abc", "b", "ba", "c"]
     for i in range(700):
