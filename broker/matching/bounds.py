@@ -7,10 +7,11 @@ returns both sides of the split, the satisfied slots and the others, because the
 whichever side is smaller (see ``matcher``). Equality uses the same index: equal keys are a run.
 
 ``add`` only appends to a pending list, and ``settle`` merges at most a given number of pending
-entries into the sorted part (one ``bisect`` per new key and one ``np.insert``). The matcher calls
+entries into the sorted part (numbers: one ``np.searchsorted`` and one ``np.insert``; strings: one
+``bisect`` per new key and one ``np.insert``). The matcher calls
 it with a budget per publication, so a bulk add is merged over the next publications and none of
 them waits for the whole build; entries still pending are answered by a scan: vectorised over an
-``array`` of floats for numbers, a list comprehension for strings.
+``array`` of floats for numbers, over an object array for strings.
 """
 
 from __future__ import annotations

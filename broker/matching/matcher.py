@@ -6,8 +6,8 @@ each predicate goes into the index of its attribute (see ``attribute_index``). A
 only the indexes of the attributes it carries; every satisfied predicate adds one to its slot's
 count, and a subscription matches when its count equals its number of predicates. This is the
 counting algorithm of Fabret et al. and of SIENA's forwarding table, with the per-attribute work
-done by bisection (and hashing for string affixes) and the counting vectorised with NumPy
-(``bincount``) once enough predicates are satisfied for that to pay.
+done by bisection and the counting vectorised with NumPy (``bincount``) once enough predicates
+are satisfied for that to pay.
 
 When most predicates hold (thousands of matches per publication), counting the satisfied ones
 costs more than counting the others: every sorted index answers with both sides of its split, and
