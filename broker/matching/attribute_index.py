@@ -1,9 +1,11 @@
 """Every predicate on one attribute of one class, indexed by operator family.
 
-``collect(value, pos, neg)`` appends the slots of the predicates that ``value`` satisfies to
-``pos``; ``neg`` receives slots to subtract (``neq``/``<>`` are indexed as "all of them, minus the
-ones equal to the value", which is one hash look-up instead of a scan). Each predicate is reported
-at most once per value, which is what makes counting exact.
+``collect(value, found)`` reports the slots of the predicates that ``value`` satisfies. Predicates
+kept in sorted indexes (every operator but ``isPresent`` and variables: equality, order, affixes,
+``str-contains``) are reported on both sides, satisfied in ``found.sat`` and failed in
+``found.fail``, as slices of their index: the matcher counts whichever side is smaller. The others
+are reported in ``found.pos`` when satisfied. Each predicate is reported at most once per value,
+which is what makes counting exact.
 
 Number and string predicates are kept apart so that a string value never reaches a numeric
 index and vice versa: that is the language's rule, and it also halves the work per value.
@@ -21,9 +23,20 @@ from broker.language.operators import PRESENT
 from broker.language.values import Value, Var
 from broker.matching.bounds import Bounds
 
-__all__ = ["AttributeIndex"]
+__all__ = ["AttributeIndex", "Found"]
 
 Parts = list[Any]  # NumPy arrays of slots (views, never copies)
+
+
+class Found:
+    """What one publication's values select in a class's indexes, before counting."""
+
+    __slots__ = ("fail", "pos", "sat")
+
+    def __init__(self) -> None:
+        self.pos: Parts = []  # other predicates satisfied
+        self.sat: Parts = []  # sorted predicates satisfied
+        self.fail: Parts = []  # sorted predicates not satisfied
 
 
 class Slots:
@@ -52,111 +65,95 @@ class Slots:
         return self.size
 
 
-def _bucket(buckets: dict[Any, Slots], key: Any) -> Slots:
-    bucket = buckets.get(key)
-    if bucket is None:
-        bucket = buckets[key] = Slots()
-    return bucket
-
-
 class _Texts:
-    """Slots by the text of their predicate, and the distinct lengths of those texts."""
+    """``str-prefix``, ``str-postfix`` or ``str-contains``: a sorted index of the texts, their
+    distinct values and lengths.
 
-    __slots__ = ("by_text", "lengths")
+    The texts a value satisfies are a few distinct keys (its affix of each known length; for
+    ``contains``, the needles it contains, found by testing each needle or each substring of a
+    known length, whichever is less), each a run of equal keys: both sides of the split are
+    slices, as for equality.
+    """
 
-    def __init__(self) -> None:
-        self.by_text: dict[str, Slots] = {}
+    __slots__ = ("bounds", "distinct", "kind", "lengths")
+
+    def __init__(self, bounds: Bounds, kind: str) -> None:
+        self.bounds = bounds
+        self.kind = kind
+        self.distinct: dict[str, None] = {}
         self.lengths: list[int] = []
 
     def add(self, text: str, slot: int) -> None:
-        _bucket(self.by_text, text).append(slot)
+        self.bounds.add(text, slot)
+        self.distinct[text] = None
         if len(text) not in self.lengths:
             self.lengths = sorted([*self.lengths, len(text)])
 
+    def collect(self, value: str, found: Found) -> None:
+        self.bounds.split_among(self._satisfied(value), found.sat, found.fail)
 
-class _Affixes(_Texts):
-    """``str-prefix`` or ``str-postfix``: one hash look-up per known length."""
-
-    __slots__ = ("suffix",)
-
-    def __init__(self, suffix: bool) -> None:
-        super().__init__()
-        self.suffix = suffix
-
-    def collect(self, value: str, out: Parts) -> None:
-        size = len(value)
-        for length in self.lengths:
-            if length > size:
-                break
-            key = value[size - length :] if self.suffix else value[:length]
-            slots = self.by_text.get(key)
-            if slots is not None:
-                out.append(slots.view())
-
-
-class _Needles(_Texts):
-    """``str-contains``: test each needle, or each substring of a known length, whichever is less."""
-
-    __slots__ = ()
-
-    def collect(self, value: str, out: Parts) -> None:
-        if len(self.by_text) <= len(value) * len(self.lengths):
-            out.extend(slots.view() for needle, slots in self.by_text.items() if needle in value)
-            return
-        found = {
-            value[start : start + length]
-            for length in self.lengths
-            for start in range(len(value) - length + 1)
-        }
-        out.extend(self.by_text[needle].view() for needle in found if needle in self.by_text)
+    def _satisfied(self, value: str) -> set[str]:
+        size, lengths = len(value), self.lengths
+        if self.kind == "str-prefix":
+            texts = {value[:length] for length in lengths if length <= size}
+        elif self.kind == "str-postfix":
+            texts = {value[size - length :] for length in lengths if length <= size}
+        elif len(self.distinct) <= size * len(lengths):
+            return {needle for needle in self.distinct if needle in value}
+        else:
+            texts = {
+                value[start : start + length] for length in lengths for start in range(size - length + 1)
+            }
+        return texts & self.distinct.keys()
 
 
 class _Family:
-    """The predicates of one value type: hash for equality, bounds for order, affixes."""
+    """The predicates of one value type: sorted keys for equality and order, a list for presence.
 
-    __slots__ = ("eq", "lower", "neq", "neq_all", "present", "upper", "upper_strict")
+    Equality is a sorted index too (a bucket is a run of equal keys, found by two bisections) rather
+    than a hash, so that its failed side is two slices: a value that most ``eq`` predicates accept
+    is then as cheap to count as one that few accept. ``neq`` is the same index with the sides
+    swapped.
+    """
+
+    __slots__ = ("eq", "lower", "neq", "present", "upper", "upper_strict")
 
     def __init__(self) -> None:
-        self.eq: dict[Value, Slots] = {}
-        self.neq: dict[Value, Slots] = {}
-        self.neq_all = Slots()
         self.present = Slots()
+        self.eq: Bounds | None = None  # value == key
+        self.neq: Bounds | None = None  # value != key
         self.lower: Bounds | None = None  # value >= key
         self.upper: Bounds | None = None  # value <= key
         self.upper_strict: Bounds | None = None  # value < key (strings only)
 
-    def collect(self, value: Value, pos: Parts, neg: Parts) -> None:
-        if self.eq:
-            slots = self.eq.get(value)
-            if slots is not None:
-                pos.append(slots.view())
-        if self.neq_all:
-            pos.append(self.neq_all.view())
-            slots = self.neq.get(value)
-            if slots is not None:
-                neg.append(slots.view())
+    def collect(self, value: Value, found: Found) -> None:
         if self.present:
-            pos.append(self.present.view())
+            found.pos.append(self.present.view())
+        if self.eq is not None:
+            self.eq.split_equal(value, found.sat, found.fail)
+        if self.neq is not None:
+            self.neq.split_equal(value, found.fail, found.sat)
         if self.lower is not None:
-            self.lower.below(value, True, pos)
+            self.lower.split_below(value, True, found.sat, found.fail)
         if self.upper is not None:
-            self.upper.above(value, True, pos)
+            self.upper.split_above(value, True, found.sat, found.fail)
         if self.upper_strict is not None:
-            self.upper_strict.above(value, False, pos)
+            self.upper_strict.split_above(value, False, found.sat, found.fail)
 
 
 class AttributeIndex:
-    __slots__ = ("contains", "integers", "numbers", "prefix", "strings", "suffix")
+    __slots__ = ("bounds", "by_type", "integers", "numbers", "strings", "texts")
 
     def __init__(self) -> None:
         self.numbers = _Family()
         self.strings = _Family()
         self.integers = Slots()  # $I$ variables: present and integral
-        self.prefix: _Affixes | None = None
-        self.suffix: _Affixes | None = None
-        self.contains: _Needles | None = None
+        self.texts: dict[str, _Texts] = {}  # by operator: str-prefix, str-postfix, str-contains
+        self.bounds: list[Bounds] = []  # the sorted indexes of both types
+        self.by_type: dict[bool, list[Bounds]] = {True: [], False: []}  # numeric? -> its sorted indexes
 
-    def add(self, predicate: Predicate, slot: int) -> None:
+    def add(self, predicate: Predicate, slot: int) -> bool:
+        """Index the predicate; True when it went to a sorted index (it is counted on both sides)."""
         op, value = predicate.op, predicate.value
         if isinstance(value, Var):
             if value.kind == "S":
@@ -165,64 +162,82 @@ class AttributeIndex:
                 self.numbers.present.append(slot)
             else:
                 self.integers.append(slot)
-            return
-        family = self.strings if isinstance(value, str) else self.numbers
+            return False
+        numeric = not isinstance(value, str)
+        family = self.numbers if numeric else self.strings
         if op == PRESENT:
             family.present.append(slot)
         elif op in ("eq", "="):
-            _bucket(family.eq, value).append(slot)
+            family.eq = self._sorted(family.eq, numeric)
+            family.eq.add(value, slot)
         elif op in ("neq", "<>"):
-            _bucket(family.neq, value).append(slot)
-            family.neq_all.append(slot)
+            family.neq = self._sorted(family.neq, numeric)
+            family.neq.add(value, slot)
         elif isinstance(value, str):
             self._add_string(op, value, slot)
         else:
             self._add_number(op, value, slot)  # type: ignore[arg-type]
+        return op != PRESENT
+
+    def settle(self, budget: int) -> int:
+        """Merge pending entries into the sorted indexes within ``budget``; return the budget used."""
+        used = 0
+        for bounds in self.bounds:
+            if used < budget and bounds.pending_keys:
+                used += bounds.settle(budget - used)
+        return used
+
+    def everything(self, out: Parts) -> None:
+        """The slots of every sorted predicate: all fail when the publication lacks the attribute."""
+        for bounds in self.bounds:
+            bounds.everything(out)
 
     def _add_number(self, op: str, value: float, slot: int) -> None:
         family = self.numbers
         if op in (">", ">="):
             # x > t is x >= nextafter(t): exact, since every accepted number is a float64.
             key = math.nextafter(value, math.inf) if op == ">" else value
-            family.lower = family.lower or Bounds()
+            family.lower = self._sorted(family.lower, numeric=True)
             family.lower.add(key, slot)
         else:
             key = math.nextafter(value, -math.inf) if op == "<" else value
-            family.upper = family.upper or Bounds()
+            family.upper = self._sorted(family.upper, numeric=True)
             family.upper.add(key, slot)
+
+    def _sorted(self, bounds: Bounds | None, numeric: bool) -> Bounds:
+        """The given sorted index, or a new one."""
+        if bounds is None:
+            bounds = Bounds(numeric)
+            self.bounds.append(bounds)
+            self.by_type[numeric].append(bounds)
+        return bounds
 
     def _add_string(self, op: str, value: str, slot: int) -> None:
         family = self.strings
         if op in ("str-gt", "str-ge"):
             # x > t is x >= t + "\0": the smallest string greater than t.
-            family.lower = family.lower or Bounds()
+            family.lower = self._sorted(family.lower, numeric=False)
             family.lower.add(value + "\0" if op == "str-gt" else value, slot)
         elif op == "str-le":
-            family.upper = family.upper or Bounds()
+            family.upper = self._sorted(family.upper, numeric=False)
             family.upper.add(value, slot)
         elif op == "str-lt":
-            family.upper_strict = family.upper_strict or Bounds()
+            family.upper_strict = self._sorted(family.upper_strict, numeric=False)
             family.upper_strict.add(value, slot)
-        elif op == "str-prefix":
-            self.prefix = self.prefix or _Affixes(suffix=False)
-            self.prefix.add(value, slot)
-        elif op == "str-postfix":
-            self.suffix = self.suffix or _Affixes(suffix=True)
-            self.suffix.add(value, slot)
         else:
-            self.contains = self.contains or _Needles()
-            self.contains.add(value, slot)
+            texts = self.texts.get(op)
+            if texts is None:
+                texts = self.texts[op] = _Texts(self._sorted(None, numeric=False), op)
+            texts.add(value, slot)
 
-    def collect(self, value: Value, pos: Parts, neg: Parts) -> None:
+    def collect(self, value: Value, found: Found) -> None:
+        for bounds in self.by_type[isinstance(value, str)]:
+            bounds.everything(found.fail)  # a value of one type fails every predicate of the other
         if isinstance(value, str):
-            self.strings.collect(value, pos, neg)
-            if self.prefix is not None:
-                self.prefix.collect(value, pos)
-            if self.suffix is not None:
-                self.suffix.collect(value, pos)
-            if self.contains is not None:
-                self.contains.collect(value, pos)
+            self.strings.collect(value, found)
+            for texts in self.texts.values():
+                texts.collect(value, found)
         else:
-            self.numbers.collect(value, pos, neg)
+            self.numbers.collect(value, found)
             if self.integers and isinstance(value, int):
-                pos.append(self.integers.view())
+                found.pos.append(self.integers.view())

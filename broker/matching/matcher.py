@@ -6,10 +6,18 @@ each predicate goes into the index of its attribute (see ``attribute_index``). A
 only the indexes of the attributes it carries; every satisfied predicate adds one to its slot's
 count, and a subscription matches when its count equals its number of predicates. This is the
 counting algorithm of Fabret et al. and of SIENA's forwarding table, with the per-attribute work
-done by hashing and bisection and the counting vectorised with NumPy (``bincount``) once enough
-predicates are satisfied for that to pay.
+done by bisection and the counting vectorised with NumPy (``bincount``) once enough predicates
+are satisfied for that to pay.
 
-Removal is O(1): the slot is marked dead (its needed count becomes -1, which no count reaches) and
+When most predicates hold (thousands of matches per publication), counting the satisfied ones
+costs more than counting the others: every sorted index answers with both sides of its split, and
+the matcher counts the smaller total (``_count``). Either way the cost follows the smaller side.
+
+Indexes are built incrementally: ``add`` leaves its entries pending, and each publication merges at
+most ``SETTLE_BUDGET`` of them, scanning the rest (see ``bounds``): after a bulk add no single
+publication waits for the whole build, and the sorted indexes are complete after a few dozen.
+
+Removal is O(1): the slot is marked dead (its needed count becomes one no count reaches) and
 its index entries are left behind. When dead slots outnumber live ones the class's indexes are
 rebuilt from the live filters, so memory and time stay proportional to what is live.
 
@@ -29,13 +37,22 @@ import numpy as np
 from broker.language.model import Filter, Predicate, Publication
 from broker.language.operators import TIME_ATTRIBUTE, holds
 from broker.language.values import Value
-from broker.matching.attribute_index import AttributeIndex
+from broker.matching.attribute_index import AttributeIndex, Found
 
 __all__ = ["CountingMatcher", "Matcher"]
 
-_DEAD = -1
+_DEAD = -(1 << 40)  # a needed count no count reaches, not even the negative ones of the failed side
 _SMALL = 128  # fewer satisfied predicates than this: count in a dict, NumPy's fixed cost is higher
 _MIN_COMPACT = 64
+# Pending index entries merged per publication (a few milliseconds): after a bulk add, the indexes
+# are sorted over the next publications and the entries still pending are scanned meanwhile.
+SETTLE_BUDGET = 32768
+
+
+def _grown(array: np.ndarray, size: int) -> np.ndarray:
+    if size < len(array):
+        return array
+    return np.concatenate((array, np.empty(len(array), dtype=array.dtype)))
 
 
 class _ClassIndex:
@@ -43,10 +60,13 @@ class _ClassIndex:
 
     def __init__(self) -> None:
         self.ids: list[Hashable] = []
+        self.id_array = np.empty(16, dtype=object)  # ids by slot, to pick thousands at once
         self.filters: list[Filter | None] = []
         self.slot_of: dict[Hashable, int] = {}
         self.need_list: list[int] = []
+        # predicates per slot: all of them, and those outside the sorted indexes
         self.need = np.empty(16, dtype=np.int64)
+        self.need_unsorted = np.empty(16, dtype=np.int64)
         self.attributes: dict[str, AttributeIndex] = {}
         self.always: dict[int, None] = {}  # no indexed predicate: every publication counts
         self.timed: dict[int, list[Predicate]] = {}  # checked after counting
@@ -57,7 +77,7 @@ class _ClassIndex:
         self.ids.append(subscription_id)
         self.filters.append(subscription)
         self.slot_of[subscription_id] = slot
-        counted = 0
+        counted = in_sorted = 0
         for predicate in subscription.predicates:
             if predicate.attribute == TIME_ATTRIBUTE:
                 self.timed.setdefault(slot, []).append(predicate)
@@ -65,11 +85,14 @@ class _ClassIndex:
             index = self.attributes.get(predicate.attribute)
             if index is None:
                 index = self.attributes[predicate.attribute] = AttributeIndex()
-            index.add(predicate, slot)
+            in_sorted += index.add(predicate, slot)
             counted += 1
-        if slot >= len(self.need):
-            self.need = np.concatenate((self.need, np.empty(len(self.need), dtype=np.int64)))
+        self.need = _grown(self.need, slot)
+        self.need_unsorted = _grown(self.need_unsorted, slot)
+        self.id_array = _grown(self.id_array, slot)
         self.need[slot] = counted
+        self.need_unsorted[slot] = counted - in_sorted
+        self.id_array[slot] = subscription_id
         self.need_list.append(counted)
         if not counted:
             self.always[slot] = None
@@ -77,8 +100,8 @@ class _ClassIndex:
     def remove(self, subscription_id: Hashable) -> None:
         slot = self.slot_of.pop(subscription_id)
         self.filters[slot] = None
-        self.need[slot] = _DEAD
-        self.need_list[slot] = _DEAD
+        self.need[slot] = self.need_unsorted[slot] = self.need_list[slot] = _DEAD
+        self.id_array[slot] = None
         self.always.pop(slot, None)
         self.timed.pop(slot, None)
         self.dead += 1
@@ -97,38 +120,61 @@ class _ClassIndex:
             fresh.add(subscription_id, subscription)
         return fresh
 
-    def match(self, fields: Mapping[str, Value], now: float, out: set[Hashable]) -> None:
-        pos: list[Any] = []
-        neg: list[Any] = []
+    def match(self, fields: Mapping[str, Value], now: float) -> set[Hashable]:
+        found = Found()
         attributes = self.attributes
+        budget = SETTLE_BUDGET
         for name, value in fields.items():
             index = attributes.get(name)
             if index is not None:
-                index.collect(value, pos, neg)
-        hits = self._count(pos, neg) if pos else []
+                if budget > 0 and index.bounds:
+                    budget -= index.settle(budget)
+                index.collect(value, found)
+        hits = self._count(found, fields) if found.pos or found.sat else []
         if self.always:
-            hits.extend(self.always)
+            hits = [*hits, *self.always]
         if self.timed:
             hits = [s for s in hits if s not in self.timed or self._in_time(s, now)]
-        ids = self.ids
-        out.update([ids[s] for s in hits])
+        if len(hits) < _SMALL:
+            ids = self.ids
+            return {ids[s] for s in hits}
+        return set(self.id_array[hits].tolist())
 
-    def _count(self, pos: list[Any], neg: list[Any]) -> list[int]:
-        if sum(map(len, pos)) < _SMALL:
-            counts: dict[int, int] = {}
-            for part in pos:
-                for slot in part.tolist():
-                    counts[slot] = counts.get(slot, 0) + 1
-            for part in neg:
-                for slot in part.tolist():
-                    counts[slot] -= 1
-            need = self.need_list
-            return [slot for slot, count in counts.items() if count == need[slot]]
+    def _count(self, found: Found, fields: Mapping[str, Value]) -> Any:
+        """The slots whose every predicate holds, as a list or an array.
+
+        Sorted predicates are counted on their smaller side. Satisfied: a slot matches when its
+        count reaches ``need``. Failed: a slot matches when its other predicates reach
+        ``need_unsorted`` and none of its sorted predicates failed, counting as failed those on
+        attributes the publication lacks.
+        """
+        satisfied = sum(map(len, found.sat))
+        failed = sum(map(len, found.fail))
+        if failed < satisfied:
+            attributes = self.attributes.items()
+            missing = [index for name, index in attributes if index.bounds and name not in fields]
+            failed += sum(len(bounds) for index in missing for bounds in index.bounds)
+        if failed < satisfied:
+            for index in missing:
+                index.everything(found.fail)
+            pos, neg, need = found.pos, found.fail, self.need_unsorted
+        else:
+            pos, neg, need = found.pos + found.sat, [], self.need
+            if satisfied + sum(map(len, found.pos)) < _SMALL:
+                return self._count_few(pos)
         size = len(self.ids)
-        counts_array = np.bincount(np.concatenate(pos), minlength=size)
+        counts = np.bincount(np.concatenate(pos), minlength=size) if pos else np.zeros(size, dtype=np.int64)
         if neg:
-            counts_array -= np.bincount(np.concatenate(neg), minlength=size)
-        return np.flatnonzero(counts_array == self.need[:size]).tolist()  # type: ignore[no-any-return]
+            counts -= np.bincount(np.concatenate(neg), minlength=size)
+        return np.flatnonzero(counts == need[:size])
+
+    def _count_few(self, pos: list[Any]) -> list[int]:
+        counts: dict[int, int] = {}
+        for part in pos:
+            for slot in part.tolist():
+                counts[slot] = counts.get(slot, 0) + 1
+        need = self.need_list
+        return [slot for slot, count in counts.items() if count == need[slot]]
 
     def _in_time(self, slot: int, now: float) -> bool:
         return all(holds(p.op, p.value, now, now) for p in self.timed[slot])
@@ -167,11 +213,8 @@ class CountingMatcher:
             self._classes[cls] = index.compacted()
 
     def match(self, publication: Publication, now: float) -> set[Hashable]:
-        out: set[Hashable] = set()
         index = self._classes.get(publication.cls)
-        if index is not None:
-            index.match(publication.fields, now, out)
-        return out
+        return set() if index is None else index.match(publication.fields, now)
 
     def get(self, subscription_id: Hashable) -> Filter:
         """The filter added under this id; ``KeyError`` if unknown."""
