@@ -8,7 +8,8 @@ says, over server-sent events, that something changed.
 Routes: ``/`` (= ``/runs``), ``/overlay``, ``/workflows``, ``/runs``, ``/history`` are pages; each
 has ``/fragment/...`` (the part that is redrawn) and ``/api/...`` (the same data as JSON);
 ``/events`` is the event stream; ``POST /api/trigger``, ``/api/cancel`` and ``/api/rerun`` act
-(as a deployer only), ``/fragment/logs`` and ``/api/logs`` show a job's log.
+(as a deployer only), ``/fragment/logs`` and ``/api/logs`` show a job's log. Every request passes
+the guard first (``guard.py``: the token, JSON for actions, this server's Host and Origin).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -38,6 +40,7 @@ from wfm.operations import Deployed, NoReply, Session, UnknownWorkflow
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow
 from wfm.web import pages
+from wfm.web.guard import Guard, Guarded
 from wfm.web.sources import (
     HistoryReader,
     OverlayWatcher,
@@ -187,8 +190,9 @@ class Dashboard:
             await asyncio.sleep(OVERLAY_EVERY)
 
 
-def create_app(dashboard: Dashboard, background: bool = True) -> Starlette:
-    """The application; ``background=False`` starts no task (tests fill ``dashboard`` themselves)."""
+def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> Starlette:
+    """The application behind ``guard``; ``background=False`` starts no task (tests fill
+    ``dashboard`` themselves)."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -388,7 +392,11 @@ def create_app(dashboard: Dashboard, background: bool = True) -> Starlette:
         Route("/events", events),
         Mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan if background else None)
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(Guarded, guard=guard)],
+        lifespan=lifespan if background else None,
+    )
 
 
 PLACEHOLDERS = {"workflow": "NAME", "gid": "GID"}
