@@ -161,6 +161,54 @@ class _Agents:
         return "g1-r1"
 
 
+def test_a_stalled_event_stream_keeps_one_pending_set_and_notices_are_coalesced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(app_module, "NOTICE_GAP", 0.5)
+    board = dashboard(tmp_path)
+    app = create_app(board, Guard.listening("testserver", 80, TOKEN), background=False)
+
+    async def scenario() -> None:
+        chunks: asyncio.Queue[str] = asyncio.Queue()
+        reading, gone = asyncio.Event(), asyncio.Event()
+        reading.set()
+        receive = _client(gone)
+
+        async def send(message: dict[str, Any]) -> None:
+            await reading.wait()  # a reader that stalls: its socket's buffer is full
+            if message.get("body"):
+                chunks.put_nowait(message["body"].decode())
+
+        async def next_chunk() -> str:
+            return await asyncio.wait_for(chunks.get(), 5)
+
+        serving = asyncio.create_task(app(_scope("/events"), receive, send))
+        assert await next_chunk() == "retry: 2000\n\n"
+        (notices,) = board.listeners
+        reading.clear()
+        for _ in range(10_000):
+            board.changed("runs")
+            board.changed("overlay")
+            await asyncio.sleep(0)
+        assert notices.pending == {"overlay", "runs"}  # however many changes: one name per page
+        reading.set()
+        frames = 'event: overlay\ndata: "overlay"\n\nevent: runs\ndata: "runs"\n\n'
+        assert await next_chunk() == frames  # what it took before it stalled
+        assert await next_chunk() == frames  # what changed since: once
+        assert notices.pending == set()
+        board.changed("runs")  # within NOTICE_GAP of the last notice: both wait for the next one
+        for _ in range(10):
+            await asyncio.sleep(0)
+        board.changed("overlay")
+        assert await next_chunk() == frames
+        board.close_streams()
+        await asyncio.wait_for(serving, 5)
+        assert board.listeners == set()
+        gone.set()
+
+    asyncio.run(scenario())
+
+
 def test_the_event_stream_needs_the_token(tmp_path: Path) -> None:
     """As an ASGI call, not through TestClient: a stream that were served would never end."""
     app = create_app(dashboard(tmp_path), Guard.listening("testserver", 80, TOKEN), background=False)
