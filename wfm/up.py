@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import shlex
 import socket
 import subprocess
@@ -73,6 +74,7 @@ class Child:
     name: str
     argv: tuple[str, ...]
     optional: bool = False  # if it exits, wfm up warns and carries on without it
+    environment: tuple[tuple[str, str], ...] = ()  # added to ours (a secret: not on the command line)
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,12 @@ class Processes:
         self.logs.mkdir(parents=True, exist_ok=True)
         with open(self.log(child), "ab") as log:
             process = subprocess.Popen(
-                child.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+                child.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                env={**os.environ, **dict(child.environment)},
             )
         self.running.append((child, process))
 
@@ -359,11 +366,15 @@ def serve(
             history += ("--spark-master", f"sc://{HOST}:{spark_port}")
         historian = ("historian", "--broker", str(uris[0]), *history, *_as(certs, HISTORIAN))
         processes.start(Child("historian", (*WFM, *historian)))
+        token = secrets.token_urlsafe(32)  # the dashboard's, given to it and printed with its URL
         if web_port is not None:
             watched = ",".join(str(uri) for uri in uris)
             shown = ("--workflows", str(workflows[0][1].parent)) if workflows else ()
             web = ("web", "--broker", watched, *history[:2], *shown, "--port", str(web_port))
-            processes.start(Child("web", (*WFM, *web, *_as(certs, DEPLOYER)), optional=True))
+            secret = (("WFM_WEB_TOKEN", token),)
+            processes.start(
+                Child("web", (*WFM, *web, *_as(certs, DEPLOYER)), optional=True, environment=secret)
+            )
         for child in agent_children(agents, uris, home / "agents", certs, layout.agents):
             processes.start(child)
         for name, file in workflows:
@@ -372,7 +383,7 @@ def serve(
             if stop.is_set():
                 return
         spark_uri = None if spark_port is None else f"sc://{HOST}:{spark_port}"
-        web_url = None if web_port is None else f"http://{HOST}:{web_port}/"
+        web_url = None if web_port is None else f"http://{HOST}:{web_port}/?token={token}"
         names = [name for name, _ in workflows]
         ready(Started(uris, list(agents), processes.logs, names, home / "history", spark_uri, web_url, certs))
         while not stop.wait(0.2):

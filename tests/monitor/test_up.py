@@ -12,7 +12,11 @@ import signal
 import socket
 import subprocess
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
+
+import pytest
 
 from broker.transport.uri import BrokerURI
 from tests.processes import WFM, status, watcher
@@ -106,7 +110,17 @@ def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert sorted(status(middle, watcher(certs))["neighbors"]) == ["B1", "B3"]  # type: ignore[call-overload]
         assert f"socket://127.0.0.1:{port}/B1" in seen[0] and "PAYROLL" in seen[-1]
         assert any(line.startswith(f"spark    sc://127.0.0.1:{port + 3} ") for line in seen), seen
-        assert f"web      http://127.0.0.1:{port + 4}/ (the dashboard)" in [line.strip() for line in seen]
+        (web,) = [line.strip() for line in seen if line.startswith("web ")]
+        dashboard = re.fullmatch(
+            rf"web +(http://127\.0\.0\.1:{port + 4}/)\?token=([\w-]{{43}}) \(the dashboard\)", web
+        )
+        assert dashboard is not None, web
+        url, token = dashboard.groups()
+        asked = urllib.request.Request(url + "api/runs", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(asked, timeout=10) as runs:
+            assert "generations" in json.load(runs)
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            urllib.request.urlopen(url + "api/runs", timeout=10)  # without the token
         other = subprocess.run(
             [WFM, "up", "--dir", str(tmp_path), "--port", str(free_ports(5))],
             capture_output=True,

@@ -19,12 +19,14 @@ from wfm.history.report import JobPeriod
 from wfm.monitor import Monitor
 from wfm.operations import Deployed, NoReply, UnknownWorkflow
 from wfm.web import Dashboard, create_app
+from wfm.web.guard import Guard
 from wfm.web.pages import HistoryQuery, history
 from wfm.web.sources import HistoryReader, overlay_view, summary
 from workflow_messages.operations import CANCEL, operation
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
 URI = "socket://127.0.0.1:1/B1"
+TOKEN = "t" * 43
 
 
 def dashboard(tmp_path: Path, tls: Identity | None = None, **options: Any) -> Dashboard:
@@ -33,8 +35,10 @@ def dashboard(tmp_path: Path, tls: Identity | None = None, **options: Any) -> Da
     return Dashboard(brokers(URI).secured(tls), tls, tmp_path, **options)
 
 
-def client(board: Dashboard) -> TestClient:
-    return TestClient(create_app(board, background=False))
+def client(board: Dashboard, token: str | None = TOKEN) -> TestClient:
+    """A client of the dashboard (as TestClient's host, ``testserver``) sending ``token``."""
+    app = create_app(board, Guard.listening("testserver", 80, TOKEN), background=False)
+    return TestClient(app, headers={"Authorization": f"Bearer {token}"} if token else None)
 
 
 GRAPH = {"JobA": [], "JobB": [["JobA", "success"]], "JobC": [["JobA", "failure"]]}
@@ -143,7 +147,8 @@ def test_the_trigger_button_is_refused_unless_the_identity_is_a_deployer(tmp_pat
     assert answer.json()["error"].startswith(
         "the dashboard runs as monitor (role monitor): triggering needs role deployer"
     )
-    assert web.post("/api/trigger", content=b"{").status_code == 400
+    malformed = web.post("/api/trigger", content=b"{", headers={"Content-Type": "application/json"})
+    assert malformed.status_code == 400
     assert web.post("/api/trigger", json={"workflow": 7}).json() == {"error": 'give {"workflow": NAME}'}
 
 

@@ -39,7 +39,7 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def up(tmp_path: Path) -> Iterator[str]:
-    """``wfm up`` (no Spark) in a copy of the PAYROLL workflow; the dashboard's URL."""
+    """``wfm up`` (no Spark) in a copy of the PAYROLL workflow; the dashboard's URL with its token."""
     port = free_ports(5)
     process = subprocess.Popen(
         [WFM, "up", "--dir", str(workflow_dir(tmp_path)), "--port", str(port), "--no-spark-connect"],
@@ -69,9 +69,14 @@ def up(tmp_path: Path) -> Iterator[str]:
 def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     browser: object, up: str, tmp_path: Path
 ) -> None:
+    base = up.split("?")[0]
+    stranger = browser.new_page()  # type: ignore[attr-defined]
+    assert stranger.goto(base + "runs").status == 401  # no token, no cookie: nothing shown
+    stranger.close()
     page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
     page.set_default_timeout(30_000)
-    page.goto(up + "runs")
+    page.goto(up)  # the token URL: it sets the cookie and redirects to the Runs page without it
+    assert page.url == base and "token" not in page.url
     page.wait_for_selector("#live.on")  # the event stream is open: the page will redraw by itself
     page.select_option("#trigger-workflow", "PAYROLL")
     page.click("#trigger")
@@ -94,10 +99,10 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     assert page.inner_text("#action-result") == f"rerunning {gid} as {gid}-r1"
     page.wait_for_selector(f'section.generation[data-gid="{gid}-r1"][data-outcome="SUCCESS"]')
 
-    page.goto(up + "workflows")  # as the agents say it is deployed
+    page.goto(base + "workflows")  # as the agents say it is deployed
     page.wait_for_selector('section.workflow[data-workflow="PAYROLL"][data-deployed="true"]')
 
-    page.goto(up + "overlay")
+    page.goto(base + "overlay")
     page.wait_for_selector("svg.overlay")
     assert page.locator("svg.overlay [data-broker]").count() == 3
     assert page.locator("svg.overlay line.link").count() == 2

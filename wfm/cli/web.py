@@ -29,21 +29,43 @@ DEFAULT_PORT = 7180
 )
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-def web(broker_uri: BrokerList, store: Path | None, workflow_dir: Path | None, port: int, host: str) -> None:
+@click.option(
+    "--token",
+    envvar="WFM_WEB_TOKEN",
+    show_envvar=True,
+    help="The token every request must carry (default: a new random one, printed in the URL).",
+)
+def web(
+    broker_uri: BrokerList,
+    store: Path | None,
+    workflow_dir: Path | None,
+    port: int,
+    host: str,
+    token: str | None,
+) -> None:
     """Serve the dashboard (overlay, workflows, runs, history) on http://HOST:PORT/ until Ctrl-C.
 
-    It acts with the identity of --tls/--identity: the Trigger button needs role deployer."""
+    It acts with the identity of --tls/--identity: the Trigger button needs role deployer. Every
+    request needs the token: open the printed URL (it sets a cookie), or send the header
+    'Authorization: Bearer TOKEN'. A token given is not printed (the URL says where it came from)."""
     import uvicorn  # the web stack: loaded only by this command
 
     from wfm.web import Dashboard, create_app
+    from wfm.web.guard import Guard, check_token, new_token
 
+    try:
+        secret = check_token(token) if token else new_token()
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--token / WFM_WEB_TOKEN") from None
     listener = _listen(host, port)
     tls: Identity | None = broker_uri.tls
     dashboard = Dashboard(broker_uri, tls, workflow_dir, store)
     bound = listener.getsockname()[1]
-    click.echo(f"wfm: dashboard on http://{host}:{bound}/", err=True)
+    guard = Guard.listening(host, bound, secret)
+    login = " (open it with ?token=TOKEN, the token given)" if token else f"?token={secret}"
+    click.echo(f"wfm: dashboard on http://{host}:{bound}/{login}", err=True)
     config = uvicorn.Config(
-        create_app(dashboard), log_level="warning", timeout_graceful_shutdown=2, lifespan="on"
+        create_app(dashboard, guard), log_level="warning", timeout_graceful_shutdown=2, lifespan="on"
     )
 
     class Server(uvicorn.Server):

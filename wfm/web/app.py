@@ -8,7 +8,8 @@ says, over server-sent events, that something changed.
 Routes: ``/`` (= ``/runs``), ``/overlay``, ``/workflows``, ``/runs``, ``/history`` are pages; each
 has ``/fragment/...`` (the part that is redrawn) and ``/api/...`` (the same data as JSON);
 ``/events`` is the event stream; ``POST /api/trigger``, ``/api/cancel`` and ``/api/rerun`` act
-(as a deployer only), ``/fragment/logs`` and ``/api/logs`` show a job's log.
+(as a deployer only), ``/fragment/logs`` and ``/api/logs`` show a job's log. Every request passes
+the guard first (``guard.py``: the token, JSON for actions, this server's Host and Origin).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -38,6 +40,7 @@ from wfm.operations import Deployed, NoReply, Session, UnknownWorkflow
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow
 from wfm.web import pages
+from wfm.web.guard import Guard, Guarded
 from wfm.web.sources import (
     HistoryReader,
     OverlayWatcher,
@@ -55,16 +58,40 @@ log = logging.getLogger(__name__)
 
 OVERLAY_EVERY = 2.0  # seconds between two walks of the overlay
 RECONNECT_AFTER = 1.0  # seconds before the runs subscription is tried again
-CLOSE = ""  # the event that ends a stream
 KEEPALIVE = 15.0  # seconds between two comments on an idle event stream (proxies close silent ones)
 AGENTS_EVERY = 10.0  # seconds between two questions to the agents about what is deployed
 AGENTS_TIMEOUT = 5.0  # seconds for the agents to answer (a page's log, a cancel, a rerun)
+NOTICE_GAP = 0.25  # seconds at least between two notices on one event stream (each redraws a page)
 
 Connect = Callable[[BrokerList, float], AbstractAsyncContextManager[Any]]
 
 
 class Unavailable(WfmError):
     """The dashboard is not (yet) connected to the agents."""
+
+
+class Notices:
+    """What one event stream has yet to say: the pages whose data changed since it last spoke. A
+    set, not a queue: however long its reader stalls, it holds at most one name per page, and a
+    page told once redraws with the newest data anyway."""
+
+    def __init__(self) -> None:
+        self.pending: set[str] = set()
+        self.ready = asyncio.Event()
+        self.closed = False
+
+    def add(self, what: str) -> None:
+        self.pending.add(what)
+        self.ready.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.ready.set()
+
+    def take(self) -> list[str]:
+        taken, self.pending = sorted(self.pending), set()
+        self.ready.clear()
+        return taken
 
 
 @dataclass
@@ -78,7 +105,7 @@ class Dashboard:
     monitor: Monitor = field(default_factory=Monitor)
     runs_error: str | None = "connecting ..."
     overlay: dict[str, Any] = field(default_factory=lambda: {"brokers": [], "links": []})
-    listeners: set[asyncio.Queue[str]] = field(default_factory=set)
+    listeners: set[Notices] = field(default_factory=set)
     history: HistoryReader | None = None
     connect: Connect = Session.connect  # how to open a session with the agents (tests: a stand-in)
     session: Any = None  # the open Session, when connected
@@ -93,12 +120,13 @@ class Dashboard:
 
     def changed(self, what: str) -> None:
         """Tell every open page that ``what`` (runs, overlay) changed."""
-        for queue in self.listeners:
-            queue.put_nowait(what)
+        for notices in self.listeners:
+            notices.add(what)
 
     def close_streams(self) -> None:
         """End every event stream (the server is stopping: it waits for open responses to end)."""
-        self.changed(CLOSE)
+        for notices in self.listeners:
+            notices.close()
 
     def definitions(self) -> list[dict[str, Any]]:
         return described(self.deployed or [], workflows(self.workflow_dir))
@@ -187,8 +215,9 @@ class Dashboard:
             await asyncio.sleep(OVERLAY_EVERY)
 
 
-def create_app(dashboard: Dashboard, background: bool = True) -> Starlette:
-    """The application; ``background=False`` starts no task (tests fill ``dashboard`` themselves)."""
+def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> Starlette:
+    """The application behind ``guard``; ``background=False`` starts no task (tests fill
+    ``dashboard`` themselves)."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -343,23 +372,28 @@ def create_app(dashboard: Dashboard, background: bool = True) -> Starlette:
             return JSONResponse({"error": message}, status_code=status)
 
     async def events(request: Request) -> Response:
-        queue: asyncio.Queue[str] = asyncio.Queue()
-        dashboard.listeners.add(queue)
+        notices = Notices()
+        dashboard.listeners.add(notices)
 
         async def stream() -> AsyncIterator[str]:
+            """What changed, at most once per NOTICE_GAP: changes meanwhile join the next notice."""
+            loop = asyncio.get_running_loop()
             try:
                 yield "retry: 2000\n\n"
+                spoke = loop.time() - NOTICE_GAP
                 while True:
+                    await asyncio.sleep(max(0.0, spoke + NOTICE_GAP - loop.time()))
                     try:
-                        what = await asyncio.wait_for(queue.get(), KEEPALIVE)
+                        await asyncio.wait_for(notices.ready.wait(), KEEPALIVE)
                     except TimeoutError:
                         yield ": keepalive\n\n"
                         continue
-                    if what == CLOSE:
+                    if notices.closed:
                         return
-                    yield f"event: {what}\ndata: {json.dumps(what)}\n\n"
+                    spoke = loop.time()
+                    yield "".join(f"event: {what}\ndata: {json.dumps(what)}\n\n" for what in notices.take())
             finally:
-                dashboard.listeners.discard(queue)
+                dashboard.listeners.discard(notices)
 
         return StreamingResponse(
             stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
@@ -388,7 +422,11 @@ def create_app(dashboard: Dashboard, background: bool = True) -> Starlette:
         Route("/events", events),
         Mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan if background else None)
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(Guarded, guard=guard)],
+        lifespan=lifespan if background else None,
+    )
 
 
 PLACEHOLDERS = {"workflow": "NAME", "gid": "GID"}
