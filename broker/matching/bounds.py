@@ -145,8 +145,9 @@ class Bounds:
             hit = test(np.frombuffer(self.pending_keys), value)
         elif test is _is_in:
             hit = np.array([key in value for key in self.pending_keys], dtype=bool)
-        else:  # NumPy's loop over objects: twice as fast as a comprehension
-            hit = test(np.array(self.pending_keys, dtype=object), value)
+        else:  # NumPy's loop over objects: twice as fast as a comprehension. The value goes in
+            # as an object too: as a NumPy string it would lose trailing NULs ("a\0" == "a")
+            hit = test(np.array(self.pending_keys, dtype=object), np.array(value, dtype=object))
         sat.append(slots[hit])
         fail.append(slots[~hit])
 

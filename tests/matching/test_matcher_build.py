@@ -129,3 +129,16 @@ def test_agrees_with_oracle_under_random_interleavings(steps: list[tuple[str, in
             else:
                 p = _publication(rng)
                 assert fast.match(p, NOW) == slow.match(p, NOW), str(p)
+
+
+@pytest.mark.parametrize("budget", [0, 32_768])
+def test_a_string_with_a_trailing_nul_is_not_its_prefix(budget: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pending entries are scanned with NumPy, whose own strings drop trailing NULs."""
+    monkeypatch.setattr(matcher, "SETTLE_BUDGET", budget)
+    m, oracle = Matcher(), LinearMatcher()
+    texts = ["[class,eq,s],[c,eq,a]", "[class,eq,s],[c,neq,a]", "[class,eq,s],[c,str-le,a]"]
+    for i, text in enumerate(texts):
+        m.add(i, parse_filter(text))
+        oracle.add(i, parse_filter(text))
+    publication = Publication("s", {"c": "a\x00"})
+    assert m.match(publication, 0) == oracle.match(publication, 0) == {1}
