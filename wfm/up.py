@@ -19,6 +19,7 @@ and it prints the ``export WFM_TLS=... WFM_IDENTITY=deployer`` a user needs to t
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import os
 import secrets
 import shlex
@@ -95,6 +96,12 @@ class Layout:
     def of(cls, topology: Topology) -> Layout:
         """The topology's brokers (a port 0 becomes a free one) and links; its agents connect to
         their site's brokers, failing over along them."""
+        for process in topology.of_role("broker"):
+            if not ipaddress.ip_address(_address(process.host)).is_loopback:
+                raise UpError(
+                    f"{topology.source}:{process.line}: {process.name} is on {process.host}, but wfm up "
+                    "runs every process on this machine (start brokers elsewhere with wfm broker --topology)"
+                )
         placed = topology.with_ports(free_port)
         brokers = [p.name for p in placed.of_role("broker")]
         agents = {p.name: str(placed.brokers_for(p.name)) for p in placed.of_role("agent")}
@@ -110,6 +117,15 @@ class Layout:
         return dialled | {other.id for other, dials in self.dials.items() if uri in dials}
 
 
+def _address(host: str) -> str:
+    """An IP address for ``host`` (``localhost`` and the like resolved); the host if unresolvable,
+    which then fails as not an address."""
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return host
+
+
 def free_port(host: str) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
@@ -117,14 +133,20 @@ def free_port(host: str) -> int:
 
 
 def identities(agents: Iterable[str], brokers: Iterable[str] = BROKER_IDS) -> dict[str, str]:
-    """Every identity ``wfm up`` runs a process as: name -> role."""
-    return {
-        **dict.fromkeys(brokers, "broker"),
-        **dict.fromkeys(agents, "agent"),
-        HISTORIAN: "monitor",  # subscribes to everything, publishes history answers only
-        DEPLOYER: "deployer",
-        WATCHER: "monitor",
-    }
+    """Every identity ``wfm up`` runs a process as: name -> role. UpError for a name given two
+    roles (a broker named like an agent would share its certificate, or get the wrong one)."""
+    named: dict[str, str] = {}
+    for names, role in (
+        (brokers, "broker"),
+        (agents, "agent"),
+        ([HISTORIAN], "monitor"),  # subscribes to everything, publishes history answers only
+        ([DEPLOYER], "deployer"),
+        ([WATCHER], "monitor"),
+    ):
+        for name in names:
+            if named.setdefault(name, role) != role:
+                raise UpError(f"{name} would be both {named[name]} and {role}: rename one")
+    return named
 
 
 def _as(certs: Path | None, name: str) -> tuple[str, ...]:

@@ -248,3 +248,22 @@ def command_line(agent: str, home: Path) -> str:
         if f" agent --name {agent} " in line and str(home) in line:
             return line
     raise AssertionError(f"no agent {agent} running")
+
+
+def test_up_refuses_a_topology_it_cannot_run_here(tmp_path: Path) -> None:
+    """A broker on another host (wfm up runs everything here, and its certificates name this
+    machine), or a broker named like an agent (they would share an identity)."""
+    workflow_dir(tmp_path)
+    for processes, reason in (
+        ("Process b0 Is broker On hub URL tcp://192.0.2.7:7000/b\n", "b0 is on 192.0.2.7, but wfm up runs"),
+        ("Process agentA Is broker On hub URL tcp://127.0.0.1:0/b\n", "agentA would be both broker and"),
+    ):
+        topology = tmp_path / "bad.txt"
+        topology.write_text("Site hub Parent none\n" + processes)
+        done = subprocess.run(
+            [WFM, "up", "--dir", str(tmp_path), "--port", str(free_ports(5)), "--topology", str(topology)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1 and reason in done.stderr, done.stderr

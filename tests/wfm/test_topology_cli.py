@@ -58,3 +58,10 @@ def test_a_topology_needs_a_name_and_replaces_the_uri(tmp_path: Path) -> None:
     assert neither.exit_code == 2
     unknown = runner.invoke(cli, ["broker", "--topology", str(topology), "--name", "nosuch"])
     assert unknown.exit_code == 1 and "no process named 'nosuch'" in unknown.output
+
+
+def test_a_broker_started_by_hand_needs_fixed_ports(tmp_path: Path) -> None:
+    topology = tmp_path / "overlay.txt"
+    topology.write_text("Site site0 Parent none\nProcess b0 Is broker On site0 URL tcp://127.0.0.1:0/b0\n")
+    done = CliRunner().invoke(cli, ["broker", "--topology", str(topology), "--name", "b0"])
+    assert done.exit_code == 2 and "need fixed ports (port 0 is for wfm up)" in done.output
