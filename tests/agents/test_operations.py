@@ -26,7 +26,7 @@ from tests.agents.test_state import (
     trigger,
 )
 from tests.signing import DEPLOYER
-from workflow_messages.operations import CANCEL, RERUN, operation, query
+from workflow_messages.operations import CANCEL, MAX_CONTENT, RERUN, operation, query
 
 
 def operate(agent: Agent, command: str, now: float = 5.0, **content: object) -> list:  # type: ignore[type-arg]
@@ -173,6 +173,24 @@ def test_the_runs_query_gives_recent_generations_newest_first() -> None:
     assert g2["jobs"]["JobC"]["status"] == "NORUN"  # type: ignore[index]
     bad = answer_query(agent, query("*", "RUNS", "r", {"workflow": "PAYROLL", "limit": 0}))
     assert isinstance(bad, Publication) and bad["result"] == "ERROR" and "limit" in str(bad["content"])
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("[" * 100_000, "nested too deeply"),  # json.loads raised RecursionError: the agent ended
+        ('{"limit":' + "1" * 5000 + "}", "digits"),
+        (" " * (MAX_CONTENT + 1), "exceeds the limit"),
+    ],
+)
+def test_a_hostile_query_is_answered_error(content: str, fragment: str) -> None:
+    agent = Agent("agentB")
+    hostile = Publication(
+        "AGENT_QUERY", {"agentname": "*", "query": "RUNS", "request": "r1", "content": content}
+    )
+    reply = answer_query(agent, hostile)
+    assert isinstance(reply, Publication) and reply["result"] == "ERROR"
+    assert fragment in json.loads(str(reply["content"]))["error"]
 
 
 def test_a_logs_query_is_checked_before_anything_is_read(tmp_path: Path) -> None:
