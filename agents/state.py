@@ -332,9 +332,20 @@ class Agent:
         for saved in snapshot["deployments"]:
             controls = [Control(*fields) for fields in saved["envelopes"]]
             for control in controls:
-                self._apply(control)
-            if controls:
-                deployment = self.deployments[controls[0].workflow, controls[0].version]
+                try:
+                    self._apply(control)
+                except ValueError as error:  # taken by an older agent, or half-taken by a bug: an
+                    log.warning(  # agent that cannot start is worse than one version missing
+                        "snapshot: skipped a %s envelope of %s version %s: %s",
+                        control.command,
+                        control.workflow,
+                        control.version,
+                        error,
+                    )
+            deployment = (
+                self.deployments.get((controls[0].workflow, controls[0].version)) if controls else None
+            )
+            if deployment is not None:
                 deployment.order, deployment.ended = saved["order"], saved["ended"]
         self._installs = snapshot["installs"]
         # snapshots from before the age bound have no times: their entries get the first sweep's
@@ -432,17 +443,19 @@ class Agent:
 
     def _deploy(self, control: Control) -> tuple[str, list[Effect]]:
         """A DEPLOY envelope: its jobs, the advertisements of their statuses, then their conditions
-        (in that order on the link, so a condition finds this agent's own statuses advertised)."""
-        infos = parse_deploy(control)
+        (in that order on the link, so a condition finds this agent's own statuses advertised).
+        Everything is checked and built before anything changes: an envelope acknowledged ERROR
+        leaves no trace (a half-installed one would be in the next snapshot, and fail again there)."""
+        built = [(info, registrations(info)) for info in parse_deploy(control)]
         deployment = self._deployment(control.workflow, control.version)
         deployment.ends_here = True
         deployment.envelopes[f"DEPLOY {digest(control.content)}"] = control
         changed = False
         requests: list[Request] = []
-        for info in infos:
+        for info, wanted in built:
             changed |= deployment.jobs.get(info.job) != info
             deployment.jobs[info.job] = info
-            for registration in registrations(info):
+            for registration in wanted:
                 key = f"{info.workflow} {info.version} {registration.command} {info.job}"
                 if key not in self.wanted:
                     deployment.keys.add(key)

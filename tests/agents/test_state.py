@@ -30,6 +30,7 @@ from agents.state import (
 from broker.language import Publication
 from tests.signing import DEPLOYER, signed
 from wfm.workflow import Plan, load, translate
+from wfm.workflow.translate import encode
 from workflow_messages import job_status
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
@@ -398,17 +399,59 @@ def test_a_snapshot_from_before_the_age_bound_is_restored_and_timed_at_the_first
         ([{"job": "JobB", "virtual": True}], "only APPL_START and APPL_END are virtual"),
         ([{"job": "JobB", "command": " ", "after": [["JobA", "success"]]}], "non-empty command"),
         ("JobB", "non-empty list of job objects"),
+        # each failed once the deployment was half made: ERROR, yet in the next snapshot
+        (
+            [{"job": "APPL_START", "virtual": True}, {"job": "APPL_END", "virtual": True, "graph": {}}],
+            "no end job",
+        ),
+        (
+            [
+                {"job": "JobB", "command": "x", "after": [["JobA", "success"]]},
+                {"job": "a'b\"c", "command": "x", "after": [["JobB", "success"]]},
+            ],
+            "job name 'a",
+        ),
+        ([{"job": "JobB", "command": "x", "after": [["x\ny", "success"]]}], "predecessor 'x"),
+        (
+            [{"job": "JobB", "command": "x", "after": [["JobA", "success"]], "timeout": float("nan")}],
+            "finite",
+        ),
+        ([{"job": "JobB", "command": "x", "after": [["JobA", "success"]], "timeout": 1e400}], "finite"),
     ],
 )
 def test_a_bad_deploy_is_refused_with_its_reason_and_the_agent_goes_on(jobs: object, fragment: str) -> None:
     agent = Agent("agentB")
     [good] = [p for p in PLAN.publications() if p["agentname"] == "agentB"]
-    content = json.dumps({"workflow": "PAYROLL", "version": V, "jobs": jobs})
+    content = encode({"workflow": "PAYROLL", "version": V, "jobs": jobs})
     bad = Publication("AGENT_CTL", {**good.fields, "content": content})
     [ack] = published(agent.handle(Incoming(DEPLOYER.sign(bad)), 0))
     assert ack["result"] == "ERROR" and fragment in str(ack["detail"])
-    assert agent.deployments == {} or all(not d.jobs for d in agent.deployments.values())
+    assert agent.deployments == {} and agent.wanted == {}
+    assert agent.snapshot()["deployments"] == []
     assert acks(install(agent)) == [("DEPLOY", "OK")]  # the good one is taken afterwards
+
+
+def test_a_snapshot_envelope_that_cannot_be_applied_is_skipped_not_fatal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An older agent installed half of a DEPLOY it then refused, and kept its envelope: restoring
+    that snapshot raised, and the agent could not start."""
+    agent = Agent("agentB")
+    install(agent)
+    snapshot = json.loads(json.dumps(agent.snapshot()))
+    [good] = snapshot["deployments"]
+    bad = [
+        "BROKEN",
+        "v0",
+        "DEPLOY",
+        "*",
+        json.dumps({"workflow": "BROKEN", "version": "v0", "jobs": [{"job": "a'b"}]}),
+    ]
+    snapshot["deployments"] = [{"order": 0, "ended": False, "envelopes": [bad]}, good]
+    restored = Agent("agentB")
+    restored.restore(snapshot)
+    assert list(restored.deployments) == [("PAYROLL", V)] and restored.current("PAYROLL") == V
+    assert "snapshot: skipped a DEPLOY envelope of BROKEN version v0" in caplog.text
 
 
 def test_a_job_after_a_failure_is_skipped_and_the_skip_carries_on() -> None:
