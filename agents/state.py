@@ -569,11 +569,12 @@ class Agent:
         self._outcome(info.workflow, gid)["date"] = date.isoformat()
         if info.job == APPL_START:
             return self._report(info, gid, SUCCESS, f"trigger for {date.isoformat()}", now)
+        # every status carries on the failures before it: APPL_END knows of them only that way
         if generation.cancelled:
-            return self._report(info, gid, NORUN, NOT_RUN, now)
+            return self._report(info, gid, NORUN, NOT_RUN, now, upstream)
         if info.job in generation.reused:
             status, detail = generation.reused[info.job]
-            return self._report(info, gid, status, detail, now)
+            return self._report(info, gid, status, detail, now, upstream)
         if not info.calendar.allows(date):
             detail = f"not scheduled on {date.strftime('%A')} {date}"
             return self._report(info, gid, NORUN, detail, now, upstream)
