@@ -34,6 +34,7 @@ from workflow_messages.operations import decode_content
 __all__ = [
     "COMMANDS",
     "Control",
+    "DeployPart",
     "JobInfo",
     "Registration",
     "ack_fields",
@@ -84,6 +85,15 @@ class JobInfo:
     virtual: bool = False
     graph: dict[str, list[list[str]]] | None = None
     after: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeployPart:
+    """A DEPLOY envelope: ``jobs``, part ``part`` of the ``parts`` its agent's jobs came in."""
+
+    part: int
+    parts: int
+    jobs: list[JobInfo]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,14 +159,20 @@ def parse_jobinfo(control: Control) -> JobInfo:
     return _jobinfo(control.workflow, control.version, control.job, data)
 
 
-def parse_deploy(control: Control) -> list[JobInfo]:
+def parse_deploy(control: Control) -> DeployPart:
     """The jobs of a DEPLOY envelope (:func:`wfm.workflow.translate`), each checked as JOBINFO is
     and its names as ``wfm validate`` checks them; APPL_END's ``after`` is made the end jobs of its
-    graph, whose statuses end a generation."""
+    graph, whose statuses end a generation. A content without ``part`` and ``parts`` is whole."""
     data = decode_content(control.content)
     if (data.get("workflow"), data.get("version")) != (control.workflow, control.version):
         raise ValueError("DEPLOY's workflow and version differ from the envelope's")
     check_name(control.workflow, "DEPLOY: workflow name")
+    part, parts = data.get("part", 1), data.get("parts", 1)
+    if (
+        not all(isinstance(n, int) and not isinstance(n, bool) for n in (part, parts))
+        or not 1 <= part <= parts
+    ):
+        raise ValueError(f"DEPLOY part {part!r} of {parts!r}: part must be an integer from 1 to parts")
     entries = data.get("jobs")
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise ValueError("DEPLOY needs a non-empty list of job objects")
@@ -187,7 +203,7 @@ def parse_deploy(control: Control) -> list[JobInfo]:
         elif not info.virtual and not info.after:
             raise ValueError(f"DEPLOY job {job!r} runs after nothing (a start job runs after APPL_START)")
         infos.append(info)
-    return infos
+    return DeployPart(part, parts, infos)
 
 
 def registrations(info: JobInfo) -> list[Registration]:

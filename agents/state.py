@@ -219,6 +219,14 @@ class Deployment:
     ended: bool = False  # a generation of this version has ended: older ones start no more
     # deployed by DEPLOY: no APPL_END comes here, a generation is over once each job here published
     ends_here: bool = False
+    parts: int = 0  # the DEPLOY envelopes its jobs come in (0: deployed by the per-job commands)
+    parts_in: set[int] = field(default_factory=set)  # the numbers of those that arrived
+
+    @property
+    def complete(self) -> bool:
+        """Whether every part arrived: only then are its jobs all known, so that a generation may
+        start on it, its jobs fire and a generation be over here once each of them published."""
+        return len(self.parts_in) >= self.parts
 
 
 @dataclass
@@ -446,10 +454,15 @@ class Agent:
         (in that order on the link, so a condition finds this agent's own statuses advertised).
         Everything is checked and built before anything changes: an envelope acknowledged ERROR
         leaves no trace (a half-installed one would be in the next snapshot, and fail again there)."""
-        built = [(info, registrations(info)) for info in parse_deploy(control)]
+        deploy = parse_deploy(control)
+        built = [(info, registrations(info)) for info in deploy.jobs]
         deployment = self._deployment(control.workflow, control.version)
         deployment.ends_here = True
         deployment.envelopes[f"DEPLOY {digest(control.content)}"] = control
+        if deployment.parts != deploy.parts and not (deployment.parts and deployment.complete):
+            # split otherwise (a longer cwd) while incomplete: count the parts of this split
+            deployment.parts, deployment.parts_in = deploy.parts, set()
+        deployment.parts_in.add(deploy.part)
         changed = False
         requests: list[Request] = []
         for info, wanted in built:
@@ -497,8 +510,8 @@ class Agent:
 
     def current(self, workflow: str) -> str | None:
         """The version new generations of ``workflow`` start on: the last one deployed here (on
-        the coordinator, the last one whose APPL_START is installed)."""
-        versions = [d for (w, _), d in self.deployments.items() if w == workflow]
+        the coordinator, the last one whose APPL_START is installed), all of its parts in."""
+        versions = [d for (w, _), d in self.deployments.items() if w == workflow and d.complete]
         starting = [d for d in versions if APPL_START in d.jobs] or versions
         return max(starting, key=lambda d: d.order).version if starting else None
 
@@ -510,7 +523,11 @@ class Agent:
         seen (through its APPL_START subscription) every generation still running on an older one."""
         current = self.current(workflow)
         used = {g.version for (w, _), g in self.generations.items() if w == workflow}
-        old = [v for (w, v) in self.deployments if w == workflow and v != current and v not in used]
+        old = [
+            v
+            for (w, v), d in self.deployments.items()
+            if w == workflow and v != current and v not in used and d.complete  # (not a newer one
+        ]  # whose parts are still coming)
         return [e for v in old for e in self._remove(workflow, v)] + self._starts(workflow)
 
     # deliveries -----------------------------------------------------------------------------
@@ -543,6 +560,10 @@ class Agent:
                 return []  # a generation starts on the latest version only
         elif versions != {info.version}:
             return []  # this generation runs on another version
+        elif not (deployment := self.deployments[info.workflow, info.version]).complete:
+            parts = f"{len(deployment.parts_in)} of its {deployment.parts} parts"
+            self._refuse_firing(info, f"version {info.version} has only {parts} here", now)
+            return []
         generation = self.generations.setdefault(
             (info.workflow, gid), GenerationState(info.version, since=now)
         )
@@ -824,7 +845,7 @@ class Agent:
         if generation is None or generation.version is None:
             return []
         deployment = self.deployments.get((workflow, generation.version))
-        if deployment is None or not deployment.ends_here:
+        if deployment is None or not deployment.ends_here or not deployment.complete:
             return []
         if any(generation.jobs.get(job) != "done" for job in deployment.jobs):
             return []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -477,3 +478,33 @@ def test_a_job_after_a_failure_is_skipped_and_the_skip_carries_on() -> None:
     [not_taken] = published(agent_c.handle(Delivered(key(agent_c, "Alert"), (trigger("g2"), ok)), 3.0))
     assert (not_taken["status"], not_taken["skipped"]) == ("NORUN", 1)
     assert ("PAYROLL", "g1") in agent_c.ended  # both its jobs published: over for agentC
+
+
+def test_a_version_in_parts_is_taken_only_once_all_its_parts_are_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """APPL_START came in the coordinator's first part, APPL_END in its last: a trigger between
+    them started a generation that never ended. Nor does a job fire on a version whose other jobs
+    here are still coming (the generation would be over here once the jobs known had published)."""
+    monkeypatch.setattr(importlib.import_module("wfm.workflow.translate"), "PART_LIMIT", 400)
+    plan = translate(load(WORKFLOWS / "payroll.xml"))
+    parts = {
+        name: [p for p in signed(plan.publications()) if p["agentname"] == name]
+        for name in ("agentA", "agentB")
+    }
+    assert [len(parts[name]) for name in parts] == [2, 2]
+    coordinator, b = Agent("agentA"), Agent("agentB")
+    coordinator.handle(Incoming(parts["agentA"][0]), 0.0)
+    b.handle(Incoming(parts["agentB"][0]), 0.0)
+    assert coordinator.current("PAYROLL") is None and b.current("PAYROLL") is None
+    assert (
+        published(coordinator.handle(Delivered(key(coordinator, "APPL_START"), (trigger("g1"),)), 1.0)) == []
+    )
+    assert fire(b, "JobB", "g1", "JobA") == [] and b.refused["firing"] == 1
+    restored = Agent("agentB")  # a restart counts the same parts
+    restored.restore(json.loads(json.dumps(b.snapshot())))
+    assert restored.current("PAYROLL") is None
+    for agent in (coordinator, b):
+        [ack] = published(agent.handle(Incoming(parts[agent.name][1]), 2.0))
+        assert (ack["result"], agent.current("PAYROLL")) == ("OK", V)
+    [start] = published(coordinator.handle(Delivered(key(coordinator, "APPL_START"), (trigger("g2"),)), 3.0))
+    assert (start["jobname"], start["GID"]) == ("APPL_START", "g2")
+    assert runs(fire(b, "JobB", "g2", "JobA")) and ("PAYROLL", "g2") not in b.ended
