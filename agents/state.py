@@ -642,6 +642,8 @@ class Agent:
         if (workflow, gid) in self.ended:
             return []
         if job == APPL_START:
+            if (workflow, version) not in self.deployments:
+                return []  # a version without a job here (this agent was left out of it)
             self.generations.setdefault((workflow, gid), GenerationState(since=now)).version = version
         generation = self.generations.get((workflow, gid))
         if generation is None or generation.version != version:

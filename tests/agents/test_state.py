@@ -508,3 +508,13 @@ def test_a_version_in_parts_is_taken_only_once_all_its_parts_are_in(monkeypatch:
     [start] = published(coordinator.handle(Delivered(key(coordinator, "APPL_START"), (trigger("g2"),)), 3.0))
     assert (start["jobname"], start["GID"]) == ("APPL_START", "g2")
     assert runs(fire(b, "JobB", "g2", "JobA")) and ("PAYROLL", "g2") not in b.ended
+
+
+def test_an_agent_keeps_no_generation_of_a_version_it_does_not_host() -> None:
+    """An agent the new version leaves out keeps its APPL_START subscription (until undeployed):
+    it recorded every generation of the new version, for --keep-days."""
+    agent = Agent("agentB")
+    install(agent)
+    agent.handle(Delivered("PAYROLL starts", (status("APPL_START", "g1", version="0123456789ab"),)), 1.0)
+    agent.handle(Delivered("PAYROLL starts", (status("APPL_START", "g2"),)), 1.0)
+    assert list(agent.generations) == [("PAYROLL", "g2")]
