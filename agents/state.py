@@ -509,10 +509,13 @@ class Agent:
         return []
 
     def current(self, workflow: str) -> str | None:
-        """The version new generations of ``workflow`` start on: the last one deployed here (on
-        the coordinator, the last one whose APPL_START is installed), all of its parts in."""
+        """The version new generations of ``workflow`` start on: the last one deployed here, all
+        of its parts in. A DEPLOY's version is current even without APPL_START here: the agent was
+        the coordinator of an older one, and the new version's coordinator starts generations now
+        (both would, each on its version). Of versions deployed by the per-job commands, only one
+        whose APPL_START is installed: the older version starts generations until then."""
         versions = [d for (w, _), d in self.deployments.items() if w == workflow and d.complete]
-        starting = [d for d in versions if APPL_START in d.jobs] or versions
+        starting = [d for d in versions if d.ends_here or APPL_START in d.jobs] or versions
         return max(starting, key=lambda d: d.order).version if starting else None
 
     def _collect(self, workflow: str) -> list[Effect]:

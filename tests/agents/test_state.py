@@ -30,7 +30,7 @@ from agents.state import (
 )
 from broker.language import Publication
 from tests.signing import DEPLOYER, signed
-from wfm.workflow import Plan, load, translate
+from wfm.workflow import After, Job, Plan, Workflow, load, translate
 from wfm.workflow.translate import encode
 from workflow_messages import job_status
 
@@ -518,3 +518,20 @@ def test_an_agent_keeps_no_generation_of_a_version_it_does_not_host() -> None:
     agent.handle(Delivered("PAYROLL starts", (status("APPL_START", "g1", version="0123456789ab"),)), 1.0)
     agent.handle(Delivered("PAYROLL starts", (status("APPL_START", "g2"),)), 1.0)
     assert list(agent.generations) == [("PAYROLL", "g2")]
+
+
+def test_a_coordinator_left_without_appl_start_by_a_new_version_starts_no_more_generations() -> None:
+    """It kept its old version current (the last one with APPL_START here): every trigger then
+    started two generations, one on each version, by the old and the new coordinator."""
+
+    def plan(first: str, second: str) -> Plan:
+        jobs = (Job("A", first, "true"), Job("B", second, "true", after=(After("A"),)))
+        return translate(Workflow("CO", jobs))
+
+    old, new = plan("a", "x"), plan("x", "a")
+    agent = Agent("a")
+    install(agent, old)
+    install(agent, new)
+    assert agent.current("CO") == new.version
+    go = Publication("Trigger", {"applname": "CO", "GID": "g1", "schedule": MONDAY})
+    assert published(agent.handle(Delivered(key(agent, "APPL_START", version=old.version), (go,)), 1.0)) == []
