@@ -7,6 +7,7 @@ bad envelope with ERROR (and report a bad trigger as a failed job) instead of cr
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,6 +19,7 @@ from workflow_messages import (
     APPL_START,
     TRIGGER,
     Calendar,
+    check_name,
     end_condition,
     envelope_digest,
     generation_end,
@@ -32,6 +34,7 @@ from workflow_messages.operations import decode_content
 __all__ = [
     "COMMANDS",
     "Control",
+    "DeployPart",
     "JobInfo",
     "Registration",
     "ack_fields",
@@ -82,6 +85,15 @@ class JobInfo:
     virtual: bool = False
     graph: dict[str, list[list[str]]] | None = None
     after: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeployPart:
+    """A DEPLOY envelope: ``jobs``, part ``part`` of the ``parts`` its agent's jobs came in."""
+
+    part: int
+    parts: int
+    jobs: list[JobInfo]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,20 +159,26 @@ def parse_jobinfo(control: Control) -> JobInfo:
     return _jobinfo(control.workflow, control.version, control.job, data)
 
 
-def parse_deploy(control: Control) -> list[JobInfo]:
-    """The jobs of a DEPLOY envelope (:func:`wfm.workflow.translate`), each checked as JOBINFO is;
-    APPL_END's ``after`` is made the end jobs of its graph, whose statuses end a generation."""
+def parse_deploy(control: Control) -> DeployPart:
+    """The jobs of a DEPLOY envelope (:func:`wfm.workflow.translate`), each checked as JOBINFO is
+    and its names as ``wfm validate`` checks them; APPL_END's ``after`` is made the end jobs of its
+    graph, whose statuses end a generation. A content without ``part`` and ``parts`` is whole."""
     data = decode_content(control.content)
     if (data.get("workflow"), data.get("version")) != (control.workflow, control.version):
         raise ValueError("DEPLOY's workflow and version differ from the envelope's")
+    check_name(control.workflow, "DEPLOY: workflow name")
+    part, parts = data.get("part", 1), data.get("parts", 1)
+    if (
+        not all(isinstance(n, int) and not isinstance(n, bool) for n in (part, parts))
+        or not 1 <= part <= parts
+    ):
+        raise ValueError(f"DEPLOY part {part!r} of {parts!r}: part must be an integer from 1 to parts")
     entries = data.get("jobs")
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise ValueError("DEPLOY needs a non-empty list of job objects")
     infos: list[JobInfo] = []
     for entry in entries:
-        job = entry.get("job")
-        if not isinstance(job, str) or not job:
-            raise ValueError("DEPLOY: every job needs a non-empty string name")
+        job = check_name(entry.get("job"), "DEPLOY: job name")
         if job in (info.job for info in infos):
             raise ValueError(f"DEPLOY names job {job!r} twice")
         try:
@@ -171,13 +189,21 @@ def parse_deploy(control: Control) -> list[JobInfo]:
             raise ValueError(
                 f"DEPLOY job {job!r}: only APPL_START and APPL_END are virtual, APPL_END has the graph"
             )
+        for name in (
+            *(pred for pred, _ in info.after),
+            *(info.graph or ()),
+            *(pred for edges in (info.graph or {}).values() for pred, _ in edges),
+        ):
+            check_name(name, f"DEPLOY job {job!r}: predecessor")
         if info.graph is not None:
             successors = {pred for edges in info.graph.values() for pred, _ in edges}
             info = replace(info, after=tuple((job, "always") for job in info.graph if job not in successors))
+            if not info.after:  # empty, or every job after another: nothing would end a generation
+                raise ValueError(f"DEPLOY job {job!r}: its graph has no end job")
         elif not info.virtual and not info.after:
             raise ValueError(f"DEPLOY job {job!r} runs after nothing (a start job runs after APPL_START)")
         infos.append(info)
-    return infos
+    return DeployPart(part, parts, infos)
 
 
 def registrations(info: JobInfo) -> list[Registration]:
@@ -214,9 +240,12 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
         raise ValueError("JOBINFO retries must be an integer from 0 to 100")
     if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
     ):
-        raise ValueError("JOBINFO timeout must be a positive number or null")
+        raise ValueError("JOBINFO timeout must be a positive finite number or null")
     after = data.get("after", [])
     if not _is_edges(after):
         raise ValueError(

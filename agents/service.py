@@ -62,6 +62,7 @@ from broker.client import (
 from broker.client.queues import DeliveryQueue
 from broker.errors import LinkClosed
 from broker.language import Publication
+from broker.throttle import LogThrottle
 from workflow_messages import ack_advertisement, control_subscription
 from workflow_messages.operations import answer, answer_advertisement, query_subscription
 
@@ -112,6 +113,8 @@ class AgentService:
         self.runs: set[asyncio.Task[None]] = set()
         self.stopping = asyncio.Event()
         self.failed: asyncio.Future[None] | None = None  # set when the broker drops the agent's own requests
+        self.errors: Counter[str] = Counter()  # unexpected exceptions in handling one message, by where
+        self._errors_logged = LogThrottle(burst=1)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -177,7 +180,14 @@ class AgentService:
         now = time.time()
         effects: list[Effect] = []
         for event in events:
-            caused = self.agent.handle(event, now)
+            try:
+                caused = self.agent.handle(event, now)
+            except Exception as error:  # a bug: the next events must still be handled
+                self._unexpected("handling an event", error)
+                delivery = self.behind.pop(id(event), None)  # not journaled: a replay would
+                if delivery is not None and self.client is not None:  # raise it again, and so
+                    self.client.done(delivery)  # would the broker's delivering it again
+                continue
             if caused or not isinstance(event, Tick):
                 self.journal.write(event, now)
             effects += caused
@@ -406,7 +416,11 @@ class AgentService:
         async for delivery in client:
             key = self.keys.get(delivery.subscription)
             if key is not None:
-                self._deliver(key, delivery)
+                try:
+                    self._deliver(key, delivery)
+                except Exception as error:  # a bug, or a message nobody foresaw: the reader
+                    self._unexpected("reading a delivery", error)  # must live on, or the agent
+                    client.done(delivery)  # is deaf (anyone may publish a query)
                 await self.events.space.wait()  # back-pressure: read on once the loop made room
             elif sum(map(len, self.early.values())) < EARLY_LIMIT:
                 self.early.setdefault(delivery.subscription, []).append(delivery)
@@ -443,6 +457,22 @@ class AgentService:
             self.client.publish_nowait(reply, durable=False)
         except (LinkClosed, TooManyUnacknowledged) as error:
             log.error("answer to request %s lost (its asker asks again): %s", reply["request"], error)
+
+    def _unexpected(self, where: str, error: Exception) -> None:
+        """An exception nothing expected in handling one message: counted, logged with its
+        traceback once a minute per ``where`` (whoever can send the message could otherwise fill
+        the log), and the agent goes on with the next message."""
+        self.errors[where] += 1
+        unlogged = self._errors_logged.admit(where, time.time())
+        if unlogged is not None:
+            log.error(
+                "agent %s: unexpected error %s (%d so far%s), going on",
+                self.agent.name,
+                where,
+                self.errors[where],
+                f", {unlogged} not logged since the last" if unlogged else "",
+                exc_info=error,
+            )
 
 
 def _name(key: str) -> str:

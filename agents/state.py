@@ -219,6 +219,14 @@ class Deployment:
     ended: bool = False  # a generation of this version has ended: older ones start no more
     # deployed by DEPLOY: no APPL_END comes here, a generation is over once each job here published
     ends_here: bool = False
+    parts: int = 0  # the DEPLOY envelopes its jobs come in (0: deployed by the per-job commands)
+    parts_in: set[int] = field(default_factory=set)  # the numbers of those that arrived
+
+    @property
+    def complete(self) -> bool:
+        """Whether every part arrived: only then are its jobs all known, so that a generation may
+        start on it, its jobs fire and a generation be over here once each of them published."""
+        return len(self.parts_in) >= self.parts
 
 
 @dataclass
@@ -332,9 +340,20 @@ class Agent:
         for saved in snapshot["deployments"]:
             controls = [Control(*fields) for fields in saved["envelopes"]]
             for control in controls:
-                self._apply(control)
-            if controls:
-                deployment = self.deployments[controls[0].workflow, controls[0].version]
+                try:
+                    self._apply(control)
+                except ValueError as error:  # taken by an older agent, or half-taken by a bug: an
+                    log.warning(  # agent that cannot start is worse than one version missing
+                        "snapshot: skipped a %s envelope of %s version %s: %s",
+                        control.command,
+                        control.workflow,
+                        control.version,
+                        error,
+                    )
+            deployment = (
+                self.deployments.get((controls[0].workflow, controls[0].version)) if controls else None
+            )
+            if deployment is not None:
                 deployment.order, deployment.ended = saved["order"], saved["ended"]
         self._installs = snapshot["installs"]
         # snapshots from before the age bound have no times: their entries get the first sweep's
@@ -432,17 +451,24 @@ class Agent:
 
     def _deploy(self, control: Control) -> tuple[str, list[Effect]]:
         """A DEPLOY envelope: its jobs, the advertisements of their statuses, then their conditions
-        (in that order on the link, so a condition finds this agent's own statuses advertised)."""
-        infos = parse_deploy(control)
+        (in that order on the link, so a condition finds this agent's own statuses advertised).
+        Everything is checked and built before anything changes: an envelope acknowledged ERROR
+        leaves no trace (a half-installed one would be in the next snapshot, and fail again there)."""
+        deploy = parse_deploy(control)
+        built = [(info, registrations(info)) for info in deploy.jobs]
         deployment = self._deployment(control.workflow, control.version)
         deployment.ends_here = True
         deployment.envelopes[f"DEPLOY {digest(control.content)}"] = control
+        if deployment.parts != deploy.parts and not (deployment.parts and deployment.complete):
+            # split otherwise (a longer cwd) while incomplete: count the parts of this split
+            deployment.parts, deployment.parts_in = deploy.parts, set()
+        deployment.parts_in.add(deploy.part)
         changed = False
         requests: list[Request] = []
-        for info in infos:
+        for info, wanted in built:
             changed |= deployment.jobs.get(info.job) != info
             deployment.jobs[info.job] = info
-            for registration in registrations(info):
+            for registration in wanted:
                 key = f"{info.workflow} {info.version} {registration.command} {info.job}"
                 if key not in self.wanted:
                     deployment.keys.add(key)
@@ -483,10 +509,13 @@ class Agent:
         return []
 
     def current(self, workflow: str) -> str | None:
-        """The version new generations of ``workflow`` start on: the last one deployed here (on
-        the coordinator, the last one whose APPL_START is installed)."""
-        versions = [d for (w, _), d in self.deployments.items() if w == workflow]
-        starting = [d for d in versions if APPL_START in d.jobs] or versions
+        """The version new generations of ``workflow`` start on: the last one deployed here, all
+        of its parts in. A DEPLOY's version is current even without APPL_START here: the agent was
+        the coordinator of an older one, and the new version's coordinator starts generations now
+        (both would, each on its version). Of versions deployed by the per-job commands, only one
+        whose APPL_START is installed: the older version starts generations until then."""
+        versions = [d for (w, _), d in self.deployments.items() if w == workflow and d.complete]
+        starting = [d for d in versions if d.ends_here or APPL_START in d.jobs] or versions
         return max(starting, key=lambda d: d.order).version if starting else None
 
     def _collect(self, workflow: str) -> list[Effect]:
@@ -497,7 +526,11 @@ class Agent:
         seen (through its APPL_START subscription) every generation still running on an older one."""
         current = self.current(workflow)
         used = {g.version for (w, _), g in self.generations.items() if w == workflow}
-        old = [v for (w, v) in self.deployments if w == workflow and v != current and v not in used]
+        old = [
+            v
+            for (w, v), d in self.deployments.items()
+            if w == workflow and v != current and v not in used and d.complete  # (not a newer one
+        ]  # whose parts are still coming)
         return [e for v in old for e in self._remove(workflow, v)] + self._starts(workflow)
 
     # deliveries -----------------------------------------------------------------------------
@@ -530,6 +563,10 @@ class Agent:
                 return []  # a generation starts on the latest version only
         elif versions != {info.version}:
             return []  # this generation runs on another version
+        elif not (deployment := self.deployments[info.workflow, info.version]).complete:
+            parts = f"{len(deployment.parts_in)} of its {deployment.parts} parts"
+            self._refuse_firing(info, f"version {info.version} has only {parts} here", now)
+            return []
         generation = self.generations.setdefault(
             (info.workflow, gid), GenerationState(info.version, since=now)
         )
@@ -556,11 +593,12 @@ class Agent:
         self._outcome(info.workflow, gid)["date"] = date.isoformat()
         if info.job == APPL_START:
             return self._report(info, gid, SUCCESS, f"trigger for {date.isoformat()}", now)
+        # every status carries on the failures before it: APPL_END knows of them only that way
         if generation.cancelled:
-            return self._report(info, gid, NORUN, NOT_RUN, now)
+            return self._report(info, gid, NORUN, NOT_RUN, now, upstream)
         if info.job in generation.reused:
             status, detail = generation.reused[info.job]
-            return self._report(info, gid, status, detail, now)
+            return self._report(info, gid, status, detail, now, upstream)
         if not info.calendar.allows(date):
             detail = f"not scheduled on {date.strftime('%A')} {date}"
             return self._report(info, gid, NORUN, detail, now, upstream)
@@ -607,6 +645,8 @@ class Agent:
         if (workflow, gid) in self.ended:
             return []
         if job == APPL_START:
+            if (workflow, version) not in self.deployments:
+                return []  # a version without a job here (this agent was left out of it)
             self.generations.setdefault((workflow, gid), GenerationState(since=now)).version = version
         generation = self.generations.get((workflow, gid))
         if generation is None or generation.version != version:
@@ -810,7 +850,7 @@ class Agent:
         if generation is None or generation.version is None:
             return []
         deployment = self.deployments.get((workflow, generation.version))
-        if deployment is None or not deployment.ends_here:
+        if deployment is None or not deployment.ends_here or not deployment.complete:
             return []
         if any(generation.jobs.get(job) != "done" for job in deployment.jobs):
             return []

@@ -192,7 +192,9 @@ def deploy(overlay: Overlay, workflow: Workflow, composite: bool) -> dict[str, A
     for agent in agents.values():
         for delivery in agent.client.deliveries:
             control = parse_control(delivery.publication, str(delivery.publication["agentname"]))
-            wanted += [(agent, info.job, r) for info in parse_deploy(control) for r in registrations(info)]
+            wanted += [
+                (agent, info.job, r) for info in parse_deploy(control).jobs for r in registrations(info)
+            ]
         agent.client.deliveries.clear()
     for agent, job, registration in sorted(wanted, key=lambda w: w[2].command != "ADVERTISE"):
         install(agent, job, registration)

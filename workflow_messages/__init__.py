@@ -53,6 +53,7 @@ from workflow_messages.names import (
     NORUN,
     SUCCESS,
     TRIGGER,
+    check_name,
 )
 from workflow_messages.trigger import check_gid, trigger, trigger_advertisement, trigger_atom, trigger_date
 
@@ -79,6 +80,7 @@ __all__ = [
     "ack_subscription",
     "blocked",
     "check_gid",
+    "check_name",
     "cleanup_subscription",
     "control_subscription",
     "decide_end",

@@ -7,6 +7,7 @@ on them, so each is spelled once, here.
 from __future__ import annotations
 
 from broker.language import Var
+from broker.language.values import NAME_RE
 
 __all__ = [
     "ACCEPTS",
@@ -25,6 +26,7 @@ __all__ = [
     "NORUN",
     "SUCCESS",
     "TRIGGER",
+    "check_name",
 ]
 
 AGENT_CTL, AGENT_ACK, JOBSTATUS, TRIGGER = "AGENT_CTL", "AGENT_ACK", "JOBSTATUS", "Trigger"
@@ -39,6 +41,19 @@ HISTORY_QUERY, HISTORY_RESULT = "HISTORY_QUERY", "HISTORY_RESULT"
 APPL_START = "APPL_START"
 APPL_END = "APPL_END"
 GID = Var("S", "X")  # binds one generation id across all atoms of a job's condition
+NAME_RULE = "letters, digits and _ - : /, not starting with a digit or -"
+
+
+def check_name(name: object, what: str) -> str:
+    """``name`` if it is a valid name of a workflow, job or agent (an attribute value of the filters
+    built from it needs no quoting); ValueError naming ``what`` otherwise. ``wfm validate`` applies
+    the rule to a definition and an agent to what a DEPLOY names, so neither takes what the other
+    would refuse."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ValueError(f"{what} {name!r} is not a valid name ({NAME_RULE})")
+    return name
+
+
 ACCEPTS: dict[str, tuple[str, ...]] = {  # the predecessor statuses each `on` lets a job run after
     "success": (SUCCESS, NORUN),
     "failure": (FAILURE,),

@@ -24,6 +24,7 @@ from workflow_messages.names import AGENT_ACK, AGENT_ANSWER, AGENT_CTL, AGENT_QU
 __all__ = [
     "ANY",
     "CANCEL",
+    "MAX_CONTENT",
     "OPERATIONS",
     "QUERIES",
     "RERUN",
@@ -43,6 +44,9 @@ ANY = "*"  # every agent (a query), any version or job (an operation)
 CANCEL, RERUN = "CANCEL", "RERUN"
 OPERATIONS = (CANCEL, RERUN)  # the AGENT_CTL commands that act on a generation, not a deployment
 QUERIES = ("WORKFLOWS", "RUNS", "LOGS")
+# characters of content decoded at most: a frame's payload (1 MiB, broker.transport.MAX_FRAME, which
+# this layer may not import); anything longer did not come in one message
+MAX_CONTENT = 1 << 20
 
 
 def encode_content(data: dict[str, Any]) -> str:
@@ -52,13 +56,21 @@ def encode_content(data: dict[str, Any]) -> str:
 
 
 def decode_content(value: object) -> dict[str, Any]:
-    """The JSON object a query, an answer or an operation carries; ValueError (one line) otherwise."""
+    """The JSON object a query, an answer or an operation carries; ValueError (one line) otherwise,
+    whatever the sender made of it: anyone may publish a query, and nesting a few thousand brackets
+    deep makes the decoder raise RecursionError, which would end the reader that decodes it."""
     if not isinstance(value, str):
         raise ValueError("content must be a string")
+    if len(value) > MAX_CONTENT:
+        raise ValueError(f"content of {len(value)} characters exceeds the limit of {MAX_CONTENT}")
     try:
         data = json.loads(value)
     except json.JSONDecodeError as error:
         raise ValueError(f"content is not JSON: {error.msg} at {error.pos}") from None
+    except RecursionError:
+        raise ValueError("content is not JSON: nested too deeply") from None
+    except ValueError as error:  # a number of more than 4300 digits
+        raise ValueError(f"content is not JSON: {error}") from None
     if not isinstance(data, dict):
         raise ValueError("content must be a JSON object")
     return data

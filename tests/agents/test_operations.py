@@ -26,7 +26,7 @@ from tests.agents.test_state import (
     trigger,
 )
 from tests.signing import DEPLOYER
-from workflow_messages.operations import CANCEL, RERUN, operation, query
+from workflow_messages.operations import CANCEL, MAX_CONTENT, RERUN, operation, query
 
 
 def operate(agent: Agent, command: str, now: float = 5.0, **content: object) -> list:  # type: ignore[type-arg]
@@ -133,6 +133,26 @@ def test_rerun_from_a_job_reuses_the_outcomes_of_the_jobs_before_it() -> None:
     assert (again.gid, again.attempt) == ("g1-r1", 1)
 
 
+def test_a_reused_or_cancelled_status_names_the_failures_upstream() -> None:
+    """APPL_END knows failures only from its end jobs' ``failed``: a reused Alert (it ran on
+    JobA's failure) that dropped it made a rerun end SUCCESS, naming jobs that ran as skipped."""
+    agent = Agent("agentC")
+    install(agent)
+
+    def alert_after_a_failed(gid: str, now: float) -> list:  # type: ignore[type-arg]
+        failed = status("JobA", gid, "FAILURE", failed=["JobA"])
+        return agent.handle(Delivered(key(agent, "Alert"), (trigger(gid), failed)), now)
+
+    [alert] = runs(alert_after_a_failed("g1", 1.0))
+    agent.handle(Finished(alert, Result(True, "exit 0", 1.0, 0.1)), 2.0)
+    assert ack_of(operate(agent, RERUN, gid="g1", new="g1-r1", reuse=["JobA", "Alert"]))[0] == "OK"
+    [reused] = published(alert_after_a_failed("g1-r1", 3.0))
+    assert (reused["status"], reused["failed"]) == ("SUCCESS", "JobA")
+    operate(agent, CANCEL, gid="g2")
+    [cancelled] = published(alert_after_a_failed("g2", 4.0))
+    assert (cancelled["status"], cancelled["detail"], cancelled["failed"]) == ("NORUN", "cancelled", "JobA")
+
+
 def test_the_workflows_query_lists_deployments_and_the_coordinator_has_the_graph() -> None:
     a, b = Agent("agentA"), Agent("agentB")
     install(a)
@@ -173,6 +193,24 @@ def test_the_runs_query_gives_recent_generations_newest_first() -> None:
     assert g2["jobs"]["JobC"]["status"] == "NORUN"  # type: ignore[index]
     bad = answer_query(agent, query("*", "RUNS", "r", {"workflow": "PAYROLL", "limit": 0}))
     assert isinstance(bad, Publication) and bad["result"] == "ERROR" and "limit" in str(bad["content"])
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("[" * 100_000, "nested too deeply"),  # json.loads raised RecursionError: the agent ended
+        ('{"limit":' + "1" * 5000 + "}", "digits"),
+        (" " * (MAX_CONTENT + 1), "exceeds the limit"),
+    ],
+)
+def test_a_hostile_query_is_answered_error(content: str, fragment: str) -> None:
+    agent = Agent("agentB")
+    hostile = Publication(
+        "AGENT_QUERY", {"agentname": "*", "query": "RUNS", "request": "r1", "content": content}
+    )
+    reply = answer_query(agent, hostile)
+    assert isinstance(reply, Publication) and reply["result"] == "ERROR"
+    assert fragment in json.loads(str(reply["content"]))["error"]
 
 
 def test_a_logs_query_is_checked_before_anything_is_read(tmp_path: Path) -> None:

@@ -18,10 +18,11 @@ from types import SimpleNamespace
 
 import pytest
 
+import agents.service
 from agents.envelope import Registration
 from agents.runner import log_path
-from agents.service import AgentService
-from agents.state import Agent, Delivered, GenerationState, Incoming, Run
+from agents.service import QUERY, AgentService
+from agents.state import Agent, Delivered, GenerationState, Incoming, Run, Tick
 from broker.client import Backoff, Client, Delivery, RefusedError
 from broker.language import Publication, parse_filter, parse_publication
 from broker.transport.server import RouterService
@@ -163,6 +164,58 @@ def test_a_flood_of_deliveries_waits_for_room_and_loses_nothing(
 
     assert asyncio.run(scenario()) == list(range(100))
     service.journal.close()
+
+
+class QueryingClient:
+    """Delivers two queries to the agent and keeps what it answers and marks done."""
+
+    def __init__(self) -> None:
+        self.answers: list[Publication] = []
+        self.done_ids: list[str] = []
+
+    async def __aiter__(self) -> AsyncIterator[Delivery]:
+        for request in ("r1", "r2"):
+            yield Delivery("B1/agentB/q", query("agentB", "WORKFLOWS", request, {}), id=request)
+
+    def publish_nowait(self, publication: Publication, durable: bool = True) -> None:
+        self.answers.append(publication)
+
+    def done(self, delivery: Delivery) -> None:
+        self.done_ids.append(str(delivery.id))
+
+    async def stored(self) -> None:
+        """No outbox here."""
+
+
+def test_an_error_in_handling_one_message_is_counted_and_the_agent_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A query whose decoding raised RecursionError ended the reader, and the agent with it: the
+    reader and the event loop now survive anything one message makes them raise."""
+    service = AgentService(Agent("agentB"), BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path)
+    client = QueryingClient()
+    service.client = client  # type: ignore[assignment]
+    service.keys["B1/agentB/q"] = QUERY
+    answer_query = agents.service.answer_query
+
+    def first_raises(agent: Agent, publication: Publication) -> object:
+        if publication["request"] == "r1":
+            raise RecursionError("maximum recursion depth exceeded")
+        return answer_query(agent, publication)
+
+    monkeypatch.setattr("agents.service.answer_query", first_raises)
+    asyncio.run(service._read(client))  # type: ignore[arg-type]
+    assert [str(a["request"]) for a in client.answers] == ["r2"] and client.done_ids == ["r1", "r2"]
+
+    handle = service.agent.handle
+    monkeypatch.setattr(
+        service.agent, "handle", lambda e, now: handle(e, now) if isinstance(e, Tick) else 1 / 0
+    )
+    asyncio.run(service._handle(Delivered("key", (FIRST,)), Tick()))
+    assert service.errors == {"reading a delivery": 1, "handling an event": 1}
+    assert caplog.text.count("unexpected error") == 2
+    service.journal.close()
+    assert service.journal.path.read_text() == ""  # not journaled: a replay would raise it again
 
 
 def refuse_control(after: int) -> Callable[[int, Request], str | None]:

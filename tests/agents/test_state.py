@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from agents.state import (
 )
 from broker.language import Publication
 from tests.signing import DEPLOYER, signed
-from wfm.workflow import Plan, load, translate
+from wfm.workflow import After, Job, Plan, Workflow, load, translate
+from wfm.workflow.translate import encode
 from workflow_messages import job_status
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
@@ -398,17 +400,59 @@ def test_a_snapshot_from_before_the_age_bound_is_restored_and_timed_at_the_first
         ([{"job": "JobB", "virtual": True}], "only APPL_START and APPL_END are virtual"),
         ([{"job": "JobB", "command": " ", "after": [["JobA", "success"]]}], "non-empty command"),
         ("JobB", "non-empty list of job objects"),
+        # each failed once the deployment was half made: ERROR, yet in the next snapshot
+        (
+            [{"job": "APPL_START", "virtual": True}, {"job": "APPL_END", "virtual": True, "graph": {}}],
+            "no end job",
+        ),
+        (
+            [
+                {"job": "JobB", "command": "x", "after": [["JobA", "success"]]},
+                {"job": "a'b\"c", "command": "x", "after": [["JobB", "success"]]},
+            ],
+            "job name 'a",
+        ),
+        ([{"job": "JobB", "command": "x", "after": [["x\ny", "success"]]}], "predecessor 'x"),
+        (
+            [{"job": "JobB", "command": "x", "after": [["JobA", "success"]], "timeout": float("nan")}],
+            "finite",
+        ),
+        ([{"job": "JobB", "command": "x", "after": [["JobA", "success"]], "timeout": 1e400}], "finite"),
     ],
 )
 def test_a_bad_deploy_is_refused_with_its_reason_and_the_agent_goes_on(jobs: object, fragment: str) -> None:
     agent = Agent("agentB")
     [good] = [p for p in PLAN.publications() if p["agentname"] == "agentB"]
-    content = json.dumps({"workflow": "PAYROLL", "version": V, "jobs": jobs})
+    content = encode({"workflow": "PAYROLL", "version": V, "jobs": jobs})
     bad = Publication("AGENT_CTL", {**good.fields, "content": content})
     [ack] = published(agent.handle(Incoming(DEPLOYER.sign(bad)), 0))
     assert ack["result"] == "ERROR" and fragment in str(ack["detail"])
-    assert agent.deployments == {} or all(not d.jobs for d in agent.deployments.values())
+    assert agent.deployments == {} and agent.wanted == {}
+    assert agent.snapshot()["deployments"] == []
     assert acks(install(agent)) == [("DEPLOY", "OK")]  # the good one is taken afterwards
+
+
+def test_a_snapshot_envelope_that_cannot_be_applied_is_skipped_not_fatal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An older agent installed half of a DEPLOY it then refused, and kept its envelope: restoring
+    that snapshot raised, and the agent could not start."""
+    agent = Agent("agentB")
+    install(agent)
+    snapshot = json.loads(json.dumps(agent.snapshot()))
+    [good] = snapshot["deployments"]
+    bad = [
+        "BROKEN",
+        "v0",
+        "DEPLOY",
+        "*",
+        json.dumps({"workflow": "BROKEN", "version": "v0", "jobs": [{"job": "a'b"}]}),
+    ]
+    snapshot["deployments"] = [{"order": 0, "ended": False, "envelopes": [bad]}, good]
+    restored = Agent("agentB")
+    restored.restore(snapshot)
+    assert list(restored.deployments) == [("PAYROLL", V)] and restored.current("PAYROLL") == V
+    assert "snapshot: skipped a DEPLOY envelope of BROKEN version v0" in caplog.text
 
 
 def test_a_job_after_a_failure_is_skipped_and_the_skip_carries_on() -> None:
@@ -434,3 +478,60 @@ def test_a_job_after_a_failure_is_skipped_and_the_skip_carries_on() -> None:
     [not_taken] = published(agent_c.handle(Delivered(key(agent_c, "Alert"), (trigger("g2"), ok)), 3.0))
     assert (not_taken["status"], not_taken["skipped"]) == ("NORUN", 1)
     assert ("PAYROLL", "g1") in agent_c.ended  # both its jobs published: over for agentC
+
+
+def test_a_version_in_parts_is_taken_only_once_all_its_parts_are_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """APPL_START came in the coordinator's first part, APPL_END in its last: a trigger between
+    them started a generation that never ended. Nor does a job fire on a version whose other jobs
+    here are still coming (the generation would be over here once the jobs known had published)."""
+    monkeypatch.setattr(importlib.import_module("wfm.workflow.translate"), "PART_LIMIT", 400)
+    plan = translate(load(WORKFLOWS / "payroll.xml"))
+    parts = {
+        name: [p for p in signed(plan.publications()) if p["agentname"] == name]
+        for name in ("agentA", "agentB")
+    }
+    assert [len(parts[name]) for name in parts] == [2, 2]
+    coordinator, b = Agent("agentA"), Agent("agentB")
+    coordinator.handle(Incoming(parts["agentA"][0]), 0.0)
+    b.handle(Incoming(parts["agentB"][0]), 0.0)
+    assert coordinator.current("PAYROLL") is None and b.current("PAYROLL") is None
+    assert (
+        published(coordinator.handle(Delivered(key(coordinator, "APPL_START"), (trigger("g1"),)), 1.0)) == []
+    )
+    assert fire(b, "JobB", "g1", "JobA") == [] and b.refused["firing"] == 1
+    restored = Agent("agentB")  # a restart counts the same parts
+    restored.restore(json.loads(json.dumps(b.snapshot())))
+    assert restored.current("PAYROLL") is None
+    for agent in (coordinator, b):
+        [ack] = published(agent.handle(Incoming(parts[agent.name][1]), 2.0))
+        assert (ack["result"], agent.current("PAYROLL")) == ("OK", V)
+    [start] = published(coordinator.handle(Delivered(key(coordinator, "APPL_START"), (trigger("g2"),)), 3.0))
+    assert (start["jobname"], start["GID"]) == ("APPL_START", "g2")
+    assert runs(fire(b, "JobB", "g2", "JobA")) and ("PAYROLL", "g2") not in b.ended
+
+
+def test_an_agent_keeps_no_generation_of_a_version_it_does_not_host() -> None:
+    """An agent the new version leaves out keeps its APPL_START subscription (until undeployed):
+    it recorded every generation of the new version, for --keep-days."""
+    agent = Agent("agentB")
+    install(agent)
+    agent.handle(Delivered("PAYROLL starts", (status("APPL_START", "g1", version="0123456789ab"),)), 1.0)
+    agent.handle(Delivered("PAYROLL starts", (status("APPL_START", "g2"),)), 1.0)
+    assert list(agent.generations) == [("PAYROLL", "g2")]
+
+
+def test_a_coordinator_left_without_appl_start_by_a_new_version_starts_no_more_generations() -> None:
+    """It kept its old version current (the last one with APPL_START here): every trigger then
+    started two generations, one on each version, by the old and the new coordinator."""
+
+    def plan(first: str, second: str) -> Plan:
+        jobs = (Job("A", first, "true"), Job("B", second, "true", after=(After("A"),)))
+        return translate(Workflow("CO", jobs))
+
+    old, new = plan("a", "x"), plan("x", "a")
+    agent = Agent("a")
+    install(agent, old)
+    install(agent, new)
+    assert agent.current("CO") == new.version
+    go = Publication("Trigger", {"applname": "CO", "GID": "g1", "schedule": MONDAY})
+    assert published(agent.handle(Delivered(key(agent, "APPL_START", version=old.version), (go,)), 1.0)) == []

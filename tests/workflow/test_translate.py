@@ -46,7 +46,7 @@ def condition(plan: Plan, job: str) -> str:
     (found,) = [
         str(r.composite)
         for env in plan.envelopes
-        for info in parse_deploy(Control(W, plan.version, env.command, env.job, env.content))
+        for info in parse_deploy(Control(W, plan.version, env.command, env.job, env.content)).jobs
         if info.job == job
         for r in registrations(info)
         if r.composite is not None
@@ -121,6 +121,8 @@ def test_a_large_agent_is_split_into_parts_that_fit() -> None:
     jobs = [Job("J0", "a", big)] + [Job(f"J{i}", "a", big, after=(After(f"J{i - 1}"),)) for i in range(1, 7)]
     plan = translate(Workflow(W, tuple(jobs)))
     assert len(plan.envelopes) == 4 and all(len(e.content) <= PART_LIMIT for e in plan.envelopes)
+    numbers = [(data["part"], data["parts"]) for data in (json.loads(e.content) for e in plan.envelopes)]
+    assert numbers == [(1, 4), (2, 4), (3, 4), (4, 4)]  # the agent takes the version once all are in
     assert [e["job"] for e in entries(plan, "a")] == ["APPL_START", *(f"J{i}" for i in range(7)), "APPL_END"]
 
 

@@ -62,10 +62,14 @@ def encode_text(text: str) -> str:
 
 
 def decode_text(value: object) -> str:
-    """The inverse of :func:`encode_text`; ValueError if ``value`` is not one."""
+    """The inverse of :func:`encode_text`; ValueError if ``value`` is not one (anyone may publish a
+    query: JSON nested deeply enough makes the decoder raise RecursionError)."""
     if not isinstance(value, str):
         raise ValueError(f"expected an encoded text, not {value!r}")
-    text = json.loads(value)
+    try:
+        text = json.loads(value)
+    except RecursionError:
+        raise ValueError("expected an encoded text, not JSON nested that deep") from None
     if not isinstance(text, str):
         raise ValueError(f"expected an encoded text, not {value!r}")
     return text

@@ -10,10 +10,10 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from broker.language.values import NAME_RE, is_number
+from broker.language.values import is_number
 from broker.transport import MAX_FRAME
 from wfm.workflow.errors import Problem
-from workflow_messages import APPL_END, APPL_START, DAILY, find_cycles
+from workflow_messages import APPL_END, APPL_START, DAILY, check_name, find_cycles
 
 if TYPE_CHECKING:
     from wfm.workflow.model import Job, Workflow
@@ -23,7 +23,6 @@ __all__ = ["MAX_COMMAND", "ON_VALUES", "RETRIES_RULE", "TIMEOUT_RULE", "find_pro
 ON_VALUES = ("success", "failure", "always")
 TIMEOUT_RULE = "timeout must be a positive number of seconds"
 RETRIES_RULE = "retries must be a non-negative integer"
-_NAME_RULE = "letters, digits and _ - : /, not starting with a digit or -"
 # A command travels to its agent JSON-encoded (up to 6 bytes per byte: \u00XX) inside one AGENT_CTL
 # message, which must fit in one frame along with the rest of the job's definition.
 MAX_COMMAND = MAX_FRAME // 8
@@ -52,8 +51,10 @@ def find_problems(workflow: Workflow) -> list[Problem]:
 
 
 def _name_problems(name: str, what: str, line: int | None) -> Iterator[Problem]:
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        yield Problem(line, f"{what} {name!r} is not a valid name ({_NAME_RULE})")
+    try:
+        check_name(name, what)
+    except ValueError as error:
+        yield Problem(line, str(error))
 
 
 def _job_problems(job: Job, known: dict[str, Job]) -> Iterator[Problem]:

@@ -127,14 +127,20 @@ def translate(workflow: Workflow) -> Plan:
 
 def _parts(base: dict[str, Any], entries: list[dict[str, Any]]) -> list[str]:
     """The DEPLOY contents of one agent: its entries in order, as few per content as fit in
-    :data:`PART_LIMIT` (a single entry larger than that goes alone: a command may be 128 KiB)."""
+    :data:`PART_LIMIT` (a single entry larger than that goes alone: a command may be 128 KiB).
+    Several are numbered, ``part`` of ``parts``: the agent takes the version only once it holds
+    them all (APPL_START comes in the first, APPL_END in the last: a generation started between
+    them would never end)."""
+    overhead = len(encode({**base, "jobs": [], "part": PART_LIMIT, "parts": PART_LIMIT}))
     parts: list[list[dict[str, Any]]] = [[]]
-    size = 0
+    size = overhead
     for entry in entries:
         length = len(encode(entry)) + 1
         if parts[-1] and size + length > PART_LIMIT:
             parts.append([])
-            size = 0
+            size = overhead
         parts[-1].append(entry)
         size += length
-    return [encode({**base, "jobs": part}) for part in parts]
+    if len(parts) == 1:  # a content without numbers is whole, as before parts were numbered
+        return [encode({**base, "jobs": parts[0]})]
+    return [encode({**base, "jobs": part, "part": n, "parts": len(parts)}) for n, part in enumerate(parts, 1)]
