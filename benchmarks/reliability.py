@@ -231,11 +231,19 @@ class Probe(threading.Thread):
             receiver, publisher = clients
             stream = await receiver.subscribe(f"[class,eq,{PROBE}]")
             await publisher.advertise(f"[class,eq,{PROBE}],[n,isPresent,0]")
-            while not self.stop_publishing.is_set():  # until the subscription reaches B1, nothing arrives
-                await publisher.publish(Publication(PROBE, {"n": -1}))
-                with contextlib.suppress(TimeoutError):
-                    await stream.next(timeout=0.2)
+            # until the subscription reaches B1, nothing arrives, but for what stand-ins carry on
+            # before the brokers answered the advertisement: a warm-up publication counts only if
+            # B1 stood in for no one when it was published (negative numbers, not counted)
+            settled: set[int] = set()
+            for warm_up in itertools.count(-1, -1):
+                if self.stop_publishing.is_set():
                     break
+                if (await publisher.status()).get("stand_ins", 0) == 0:
+                    settled.add(warm_up)
+                await publisher.publish(Publication(PROBE, {"n": warm_up}))
+                with contextlib.suppress(TimeoutError):
+                    if int((await stream.next(timeout=0.2)).publication["n"]) in settled:
+                        break
             receiving = asyncio.create_task(self._receive(stream))
             self.ready.set()
             start = time.monotonic()
