@@ -29,6 +29,7 @@ table): a topology is read before any process starts, so a mistake costs nothing
 from __future__ import annotations
 
 import re
+import socket
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -45,6 +46,7 @@ __all__ = [
     "Site",
     "Topology",
     "TopologyError",
+    "free_port",
     "load_topology",
     "parse_toml_topology",
     "parse_topology",
@@ -59,6 +61,14 @@ CHOICES = {
 DEFAULTS = {"routing_policy": "flooding", "ordering": "FIFO", "logging_level": "light"}
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*\Z")  # a broker id must also be a URI path and a client id
 URL = re.compile(r"(?:tcp|socket)://(?P<host>[^:/\s]+):(?P<port>\d{1,5})(?:/\S*)?\Z")
+
+
+def free_port(host: str) -> int:
+    """A port free on ``host`` now, for a broker the topology gave port 0."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 class TopologyError(LocalError):
@@ -125,7 +135,7 @@ class Topology:
         """The brokers a client of the topology connects to: its site's, first listed first."""
         return BrokerList(self.uri(b.name) for b in self.brokers_on(self.process(client).site))
 
-    def with_ports(self, free_port: Callable[[str], int]) -> Topology:
+    def with_ports(self, free_port: Callable[[str], int] = free_port) -> Topology:
         """The same topology with every broker's port 0 replaced by ``free_port(host)``."""
         chosen = tuple(
             replace(p, port=free_port(p.host)) if p.role == "broker" and p.port == 0 else p

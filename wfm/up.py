@@ -102,7 +102,7 @@ class Layout:
                     f"{topology.source}:{process.line}: {process.name} is on {process.host}, but wfm up "
                     "runs every process on this machine (start brokers elsewhere with wfm broker --topology)"
                 )
-        placed = topology.with_ports(free_port)
+        placed = topology.with_ports()
         brokers = [p.name for p in placed.of_role("broker")]
         agents = {p.name: str(placed.brokers_for(p.name)) for p in placed.of_role("agent")}
         return cls({placed.uri(b): tuple(placed.neighbours(b)) for b in brokers}, agents)
@@ -124,12 +124,6 @@ def _address(host: str) -> str:
         return socket.gethostbyname(host)
     except OSError:
         return host
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 def identities(agents: Iterable[str], brokers: Iterable[str] = BROKER_IDS) -> dict[str, str]:

@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -43,14 +42,6 @@ __all__ = ["Entry", "Puppet", "PuppetError", "Settings"]
 WORKER = [sys.executable, "-m", "wfm.puppet.worker"]
 MARK = "WFM_PUPPET"  # in every child's environment: the run's directory (to find strays, say)
 ANSWER = 5.0  # seconds to wait for a worker's acknowledgement of an order before going on
-
-
-def free_port(host: str) -> int:
-    """A port free on ``host`` now, for a broker the topology gave port 0."""
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class PuppetError(LocalError):
@@ -160,7 +151,7 @@ class Puppet:
         warn: Callable[[str], None],
         settings: Settings = Settings(),
     ) -> None:
-        self.topology = topology.with_ports(free_port)
+        self.topology = topology.with_ports()
         self.home, self.emit, self.warn, self.settings = home, emit, warn, settings
         self.entries: list[Entry] = []
         self.published: list[Published] = []
