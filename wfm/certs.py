@@ -36,6 +36,7 @@ __all__ = [
     "init",
     "issue",
     "listing",
+    "subject_name",
 ]
 
 ROLES = ("broker", "agent", "deployer", "monitor", "client")
@@ -70,7 +71,7 @@ def check_name(name: str) -> str:
 def init(directory: Path, force: bool = False, days: int = CA_DAYS) -> Path:
     """Make the CA in ``directory`` (created if missing); its certificate's path."""
     key = ec.generate_private_key(ec.SECP256R1())
-    name = _subject("wfm CA", "ca")
+    name = subject_name("wfm CA", "ca")
     now = _now()
     cert = (
         _builder(name, name, key.public_key(), now, days)
@@ -106,7 +107,7 @@ def issue(
     key = ec.generate_private_key(ec.SECP256R1())
     usage = [ExtendedKeyUsageOID.CLIENT_AUTH]
     builder = (
-        _builder(_subject(name, role), ca_cert.subject, key.public_key(), _now(), days)
+        _builder(subject_name(name, role), ca_cert.subject, key.public_key(), _now(), days)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True
@@ -154,7 +155,8 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def _subject(name: str, role: str) -> x509.Name:
+def subject_name(name: str, role: str) -> x509.Name:
+    """The name of a certificate of ``role`` (its OU: what brokers and agents read the role from)."""
     return x509.Name(
         [
             x509.NameAttribute(NameOID.ORGANIZATION_NAME, "wfm"),

@@ -10,12 +10,12 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from agents.state import Agent, Emit, Incoming
 from agents.trust import Refusal, Trust
 from broker.language import Publication
 from tests.agents.test_state import PLAN
+from wfm.certs import subject_name as name
 from wfm.signing import Deployer
 from workflow_messages.signature import Signer, check_signature, signed_bytes
 
@@ -25,16 +25,6 @@ ENVELOPE = PLAN.publications()[0]
 
 def new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
-
-
-def name(cn: str, role: str) -> x509.Name:
-    return x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "wfm"),
-            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
-            x509.NameAttribute(NameOID.COMMON_NAME, cn),
-        ]
-    )
 
 
 def certificate(
