@@ -68,9 +68,9 @@ class StandIns:
 
     def _make(self, hop: str, adv_id: str) -> Output:
         entry = self.tables.srt.get(adv_id)
+        if entry is None or adv_id in self._made(hop):
+            return []  # (no empty entry left behind: it would keep ``update`` off its fast path)
         _, made = self.made.setdefault(hop, (self.custody.channels[hop], {}))
-        if adv_id in made or entry is None:
-            return []
         # "~" is in no peer id, so this id is no client's ("<broker>/<client>/<ref>") nor another's
         sub_id = made[adv_id] = f"{self.broker_id}~stand-in~{hop}~{adv_id}"
         self.counters["stand_ins.made"] += 1
