@@ -168,11 +168,12 @@ def _placed(
         return uri, neighbors
     assert topology is not None and name is not None
     placed = load_topology(topology)
-    if any(port == 0 for port in (placed.uri(name).port, *(n.port for n in placed.neighbours(name)))):
+    here, dials = placed.uri(name), tuple(placed.neighbours(name))
+    if any(broker.port == 0 for broker in (here, *dials)):
         raise click.UsageError(
             f"{topology}: {name} and the brokers it dials need fixed ports (port 0 is for wfm up)"
         )
-    return placed.uri(name), (*placed.neighbours(name), *neighbors)
+    return here, (*dials, *neighbors)
 
 
 def _log_with_prefix(name: str) -> None:
