@@ -384,7 +384,8 @@ class Client(_Stream):
         else:
             self._send(ref, message, future)
         try:
-            return await asyncio.wait_for(future, self.request_timeout)
+            async with asyncio.timeout(self.request_timeout):
+                return await future
         except asyncio.CancelledError:
             self._give_up(ref, kept)
             raise

@@ -91,12 +91,11 @@ class DeliveryQueue(Generic[T]):
             self.space.set()
 
     async def get(self, timeout: float | None) -> T | None:
-        if not self.queue.empty():  # no timer, no task: wait_for costs more than the delivery
+        if not self.queue.empty():  # no timer: it costs more than the delivery
             item = self.queue.get_nowait()
-        elif timeout is None:
-            item = await self.queue.get()
-        else:
-            item = await asyncio.wait_for(self.queue.get(), timeout)
+        else:  # not wait_for: a delivery racing a cancellation swallowed the cancellation
+            async with asyncio.timeout(timeout):  # None: no limit
+                item = await self.queue.get()
         self._taken()
         return item
 

@@ -146,9 +146,10 @@ async def dial(
     sent behind its hello; over TLS if given ``tls``, to a broker whose certificate names it.
     ConnectError, with the reason, if the broker cannot be reached, refuses or is someone else."""
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(target.host, target.port, ssl=tls), timeout
-        )
+        async with asyncio.timeout(timeout):  # not wait_for: a refusal racing a cancellation
+            # (an agent stopping while its broker is down) swallowed the cancellation, and the
+            # retries went on for ever
+            reader, writer = await asyncio.open_connection(target.host, target.port, ssl=tls)
     except (OSError, TimeoutError) as error:
         raise ConnectError(f"cannot connect to {target}: {error or 'timed out'}") from None
     link = Link(reader, writer, target.id)
@@ -160,7 +161,8 @@ async def dial(
     peer_epoch, took = greeting(target.id)
     link.send(Hello("client", name, peer_epoch=peer_epoch, took=took))
     try:
-        items = await asyncio.wait_for(link.receive(), timeout)
+        async with asyncio.timeout(timeout):
+            items = await link.receive()
         if isinstance(items[0], BadMessage):
             raise items[0]
     except (TimeoutError, LinkClosed, ProtocolError) as error:

@@ -147,7 +147,8 @@ class Link:
             try:
                 self.writer.write(b"".join(self._queue))
                 self._queue, self._queued_bytes = [], 0
-                await asyncio.wait_for(self.writer.drain(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self.writer.drain()
             except (ConnectionError, OSError, TimeoutError):
                 stuck = True
         self.close(reason, abort=stuck)
@@ -162,5 +163,6 @@ class Link:
                 # shielded: the close waiter is one future for every caller, and a caller that is
                 # cancelled or times out would cancel it under the others (seen with TLS, whose
                 # close takes a round trip: a broker stopping raised CancelledError)
-                await asyncio.wait_for(asyncio.shield(waiter()), timeout)
+                async with asyncio.timeout(timeout):
+                    await asyncio.shield(waiter())
         await asyncio.gather(self._writer_task, return_exceptions=True)

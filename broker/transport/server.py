@@ -317,7 +317,8 @@ class RouterService:
             who = peer(writer.get_extra_info("peercert"))
         link = Link(reader, writer, "incoming", self.queue_limit)
         try:
-            hello = await asyncio.wait_for(self._first(link), HANDSHAKE_TIMEOUT)
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                hello = await self._first(link)
         except (TimeoutError, LinkClosed, ProtocolError) as error:
             self.counters["handshake_failed"] += 1
             link.send(Refuse("", f"handshake failed: {error or 'timeout'}"))
@@ -375,7 +376,8 @@ class RouterService:
                         raise ProtocolError(f"{neighbor}'s certificate is {who}, not broker {neighbor.id}")
                     sent = self._hello(neighbor.id)
                     link.send(sent)
-                    reply = await asyncio.wait_for(self._first(link), HANDSHAKE_TIMEOUT)
+                    async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                        reply = await self._first(link)
                     if reply.id != neighbor.id or reply.kind != "broker":
                         raise ProtocolError(f"{neighbor} answered as {reply.kind} {reply.id!r}")
                     delay = 0.1

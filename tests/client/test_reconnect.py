@@ -54,6 +54,34 @@ def test_dial_any_walks_the_broker_list_with_the_backoff_schedule() -> None:
     run(scenario())
 
 
+def test_a_cancellation_racing_a_refused_connection_ends_the_retries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent stopped while its broker was down could hang for ever: its retrying connection
+    was cancelled in the same turn of the loop as a refusal arrived, asyncio.wait_for (3.11)
+    returned the refusal instead of the cancellation, and the retries went on."""
+
+    async def scenario() -> None:
+        refusals: list[asyncio.Future[None]] = []
+
+        async def refused(*args: object, **kwargs: object) -> None:
+            refusals.append(asyncio.get_running_loop().create_future())
+            await refusals[-1]
+
+        monkeypatch.setattr("asyncio.open_connection", refused)
+        dialling = asyncio.create_task(
+            dial_any([uri("B1")], "c", 1.0, Backoff(first=0.01, cap=0.01, attempts=None))
+        )
+        await until(lambda: bool(refusals), what="the first attempt")
+        refusals[-1].set_exception(ConnectionRefusedError("refused"))
+        dialling.cancel()  # in the same turn of the loop as the refusal
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(dialling, 2.0)
+        assert len(refusals) == 1
+
+    run(scenario())
+
+
 def test_a_reconnection_stays_with_the_broker_it_lost_before_failing_over(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -384,7 +384,8 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
                 while True:
                     await asyncio.sleep(max(0.0, spoke + NOTICE_GAP - loop.time()))
                     try:
-                        await asyncio.wait_for(notices.ready.wait(), KEEPALIVE)
+                        async with asyncio.timeout(KEEPALIVE):
+                            await notices.ready.wait()
                     except TimeoutError:
                         yield ": keepalive\n\n"
                         continue

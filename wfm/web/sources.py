@@ -156,12 +156,12 @@ class OverlayWatcher:
     async def status(self, uri: str, detail: bool = False) -> dict[str, Any]:
         client = self.clients.get(uri)
         if client is None:
-            client = await asyncio.wait_for(
-                Client.connect(brokers(uri).secured(self.tls), timeout=STATUS_TIMEOUT), STATUS_TIMEOUT * 2
-            )
+            async with asyncio.timeout(STATUS_TIMEOUT * 2):
+                client = await Client.connect(brokers(uri).secured(self.tls), timeout=STATUS_TIMEOUT)
             self.clients[uri] = client
         try:
-            return await asyncio.wait_for(client.status(detail), STATUS_TIMEOUT)
+            async with asyncio.timeout(STATUS_TIMEOUT):
+                return await client.status(detail)
         except BaseException:
             self.clients.pop(uri, None)
             with contextlib.suppress(Exception):
