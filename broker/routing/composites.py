@@ -5,8 +5,13 @@ part of it) shares an equal detection if there is one, so each is detected once 
 everyone who asked. ``placement`` decides where: the whole detection goes on to the neighbour its
 sources all lie behind, or a ``Detector`` here joins it; its atoms are then subscribed through the
 routing tables under the hop ``DETECTOR``, and the parts it leaves to neighbours are requested
-from here like any other composite. A detection is placed again when an advertisement gives one
-of its atoms a first source, or when the neighbour that held it goes. The waiting state under a
+from here like any other composite. A detection is placed once, where its sources are when it is
+requested; one made before an advertisement of one of its atoms stays where it is when the
+advertisement comes, and that atom's subscription is routed to the new source like any other.
+Moving it then lost publications: those the new source had already sent this way, which reach
+a broker that no longer detects it and pass the new place before it was set up (a Trigger
+carried on by a stand-in, see ``standins``, behind its advertisement after a restart). It is
+placed again only when the neighbour that held it goes for good. The waiting state under a
 binding is dropped when a publication matches the detection's clear condition: one subscription
 per condition and broker, however many detections share it.
 
@@ -25,11 +30,9 @@ from broker.errors import ParseError
 from broker.language.model import Atom, Composite, Filter, Policy, Publication, composite_variables
 from broker.language.values import Var
 from broker.routing.detection import Bindings, Detector
-from broker.routing.filter_index import FilterIndex
 from broker.routing.ids import DETECTOR, LocalId, PartId
 from broker.routing.messages import DEFAULT_TTL, CompositeSubscribe, Notify, Unsubscribe
 from broker.routing.placement import Placement, node_at, place
-from broker.routing.relations import overlaps
 from broker.routing.tables import Output, Tables
 
 __all__ = ["Composites", "Detection", "Requester"]
@@ -64,10 +67,7 @@ class Composites:
         self.parts: dict[str, tuple[Detection, int]] = {}  # subscription of an atom -> (detection, leaf)
         self.clears: dict[str, tuple[str, set[Detection]]] = {}  # clear text -> (subscription, users)
         self.clear_subscriptions: dict[str, Filter] = {}
-        self.pending: FilterIndex[PartId] = FilterIndex()  # atoms of detections placed before an
-        self.pending_atoms: dict[PartId, Filter] = {}  # advertisement of theirs (part i: atom i)
         self.detector_limits = (max_waiting, max_age)
-        self.kept_in_place = 0  # detections not moved to a new source: they held partial matches
         self._numbers = itertools.count(1)  # of this broker's LocalIds
 
     def status(self) -> dict[str, Any]:
@@ -76,7 +76,6 @@ class Composites:
             "composite_subscriptions": len(self.detections),
             "composite_detected": len(detectors),
             "composite_waiting": sum(d.waiting for d in detectors),
-            "composite_kept_in_place": self.kept_in_place,
             "composite_dropped": sum(d.dropped for d in detectors),
             "composite_truncated": sum(d.truncated for d in detectors),
         }
@@ -111,26 +110,7 @@ class Composites:
             return []
         key = _key(detection.composite, detection.clear, detection.policy)
         del self.detections[detection.id], self.shared[key]
-        self._note_pending(detection, False)
         return self._unplace(detection)
-
-    def advertised(self, advertisement: Filter) -> Output:
-        """Place again the detections that had no source for an atom this advertisement overlaps,
-        unless one may hold partial matches: moving it would throw them away (a Trigger that
-        already passed would never be joined again). It stays, and its atoms' subscriptions
-        are routed towards the new source like any other."""
-        waiting = {
-            part.detection
-            for part in self.pending.candidates(advertisement)
-            if overlaps(self.pending_atoms[part], advertisement)
-        }
-        out: Output = []
-        for detection_id in sorted(waiting, key=str):  # wire-text order, as before ids were records
-            detection = self.detections.get(detection_id)
-            if detection is None or detection.placement is None or not detection.placement.pending:
-                continue
-            out += self._place(detection, moving=True)
-        return out
 
     def link_down(self, hop: str) -> Output:
         """A neighbour is gone: drop what it asked for, and place again what was sent to it."""
@@ -146,38 +126,10 @@ class Composites:
 
     # placement ----------------------------------------------------------------------------------
 
-    def _note_pending(self, detection: Detection, pending: bool) -> None:
-        """Index the atoms of a detection that waits for an advertisement, so that one arriving
-        finds the detections it may move without testing them all."""
-        atoms = {PartId(detection.id, i): atom.filter for i, atom in enumerate(detection.composite.atoms())}
-        if pending == (next(iter(atoms)) in self.pending_atoms):
-            return
-        for part, atom in atoms.items():
-            if pending:
-                self.pending.add(part, atom)
-                self.pending_atoms[part] = atom
-            else:
-                self.pending.remove(part)
-                del self.pending_atoms[part]
-
-    def _place(self, detection: Detection, moving: bool = False) -> Output:
-        """(Re)decide where the detection happens, and set it up there. ``moving``: only a new
-        advertisement asks, so a detection that may hold partial matches stays where it is."""
+    def _place(self, detection: Detection) -> Output:
+        """(Re)decide where the detection happens, and set it up there."""
         upstream = {r[0] for r in detection.requesters if not isinstance(r, PartId)} & self.tables.neighbors
         placement = place(detection.composite, self.tables.whence, upstream)
-        current = detection.placement
-        unchanged = current is not None and (current.forward, current.atoms, current.remote) == (
-            placement.forward,
-            placement.atoms,
-            placement.remote,
-        )
-        if moving and not unchanged and _may_hold_state(detection):
-            self.kept_in_place += 1
-            return []
-        self._note_pending(detection, placement.pending)
-        if unchanged:
-            detection.placement = placement
-            return []
         out = self._unplace(detection)
         detection.placement = placement
         if placement.forward is not None:
@@ -296,13 +248,6 @@ class Composites:
             to_client = hop in self.tables.clients
             out.append((hop, Notify(ref, publications) if to_client else Notify(ref, publications, bindings)))
         return out
-
-
-def _may_hold_state(detection: Detection) -> bool:
-    """Whether matches may wait in the detection: in its detector here, or in a part it sent to a
-    neighbour (which says nothing until the part fires, so any such part may hold some)."""
-    detector, placement = detection.detector, detection.placement
-    return detector is not None and (detector.waiting > 0 or bool(placement and placement.remote))
 
 
 def _key(composite: Composite, clear: Filter | None, policy: Policy) -> tuple[str, str, Policy]:

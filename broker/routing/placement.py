@@ -34,7 +34,7 @@ class Source(Enum):
     these are not text, so no broker's name can be mistaken for them)."""
 
     HERE = "here"  # local clients, or more than one direction
-    NOWHERE = "nowhere"  # no advertisement yet: detect here until one arrives
+    NOWHERE = "nowhere"  # no advertisement yet: detect here (it stays when one arrives)
 
 
 HERE: Final = Source.HERE
@@ -46,7 +46,6 @@ class Placement:
     forward: str | None  # the neighbour the whole composite goes to, or None: detected here
     atoms: tuple[Path, ...] = ()  # atoms subscribed from here
     remote: tuple[tuple[Path, str], ...] = ()  # subtrees detected at a neighbour
-    pending: bool = False  # some atom had no source: a new advertisement may move the detection
 
 
 def holds_state(node: Composite) -> bool:
@@ -67,13 +66,10 @@ def place(
     """Split ``composite`` by destination. ``whence(atom filter)`` is a neighbour id, ``HERE`` or
     ``NOWHERE``; neighbours in ``upstream`` (where the composite came from) are never destinations."""
     destinations: dict[Path, str | None] = {}
-    pending = False
 
     def destination(node: Composite, path: Path) -> str | None:
-        nonlocal pending
         if isinstance(node, Atom):
             source = whence(node.filter)
-            pending |= source == NOWHERE
             found = None if isinstance(source, Source) or source in upstream else source
         else:
             children = {destination(child, (*path, i)) for i, child in enumerate(operands(node))}
@@ -83,7 +79,7 @@ def place(
 
     root = destination(composite, ())
     if root is not None and holds_state(composite):
-        return Placement(root, pending=pending)
+        return Placement(root)
     atoms: list[Path] = []
     remote: list[tuple[Path, str]] = []
 
@@ -98,4 +94,4 @@ def place(
                 split(child, (*path, i))
 
     split(composite, ())
-    return Placement(None, tuple(atoms), tuple(remote), pending)
+    return Placement(None, tuple(atoms), tuple(remote))

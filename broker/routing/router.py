@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.errors import LocalError
-from broker.language.model import Filter, Publication
+from broker.language.model import Publication
 from broker.routing.acl import Policy, refusal
 from broker.routing.composites import Composites
 from broker.routing.custody import Custody
@@ -97,7 +97,7 @@ class Router:
         send where, in order. Sessions whose grace period is over go first; what needs custody
         is carried, and held for a peer that is away."""
         out = self.sessions.expire(now) + self._dispatch(message, hop, now)
-        out += self.stand_ins.update(message, hop, out, bool(self.sessions.away))
+        out += self.stand_ins.update(message, hop, out)
         return self.custody.carry(out)
 
     def _dispatch(self, message: Message, hop: str, now: float) -> Output:
@@ -218,7 +218,7 @@ class Router:
         out: Output = [(hop, Ack(message.id, entry_id))]
         try:
             if isinstance(message, Advertise):
-                out += self._advertise(entry_id, message.filter, hop, DEFAULT_TTL)
+                out += self.tables.advertise(entry_id, message.filter, hop, DEFAULT_TTL)
             elif isinstance(message, Subscribe):
                 out += self.tables.subscribe(entry_id, fix_time(message.filter, now), hop, DEFAULT_TTL)
             else:
@@ -286,7 +286,7 @@ class Router:
             return self._drop("duplicate")  # only a cycle in the overlay brings one back
         if isinstance(message, Subscribe):
             return self.tables.subscribe(message.id, message.filter, hop, message.ttl)
-        return self._advertise(message.id, message.filter, hop, message.ttl)
+        return self.tables.advertise(message.id, message.filter, hop, message.ttl)
 
     def _asked(self, message: CompositeSubscribe, hop: str, now: float) -> Output:
         if self.composites.asked((hop, message.id)):
@@ -328,11 +328,6 @@ class Router:
         return []
 
     # routing ------------------------------------------------------------------------------------
-
-    def _advertise(self, adv_id: str, advertisement: Filter, hop: str, ttl: int) -> Output:
-        """Into the tables; and a detection that had no source for one of its atoms may move."""
-        out = self.tables.advertise(adv_id, advertisement, hop, ttl)
-        return out + self.composites.advertised(advertisement)
 
     def _route(
         self, pub_id: str, publication: Publication, hop: str, ttl: int, now: float, accepted: float

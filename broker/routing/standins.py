@@ -14,6 +14,12 @@ by its own tables when it is back, and the subscription travels upstream like an
 publisher two hops away is covered too. The neighbour's ``Took`` of the advertisement comes after
 the subscriptions it sent in answer (``Router._carried``), on the same ordered link, so the stand-in
 is withdrawn only once the real ones are in place. Its session ending takes it with the rest.
+
+An advertisement sent to a neighbour that is up gets a stand-in as well, kept here (not sent on,
+so no message is spent on it): publications that reach this broker before the neighbour answered
+go on to it. That covers a middle broker's restart: the neighbour beyond resends what it held for
+it, publications included, and the middle broker, which had no subscription for them yet, now
+stands in for its other side.
 """
 
 from __future__ import annotations
@@ -31,32 +37,36 @@ class StandIns:
     def __init__(self, broker_id: str, tables: Tables, custody: Custody, counters: Counter[str]) -> None:
         self.broker_id = broker_id
         self.tables, self.custody, self.counters = tables, custody, counters
-        # neighbour -> (its channel then, advertisement id -> stand-in subscription id)
-        self.made: dict[str, tuple[Channel, dict[str, str]]] = {}
+        # neighbour -> (its channel then, advertisement id -> (stand-in subscription id, sent on))
+        self.made: dict[str, tuple[Channel, dict[str, tuple[str, bool]]]] = {}
 
-    def update(self, message: Message, hop: str, out: Output, peers_away: bool) -> Output:
+    def update(self, message: Message, hop: str, out: Output) -> Output:
         """What the router's output ``out`` for ``message`` from ``hop`` changes: stand-ins for
-        the advertisements it holds for a neighbour away, an end to those taken or withdrawn."""
-        if not (peers_away or self.made or self.custody.taken_adverts):
-            return []  # the usual case, and the hot path: nobody away, nothing stood in for
+        the advertisements it sends a neighbour, an end to those taken or withdrawn."""
+        if self.made:
+            channels = self.custody.channels
+            for neighbour in [n for n, (then, _) in self.made.items() if channels.get(n) is not then]:
+                del self.made[neighbour]  # its session ended, or it came back new: its entries went
         more: Output = []
-        channels = self.custody.channels
-        for neighbour in [n for n, (then, _) in self.made.items() if channels.get(n) is not then]:
-            del self.made[neighbour]  # its session ended, or it came back new: its entries went
+        for target, sent in out:
+            kind = type(sent)
+            if kind is Advertise:
+                more += self._make(target, sent.id)  # type: ignore[union-attr]
+            elif kind is Unadvertise and sent.id in self._made(target):  # type: ignore[union-attr]
+                more += self._end(target, sent.id)  # type: ignore[union-attr]
+        if not (self.made or self.custody.taken_adverts):
+            return more  # the usual case, and the hot path: nothing stood in for
         if isinstance(message, LinkDown) and (channel := self._away(hop)) is not None:
             for adv_id in list(channel.adverts):  # sent, not yet taken: it may never have been
+                if not self._made(hop).get(adv_id, ("", True))[1]:
+                    more += self._end(hop, adv_id)  # kept here while it was up: now sent on
                 more += self._make(hop, adv_id)
-        for target, sent in out:
-            if isinstance(sent, Advertise) and self._away(target) is not None:
-                more += self._make(target, sent.id)
-            elif isinstance(sent, Unadvertise) and sent.id in self._made(target):
-                more += self._end(target, sent.id)
         for target, adv_id in self.custody.advertisements_taken():
             if adv_id in self._made(target):
                 more += self._end(target, adv_id)
         return more
 
-    def _made(self, hop: str) -> dict[str, str]:
+    def _made(self, hop: str) -> dict[str, tuple[str, bool]]:
         return self.made[hop][1] if hop in self.made else {}
 
     def _away(self, hop: str) -> Channel | None:
@@ -67,18 +77,28 @@ class StandIns:
         return channel
 
     def _make(self, hop: str, adv_id: str) -> Output:
+        """A stand-in for ``adv_id`` under ``hop``. For a neighbour away it is sent on like any
+        subscription (a publisher further away must send its publications this way); for one
+        that is up it stays here: it only carries on to the neighbour what reaches this broker
+        before the neighbour's answer, such as what a neighbour resends after this broker came
+        back (a middle broker's restart), at no cost in messages when nothing does."""
+        channel = self.custody.channels.get(hop)
         entry = self.tables.srt.get(adv_id)
-        if entry is None or adv_id in self._made(hop):
+        if channel is None or channel.client or hop not in self.tables.neighbors or entry is None:
+            return []
+        if adv_id in self._made(hop):
             return []  # (no empty entry left behind: it would keep ``update`` off its fast path)
-        _, made = self.made.setdefault(hop, (self.custody.channels[hop], {}))
+        _, made = self.made.setdefault(hop, (channel, {}))
         # "~" is in no peer id, so this id is no client's ("<broker>/<client>/<ref>") nor another's
-        sub_id = made[adv_id] = f"{self.broker_id}~stand-in~{hop}~{adv_id}"
+        sub_id = f"{self.broker_id}~stand-in~{hop}~{adv_id}"
+        made[adv_id] = (sub_id, not channel.up)
         self.counters["stand_ins.made"] += 1
-        return self.tables.subscribe(sub_id, entry.filter, hop, DEFAULT_TTL)
+        self.counters["stand_ins.sent_on"] += not channel.up
+        return self.tables.subscribe(sub_id, entry.filter, hop, DEFAULT_TTL, forward=not channel.up)
 
     def _end(self, hop: str, adv_id: str) -> Output:
         made = self.made[hop][1]
-        sub_id = made.pop(adv_id)
+        sub_id, _ = made.pop(adv_id)
         if not made:
             del self.made[hop]
         entry = self.tables.prt.get(sub_id)

@@ -36,6 +36,7 @@ class Entry(Generic[H]):
     filter: Filter
     hop: H  # where it came from
     ttl: int
+    forward: bool = True  # a subscription sent on towards advertisements (False: a stand-in kept here)
 
 
 class Tables:
@@ -75,7 +76,7 @@ class Tables:
             if entry.hop != hop:
                 out += self._apply(hop, self.advertisements.want(hop, adv_id, entry.filter), True)
         for sub_id, sub in self.prt.items():
-            if sub.hop != hop and self._routes_to(sub.filter, hop):
+            if sub.hop != hop and sub.forward and self._routes_to(sub.filter, hop):
                 out += self._apply(hop, self.subscriptions.want(hop, sub_id, sub.filter), False)
         return out
 
@@ -109,15 +110,21 @@ class Tables:
         if hop in self.neighbors:  # subscriptions waiting for this direction can now go there
             for sub_id in sorted(self.prt_index.candidates(advertisement)):
                 entry = self.prt[sub_id]
-                if entry.hop != hop and overlaps(entry.filter, advertisement):
+                if entry.hop != hop and entry.forward and overlaps(entry.filter, advertisement):
                     out += self._apply(hop, self.subscriptions.want(hop, sub_id, entry.filter), False)
         return out
 
-    def subscribe(self, sub_id: str, subscription: Filter, hop: Hop, ttl: int) -> Output:
-        self.prt[sub_id] = Entry(subscription, hop, ttl)
+    def subscribe(
+        self, sub_id: str, subscription: Filter, hop: Hop, ttl: int, forward: bool = True
+    ) -> Output:
+        """Into the tables, and towards the advertisements it overlaps unless ``forward`` is
+        False (a stand-in kept here, see ``standins``)."""
+        self.prt[sub_id] = Entry(subscription, hop, ttl, forward)
         self.prt_index.add(sub_id, subscription)
         self.matcher.add(sub_id, subscription)
         out: Output = []
+        if not forward:
+            return out
         for neighbor in sorted(self.neighbors):
             if neighbor != hop and self._routes_to(subscription, neighbor):
                 out += self._apply(neighbor, self.subscriptions.want(neighbor, sub_id, subscription), False)

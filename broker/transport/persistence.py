@@ -28,7 +28,7 @@ __all__ = ["Fsync", "RouterLog"]
 
 log = logging.getLogger("broker")
 
-SNAPSHOT_FORMAT = 3  # raised whenever the router's state changes shape (3: stand-ins, policies, fits)
+SNAPSHOT_FORMAT = 4  # raised whenever the router's state changes shape (4: detections stay where placed)
 CHECKPOINT_RECORDS = 20_000  # inputs between two snapshots: what a restart may have to replay
 CHECKPOINT_BYTES = 32 << 20
 
