@@ -96,20 +96,22 @@ def test_composites_fire_over_real_brokers() -> None:
 
 
 def test_padres_complex_cs_over_real_brokers_with_a_policy_named_on_the_cs_line() -> None:
-    """PADRES's TestComplexCS: the publisher's broker detects (its sources are there), the
-    subscriber asks from the other. Named ``padres``, the second publication fires again with the
-    stored first; the plain ``cs`` (chronicle) consumed it and fires once."""
+    """PADRES's TestComplexCS: the publisher's broker detects (its sources are there: it
+    advertised first, and a detection stays where it was placed), the subscriber asks from the
+    other. Named ``padres``, the second publication fires again with the stored first; the plain
+    ``cs`` (chronicle) consumed it and fires once."""
     stock = "{{[class,eq,stock],[number,>,120]}&{[class,eq,stock],[price,<,80]}}"
     first, second = "[class,stock],[number,130],[price,60]", "[class,stock],[price,70]"
     with brokers({"B1": [], "B2": ["B1"]}) as uris:
-        subscriber = client_process(uris["B2"], "monitor")
-        assert subscriber.stdin is not None and subscriber.stderr is not None
-        subscriber.stdin.write(f"cs padres {stock}\ncs {stock}\n")
-        subscriber.stdin.flush()
-        padres, chronicle = (subscriber.stderr.readline().split()[-1] for _ in range(2))
         with BlockingClient(uris["B1"], "exchange") as publisher:
             publisher.advertise("[class,eq,stock],[number,isPresent,0],[price,isPresent,0]")
             publisher.advertise("[class,eq,stock],[price,isPresent,0]")
+            quiet(uris)
+            subscriber = client_process(uris["B2"], "monitor")
+            assert subscriber.stdin is not None and subscriber.stderr is not None
+            subscriber.stdin.write(f"cs padres {stock}\ncs {stock}\n")
+            subscriber.stdin.flush()
+            padres, chronicle = (subscriber.stderr.readline().split()[-1] for _ in range(2))
             quiet(uris)
             status = BlockingClient(uris["B1"], "look")
             assert status.status()["composite_detected"] == 2  # both at B1, each as asked
