@@ -32,10 +32,6 @@ __all__ = [
 ]
 
 _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
-# A subscription travels towards a publisher only once the publisher's advertisement has reached
-# its broker (docs/overlay.md), so a Trigger published right after a fresh advertisement would miss
-# every subscriber on another broker. Local hops take milliseconds; this leaves a wide margin.
-ADVERTISEMENT_SETTLE = 0.5
 
 
 class NotAcknowledged(NoAnswer):
@@ -82,7 +78,10 @@ def parse_date(text: str) -> date:
 class TriggerPublisher:
     """One connection that advertises Triggers once and publishes any number of them.
 
-    After (re)advertising it waits ADVERTISEMENT_SETTLE seconds before the first publication.
+    It publishes right after (re)advertising: a subscription travels towards a publisher only
+    once the advertisement has reached the subscriber's broker, but until a broker's neighbour
+    has answered an advertisement the broker carries on to it what the advertisement covers
+    (stand-ins, docs/overlay.md), so a Trigger behind its advertisement reaches every subscriber.
     Reconnects on the next publish after a failure, so a long-running ``wfm schedule`` survives a
     broker restart between two fires.
 
@@ -116,7 +115,6 @@ class TriggerPublisher:
             client = self._connect()
             try:
                 client.advertise(trigger_advertisement())
-                time.sleep(ADVERTISEMENT_SETTLE)
             except BaseException:
                 client.close()
                 raise

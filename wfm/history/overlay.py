@@ -22,11 +22,13 @@ from broker.language import Atom
 from wfm.history.asker import Answers, HistoryError, Result, Seam, ask, without_time
 from wfm.history.groups import join
 from wfm.history.windows import Window
-from wfm.triggers import ADVERTISEMENT_SETTLE
 
 __all__ = ["LATE", "Asked", "ask_composite", "ask_filter", "connection"]
 
 LATE = 0.5  # seconds a publication accepted just before the end of the window gets to arrive
+# a new subscription must reach the publishers' brokers before the query's answer is the seam:
+# local hops take milliseconds, this leaves a wide margin
+SUBSCRIPTION_SETTLE = 0.5
 
 
 @asynccontextmanager
@@ -91,7 +93,7 @@ async def ask_filter(client: Client, asked: Window, now: float, timeout: float) 
     wanted, since, until = asked
     live = await client.subscribe(without_time(wanted)) if until is not None and until > now else None
     if live is not None:
-        await asyncio.sleep(ADVERTISEMENT_SETTLE)
+        await asyncio.sleep(SUBSCRIPTION_SETTLE)
     query_id = uuid.uuid4().hex
     answers = await ask(client, query_id, wanted, since, until, timeout)
     return Asked(query_id, answers, Seam(wanted, since, until), live)
