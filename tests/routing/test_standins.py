@@ -213,3 +213,28 @@ def test_a_trigger_published_right_after_its_advertisement_reaches_every_join() 
     coordinator.publish("[class,S],[g,g1]")
     for agent in agents:
         assert agent.fired() == [["[class,S],[g,g1]", "[class,T],[g,g1]"]], agent.name
+
+
+def test_a_frozen_middle_broker_comes_back_with_its_state_and_every_join_fires() -> None:
+    """SIGSTOP of B2 past the heartbeat timeout: its neighbours take its links as down and keep
+    its session; B2 keeps all its state (it took nothing meanwhile). A generation started
+    meanwhile at B1 reaches the joins at B2 and B3 once B2 runs again, and no stand-in is left."""
+    overlay = Overlay.line(3, session_grace=600)
+    agents = [overlay.add_client(f"agent{i}", f"B{i}") for i in (2, 3)]
+    for agent in agents:
+        agent.subscribe_composite(JOIN)
+    overlay.disconnect("B1", "B2")
+    overlay.disconnect("B2", "B3")
+    trigger, coordinator = overlay.add_client("trigger", "B1"), overlay.add_client("coordinator", "B1")
+    trigger.advertise("[class,eq,T],[g,isPresent,'']")
+    trigger.publish("[class,T],[g,g1]")
+    coordinator.advertise("[class,eq,S],[g,isPresent,'']")
+    coordinator.publish("[class,S],[g,g1]")
+    assert overlay.routers["B1"].status()["stand_ins"] == 2  # held for B2 with what they drew
+    overlay.advance(5)
+    overlay.connect("B1", "B2")
+    overlay.connect("B2", "B3")
+    for agent in agents:
+        assert agent.fired() == [["[class,S],[g,g1]", "[class,T],[g,g1]"]], agent.name
+    for router in overlay.routers.values():
+        assert router.status()["stand_ins"] == 0
