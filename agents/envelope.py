@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -89,11 +90,13 @@ class JobInfo:
 
 @dataclass(frozen=True, slots=True)
 class DeployPart:
-    """A DEPLOY envelope: ``jobs``, part ``part`` of the ``parts`` its agent's jobs came in."""
+    """A DEPLOY envelope: ``jobs``, part ``part`` of the ``parts`` its agent's jobs came in,
+    split as ``split`` says ("" for a whole one, or from a deployer that did not say)."""
 
     part: int
     parts: int
     jobs: list[JobInfo]
+    split: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,9 @@ def parse_deploy(control: Control) -> DeployPart:
         or not 1 <= part <= parts
     ):
         raise ValueError(f"DEPLOY part {part!r} of {parts!r}: part must be an integer from 1 to parts")
+    split = data.get("split", "")
+    if not isinstance(split, str) or not re.fullmatch(r"[0-9a-f]{0,64}", split):
+        raise ValueError(f"DEPLOY split {split!r}: it must be a hex digest")
     entries = data.get("jobs")
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise ValueError("DEPLOY needs a non-empty list of job objects")
@@ -203,7 +209,7 @@ def parse_deploy(control: Control) -> DeployPart:
         elif not info.virtual and not info.after:
             raise ValueError(f"DEPLOY job {job!r} runs after nothing (a start job runs after APPL_START)")
         infos.append(info)
-    return DeployPart(part, parts, infos)
+    return DeployPart(part, parts, infos, split)
 
 
 def registrations(info: JobInfo) -> list[Registration]:

@@ -221,6 +221,7 @@ class Deployment:
     ends_here: bool = False
     parts: int = 0  # the DEPLOY envelopes its jobs come in (0: deployed by the per-job commands)
     parts_in: set[int] = field(default_factory=set)  # the numbers of those that arrived
+    split: str = ""  # which jobs went in which part (``DeployPart.split``)
 
     @property
     def complete(self) -> bool:
@@ -459,9 +460,10 @@ class Agent:
         deployment = self._deployment(control.workflow, control.version)
         deployment.ends_here = True
         deployment.envelopes[f"DEPLOY {digest(control.content)}"] = control
-        if deployment.parts != deploy.parts and not (deployment.parts and deployment.complete):
+        split = (deploy.parts, deploy.split)
+        if (deployment.parts, deployment.split) != split and not (deployment.parts and deployment.complete):
             # split otherwise (a longer cwd) while incomplete: count the parts of this split
-            deployment.parts, deployment.parts_in = deploy.parts, set()
+            deployment.parts, deployment.split, deployment.parts_in = *split, set()
         deployment.parts_in.add(deploy.part)
         changed = False
         requests: list[Request] = []

@@ -515,6 +515,41 @@ def test_a_version_in_parts_is_taken_only_once_all_its_parts_are_in(monkeypatch:
     assert runs(fire(b, "JobB", "g2", "JobA")) and ("PAYROLL", "g2") not in b.ended
 
 
+def test_parts_of_two_splits_of_one_version_never_make_it_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same version deployed from two folders (a longer cwd) splits one agent's jobs in two
+    parts both times, at different places: part 1 of one split and part 2 of the other left job
+    B out and counted complete. Each part names its split; the agent counts one split's parts."""
+    jobs = (Job("A", "b", "true " + "x" * 300), Job("B", "b", "true"), Job("C", "b", "true"))
+    short, long = (
+        Workflow("SPLIT", jobs, source=f"{folder}/split.xml") for folder in ("/w", "/w" + "/y" * 60)
+    )
+    translation = importlib.import_module("wfm.workflow.translate")
+
+    def parts(workflow: Workflow) -> list[Publication]:
+        return [p for p in translate(workflow).publications() if p["agentname"] == "b"]
+
+    def jobs_in(part: Publication) -> list[str]:
+        return [entry["job"] for entry in json.loads(str(part["content"]))["jobs"]]
+
+    for limit in range(300, 2000):  # the first part limit at which the two splits differ
+        monkeypatch.setattr(translation, "PART_LIMIT", limit)
+        first, second = parts(short), parts(long)
+        if len(first) == len(second) == 2 and jobs_in(first[0]) != jobs_in(second[0]):
+            break
+    else:
+        raise AssertionError("no part limit splits the two otherwise")
+    assert not {"A", "B", "C"} <= {*jobs_in(second[0]), *jobs_in(first[1])}  # one is left out
+    agent = Agent("b")
+    one, two, three = signed([second[0], first[1], first[0]])  # in the order they are sent
+    assert published(agent.handle(Incoming(one), 0.0))[0]["result"] == "OK"
+    agent.handle(Incoming(two), 0.0)
+    version = translate(short).version
+    assert agent.current("SPLIT") is None  # not complete: a job is missing
+    agent.handle(Incoming(three), 0.0)
+    assert agent.current("SPLIT") == version
+    assert {"A", "B", "C"} <= set(agent.deployments["SPLIT", version].jobs)
+
+
 def test_an_agent_keeps_no_generation_of_a_version_it_does_not_host() -> None:
     """An agent the new version leaves out keeps its APPL_START subscription (until undeployed):
     it recorded every generation of the new version, for --keep-days."""

@@ -13,6 +13,7 @@ its entry carries the graph from which the coordinator names the failed and skip
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 from collections.abc import Callable
@@ -98,6 +99,7 @@ def encode(data: dict[str, Any]) -> str:
 
 
 PART_LIMIT = 128 * 1024  # characters of one DEPLOY content: a frame (1 MiB) holds it escaped twice
+SPLIT_HEX = 16  # hex digits of a split's digest in each numbered part
 
 
 def translate(workflow: Workflow) -> Plan:
@@ -130,8 +132,12 @@ def _parts(base: dict[str, Any], entries: list[dict[str, Any]]) -> list[str]:
     :data:`PART_LIMIT` (a single entry larger than that goes alone: a command may be 128 KiB).
     Several are numbered, ``part`` of ``parts``: the agent takes the version only once it holds
     them all (APPL_START comes in the first, APPL_END in the last: a generation started between
-    them would never end)."""
-    overhead = len(encode({**base, "jobs": [], "part": PART_LIMIT, "parts": PART_LIMIT}))
+    them would never end). They also carry the ``split``, a digest of which jobs went in which
+    part: the same version sent again split otherwise (a longer cwd) is counted afresh, and never
+    completed by parts of two splits that leave a job out between them."""
+    overhead = len(
+        encode({**base, "jobs": [], "part": PART_LIMIT, "parts": PART_LIMIT, "split": "0" * SPLIT_HEX})
+    )
     parts: list[list[dict[str, Any]]] = [[]]
     size = overhead
     for entry in entries:
@@ -143,4 +149,8 @@ def _parts(base: dict[str, Any], entries: list[dict[str, Any]]) -> list[str]:
         size += length
     if len(parts) == 1:  # a content without numbers is whole, as before parts were numbered
         return [encode({**base, "jobs": parts[0]})]
-    return [encode({**base, "jobs": part, "part": n, "parts": len(parts)}) for n, part in enumerate(parts, 1)]
+    split = hashlib.sha256(
+        encode({"jobs": [[entry["job"] for entry in part] for part in parts]}).encode()
+    ).hexdigest()
+    numbered = {"parts": len(parts), "split": split[:SPLIT_HEX]}
+    return [encode({**base, "jobs": part, "part": n, **numbered}) for n, part in enumerate(parts, 1)]
