@@ -1,8 +1,9 @@
 """Where each part of a composite subscription is detected (PADRES's destination tree). Pure.
 
 A broker that receives a composite asks, for each atom, where the publications matching it come
-from: all through one neighbour (its destination is that neighbour), from here or from several
-directions (``HERE``), or from nowhere yet (``NOWHERE``: no advertisement overlaps it). The
+from: all through one neighbour (its destination is that neighbour), or otherwise (``HERE``):
+from here, from several directions, or from nowhere yet (no advertisement overlaps it; the
+detection stays here when one arrives, see ``composites``). The
 destination tree is built bottom-up: a node's destination is its children's when they all agree
 on one neighbour, and none otherwise. The composite is then split top-down: a whole composite
 whose destination is a neighbour goes there as a unit; otherwise this broker detects the root,
@@ -26,19 +27,17 @@ from typing import Final
 from broker.language.model import Atom, Composite, Filter, Or
 from broker.routing.detection import Path, operands
 
-__all__ = ["HERE", "NOWHERE", "Placement", "Source", "node_at", "place"]
+__all__ = ["HERE", "Placement", "Source", "node_at", "place"]
 
 
 class Source(Enum):
     """Where an atom's publications come from when it is not one neighbour (a neighbour is its id:
     these are not text, so no broker's name can be mistaken for them)."""
 
-    HERE = "here"  # local clients, or more than one direction
-    NOWHERE = "nowhere"  # no advertisement yet: detect here (it stays when one arrives)
+    HERE = "here"  # local clients, more than one direction, or no advertisement yet
 
 
 HERE: Final = Source.HERE
-NOWHERE: Final = Source.NOWHERE
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +62,8 @@ def node_at(composite: Composite, path: Path) -> Composite:
 def place(
     composite: Composite, whence: Callable[[Filter], str | Source], upstream: Collection[str] = ()
 ) -> Placement:
-    """Split ``composite`` by destination. ``whence(atom filter)`` is a neighbour id, ``HERE`` or
-    ``NOWHERE``; neighbours in ``upstream`` (where the composite came from) are never destinations."""
+    """Split ``composite`` by destination. ``whence(atom filter)`` is a neighbour id or ``HERE``;
+    neighbours in ``upstream`` (where the composite came from) are never destinations."""
     destinations: dict[Path, str | None] = {}
 
     def destination(node: Composite, path: Path) -> str | None:

@@ -22,7 +22,7 @@ from broker.routing.filter_index import FilterIndex
 from broker.routing.forwarding import Action, Forwarding
 from broker.routing.ids import DETECTOR, Hop
 from broker.routing.messages import Advertise, Message, Subscribe, Unadvertise, Unsubscribe
-from broker.routing.placement import HERE, NOWHERE, Source
+from broker.routing.placement import HERE, Source
 from broker.routing.relations import Fit, advertisement_covers, overlaps, subscription_covers
 
 __all__ = ["Output", "Tables"]
@@ -193,11 +193,9 @@ class Tables:
         hops = {
             self.srt[i].hop for i in self.srt_index.candidates(atom) if overlaps(atom, self.srt[i].filter)
         }
-        if not hops:
-            return NOWHERE
         if len(hops) == 1 and (hop := hops.pop()) in self.neighbors:
             return hop
-        return HERE  # local clients, or more than one direction
+        return HERE  # local clients, more than one direction, or no advertisement yet
 
     def _routes_to(self, subscription: Filter, neighbor: str) -> bool:
         """Is there an advertisement learned from ``neighbor`` that the subscription overlaps?"""
