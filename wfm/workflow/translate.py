@@ -13,7 +13,6 @@ its entry carries the graph from which the coordinator names the failed and skip
 
 from __future__ import annotations
 
-import hashlib
 import json
 import posixpath
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from typing import Any
 
 from broker.language import Filter, Publication
 from wfm.workflow.model import Workflow
-from workflow_messages import AGENT_CTL, APPL_END, APPL_START, deployer_advertisement
+from workflow_messages import AGENT_CTL, APPL_END, APPL_START, deployer_advertisement, digest
 
 __all__ = ["PART_LIMIT", "Envelope", "Plan", "encode", "translate"]
 
@@ -99,7 +98,6 @@ def encode(data: dict[str, Any]) -> str:
 
 
 PART_LIMIT = 128 * 1024  # characters of one DEPLOY content: a frame (1 MiB) holds it escaped twice
-SPLIT_HEX = 16  # hex digits of a split's digest in each numbered part
 
 
 def translate(workflow: Workflow) -> Plan:
@@ -135,9 +133,7 @@ def _parts(base: dict[str, Any], entries: list[dict[str, Any]]) -> list[str]:
     them would never end). They also carry the ``split``, a digest of which jobs went in which
     part: the same version sent again split otherwise (a longer cwd) is counted afresh, and never
     completed by parts of two splits that leave a job out between them."""
-    overhead = len(
-        encode({**base, "jobs": [], "part": PART_LIMIT, "parts": PART_LIMIT, "split": "0" * SPLIT_HEX})
-    )
+    overhead = len(encode({**base, "jobs": [], "part": PART_LIMIT, "parts": PART_LIMIT, "split": digest("")}))
     parts: list[list[dict[str, Any]]] = [[]]
     size = overhead
     for entry in entries:
@@ -149,8 +145,6 @@ def _parts(base: dict[str, Any], entries: list[dict[str, Any]]) -> list[str]:
         size += length
     if len(parts) == 1:  # a content without numbers is whole, as before parts were numbered
         return [encode({**base, "jobs": parts[0]})]
-    split = hashlib.sha256(
-        encode({"jobs": [[entry["job"] for entry in part] for part in parts]}).encode()
-    ).hexdigest()
-    numbered = {"parts": len(parts), "split": split[:SPLIT_HEX]}
+    split = digest(encode({"jobs": [[entry["job"] for entry in part] for part in parts]}))
+    numbered = {"parts": len(parts), "split": split}
     return [encode({**base, "jobs": part, "part": n, **numbered}) for n, part in enumerate(parts, 1)]
