@@ -418,12 +418,22 @@ def test_a_snapshot_from_before_the_age_bound_is_restored_and_timed_at_the_first
             "finite",
         ),
         ([{"job": "JobB", "command": "x", "after": [["JobA", "success"]], "timeout": 1e400}], "finite"),
+        # a dict: more of the content than its jobs
+        (
+            {"jobs": [{"job": "JobB", "command": "x", "after": [["JobA", "success"]]}], "split": "../x"},
+            "split",
+        ),
+        (
+            {"jobs": [{"job": "JobB", "command": "x", "after": [["JobA", "success"]]}], "split": ["a"]},
+            "split",
+        ),
     ],
 )
 def test_a_bad_deploy_is_refused_with_its_reason_and_the_agent_goes_on(jobs: object, fragment: str) -> None:
     agent = Agent("agentB")
     [good] = [p for p in PLAN.publications() if p["agentname"] == "agentB"]
-    content = encode({"workflow": "PAYROLL", "version": V, "jobs": jobs})
+    fields = jobs if isinstance(jobs, dict) else {"jobs": jobs}
+    content = encode({"workflow": "PAYROLL", "version": V, **fields})
     bad = Publication("AGENT_CTL", {**good.fields, "content": content})
     [ack] = published(agent.handle(Incoming(DEPLOYER.sign(bad)), 0))
     assert ack["result"] == "ERROR" and fragment in str(ack["detail"])
