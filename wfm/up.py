@@ -62,6 +62,7 @@ BROKER_IDS = ("B1", "B2", "B3")
 HISTORIAN = "historian"
 DEPLOYER = "deployer"  # wfm up's deployments, and the user's wfm trigger, deploy and monitor
 WATCHER = "monitor"  # wfm up's own checks of the brokers
+WEB_TIMEOUT = 30.0  # seconds the dashboard may take to listen before wfm up goes on without it
 
 
 class UpError(LocalError):
@@ -329,6 +330,27 @@ def _ignore(_: str) -> None:
     pass
 
 
+def _serving(
+    dashboard: Child, port: int, processes: Processes, stop: threading.Event, warn: Callable[[str], None]
+) -> bool:
+    """Whether the dashboard listens on ``port`` (within WEB_TIMEOUT): its URL is printed only
+    then, so that it answers when opened (under load its start took longer than the deploys)."""
+    deadline = time.monotonic() + WEB_TIMEOUT
+    while any(child is dashboard for child, _ in processes.running):
+        try:
+            with socket.create_connection((HOST, port), timeout=0.5):
+                return True
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            warn(f"warning: the dashboard did not listen on port {port} within {WEB_TIMEOUT:g} s")
+            return False
+        processes.check()  # an optional child that exited is warned of and forgotten
+        if stop.wait(0.1):
+            return False
+    return False
+
+
 def serve(
     workflows: Sequence[tuple[str, Path]],
     agents: Sequence[str],
@@ -388,9 +410,8 @@ def serve(
             shown = ("--workflows", str(workflows[0][1].parent)) if workflows else ()
             web = ("web", "--broker", watched, *history[:2], *shown, "--port", str(web_port))
             secret = (("WFM_WEB_TOKEN", token),)
-            processes.start(
-                Child("web", (*WFM, *web, *_as(certs, DEPLOYER)), optional=True, environment=secret)
-            )
+            dashboard = Child("web", (*WFM, *web, *_as(certs, DEPLOYER)), optional=True, environment=secret)
+            processes.start(dashboard)
         for child in agent_children(agents, uris, home / "agents", certs, layout.agents):
             processes.start(child)
         for name, file in workflows:
@@ -399,7 +420,9 @@ def serve(
             if stop.is_set():
                 return
         spark_uri = None if spark_port is None else f"sc://{HOST}:{spark_port}"
-        web_url = None if web_port is None else f"http://{HOST}:{web_port}/?token={token}"
+        web_url = None
+        if web_port is not None and _serving(dashboard, web_port, processes, stop, warn):
+            web_url = f"http://{HOST}:{web_port}/?token={token}"
         names = [name for name, _ in workflows]
         ready(Started(uris, list(agents), processes.logs, names, home / "history", spark_uri, web_url, certs))
         while not stop.wait(0.2):
