@@ -69,8 +69,10 @@ def test_a_cancellation_racing_a_refused_connection_ends_the_retries(
             await refusals[-1]
 
         monkeypatch.setattr("asyncio.open_connection", refused)
+        # the attempt's own timeout is far beyond the test's: under load, a poll can come later
+        # than a short one, and a timed-out first attempt would be the retry counted below
         dialling = asyncio.create_task(
-            dial_any([uri("B1")], "c", 1.0, Backoff(first=0.01, cap=0.01, attempts=None))
+            dial_any([uri("B1")], "c", 600.0, Backoff(first=0.01, cap=0.01, attempts=None))
         )
         await until(lambda: bool(refusals), what="the first attempt")
         refusals[-1].set_exception(ConnectionRefusedError("refused"))
