@@ -50,6 +50,7 @@ from agents.state import (
     Tick,
     Withdraw,
 )
+from broker import failpoints
 from broker.client import (
     DAEMON_BACKOFF,
     Brokers,
@@ -202,6 +203,10 @@ class AgentService:
         if self.client is not None:
             await self.client.stored()
         self.journal.sync()
+        if failpoints.ARMED:  # agent.journaled.DEPLOY: killed with a DEPLOY part journaled, not done
+            for event in events:
+                if isinstance(event, Incoming):
+                    failpoints.reach(f"agent.journaled.{event.publication.get('command')}")
         for event in events:  # in the journal now: a restart replays them, the broker need not
             delivery = self.behind.pop(id(event), None)
             if delivery is not None and self.client is not None:

@@ -36,6 +36,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker import failpoints
 from broker.client.outbox import Outbox, OutboxError
 from broker.client.queues import DeliveryQueue, Seen, client_session
 from broker.client.receipts import Receipts
@@ -582,6 +583,7 @@ class Client(_Stream):
                     elif not future.done():
                         future.set_exception(refused)
                 continue
+            failpoints.reach("outbox.stored")  # on disk, and not sent
             for _ in range(count):
                 if self._closing:
                     return  # on disk: the next run sends it
@@ -820,6 +822,7 @@ class Client(_Stream):
             self._unacked -= 1
             self._acked.set()
             if self._outbox is not None:  # acknowledged or refused: re-sending it cannot help
+                failpoints.reach("outbox.acknowledged")  # taken by the broker, still in the outbox
                 self._outbox.remove(ref)
         if pending.future is not None and not pending.future.done():
             if error is None:

@@ -44,6 +44,7 @@ import zlib
 from pathlib import Path
 from typing import Literal
 
+from broker import failpoints
 from broker.errors import LocalError
 
 __all__ = ["LogCorrupt", "LogInUse", "WriteAheadLog", "replace_atomically"]
@@ -308,10 +309,12 @@ class WriteAheadLog:
             generation = self.generation + 1
             header = _SNAPSHOT.pack(_MAGIC, len(snapshot), zlib.crc32(snapshot))
             replace_atomically(self._path("snap", generation), header + snapshot, sync)
+            failpoints.reach("wal.checkpoint.snapshot")  # the new snapshot, and no log after it
             fresh = _Segment(self._path("log", generation), 0)
             fresh.file.truncate(0)
             if sync:
                 _sync_directory(self.directory)
+            failpoints.reach("wal.checkpoint.log")  # the new generation whole, the old ones left
             segment.close()
             with self._mutex:
                 self._segment, self.generation = fresh, generation

@@ -24,7 +24,7 @@ from broker.errors import LocalError
 from broker.routing import Router
 from broker.routing.messages import Message
 
-__all__ = ["Fsync", "RouterLog"]
+__all__ = ["CHECKPOINT_RECORDS", "Fsync", "RouterLog"]
 
 log = logging.getLogger("broker")
 
@@ -34,9 +34,12 @@ CHECKPOINT_BYTES = 32 << 20
 
 
 class RouterLog:
-    def __init__(self, directory: Path, fsync: Fsync = "group") -> None:
+    def __init__(
+        self, directory: Path, fsync: Fsync = "group", checkpoint_every: int = CHECKPOINT_RECORDS
+    ) -> None:
         self.wal = WriteAheadLog(directory, fsync)
         self.directory = directory
+        self.checkpoint_every = checkpoint_every
 
     def restore(self, fresh: Callable[[], Router]) -> Router:
         """The router as the log left it, or ``fresh()`` for an empty log (snapshotted at once,
@@ -84,7 +87,8 @@ class RouterLog:
 
     def due(self) -> bool:
         return (
-            self.wal.records_since_checkpoint >= CHECKPOINT_RECORDS or self.wal.log_bytes >= CHECKPOINT_BYTES
+            self.wal.records_since_checkpoint >= self.checkpoint_every
+            or self.wal.log_bytes >= CHECKPOINT_BYTES
         )
 
     def checkpoint(self, router: Router) -> None:

@@ -42,7 +42,7 @@ from broker.routing.tables import Output
 from broker.throttle import LogThrottle
 from broker.transport.codec import Hello, Ping, Pong
 from broker.transport.link import SLOW_CONSUMER, Link
-from broker.transport.persistence import Fsync, RouterLog
+from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync, RouterLog
 from broker.transport.tls import Identity, Peer, peer
 from broker.transport.uri import BrokerURI
 
@@ -82,6 +82,7 @@ class RouterService:
         epoch: str | None = None,
         data: Path | None = None,
         fsync: Fsync = "group",
+        checkpoint_every: int = CHECKPOINT_RECORDS,
         policy: Policy | None = None,
         tls: Identity | None = None,
         insecure: bool = False,
@@ -108,7 +109,8 @@ class RouterService:
             epoch or secrets.token_hex(8),  # a broker without its log starts a new custody epoch
             policy,
         )
-        self.log_file = None if data is None else RouterLog(data, fsync)  # opened: one broker per directory
+        # opened: one broker per directory
+        self.log_file = None if data is None else RouterLog(data, fsync, checkpoint_every)
         # outputs waiting for the commit of their inputs, with the links they were meant for
         self._held: list[tuple[Output, dict[str, Link | None]]] = []
         self._announced: dict[str, str] = {}  # hop -> the name our hello gave a new channel

@@ -10,7 +10,7 @@ import pickle
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -75,12 +75,15 @@ class Line:
         self.uris = {name: BrokerURI("127.0.0.1", free_port(), name) for name in ("B1", "B2", "B3")}
         self.procs: dict[str, subprocess.Popen[str]] = {}
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, *options: str, failpoints: str = "") -> None:
+        """Start broker ``name`` with ``options``, armed with ``failpoints`` (WFM_FAILPOINTS)."""
         before = {"B2": ["B1"], "B3": ["B2"]}.get(name, [])
         with open(self.tmp / f"{name}.log", "a") as log:
-            self.procs[name] = self._spawn(name, before, log)
+            self.procs[name] = self._spawn(name, before, log, options, failpoints)
 
-    def _spawn(self, name: str, before: list[str], log: object) -> subprocess.Popen[str]:
+    def _spawn(
+        self, name: str, before: list[str], log: object, options: tuple[str, ...] = (), failpoints: str = ""
+    ) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [
                 WFM,
@@ -94,10 +97,12 @@ class Line:
                 "--data",
                 str(self.tmp / name),
                 *[arg for n in before for arg in ("--neighbor", str(self.uris[n]))],
+                *options,
             ],
             stdout=subprocess.DEVNULL,
             stderr=log,
             text=True,
+            env={**os.environ, "WFM_FAILPOINTS": failpoints},
         )
 
     def kill(self, name: str) -> None:
@@ -132,15 +137,11 @@ def line(tmp: Path) -> Iterator[Line]:
         brokers.stop()
 
 
-@pytest.mark.parametrize("victim", ["B2", "B1", "B3"])
-def test_a_broker_killed_mid_stream_and_restarted_loses_and_duplicates_nothing(
-    tmp_path: Path, victim: str
-) -> None:
-    """SIGKILL of the middle broker, of the publisher's edge and of the subscriber's edge, while
-    numbered publications flow from B1 to B3: each arrives once, in order."""
-    total = 300
+def numbered_stream(brokers: Line, total: int, fault: Callable[[int], Awaitable[None]]) -> list[int]:
+    """``total`` numbered publications from B1 to B3 (a client at each end that fails over along
+    the line), ``fault(n)`` awaited after the n-th: the numbers received, in their order."""
 
-    async def scenario(brokers: Line) -> list[int]:
+    async def scenario() -> list[int]:
         pub = await Client.connect([brokers.uris[b] for b in ("B1", "B2", "B3")], "pub", backoff=FAST)
         sub = await Client.connect([brokers.uris[b] for b in ("B3", "B2", "B1")], "sub", backoff=FAST)
         await pub.advertise(ADV)
@@ -155,12 +156,7 @@ def test_a_broker_killed_mid_stream_and_restarted_loses_and_duplicates_nothing(
         receiving = asyncio.create_task(receive())
         for n in range(total):
             pub.publish_nowait(Publication("stock", {"n": n}))
-            if n == total // 3:
-                await asyncio.sleep(0.2)
-                brokers.kill(victim)
-            if n == total // 2:
-                await asyncio.sleep(1.0)
-                brokers.start(victim)
+            await fault(n)
             await asyncio.sleep(0.005)
         with suppress(TimeoutError):
             await asyncio.wait_for(receiving, 45)
@@ -169,12 +165,58 @@ def test_a_broker_killed_mid_stream_and_restarted_loses_and_duplicates_nothing(
             await c.close()
         return got
 
-    with line(tmp_path) as brokers:
-        got = run(scenario(brokers), timeout=90)
+    return run(scenario(), timeout=90)
+
+
+def each_once_in_order(got: list[int], total: int) -> None:
     assert len(got) == len(set(got)), f"duplicates: {sorted(n for n in set(got) if got.count(n) > 1)}"
     assert sorted(got) == list(range(total)), f"lost: {sorted(set(range(total)) - set(got))}"
     assert got == sorted(got), "out of order"
+
+
+@pytest.mark.parametrize("victim", ["B2", "B1", "B3"])
+def test_a_broker_killed_mid_stream_and_restarted_loses_and_duplicates_nothing(
+    tmp_path: Path, victim: str
+) -> None:
+    """SIGKILL of the middle broker, of the publisher's edge and of the subscriber's edge, while
+    numbered publications flow from B1 to B3: each arrives once, in order."""
+    total = 300
+
+    async def kill_then_restart(n: int) -> None:
+        if n == total // 3:
+            await asyncio.sleep(0.2)
+            brokers.kill(victim)
+        if n == total // 2:
+            await asyncio.sleep(1.0)
+            brokers.start(victim)
+
+    with line(tmp_path) as brokers:
+        each_once_in_order(numbered_stream(brokers, total, kill_then_restart), total)
     assert os.path.exists(tmp_path / victim / "lock")
+
+
+@pytest.mark.parametrize("point", ["wal.checkpoint.snapshot", "wal.checkpoint.log"])
+def test_a_broker_killed_inside_a_checkpoint_comes_back_whole(tmp_path: Path, point: str) -> None:
+    """The middle broker kills itself (a failpoint) inside its second checkpoint: after the new
+    snapshot is renamed into place and before its log exists, or after that and before the old
+    generation is deleted. Restarted, it comes back from whichever generation is whole, and
+    numbered publications from B1 to B3 each arrive once, in order."""
+    total, every = 300, 60  # the second: the generation before the first is there to delete
+
+    async def restart_once_dead(n: int) -> None:
+        b2 = brokers.procs["B2"]
+        if b2.poll() is not None:
+            assert b2.returncode == -signal.SIGKILL
+            await asyncio.sleep(0.3)
+            brokers.start("B2", "--checkpoint-every", str(every))
+
+    with line(tmp_path) as brokers:
+        brokers.kill("B2")  # started again armed (its log goes on from the first start)
+        brokers.start("B2", "--checkpoint-every", str(every), failpoints=f"{point}:2")
+        brokers.linked()
+        each_once_in_order(numbered_stream(brokers, total, restart_once_dead), total)
+    log = (tmp_path / "B2.log").read_text()
+    assert f"failpoint {point} (pass 2): killed" in log, log[-2000:]
 
 
 async def _raw(
@@ -287,12 +329,10 @@ def test_a_restarted_broker_runs_with_the_settings_it_is_started_with(tmp_path: 
     run(scenario())
 
 
-def test_a_full_disk_at_a_checkpoint_does_not_stop_the_acknowledgements(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_full_disk_at_a_checkpoint_does_not_stop_the_acknowledgements(tmp_path: Path) -> None:
     async def scenario() -> None:
         address = uri("A")
-        a = RouterService(address, data=tmp_path / "a")
+        a = RouterService(address, data=tmp_path / "a", checkpoint_every=3)
         await a.start()
         pub = await Client.connect(address, "pub", backoff=FAST)
         await pub.advertise(ADV)
@@ -301,7 +341,6 @@ def test_a_full_disk_at_a_checkpoint_does_not_stop_the_acknowledgements(
             raise OSError(errno.ENOSPC, "No space left on device")
 
         a.log_file.wal.checkpoint = full  # type: ignore[union-attr, method-assign]
-        monkeypatch.setattr(persistence, "CHECKPOINT_RECORDS", 3)
         for n in range(3):
             await asyncio.wait_for(pub.publish(Publication("stock", {"n": n})), 5)
         assert a.counters["log_errors"] >= 1

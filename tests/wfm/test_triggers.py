@@ -4,6 +4,9 @@ outbox, where a Trigger the broker did not acknowledge waits for the next run.""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +19,7 @@ import pytest
 from broker.client import BlockingClient
 from broker.routing import Publish
 from broker.transport.server import RouterService
+from tests.processes import WFM
 from tests.transport.harness import uri
 from wfm.triggers import NotAcknowledged, TriggerPublisher, check_gid, check_workflow, new_gid, parse_date
 
@@ -102,3 +106,37 @@ def test_a_trigger_not_acknowledged_waits_in_the_outbox_for_the_next_run(tmp_pat
                 assert publisher.resent == 1
             got = [subscriber.receive(timeout=5) for _ in range(2)]
             assert [d.publication["GID"] for d in got if d is not None] == ["g1", "g2"]
+
+
+@pytest.mark.parametrize(
+    ("point", "first_arrives"),
+    [("outbox.stored", False), ("outbox.acknowledged", True)],
+)
+def test_wfm_trigger_killed_between_its_outbox_and_the_acknowledgement(
+    tmp_path: Path, point: str, first_arrives: bool
+) -> None:
+    """A real ``wfm trigger`` killed -9 (a failpoint) once its Trigger is on disk and before it is
+    sent, or once the broker acknowledged it and before the outbox forgot it: the next run sends
+    it first, under the same id, and the subscriber gets each generation exactly once."""
+    day = "2026-11-23"
+    with broker_in_a_thread() as broker, BlockingClient(broker.uri) as subscriber:
+        subscriber.subscribe("[class,eq,Trigger]")
+
+        def trigger(gid: str, failpoints: str = "") -> subprocess.CompletedProcess[str]:
+            argv = [WFM, "trigger", "PAYROLL", "--gid", gid, "--date", day, "--wait", "0"]
+            argv += ["--broker", str(broker.uri), "--outbox", str(tmp_path / "outbox")]
+            env = {**os.environ, "WFM_FAILPOINTS": failpoints}
+            return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+
+        killed = trigger("g1", point)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        assert f"failpoint {point} (pass 1): killed" in killed.stderr
+        first = subscriber.receive(timeout=1)
+        assert (first is not None) == first_arrives
+        again = trigger("g2")
+        assert again.returncode == 0, again.stderr
+        assert "sent again 1 Trigger(s)" in again.stderr
+        got = [subscriber.receive(timeout=5) for _ in range(1 if first_arrives else 2)]
+        got.append(subscriber.receive(timeout=1))  # a copy of g1 would come here
+        gids = [d.publication["GID"] for d in [first, *got] if d is not None]
+        assert gids == ["g1", "g2"]

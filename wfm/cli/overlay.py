@@ -17,7 +17,7 @@ from broker.client import Brokers, Client, Delivery, RefusedError
 from broker.errors import LinkClosed
 from broker.language import ParseError
 from broker.routing import COVERING_MODES
-from broker.transport.persistence import Fsync
+from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync
 from broker.transport.server import RouterService
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
@@ -92,6 +92,14 @@ from wfm.topology import load_topology
     "process dying, not the machine).",
 )
 @click.option(
+    "--checkpoint-every",
+    type=click.IntRange(1),
+    default=CHECKPOINT_RECORDS,
+    show_default=True,
+    help="With --data: inputs between two snapshots of the broker's state; fewer make a restart "
+    "replay less, and cost a snapshot's write more often.",
+)
+@click.option(
     "--acl",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     default=None,
@@ -118,6 +126,7 @@ def broker(
     session_grace: float,
     data: Path | None,
     fsync: Fsync,
+    checkpoint_every: int,
     acl: Path | None,
     tls: Identity | None,
     insecure: bool,
@@ -139,6 +148,7 @@ def broker(
             session_grace=session_grace,
             data=data,
             fsync=fsync,
+            checkpoint_every=checkpoint_every,
             policy=load_policy(acl),
             tls=tls,
             insecure=insecure,
