@@ -111,3 +111,11 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     assert "Subscriptions (PRT)" in page.inner_text("#detail")
     page.screenshot(path=str(tmp_path / "overlay.png"), full_page=True)
     assert os.path.getsize(tmp_path / "runs.png") > 0
+
+    page.context.clear_cookies()  # as if wfm up had started again with a new token
+    page.click('svg.overlay [data-broker="B1"]')
+    page.wait_for_selector("#signed-out")  # said in words, not a refusal's JSON
+    assert "printed a new URL" in page.inner_text("#signed-out")
+    assert page.inner_text("#live") == "signed out"
+    page.reload()
+    assert "started again" in page.inner_text("body")  # the refused page itself, for a person

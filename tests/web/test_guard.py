@@ -38,6 +38,13 @@ def test_every_read_needs_the_token(tmp_path: Path, method: str, path: str) -> N
     assert client(dashboard(tmp_path), token="x" * 43).request(method, path).status_code == 401
 
 
+def test_a_browser_opening_a_page_without_the_token_reads_why(tmp_path: Path) -> None:
+    answer = client(dashboard(tmp_path), token=None).get("/runs", headers={"Accept": "text/html,*/*"})
+    assert answer.status_code == 401 and answer.headers["content-type"].startswith("text/html")
+    assert "no valid token: open the URL wfm web printed" in answer.text
+    assert "started again" in answer.text and "<script" not in answer.text
+
+
 def test_the_token_in_either_header_is_taken(tmp_path: Path) -> None:
     anyone = client(dashboard(tmp_path), token=None)
     assert anyone.get("/api/runs", headers={"X-WFM-Token": TOKEN}).status_code == 200

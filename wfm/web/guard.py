@@ -18,6 +18,7 @@ headers; :class:`Guarded` is the ASGI adapter.
 from __future__ import annotations
 
 import hmac
+import html
 import ipaddress
 import re
 import secrets
@@ -28,7 +29,7 @@ from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["Guard", "Guarded", "check_token", "new_token"]
@@ -85,7 +86,7 @@ class Guard:
         given = [value for name, value in params if name == "token"]
         if given and method == "GET":
             if not self._matches(given[-1]):
-                return refusal(401, "wrong token: open the URL wfm web printed")
+                return refusal(401, "wrong token: open the URL wfm web printed", headers)
             rest = urlencode([(name, value) for name, value in params if name != "token"])
             page = "/" + path.lstrip("/")  # never "//elsewhere": a Location to another site
             answer = RedirectResponse(page + (f"?{rest}" if rest else ""), status_code=303)
@@ -97,6 +98,7 @@ class Guard:
                 401,
                 "no valid token: open the URL wfm web printed (/?token=...), or send "
                 "'Authorization: Bearer TOKEN' or 'X-WFM-Token: TOKEN'",
+                headers,
             )
         if method not in SAFE_METHODS:
             kind = headers.get("content-type", "").split(";")[0].strip().lower()
@@ -149,8 +151,19 @@ def _same_origin(origin: str, host: str) -> bool:
     return parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower()
 
 
-def refusal(status: int, line: str) -> Response:
+STALE = (
+    "A dashboard open before wfm up or wfm web was started again holds the old token: each start "
+    "prints a new URL."
+)
+
+
+def refusal(status: int, line: str, request: Mapping[str, str] | None = None) -> Response:
+    """One line of JSON for a program; for a browser opening a page (``Accept: text/html``),
+    the same line as a page a person can read, and why a tab that worked may now be refused."""
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 401 and request is not None and "text/html" in request.get("accept", ""):
+        page = f"<!doctype html><title>wfm: sign in</title><p>{html.escape(line)}</p><p>{STALE}</p>"
+        return HTMLResponse(page, status_code=status, headers=headers)
     return JSONResponse({"error": line}, status_code=status, headers=headers)
 
 

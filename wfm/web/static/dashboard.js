@@ -9,10 +9,26 @@
 
   let asked = 0;  // responses may come back out of order: only the latest request's is shown
 
+  // wfm up (or wfm web) started again has a new token: this tab's cookie is refused from then on,
+  // and the page says so instead of showing a refusal's JSON or reconnecting for ever
+  function signedOut() {
+    events.close();
+    live.textContent = "signed out";
+    live.className = "off";
+    content.innerHTML = "";
+    const note = document.createElement("p");
+    note.className = "problem";
+    note.id = "signed-out";
+    note.textContent = "This page's token is no longer valid: wfm up (or wfm web) was started "
+      + "again and printed a new URL. Open that URL.";
+    content.append(note);
+  }
+
   async function refresh() {
     const mine = ++asked;
     try {
       const response = await fetch(fragment, {cache: "no-store"});
+      if (response.status === 401) return signedOut();
       const text = await response.text();
       if (mine !== asked) return;
       content.innerHTML = text;
@@ -26,13 +42,16 @@
 
   const events = new EventSource("/events");
   events.onopen = () => { live.textContent = "live"; live.className = "on"; };
-  events.onerror = () => { live.textContent = "reconnecting ..."; live.className = "off"; };
+  events.onerror = () => {  // refused or unreachable: an EventSource does not say which
+    live.textContent = "reconnecting ..."; live.className = "off"; refresh();
+  };
   if (content.dataset.events) events.addEventListener(content.dataset.events, refresh);
 
   async function show(what, url) {
     const detail = document.getElementById("detail");
     detail.textContent = "asking " + what + " ...";
     const response = await fetch(url, {cache: "no-store"});
+    if (response.status === 401) return signedOut();
     detail.innerHTML = await response.text();
     detail.scrollIntoView({block: "nearest"});
   }
