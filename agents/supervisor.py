@@ -116,8 +116,9 @@ def peer_credentials(sock: socket.socket) -> bytes:
     return sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, CREDENTIALS.size)
 
 
-def status_path(log: str) -> str:
-    return log[: -len(".log")] + ".status"
+def beside(log: str, suffix: str) -> str:
+    """The run's file of that suffix (``.status``, ``.pid``) beside its log."""
+    return log[: -len(".log")] + suffix
 
 
 class Request:
@@ -150,10 +151,10 @@ Waiter = tuple[Connection, int]  # a connection and the id of its request
 class Command:
     """A command running under this daemon, and who waits for its end."""
 
-    __slots__ = ("clock", "deadline", "log", "pid", "pidfd", "started", "timed_out", "timeout", "waiters")
+    __slots__ = ("clock", "deadline", "log", "pid", "started", "timed_out", "timeout", "waiters")
 
-    def __init__(self, log: str, pid: int, pidfd: int, started: float, timeout: float | None) -> None:
-        self.log, self.pid, self.pidfd, self.started, self.timeout = log, pid, pidfd, started, timeout
+    def __init__(self, log: str, pid: int, started: float, timeout: float | None) -> None:
+        self.log, self.pid, self.started, self.timeout = log, pid, started, timeout
         self.clock = time.monotonic()
         self.deadline = None if timeout is None else self.clock + timeout
         self.timed_out = False
@@ -204,8 +205,12 @@ def _one_line(error: BaseException) -> str:
 
 
 class Daemon:
-    """The poll loop over the listening socket, the connections, the commands' pidfds and the
-    signal wake-up pipe."""
+    """The poll loop over the listening socket, the connections and the signal wake-up pipe.
+
+    A command's end comes as SIGCHLD, through the wake-up pipe, and is reaped with
+    ``waitpid(-1, WNOHANG)``: no descriptor per command (a pidfd each would run out of descriptors
+    past a thousand running jobs), and no reused pid is ever mistaken for a command, since a pid
+    is not reused before its parent, this process, reaps it."""
 
     def __init__(self, state_dir: str, listener: socket.socket) -> None:
         self.state_dir = state_dir
@@ -213,16 +218,16 @@ class Daemon:
         self.poll = select.poll()
         self.connections: dict[int, Connection] = {}  # by socket fd
         self.commands: dict[str, Command] = {}  # by log
-        self.pidfds: dict[int, Command] = {}
-        self.draining = False
-        self.signalled: int | None = None  # the last SIGTERM or SIGINT, handled in the loop
+        self.children: dict[int, Command] = {}  # by pid
+        self.draining = False  # set by SIGTERM or SIGINT, before the loop handles anything after it
         self.quiet_since: float | None = None
         self.wakeup, wakeup = os.pipe()
         for fd in (self.wakeup, wakeup):
             os.set_blocking(fd, False)
-        signal.set_wakeup_fd(wakeup)
+        signal.set_wakeup_fd(wakeup, warn_on_full_buffer=False)  # a byte waiting is enough
         for number in (signal.SIGTERM, signal.SIGINT):
             signal.signal(number, self._signalled)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # only to write to the pipe
         listener.setblocking(False)
         self.poll.register(listener.fileno(), select.POLLIN)
         self.poll.register(self.wakeup, select.POLLIN)
@@ -239,14 +244,8 @@ class Daemon:
             self._close(connection)
 
     def _signalled(self, signum: int, frame: object) -> None:
-        """Only a note: the wake-up pipe makes poll() return, and the loop drains."""
-        self.signalled = signum
-
-    def _drain(self) -> None:
-        if self.signalled is not None and not self.draining:
-            self.draining = True
-            running = len(self.commands)
-            _complain(f"signal {self.signalled}: starting nothing more, exiting after {running} runs end")
+        """Only a note (the loop says so, :meth:`_woken`): printing here could re-enter a print."""
+        self.draining = True
 
     def _finished(self) -> bool:
         if self.draining or self.commands or self.connections:
@@ -267,20 +266,22 @@ class Daemon:
         return min(LONGEST_WAIT, max(0, int((min(ends) - time.monotonic()) * 1000) + 1))
 
     def _ready(self, fd: int, mask: int) -> None:
-        """One descriptor poll() named. Sockets are non-blocking and pidfds checked without
-        waiting: an event that went stale in the same round (its fd closed, the number reused)
-        does nothing."""
+        """One descriptor poll() named. Sockets are non-blocking: an event that went stale in the
+        same round (its fd closed, the number reused) does nothing."""
         if fd == self.listener.fileno():
             self._accept()
         elif fd == self.wakeup:
-            os.read(self.wakeup, 512)
-            self._drain()
+            self._woken(os.read(self.wakeup, 4096))
         elif fd in self.connections and mask & select.POLLOUT:
             self._flush(self.connections[fd])  # its reading waits for the next round
         elif fd in self.connections:
             self._read(self.connections[fd])
-        elif fd in self.pidfds:
-            self._reap(self.pidfds[fd])
+
+    def _woken(self, signals: bytes) -> None:
+        """Signals arrived (the pipe holds their numbers): reap ended commands, say why it drains."""
+        for number in {signal.SIGTERM, signal.SIGINT} & set(signals):
+            _complain(f"signal {number}: starting nothing more, exiting once {len(self.commands)} runs end")
+        self._reap()
 
     # connections ----------------------------------------------------------------------------
 
@@ -290,8 +291,9 @@ class Daemon:
                 sock, _ = self.listener.accept()
             except BlockingIOError:
                 return
-            except OSError as error:  # out of descriptors: the agent's connect is retried
+            except OSError as error:  # out of descriptors: it waits in the backlog
                 _complain(f"cannot accept a connection: {error.strerror}")
+                time.sleep(0.1)  # or poll() would name the listener again at once, and again
                 return
             uid = foreign(peer_credentials(sock))
             if uid is not None:
@@ -378,7 +380,7 @@ class Daemon:
         command = self.commands.get(request.log)
         if command is not None:
             command.waiters.append(waiter)
-        elif os.path.exists(status_path(request.log)):
+        elif os.path.exists(beside(request.log, ".status")):
             self._answer(waiter, ENDED)
         elif os.path.lexists(request.log):
             self._answer(waiter, LOST)
@@ -402,34 +404,30 @@ class Daemon:
         finally:
             os.close(output)
         _write_group(request.log, pid)
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError as error:  # out of descriptors: it cannot be watched, so it must not run
-            _kill_group(pid)
-            os.waitpid(pid, 0)
-            failure = f"cannot supervise: {error.strerror}"
-            self._record(request.log, {"started": started, "duration": 0.0, "error": failure}, [waiter])
-            return
-        command = Command(request.log, pid, pidfd, started, request.timeout)
+        command = Command(request.log, pid, started, request.timeout)
         command.waiters.append(waiter)
-        self.commands[request.log] = self.pidfds[pidfd] = command
-        self.poll.register(pidfd, select.POLLIN)
+        self.commands[request.log] = self.children[pid] = command  # before its SIGCHLD is handled
 
     def _expire(self, now: float) -> None:
-        """Kill the process group of every command past its timeout; its pidfd tells its end."""
+        """Kill the process group of every command past its timeout; its SIGCHLD tells its end."""
         for command in self.commands.values():
             if command.deadline is not None and now >= command.deadline:
                 command.deadline, command.timed_out = None, True
                 _kill_group(command.pid)
 
-    def _reap(self, command: Command) -> None:
-        """The command ended: record its outcome, answer who waits."""
-        pid, status = os.waitpid(command.pid, os.WNOHANG)
-        if pid == 0:
-            return  # a stale event
-        self.poll.unregister(command.pidfd)
-        os.close(command.pidfd)
-        del self.pidfds[command.pidfd], self.commands[command.log]
+    def _reap(self) -> None:
+        """Record the end of every command that ended: one SIGCHLD may stand for several."""
+        while self.children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return
+            command = self.children.pop(pid, None)
+            if command is not None:
+                self._ended(command, status)
+
+    def _ended(self, command: Command, status: int) -> None:
+        """Record the command's outcome, answer who waits."""
+        del self.commands[command.log]
         outcome: dict[str, object] = {
             "started": command.started,
             "duration": time.monotonic() - command.clock,
@@ -442,7 +440,7 @@ class Daemon:
         """Write the status file, then answer: "ended", or "lost" if it cannot be written (what
         any later request finds then: a log and no status)."""
         try:
-            write_atomically(status_path(log), outcome)
+            write_atomically(beside(log, ".status"), outcome)
             answer = ENDED
         except OSError as error:
             _complain(f"cannot record how {log} ended: {error.strerror}")
@@ -474,7 +472,7 @@ def _spawn(request: Request, env: dict[str, str], output: int) -> int:
 def _write_group(log: str, pid: int) -> None:
     """The command's process group id beside its log, for a cancellation (:func:`agents.runner.stop`)."""
     try:
-        with open(log[: -len(".log")] + ".pid", "w") as group:
+        with open(beside(log, ".pid"), "w") as group:
             group.write(str(pid))
     except OSError as error:
         _complain(f"cannot write the process group of {log} (it cannot be cancelled): {error.strerror}")

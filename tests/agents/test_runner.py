@@ -361,6 +361,24 @@ def test_a_request_is_checked(tmp_path: Path, change: dict[str, object], fragmen
         supervisor.parse_request(message, str(tmp_path))
 
 
+def test_answers_an_agent_reads_late_wait_for_it_none_lost(tmp_path: Path) -> None:
+    """More answers than the socket holds (the agent reads none until it has sent every request):
+    the daemon keeps reading, keeps the answers, and sends them as the socket drains, in order."""
+    job, count = run("true"), 5_000
+    assert supervised(job, tmp_path, tmp_path) is not None
+    assert start_daemon(tmp_path).returncode == 0
+    with dial(tmp_path) as sock:
+        sock.sendall(lines({"env": {}}, *(request(tmp_path, job, number) for number in range(count))))
+        time.sleep(0.5)  # the daemon handles them all meanwhile: only the socket's draining sends the rest
+        received = bytearray()
+        while received.count(b"\n") < count:
+            data = sock.recv(1 << 16)
+            assert data, "closed before every answer came"
+            received += data
+    answers = [json.loads(line) for line in received.splitlines()]
+    assert answers == [{"id": number, "run": "ended"} for number in range(count)]
+
+
 def test_a_request_whose_agent_died_right_after_sending_it_is_run(tmp_path: Path) -> None:
     """The daemon reads what a closed connection had sent: a request that was sent is run."""
     job = run(f"echo ran >> {tmp_path / 'count'}")
