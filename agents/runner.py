@@ -1,19 +1,22 @@
-"""Running one attempt of a job under a supervisor, re-attaching to it after a restart, pruning logs.
+"""Running the attempts of jobs under the agent's supervisor, re-attaching to them after a
+restart, pruning logs.
 
-Each attempt runs under a supervisor process (:mod:`agents.supervisor`), in its own
-session so it outlives the agent: it runs the command with its timeout, environment and log, and
-writes the outcome atomically into the run's status file. The agent starts the supervisor with the
-run's lock held (``flock`` on ``JOB.ATTEMPT.lock``) and hands the lock down to it, so "the lock is
-held" means exactly "a supervisor of this run is alive", whatever became of the agent and of pids.
+Every attempt runs under the supervisor daemon of the agent's state directory
+(:mod:`agents.supervisor`), in its own session so it outlives the agent: it runs the command with
+its timeout, environment and log, and writes the outcome atomically into the run's status file.
+:class:`SupervisorClient` is the agent's one connection to it (the daemon is started on first
+need); :meth:`SupervisorClient.supervise` serves a new run and a run found unfinished after a
+restart alike, since the daemon answers from what it runs and what the files say:
 
-:func:`supervise` serves a new run and a run found unfinished after a restart alike:
-
-* lock held: a supervisor from before the restart still runs it; wait for the lock, read the status;
+* running under the daemon: it waits for the end (re-attached);
 * a status file: the run ended (perhaps while no agent was there); its outcome;
-* a log but no status: the supervisor died after starting the command; the run is **lost**
+* a log but no status: a supervisor died after starting the command; the run is **lost**
   (``None``), and is never started again, since the command may have run;
-* nothing: the command never started (the agent died between journaling the start and launching
-  it, or this is a new run); start it.
+* nothing: the command never started (the agent died between journaling the start and asking for
+  it, or this is a new run); the daemon starts it.
+
+If the daemon dies (kill -9), the connection breaks and every run waiting on it is asked again of
+a new daemon, which answers from the files: ended, lost, or started if it never was.
 
 Output goes to a per-run log file, not to the agent's stderr: many generations run at once, and a
 user reading why JobB failed wants that run's output only. Every file of a generation lives in one
@@ -24,13 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import fcntl
 import glob
+import itertools
 import json
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -45,16 +48,18 @@ __all__ = [
     "KEEP_RUNS",
     "LOG_TAIL",
     "Retention",
+    "SupervisorClient",
+    "SupervisorError",
     "log_path",
     "log_tail",
     "prune",
     "stop",
-    "supervise",
 ]
 
 log = logging.getLogger(__name__)
 
-REATTACH_POLL = 0.2  # seconds between looks at the lock of a supervisor this agent did not start
+CONNECT_TIMEOUT = 10.0  # seconds to reach the supervisor, starting it while none listens
+ASKS = 10  # times a run is asked of a supervisor that goes away before answering
 KEEP_RUNS = 1000  # generations of run logs kept per workflow, by default
 KEEP_DAYS = FORGET_AFTER / DAY  # days run logs (and generations the agent saw no end of) are kept
 # bytes of a log's end a LOGS answer carries: JSON-escaped, at most six times as many, well inside a frame
@@ -81,23 +86,181 @@ def log_path(state_dir: Path, run: Run) -> Path:
     return _inside_logs(state_dir, folder / f"{run.job}.{run.attempt}.log")
 
 
-async def supervise(run: Run, state_dir: Path, default_cwd: Path) -> Result | None:
-    """The outcome of ``run``, starting it only if it never started; ``None`` if it is lost."""
-    log_file = log_path(state_dir, run)
-    status = log_file.with_suffix(".status")
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    lock = os.open(log_file.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        # a status file means the run ended: whatever may still hold the lock is not its supervisor
-        if not status.exists() and not _try_lock(lock):
-            log.info("%s: re-attached to its running supervisor", run.label)
-            while not _try_lock(lock) and not status.exists():
-                await asyncio.sleep(REATTACH_POLL)
-        elif not status.exists() and not log_file.exists():
-            await _launch(run, lock, log_file, status, default_cwd)
-    finally:
-        os.close(lock)
-    return _outcome(status, log_file)
+class SupervisorError(OSError):
+    """The supervisor cannot be reached, or could not start a run (which then never started)."""
+
+
+class SupervisorClient:
+    """The agent's connection to the supervisor daemon of ``state_dir`` (:mod:`agents.supervisor`),
+    shared by all its runs: opened on first need, starting the daemon if none listens, and opened
+    again if it breaks."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir.absolute()  # the daemon works in /
+        self._link: _Link | None = None
+        self._linking = asyncio.Lock()
+
+    async def supervise(self, run: Run, default_cwd: Path) -> Result | None:
+        """The outcome of ``run``, starting it only if it never started; ``None`` if it is lost.
+        SupervisorError if no supervisor can be reached or it could not start the run."""
+        log_file = log_path(self.state_dir, run)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        request: dict[str, object] = {
+            "log": str(log_file),
+            "command": run.command,
+            "cwd": os.path.join(os.getcwd(), run.cwd or default_cwd),  # relative: to the agent's
+            "timeout": run.timeout,
+            "env": {
+                "WFM_WORKFLOW": run.workflow,
+                "WFM_JOB": run.job,
+                "WFM_GID": run.gid,
+                "WFM_DATE": run.date,
+            },
+        }
+        for _ in range(ASKS):
+            link = await self._connected()
+            with contextlib.suppress(ConnectionError):  # it went away: the next one answers from the files
+                answer = await link.ask(request)
+                break
+        else:
+            raise SupervisorError(f"the supervisor of {self.state_dir} went away {ASKS} times")
+        if "error" in answer:
+            raise SupervisorError(f"the supervisor did not start {run.label}: {answer['error']}")
+        return None if answer["run"] == "lost" else _outcome(log_file.with_suffix(".status"), log_file)
+
+    async def close(self) -> None:
+        """Close the connection; runs still waiting on it are cancelled. The daemon's commands run
+        on: a restarted agent re-attaches to them."""
+        link, self._link = self._link, None
+        if link is not None:
+            await link.close()
+
+    async def _connected(self) -> _Link:
+        async with self._linking:
+            if self._link is not None and self._link.broken:
+                await self._link.close()
+                self._link = None
+            if self._link is None:
+                self._link = await self._connect()
+            return self._link
+
+    async def _connect(self) -> _Link:
+        """A connection to the daemon. While none listens, start one, again and again for
+        CONNECT_TIMEOUT: the start ends at once if another holds the lock, and that one may be
+        about to exit (idle) or to listen."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        attempt = 0
+        while True:
+            with contextlib.suppress(ConnectionRefusedError):
+                return await self._dial()
+            if time.monotonic() > deadline:
+                raise SupervisorError(
+                    f"no supervisor listens for {self.state_dir} (see {self.state_dir / 'supervisor.log'})"
+                )
+            if attempt:
+                await asyncio.sleep(min(0.5, 0.01 * 2**attempt))
+            await self._start()
+            attempt += 1
+
+    async def _dial(self) -> _Link:
+        """Connect, check that the daemon is our own user's, send the environment its commands get."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, supervisor.address(self.state_dir))
+            uid = supervisor.foreign(supervisor.peer_credentials(sock))
+            if uid is not None:
+                raise SupervisorError(f"the supervisor socket of {self.state_dir} is held by uid {uid}")
+            reader, writer = await asyncio.open_unix_connection(sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        writer.write(_line({"env": dict(os.environ)}))
+        return _Link(reader, writer)
+
+    async def _start(self) -> None:
+        """Run ``supervisor.py``, which returns once its daemon listens (or another holds the lock)."""
+        errors = self.state_dir / "supervisor.log"  # the daemon's complaints
+        with errors.open("ab") as stderr:
+            starter = await asyncio.create_subprocess_exec(
+                *(sys.executable, "-S", "-I", supervisor.__file__, str(self.state_dir)),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                cwd="/",
+            )
+        code = await starter.wait()
+        if code != 0:
+            raise SupervisorError(
+                f"the supervisor of {self.state_dir} did not start (exit {code}); see {errors}"
+            )
+
+
+class _Link:
+    """One connection to the daemon: requests written as they come, answers matched to them by id."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.waiting: dict[int, asyncio.Future[dict[str, str]]] = {}
+        self.ids = itertools.count(1)
+        self.reading = asyncio.create_task(self._read())
+
+    @property
+    def broken(self) -> bool:
+        return self.reading.done()
+
+    async def ask(self, request: dict[str, object]) -> dict[str, str]:
+        """The daemon's answer to ``request``; ConnectionError if it goes away before answering."""
+        if self.broken:
+            raise ConnectionError("the supervisor went away")
+        number = next(self.ids)
+        self.waiting[number] = answer = asyncio.get_running_loop().create_future()
+        try:
+            self.writer.write(_line({"id": number, **request}))
+            return await answer
+        finally:
+            del self.waiting[number]
+
+    async def close(self) -> None:
+        for answer in self.waiting.values():
+            answer.cancel()
+        self.writer.close()
+        self.reading.cancel()
+        with contextlib.suppress(OSError):
+            await self.writer.wait_closed()
+        await asyncio.wait([self.reading])
+
+    async def _read(self) -> None:
+        try:
+            while line := await self.reader.readline():
+                number, answer = _answer(line)
+                waiting = self.waiting.get(number)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(answer)
+        except (OSError, ValueError) as error:
+            log.error("connection to the supervisor broken: %s", error)
+        finally:
+            unanswered = [waiting for waiting in self.waiting.values() if not waiting.done()]
+            if unanswered:
+                log.warning("the supervisor went away: asking a new one about %d runs", len(unanswered))
+            for waiting in unanswered:
+                waiting.set_exception(ConnectionError("the supervisor went away"))
+
+
+def _line(message: dict[str, object]) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
+def _answer(line: bytes) -> tuple[int, dict[str, str]]:
+    """The id and the answer in a line from the daemon; ValueError if it is not one."""
+    answer = json.loads(line)
+    if not isinstance(answer, dict) or len(answer) != 2 or type(answer.get("id")) is not int:
+        raise ValueError(f"not an answer: {line[:200]!r}")
+    number = answer.pop("id")
+    if answer.get("run") not in ("ended", "lost") and not isinstance(answer.get("error"), str):
+        raise ValueError(f"not an answer: {line[:200]!r}")
+    return number, answer
 
 
 def stop(run: Run, state_dir: Path, signal_number: int) -> bool:
@@ -151,52 +314,6 @@ def log_tail(
         "ended": path.with_suffix(".status").exists(),
         "text": data.decode("utf-8", errors="replace"),
     }
-
-
-def _try_lock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-        if error.errno in (errno.EWOULDBLOCK, errno.EACCES):
-            return False
-        raise
-    return True
-
-
-async def _launch(run: Run, lock: int, log_file: Path, status: Path, default_cwd: Path) -> None:
-    """Start the supervisor, holding ``lock`` for it, and wait until it exits."""
-    env = {
-        **os.environ,
-        "WFM_WORKFLOW": run.workflow,
-        "WFM_JOB": run.job,
-        "WFM_GID": run.gid,
-        "WFM_DATE": run.date,
-    }
-    timeout = "-" if run.timeout is None else repr(run.timeout)
-    command = [sys.executable, "-S", "-I", supervisor.__file__, run.cwd or str(default_cwd), timeout]
-    command += [str(lock), str(log_file), str(status), run.command]
-    with open(log_file.with_suffix(".supervisor"), "ab") as errors:  # its own failures, if any
-        process = subprocess.Popen(
-            command,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=errors,
-            start_new_session=True,
-            pass_fds=(lock,),
-        )
-    # Not an asyncio subprocess: its transport kills the child when the agent's loop closes, and
-    # the supervisor must outlive the agent. A pidfd becomes readable when the process exits.
-    pidfd = os.pidfd_open(process.pid)
-    loop = asyncio.get_running_loop()
-    exited = asyncio.Event()
-    loop.add_reader(pidfd, exited.set)
-    try:
-        await exited.wait()
-        process.wait()
-    finally:
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
 
 
 def _outcome(status: Path, log_file: Path) -> Result | None:

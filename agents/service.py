@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from agents.envelope import Registration
 from agents.journal import Journal
 from agents.queries import LogRequest, answer_query
-from agents.runner import Retention, log_tail, prune, stop, supervise
+from agents.runner import Retention, SupervisorClient, log_tail, prune, stop
 from agents.state import (
     Agent,
     Delivered,
@@ -97,6 +97,7 @@ class AgentService:
         self.agent, self.uri, self.state_dir, self.workdir = agent, uri, state_dir, workdir
         self.retention = retention or Retention()
         self.journal = Journal(state_dir)
+        self.supervisor = SupervisorClient(state_dir)
         # only the reader waits for room: finished runs (at most max_jobs) and early deliveries
         # (at most EARLY_LIMIT) are put at once, however full the queue
         self.events: DeliveryQueue[Event] = DeliveryQueue(EVENTS_LIMIT, Counter(), lambda _: None)
@@ -124,8 +125,9 @@ class AgentService:
         """Recover the journal, re-attach to the runs it had started (stopping again those of
         cancelled generations), then serve until :meth:`stop`.
 
-        The supervisors of runs outlive the agent (:mod:`agents.runner`): stopping leaves them
-        running, and the next start re-attaches to them or publishes how they ended."""
+        The supervisor of its runs outlives the agent (:mod:`agents.runner`): stopping closes the
+        connection to it and leaves the commands running; the next start re-attaches to them or
+        publishes how they ended."""
         replayed = self.journal.recover(self.agent)
         log.info("agent %s recovered its journal (%d records after the snapshot)", self.agent.name, replayed)
         self.failed = asyncio.get_running_loop().create_future()
@@ -156,10 +158,11 @@ class AgentService:
             connection.cancel()
             pruning.cancel()
             for task in (*self.runs, *self.requesting.values()):
-                task.cancel()  # runs: only the waiting; the supervisors go on, a restart re-attaches
+                task.cancel()  # runs: only the waiting; the supervisor goes on, a restart re-attaches
             await asyncio.gather(
                 connection, pruning, *self.runs, *self.requesting.values(), return_exceptions=True
             )
+            await self.supervisor.close()
             if self.client is not None:
                 await self.client.close(bye=False)  # it comes back: its broker keeps its place
             self.journal.close()
@@ -240,12 +243,12 @@ class AgentService:
         task.add_done_callback(self.runs.discard)
 
     async def _outcome(self, run: Run) -> None:
-        """Start ``run`` or re-attach to it (:func:`supervise`), then hand its end to the loop.
-        A run that cannot be supervised (no process or file left, a full disk) ends lost, not
-        stuck: it would hold one of the agent's job slots for ever."""
+        """Start ``run`` or re-attach to it (:meth:`SupervisorClient.supervise`), then hand its end
+        to the loop. A run that cannot be supervised (no supervisor, no file left, a full disk)
+        ends lost, not stuck: it would hold one of the agent's job slots for ever."""
         try:
-            result = await supervise(run, self.state_dir, self.workdir)
-        except (OSError, ValueError, KeyError) as error:  # no process or fd left, disk full, bad status
+            result = await self.supervisor.supervise(run, self.workdir)
+        except (OSError, ValueError, KeyError) as error:  # no supervisor, disk full, bad status
             log.error("%s: cannot supervise it: %s", run.label, error)
             result = None
         if result is None:

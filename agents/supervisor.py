@@ -1,46 +1,83 @@
-"""The supervisor of one job attempt: runs it and records how it ended, outliving its agent.
+"""The supervisor of an agent's runs: one daemon per state directory that starts every job attempt,
+records how it ended, and outlives its agent.
 
-Usage (by :func:`agents.runner.supervise`, never by hand)::
+Usage (by :class:`agents.runner.SupervisorClient`, never by hand)::
 
-    python -S -I supervisor.py CWD TIMEOUT|- LOCK LOG STATUS COMMAND
+    python -S -I supervisor.py STATE_DIR
 
-The agent starts this process in its own session, so a SIGKILL of the agent (or a Ctrl-C sent to
-its terminal's process group) leaves it running. It runs ``/bin/sh -c COMMAND`` in CWD in its own
-process group (a timeout kills the whole pipeline, not only the shell), waits at most TIMEOUT
-seconds, and writes the outcome atomically (temporary file, fsync, rename, fsync of the folder) to
-STATUS: a restarted agent either finds that file or, while this process lives, the run's lock held
-(:func:`agents.runner.supervise`). The lock is an open file description inherited from the agent,
-not a pid, so a reused pid can never be mistaken for a live supervisor.
+The process takes an exclusive ``flock`` on ``STATE_DIR/supervisor.lock`` (and writes its pid
+there), listens on a Unix socket, forks and exits: the child is the daemon, in a session of its
+own, so a SIGKILL of the agent (or a Ctrl-C sent to its terminal's process group) leaves it
+running, and the agent that started it need not reap it. When the starter exits the socket
+already listens, so the agent can connect at once. A second one started for the same state
+directory finds the lock taken and exits at once: at most one daemon decides for a state
+directory, which is what keeps jobs exactly-once.
 
-LOCK is the number of that inherited descriptor: it is made non-inheritable before the command
-starts, or a command that leaves a process behind (``sleep 60 &``) would hold the lock after the
-supervisor ended, and a restarted agent would wait for it for ever.
+The socket is in Linux's abstract namespace (:func:`address`: pytest's folders overflow the 108
+bytes of a path), which has no file permissions: both ends check the other's ``SO_PEERCRED`` and
+talk only to their own user (:func:`foreign`).
 
-The command's process group id goes to ``JOB.ATTEMPT.pid`` beside the log once it started, so
-that ``wfm cancel`` can stop it (:func:`agents.runner.stop`).
+**Protocol.** JSON lines. A connection's first line is ``{"env": {...}}``, the environment its
+commands run with; then requests ``{"id", "log", "command", "cwd", "timeout", "env"}`` (``env``:
+what the run adds, ``WFM_WORKFLOW`` etc.), each answered ``{"id", "run": "ended"}`` (its status
+file holds the outcome), ``{"id", "run": "lost"}`` or ``{"id", "error"}`` (nothing was started). A
+malformed line closes its connection with one line on stderr (``STATE_DIR/supervisor.log``).
 
-The log file is created before the command starts: a free lock, no status and no log mean the
-command never started, which is the only case in which the agent may launch it again.
+**Exactly once.** The daemon is single-threaded, so its decisions are serialised; for a run (named
+by its log, ``logs/W/GID/JOB.ATTEMPT.log``) it answers, in this order:
 
-One of these starts for every job attempt, so it must start in milliseconds: it is run as a file
-with ``-S -I`` (no site packages, no environment), imports only a few built-in modules (no
-argparse, subprocess or pathlib: they cost more than the rest of the start together), and spawns
-the shell with ``posix_spawn``. Measured: about 10 ms from exec to the shell's start, against
-about 40 ms for ``python -m`` with argparse and subprocess.
+* running under this daemon: attach, and answer when it ends;
+* a status file: it ended (perhaps under an earlier daemon, while no agent was there);
+* a log but no status: an earlier daemon died after starting the command: **lost**, never started
+  again, since the command may have run;
+* nothing: create the log (``O_EXCL``), run ``/bin/sh -c COMMAND`` in the run's cwd, in its own
+  process group (a timeout kills the whole pipeline, not only the shell), stdin ``/dev/null``,
+  output to the log; write the group's id to ``JOB.ATTEMPT.pid`` (``wfm cancel`` signals it,
+  :func:`agents.runner.stop`); at its end write the outcome atomically (:func:`write_atomically`)
+  to ``JOB.ATTEMPT.status``, then answer everyone waiting for it.
+
+A request that arrived is decided at once, even if its connection closed right after (an agent
+killed after sending): it is run or never started, never half. The daemon's own descriptors are
+close-on-exec, so a process a command leaves behind (``sleep 60 &``) holds neither the lock nor
+the socket.
+
+**Ending.** With no command running and no connection for :data:`IDLE` seconds, the daemon exits;
+the next agent that needs one starts another. SIGTERM (or SIGINT) drains it: it starts nothing
+more, goes on answering attaches and recording its running commands' ends, and exits once the last
+ended; requests for runs it did not start stay unanswered until then, and the agents ask them of
+the next daemon when the connection closes. An agent that stops only closes its connection: its
+commands run on, and the agent restarted re-attaches to them.
+
+Only built-in modules, imported at the start (no site packages: ``-S -I``): the daemon starts in
+about 20 ms, once per state directory rather than once per job attempt as before.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import hashlib
 import json
 import os
 import select
 import signal
+import socket
+import struct
 import sys
 import time
 
-__all__ = ["MAX_TIMEOUT", "main", "write_atomically"]
+__all__ = ["address", "foreign", "main", "parse_request", "peer_credentials", "write_atomically"]
 
-MAX_TIMEOUT = 1e9  # seconds (31 years); select() overflows past about 9.2e9
+MAX_TIMEOUT = 1e9  # seconds (31 years); a longer timeout is none
+IDLE = 2.0  # seconds without a command or a connection after which the daemon exits
+LINE_LIMIT = 1 << 20  # bytes of one line (a connection's first one, its environment, is the longest)
+OUTBOX_LIMIT = 16 << 20  # bytes of answers a connection may leave unread before it is closed
+BIND_PATIENCE = 2.0  # seconds a dead predecessor's socket may take to go (:func:`_listen`)
+LONGEST_WAIT = 3_600_000  # milliseconds one poll() waits at most (its argument is a C int)
+CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+REQUEST = {"id", "log", "command", "cwd", "timeout", "env"}
+RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)  # ignored by Python: a command gets the default back
+ENDED, LOST = {"run": "ended"}, {"run": "lost"}
 
 
 def write_atomically(path: str | os.PathLike[str], data: dict[str, object]) -> None:
@@ -61,60 +98,448 @@ def write_atomically(path: str | os.PathLike[str], data: dict[str, object]) -> N
         os.close(directory)
 
 
-def run(command: str, cwd: str, timeout: float | None, log: str) -> dict[str, object]:
-    """Run ``command`` to its end; the outcome as the status file records it."""
-    started, clock = time.time(), time.monotonic()
-    output = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+def address(state_dir: str | os.PathLike[str]) -> str:
+    """The abstract socket address of the daemon of ``state_dir``: the same for every path that
+    leads to that folder."""
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(state_dir))).hexdigest()
+    return "\0wfm-supervisor-" + digest[:24]
+
+
+def foreign(credentials: bytes) -> int | None:
+    """The uid in ``credentials`` (a ``SO_PEERCRED`` answer) if it is not this process's own
+    (effective) uid; None for our own user, the only one either end talks to."""
+    _, uid, _ = CREDENTIALS.unpack(credentials)
+    return None if uid == os.geteuid() else uid
+
+
+def peer_credentials(sock: socket.socket) -> bytes:
+    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, CREDENTIALS.size)
+
+
+def beside(log: str, suffix: str) -> str:
+    """The run's file of that suffix (``.status``, ``.pid``) beside its log."""
+    return log[: -len(".log")] + suffix
+
+
+class Request:
+    """One "run R" request, checked (:func:`parse_request`)."""
+
+    __slots__ = ("command", "cwd", "env", "log", "number", "timeout")
+
+    def __init__(
+        self, number: int, log: str, command: str, cwd: str, timeout: float | None, env: dict[str, str]
+    ) -> None:
+        self.number, self.log, self.command, self.cwd = number, log, command, cwd
+        self.timeout, self.env = timeout, env
+
+
+class Connection:
+    """An agent's connection: the lines it sent not yet complete, the answers not yet sent."""
+
+    __slots__ = ("closed", "env", "inbox", "outbox", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.inbox, self.outbox = bytearray(), bytearray()
+        self.env: dict[str, str] | None = None  # from its first line
+        self.closed = False
+
+
+Waiter = tuple[Connection, int]  # a connection and the id of its request
+
+
+class Command:
+    """A command running under this daemon, and who waits for its end."""
+
+    __slots__ = ("clock", "deadline", "log", "pid", "started", "timed_out", "timeout", "waiters")
+
+    def __init__(self, log: str, pid: int, started: float, timeout: float | None) -> None:
+        self.log, self.pid, self.started, self.timeout = log, pid, started, timeout
+        self.clock = time.monotonic()
+        self.deadline = None if timeout is None else self.clock + timeout
+        self.timed_out = False
+        self.waiters: list[Waiter] = []
+
+
+def _text(value: object, what: str) -> str:
+    """``value`` if it is a string a system call takes (no NUL, encodable), else ValueError."""
+    if not isinstance(value, str) or b"\0" in os.fsencode(value):
+        raise ValueError(f"{what} is not a string without NUL")
+    return value
+
+
+def parse_environment(value: object) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValueError("env is not an object")
+    env = {_text(name, "a variable name"): _text(text, "a variable") for name, text in value.items()}
+    if any(not name or "=" in name for name in env):
+        raise ValueError("a variable name is empty or holds '='")
+    return env
+
+
+def parse_request(message: object, state_dir: str) -> Request:
+    """The request in ``message``, its log resolved and checked to be inside ``logs/`` of
+    ``state_dir``; ValueError (one line) if it is not one."""
+    if not isinstance(message, dict) or set(message) != REQUEST:
+        raise ValueError(f"a request has exactly the fields {sorted(REQUEST)}")
+    number, timeout = message["id"], message["timeout"]
+    if type(number) is not int:
+        raise ValueError("id is not an integer")
+    if timeout is not None and type(timeout) not in (int, float):
+        raise ValueError("timeout is not a number or null")
+    given = _text(message["log"], "log")
+    logs = os.path.realpath(os.path.join(state_dir, "logs"))
+    folder = os.path.realpath(os.path.dirname(given))
+    name = os.path.basename(given)
+    if not os.path.isabs(given) or not folder.startswith(logs + os.sep) or not name.endswith(".log"):
+        raise ValueError(f"log {given!r} is not a .log file inside {logs}")
+    seconds = None if timeout is None or not 0 < timeout < MAX_TIMEOUT else float(timeout)
+    command, cwd = _text(message["command"], "command"), _text(message["cwd"], "cwd")
+    return Request(
+        number, os.path.join(folder, name), command, cwd, seconds, parse_environment(message["env"])
+    )
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300]
+
+
+class Daemon:
+    """The poll loop over the listening socket, the connections and the signal wake-up pipe.
+
+    A command's end comes as SIGCHLD, through the wake-up pipe, and is reaped with
+    ``waitpid(-1, WNOHANG)``: no descriptor per command (a pidfd each would run out of descriptors
+    past a thousand running jobs), and no reused pid is ever mistaken for a command, since a pid
+    is not reused before its parent, this process, reaps it."""
+
+    def __init__(self, state_dir: str, listener: socket.socket) -> None:
+        self.state_dir = state_dir
+        self.listener = listener
+        self.poll = select.poll()
+        self.connections: dict[int, Connection] = {}  # by socket fd
+        self.commands: dict[str, Command] = {}  # by log
+        self.children: dict[int, Command] = {}  # by pid
+        self.draining = False  # set by SIGTERM or SIGINT, before the loop handles anything after it
+        self.quiet_since: float | None = None
+        self.wakeup, wakeup = os.pipe()
+        for fd in (self.wakeup, wakeup):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(wakeup, warn_on_full_buffer=False)  # a byte waiting is enough
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, self._signalled)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # only to write to the pipe
+        listener.setblocking(False)
+        self.poll.register(listener.fileno(), select.POLLIN)
+        self.poll.register(self.wakeup, select.POLLIN)
+
+    def serve(self) -> None:
+        """Until idle (or drained): handle what is ready, kill what timed out."""
+        while not self._finished():
+            for fd, mask in self.poll.poll(self._wait()):
+                self._ready(fd, mask)
+            self._expire(time.monotonic())
+        self.poll.unregister(self.listener.fileno())
+        self.listener.close()  # first: a late agent is refused and starts the next daemon
+        for connection in list(self.connections.values()):
+            self._close(connection)
+
+    def _signalled(self, signum: int, frame: object) -> None:
+        """Only a note (the loop says so, :meth:`_woken`): printing here could re-enter a print."""
+        self.draining = True
+
+    def _finished(self) -> bool:
+        if self.draining or self.commands or self.connections:
+            self.quiet_since = None
+            return self.draining and not self.commands
+        now = time.monotonic()
+        if self.quiet_since is None:
+            self.quiet_since = now
+        return now - self.quiet_since >= IDLE
+
+    def _wait(self) -> int:
+        """Milliseconds poll() may wait: until the next timeout, or the end of the idle time."""
+        ends = [command.deadline for command in self.commands.values() if command.deadline is not None]
+        if self.quiet_since is not None:
+            ends.append(self.quiet_since + IDLE)
+        if not ends:
+            return LONGEST_WAIT
+        return min(LONGEST_WAIT, max(0, int((min(ends) - time.monotonic()) * 1000) + 1))
+
+    def _ready(self, fd: int, mask: int) -> None:
+        """One descriptor poll() named. Sockets are non-blocking: an event that went stale in the
+        same round (its fd closed, the number reused) does nothing."""
+        if fd == self.listener.fileno():
+            self._accept()
+        elif fd == self.wakeup:
+            self._woken(os.read(self.wakeup, 4096))
+        elif fd in self.connections and mask & select.POLLOUT:
+            self._flush(self.connections[fd])  # its reading waits for the next round
+        elif fd in self.connections:
+            self._read(self.connections[fd])
+
+    def _woken(self, signals: bytes) -> None:
+        """Signals arrived (the pipe holds their numbers): reap ended commands, say why it drains."""
+        for number in {signal.SIGTERM, signal.SIGINT} & set(signals):
+            _complain(f"signal {number}: starting nothing more, exiting once {len(self.commands)} runs end")
+        self._reap()
+
+    # connections ----------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as error:  # out of descriptors: it waits in the backlog
+                _complain(f"cannot accept a connection: {error.strerror}")
+                time.sleep(0.1)  # or poll() would name the listener again at once, and again
+                return
+            uid = foreign(peer_credentials(sock))
+            if uid is not None:
+                _complain(f"refused a connection from uid {uid}")
+                sock.close()
+                continue
+            sock.setblocking(False)
+            self.connections[sock.fileno()] = Connection(sock)
+            self.poll.register(sock.fileno(), select.POLLIN)
+
+    def _read(self, connection: Connection) -> None:
+        """Take what arrived and handle its complete lines. At the end of the stream (the agent
+        closed, or died), every line that came before it has been handled: a request that was
+        sent is decided; an incomplete last one is dropped, so never started."""
+        try:
+            data = connection.sock.recv(1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(connection)
+            return
+        connection.inbox += data
+        while not connection.closed and (end := connection.inbox.find(b"\n")) >= 0:
+            line = bytes(connection.inbox[:end])
+            del connection.inbox[: end + 1]
+            self._line(connection, line)
+        if not connection.closed and len(connection.inbox) > LINE_LIMIT:
+            _complain(f"closed a connection whose line exceeds {LINE_LIMIT} bytes")
+            self._close(connection)
+
+    def _line(self, connection: Connection, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+            if connection.env is None:
+                if not isinstance(message, dict) or set(message) != {"env"}:
+                    raise ValueError('the first line is not {"env": {...}}')
+                connection.env = parse_environment(message["env"])
+                return
+            request = parse_request(message, self.state_dir)
+        except (ValueError, TypeError, RecursionError) as error:
+            _complain(f"closed a connection after a malformed line: {_one_line(error)}")
+            self._close(connection)
+            return
+        self._decide(connection, request)
+
+    def _answer(self, waiter: Waiter, answer: dict[str, str]) -> None:
+        connection, number = waiter
+        if connection.closed:
+            return  # its agent went away; the next one asks again
+        connection.outbox += json.dumps({"id": number, **answer}).encode() + b"\n"
+        self._flush(connection)
+
+    def _flush(self, connection: Connection) -> None:
+        try:
+            sent = connection.sock.send(connection.outbox)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self._close(connection)
+            return
+        del connection.outbox[:sent]
+        if len(connection.outbox) > OUTBOX_LIMIT:
+            _complain("closed a connection that reads none of its answers")
+            self._close(connection)
+            return
+        mask = select.POLLIN | (select.POLLOUT if connection.outbox else 0)
+        self.poll.modify(connection.sock.fileno(), mask)
+
+    def _close(self, connection: Connection) -> None:
+        """Forget a connection; the commands it started run on."""
+        if not connection.closed:
+            connection.closed = True
+            del self.connections[connection.sock.fileno()]
+            self.poll.unregister(connection.sock.fileno())
+            connection.sock.close()
+
+    # runs -----------------------------------------------------------------------------------
+
+    def _decide(self, connection: Connection, request: Request) -> None:
+        """Attach, answer from the files, or start: see the module's docstring."""
+        waiter = (connection, request.number)
+        command = self.commands.get(request.log)
+        if command is not None:
+            command.waiters.append(waiter)
+        elif os.path.exists(beside(request.log, ".status")):
+            self._answer(waiter, ENDED)
+        elif os.path.lexists(request.log):
+            self._answer(waiter, LOST)
+        elif not self.draining:  # draining: unanswered, the next daemon starts it
+            assert connection.env is not None
+            self._start(waiter, request, {**connection.env, **request.env})
+
+    def _start(self, waiter: Waiter, request: Request, env: dict[str, str]) -> None:
+        try:  # the log is the mark that the command may have started: created first, once
+            output = os.open(request.log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except OSError as error:
+            self._answer(waiter, {"error": f"cannot create its log: {error.strerror}"})
+            return
+        started = time.time()
+        try:
+            pid = _spawn(request, env, output)
+        except OSError as error:
+            failure = f"cannot start: {error.strerror} (cwd {request.cwd})"
+            self._record(request.log, {"started": started, "duration": 0.0, "error": failure}, [waiter])
+            return
+        finally:
+            os.close(output)
+        _write_group(request.log, pid)
+        command = Command(request.log, pid, started, request.timeout)
+        command.waiters.append(waiter)
+        self.commands[request.log] = self.children[pid] = command  # before its SIGCHLD is handled
+
+    def _expire(self, now: float) -> None:
+        """Kill the process group of every command past its timeout; its SIGCHLD tells its end."""
+        for command in self.commands.values():
+            if command.deadline is not None and now >= command.deadline:
+                command.deadline, command.timed_out = None, True
+                _kill_group(command.pid)
+
+    def _reap(self) -> None:
+        """Record the end of every command that ended: one SIGCHLD may stand for several."""
+        while self.children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return
+            command = self.children.pop(pid, None)
+            if command is not None:
+                self._ended(command, status)
+
+    def _ended(self, command: Command, status: int) -> None:
+        """Record the command's outcome, answer who waits."""
+        del self.commands[command.log]
+        outcome: dict[str, object] = {
+            "started": command.started,
+            "duration": time.monotonic() - command.clock,
+            "code": None if command.timed_out else os.waitstatus_to_exitcode(status),
+            "timeout": command.timeout,
+        }
+        self._record(command.log, outcome, command.waiters)
+
+    def _record(self, log: str, outcome: dict[str, object], waiters: list[Waiter]) -> None:
+        """Write the status file, then answer: "ended", or "lost" if it cannot be written (what
+        any later request finds then: a log and no status)."""
+        try:
+            write_atomically(beside(log, ".status"), outcome)
+            answer = ENDED
+        except OSError as error:
+            _complain(f"cannot record how {log} ended: {error.strerror}")
+            answer = LOST
+        for waiter in waiters:
+            self._answer(waiter, answer)
+
+
+def _spawn(request: Request, env: dict[str, str], output: int) -> int:
+    """``/bin/sh -c COMMAND`` in its cwd, in a session and process group of its own."""
+    os.chdir(request.cwd)  # posix_spawn has no cwd; the loop is single-threaded
     try:
-        os.chdir(cwd)
-        pid = os.posix_spawn(
+        return os.posix_spawn(
             "/bin/sh",
-            ["/bin/sh", "-c", command],
-            os.environ,
+            ["/bin/sh", "-c", request.command],
+            env,
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_DUP2, output, 1),
                 (os.POSIX_SPAWN_DUP2, output, 2),
             ],
             setsid=True,
+            setsigdef=RESTORED,
         )
-    except OSError as error:
-        return {"started": started, "duration": 0.0, "error": f"cannot start: {error.strerror} (cwd {cwd})"}
     finally:
-        os.close(output)
-    with open(os.path.splitext(log)[0] + ".pid", "w") as group:  # so a cancellation can stop it (runner.stop)
-        group.write(str(pid))
-    code: int | None = _wait(pid, timeout)
-    return {"started": started, "duration": time.monotonic() - clock, "code": code, "timeout": timeout}
+        os.chdir("/")
 
 
-def _wait(pid: int, timeout: float | None) -> int | None:
-    """The command's exit code (negative: killed by that signal), or None if it timed out (its
-    whole process group is then killed)."""
-    pidfd = os.pidfd_open(pid)
+def _write_group(log: str, pid: int) -> None:
+    """The command's process group id beside its log, for a cancellation (:func:`agents.runner.stop`)."""
     try:
-        ended, _, _ = select.select([pidfd], [], [], timeout)
-    finally:
-        os.close(pidfd)
-    if not ended:
-        try:  # noqa: SIM105 (contextlib.suppress would import contextlib, costing start-up time)
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:  # it ended meanwhile
-            pass
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) if ended else None
+        with open(beside(log, ".pid"), "w") as group:
+            group.write(str(pid))
+    except OSError as error:
+        _complain(f"cannot write the process group of {log} (it cannot be cancelled): {error.strerror}")
+
+
+def _kill_group(pid: int) -> None:
+    try:  # noqa: SIM105 (contextlib.suppress would import contextlib, costing start-up time)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:  # it ended meanwhile
+        pass
+
+
+def _complain(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    print(f"{stamp} supervisor {os.getpid()}: {message}", file=sys.stderr, flush=True)
+
+
+def _lock(state_dir: str) -> int | None:
+    """The descriptor holding the state directory's supervisor lock, or None if another holds it."""
+    fd = os.open(os.path.join(state_dir, "supervisor.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _listen(name: str) -> socket.socket:
+    """A socket listening on ``name``. The address may still be taken for an instant by a
+    predecessor killed with SIGKILL: the kernel can release its lock before its socket."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline = time.monotonic() + BIND_PATIENCE
+    while True:
+        try:
+            listener.bind(name)
+            break
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                listener.close()
+                raise
+            time.sleep(0.01)
+    listener.listen(socket.SOMAXCONN)
+    return listener
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 6:
-        print("usage: supervisor.py CWD TIMEOUT|- LOCK LOG STATUS COMMAND", file=sys.stderr)
+    if len(argv) != 1:
+        print("usage: supervisor.py STATE_DIR", file=sys.stderr)
         return 2
-    cwd, timeout, lock, log, status, command = argv
-    os.set_inheritable(int(lock), False)  # held by this process alone, not by what the command leaves
-    seconds = None if timeout == "-" else float(timeout)
-    if seconds is not None and not 0 < seconds < MAX_TIMEOUT:
-        seconds = None  # select() cannot wait that long: as good as no timeout
-    write_atomically(status, run(command, cwd, seconds, log))
+    state_dir = os.path.realpath(argv[0])
+    try:
+        lock = _lock(state_dir)
+        if lock is None:
+            _complain(f"another supervisor serves {state_dir}")
+            return 0
+        listener = _listen(address(state_dir))
+    except OSError as error:
+        _complain(f"cannot start for {state_dir}: {error.strerror or error}")
+        return 1
+    if os.fork():
+        os._exit(0)  # the socket listens: the agent that started us may connect
+    os.setsid()
+    os.chdir("/")
+    os.ftruncate(lock, 0)
+    os.write(lock, f"{os.getpid()}\n".encode())  # for people (and tests) who look for it
+    Daemon(state_dir, listener).serve()
     return 0
 
 

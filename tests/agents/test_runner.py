@@ -1,11 +1,15 @@
-"""The supervised runner, re-attaching after a kill -9, pruning, and the journal, without a broker."""
+"""The supervised runner and its supervisor daemon (re-attaching after a kill -9, exactly-once
+starts, its socket's checks, its idle exit), pruning, and the journal, without a broker."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import pickle
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,27 +17,103 @@ from pathlib import Path
 
 import pytest
 
+from agents import supervisor
 from agents.journal import Journal
-from agents.runner import Retention, log_path, prune, supervise
+from agents.runner import Retention, SupervisorClient, log_path, prune
 from agents.state import Agent, Finished, Result, Run, Tick
 from tests.processes import WFM, wait_for
 
+# an agent process that asks for one run (a pickled Run) in a state dir, for tests that kill it
+AGENT = (
+    "import asyncio, pickle, sys; from pathlib import Path; from agents.runner import SupervisorClient; "
+    "asyncio.run(SupervisorClient(Path(sys.argv[2])).supervise(pickle.loads(bytes.fromhex(sys.argv[1])), "
+    "Path('/')))"
+)
 
-def run(command: str, timeout: float | None = None, cwd: str | None = None) -> Run:
-    return Run("W", "v1", "g1", "Job", 1, command, cwd, "2026-11-23", timeout)
+
+def run(command: str, timeout: float | None = None, cwd: str | None = None, job: str = "Job") -> Run:
+    return Run("W", "v1", "g1", job, 1, command, cwd, "2026-11-23", timeout)
+
+
+async def once(job: Run, state: Path, cwd: Path) -> Result | None:
+    """``job`` through a connection of its own, as one agent would."""
+    client = SupervisorClient(state)
+    try:
+        return await client.supervise(job, cwd)
+    finally:
+        await client.close()
 
 
 def supervised(job: Run, state: Path, cwd: Path) -> Result | None:
-    return asyncio.run(supervise(job, state, cwd))
+    return asyncio.run(once(job, state, cwd))
 
 
-def test_a_run_gets_its_environment_and_a_log(tmp_path: Path) -> None:
-    job = run('echo "$WFM_WORKFLOW $WFM_JOB $WFM_GID $WFM_DATE $(pwd)"; echo oops >&2', cwd=str(tmp_path))
+def start_agent(job: Run, state: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", AGENT, pickle.dumps(job).hex(), str(state)])
+
+
+def daemon_of(state: Path) -> int:
+    """The pid of the supervisor daemon of ``state`` (it writes it into its lock file)."""
+    return int((state / "supervisor.lock").read_text())
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def start_daemon(state: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``supervisor.py`` as the agent does; it returns once its daemon listens."""
+    state.mkdir(parents=True, exist_ok=True)
+    with (state / "supervisor.log").open("a") as errors:  # not a pipe: the daemon keeps it
+        return subprocess.run(
+            [sys.executable, "-S", "-I", supervisor.__file__, str(state)],
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            text=True,
+            timeout=30,
+        )
+
+
+def dial(state: Path) -> socket.socket:
+    """A raw connection to the daemon of ``state``."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(supervisor.address(state))
+    return sock
+
+
+def request(state: Path, job: Run, number: int = 1) -> dict[str, object]:
+    """The request an agent sends for ``job``."""
+    return {
+        "id": number,
+        "log": str(log_path(state, job)),
+        "command": job.command,
+        "cwd": "/",
+        "timeout": job.timeout,
+        "env": {},
+    }
+
+
+def lines(*messages: object) -> bytes:
+    return b"".join(json.dumps(message).encode() + b"\n" for message in messages)
+
+
+def test_a_run_gets_its_environment_and_a_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_VARIABLE", "passed on")  # the agent's environment, sent per connection
+    job = run(
+        'echo "$WFM_WORKFLOW $WFM_JOB $WFM_GID $WFM_DATE $(pwd) $AGENT_VARIABLE"; echo oops >&2',
+        cwd=str(tmp_path),
+    )
     result = supervised(job, tmp_path / "state", Path("/"))
     assert result is not None and result.ok and result.detail.startswith("exit 0 after ")
     log = log_path(tmp_path / "state", job)
     assert log == tmp_path / "state" / "logs" / "W" / "g1" / "Job.1.log"
-    assert log.read_text() == f"W Job g1 2026-11-23 {tmp_path}\noops\n"
+    assert log.read_text() == f"W Job g1 2026-11-23 {tmp_path} passed on\noops\n"
+    assert json.loads(log.with_suffix(".status").read_text())["code"] == 0
 
 
 def test_an_exit_status_is_a_failure(tmp_path: Path) -> None:
@@ -54,20 +134,28 @@ def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
 def test_a_missing_directory_is_a_failure_not_a_crash(tmp_path: Path) -> None:
     result = supervised(run("true", cwd=str(tmp_path / "nowhere")), tmp_path, tmp_path)
     assert result is not None and not result.ok and result.detail.startswith("cannot start:")
+    assert supervised(run("true", job="Next"), tmp_path, tmp_path) is not None  # the daemon lives on
 
 
-def test_a_process_the_job_leaves_behind_does_not_hold_the_run_lock(tmp_path: Path) -> None:
-    """A job that leaves a background process: the run ended, so supervising it again (as an
-    agent restarted meanwhile would) reads the outcome at once, instead of waiting for the lock."""
-    job = run("sleep 5 >/dev/null 2>&1 &")
-    first = supervised(job, tmp_path, tmp_path)
-    assert first is not None and first.ok
-    status = log_path(tmp_path, job).with_suffix(".status")
-    status.unlink()  # as if the agent had died before reading it: only the lock can tell
+def test_a_process_the_job_leaves_behind_blocks_nothing(tmp_path: Path) -> None:
+    """A job that leaves a background process: the run ends with its shell, supervising it again
+    (as an agent restarted meanwhile would) answers at once, and the daemon still exits when idle:
+    the process holds none of its descriptors (lock, socket)."""
+    job = run("sleep 30 >/dev/null 2>&1 &")
     began = time.monotonic()
-    again = supervised(job, tmp_path, tmp_path)
-    assert again is None  # no status, the lock free: lost (it never reran), not a 5 s wait
-    assert time.monotonic() - began < 2
+    first = supervised(job, tmp_path, tmp_path)
+    assert first is not None and first.ok and time.monotonic() - began < 5
+    group = int(log_path(tmp_path, job).with_suffix(".pid").read_text())
+    try:
+        daemon = daemon_of(tmp_path)
+        wait_for(lambda: not alive(daemon), "the idle daemon exited", timeout=10)
+        log_path(tmp_path, job).with_suffix(".status").unlink()  # as if never recorded
+        began = time.monotonic()
+        assert supervised(job, tmp_path, tmp_path) is None  # lost (it never reran), at once
+        assert time.monotonic() - began < 5 and daemon_of(tmp_path) != daemon
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
 
 
 def test_a_huge_timeout_is_no_timeout(tmp_path: Path) -> None:
@@ -77,14 +165,10 @@ def test_a_huge_timeout_is_no_timeout(tmp_path: Path) -> None:
 
 def test_a_run_outlives_its_agent_and_is_re_attached_not_rerun(tmp_path: Path) -> None:
     """An "agent" process starts the run and is killed -9 mid-run; supervising the same run again
-    waits for the surviving supervisor, then (a third time) reads the recorded outcome."""
+    waits for the daemon still running it, then (a third time) reads the recorded outcome."""
     count, started = tmp_path / "count", tmp_path / "started"
     job = run(f"touch {started}; sleep 1.5; echo once >> {count}", cwd=str(tmp_path))
-    script = (
-        "import asyncio, pickle, sys; from pathlib import Path; from agents.runner import supervise; "
-        "asyncio.run(supervise(pickle.loads(bytes.fromhex(sys.argv[1])), Path(sys.argv[2]), Path('/')))"
-    )
-    agent = subprocess.Popen([sys.executable, "-c", script, pickle.dumps(job).hex(), str(tmp_path / "s")])
+    agent = start_agent(job, tmp_path / "s")
     wait_for(started.exists, "the job started")
     agent.send_signal(signal.SIGKILL)
     agent.wait(5)
@@ -97,35 +181,22 @@ def test_a_run_outlives_its_agent_and_is_re_attached_not_rerun(tmp_path: Path) -
     assert again is not None and again.detail == result.detail and count.read_text() == "once\n"
 
 
-def supervisor_of(job: Run, state: Path) -> int:
-    """The pid of the supervisor process running ``job`` (its arguments name the run's log)."""
-    log = str(log_path(state, job)).encode()
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if log in argv and any(arg.endswith(b"supervisor.py") for arg in argv):
-            return int(entry.name)
-    raise AssertionError(f"no supervisor runs {job.label}")
-
-
 def test_a_frozen_supervisor_is_waited_for_not_declared_lost_or_rerun(tmp_path: Path) -> None:
-    """SIGSTOP of a run's supervisor past its job's end: the agent that started it waits, an agent
-    restarted meanwhile re-attaches (the frozen supervisor holds the lock), and once it is
-    continued both get its outcome; the job ran once."""
+    """SIGSTOP of the daemon past its job's end: the agent that asked waits, an agent restarted
+    meanwhile waits too (its connection queues), and once the daemon is continued both get the
+    outcome; the job ran once."""
     count, started = tmp_path / "count", tmp_path / "started"
     job = run(f"touch {started}; sleep 0.5; echo once >> {count}", cwd=str(tmp_path))
     state = tmp_path / "s"
 
     async def scenario() -> list[Result | None]:
-        first = asyncio.create_task(supervise(job, state, tmp_path))
+        first = asyncio.create_task(once(job, state, tmp_path))
         while not started.exists():
             await asyncio.sleep(0.02)
-        pid = supervisor_of(job, state)
+        pid = daemon_of(state)
         os.kill(pid, signal.SIGSTOP)
         try:
-            again = asyncio.create_task(supervise(job, state, tmp_path))
+            again = asyncio.create_task(once(job, state, tmp_path))
             await asyncio.sleep(1.5)  # the job ended meanwhile; its supervisor cannot say so
             assert count.read_text() == "once\n" and not first.done() and not again.done()
         finally:
@@ -140,9 +211,211 @@ def test_a_run_whose_supervisor_died_is_lost_not_rerun(tmp_path: Path) -> None:
     job = run(f"echo ran >> {tmp_path / 'count'}")
     log = log_path(tmp_path / "s", job)
     log.parent.mkdir(parents=True)
-    log.touch()  # the supervisor started the command, and died before recording its end
+    log.touch()  # a supervisor started the command, and died before recording its end
     assert supervised(job, tmp_path / "s", tmp_path) is None
     assert not (tmp_path / "count").exists()
+
+
+def test_a_killed_supervisor_s_run_is_lost_not_rerun_and_a_new_one_serves(tmp_path: Path) -> None:
+    """kill -9 of the daemon mid-run: the waiting agent asks a new daemon, which finds the log and
+    no status: lost; the command (its own session) ends once, and the next run is served."""
+    count, started = tmp_path / "count", tmp_path / "started"
+    job = run(f"touch {started}; sleep 1; echo once >> {count}")
+    state = tmp_path / "s"
+
+    async def scenario() -> tuple[Result | None, Result | None]:
+        client = SupervisorClient(state)
+        try:
+            waiting = asyncio.create_task(client.supervise(job, tmp_path))
+            while not started.exists():
+                await asyncio.sleep(0.02)
+            killed = daemon_of(state)
+            os.kill(killed, signal.SIGKILL)
+            lost = await asyncio.wait_for(waiting, 10)
+            assert daemon_of(state) != killed
+            return lost, await client.supervise(run("true", job="Next"), tmp_path)
+        finally:
+            await client.close()
+
+    lost, following = asyncio.run(scenario())
+    assert lost is None and following is not None and following.ok
+    wait_for(count.exists, "the orphaned command ended")
+    time.sleep(0.2)
+    assert count.read_text() == "once\n"
+
+
+def test_two_agents_asking_for_the_same_run_get_one_command(tmp_path: Path) -> None:
+    """Two connections (and two daemon starts, one of which finds the lock taken) ask for the same
+    run at once: one command, the same outcome for both."""
+    count = tmp_path / "count"
+    job = run(f"sleep 0.3; echo once >> {count}")
+
+    async def both() -> list[Result | None]:
+        return list(await asyncio.gather(once(job, tmp_path, tmp_path), once(job, tmp_path, tmp_path)))
+
+    first, second = asyncio.run(both())
+    assert first is not None and second is not None and first.detail == second.detail
+    assert count.read_text() == "once\n"
+
+
+def test_a_second_supervisor_for_a_state_dir_exits_at_once(tmp_path: Path) -> None:
+    assert start_daemon(tmp_path).returncode == 0
+    daemon = daemon_of(tmp_path)
+    with dial(tmp_path):  # keeps it from exiting idle
+        began = time.monotonic()
+        assert start_daemon(tmp_path).returncode == 0
+        assert time.monotonic() - began < 5 and daemon_of(tmp_path) == daemon and alive(daemon)
+    assert "another supervisor serves" in (tmp_path / "supervisor.log").read_text()
+
+
+def test_the_supervisor_exits_when_idle(tmp_path: Path) -> None:
+    assert start_daemon(tmp_path).returncode == 0
+    daemon = daemon_of(tmp_path)
+    assert alive(daemon)
+    wait_for(lambda: not alive(daemon), "the idle daemon exited", timeout=supervisor.IDLE + 8)
+
+
+def test_only_our_own_user_is_served() -> None:
+    own, other = supervisor.CREDENTIALS.pack(1, os.geteuid(), 0), supervisor.CREDENTIALS.pack(1, 4242, 0)
+    assert supervisor.foreign(own) is None
+    assert supervisor.foreign(other) == (None if os.geteuid() == 4242 else 4242)
+
+
+def connect_as(uid: int, state: Path, payload: bytes) -> bool:
+    """Whether a process of ``uid`` that connects to the daemon of ``state`` and sends ``payload``
+    finds its connection closed without an answer (a fork: no interpreter to exec as that user)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        closed = False
+        try:
+            os.setuid(uid)
+            sock = dial(state)
+            try:
+                sock.sendall(payload)
+                closed = sock.recv(100) == b""
+            except (BrokenPipeError, ConnectionResetError):  # closed while sending
+                closed = True
+        finally:
+            os._exit(0 if closed else 1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="connecting as another user takes root")
+def test_a_connection_from_another_user_is_refused(tmp_path: Path) -> None:
+    """The abstract socket has no permissions: the daemon checks SO_PEERCRED and closes the
+    connection of another uid before reading a byte of it."""
+    job = run(f"touch {tmp_path / 'ran'}")
+    log_path(tmp_path, job).parent.mkdir(parents=True)
+    assert start_daemon(tmp_path).returncode == 0
+    with dial(tmp_path):
+        assert connect_as(65534, tmp_path, lines({"env": {}}, request(tmp_path, job)))
+    assert "refused a connection from uid 65534" in (tmp_path / "supervisor.log").read_text()
+    assert not log_path(tmp_path, job).exists() and not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"not json",
+        b'{"env": {"A=B": "c"}}',
+        b'{"env": {}}\n[1, 2]',
+        b'{"env": {}}\n{"id": 1}',
+        b'{"env": {}}\n' + b"[" * 100_000 + b"]" * 100_000,
+        b"x" * (supervisor.LINE_LIMIT + 10),
+    ],
+)
+def test_a_malformed_line_closes_its_connection_not_the_supervisor(tmp_path: Path, line: bytes) -> None:
+    assert start_daemon(tmp_path).returncode == 0
+    daemon = daemon_of(tmp_path)
+    with dial(tmp_path) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # closed while sending
+            sock.sendall(line + b"\n")
+        assert sock.recv(100) == b""
+    assert "closed a connection" in (tmp_path / "supervisor.log").read_text()
+    result = supervised(run("true"), tmp_path, tmp_path)
+    assert result is not None and result.ok and daemon_of(tmp_path) == daemon
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"log": "relative/Job.1.log"}, "is not a .log file inside"),
+        ({"log": "/etc/Job.1.log"}, "is not a .log file inside"),
+        ({"log": "{logs}/../../Job.1.log"}, "is not a .log file inside"),
+        ({"log": "{logs}/W/g1/Job.1.txt"}, "is not a .log file inside"),
+        ({"id": "1"}, "id is not an integer"),
+        ({"id": True}, "id is not an integer"),
+        ({"timeout": "5"}, "timeout is not a number"),
+        ({"command": "a\0b"}, "command is not a string without NUL"),
+        ({"cwd": None}, "cwd is not a string"),
+        ({"env": {"X": "\ud800"}}, "surrogates not allowed"),
+        ({"extra": 1}, "exactly the fields"),
+    ],
+)
+def test_a_request_is_checked(tmp_path: Path, change: dict[str, object], fragment: str) -> None:
+    message = {**request(tmp_path, run("true")), **change}
+    if isinstance(message["log"], str):
+        message["log"] = message["log"].replace("{logs}", str(tmp_path / "logs"))
+    with pytest.raises(ValueError, match="^.*" + fragment):
+        supervisor.parse_request(message, str(tmp_path))
+
+
+def test_answers_an_agent_reads_late_wait_for_it_none_lost(tmp_path: Path) -> None:
+    """More answers than the socket holds (the agent reads none until it has sent every request):
+    the daemon keeps reading, keeps the answers, and sends them as the socket drains, in order."""
+    job, count = run("true"), 5_000
+    assert supervised(job, tmp_path, tmp_path) is not None
+    assert start_daemon(tmp_path).returncode == 0
+    with dial(tmp_path) as sock:
+        sock.sendall(lines({"env": {}}, *(request(tmp_path, job, number) for number in range(count))))
+        time.sleep(0.5)  # the daemon handles them all meanwhile: only the socket's draining sends the rest
+        received = bytearray()
+        while received.count(b"\n") < count:
+            data = sock.recv(1 << 16)
+            assert data, "closed before every answer came"
+            received += data
+    answers = [json.loads(line) for line in received.splitlines()]
+    assert answers == [{"id": number, "run": "ended"} for number in range(count)]
+
+
+def test_a_request_whose_agent_died_right_after_sending_it_is_run(tmp_path: Path) -> None:
+    """The daemon reads what a closed connection had sent: a request that was sent is run."""
+    job = run(f"echo ran >> {tmp_path / 'count'}")
+    log_path(tmp_path, job).parent.mkdir(parents=True)
+    assert start_daemon(tmp_path).returncode == 0
+    with dial(tmp_path) as sock:
+        sock.sendall(lines({"env": {}}, request(tmp_path, job)) + b'{"id": 2, "log": ')  # and dies
+    wait_for(log_path(tmp_path, job).with_suffix(".status").exists, "the run ended")
+    assert (tmp_path / "count").read_text() == "ran\n"
+
+
+def test_a_terminated_supervisor_finishes_its_runs_and_the_next_one_starts_the_rest(tmp_path: Path) -> None:
+    """SIGTERM: the daemon starts nothing more, records the run it has, exits; the agent asks the
+    run it held of a new daemon, which starts it (it never started)."""
+    count, started = tmp_path / "count", tmp_path / "started"
+    running = run(f"touch {started}; sleep 0.5; echo running >> {count}")
+    held = run(f"echo held >> {count}", job="Held")
+
+    async def scenario() -> tuple[Result | None, Result | None, int]:
+        client = SupervisorClient(tmp_path)
+        try:
+            first = asyncio.create_task(client.supervise(running, tmp_path))
+            while not started.exists():
+                await asyncio.sleep(0.02)
+            daemon = daemon_of(tmp_path)
+            os.kill(daemon, signal.SIGTERM)
+            second = asyncio.create_task(client.supervise(held, tmp_path))
+            await asyncio.sleep(0.2)
+            assert not log_path(tmp_path, held).exists()  # not started by the draining daemon
+            results = await asyncio.wait_for(asyncio.gather(first, second), 15)
+            return results[0], results[1], daemon
+        finally:
+            await client.close()
+
+    first, second, daemon = asyncio.run(scenario())
+    assert first is not None and first.ok and second is not None and second.ok
+    assert count.read_text() == "running\nheld\n" and not alive(daemon)
 
 
 def generations(root: Path, workflow: str, count: int, now: float) -> None:

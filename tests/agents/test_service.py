@@ -8,10 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
-import pickle
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,6 +25,7 @@ from broker.language import Publication, parse_filter, parse_publication
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 from tests.agents.test_operations import busy_agent
+from tests.agents.test_runner import start_agent
 from tests.agents.test_state import PLAN, install
 from tests.processes import against_scripted_broker
 from tests.signing import signed
@@ -295,11 +293,7 @@ def test_a_cancelled_run_is_stopped_again_after_a_restart(
     monkeypatch.setattr("agents.service.STOP_GRACE", 0.2)
     job = Run("W", "v1", "g1", "Job", 1, "trap '' TERM; sleep 30", None, "2026-11-23", None)
     pid_file = log_path(tmp_path, job).with_suffix(".pid")
-    script = (
-        "import asyncio, pickle, sys; from pathlib import Path; from agents.runner import supervise; "
-        "asyncio.run(supervise(pickle.loads(bytes.fromhex(sys.argv[1])), Path(sys.argv[2]), Path('/')))"
-    )
-    died = subprocess.Popen([sys.executable, "-c", script, pickle.dumps(job).hex(), str(tmp_path)])
+    died = start_agent(job, tmp_path)
     agent = Agent("agentA")
     agent.running[job.workflow, job.gid, job.job] = job
     agent.generations[job.workflow, job.gid] = GenerationState("v1", {"Job": "running"}, cancelled=True)
