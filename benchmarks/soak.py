@@ -117,6 +117,8 @@ def agent_parts(state: Path) -> dict[str, int]:
     parts["run_log_folders"] = sum(
         1 for workflow in (logs.iterdir() if logs.is_dir() else ()) for _ in workflow.iterdir()
     )
+    with contextlib.suppress(OSError, ValueError):  # the supervisor daemon names itself in its lock
+        parts["supervisor_rss"] = rss(int((state / "supervisor.lock").read_text().split()[0]))
     return parts
 
 
