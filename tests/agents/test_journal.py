@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import agents.journal
 from agents.journal import Journal
 from agents.state import Agent, Delivered, Event, Finished, Incoming, Result
 from broker.errors import LocalError
+from broker.language import Publication
 from tests.agents.test_state import PLAN, key, runs, status, trigger
 from tests.signing import signed
 
@@ -138,3 +140,28 @@ def test_one_agent_per_state_directory(tmp_path: Path) -> None:
         Journal(tmp_path)
     first.close()
     Journal(tmp_path).close()  # free again once the first one is gone
+
+
+def test_publications_are_journaled_as_structures_and_old_text_records_are_still_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A restart rebuilds publications from their journaled structure, not by parsing their text
+    (which made restarts grow with the tail); a journal written with texts still replays, and a
+    record whose publication is not one is skipped with a warning."""
+    journal = Journal(tmp_path)
+    agent = installed(journal)
+    generation(agent, journal, "g1", 1.0)
+    journal.close()
+    lines = (tmp_path / "journal.jsonl").read_text().splitlines()
+    assert all("[class," not in line for line in lines)  # no publication text left to parse
+    old = [json.loads(line) for line in lines]
+    for record in old:  # the same journal as the code before wrote it
+        if "pub" in record:
+            record["publication"] = str(Publication(*record.pop("pub")))
+        if "pubs" in record:
+            record["publications"] = [str(Publication(*p)) for p in record.pop("pubs")]
+    bad = {"n": len(old) + 1, "t": 2.0, "event": "incoming", "pub": ["AGENT_CTL", ["not", "a dict"]]}
+    (tmp_path / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*old, bad]))
+    restarted, replayed = recovered(tmp_path)
+    assert replayed == len(old) and restarted.snapshot() == agent.snapshot()
+    assert f"journal.jsonl:{len(old) + 1}: skipped a bad record: not a publication" in caplog.text

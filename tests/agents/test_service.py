@@ -17,7 +17,7 @@ import pytest
 
 import agents.service
 from agents.envelope import Registration
-from agents.runner import log_path
+from agents.runner import Retention, log_path
 from agents.service import QUERY, AgentService
 from agents.state import Agent, Delivered, GenerationState, Incoming, Run, Tick
 from broker.client import Backoff, Client, Delivery, RefusedError
@@ -349,3 +349,31 @@ def test_an_agent_answers_a_query_past_its_outbox_and_too_large_an_answer_is_cut
         await b.stop()
 
     run(scenario())
+
+
+def test_a_busy_agent_prunes_run_logs_after_a_tenth_of_keep_runs_more_runs(tmp_path: Path) -> None:
+    """Not only every PRUNE_EVERY (60 s): at a hundred runs a second a minute of folders is
+    thousands, many times --keep-runs."""
+    service = AgentService(
+        Agent("agentA"), BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path, Retention(runs=20, days=None)
+    )
+    assert service.prune_after == 10
+
+    async def scenario() -> list[int]:
+        folders = tmp_path / "logs" / "W"
+        left = []
+        pruning = asyncio.create_task(service._prune_regularly())
+        try:
+            for n in range(3):
+                for g in range(25):
+                    (folders / f"g{n}-{g}").mkdir(parents=True)
+                for _ in range(service.prune_after):
+                    service._count_run()
+                await until(lambda: len(list(folders.iterdir())) <= 20, what="a pruning", timeout=5)
+                left.append(len(list(folders.iterdir())))
+        finally:
+            pruning.cancel()
+        return left
+
+    assert asyncio.run(scenario()) == [20, 20, 20]
+    service.journal.close()
