@@ -13,7 +13,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,6 +102,16 @@ def request(state: Path, job: Run, number: int = 1) -> dict[str, object]:
 
 def lines(*messages: object) -> bytes:
     return b"".join(json.dumps(message).encode() + b"\n" for message in messages)
+
+
+async def started_once(
+    supervising: Coroutine[Any, Any, Result | None], marker: Path
+) -> asyncio.Task[Result | None]:
+    """``supervising`` under way, once its command has started (it touches ``marker``)."""
+    task = asyncio.create_task(supervising)
+    while not marker.exists():
+        await asyncio.sleep(0.02)
+    return task
 
 
 def test_a_run_gets_its_environment_and_a_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -190,9 +202,7 @@ def test_a_frozen_supervisor_is_waited_for_not_declared_lost_or_rerun(tmp_path: 
     state = tmp_path / "s"
 
     async def scenario() -> list[Result | None]:
-        first = asyncio.create_task(once(job, state, tmp_path))
-        while not started.exists():
-            await asyncio.sleep(0.02)
+        first = await started_once(once(job, state, tmp_path), started)
         pid = daemon_of(state)
         os.kill(pid, signal.SIGSTOP)
         try:
@@ -226,9 +236,7 @@ def test_a_killed_supervisor_s_run_is_lost_not_rerun_and_a_new_one_serves(tmp_pa
     async def scenario() -> tuple[Result | None, Result | None]:
         client = SupervisorClient(state)
         try:
-            waiting = asyncio.create_task(client.supervise(job, tmp_path))
-            while not started.exists():
-                await asyncio.sleep(0.02)
+            waiting = await started_once(client.supervise(job, tmp_path), started)
             killed = daemon_of(state)
             os.kill(killed, signal.SIGKILL)
             lost = await asyncio.wait_for(waiting, 10)
@@ -400,9 +408,7 @@ def test_a_terminated_supervisor_finishes_its_runs_and_the_next_one_starts_the_r
     async def scenario() -> tuple[Result | None, Result | None, int]:
         client = SupervisorClient(tmp_path)
         try:
-            first = asyncio.create_task(client.supervise(running, tmp_path))
-            while not started.exists():
-                await asyncio.sleep(0.02)
+            first = await started_once(client.supervise(running, tmp_path), started)
             daemon = daemon_of(tmp_path)
             os.kill(daemon, signal.SIGTERM)
             second = asyncio.create_task(client.supervise(held, tmp_path))
