@@ -30,7 +30,8 @@ under 1 s). A ``grew`` line names every measured part whose second-half peak is 
 times its first-half peak.
 
 Run: ``python benchmarks/soak.py [--generations 2000] [--rate 10]`` (about 4 minutes with the
-defaults); the issue's run is ``--generations 100000 --rate 10`` (about 3 hours). The last line is
+defaults); the issue's run is ``--generations 100000 --rate 50 --keep-days 0.01`` (36 minutes,
+docs/performance.md). The last line is
 one JSON object with every sample.
 """
 
