@@ -176,7 +176,7 @@ class SupervisorClient:
         except BaseException:
             sock.close()
             raise
-        writer.write(_line({"env": dict(os.environ)}))
+        writer.write(supervisor.encode({"env": dict(os.environ)}))
         return _Link(reader, writer)
 
     async def _start(self) -> None:
@@ -217,7 +217,7 @@ class _Link:
         number = next(self.ids)
         self.waiting[number] = answer = asyncio.get_running_loop().create_future()
         try:
-            self.writer.write(_line({"id": number, **request}))
+            self.writer.write(supervisor.encode({"id": number, **request}))
             return await answer
         finally:
             del self.waiting[number]
@@ -246,10 +246,6 @@ class _Link:
                 log.warning("the supervisor went away: asking a new one about %d runs", len(unanswered))
             for waiting in unanswered:
                 waiting.set_exception(ConnectionError("the supervisor went away"))
-
-
-def _line(message: dict[str, object]) -> bytes:
-    return json.dumps(message).encode() + b"\n"
 
 
 def _answer(line: bytes) -> tuple[int, dict[str, str]]:

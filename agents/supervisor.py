@@ -66,7 +66,7 @@ import struct
 import sys
 import time
 
-__all__ = ["address", "foreign", "main", "parse_request", "peer_credentials", "write_atomically"]
+__all__ = ["address", "encode", "foreign", "main", "parse_request", "peer_credentials", "write_atomically"]
 
 MAX_TIMEOUT = 1e9  # seconds (31 years); a longer timeout is none
 IDLE = 2.0  # seconds without a command or a connection after which the daemon exits
@@ -96,6 +96,11 @@ def write_atomically(path: str | os.PathLike[str], data: dict[str, object]) -> N
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def encode(message: dict[str, object]) -> bytes:
+    """One line of the protocol, as both ends write it."""
+    return json.dumps(message).encode() + b"\n"
 
 
 def address(state_dir: str | os.PathLike[str]) -> str:
@@ -345,7 +350,7 @@ class Daemon:
         connection, number = waiter
         if connection.closed:
             return  # its agent went away; the next one asks again
-        connection.outbox += json.dumps({"id": number, **answer}).encode() + b"\n"
+        connection.outbox += encode({"id": number, **answer})
         self._flush(connection)
 
     def _flush(self, connection: Connection) -> None:
