@@ -244,6 +244,15 @@ class GenerationState:
     cancelled: bool = False  # wfm cancel: its jobs do not run here (NORUN), its APPL_END is CANCELLED
     rerun_of: str | None = None  # wfm rerun --from: the generation whose outcomes it reuses
     reused: dict[str, list[str]] = field(default_factory=dict)  # job -> [status, detail] to republish
+    # a predecessor's status says the generation was cancelled, before (or without) the CANCEL
+    # reaching this agent: jobs that fire here do not run; only the signed CANCEL stops running ones
+    # (anyone may publish a status)
+    cancelled_upstream: bool = False
+
+    @property
+    def halted(self) -> bool:
+        """Its jobs that fire here do not run: cancelled here, or upstream."""
+        return self.cancelled or self.cancelled_upstream
 
 
 @dataclass
@@ -325,6 +334,7 @@ class Agent:
                     g.cancelled,
                     g.rerun_of,
                     g.reused,
+                    g.cancelled_upstream,
                 ]
                 for (workflow, gid), g in self.generations.items()
             ],
@@ -577,11 +587,12 @@ class Agent:
         if info.job in generation.jobs:
             return []  # a duplicate firing
         statuses = {str(p.get("jobname")): p for p in publications if p.cls == JOBSTATUS}
+        generation.cancelled_upstream |= any(p.get("cancelled") == 1 for p in statuses.values())
         upstream = failures(statuses.values())
         if info.job == APPL_END:  # DEPLOY's: the end jobs' statuses came
             assert info.graph is not None
             status, detail = end_of(info.graph, upstream)
-            if generation.cancelled:
+            if generation.halted:
                 status, detail = CANCELLED, "; ".join(part for part in (NOT_RUN, detail) if part)
             generation.ended = True
             return self._report(info, gid, status, detail, now)
@@ -596,7 +607,7 @@ class Agent:
         if info.job == APPL_START:
             return self._report(info, gid, SUCCESS, f"trigger for {date.isoformat()}", now)
         # every status carries on the failures before it: APPL_END knows of them only that way
-        if generation.cancelled:
+        if generation.halted:
             return self._report(info, gid, NORUN, NOT_RUN, now, upstream)
         if info.job in generation.reused:
             status, detail = generation.reused[info.job]
@@ -654,6 +665,7 @@ class Agent:
         if generation is None or generation.version != version:
             return []
         generation.statuses.setdefault(job, status)
+        generation.cancelled_upstream |= publication.get("cancelled") == 1
         return self._end_if_over(workflow, gid, generation, now)
 
     def _end_if_over(self, workflow: str, gid: str, generation: GenerationState, now: float) -> list[Effect]:
@@ -668,7 +680,7 @@ class Agent:
             return []
         generation.ended = True
         status, detail = over
-        if generation.cancelled:
+        if generation.halted:
             status, detail = CANCELLED, "; ".join(part for part in (NOT_RUN, detail) if part)
         end = self._publication(info.workflow, info.version, APPL_END, gid, status, detail, 0, now)
         return [Emit(end)]
@@ -766,7 +778,7 @@ class Agent:
     def _failed(self, run: Run, result: Result, now: float) -> list[Effect]:
         del self.running[run.workflow, run.gid, run.job]
         generation = self.generations.get((run.workflow, run.gid))
-        if generation is not None and generation.cancelled:  # stopped, or failed meanwhile: no retry
+        if generation is not None and generation.halted:  # stopped, or failed meanwhile: no retry
             return self._done(
                 run, FAILURE, replace(result, detail=f"{NOT_RUN}: {result.detail}"), now
             ) + self._pump(now)
@@ -872,6 +884,7 @@ class Agent:
         skipped: bool = False,
         failed: list[str] | None = None,
     ) -> Publication:
+        generation = self.generations.get((workflow, gid))
         publication = job_status(
             workflow,
             job,
@@ -885,6 +898,7 @@ class Agent:
             duration=duration,
             skipped=skipped,
             failed=failed or (),
+            cancelled=generation is not None and generation.halted,
         )
         record = {name: publication[name] for name in ("status", "detail", "attempt", "started", "duration")}
         if skipped:  # kept only when set: a record per job for 500 generations is the snapshot's bulk

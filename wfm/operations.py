@@ -181,6 +181,7 @@ class Session:
         self.client, self.uri, self.timeout = client, uri, timeout
         self.cancelled: set[tuple[str, str]] = set()  # generations agents said they are cancelling
         self.truncated: set[str] = set()  # agents that cut an answer to fit it in a message
+        self.operating: set[str] = set()  # workflows whose operations this session has advertised
 
     @classmethod
     @asynccontextmanager
@@ -322,7 +323,7 @@ class Session:
         """Send the signed ``command`` envelope to each of ``agents`` and collect their
         acknowledgements: agent -> (result, detail). Each sending is signed anew: agents refuse a
         sequence they have seen."""
-        await self.client.advertise(deployer_advertisement(workflow, ANY))
+        await self.advertise_operations(workflow)
         sent: set[tuple[str, str]] = set()
         async with await self.client.subscribe(operation_acks(workflow, command)) as acks:
 
@@ -338,8 +339,19 @@ class Session:
             replies = await self._gather(acks, send, set(agents), ours)
         return {agent: (str(ack["result"]), str(ack.get("detail", ""))) for agent, ack in replies.items()}
 
+    async def advertise_operations(self, workflow: str) -> None:
+        """Advertise the operations on ``workflow``, once per session. Called before the question
+        that precedes an operation, so that its QUIET wait also lets each agent's control
+        subscription come back along the advertisement: sent at once, the first operation would be
+        dropped at this broker for the agents farthest away, and a cancelled generation could go on
+        there until the resend (a failure alert running, for one)."""
+        if workflow not in self.operating:
+            await self.client.advertise(deployer_advertisement(workflow, ANY))
+            self.operating.add(workflow)
+
     async def cancel(self, workflow: str, gid: str, sign: Sign) -> dict[str, tuple[str, str]]:
         """Cancel generation ``gid`` on every agent of ``workflow``: agent -> (result, detail)."""
+        await self.advertise_operations(workflow)
         deployed = await self.deployed(workflow)
         deployed.check(self.timeout)
         return await self.operate(workflow, CANCEL, {"gid": gid}, deployed.agents, sign)
@@ -350,6 +362,7 @@ class Session:
         """Start a new generation re-running ended generation ``gid`` on its date, every job, or
         (``start``) that job and those after it, the others republishing their outcome in ``gid``.
         Returns the new gid, ``GID-rN`` (N one more than the reruns of ``gid`` already known)."""
+        await self.advertise_operations(workflow)
         deployed = await self.deployed(workflow)
         deployed.check(self.timeout)
         monitor = await self.runs(workflow, RUNS_LIMIT, gid)

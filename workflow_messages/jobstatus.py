@@ -27,16 +27,16 @@ __all__ = [
 ]
 
 STATUS_STRINGS = ("GID", "status", "detail", "version", "agentname", "failed")
-STATUS_NUMBERS = ("attempt", "started", "duration", "skipped")
+STATUS_NUMBERS = ("attempt", "started", "duration", "skipped", "cancelled")
 
 
 def status_advertisement(workflow: str, job: str) -> Filter:
     """What the agent of ``job`` advertises before it publishes the job's statuses: the pinned
     shape of INTERFACE.md section 3 plus the version the generation runs on, the agent, the
     attempt, the start (epoch seconds) and the duration (seconds), so monitors need no side channel,
-    and what the next jobs and APPL_END decide on: ``skipped`` (1: a NORUN for a branch not taken)
-    and ``failed`` (the jobs of the generation this status follows from that failed, see
-    :func:`job_status`)."""
+    and what the next jobs and APPL_END decide on: ``skipped`` (1: a NORUN for a branch not taken),
+    ``failed`` (the jobs of the generation this status follows from that failed, see
+    :func:`job_status`) and ``cancelled`` (1: published in a cancelled generation)."""
     return filter_of(
         JOBSTATUS, {"applname": workflow, "jobname": job}, present=STATUS_STRINGS, numbers=STATUS_NUMBERS
     )
@@ -56,10 +56,14 @@ def job_status(
     duration: float = 0.0,
     skipped: bool = False,
     failed: Iterable[str] = (),
+    cancelled: bool = False,
 ) -> Publication:
     """A JOBSTATUS publication, fitting :func:`status_advertisement`. ``failed`` names the failed
     jobs upstream (the job itself too if ``status`` is FAILURE): carried from status to status, it
-    tells the coordinator, which sees only the end jobs' statuses, which jobs failed anywhere."""
+    tells the coordinator, which sees only the end jobs' statuses, which jobs failed anywhere.
+    ``cancelled`` travels the same way: the status of a run a cancellation stopped may reach the
+    next job's agent before that agent's own CANCEL does, and that job (an ``on="failure"``
+    alert, say) must not run then either."""
     values: dict[str, Value] = {
         "applname": workflow,
         "jobname": job,
@@ -73,6 +77,7 @@ def job_status(
         "duration": round(duration, 3),
         "skipped": int(skipped),
         "failed": " ".join(sorted(set(failed))),
+        "cancelled": int(cancelled),
     }
     return Publication(JOBSTATUS, values)
 

@@ -95,6 +95,37 @@ def test_the_coordinator_ends_a_cancelled_generation_cancelled() -> None:
     )
 
 
+def test_a_status_from_a_cancelled_generation_stops_the_jobs_after_it_before_the_cancel_comes() -> None:
+    """The status of a run a CANCEL stopped may reach the next job's agent before that agent's own
+    CANCEL: an alert on failure must not run then, and the generation must still end CANCELLED."""
+    stopped = status("JobA", "g1", "FAILURE", failed=["JobA"], cancelled=True)
+    agent = Agent("agentC")
+    install(agent)
+    effects = agent.handle(Delivered(key(agent, "Alert"), (trigger("g1"), stopped)), 1.0)
+    assert runs(effects) == []
+    [norun] = published(effects)
+    assert (norun["status"], norun["detail"], norun["cancelled"]) == ("NORUN", "cancelled", 1)
+    restarted = Agent("agentC")  # kept over a restart
+    restarted.restore(json.loads(json.dumps(agent.snapshot())))
+    [jobd] = published(fire(restarted, "JobD", "g1", "JobB", "JobC", now=2.0))
+    assert (jobd["status"], jobd["cancelled"]) == ("NORUN", 1)
+    coordinator = Agent("agentA")  # its CANCEL not come either
+    install(coordinator)
+    coordinator.handle(Delivered(key(coordinator, "APPL_START"), (trigger("g1"),)), 1.0)
+    [end] = published(coordinator.handle(Delivered(key(coordinator, "APPL_END"), (jobd, norun)), 3.0))
+    assert end["status"] == "CANCELLED" and str(end["detail"]).startswith("cancelled; failed: JobA")
+    # unsigned, a status stops no running job: only the signed CANCEL does
+    agentb = Agent("agentB")
+    install(agentb)
+    [running] = runs(fire(agentb, "JobB", "g2", "JobA"))
+    upstream = status("JobA", "g2", "FAILURE", failed=["JobA"], cancelled=True)
+    late = agentb.handle(Delivered(key(agentb, "JobC"), (trigger("g2"), upstream)), 2.0)
+    assert runs(late) == [] and not [e for e in late if isinstance(e, Stop)]
+    assert [e.run for e in operate(agentb, CANCEL, gid="g2") if isinstance(e, Stop)] == [running]
+    [other] = runs(fire(agentb, "JobB", "g3", "JobA"))  # other generations run
+    assert other.gid == "g3"
+
+
 def test_cancel_and_rerun_must_be_signed_and_move_no_deployed_version() -> None:
     agent = Agent("agentB")
     install(agent)

@@ -113,7 +113,12 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     assert os.path.getsize(tmp_path / "runs.png") > 0
 
     page.context.clear_cookies()  # as if wfm up had started again with a new token
-    page.click('svg.overlay [data-broker="B1"]')
+    # clicked in the page in one step: a redraw the event stream asks for may replace the element
+    # between Playwright's finding and clicking it (and, refused, sign the page out first)
+    page.evaluate(
+        """document.querySelector('svg.overlay [data-broker="B1"]')
+             ?.dispatchEvent(new MouseEvent("click", {bubbles: true}))"""
+    )
     page.wait_for_selector("#signed-out")  # said in words, not a refusal's JSON
     assert "printed a new URL" in page.inner_text("#signed-out")
     assert page.inner_text("#live") == "signed out"
