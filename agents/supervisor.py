@@ -538,12 +538,16 @@ def main(argv: list[str]) -> int:
     except OSError as error:
         _complain(f"cannot start for {state_dir}: {error.strerror or error}")
         return 1
-    if os.fork():
-        os._exit(0)  # the socket listens: the agent that started us may connect
+    child = os.fork()
+    if child:  # the socket listens: the agent that started us may connect
+        # the daemon's pid, for people (and tests) who look for it: written before this exit, so
+        # it is there once the starter returns, and over the old one without emptying the file
+        pid = f"{child}\n".encode()
+        os.pwrite(lock, pid, 0)
+        os.ftruncate(lock, len(pid))
+        os._exit(0)
     os.setsid()
     os.chdir("/")
-    os.ftruncate(lock, 0)
-    os.write(lock, f"{os.getpid()}\n".encode())  # for people (and tests) who look for it
     Daemon(state_dir, listener).serve()
     return 0
 
