@@ -294,13 +294,18 @@ class Agent:
         # (workflow, gid) -> {"date": YYYY-MM-DD, "jobs": {job: status record}}: what this agent
         # published in recent generations (see MAX_OUTCOMES), answered to wfm runs
         self.outcomes: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        # workflow -> the version whose deployment left this agent out (UNDEPLOY {"retire": true}):
+        # it starts no generation of it, and drops each version once no generation runs on it
+        self.retired: dict[str, str] = {}
         self._installs = 0
         self._swept = 0.0  # the last minute of ``now`` (now // SWEEP_EVERY) swept
 
     # entry points ---------------------------------------------------------------------------
 
     def handle(self, event: Event, now: float) -> list[Effect]:
-        self._sweep(now)
+        return self._sweep(now) + self._event(event, now)
+
+    def _event(self, event: Event, now: float) -> list[Effect]:
         if isinstance(event, Incoming):
             return self._incoming(event.publication, now)
         if isinstance(event, Delivered):
@@ -344,6 +349,7 @@ class Agent:
             "swept": self._swept,
             "trust": self.trust.snapshot(),
             "outcomes": [[workflow, gid, record] for (workflow, gid), record in self.outcomes.items()],
+            "retired": sorted(self.retired.items()),
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
@@ -379,6 +385,7 @@ class Agent:
         if "trust" in snapshot:  # a snapshot from before signed envelopes: trust on first use again
             self.trust.restore(snapshot["trust"])
         self.outcomes = OrderedDict(((w, g), record) for w, g, record in snapshot.get("outcomes", []))
+        self.retired = dict(snapshot.get("retired", []))  # after the deployments, which un-retire
 
     def resume(self) -> list[Effect]:
         """What a restarted adapter does about the runs the journal says are running: follow each
@@ -436,9 +443,8 @@ class Agent:
 
     def _apply(self, control: Control) -> tuple[str, list[Effect]]:
         if control.command == "UNDEPLOY":
-            versions = [v for (w, v) in self.deployments if w == control.workflow]
-            effects = [e for v in versions for e in self._remove(control.workflow, v)]
-            return ("OK" if versions else "UNCHANGED"), effects
+            return self._undeploy(control)
+        self.retired.pop(control.workflow, None)  # deployed here again
         if control.command == "DEPLOY":
             return self._deploy(control)
         if control.command == "JOBINFO":
@@ -459,6 +465,33 @@ class Agent:
         self.wanted[key] = registration
         self.owners[key] = (control.workflow, control.version, control.job)
         return "OK", [Request(key, registration), *self._starts(control.workflow)]
+
+    def _undeploy(self, control: Control) -> tuple[str, list[Effect]]:
+        """UNDEPLOY: with no content, remove every version of the workflow now; with ``{"retire":
+        true}`` (sent by a deployment of ``control.version`` that left this agent out), start no
+        new generation and remove each version once no generation here runs on it: the
+        generations in flight finish, and an old coordinator left out of a plan does not go on
+        starting generations of its old version beside the new one's."""
+        workflow = control.workflow
+        versions = [v for (w, v) in self.deployments if w == workflow]
+        if not control.content:
+            self.retired.pop(workflow, None)
+            effects = [e for v in versions for e in self._remove(workflow, v)]
+            return ("OK" if versions else "UNCHANGED"), effects
+        try:
+            retire = decode_content(control.content) == {"retire": True}
+        except ValueError:
+            retire = False
+        if not retire:
+            what = f"{control.content[:80]!r}"
+            raise ValueError(f"UNDEPLOY content must be empty or a JSON object with retire true, not {what}")
+        if control.version in versions:
+            raise ValueError(f"{workflow} version {control.version} is deployed here: not retired by it")
+        if not versions or workflow in self.retired:
+            return "UNCHANGED", []
+        self.retired[workflow] = control.version
+        log.info("retired %s: left out of version %s", workflow, control.version)
+        return "OK", self._collect(workflow)
 
     def _deploy(self, control: Control) -> tuple[str, list[Effect]]:
         """A DEPLOY envelope: its jobs, the advertisements of their statuses, then their conditions
@@ -525,25 +558,33 @@ class Agent:
         of its parts in. A DEPLOY's version is current even without APPL_START here: the agent was
         the coordinator of an older one, and the new version's coordinator starts generations now
         (both would, each on its version). Of versions deployed by the per-job commands, only one
-        whose APPL_START is installed: the older version starts generations until then."""
+        whose APPL_START is installed: the older version starts generations until then. None when
+        nothing is deployed, or the agent was retired from the workflow."""
+        if workflow in self.retired:
+            return None
         versions = [d for (w, _), d in self.deployments.items() if w == workflow and d.complete]
         starting = [d for d in versions if d.ends_here or APPL_START in d.jobs] or versions
         return max(starting, key=lambda d: d.order).version if starting else None
 
     def _collect(self, workflow: str) -> list[Effect]:
-        """Drop the older versions of ``workflow`` that no unfinished generation runs on.
+        """Drop the older versions of ``workflow`` that no unfinished generation runs on (every
+        such version, once retired; a retirement ends with the last).
 
         Called at APPL_END once a generation of the current version has ended: the coordinator
         published its APPL_START after those of every older generation, so by then this agent has
         seen (through its APPL_START subscription) every generation still running on an older one."""
         current = self.current(workflow)
+        retired = workflow in self.retired
         used = {g.version for (w, _), g in self.generations.items() if w == workflow}
         old = [
             v
             for (w, v), d in self.deployments.items()
-            if w == workflow and v != current and v not in used and d.complete  # (not a newer one
-        ]  # whose parts are still coming)
-        return [e for v in old for e in self._remove(workflow, v)] + self._starts(workflow)
+            if w == workflow and v != current and v not in used and (d.complete or retired)
+        ]  # (not a newer one whose parts are still coming, unless retired)
+        effects = [e for v in old for e in self._remove(workflow, v)] + self._starts(workflow)
+        if retired and not any(w == workflow for w, _ in self.deployments):
+            del self.retired[workflow]
+        return effects
 
     # deliveries -----------------------------------------------------------------------------
 
@@ -692,7 +733,7 @@ class Agent:
         self._end(workflow, gid, now)
         current = self.current(workflow)
         if current is None:
-            return []
+            return self._collect(workflow) if workflow in self.retired else []
         latest = self.deployments[workflow, current]
         latest.ended = latest.ended or version == current
         return self._collect(workflow) if latest.ended else []
@@ -707,16 +748,17 @@ class Agent:
             self.ended.popitem(last=False)
         return dropped
 
-    def _sweep(self, now: float) -> None:
+    def _sweep(self, now: float) -> list[Effect]:
         """Forget what is older than ``forget_after``: ended generations (a firing of one is then
         new), and generations whose APPL_END never came (lost: they would stay in memory, in the
-        journal's snapshot and keep their run logs for ever), unless a run of theirs still runs.
+        journal's snapshot and keep their run logs for ever), unless a run of theirs still runs;
+        then the versions of retired workflows that only forgotten generations held.
 
         Once per minute of ``now`` and with the minute's cutoff, so that replaying the journal,
         which leaves out the ticks that changed nothing else, forgets the same at the same events."""
         minute = now // SWEEP_EVERY
         if minute <= self._swept:
-            return
+            return []
         self._swept = minute
         start = minute * SWEEP_EVERY
         cutoff = start - self.forget_after
@@ -731,11 +773,13 @@ class Agent:
         for key in expired:
             del self.ended[key]
         busy = {(r.workflow, r.gid) for r in self.running.values()}
+        forgotten: set[str] = set()
         for (workflow, gid), generation in list(self.generations.items()):
             if generation.since is None:
                 generation.since = start
             elif generation.since < cutoff and (workflow, gid) not in busy:
                 dropped = self._end(workflow, gid, start)
+                forgotten.add(workflow)
                 log.warning(
                     "forgot %s %s: not seen to end within %g days%s",
                     workflow,
@@ -743,6 +787,7 @@ class Agent:
                     self.forget_after / DAY,
                     f" ({len(dropped)} queued runs dropped)" if dropped else "",
                 )
+        return [e for workflow in sorted(forgotten & set(self.retired)) for e in self._collect(workflow)]
 
     # runs -----------------------------------------------------------------------------------
 

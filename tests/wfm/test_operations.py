@@ -118,6 +118,38 @@ def test_cancel_stops_a_running_job_and_the_generation_ends_cancelled(
     assert silent.stderr == "wfm: error: no answer within 2 s from the agent of SLOW's Alert\n"
 
 
+def test_a_deployment_retires_the_agents_it_leaves_out(overlay: Overlay, tmp_path: Path) -> None:
+    """The coordinator moves from agentA to agentC: left alone, agentA went on starting every
+    generation on the old version too, and each job ran twice."""
+    step = WORKFLOWS / "scripts" / "step.sh"
+
+    def moved(coordinator: str) -> Path:
+        file = tmp_path / f"{coordinator}.xml"
+        file.write_text(
+            f"""<workflow name="MOVED">
+  <job name="Start" agent="{coordinator}"><command>sh {step} start</command></job>
+  <job name="Work" agent="agentB"><after job="Start"/><command>sh {step} work</command></job>
+</workflow>"""
+        )
+        return file
+
+    overlay.deploy(moved("agentA"))
+    overlay.trigger("MOVED", ["g1"])
+    overlay.wait_end("MOVED", ["g1"])
+    reports = {r["agent"]: r for r in lines(wfm(overlay, "deploy", str(moved("agentC")), "-o", "json"))}
+    assert reports["agentA"]["retired"] and reports["agentA"]["ok"] == 1
+    assert not reports["agentB"]["retired"] and not reports["agentC"]["retired"]
+    said = wfm(overlay, "deploy", str(moved("agentC")))  # again: agentA holds nothing of it now
+    assert said.returncode == 0 and "agentA" not in said.stdout, said
+    [workflow] = lines(wfm(overlay, "workflows", "-o", "json"))
+    assert workflow["coordinator"] == "agentC" and sorted(workflow["agents"]) == ["agentB", "agentC"]
+    overlay.trigger("MOVED", ["g2"])
+    overlay.wait_end("MOVED", ["g2"])
+    time.sleep(1.0)  # a second generation, started by agentA, would have run by now
+    assert overlay.records("MOVED", "g2") == {"Start": 1, "Work": 1}
+    assert overlay.statuses["MOVED", "g2"]["Start"]["agentname"] == "agentC"
+
+
 def test_rerun_from_the_failed_job(overlay: Overlay) -> None:
     overlay.deploy(WORKFLOWS / "payroll.xml")
     (overlay.output / "fail").mkdir(parents=True)

@@ -110,14 +110,17 @@ def deploy(
 ) -> None:
     """Deploy a workflow: publish its signed AGENT_CTL envelopes and wait for every agent's
     acknowledgement, showing progress on stderr (exit status 1 naming the agents that failed or
-    refused, 3 naming those that did not answer).
+    refused, 3 naming those that did not answer). Agents that hold the workflow but are not in
+    the new version are then retired: they finish the generations they are in and start none.
     --dry-run prints the plan (-o json: the envelopes as signed now)."""
     workflow = load_workflow(file)
     plan = translate(workflow)
     if dry_run:
         click.echo(plan.to_json(deployer().sign) if output == "json" else _listing(workflow, plan))
         return
-    _send(broker_uri, plan, ordered_batches(plan, workflow.coordinator), timeout, output, deployer)
+    _send(
+        broker_uri, plan, ordered_batches(plan, workflow.coordinator), timeout, output, deployer, replace=True
+    )
 
 
 @click.command()
@@ -141,13 +144,15 @@ def _send(
     timeout: float,
     output: str,
     deployer: Callable[[], Deployer],
+    replace: bool = False,
 ) -> None:
     if broker_uri is None:
         raise click.ClickException("no broker: give --broker or set WFM_BROKER")
     sign = deployer().sign
     try:
         with progress(f"deploying {plan.workflow} {plan.version} through {broker_uri}") as say:
-            reports = asyncio.run(deploy_plan(broker_uri, plan, batches, timeout, sign, say))
+            retire = functools.partial(click.echo, err=True) if replace else None
+            reports = asyncio.run(deploy_plan(broker_uri, plan, batches, timeout, sign, say, retire))
     except (ConnectError, OSError, RefusedError, LinkClosed) as error:
         raise click.ClickException(f"cannot deploy through {broker_uri}: {error}") from None
     for report in reports:
@@ -158,13 +163,15 @@ def _send(
                 "missing": report.missing,
                 "unsent": report.unsent,
                 "errors": report.errors,
+                "retired": report.retired,
             }
             click.echo(json.dumps(record))
             continue
         counts = ", ".join(f"{n} {result}" for result, n in report.results.items() if n)
         missing = f", {report.missing} not acknowledged" if report.missing else ""
         unsent = f", {report.unsent} not sent (waiting for the others)" if report.unsent else ""
-        click.echo(f"{report.agent}: {counts or 'nothing'}{missing}{unsent}")
+        retired = " (not in this version: retired, it finishes its generations in flight)" * report.retired
+        click.echo(f"{report.agent}: {counts or 'nothing'}{missing}{unsent}{retired}")
         for problem in report.errors:
             click.echo(f"  {problem}")
     failed = [r.agent for r in reports if r.errors]

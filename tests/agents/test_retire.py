@@ -1,0 +1,113 @@
+"""An agent left out of a new version of a workflow (UNDEPLOY ``{"retire": true}``), in the
+state machine: it finishes the generations in flight, starts none, then removes the workflow."""
+
+from __future__ import annotations
+
+import json
+
+from agents.state import SWEEP_EVERY, Agent, Delivered, Finished, Incoming, Result, Withdraw
+from broker.language import Publication
+from tests.agents.test_operations import ack_of
+from tests.agents.test_state import MONDAY, install, key, published, runs
+from tests.signing import DEPLOYER
+from wfm.deploy import retire_publications, undeploy_publications
+from wfm.workflow import After, Job, Plan, Workflow, translate
+from workflow_messages import job_status
+
+
+def plan(first: str, second: str, command: str = "true") -> Plan:
+    jobs = (Job("A", first, command), Job("B", second, "true", after=(After("A"),)))
+    return translate(Workflow("CO", jobs))
+
+
+OLD, NEW = plan("a", "b"), plan("x", "b")  # a, the old coordinator, is not in the new version
+
+
+def go(gid: str) -> Publication:
+    return Publication("Trigger", {"applname": "CO", "GID": gid, "schedule": MONDAY})
+
+
+def start(agent: Agent, gid: str, now: float) -> list:  # type: ignore[type-arg]
+    return agent.handle(Delivered(key(agent, "APPL_START", version=OLD.version), (go(gid),)), now)
+
+
+def retire(agent: Agent, of: Plan = NEW, now: float = 2.0) -> list:  # type: ignore[type-arg]
+    return agent.handle(Incoming(DEPLOYER.sign(retire_publications(of, [agent.name])[0])), now)
+
+
+def test_a_retired_coordinator_finishes_its_generation_starts_none_then_removes_the_workflow() -> None:
+    agent = Agent("a")
+    install(agent, OLD)
+    [started] = published(start(agent, "g1", 1.0))
+    effects = retire(agent)
+    assert ack_of(effects) == ("OK", "")
+    assert not [e for e in effects if isinstance(e, Withdraw)]  # g1 runs on the old version
+    assert agent.current("CO") is None
+    assert published(start(agent, "g2", 3.0)) == []  # no generation beside the new coordinator's
+    assert ("CO", "g2") not in agent.generations
+    restarted = Agent("a")  # the retirement is kept over a restart
+    restarted.restore(json.loads(json.dumps(agent.snapshot())))
+    assert restarted.retired == {"CO": NEW.version} and restarted.current("CO") is None
+    [run] = runs(agent.handle(Delivered(key(agent, "A", version=OLD.version), (go("g1"), started)), 4.0))
+    [done] = published(agent.handle(Finished(run, Result(True, "exit 0", 4.0, 0.1)), 5.0))
+    keys = {k for k, (workflow, _, _) in agent.owners.items() if workflow == "CO"}
+    ended = job_status("CO", "B", "g1", "SUCCESS", "", version=OLD.version, agent="b")
+    effects = agent.handle(Delivered(key(agent, "APPL_END", version=OLD.version), (go("g1"), ended)), 6.0)
+    assert [(p["jobname"], p["status"]) for p in published(effects)] == [("APPL_END", "SUCCESS")]
+    assert {e.key for e in effects if isinstance(e, Withdraw)} == keys and "CO starts" in keys
+    assert agent.deployments == {} and agent.wanted == {} and agent.retired == {}
+    assert done["status"] == "SUCCESS"
+
+
+def test_an_idle_agent_is_removed_at_once_and_a_new_deployment_takes_it_back() -> None:
+    agent = Agent("a")
+    install(agent, OLD)
+    effects = retire(agent)
+    assert ack_of(effects) == ("OK", "") and "CO starts" in {
+        e.key for e in effects if isinstance(e, Withdraw)
+    }
+    assert agent.deployments == {} and agent.retired == {}
+    assert ack_of(retire(agent, now=3.0)) == ("UNCHANGED", "")  # nothing of CO here
+    install(agent, OLD)  # deployed again (say, the old file): current again
+    assert agent.current("CO") == OLD.version
+
+
+def test_a_redeployment_ends_a_retirement_in_progress() -> None:
+    agent = Agent("a")
+    install(agent, OLD)
+    start(agent, "g1", 1.0)
+    retire(agent)
+    assert ack_of(retire(agent, now=2.5)) == ("UNCHANGED", "")
+    again = plan("a", "b", command="echo again")
+    install(agent, again)
+    assert agent.retired == {} and agent.current("CO") == again.version
+
+
+def test_a_retirement_must_come_from_a_version_that_left_the_agent_out_and_say_retire() -> None:
+    agent = Agent("a")
+    install(agent, OLD)
+    assert ack_of(retire(agent, of=OLD)) == (
+        "ERROR",
+        f"CO version {OLD.version} is deployed here: not retired by it",
+    )
+    [envelope] = undeploy_publications(NEW)[:1]
+    for content in ('{"retire": false}', "[1", "x" * 500):
+        fields = {name: value for name, value in envelope.items() if name != "class"}
+        odd = Publication(envelope.cls, {**fields, "agentname": "a", "content": content})
+        result, detail = ack_of(agent.handle(Incoming(DEPLOYER.sign(odd)), 3.0))
+        assert result == "ERROR" and detail.startswith(
+            "UNDEPLOY content must be empty or a JSON object with retire true, not "
+        )
+        assert len(detail) < 200
+    assert agent.current("CO") == OLD.version  # nothing changed
+
+
+def test_a_generation_of_a_retired_workflow_forgotten_by_the_sweep_releases_its_version() -> None:
+    agent = Agent("a", forget_after=2 * SWEEP_EVERY)
+    install(agent, OLD)
+    start(agent, "g1", 1.0)  # its APPL_END never comes
+    retire(agent)
+    assert agent.deployments
+    effects = agent.handle(Delivered("nothing", ()), 10 * SWEEP_EVERY)
+    assert "CO starts" in {e.key for e in effects if isinstance(e, Withdraw)}
+    assert agent.deployments == {} and agent.generations == {}
