@@ -330,6 +330,19 @@ def _ignore(_: str) -> None:
     pass
 
 
+def _bindable(port: int) -> bool:
+    """Whether the dashboard could listen on ``port``: checked before it starts, because another
+    program's server there would answer :func:`_serving` in its stead, and the URL printed would
+    open that program."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a server binds
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
 def _serving(
     dashboard: Child, port: int, processes: Processes, stop: threading.Event, warn: Callable[[str], None]
 ) -> bool:
@@ -405,6 +418,9 @@ def serve(
         historian = ("historian", "--broker", str(uris[0]), *history, *_as(certs, HISTORIAN))
         processes.start(Child("historian", (*WFM, *historian)))
         token = secrets.token_urlsafe(32)  # the dashboard's, given to it and printed with its URL
+        if web_port is not None and not _bindable(web_port):
+            warn(f"warning: port {web_port} on {HOST} is in use: no dashboard (it takes --port + 4)")
+            web_port = None
         if web_port is not None:
             watched = ",".join(str(uri) for uri in uris)
             shown = ("--workflows", str(workflows[0][1].parent)) if workflows else ()

@@ -156,6 +156,26 @@ def test_serve_links_three_brokers_and_stops_them_on_sigterm(tmp_path: Path) -> 
         assert "Traceback" not in log.read_text()
 
 
+def test_a_dashboard_port_in_use_is_a_warning_and_no_url(tmp_path: Path) -> None:
+    """Another program listening there answered the check that the dashboard listens, and wfm up
+    printed a URL that opened that program."""
+    port, started, warnings = free_ports(5), [], []
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port + 4))
+        taken.listen()
+
+        def ready(up: Started) -> None:
+            started.append(up)
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+
+        with stop_event() as stop:
+            serve([], [], tmp_path, port, ready, stop, web_port=port + 4, warn=warnings.append)
+    [up] = started
+    assert up.web is None and not any(line.startswith("web") for line in up.lines())
+    said = f"warning: port {port + 4} on 127.0.0.1 is in use: no dashboard (it takes --port + 4)"
+    assert warnings == [said]
+
+
 def test_up_carries_on_without_spark_connect(tmp_path: Path) -> None:
     """Brokers and agents need no Java: a Spark Connect server that cannot start is a warning."""
     port = free_ports(4)
