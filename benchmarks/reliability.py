@@ -58,6 +58,7 @@ import random
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -650,10 +651,16 @@ TARGET_MEMORY = 0.5  # durable against in-memory: at least this fraction
 STALLED = 60.0  # seconds without progress after which a configuration's run is given up
 
 
-def durability_brokers(port: int, state: Path, configuration: str) -> tuple[list[BrokerURI], list[Child]]:
+def durability_brokers(
+    port: int, state: Path, configuration: str, slow_fsync: float = 0.0
+) -> tuple[list[BrokerURI], list[Child]]:
     """The line of ``wfm up`` (B1 - B2 - B3, each logging in ``state/brokers/ID``), with the fsync
-    policy of ``configuration``, or without ``--data`` for ``memory``."""
+    policy of ``configuration``, or without ``--data`` for ``memory``; with ``slow_fsync``, each
+    broker's fsyncs take that many milliseconds more (``benchmarks/slow_fsync.py``)."""
     uris, children = broker_children(port, state)
+    if slow_fsync:
+        slowed = (sys.executable, str(Path(__file__).with_name("slow_fsync.py")), f"{slow_fsync:g}")
+        children = [dataclasses.replace(c, argv=(*slowed, *c.argv[len(WFM) :])) for c in children]
     if configuration == "memory":
         at = children[0].argv.index("--data")
         children = [dataclasses.replace(c, argv=c.argv[:at] + c.argv[at + 2 :]) for c in children]
@@ -716,7 +723,7 @@ async def publish_durably(uri: BrokerURI, count: int) -> dict[str, float]:
         return {"start": start, "acknowledged": since, "unacknowledged": unacknowledged}
 
 
-def measure_durability(configuration: str, index: int, count: int) -> dict[str, Any]:
+def measure_durability(configuration: str, index: int, count: int, slow_fsync: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"wfm-durability-{configuration}-") as folder:
         home = Path(folder)
         processes = Processes(home / "logs", print)
@@ -724,7 +731,7 @@ def measure_durability(configuration: str, index: int, count: int) -> dict[str, 
         ready, results = ctx.Queue(), ctx.Queue()
         subscriber: Any = None
         try:
-            uris, children = durability_brokers(DURABILITY_PORT + 3 * index, home, configuration)
+            uris, children = durability_brokers(DURABILITY_PORT + 3 * index, home, configuration, slow_fsync)
             for child in children:
                 processes.start(child)
             if relinked(uris, time.monotonic()) is None:
@@ -774,11 +781,13 @@ def fsync_ms(records: int = 300) -> float:
             os.close(fd)
 
 
-def durability(count: int) -> list[dict[str, Any]]:
+def durability(count: int, slow_fsync: float = 0.0) -> list[dict[str, Any]]:
     """The three configurations, each on a fresh line of brokers, and one RESULT line per ratio."""
     fsync = fsync_ms()
     print(f"durability: one fsync of a small append takes {fsync} ms here", flush=True)
-    rows = {name: measure_durability(name, i, count) for i, name in enumerate(CONFIGURATIONS)}
+    if slow_fsync:
+        print(f"durability: the brokers' fsyncs each take {slow_fsync:g} ms more (--slow-fsync)", flush=True)
+    rows = {name: measure_durability(name, i, count, slow_fsync) for i, name in enumerate(CONFIGURATIONS)}
     for row in rows.values():
         if row["per_second"] is None:
             figure = (
@@ -814,6 +823,7 @@ def durability(count: int) -> list[dict[str, Any]]:
             "target_met": ratio is not None and ratio >= target,
             "count": count,
             "fsync_ms": fsync,
+            "slow_fsync_ms": slow_fsync,
             "cores": os.cpu_count(),
         }
         print("RESULT " + json.dumps(line), flush=True)
@@ -838,9 +848,19 @@ def main() -> None:
     parser.add_argument(
         "--durability-count", type=int, default=20_000, help="publications per durability configuration"
     )
+    parser.add_argument(
+        "--slow-fsync",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="the durability part's brokers pay MS milliseconds more per fsync: a disk whose fsync "
+        "costs milliseconds, where group commit is meant to pay off (this machine's: ~0.1 ms)",
+    )
     args = parser.parse_args()
     if args.generations < 1 or args.rate <= 0 or args.durability_count < 1:
         parser.error("--generations and --durability-count must be at least 1 and --rate positive")
+    if not 0 <= args.slow_fsync < 1000:
+        parser.error("--slow-fsync must be from 0 to 999 milliseconds")
     signal.signal(signal.SIGTERM, interrupted)  # stopped like Ctrl-C: the finally clauses clean up
     summary: dict[str, object] = {"benchmark": "reliability", "cores": os.cpu_count()}
     if not args.durability_only:
@@ -862,7 +882,7 @@ def main() -> None:
         summary.update(generations=args.generations, rate=args.rate, seed=args.seed, scenarios=results)
     if not args.no_durability:
         print(f"durability: {args.durability_count:,} publications B1 -> B3 per configuration", flush=True)
-        summary["durability"] = durability(args.durability_count)
+        summary["durability"] = durability(args.durability_count, args.slow_fsync)
     print(json.dumps(summary))
 
 
