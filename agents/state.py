@@ -51,6 +51,7 @@ from workflow_messages import (
     end_of,
     failures,
     job_status,
+    retired_versions,
     start_subscription,
 )
 from workflow_messages.operations import CANCEL, OPERATIONS, decode_content
@@ -294,9 +295,9 @@ class Agent:
         # (workflow, gid) -> {"date": YYYY-MM-DD, "jobs": {job: status record}}: what this agent
         # published in recent generations (see MAX_OUTCOMES), answered to wfm runs
         self.outcomes: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
-        # workflow -> the version whose deployment left this agent out (UNDEPLOY {"retire": true}):
-        # it starts no generation of it, and drops each version once no generation runs on it
-        self.retired: dict[str, str] = {}
+        # (workflow, version) a deployment that left this agent out retired (UNDEPLOY {"retire":
+        # [...]}): no generation starts on it, and it is dropped once no generation runs on it
+        self.retired: set[tuple[str, str]] = set()
         self._installs = 0
         self._swept = 0.0  # the last minute of ``now`` (now // SWEEP_EVERY) swept
 
@@ -349,7 +350,7 @@ class Agent:
             "swept": self._swept,
             "trust": self.trust.snapshot(),
             "outcomes": [[workflow, gid, record] for (workflow, gid), record in self.outcomes.items()],
-            "retired": sorted(self.retired.items()),
+            "retired": sorted(self.retired),
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
@@ -385,7 +386,8 @@ class Agent:
         if "trust" in snapshot:  # a snapshot from before signed envelopes: trust on first use again
             self.trust.restore(snapshot["trust"])
         self.outcomes = OrderedDict(((w, g), record) for w, g, record in snapshot.get("outcomes", []))
-        self.retired = dict(snapshot.get("retired", []))  # after the deployments, which un-retire
+        # after the deployments, whose envelopes (applied again) would end the retirements
+        self.retired = {(w, v) for w, v in snapshot.get("retired", []) if (w, v) in self.deployments}
 
     def resume(self) -> list[Effect]:
         """What a restarted adapter does about the runs the journal says are running: follow each
@@ -444,7 +446,11 @@ class Agent:
     def _apply(self, control: Control) -> tuple[str, list[Effect]]:
         if control.command == "UNDEPLOY":
             return self._undeploy(control)
-        self.retired.pop(control.workflow, None)  # deployed here again
+        result = self._install(control)  # raises (ERROR) before it changes anything
+        self.retired.discard((control.workflow, control.version))  # deployed here again
+        return result
+
+    def _install(self, control: Control) -> tuple[str, list[Effect]]:
         if control.command == "DEPLOY":
             return self._deploy(control)
         if control.command == "JOBINFO":
@@ -467,30 +473,35 @@ class Agent:
         return "OK", [Request(key, registration), *self._starts(control.workflow)]
 
     def _undeploy(self, control: Control) -> tuple[str, list[Effect]]:
-        """UNDEPLOY: with no content, remove every version of the workflow now; with ``{"retire":
-        true}`` (sent by a deployment of ``control.version`` that left this agent out), start no
-        new generation and remove each version once no generation here runs on it: the
-        generations in flight finish, and an old coordinator left out of a plan does not go on
-        starting generations of its old version beside the new one's."""
+        """UNDEPLOY: with no content, remove every version of the workflow now. With ``{"retire":
+        [V, ...]}`` (sent by a deployment of ``control.version`` that left this agent out, naming
+        the versions this agent said it had), retire those and every version installed before
+        them: start no generation on them and remove each once no generation here runs on it.
+        The generations in flight finish, and an old coordinator left out of a plan does not go on
+        starting generations of its old version beside the new one's. A version installed after
+        the newest named one is not touched: that retirement is older than it."""
         workflow = control.workflow
         versions = [v for (w, v) in self.deployments if w == workflow]
         if not control.content:
-            self.retired.pop(workflow, None)
+            self.retired -= {(workflow, v) for v in versions}
             effects = [e for v in versions for e in self._remove(workflow, v)]
             return ("OK" if versions else "UNCHANGED"), effects
-        try:
-            retire = decode_content(control.content) == {"retire": True}
-        except ValueError:
-            retire = False
-        if not retire:
-            what = f"{control.content[:80]!r}"
-            raise ValueError(f"UNDEPLOY content must be empty or a JSON object with retire true, not {what}")
+        named = retired_versions(control.content)
         if control.version in versions:
             raise ValueError(f"{workflow} version {control.version} is deployed here: not retired by it")
-        if not versions or workflow in self.retired:
+        orders = [self.deployments[workflow, v].order for v in named if v in versions]
+        newly = {
+            (workflow, v) for v in versions if orders and self.deployments[workflow, v].order <= max(orders)
+        } - self.retired
+        if not newly:
             return "UNCHANGED", []
-        self.retired[workflow] = control.version
-        log.info("retired %s: left out of version %s", workflow, control.version)
+        self.retired |= newly
+        log.info(
+            "retired %s version %s: left out of version %s",
+            workflow,
+            ", ".join(sorted(v for _, v in newly)),
+            control.version,
+        )
         return "OK", self._collect(workflow)
 
     def _deploy(self, control: Control) -> tuple[str, list[Effect]]:
@@ -558,33 +569,35 @@ class Agent:
         of its parts in. A DEPLOY's version is current even without APPL_START here: the agent was
         the coordinator of an older one, and the new version's coordinator starts generations now
         (both would, each on its version). Of versions deployed by the per-job commands, only one
-        whose APPL_START is installed: the older version starts generations until then. None when
-        nothing is deployed, or the agent was retired from the workflow."""
-        if workflow in self.retired:
-            return None
-        versions = [d for (w, _), d in self.deployments.items() if w == workflow and d.complete]
+        whose APPL_START is installed: the older version starts generations until then. Never a
+        retired version; None when no other is deployed."""
+        versions = [
+            d
+            for (w, v), d in self.deployments.items()
+            if w == workflow and d.complete and (w, v) not in self.retired
+        ]
         starting = [d for d in versions if d.ends_here or APPL_START in d.jobs] or versions
         return max(starting, key=lambda d: d.order).version if starting else None
 
     def _collect(self, workflow: str) -> list[Effect]:
-        """Drop the older versions of ``workflow`` that no unfinished generation runs on (every
-        such version, once retired; a retirement ends with the last).
+        """Drop the older versions of ``workflow`` that no unfinished generation runs on, and the
+        retired ones (complete or not) once none runs on them.
 
         Called at APPL_END once a generation of the current version has ended: the coordinator
         published its APPL_START after those of every older generation, so by then this agent has
         seen (through its APPL_START subscription) every generation still running on an older one."""
         current = self.current(workflow)
-        retired = workflow in self.retired
         used = {g.version for (w, _), g in self.generations.items() if w == workflow}
         old = [
             v
             for (w, v), d in self.deployments.items()
-            if w == workflow and v != current and v not in used and (d.complete or retired)
+            if w == workflow and v != current and v not in used and (d.complete or (w, v) in self.retired)
         ]  # (not a newer one whose parts are still coming, unless retired)
-        effects = [e for v in old for e in self._remove(workflow, v)] + self._starts(workflow)
-        if retired and not any(w == workflow for w, _ in self.deployments):
-            del self.retired[workflow]
-        return effects
+        self.retired -= {(workflow, v) for v in old}
+        return [e for v in old for e in self._remove(workflow, v)] + self._starts(workflow)
+
+    def _retiring(self, workflow: str) -> bool:
+        return any(w == workflow for w, _ in self.retired)
 
     # deliveries -----------------------------------------------------------------------------
 
@@ -732,11 +745,12 @@ class Agent:
             return []
         self._end(workflow, gid, now)
         current = self.current(workflow)
-        if current is None:
-            return self._collect(workflow) if workflow in self.retired else []
-        latest = self.deployments[workflow, current]
-        latest.ended = latest.ended or version == current
-        return self._collect(workflow) if latest.ended else []
+        if current is not None:
+            latest = self.deployments[workflow, current]
+            latest.ended = latest.ended or version == current
+            if latest.ended:
+                return self._collect(workflow)
+        return self._collect(workflow) if self._retiring(workflow) else []
 
     def _end(self, workflow: str, gid: str, at: float) -> list[Pending]:
         """Drop the generation and its queued runs (returned), and remember it ended ``at``."""
@@ -787,7 +801,7 @@ class Agent:
                     self.forget_after / DAY,
                     f" ({len(dropped)} queued runs dropped)" if dropped else "",
                 )
-        return [e for workflow in sorted(forgotten & set(self.retired)) for e in self._collect(workflow)]
+        return [e for workflow in sorted(filter(self._retiring, forgotten)) for e in self._collect(workflow)]
 
     # runs -----------------------------------------------------------------------------------
 

@@ -54,6 +54,7 @@ about 20 ms, once per state directory rather than once per job attempt as before
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -543,8 +544,9 @@ def main(argv: list[str]) -> int:
         # the daemon's pid, for people (and tests) who look for it: written before this exit, so
         # it is there once the starter returns, and over the old one without emptying the file
         pid = f"{child}\n".encode()
-        os.pwrite(lock, pid, 0)
-        os.ftruncate(lock, len(pid))
+        with contextlib.suppress(OSError):  # (the daemon serves without it)
+            os.pwrite(lock, pid, 0)
+            os.ftruncate(lock, len(pid))
         os._exit(0)
     os.setsid()
     os.chdir("/")

@@ -9,27 +9,29 @@ once every other agent has acknowledged: the coordinator starts generations, so 
 one on a version some agent does not have yet.
 
 A new version may leave out agents that hold an older one (its jobs moved elsewhere, a new
-coordinator): :func:`deploy` (with ``retire``) asks the agents which hold the workflow while it deploys,
-and once every agent of the plan has it, retires the others (UNDEPLOY ``{"retire": true}``): they
-finish their generations in flight and start no new one. Left alone, an old coordinator would go
-on starting generations of the old version beside the new one's, and a job on both versions
-would run twice. An agent that does not answer the question (down during the deploy) is not
-found: ``wfm undeploy`` with the old file reaches it later.
+coordinator): :func:`deploy` (with ``retire``) asks the agents which hold the workflow while it
+deploys, and retires the others (UNDEPLOY ``{"retire": [versions they hold]}``): they finish their
+generations in flight and start no new one. Left alone, an old coordinator would go on starting
+generations of the old version beside the new one's, and a job on both versions would run twice.
+Old coordinators are retired once every other agent of the plan has the new version and before
+the new coordinator gets it, so that no trigger starts a generation on both; the other agents
+left out are retired last, once no old coordinator starts generations that would need them. An
+agent that does not answer the question (down during the deploy) is not found: deploying again
+once it is back retires it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from broker.client import Brokers, Client, Subscription
-from broker.errors import ConnectError, LinkClosed, NoAnswer, RemoteError
 from broker.language import Publication
-from wfm.operations import Session
+from wfm.operations import Deployed, Session
 from wfm.workflow import Plan
-from workflow_messages import AGENT_CTL, ack_subscription, envelope_digest
+from workflow_messages import AGENT_CTL, ack_subscription, envelope_digest, retire_content
 
 __all__ = [
     "AgentReport",
@@ -76,13 +78,11 @@ def undeploy_publications(plan: Plan) -> list[Publication]:
     return [_undeploy(plan, agent, "") for agent in plan.by_agent()]
 
 
-def retire_publications(plan: Plan, agents: Iterable[str]) -> list[Publication]:
-    """One UNDEPLOY ``{"retire": true}`` per agent of ``agents``, which ``plan`` leaves out: each
-    finishes its generations of the workflow in flight, starts none, then removes the workflow."""
-    return [_undeploy(plan, agent, RETIRE) for agent in agents]
-
-
-RETIRE = '{"retire": true}'
+def retire_publications(plan: Plan, held: Mapping[str, Iterable[str]]) -> list[Publication]:
+    """One UNDEPLOY ``{"retire": [versions]}`` per agent of ``held`` (agent -> the versions of
+    the workflow it holds), which ``plan`` leaves out: each finishes its generations of those
+    versions in flight, starts none, then removes them."""
+    return [_undeploy(plan, agent, retire_content(versions)) for agent, versions in held.items()]
 
 
 def _undeploy(plan: Plan, agent: str, content: str) -> Publication:
@@ -110,14 +110,18 @@ async def deploy(
     copy, or of an earlier sending, is not taken for the answer to this one.
 
     With ``retire`` (which hears why, if the holders of the workflow cannot be told), the agents
-    that hold the workflow but are not in ``plan`` are then retired (reported with ``retired``
-    set); nobody is, unless every agent of the plan acknowledged: until then the old version must
-    go on."""
+    that hold the workflow but are not in ``plan`` are retired (reported with ``retired`` set):
+    those that coordinated an old version before the last batch (the coordinator's, as
+    :func:`ordered_batches` orders them), the others after it; each only if every envelope before
+    it was acknowledged, for until then the old version must go on."""
     named = {str(envelope["agentname"]) for batch in batches for envelope in batch}
     reports = {a: AgentReport(a) for a in dict.fromkeys([*plan.by_agent(), *sorted(named)]) if a in named}
     deadline = time.monotonic() + timeout
     total, answered = sum(map(len, batches)), 0
-    finding = asyncio.create_task(_holders(uri, plan.workflow, timeout)) if retire else None
+    finding = asyncio.create_task(_describe(uri, plan.workflow, timeout)) if retire else None
+
+    def sendable() -> bool:
+        return time.monotonic() < deadline and all(r.ok and not r.unsent for r in reports.values())
 
     async def publish(client: Client, acks: Subscription, batch: Sequence[Publication]) -> None:
         nonlocal answered
@@ -154,39 +158,61 @@ async def deploy(
         for envelope in waiting.values():
             reports[str(envelope["agentname"])].missing += 1
 
+    async def left_out(coordinators: bool) -> dict[str, set[str]]:
+        """The holders not in the plan, of old coordinators or of the others, not asked yet."""
+        assert finding is not None and retire is not None
+        try:
+            described = await finding
+        except Exception as error:  # any failure to ask costs the retirement only
+            if coordinators:  # said once
+                retire(f"cannot tell which agents left out of {plan.version} hold {plan.workflow}: {error}")
+            return {}
+        return {
+            agent: versions
+            for agent, versions in sorted(described.held.items())
+            if agent not in named and (agent in described.coordinators) == coordinators
+        }
+
+    async def retirement(client: Client, acks: Subscription, held: dict[str, set[str]]) -> None:
+        nonlocal total
+        if not held:
+            return
+        total += len(held)
+        batch = retire_publications(plan, held)
+        for agent in held:
+            reports[agent] = AgentReport(agent, retired=True)
+        if not sendable():
+            for agent in held:
+                reports[agent].unsent += 1
+            return
+        say(f"retiring {', '.join(held)} from {plan.workflow} (left out of {plan.version})")
+        await publish(client, acks, batch)
+
     try:
         async with await Client.connect(uri, timeout=max(1.0, timeout)) as client:
             await client.advertise(plan.deployer_advertisement())
             acks = await client.subscribe(ack_subscription(plan.workflow, plan.version))
             for number, batch in enumerate(batches):
-                if number and (time.monotonic() >= deadline or not all(r.ok for r in reports.values())):
+                if retire is not None and number == len(batches) - 1 and sendable():
+                    await retirement(client, acks, await left_out(coordinators=True))
+                if number and not sendable():
                     for envelope in batch:  # later batches are not sent once one is incomplete
                         reports[str(envelope["agentname"])].unsent += 1
                     continue
                 await publish(client, acks, batch)
-            if retire is None or finding is None or not all(r.ok and not r.unsent for r in reports.values()):
-                return list(reports.values())
-            try:
-                left_out = sorted(await finding - named)
-            except (ConnectError, LinkClosed, NoAnswer, RemoteError, OSError) as error:
-                retire(f"cannot tell which agents left out of {plan.version} hold {plan.workflow}: {error}")
-                left_out = []
-            for agent in left_out:
-                reports[agent] = AgentReport(agent, retired=True)
-            total += len(left_out)
-            if left_out:
-                say(f"retiring {', '.join(left_out)} from {plan.workflow} (left out of {plan.version})")
-                await publish(client, acks, retire_publications(plan, left_out))
+            if retire is not None and sendable():
+                await retirement(client, acks, await left_out(coordinators=False))
     finally:
         if finding is not None:
             finding.cancel()
+            await asyncio.gather(finding, return_exceptions=True)
     return list(reports.values())
 
 
-async def _holders(uri: Brokers, workflow: str, timeout: float) -> set[str]:
-    """The agents that answer having any version of ``workflow`` deployed."""
+async def _describe(uri: Brokers, workflow: str, timeout: float) -> Deployed:
+    """``workflow`` as the agents that answer describe it, whether or not its coordinator does."""
     async with Session.connect(uri, timeout) as session:
-        return await session.holders(workflow)
+        return await session.describe(workflow)
 
 
 def _waiting(answered: int, total: int, waiting: Iterable[Publication]) -> str:

@@ -91,8 +91,10 @@ class Deployed:
     graph: dict[str, list[list[str]]] | None = None
     coordinator: str | None = None
     # every agent with any version of it, current or not (one retired from it, say, finishing
-    # its generations on an older version): who a cancellation and a new deployment must reach
-    holders: set[str] = field(default_factory=set)
+    # its generations on an older version), and those versions: whom a cancellation must reach,
+    # and what a new deployment that leaves the agent out retires there
+    held: dict[str, set[str]] = field(default_factory=dict)
+    coordinators: set[str] = field(default_factory=set)  # agents with APPL_END of any version
 
     def unanswered(self) -> list[str]:
         """The jobs whose agent did not answer, by the coordinator's graph (or ``the coordinator``)."""
@@ -234,12 +236,12 @@ class Session:
         )
         return _deployed(answers), sorted(answers)
 
-    async def holders(self, workflow: str) -> set[str]:
-        """The agents that answer having any version of ``workflow``. Unlike :meth:`workflows`, it
-        does not wait for the coordinator's answer: asked while a deployment is under way, an
-        agent's answer may come before its envelopes do."""
+    async def describe(self, workflow: str) -> Deployed:
+        """``workflow`` as the agents that answer describe it (empty if none has it). Unlike
+        :meth:`deployed`, it does not wait for the coordinator's answer: asked while a deployment
+        is under way, an agent's answer may come before its envelopes do."""
         answers = self._cut(await self.ask("WORKFLOWS", {}))
-        return next((w.holders for w in _deployed(answers) if w.workflow == workflow), set())
+        return next((w for w in _deployed(answers) if w.workflow == workflow), Deployed(workflow))
 
     async def deployed(self, workflow: str) -> Deployed:
         """``workflow`` as its agents describe it; UnknownWorkflow if no agent that answered has it."""
@@ -364,7 +366,7 @@ class Session:
         await self.advertise_operations(workflow)
         deployed = await self.deployed(workflow)
         deployed.check(self.timeout)
-        return await self.operate(workflow, CANCEL, {"gid": gid}, deployed.holders, sign)
+        return await self.operate(workflow, CANCEL, {"gid": gid}, sorted(deployed.held), sign)
 
     async def rerun(
         self, workflow: str, gid: str, start: str | None, sign: Sign, outbox: Path | None = None
@@ -497,7 +499,9 @@ def _describe(found: dict[str, Deployed], agent: str, deployments: list[dict[str
     for deployment in deployments:
         workflow = found.setdefault(deployment["workflow"], Deployed(deployment["workflow"]))
         workflow.versions.add(deployment["version"])
-        workflow.holders.add(agent)
+        workflow.held.setdefault(agent, set()).add(deployment["version"])
+        if deployment["coordinator"]:
+            workflow.coordinators.add(agent)
         if not deployment["current"]:
             continue
         workflow.version = deployment["version"]

@@ -24,6 +24,8 @@ from workflow_messages.agent_ctl import (
     deployer_advertisement,
     digest,
     envelope_digest,
+    retire_content,
+    retired_versions,
 )
 from workflow_messages.calendars import DAILY, DAYS, WORDS, Calendar, parse_weekdays, weekday_words
 from workflow_messages.generation import Graph, decide_end, end_of, outcome, skipped_jobs
@@ -98,6 +100,8 @@ __all__ = [
     "monitor_subscriptions",
     "outcome",
     "parse_weekdays",
+    "retire_content",
+    "retired_versions",
     "skipped_jobs",
     "start_subscription",
     "status_advertisement",

@@ -5,10 +5,13 @@ agent says what it did with every envelope.
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Iterable
 
 from broker.language import Filter, Publication, Value
 from workflow_messages._build import filter_of, text_value
 from workflow_messages.names import AGENT_ACK, AGENT_CTL
+from workflow_messages.operations import decode_content
 
 __all__ = [
     "ACK_FIELDS",
@@ -19,6 +22,8 @@ __all__ = [
     "deployer_advertisement",
     "digest",
     "envelope_digest",
+    "retire_content",
+    "retired_versions",
 ]
 
 ACK_FIELDS = ("applname", "version", "jobname", "command", "digest", "result", "detail")
@@ -69,3 +74,32 @@ def envelope_digest(envelope: Publication) -> str:
     SUBSCRIBEs for APPL_END), and the deployer must not take the acknowledgement of someone else's
     copy of its envelope (a refusal of it, say) for its own."""
     return digest(str(envelope.get("signature", envelope.get("content", ""))))
+
+
+MAX_RETIRED = 100  # versions one retirement names: an agent holds a few at a time
+
+
+def retire_content(versions: Iterable[str]) -> str:
+    """The content of an UNDEPLOY that retires an agent a new version leaves out: the versions of
+    the workflow it said it had (see ``Agent._undeploy``)."""
+    return json.dumps({"retire": sorted(set(versions))})
+
+
+def retired_versions(content: str) -> list[str]:
+    """The versions :func:`retire_content` names; ValueError (one line) for anything else."""
+    try:
+        data = decode_content(content)
+    except ValueError as error:
+        raise ValueError(f"UNDEPLOY content must be empty or name the versions to retire: {error}") from None
+    named = data.get("retire")
+    if (
+        set(data) != {"retire"}
+        or not isinstance(named, list)
+        or not 0 < len(named) <= MAX_RETIRED
+        or not all(isinstance(v, str) and 0 < len(v) <= 64 for v in named)
+    ):
+        shown = content[:80]
+        raise ValueError(
+            f"UNDEPLOY content must be empty or a retire list of 1 to {MAX_RETIRED} versions, not {shown!r}"
+        )
+    return named
