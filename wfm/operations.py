@@ -115,6 +115,7 @@ class Deployed:
             "versions": sorted(self.versions),
             "coordinator": self.coordinator,
             "agents": self.agents,
+            "held": {agent: sorted(versions) for agent, versions in sorted(self.held.items())},
             "jobs": self.jobs,
             "graph": self.graph,
         }

@@ -143,6 +143,7 @@ def test_a_deployment_retires_the_agents_it_leaves_out(overlay: Overlay, tmp_pat
     assert said.returncode == 0 and "agentA" not in said.stdout, said
     [workflow] = lines(wfm(overlay, "workflows", "-o", "json"))
     assert workflow["coordinator"] == "agentC" and sorted(workflow["agents"]) == ["agentB", "agentC"]
+    assert sorted(workflow["held"]) == ["agentB", "agentC"]  # agentA, idle, dropped it at once
     overlay.trigger("MOVED", ["g2"])
     overlay.wait_end("MOVED", ["g2"])
     time.sleep(1.0)  # a second generation, started by agentA, would have run by now

@@ -75,10 +75,13 @@ def workflows(broker_uri: Brokers, timeout: float, output: str) -> None:
         for workflow in found:
             _json(workflow.record())
         return
-    table = Table("workflow", "version", "coordinator", "agents (jobs)", "older versions")
+    table = Table("workflow", "version", "coordinator", "agents (jobs)", "older versions (held by)")
     for workflow in found:
         jobs = "; ".join(f"{agent} ({', '.join(jobs)})" for agent, jobs in workflow.agents.items())
-        older = ", ".join(sorted(workflow.versions - {workflow.version}))
+        older = ", ".join(
+            f"{version} ({', '.join(a for a, held in sorted(workflow.held.items()) if version in held)})"
+            for version in sorted(workflow.versions - {workflow.version})
+        )  # who still has each: a retired agent finishing its generations, say
         table.add_row(workflow.workflow, workflow.version, workflow.coordinator or "?", jobs, older)
     Console().print(table)
     click.echo(f"{len(agents)} agents answered: {', '.join(agents)}", err=True)
