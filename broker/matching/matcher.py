@@ -45,7 +45,7 @@ from broker.matching.attribute_index import AttributeIndex, Found
 
 __all__ = ["CountingMatcher", "Matcher"]
 
-_DEAD = -(1 << 40)  # a needed count no count reaches, not even the negative ones of the failed side
+_DEAD = -1  # a needed count no count reaches (counts are never negative)
 _SMALL = 128  # fewer satisfied predicates than this: count in a dict, NumPy's fixed cost is higher
 _MIN_COMPACT = 64
 # Pending index entries merged per publication (a few milliseconds): after a bulk add, the indexes
@@ -169,10 +169,11 @@ class _ClassIndex:
             if satisfied + sum(map(len, found.pos)) < _SMALL:
                 return self._count_few(pos)
         size = len(self.ids)
-        counts = np.bincount(np.concatenate(pos), minlength=size) if pos else np.zeros(size, dtype=np.int64)
+        counts = np.bincount(np.concatenate(pos), minlength=size) if pos else 0
+        held = need[:size] == counts
         if neg:
-            counts -= np.bincount(np.concatenate(neg), minlength=size)
-        return np.flatnonzero(counts == need[:size])
+            held[np.concatenate(neg)] = False  # one failed predicate is enough: no need to count them
+        return np.flatnonzero(held)
 
     def _count_few(self, pos: list[Any]) -> list[int]:
         counts: dict[int, int] = {}
