@@ -24,12 +24,16 @@ rebuilt from the live filters, so memory and time stay proportional to what is l
 The counting matcher does no I/O and reads no clock: ``now`` is an argument. Only ``Matcher``, the
 name INTERFACE.md pins for outside users (``m.match(p)``), reads the system clock when it is not
 given the time; the router uses ``CountingMatcher``, so it cannot forget its clock.
+
+``CountingMatcher.match`` answers a list of ids (each once), not a set: at thousands of matches,
+hashing the ids into a set costs more than the whole match before it, and the router only iterates
+the answer. ``Matcher.match`` returns the set INTERFACE.md pins.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Collection, Hashable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -41,7 +45,7 @@ from broker.matching.attribute_index import AttributeIndex, Found
 
 __all__ = ["CountingMatcher", "Matcher"]
 
-_DEAD = -(1 << 40)  # a needed count no count reaches, not even the negative ones of the failed side
+_DEAD = -1  # a needed count no count reaches (counts are never negative)
 _SMALL = 128  # fewer satisfied predicates than this: count in a dict, NumPy's fixed cost is higher
 _MIN_COMPACT = 64
 # Pending index entries merged per publication (a few milliseconds): after a bulk add, the indexes
@@ -90,12 +94,14 @@ class _ClassIndex:
         self.need = _grown(self.need, slot)
         self.need_unsorted = _grown(self.need_unsorted, slot)
         self.id_array = _grown(self.id_array, slot)
-        self.need[slot] = counted
-        self.need_unsorted[slot] = counted - in_sorted
-        self.id_array[slot] = subscription_id
-        self.need_list.append(counted)
-        if not counted:
+        if counted:
+            self.need[slot] = counted
+            self.need_unsorted[slot] = counted - in_sorted
+        else:  # answered from ``always``: never by counting too, or the answer would have it twice
+            self.need[slot] = self.need_unsorted[slot] = _DEAD
             self.always[slot] = None
+        self.id_array[slot] = subscription_id
+        self.need_list.append(counted or _DEAD)
 
     def remove(self, subscription_id: Hashable) -> None:
         slot = self.slot_of.pop(subscription_id)
@@ -120,7 +126,7 @@ class _ClassIndex:
             fresh.add(subscription_id, subscription)
         return fresh
 
-    def match(self, fields: Mapping[str, Value], now: float) -> set[Hashable]:
+    def match(self, fields: Mapping[str, Value], now: float) -> list[Hashable]:
         found = Found()
         attributes = self.attributes
         budget = SETTLE_BUDGET
@@ -137,8 +143,8 @@ class _ClassIndex:
             hits = [s for s in hits if s not in self.timed or self._in_time(s, now)]
         if len(hits) < _SMALL:
             ids = self.ids
-            return {ids[s] for s in hits}
-        return set(self.id_array[hits].tolist())
+            return [ids[s] for s in hits]
+        return self.id_array[hits].tolist()  # type: ignore[no-any-return]
 
     def _count(self, found: Found, fields: Mapping[str, Value]) -> Any:
         """The slots whose every predicate holds, as a list or an array.
@@ -163,10 +169,11 @@ class _ClassIndex:
             if satisfied + sum(map(len, found.pos)) < _SMALL:
                 return self._count_few(pos)
         size = len(self.ids)
-        counts = np.bincount(np.concatenate(pos), minlength=size) if pos else np.zeros(size, dtype=np.int64)
+        counts = np.bincount(np.concatenate(pos), minlength=size) if pos else 0
+        held = need[:size] == counts
         if neg:
-            counts -= np.bincount(np.concatenate(neg), minlength=size)
-        return np.flatnonzero(counts == need[:size])
+            held[np.concatenate(neg)] = False  # one failed predicate is enough: no need to count them
+        return np.flatnonzero(held)
 
     def _count_few(self, pos: list[Any]) -> list[int]:
         counts: dict[int, int] = {}
@@ -181,7 +188,8 @@ class _ClassIndex:
 
 
 class CountingMatcher:
-    """Subscriptions by id; ``match`` returns the ids whose filter a publication satisfies.
+    """Subscriptions by id; ``match`` returns the ids whose filter a publication satisfies, each
+    once, as a list (see the module's docstring for why not a set).
 
     ``now`` (epoch seconds) is the publication's time for ``time`` predicates; a broker passes its
     own clock's value.
@@ -212,9 +220,9 @@ class CountingMatcher:
         elif index.wants_compaction():
             self._classes[cls] = index.compacted()
 
-    def match(self, publication: Publication, now: float) -> set[Hashable]:
+    def match(self, publication: Publication, now: float) -> Collection[Hashable]:
         index = self._classes.get(publication.cls)
-        return set() if index is None else index.match(publication.fields, now)
+        return [] if index is None else index.match(publication.fields, now)
 
     def get(self, subscription_id: Hashable) -> Filter:
         """The filter added under this id; ``KeyError`` if unknown."""
@@ -238,4 +246,4 @@ class Matcher(CountingMatcher):
     ``now`` is one published now, by the system clock."""
 
     def match(self, publication: Publication, now: float | None = None) -> set[Hashable]:
-        return super().match(publication, time.time() if now is None else now)
+        return set(super().match(publication, time.time() if now is None else now))
