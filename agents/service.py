@@ -211,7 +211,10 @@ class AgentService:
                 self._publish(effect.publication)
         if self.client is not None:
             await self.client.stored()
-        self.journal.sync()
+        # the fsync in a thread: the loop meanwhile sends what the outbox holds now (a finished
+        # run's status need not wait for the journal) and reads the next deliveries and ends
+        self.journal.flush()
+        await asyncio.to_thread(self.journal.fsync)
         if failpoints.ARMED:  # agent.journaled.DEPLOY: killed with a DEPLOY part journaled, not done
             for event in events:
                 if isinstance(event, Incoming):
