@@ -117,7 +117,16 @@ class Journal:
         self._file.write(json.dumps(record, ensure_ascii=False).encode() + b"\n")
 
     def sync(self) -> None:
+        self.flush()
+        self.fsync()
+
+    def flush(self) -> None:
+        """Hand the buffered records to the kernel (they survive the process, not the machine)."""
         self._file.flush()
+
+    def fsync(self) -> None:
+        """Make what :meth:`flush` handed over durable. It touches no Python state, so an asyncio
+        owner can run it in a thread while its loop goes on (and nothing else writes meanwhile)."""
         os.fsync(self._file.fileno())
 
     def due(self) -> bool:

@@ -82,6 +82,7 @@ BATCH = 32  # events handled (and fsync'd) together before the event loop gets a
 PRUNE_EVERY = 60.0  # seconds between prunings of run logs, at the most
 EARLY_LIMIT = 10_000  # deliveries held for subscriptions whose id is not known yet
 EVENTS_LIMIT = 10_000  # events waiting for the loop; past it, the reader waits (back-pressure)
+SYNC_LAG = 1.0  # seconds the records of runs' ends may wait for an fsync (``_ends_only``)
 
 
 class AgentService:
@@ -114,6 +115,7 @@ class AgentService:
         self.behind: dict[int, Delivery] = {}
         self.outbox: list[Publication] = []  # publications made before the first connection
         self.runs: set[asyncio.Task[None]] = set()
+        self.unsynced_since: float | None = None  # when the oldest record not fsync'd was handled
         # a busy agent prunes sooner than every PRUNE_EVERY: after a tenth of --keep-runs more
         # runs (at 150 runs a second a minute's folders were 9,000, 90 times --keep-runs 100)
         self.prune_after = max(10, self.retention.runs // 10)
@@ -206,12 +208,22 @@ class AgentService:
             self._register(key)
         if requests:  # one turn of the loop puts them on the link before what is published next
             await asyncio.sleep(0)  # (an envelope's acknowledgement): the broker has them first
+        published = False
         for effect in effects:
             if isinstance(effect, Emit):
                 self._publish(effect.publication)
+                published = True
         if self.client is not None:
             await self.client.stored()
-        self.journal.sync()
+        self.journal.flush()
+        if _ends_only(events, effects) and now - (self.unsynced_since or now) < SYNC_LAG:
+            self.unsynced_since = self.unsynced_since or now
+        else:
+            if published:  # in a thread: the loop meanwhile sends what the outbox holds now
+                await asyncio.to_thread(self.journal.fsync)  # (statuses need not wait for it)
+            else:  # nothing to send meanwhile: a thread's hand-over (0.1-0.3 ms) would only delay
+                self.journal.fsync()
+            self.unsynced_since = None
         if failpoints.ARMED:  # agent.journaled.DEPLOY: killed with a DEPLOY part journaled, not done
             for event in events:
                 if isinstance(event, Incoming):
@@ -497,6 +509,20 @@ class AgentService:
                 f", {unlogged} not logged since the last" if unlogged else "",
                 exc_info=error,
             )
+
+
+def _ends_only(events: tuple[Event, ...], effects: list[Effect]) -> bool:
+    """Whether the events are runs' ends that only publish, whose records need no fsync of their
+    own: the next batch's covers them (a delivery's, the tick's of an idle second, or the first
+    after SYNC_LAG, which is synced whatever it holds). Flushed, they survive the agent's death;
+    lost in a crash of the machine, they cost nothing but a status published twice: the run is
+    still running in the journal, and its supervisor, whose status file holds the end durably,
+    answers "ended" again after the restart (as after a crash between the outbox and the
+    journal). Runs started (a retry) or stopped, and deliveries (done once journaled), are
+    synced first: the promises of those records are the journal's own."""
+    return all(type(event) is Finished for event in events) and all(
+        type(effect) is Emit for effect in effects
+    )
 
 
 def _name(key: str) -> str:

@@ -55,8 +55,11 @@ def start_agent(job: Run, state: Path) -> subprocess.Popen[bytes]:
 
 
 def daemon_of(state: Path) -> int:
-    """The pid of the supervisor daemon of ``state`` (it writes it into its lock file)."""
-    return int((state / "supervisor.lock").read_text())
+    """The pid of the supervisor daemon of ``state`` (it writes it into its lock file once forked,
+    which may be after its starter returned: on a busy machine the file was still empty)."""
+    lock = state / "supervisor.lock"
+    wait_for(lambda: lock.read_text().strip(), "the daemon's pid in its lock file")
+    return int(lock.read_text())
 
 
 def alive(pid: int) -> bool:

@@ -19,7 +19,7 @@ import agents.service
 from agents.envelope import Registration
 from agents.runner import Retention, log_path
 from agents.service import QUERY, AgentService
-from agents.state import Agent, Delivered, GenerationState, Incoming, Run, Tick
+from agents.state import Agent, Delivered, Finished, GenerationState, Incoming, Result, Run, Tick
 from broker.client import Backoff, Client, Delivery, RefusedError
 from broker.language import Publication, parse_filter, parse_publication
 from broker.transport.server import RouterService
@@ -376,4 +376,32 @@ def test_a_busy_agent_prunes_run_logs_after_a_tenth_of_keep_runs_more_runs(tmp_p
         return left
 
     assert asyncio.run(scenario()) == [20, 20, 20]
+    service.journal.close()
+
+
+def test_the_records_of_runs_ends_wait_for_the_next_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of runs' ends that only publish is not fsync'd on its own (the supervisor's status
+    file holds the ends): the next batch's fsync covers it, at the latest SYNC_LAG later; a
+    delivery is fsync'd before its broker is told it is done."""
+    agent = Agent("agentA")
+    jobs = [Run("W", "v1", "g1", name, 1, "true", None, "2026-11-23", None) for name in ("A", "B")]
+    for job in jobs:
+        agent.running[job.workflow, job.gid, job.job] = job
+    agent.generations["W", "g1"] = GenerationState("v1", {"A": "running", "B": "running"})
+    service = AgentService(agent, BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path)
+    fsyncs: list[float] = []
+    monkeypatch.setattr(service.journal, "fsync", lambda: fsyncs.append(1))
+    clock = [1000.0]
+    monkeypatch.setattr("agents.service.time.time", lambda: clock[0])
+    ended = Result(True, "exit 0", 999.0, 0.1)
+
+    asyncio.run(service._handle(Finished(jobs[0], ended)))
+    assert fsyncs == [] and service.journal.path.read_text().count("\n") == 1  # flushed, not synced
+    clock[0] += agents.service.SYNC_LAG
+    asyncio.run(service._handle(Finished(jobs[1], ended)))
+    assert len(fsyncs) == 1  # the oldest waited SYNC_LAG: synced with the second
+    asyncio.run(service._handle(Delivered("key", (FIRST,))))
+    assert len(fsyncs) == 2
     service.journal.close()
