@@ -269,6 +269,28 @@ def test_a_publication_after_the_neighbours_took_reaches_a_subscriber_two_hops_a
     assert not any("~stand-in~" in sub_id for r in overlay.routers.values() for sub_id in r.tables.prt)
 
 
+@pytest.mark.parametrize("covering", ["lazy", "active"])
+def test_a_stand_in_that_covered_a_subscription_is_withdrawn_after_it_is_sent(covering: str) -> None:
+    """B2's stand-in for B3 went to B1 and covers the subscription B3 answers with, which B2 so
+    holds back. When the stand-in ends, B1 must have that subscription before it loses the
+    stand-in: a publication it routed between the two would match no one."""
+    overlay = Overlay.line(3, covering=covering)
+    overlay.add_client("sub", "B3").subscribe("[class,eq,t],[g,eq,'x']")
+    sent: list[str] = []
+    send = overlay._send
+
+    def recorded(source: str, target: str, message: Message) -> None:
+        if (source, target) == ("B2", "B1") and isinstance(message, Carry):
+            sent.append(f"{type(message.message).__name__} {getattr(message.message, 'id', '')}")
+        send(source, target, message)
+
+    overlay._send = recorded  # type: ignore[method-assign]
+    overlay.add_client("pub", "B1").advertise("[class,eq,t],[g,isPresent,'']")
+    stand_in = "Subscribe B2~stand-in~B3~B1/pub/1"
+    real = next(line for line in sent if line.startswith("Subscribe B3/sub/"))
+    assert sent == [stand_in, real, stand_in.replace("Subscribe", "Unsubscribe")]
+
+
 def deliver_through_took(overlay: Overlay, source: str, target: str) -> None:
     """Deliver in order what is queued from ``source`` to ``target``, up to its first ``Took``;
     the rest waits (as if the next read of the link came after other peers' messages)."""
