@@ -7,7 +7,7 @@ would add nothing. The table turns want/unwant into the messages that keep the n
 
 * lazy: a new entry covered by a sent one is held;
 * active: in addition, a new entry retracts the sent entries it covers;
-* either way, withdrawing a sent entry re-sends the held ones it alone covered.
+* either way, withdrawing a sent entry re-sends the held ones it alone covered (first).
 """
 
 from __future__ import annotations
@@ -61,12 +61,15 @@ class Forwarding:
         held = self.held.get(hop, {})
         if held.pop(entry, None) is not None or entry not in sent:
             return []
-        actions: list[Action] = [("retract", entry, sent.pop(entry))]
+        value = sent.pop(entry)
+        actions: list[Action] = []
         for other_id, other in list(held.items()):
             if not any(self.covers(s, other) for s in sent.values()):
                 del held[other_id]
                 actions += self.want(hop, other_id, other)
-        return actions
+        # the retraction last, as ``want`` sends before it retracts: the neighbour handles them
+        # one by one, and what it routed between the two would miss what the entry covered
+        return [*actions, ("retract", entry, value)]
 
     def forget(self, hop: Hashable) -> None:
         """The link is gone: nothing is at the other end any more."""

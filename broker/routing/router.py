@@ -98,6 +98,8 @@ class Router:
         is carried, and held for a peer that is away."""
         out = self.sessions.expire(now) + self._dispatch(message, hop, now)
         out += self.stand_ins.update(message, hop, out)
+        if type(message) is Carry and hop in self.tables.neighbors:  # last: see ``_carried``
+            out.append((hop, Took(message.seq)))
         return self.custody.carry(out)
 
     def _dispatch(self, message: Message, hop: str, now: float) -> Output:
@@ -272,14 +274,15 @@ class Router:
     # from a neighbour broker --------------------------------------------------------------------
 
     def _carried(self, message: Carry, hop: str, now: float) -> Output:
-        """Handled, unless taken before; then taken (the adapter says so once it is in the log).
-        ``Took`` comes after what handling sent: the peer knows our answer to an advertisement
-        (our subscriptions for it) is in when it knows we took it (see ``standins``)."""
-        took: Output = [(hop, Took(message.seq))]
+        """Handled, unless taken before; then taken: ``handle`` adds the ``Took`` (the adapter
+        sends it once it is in the log) after everything else handling sent, stand-ins included:
+        the peer knows our answer to an advertisement (our subscriptions for it, real or standing
+        in for our neighbours) is in when it knows we took it, and ends its stand-in for us then
+        (see ``standins``)."""
         if not self.custody.receive(hop, message):
-            return took
+            return []
         inner = message.message
-        return _FROM_BROKER.get(type(inner), Router._unexpected)(self, inner, hop, now) + took
+        return _FROM_BROKER.get(type(inner), Router._unexpected)(self, inner, hop, now)
 
     def _learn(self, message: Advertise | Subscribe, hop: str, now: float) -> Output:
         if self.tables.knows(message.id):

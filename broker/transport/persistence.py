@@ -28,7 +28,8 @@ __all__ = ["CHECKPOINT_RECORDS", "Fsync", "RouterLog"]
 
 log = logging.getLogger("broker")
 
-SNAPSHOT_FORMAT = 4  # raised whenever the router's state changes shape (4: detections stay where placed)
+SNAPSHOT_FORMAT = 5  # raised whenever the router's state changes shape, or what replaying its log sends
+# (a peer's custody seqs would be out of step): 4: detections stay where placed; 5: stand-ins go upstream
 CHECKPOINT_RECORDS = 20_000  # inputs between two snapshots: what a restart may have to replay
 CHECKPOINT_BYTES = 32 << 20
 
