@@ -490,9 +490,9 @@ class Agent:
         if control.version in versions:
             raise ValueError(f"{workflow} version {control.version} is deployed here: not retired by it")
         orders = [self.deployments[workflow, v].order for v in named if v in versions]
-        newly = {
-            (workflow, v) for v in versions if orders and self.deployments[workflow, v].order <= max(orders)
-        } - self.retired
+        newest = max(orders, default=0)  # (orders count from 1)
+        older = {(workflow, v) for v in versions if self.deployments[workflow, v].order <= newest}
+        newly = older - self.retired
         if not newly:
             return "UNCHANGED", []
         self.retired |= newly

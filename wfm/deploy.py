@@ -118,7 +118,7 @@ async def deploy(
     reports = {a: AgentReport(a) for a in dict.fromkeys([*plan.by_agent(), *sorted(named)]) if a in named}
     deadline = time.monotonic() + timeout
     total, answered = sum(map(len, batches)), 0
-    finding = asyncio.create_task(_describe(uri, plan.workflow, timeout)) if retire else None
+    finding = asyncio.create_task(_ask_holders(uri, plan.workflow, timeout)) if retire else None
 
     def sendable() -> bool:
         return time.monotonic() < deadline and all(r.ok and not r.unsent for r in reports.values())
@@ -209,7 +209,7 @@ async def deploy(
     return list(reports.values())
 
 
-async def _describe(uri: Brokers, workflow: str, timeout: float) -> Deployed:
+async def _ask_holders(uri: Brokers, workflow: str, timeout: float) -> Deployed:
     """``workflow`` as the agents that answer describe it, whether or not its coordinator does."""
     async with Session.connect(uri, timeout) as session:
         return await session.describe(workflow)

@@ -151,7 +151,7 @@ def _send(
     sign = deployer().sign
     try:
         with progress(f"deploying {plan.workflow} {plan.version} through {broker_uri}") as say:
-            retire = functools.partial(click.echo, err=True) if replace else None
+            retire = (lambda problem: click.echo(f"wfm: warning: {problem}", err=True)) if replace else None
             reports = asyncio.run(deploy_plan(broker_uri, plan, batches, timeout, sign, say, retire))
     except (ConnectError, OSError, RefusedError, LinkClosed) as error:
         raise click.ClickException(f"cannot deploy through {broker_uri}: {error}") from None
