@@ -255,6 +255,7 @@ class Client(_Stream):
         self._seen = Seen()
         self._client = self
         self._receipts = Receipts()
+        self._took_due = False  # a Took is scheduled for the end of this turn (``_say_took``)
         # a session of our own: publication ids survive a reconnection (see docs/overlay.md), and
         # with an outbox a restart too; this run's own for what is published past the outbox,
         # whose numbers the outbox does not count: a later run must not give them again
@@ -791,7 +792,21 @@ class Client(_Stream):
         self._done(delivery, self._queue.queue.empty())
 
     def _say_took(self, caught_up: bool) -> None:
-        taken = self._receipts.due(caught_up)
+        """Took, now or at the end of this turn of the loop. Caught up, it waits for the turn's
+        end: an agent is done with the deliveries of a batch it journaled one after the other,
+        each time with nothing left in the queue, and one Took covers them all (it is cumulative;
+        one per delivery cost the broker a message each)."""
+        if not caught_up:
+            self._send_took(self._receipts.due(False))
+        elif not self._took_due:
+            self._took_due = True
+            asyncio.get_running_loop().call_soon(self._took_caught_up)
+
+    def _took_caught_up(self) -> None:
+        self._took_due = False
+        self._send_took(self._receipts.due(True))
+
+    def _send_took(self, taken: int | None) -> None:
         if taken is not None and self.connected:
             assert self.link is not None
             self.link.send(Took(taken))

@@ -185,8 +185,10 @@ class RouterService:
                 continue
             failures = 0
             self.counters["log_commits"] += 1
+            # one Took per peer for the whole group: cumulative, the last covers the others
+            last_took = {target: out for output, _ in held for target, out in output if type(out) is Took}
             for output, links in held:
-                self._send(output, links)
+                self._send(output, links, last_took)
             if log_file.due():
                 try:  # in the loop: the snapshot must be of the state the log has reached
                     log_file.checkpoint(self.router)
@@ -257,12 +259,16 @@ class RouterService:
             self._held.append((output, {target: self.links.get(target) for target, _ in output}))
             self._commit_wanted.set()
 
-    def _send(self, output: Output, links: Mapping[str, Link | None]) -> None:
-        """Onto the links; of the custody answers to one peer only the last matters. What was
-        carried or taken for a link that has been replaced since is not sent: the peer's hello on
-        the new link said what it took, and what it had not is sent again, in order, by the
-        router; our next Took covers what this one did."""
-        last_took = {target: out for target, out in output if type(out) is Took}
+    def _send(
+        self, output: Output, links: Mapping[str, Link | None], last_took: Mapping[str, Took] | None = None
+    ) -> None:
+        """Onto the links; of the custody answers to one peer only the last matters (of this
+        output, or of ``last_took``: a group commit's). What was carried or taken for a link that
+        has been replaced since is not sent: the peer's hello on the new link said what it took,
+        and what it had not is sent again, in order, by the router; our next Took covers what
+        this one did."""
+        if last_took is None:
+            last_took = {target: out for target, out in output if type(out) is Took}
         for target, out in output:
             kind = type(out)  # exact types: messages are final dataclasses, and this runs per message
             if kind is Took:

@@ -62,3 +62,30 @@ def test_with_manual_done_a_delivery_is_taken_only_when_the_application_says_so(
         await b.stop()
 
     run(scenario())
+
+
+def test_deliveries_done_in_one_turn_are_taken_with_one_took() -> None:
+    """An agent is done with a journaled batch one delivery after the other, each time with
+    nothing left in its queue: one Took covers them all, not one a delivery."""
+
+    async def scenario() -> None:
+        b = RouterService(uri("B1"), session_grace=60.0)
+        await b.start()
+        pub = await Client.connect(b.uri, "pub", backoff=FAST)
+        sub = await Client.connect(b.uri, "sub", backoff=FAST, manual_done=True)
+        await pub.advertise(ADV)
+        s = await sub.subscribe("[class,eq,stock]")
+        for n in (1, 2, 3):
+            await pub.publish(Publication("stock", {"n": n}))
+        got = [await s.next(timeout=5) for _ in range(3)]
+        await until(lambda: _held(b) == 3, what="all held: none is done")
+        before = b.router.counters["in.Took"]
+        for delivery in got:
+            sub.done(delivery)
+        await until(lambda: _held(b) == 0, what="all three taken")
+        assert b.router.counters["in.Took"] - before == 1
+        for c in (pub, sub):
+            await c.close()
+        await b.stop()
+
+    run(scenario())

@@ -231,8 +231,8 @@ async def _raw(
     return link, items[0]
 
 
-async def _carried(link: Link, wait: float) -> list[int]:
-    """The seqs of what comes carried on ``link`` within ``wait`` seconds."""
+async def _carried(link: Link, wait: float, kind: type[Carry | Took] = Carry) -> list[int]:
+    """The seqs of what comes carried (or of the Tooks that come) on ``link`` within ``wait`` seconds."""
     seqs: list[int] = []
     loop = asyncio.get_running_loop()
     end = loop.time() + wait
@@ -241,7 +241,7 @@ async def _carried(link: Link, wait: float) -> list[int]:
             items = await asyncio.wait_for(link.receive(), left)
         except TimeoutError:
             break
-        seqs += [item.seq for item in items if isinstance(item, Carry)]
+        seqs += [item.seq for item in items if isinstance(item, kind)]
     return seqs
 
 
@@ -281,6 +281,26 @@ def test_what_was_carried_for_a_link_replaced_during_a_commit_comes_again_in_ord
         await late
         again.close("done")
         await pub.close()
+        await a.stop()
+
+    run(scenario())
+
+
+def test_a_group_commit_answers_a_neighbour_with_one_took(tmp_path: Path) -> None:
+    """Took is cumulative: after a group commit a neighbour gets one, for the last of what it
+    carried, not one per message (each a frame the neighbour decodes, logs and handles)."""
+
+    async def scenario() -> None:
+        a = RouterService(uri("A"), session_grace=60.0, data=tmp_path / "a")
+        await a.start()
+        b, _ = await _raw(a.uri, "broker", "B", "B:1")
+        for n in range(1, 6):  # queued in one turn: one write, one read, one group commit
+            b.send(Carry(n, Advertise(f"B/p/{n}", parse_filter(f"[class,eq,c{n}]"))))
+        assert await _carried(b, 1.0, Took) == [5]
+        assert a.counters["log_commits"] == 1
+        b.send(Carry(6, Advertise("B/p/6", parse_filter("[class,eq,c6]"))))
+        assert await _carried(b, 1.0, Took) == [6]
+        b.close("done")
         await a.stop()
 
     run(scenario())
