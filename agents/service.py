@@ -62,6 +62,7 @@ from broker.client import (
     TooManyUnacknowledged,
 )
 from broker.client.queues import DeliveryQueue
+from broker.durable.offload import Offload
 from broker.errors import LinkClosed
 from broker.language import Publication
 from broker.throttle import LogThrottle
@@ -116,6 +117,7 @@ class AgentService:
         self.outbox: list[Publication] = []  # publications made before the first connection
         self.runs: set[asyncio.Task[None]] = set()
         self.unsynced_since: float | None = None  # when the oldest record not fsync'd was handled
+        self.offload = Offload()  # where the journal's fsyncs run: on the loop while the disk is fast
         # a busy agent prunes sooner than every PRUNE_EVERY: after a tenth of --keep-runs more
         # runs (at 150 runs a second a minute's folders were 9,000, 90 times --keep-runs 100)
         self.prune_after = max(10, self.retention.runs // 10)
@@ -219,10 +221,9 @@ class AgentService:
         if _ends_only(events, effects) and now - (self.unsynced_since or now) < SYNC_LAG:
             self.unsynced_since = self.unsynced_since or now
         else:
-            if published:  # in a thread: the loop meanwhile sends what the outbox holds now
-                await asyncio.to_thread(self.journal.fsync)  # (statuses need not wait for it)
-            else:  # nothing to send meanwhile: a thread's hand-over (0.1-0.3 ms) would only delay
-                self.journal.fsync()
+            if published:  # a turn first: the statuses, in the outbox, need not wait for it
+                await asyncio.sleep(0)
+            await self.offload.run(self.journal.fsync)
             self.unsynced_since = None
         if failpoints.ARMED:  # agent.journaled.DEPLOY: killed with a DEPLOY part journaled, not done
             for event in events:

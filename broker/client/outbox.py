@@ -28,6 +28,7 @@ from broker.client.queues import client_session
 from broker.client.reconnect import JITTER
 from broker.durable import WriteAheadLog
 from broker.durable.log import Fsync
+from broker.durable.offload import Offload
 from broker.errors import BadMessage, LocalError, ProtocolError
 from broker.routing import Publish
 from broker.transport.codec import decode, encode
@@ -73,6 +74,7 @@ class Outbox:
         self._held: list[bytes] | None = None  # records made while a snapshot is written
         self._added = self._committed = 0  # records counted since this process started
         self._committing: asyncio.Task[None] | None = None
+        self._offload = Offload()  # where commits run: on the loop while the disk is fast
         self._removals: asyncio.TimerHandle | None = None  # a commit of removals alone, due later
         self._closed = False
         if not self.client:
@@ -184,7 +186,7 @@ class Outbox:
             if self._wal.records_since_checkpoint >= max(CHECKPOINT_AFTER, 2 * len(self.pending)):
                 await self._checkpoint()
             else:
-                await asyncio.to_thread(self._wal.commit)
+                await self._offload.run(self._wal.commit)
             self._committed = max(self._committed, upto)
         finally:
             self._committing = None  # before the waiters wake: they may start the next one

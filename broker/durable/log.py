@@ -27,9 +27,10 @@ cuts the file back to what was committed before, and keeps the records it did no
 commit writes them again. ``fsync="each"`` syncs after every record (to measure what group commit
 saves), ``"off"`` never syncs (survives the process dying, not the machine).
 
-No asyncio here: ``commit`` blocks; an asyncio owner runs it in a thread (``asyncio.to_thread``)
-while its loop goes on appending. ``checkpoint`` blocks too; its snapshot must be of the state
-that the records appended so far reached, so a broker calls it in its loop, between inputs.
+No asyncio here: ``commit`` blocks; an asyncio owner runs it through ``offload.Offload``, on its
+loop while commits are fast and in a thread (its loop going on appending) while they are not.
+``checkpoint`` blocks too; its snapshot must be of the state that the records appended so far
+reached, so a broker calls it in its loop, between inputs.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from broker.durable.offload import Offload
 from broker.errors import BadMessage, LinkClosed, LocalError, ProtocolError
 from broker.routing import Carry, LinkDown, LinkUp, Refuse, Router, StatusReply, Tick, Took
 from broker.routing.acl import Policy
@@ -116,6 +117,7 @@ class RouterService:
         self._announced: dict[str, str] = {}  # hop -> the name our hello gave a new channel
         self._taken: dict[str, tuple[str, int]] = {}  # hop -> its channel, last Took sent (logged)
         self._commit_wanted = asyncio.Event()
+        self._offload = Offload()  # where commits run: on the loop while the disk is fast
         self.heartbeat = heartbeat
         self.dead_after = dead_after
         self.queue_limit = queue_limit
@@ -168,7 +170,7 @@ class RouterService:
             self._commit_wanted.clear()
             held, self._held = self._held, []
             try:
-                await asyncio.to_thread(log_file.wal.commit)
+                await self._offload.run(log_file.wal.commit)
             except OSError as error:  # a full disk: nothing is acknowledged until it commits
                 self._held[:0] = held
                 self._commit_wanted.set()

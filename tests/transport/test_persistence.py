@@ -246,6 +246,8 @@ async def _carried(link: Link, wait: float, kind: type[Carry | Took] = Carry) ->
 
 
 def _slow_commits(broker: RouterService, seconds: float) -> None:
+    """A disk that has been slow for a while: each commit takes ``seconds``, in a thread."""
+    broker._offload.average = seconds
     wal = broker.log_file.wal  # type: ignore[union-attr]
     commit = wal.commit
 
