@@ -63,6 +63,7 @@ HISTORIAN = "historian"
 DEPLOYER = "deployer"  # wfm up's deployments, and the user's wfm trigger, deploy and monitor
 WATCHER = "monitor"  # wfm up's own checks of the brokers
 WEB_TIMEOUT = 30.0  # seconds the dashboard may take to listen before wfm up goes on without it
+SPARK_NICE = 10  # the Spark Connect server's CPU priority below the rest: a standby for history queries
 
 
 class UpError(LocalError):
@@ -412,7 +413,8 @@ def serve(
         say("brokers linked; starting the historian and the agents")
         history: tuple[str, ...] = ("--store", str(home / "history"))
         if spark_port is not None:
-            spark = ("spark-connect", *history, "--port", str(spark_port))
+            # niced: while it warms up (seconds of JIT) it must not take CPU from a workflow
+            spark = ("spark-connect", *history, "--port", str(spark_port), "--nice", str(SPARK_NICE))
             processes.start(Child("spark-connect", (*WFM, *spark), optional=True))
             history += ("--spark-master", f"sc://{HOST}:{spark_port}")
         historian = ("historian", "--broker", str(uris[0]), *history, *_as(certs, HISTORIAN))

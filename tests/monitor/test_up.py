@@ -91,6 +91,36 @@ def start_up(
     return up, lines
 
 
+def _processes(marker: str) -> list[int]:
+    """The pids of the processes whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+        except OSError:  # it ended meanwhile
+            continue
+        if marker.encode() in command.replace(b"\0", b" "):
+            found.append(int(entry.name))
+    return found
+
+
+def _children(parent: int) -> list[int]:
+    """The pids of ``parent``'s descendants."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit():
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+    found: list[int] = []
+    wanted = {parent}
+    while wanted:
+        wanted = {pid for pid, ppid in parents.items() if ppid in wanted}
+        found += wanted
+    return found
+
+
 def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = free_ports(5)  # Spark Connect on P+3, the dashboard on P+4
     up, lines = start_up(workflow_dir(tmp_path), port)
@@ -110,6 +140,12 @@ def test_up_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert sorted(status(middle, watcher(certs))["neighbors"]) == ["B1", "B3"]  # type: ignore[call-overload]
         assert f"socket://127.0.0.1:{port}/B1" in seen[0] and "PAYROLL" in seen[-1]
         assert any(line.startswith(f"spark    sc://127.0.0.1:{port + 3} ") for line in seen), seen
+        (spark,) = _processes(f"spark-connect --store {tmp_path / '.wfm' / 'history'}")
+        jvm = _children(spark)  # Spark's JVM, which warms up for seconds beside the workflows
+        assert jvm and {os.getpriority(os.PRIO_PROCESS, pid) for pid in jvm} == {10}
+        for pid in jvm:  # where the kernel weighs sessions against each other, not nice
+            autogroup = Path(f"/proc/{pid}/autogroup")
+            assert not autogroup.exists() or autogroup.read_text().split()[-2:] == ["nice", "10"]
         (web,) = [line.strip() for line in seen if line.startswith("web ")]
         dashboard = re.fullmatch(
             rf"web +(http://127\.0\.0\.1:{port + 4}/)\?token=([\w-]{{43}}) \(the dashboard\)", web

@@ -31,7 +31,15 @@ from wfm.history.spark import DEFAULT_MASTER
     show_default=True,
     help="Where the server runs its work: local[*], spark://HOST:PORT or yarn.",
 )
-def spark_connect(store: Path, port: int, spark_master: str) -> None:
+@click.option(
+    "--nice",
+    type=click.IntRange(0, 19),
+    default=0,
+    show_default=True,
+    help="Run the server's JVM N steps below normal CPU priority, as nice(1) does: a warm standby"
+    " that gives way to brokers and agents on a busy machine (wfm up uses 10).",
+)
+def spark_connect(store: Path, port: int, spark_master: str, nice: int) -> None:
     """Keep Spark warm for a store: wfm history --store, report and compact use this server.
 
     \b
@@ -49,4 +57,5 @@ def spark_connect(store: Path, port: int, spark_master: str) -> None:
             spark_master,
             stop.wait,
             lambda url: click.echo(f"Spark Connect {url} for {store} (Ctrl-C stops it)"),
+            nice,
         )

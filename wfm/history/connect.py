@@ -18,7 +18,9 @@ The JVM comes from the ``bin/spark-submit`` that the pyspark package ships; its 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import functools
 import json
 import os
 import signal
@@ -93,11 +95,13 @@ def serve_connect(
     master: str,
     stopped: Callable[[float], bool],
     ready: Callable[[str], None],
+    nice: int = 0,
     start_timeout: float = 120.0,
 ) -> None:
     """Run a Connect server for ``store`` until ``stopped(seconds)`` (a wait that says whether to
-    stop) is true; ``ready(url)`` once it listens. SparkServerError if it does not start in
-    ``start_timeout`` seconds or exits on its own; the announcement is removed either way."""
+    stop) is true; ``ready(url)`` once it listens; its JVM ``nice`` steps below normal priority.
+    SparkServerError if it does not start in ``start_timeout`` seconds or exits on its own; the
+    announcement is removed either way."""
     store.mkdir(parents=True, exist_ok=True)
     if _listening(HOST, port):
         raise SparkServerError(f"port {port} on {HOST} is in use: give another --port")
@@ -109,7 +113,7 @@ def serve_connect(
             stdout=log,
             stderr=log,
             start_new_session=True,  # Ctrl-C in a terminal is for wfm spark-connect, which stops the JVM
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            preexec_fn=functools.partial(_prepare, nice) if sys.platform.startswith("linux") else None,
         )
     announcement = store / ANNOUNCEMENT
     url = f"sc://{HOST}:{port}"
@@ -172,6 +176,13 @@ def _listening(host: str, port: object) -> bool:
         return False
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the parent dies (Linux's PR_SET_PDEATHSIG)."""
+def _prepare(nice: int) -> None:
+    """In the child before exec, a session leader: SIGTERM when the parent dies (Linux's
+    PR_SET_PDEATHSIG), and ``nice``. With the kernel's autogroup scheduling niceness only weighs
+    the processes of one session against each other, so the session's group is lowered too."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if nice:
+        os.nice(nice)
+        # without autogroup scheduling (no such file) the nice is all there is
+        with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as autogroup:
+            autogroup.write(f"{nice}\n")
