@@ -4,10 +4,12 @@ of the same stream, or, with ``manual_done``, when the application says so (afte
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
-from broker.client import Client
+from broker.client import Client, Delivery
 from broker.language import Publication
 from broker.transport.server import RouterService
 from tests.client.test_reconnect import ADV, FAST
@@ -42,24 +44,31 @@ def test_a_delivery_is_taken_when_the_next_is_asked_for() -> None:
     run(scenario())
 
 
+@asynccontextmanager
+async def _three_held() -> AsyncIterator[tuple[RouterService, Client, list[Delivery]]]:
+    """A broker holding three deliveries for a ``manual_done`` subscriber that has them all."""
+    b = RouterService(uri("B1"), session_grace=60.0)
+    await b.start()
+    pub = await Client.connect(b.uri, "pub", backoff=FAST)
+    sub = await Client.connect(b.uri, "sub", backoff=FAST, manual_done=True)
+    await pub.advertise(ADV)
+    s = await sub.subscribe("[class,eq,stock]")
+    for n in (1, 2, 3):
+        await pub.publish(Publication("stock", {"n": n}))
+    got = [await s.next(timeout=5) for _ in range(3)]
+    await until(lambda: _held(b) == 3, what="all held: none is done")
+    yield b, sub, got
+    for c in (pub, sub):
+        await c.close()
+    await b.stop()
+
+
 def test_with_manual_done_a_delivery_is_taken_only_when_the_application_says_so() -> None:
     async def scenario() -> None:
-        b = RouterService(uri("B1"), session_grace=60.0)
-        await b.start()
-        pub = await Client.connect(b.uri, "pub", backoff=FAST)
-        sub = await Client.connect(b.uri, "sub", backoff=FAST, manual_done=True)
-        await pub.advertise(ADV)
-        s = await sub.subscribe("[class,eq,stock]")
-        for n in (1, 2, 3):
-            await pub.publish(Publication("stock", {"n": n}))
-        got = [await s.next(timeout=5) for _ in range(3)]
-        await until(lambda: _held(b) == 3, what="all held: none is done")
-        sub.done(got[1])
-        sub.done(got[0])
-        await until(lambda: _held(b) == 1, what="the first two taken, in order")
-        for c in (pub, sub):
-            await c.close()
-        await b.stop()
+        async with _three_held() as (b, sub, got):
+            sub.done(got[1])
+            sub.done(got[0])
+            await until(lambda: _held(b) == 1, what="the first two taken, in order")
 
     run(scenario())
 
@@ -69,23 +78,11 @@ def test_deliveries_done_in_one_turn_are_taken_with_one_took() -> None:
     nothing left in its queue: one Took covers them all, not one a delivery."""
 
     async def scenario() -> None:
-        b = RouterService(uri("B1"), session_grace=60.0)
-        await b.start()
-        pub = await Client.connect(b.uri, "pub", backoff=FAST)
-        sub = await Client.connect(b.uri, "sub", backoff=FAST, manual_done=True)
-        await pub.advertise(ADV)
-        s = await sub.subscribe("[class,eq,stock]")
-        for n in (1, 2, 3):
-            await pub.publish(Publication("stock", {"n": n}))
-        got = [await s.next(timeout=5) for _ in range(3)]
-        await until(lambda: _held(b) == 3, what="all held: none is done")
-        before = b.router.counters["in.Took"]
-        for delivery in got:
-            sub.done(delivery)
-        await until(lambda: _held(b) == 0, what="all three taken")
-        assert b.router.counters["in.Took"] - before == 1
-        for c in (pub, sub):
-            await c.close()
-        await b.stop()
+        async with _three_held() as (b, sub, got):
+            before = b.router.counters["in.Took"]
+            for delivery in got:
+                sub.done(delivery)
+            await until(lambda: _held(b) == 0, what="all three taken")
+            assert b.router.counters["in.Took"] - before == 1
 
     run(scenario())
