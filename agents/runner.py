@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import glob
 import itertools
 import json
@@ -81,9 +82,19 @@ def _inside_logs(state_dir: Path, path: Path) -> Path:
 
 
 def log_path(state_dir: Path, run: Run) -> Path:
-    """``logs/W/GID/JOB.ATTEMPT.log`` under the agent's state directory."""
-    folder = generation_dir(state_dir, run.workflow, run.gid)
-    return _inside_logs(state_dir, folder / f"{run.job}.{run.attempt}.log")
+    """``logs/W/GID/JOB.ATTEMPT.log`` under the agent's state directory. The generation's folder
+    is checked once for all its runs (resolving both paths for every run was a fifteenth of a
+    busy agent's time); the file's name is one component, which the supervisor creates with
+    ``O_EXCL``, so it cannot be a link either."""
+    name = f"{run.job}.{run.attempt}.log"
+    if os.sep in name:
+        raise ValueError(f"log name {name!r} is not a file name")
+    return _generation_folder(state_dir, run.workflow, run.gid) / name
+
+
+@functools.lru_cache(maxsize=256)
+def _generation_folder(state_dir: Path, workflow: str, gid: str) -> Path:
+    return _inside_logs(state_dir, generation_dir(state_dir, workflow, gid))
 
 
 class SupervisorError(OSError):

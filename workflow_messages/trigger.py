@@ -6,6 +6,7 @@ that the jobs' calendars are checked against.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import date, datetime
 
@@ -40,6 +41,7 @@ def trigger(workflow: str, gid: str, day: date) -> Publication:
     return Publication(TRIGGER, {"applname": workflow, "GID": gid, "schedule": day.strftime("%Y.%m.%d")})
 
 
+@functools.lru_cache(maxsize=1024)  # every firing of a generation names its Trigger's date
 def trigger_date(text: str) -> date:
     """The date a Trigger's ``schedule`` attribute holds; ValueError if it is not ``YYYY.MM.DD``."""
     try:

@@ -21,7 +21,7 @@ import pytest
 
 from agents import supervisor
 from agents.journal import Journal
-from agents.runner import Retention, SupervisorClient, log_path, prune
+from agents.runner import Retention, SupervisorClient, generation_dir, log_path, prune
 from agents.state import Agent, Finished, Result, Run, Tick
 from tests.processes import WFM, wait_for
 
@@ -491,3 +491,19 @@ def test_agent_usage_errors_are_one_line(arguments: list[str], fragment: str) ->
     )
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert fragment in done.stderr
+
+
+def test_a_run_log_is_inside_the_logs_folder_and_one_file_name(tmp_path: Path) -> None:
+    """A generation folder that leads out of ``logs/`` (a link) is refused, and so is a job
+    whose name would make the log's name more than one component."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    folder = generation_dir(tmp_path / "state", "W", "g1")
+    folder.parent.mkdir(parents=True)
+    folder.symlink_to(outside)
+    with pytest.raises(ValueError, match="is outside"):
+        log_path(tmp_path / "state", run("true"))
+    with pytest.raises(ValueError, match="is not a file name"):
+        log_path(tmp_path / "other", run("true", job="a/b"))
+    inside = generation_dir(tmp_path / "other", "W", "g1") / "Job.1.log"
+    assert log_path(tmp_path / "other", run("true")) == inside
