@@ -788,7 +788,7 @@ class Client(_Stream):
     def done(self, delivery: Delivery) -> None:
         """With ``manual_done``: the application is done with ``delivery`` (say, it is in its own
         journal), so its broker may forget it. Without, asking for the next delivery of a stream
-        says so for the last one."""
+        says so for the last one. In the client's event loop, like every other call."""
         self._done(delivery, self._queue.queue.empty())
 
     def _say_took(self, caught_up: bool) -> None:
@@ -865,6 +865,8 @@ class Client(_Stream):
         """Say goodbye (the broker then ends this client's session at once instead of keeping it
         for a reconnection) and close. ``bye=False``: a process that stops to start again (an
         agent restarted) leaves its session to its broker for the grace period."""
+        if self._took_due:  # a Took waiting for the turn's end: the broker must have it first
+            self._took_caught_up()
         self._closing = True
         if self.link is not None:
             if self.link.closed is None and (not bye or self.link.send(Bye())):

@@ -14,10 +14,11 @@ for the next group commit, as it would wait for the commit in the thread.
 A disk that turns slow (a busy or failing device, a full journal) must not freeze the loop: its
 links would stop answering pings and its peers would drop them. So the calls go to a thread while
 their recent average exceeds ``fast``, or for ``calm`` seconds after one took longer than
-``stall``; a single call made slow by the machine's load (a preempted process: one in ten here
-when every core is busy) moves nothing. The one call that tells a hang is paid on the loop: a
-disk that hangs for longer than a heartbeat's dead time costs the links (custody re-sends what
-they carried), never data.
+``stall``, twice as long after each further stall (up to ``MAX_CALM``): a disk that stalls now and
+then soon stays in the thread. A single call made slow by the machine's load (a preempted
+process: one in ten here when every core is busy) moves nothing. The one call that tells a hang
+is paid on the loop: a disk that hangs for longer than a heartbeat's dead time costs the links
+(custody re-sends what they carried), never data.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ T = TypeVar("T")
 
 FAST = 0.002  # seconds: calls this quick on average stay on the loop (an fsync here: 0.1-0.5 ms)
 STALL = 0.1  # seconds: one call this slow sends the next ones to a thread at once...
-CALM = 5.0  # ...for this long
+CALM = 5.0  # ...for this long, doubled at each further stall...
+MAX_CALM = 3600.0  # ...up to this
 WEIGHT = 0.2  # of the newest call in the average
 
 
@@ -65,3 +67,4 @@ class Offload:
             self.average += WEIGHT * (end - start - self.average)
             if end - start > self.stall:
                 self._threaded_until = max(self._threaded_until, end + self.calm)
+                self.calm = min(2 * self.calm, MAX_CALM)

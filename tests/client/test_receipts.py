@@ -86,3 +86,17 @@ def test_deliveries_done_in_one_turn_are_taken_with_one_took() -> None:
             assert b.router.counters["in.Took"] - before == 1
 
     run(scenario())
+
+
+def test_a_took_due_at_the_end_of_the_turn_goes_before_the_client_closes() -> None:
+    """Done, then closed in the same turn (to start again later): the broker has the Took, so the
+    next run is not handed the same deliveries again."""
+
+    async def scenario() -> None:
+        async with _three_held() as (b, sub, got):
+            for delivery in got:
+                sub.done(delivery)
+            await sub.close(bye=False)
+            await until(lambda: _held(b) == 0, what="all three taken before the link closed")
+
+    run(scenario())

@@ -64,3 +64,21 @@ def test_an_error_is_raised_to_the_caller_on_the_loop_and_from_the_thread(stalle
         assert offload.threaded == (1 if stalled else 0)
 
     asyncio.run(scenario())
+
+
+def test_each_further_stall_keeps_the_calls_in_a_thread_twice_as_long() -> None:
+    """A disk that stalls now and then must not freeze the loop at every episode."""
+
+    async def scenario() -> None:
+        loop_thread = threading.get_ident()
+        offload = Offload(fast=0.05, stall=0.05, calm=0.5)
+        await offload.run(lambda: _call(0.06))  # on the loop: threaded for 0.5 s
+        await asyncio.sleep(0.6)
+        assert (await offload.run(_call))[0] == loop_thread
+        await offload.run(lambda: _call(0.06))  # again: threaded for 1 s now
+        await asyncio.sleep(0.6)
+        assert (await offload.run(_call))[0] != loop_thread
+        await asyncio.sleep(0.5)
+        assert (await offload.run(_call))[0] == loop_thread
+
+    asyncio.run(scenario())

@@ -18,7 +18,6 @@ The JVM comes from the ``bin/spark-submit`` that the pyspark package ships; its 
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import json
@@ -183,6 +182,12 @@ def _prepare(nice: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if nice:
         os.nice(nice)
-        # without autogroup scheduling (no such file) the nice is all there is
-        with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as autogroup:
-            autogroup.write(f"{nice}\n")
+        for _ in range(3):  # unprivileged, one autogroup change a tenth of a second, machine-wide
+            try:
+                with open("/proc/self/autogroup", "w") as autogroup:
+                    autogroup.write(f"{nice}\n")
+                return
+            except BlockingIOError:  # EAGAIN: another's change came just before
+                time.sleep(0.11)
+            except OSError:  # no autogroup scheduling here: the nice is all there is
+                return
