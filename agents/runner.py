@@ -9,7 +9,8 @@ need); :meth:`SupervisorClient.supervise` serves a new run and a run found unfin
 restart alike, since the daemon answers from what it runs and what the files say:
 
 * running under the daemon: it waits for the end (re-attached);
-* a status file: the run ended (perhaps while no agent was there); its outcome;
+* a status file: the run ended (perhaps while no agent was there); its outcome, which the answer
+  carries;
 * a log but no status: a supervisor died after starting the command; the run is **lost**
   (``None``), and is never started again, since the command may have run;
 * nothing: the command never started (the agent died between journaling the start and asking for
@@ -40,6 +41,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agents import supervisor
 from agents.state import DAY, FORGET_AFTER, Result, Run
@@ -137,7 +139,12 @@ class SupervisorClient:
             raise SupervisorError(f"the supervisor of {self.state_dir} went away {ASKS} times")
         if "error" in answer:
             raise SupervisorError(f"the supervisor did not start {run.label}: {answer['error']}")
-        return None if answer["run"] == "lost" else _outcome(log_file.with_suffix(".status"), log_file)
+        if answer["run"] == "lost":
+            return None
+        outcome = answer.get("outcome")
+        if outcome is None:  # a daemon of the version before, still running its commands
+            outcome = supervisor.read_outcome(str(log_file.with_suffix(".status")))
+        return None if outcome is None else _outcome(outcome, log_file)
 
     async def close(self) -> None:
         """Close the connection; runs still waiting on it are cancelled. The daemon's commands run
@@ -213,7 +220,7 @@ class _Link:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
-        self.waiting: dict[int, asyncio.Future[dict[str, str]]] = {}
+        self.waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.ids = itertools.count(1)
         self.reading = asyncio.create_task(self._read())
 
@@ -221,7 +228,7 @@ class _Link:
     def broken(self) -> bool:
         return self.reading.done()
 
-    async def ask(self, request: dict[str, object]) -> dict[str, str]:
+    async def ask(self, request: dict[str, object]) -> dict[str, Any]:
         """The daemon's answer to ``request``; ConnectionError if it goes away before answering."""
         if self.broken:
             raise ConnectionError("the supervisor went away")
@@ -259,15 +266,26 @@ class _Link:
                 waiting.set_exception(ConnectionError("the supervisor went away"))
 
 
-def _answer(line: bytes) -> tuple[int, dict[str, str]]:
+def _answer(line: bytes) -> tuple[int, dict[str, Any]]:
     """The id and the answer in a line from the daemon; ValueError if it is not one."""
     answer = json.loads(line)
-    if not isinstance(answer, dict) or len(answer) != 2 or type(answer.get("id")) is not int:
+    if not isinstance(answer, dict) or type(answer.get("id")) is not int:
         raise ValueError(f"not an answer: {line[:200]!r}")
     number = answer.pop("id")
-    if answer.get("run") not in ("ended", "lost") and not isinstance(answer.get("error"), str):
+    if not (_ran(answer) or (answer.keys() == {"error"} and isinstance(answer["error"], str))):
         raise ValueError(f"not an answer: {line[:200]!r}")
     return number, answer
+
+
+def _ran(answer: dict[str, Any]) -> bool:
+    """Lost, or ended with its outcome (or without: a daemon of the version before)."""
+    if answer in ({"run": "ended"}, {"run": "lost"}):
+        return True
+    return (
+        answer.keys() == {"run", "outcome"}
+        and answer["run"] == "ended"
+        and isinstance(answer["outcome"], dict)
+    )
 
 
 def stop(run: Run, state_dir: Path, signal_number: int) -> bool:
@@ -323,17 +341,20 @@ def log_tail(
     }
 
 
-def _outcome(status: Path, log_file: Path) -> Result | None:
+def _outcome(data: dict[str, Any], log_file: Path) -> Result:
+    """The result in a status file's outcome; ValueError if it is not one."""
     try:
-        data = json.loads(status.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    started, duration = float(data["started"]), float(data["duration"])
-    if "error" in data:
-        return Result(False, str(data["error"]), started, duration)
-    code = data["code"]
-    if code is None:
-        return Result(False, f"timed out after {data['timeout']:g} s; log {log_file}", started, duration)
+        started, duration = float(data["started"]), float(data["duration"])
+        if "error" in data:
+            return Result(False, str(data["error"]), started, duration)
+        code = data["code"]
+        if code is None:
+            timeout = float(data["timeout"])
+            return Result(False, f"timed out after {timeout:g} s; log {log_file}", started, duration)
+        if type(code) is not int:
+            raise TypeError("code is not an integer")
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"the outcome of {log_file} is not one: {error}") from None
     return Result(code == 0, f"exit {code} after {duration:.3f} s; log {log_file}", started, duration)
 
 

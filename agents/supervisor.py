@@ -19,22 +19,25 @@ talk only to their own user (:func:`foreign`).
 
 **Protocol.** JSON lines. A connection's first line is ``{"env": {...}}``, the environment its
 commands run with; then requests ``{"id", "log", "command", "cwd", "timeout", "env"}`` (``env``:
-what the run adds, ``WFM_WORKFLOW`` etc.), each answered ``{"id", "run": "ended"}`` (its status
-file holds the outcome), ``{"id", "run": "lost"}`` or ``{"id", "error"}`` (nothing was started). A
+what the run adds, ``WFM_WORKFLOW`` etc.), each answered ``{"id", "run": "ended", "outcome"}`` (what
+its status file holds), ``{"id", "run": "lost"}`` or ``{"id", "error"}`` (nothing was started). A
 malformed line closes its connection with one line on stderr (``STATE_DIR/supervisor.log``).
 
 **Exactly once.** The daemon is single-threaded, so its decisions are serialised; for a run (named
 by its log, ``logs/W/GID/JOB.ATTEMPT.log``) it answers, in this order:
 
 * running under this daemon: attach, and answer when it ends;
-* a status file: it ended (perhaps under an earlier daemon, while no agent was there);
+* a status file: it ended (perhaps under an earlier daemon, while no agent was there); a status
+  file that cannot be read (a daemon killed while writing it) answers **lost**;
 * a log but no status: an earlier daemon died after starting the command: **lost**, never started
   again, since the command may have run;
 * nothing: create the log (``O_EXCL``), run ``/bin/sh -c COMMAND`` in the run's cwd, in its own
   process group (a timeout kills the whole pipeline, not only the shell), stdin ``/dev/null``,
   output to the log; write the group's id to ``JOB.ATTEMPT.pid`` (``wfm cancel`` signals it,
-  :func:`agents.runner.stop`); at its end write the outcome atomically (:func:`write_atomically`)
-  to ``JOB.ATTEMPT.status``, then answer everyone waiting for it.
+  :func:`agents.runner.stop`); at its end create ``JOB.ATTEMPT.status`` with the outcome, fsync'd
+  with its folder (:func:`write_new`), then answer everyone waiting for it. The file is created
+  in place, not renamed into it: whoever reads one that a crash cut short answers lost, as for a
+  missing one, and a run costs one system call less.
 
 A request that arrived is decided at once, even if its connection closed right after (an agent
 killed after sending): it is run or never started, never half. The daemon's own descriptors are
@@ -66,19 +69,32 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Mapping
 
-__all__ = ["address", "encode", "foreign", "main", "parse_request", "peer_credentials", "write_atomically"]
+__all__ = [
+    "address",
+    "encode",
+    "foreign",
+    "main",
+    "parse_request",
+    "peer_credentials",
+    "read_outcome",
+    "write_atomically",
+    "write_new",
+]
 
 MAX_TIMEOUT = 1e9  # seconds (31 years); a longer timeout is none
 IDLE = 2.0  # seconds without a command or a connection after which the daemon exits
 LINE_LIMIT = 1 << 20  # bytes of one line (a connection's first one, its environment, is the longest)
 OUTBOX_LIMIT = 16 << 20  # bytes of answers a connection may leave unread before it is closed
+FOLDERS_CACHED = 1024  # resolved folders a daemon remembers (generations' folders, mostly)
 BIND_PATIENCE = 2.0  # seconds a dead predecessor's socket may take to go (:func:`_listen`)
 LONGEST_WAIT = 3_600_000  # milliseconds one poll() waits at most (its argument is a C int)
 CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 REQUEST = {"id", "log", "command", "cwd", "timeout", "env"}
 RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)  # ignored by Python: a command gets the default back
-ENDED, LOST = {"run": "ended"}, {"run": "lost"}
+ENDED: dict[str, object] = {"run": "ended"}
+LOST: dict[str, object] = {"run": "lost"}
 
 
 def write_atomically(path: str | os.PathLike[str], data: dict[str, object]) -> None:
@@ -92,11 +108,42 @@ def write_atomically(path: str | os.PathLike[str], data: dict[str, object]) -> N
     finally:
         os.close(fd)
     os.replace(temporary, path)
+    _fsync_folder(path)
+
+
+def write_new(path: str, data: dict[str, object]) -> None:
+    """Create ``path`` holding ``data``, durable on return (the file and its folder fsync'd).
+    FileExistsError if it exists. A crash may leave it empty or cut: see :func:`read_outcome`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, json.dumps(data).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_folder(path)
+
+
+def _fsync_folder(path: str) -> None:
     directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
     try:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def read_outcome(path: str) -> dict[str, object] | None:
+    """The outcome in a status file; None if there is none; ValueError if it cannot be read (a
+    daemon killed while writing it, a machine crash before the data reached the disk)."""
+    try:
+        with open(path, "rb") as file:
+            data = json.loads(file.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError) as error:
+        raise ValueError(f"status {path} cannot be read: {_one_line(error)}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"status {path} is not an object")
+    return data
 
 
 def encode(message: dict[str, object]) -> bytes:
@@ -183,9 +230,11 @@ def parse_environment(value: object) -> dict[str, str]:
     return env
 
 
-def parse_request(message: object, state_dir: str) -> Request:
+def parse_request(message: object, state_dir: str, folders: dict[str, str] | None = None) -> Request:
     """The request in ``message``, its log resolved and checked to be inside ``logs/`` of
-    ``state_dir``; ValueError (one line) if it is not one."""
+    ``state_dir``; ValueError (one line) if it is not one. ``folders`` caches what folders
+    resolved to (a daemon's): resolving walks every component with a system call, and a
+    generation's runs all share one folder."""
     if not isinstance(message, dict) or set(message) != REQUEST:
         raise ValueError(f"a request has exactly the fields {sorted(REQUEST)}")
     number, timeout = message["id"], message["timeout"]
@@ -194,8 +243,9 @@ def parse_request(message: object, state_dir: str) -> Request:
     if timeout is not None and type(timeout) not in (int, float):
         raise ValueError("timeout is not a number or null")
     given = _text(message["log"], "log")
-    logs = os.path.realpath(os.path.join(state_dir, "logs"))
-    folder = os.path.realpath(os.path.dirname(given))
+    folders = {} if folders is None else folders
+    logs = _resolved(os.path.join(state_dir, "logs"), folders)
+    folder = _resolved(os.path.dirname(given), folders)
     name = os.path.basename(given)
     if not os.path.isabs(given) or not folder.startswith(logs + os.sep) or not name.endswith(".log"):
         raise ValueError(f"log {given!r} is not a .log file inside {logs}")
@@ -204,6 +254,15 @@ def parse_request(message: object, state_dir: str) -> Request:
     return Request(
         number, os.path.join(folder, name), command, cwd, seconds, parse_environment(message["env"])
     )
+
+
+def _resolved(path: str, cache: dict[str, str]) -> str:
+    resolved = cache.get(path)
+    if resolved is None:
+        if len(cache) >= FOLDERS_CACHED:
+            cache.clear()
+        resolved = cache[path] = os.path.realpath(path)
+    return resolved
 
 
 def _one_line(error: BaseException) -> str:
@@ -225,6 +284,7 @@ class Daemon:
         self.connections: dict[int, Connection] = {}  # by socket fd
         self.commands: dict[str, Command] = {}  # by log
         self.children: dict[int, Command] = {}  # by pid
+        self.folders: dict[str, str] = {}  # resolved (:func:`parse_request`)
         self.draining = False  # set by SIGTERM or SIGINT, before the loop handles anything after it
         self.quiet_since: float | None = None
         self.wakeup, wakeup = os.pipe()
@@ -340,14 +400,14 @@ class Daemon:
                     raise ValueError('the first line is not {"env": {...}}')
                 connection.env = parse_environment(message["env"])
                 return
-            request = parse_request(message, self.state_dir)
+            request = parse_request(message, self.state_dir, self.folders)
         except (ValueError, TypeError, RecursionError) as error:
             _complain(f"closed a connection after a malformed line: {_one_line(error)}")
             self._close(connection)
             return
         self._decide(connection, request)
 
-    def _answer(self, waiter: Waiter, answer: dict[str, str]) -> None:
+    def _answer(self, waiter: Waiter, answer: Mapping[str, object]) -> None:
         connection, number = waiter
         if connection.closed:
             return  # its agent went away; the next one asks again
@@ -386,8 +446,15 @@ class Daemon:
         command = self.commands.get(request.log)
         if command is not None:
             command.waiters.append(waiter)
-        elif os.path.exists(beside(request.log, ".status")):
-            self._answer(waiter, ENDED)
+            return
+        try:
+            outcome = read_outcome(beside(request.log, ".status"))
+        except ValueError as error:
+            _complain(f"answered lost: {error}")
+            self._answer(waiter, LOST)
+            return
+        if outcome is not None:
+            self._answer(waiter, {**ENDED, "outcome": outcome})
         elif os.path.lexists(request.log):
             self._answer(waiter, LOST)
         elif not self.draining:  # draining: unanswered, the next daemon starts it
@@ -443,11 +510,12 @@ class Daemon:
         self._record(command.log, outcome, command.waiters)
 
     def _record(self, log: str, outcome: dict[str, object], waiters: list[Waiter]) -> None:
-        """Write the status file, then answer: "ended", or "lost" if it cannot be written (what
-        any later request finds then: a log and no status)."""
+        """Write the status file, then answer: "ended" with the outcome, or "lost" if it cannot
+        be written (what any later request finds then: a log and no status, or one cut short)."""
+        answer: dict[str, object]
         try:
-            write_atomically(beside(log, ".status"), outcome)
-            answer = ENDED
+            write_new(beside(log, ".status"), outcome)
+            answer = {**ENDED, "outcome": outcome}
         except OSError as error:
             _complain(f"cannot record how {log} ended: {error.strerror}")
             answer = LOST
@@ -478,8 +546,11 @@ def _spawn(request: Request, env: dict[str, str], output: int) -> int:
 def _write_group(log: str, pid: int) -> None:
     """The command's process group id beside its log, for a cancellation (:func:`agents.runner.stop`)."""
     try:
-        with open(beside(log, ".pid"), "w") as group:
-            group.write(str(pid))
+        fd = os.open(beside(log, ".pid"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, str(pid).encode())
+        finally:
+            os.close(fd)
     except OSError as error:
         _complain(f"cannot write the process group of {log} (it cannot be cancelled): {error.strerror}")
 

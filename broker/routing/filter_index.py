@@ -83,13 +83,18 @@ class FilterIndex(Generic[K]):
         index = self._classes.get(cls)
         if index is None:
             return ()
-        best: set[K] | None = None
+        best: str | None = None
         best_size = len(index.all)
+        equal = index.equal
         for attribute, value in equalities.items():
-            if attribute not in index.equal:
-                continue
-            same = index.equal[attribute].get(value, set())
-            size = len(same) + len(index.unequal[attribute])
-            if size < best_size:
-                best, best_size = same | index.unequal[attribute], size
-        return index.all.copy() if best is None else best
+            values = equal.get(attribute)
+            if values is not None:
+                same = values.get(value)
+                size = (0 if same is None else len(same)) + len(index.unequal[attribute])
+                if size < best_size:
+                    best, best_size = attribute, size
+        if best is None:
+            return index.all.copy()
+        # only the smallest is built: a publication asks this for each attribute it carries, and
+        # an attribute every filter holds equal (a workflow's name) would copy them all each time
+        return equal[best].get(equalities[best], set()) | index.unequal[best]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from agents import supervisor
+from agents import runner, supervisor
 from agents.journal import Journal
 from agents.runner import Retention, SupervisorClient, generation_dir, log_path, prune
 from agents.state import Agent, Finished, Result, Run, Tick
@@ -171,6 +171,63 @@ def test_a_process_the_job_leaves_behind_blocks_nothing(tmp_path: Path) -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
+
+
+def test_a_status_a_crash_cut_short_answers_lost_and_the_answer_carries_the_outcome(tmp_path: Path) -> None:
+    """The outcome travels in the answer: the agent reads no file. A status file that a daemon
+    killed while writing it left empty or cut is a lost run, never one started again."""
+    count = tmp_path / "count"
+    job = run(f"echo ran >> {count}; exit 4")
+    first = supervised(job, tmp_path, tmp_path)
+    assert first is not None and not first.ok and first.detail.startswith("exit 4 after ")
+    status = log_path(tmp_path, job).with_suffix(".status")
+    assert json.loads(status.read_text())["code"] == 4
+    again = supervised(job, tmp_path, tmp_path)  # answered from the file, with its outcome
+    assert again is not None and again.detail.startswith("exit 4 after ")
+    for cut in (b"", b'{"started": 1.5, "dur'):
+        status.write_bytes(cut)
+        assert supervised(job, tmp_path, tmp_path) is None
+    assert count.read_text() == "ran\n"
+    assert "answered lost: status" in (tmp_path / "supervisor.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("line", "answer"),
+    [
+        (b'{"id": 1, "run": "lost"}', {"run": "lost"}),
+        (b'{"id": 2, "run": "ended"}', {"run": "ended"}),  # a daemon of the version before
+        (b'{"id": 3, "run": "ended", "outcome": {"code": 0}}', {"run": "ended", "outcome": {"code": 0}}),
+        (b'{"id": 4, "error": "no"}', {"error": "no"}),
+        (b'{"id": 5, "run": "lost", "outcome": {}}', None),
+        (b'{"id": 6, "run": "ended", "outcome": 3}', None),
+        (b'{"id": 7, "run": "started"}', None),
+        (b'{"id": 8, "error": 1}', None),
+        (b'{"id": 9, "error": "no", "run": "lost"}', None),
+        (b'{"id": "10", "run": "lost"}', None),
+        (b"[]", None),
+    ],
+)
+def test_a_daemon_answer_is_checked(line: bytes, answer: dict[str, object] | None) -> None:
+    if answer is None:
+        with pytest.raises(ValueError, match="not an answer"):
+            runner._answer(line)
+    else:
+        assert runner._answer(line)[1] == answer
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        {},
+        {"started": 1, "duration": 0},
+        {"started": "x", "duration": 0, "code": 0},
+        {"started": 1, "duration": 0, "code": "0"},
+        {"started": 1, "duration": 0, "code": None},
+    ],
+)
+def test_an_outcome_that_is_not_one_is_an_error_not_a_crash(outcome: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="is not one"):
+        runner._outcome(outcome, Path("/logs/W/g1/Job.1.log"))
 
 
 def test_a_huge_timeout_is_no_timeout(tmp_path: Path) -> None:
@@ -387,7 +444,8 @@ def test_answers_an_agent_reads_late_wait_for_it_none_lost(tmp_path: Path) -> No
             assert data, "closed before every answer came"
             received += data
     answers = [json.loads(line) for line in received.splitlines()]
-    assert answers == [{"id": number, "run": "ended"} for number in range(count)]
+    assert [answer["id"] for answer in answers] == list(range(count))
+    assert all(answer["run"] == "ended" and answer["outcome"]["code"] == 0 for answer in answers)
 
 
 def test_a_request_whose_agent_died_right_after_sending_it_is_run(tmp_path: Path) -> None:

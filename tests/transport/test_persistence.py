@@ -22,6 +22,7 @@ from broker.errors import LocalError
 from broker.language import Publication, parse_filter
 from broker.routing import Advertise, Carry, Router, Subscribe, Took
 from broker.routing.acl import Policy
+from broker.routing.messages import LinkUp
 from broker.transport import persistence
 from broker.transport.codec import Hello
 from broker.transport.link import Link
@@ -385,3 +386,60 @@ def test_a_snapshot_of_another_format_is_refused_in_one_line(tmp_path: Path) -> 
     with pytest.raises(LocalError, match=refused):
         again.restore(lambda: Router("B1"))
     again.close()
+
+
+def _fed(log: persistence.RouterLog, router: Router, inputs: list[tuple[object, str]]) -> None:
+    """What ``RouterService._feed`` does: each input logged, then handled."""
+    for now, (message, hop) in enumerate(inputs, start=1):
+        log.record(message, hop, float(now))  # type: ignore[arg-type]
+        router.handle(message, hop, float(now))  # type: ignore[arg-type]
+    log.wal.commit()
+
+
+def _logged(directory: Path) -> tuple[bytes | None, list[bytes]]:
+    wal = WriteAheadLog(directory)
+    try:
+        return wal.recover()
+    finally:
+        wal.close()
+
+
+INPUTS: list[tuple[object, str]] = [
+    (LinkUp(False), "pub"),
+    (LinkUp(False), "sub"),
+    (Advertise("a1", parse_filter("[class,eq,stock],[n,>,-1]")), "pub"),
+    (Subscribe("s1", parse_filter("[class,eq,stock]")), "sub"),
+]
+
+
+def test_inputs_from_links_are_logged_as_wire_frames_and_replay(tmp_path: Path) -> None:
+    log = persistence.RouterLog(tmp_path)
+    router = log.restore(lambda: Router("B1"))
+    _fed(log, router, INPUTS)
+    log.close()
+    _, records = _logged(tmp_path)
+    assert [record[:1] for record in records] == [b"\x80", b"\x80", b"W", b"W"]  # LinkUp pickled
+    again = persistence.RouterLog(tmp_path)
+    restored = again.restore(lambda: Router("B9"))
+    assert restored.id == "B1" and restored.status()["subscriptions"] == 1
+    assert restored.status()["advertisements"] == 1
+    again.close()
+
+
+def test_a_log_of_the_format_before_replays_and_is_rewritten_at_once(tmp_path: Path) -> None:
+    """Format 5 logged every input as a pickle: an upgraded broker replays it, then checkpoints,
+    so the version before never reads this one's records (it refuses the snapshot instead)."""
+    wal = WriteAheadLog(tmp_path)
+    wal.recover()
+    wal.checkpoint(pickle.dumps((5, Router("B1")), pickle.HIGHEST_PROTOCOL))
+    for now, (message, hop) in enumerate(INPUTS, start=1):
+        wal.append(pickle.dumps((hop, float(now), message), pickle.HIGHEST_PROTOCOL))
+    wal.commit()
+    wal.close()
+    log = persistence.RouterLog(tmp_path)
+    router = log.restore(lambda: Router("B9"))
+    assert router.id == "B1" and router.status()["subscriptions"] == 1
+    log.close()
+    snapshot, records = _logged(tmp_path)
+    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 6
+    assert records == []
