@@ -220,6 +220,19 @@ class CountingMatcher:
         elif index.wants_compaction():
             self._classes[cls] = index.compacted()
 
+    def settle(self, budget: int) -> int:
+        """Merge at most ``budget`` of the pending index entries (as a publication does); the
+        budget used, 0 once every index is sorted. A broker calls it while no input arrives, so the
+        publications after a bulk add find the indexes built."""
+        used = 0
+        for index in self._classes.values():
+            for attribute in index.attributes.values():
+                if used >= budget:
+                    return used
+                if attribute.bounds:
+                    used += attribute.settle(budget - used)
+        return used
+
     def match(self, publication: Publication, now: float) -> Collection[Hashable]:
         index = self._classes.get(publication.cls)
         return [] if index is None else index.match(publication.fields, now)

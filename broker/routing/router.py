@@ -134,6 +134,11 @@ class Router:
         self.sessions.grace = fresh.sessions.grace
         self.composites.detector_limits = fresh.composites.detector_limits  # for detectors placed from now
 
+    def settle(self, budget: int) -> bool:
+        """Build some of the subscription index that adds left pending (see ``CountingMatcher``);
+        whether any is left. No effect on what matches: only on what a later match costs."""
+        return self.tables.matcher.settle(budget) > 0
+
     def status(self, detail: bool = False) -> dict[str, Any]:
         """Counts and counters; with ``detail``, also the first DETAIL_LIMIT entries of the SRT,
         the PRT and the composite detections, each as ``{"entries": [...], "total": N}``."""

@@ -52,6 +52,8 @@ __all__ = ["RouterService", "loopback"]
 HANDSHAKE_TIMEOUT = 5.0
 _JITTER = random.Random()  # our own: redials never touch the random module's state
 TICK = 1.0  # seconds between the router's Ticks: how late a client session may expire
+QUIET = 0.05  # seconds without an input after which the router's pending index entries are merged
+SETTLE_BUDGET = 32768  # pending entries merged per turn of the loop while quiet (a few ms)
 REDIAL_CAP = 0.25  # seconds between two dials of a neighbour, at most (times 0.5-1.5): a neighbour
 # restarted from its log is back in a second or two, and what it holds waits for the link; at 1 s
 # the link came back 0.8-1.2 s after the restarted broker listened (reliability benchmark), and a
@@ -117,6 +119,7 @@ class RouterService:
         self._announced: dict[str, str] = {}  # hop -> the name our hello gave a new channel
         self._taken: dict[str, tuple[str, int]] = {}  # hop -> its channel, last Took sent (logged)
         self._commit_wanted = asyncio.Event()
+        self._input_seen = asyncio.Event()  # cleared by the settling task (_settle_when_quiet)
         self._offload = Offload()  # where commits run: on the loop while the disk is fast
         self.heartbeat = heartbeat
         self.dead_after = dead_after
@@ -142,6 +145,7 @@ class RouterService:
         for neighbor in self.neighbors:
             self._spawn(self._dial(neighbor))
         self._spawn(self._heartbeats())
+        self._spawn(self._settle_when_quiet())
         if session_grace := self.router.sessions.grace:
             self._spawn(self._ticks(min(TICK, session_grace)))
 
@@ -246,6 +250,7 @@ class RouterService:
     # feeding the router -------------------------------------------------------------------------
 
     def _feed(self, message: Message, hop: str) -> None:
+        self._input_seen.set()
         now = self.clock()
         if self.log_file is not None:
             self.log_file.record(message, hop, now)
@@ -490,6 +495,17 @@ class RouterService:
         """What we said we took from peers whose channel the router has closed: nothing to resume."""
         for hop in [hop for hop in self._taken if hop not in self.router.custody.channels]:
             del self._taken[hop]
+
+    async def _settle_when_quiet(self) -> None:
+        """A deployment adds thousands of subscriptions, and each publication after it would merge
+        a share of their index entries: merged here instead, once no input came for QUIET
+        seconds, a budget per turn of the loop, stopping at the next input."""
+        while True:
+            await self._input_seen.wait()
+            self._input_seen.clear()
+            await asyncio.sleep(QUIET)
+            while not self._input_seen.is_set() and self.router.settle(SETTLE_BUDGET):
+                await asyncio.sleep(0)
 
     async def _heartbeats(self) -> None:
         while True:

@@ -13,6 +13,7 @@ import pytest
 from broker.client import Client, ConnectError, RefusedError
 from broker.language import Publication, parse_filter
 from broker.routing import Refuse, Subscribe
+from broker.transport import server
 from broker.transport.codec import Hello, decode, encode
 from broker.transport.server import RouterService
 from tests.transport.harness import run, until, uri
@@ -309,5 +310,35 @@ def test_each_delivery_lands_on_exactly_one_queue() -> None:
         for c in (pub, sub):
             await c.close()
         await stop(b)
+
+    run(scenario())
+
+
+def _pending(service: RouterService) -> int:
+    """Index entries the broker's matcher has not merged yet (``broker.matching.bounds``)."""
+    classes = service.router.tables.matcher._classes.values()
+    return sum(len(b.pending_keys) for c in classes for a in c.attributes.values() for b in a.bounds)
+
+
+def test_a_quiet_broker_builds_the_index_a_bulk_add_left_pending(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deployment's subscriptions are indexed while the broker is quiet, not by the
+    publications after it; what matches does not change."""
+    monkeypatch.setattr(server, "QUIET", 0.5)  # the check right after the adds comes well before
+
+    async def scenario() -> None:
+        b = RouterService(uri("B1"))
+        await b.start()
+        sub = await Client.connect(b.uri, "sub")
+        pub = await Client.connect(b.uri, "pub")
+        await pub.advertise("[class,eq,stock],[name,isPresent,''],[price,<,100]")
+        added = [sub.subscribe(f"[class,eq,stock],[name,eq,'s{n}'],[price,<,{n}]") for n in range(300)]
+        await asyncio.gather(*added)  # sent in one go, handled in a burst
+        assert _pending(b) > 0  # what the adds left, with no publication since
+        await until(lambda: _pending(b) == 0, what="the index built while quiet")
+        await pub.publish("[class,stock],[name,'s7'],[price,5]")
+        await until(lambda: b.router.counters.get("delivered", 0) == 1, what="the one match")
+        await pub.close()
+        await sub.close()
+        await b.stop()
 
     run(scenario())
