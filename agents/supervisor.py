@@ -101,12 +101,7 @@ def write_atomically(path: str | os.PathLike[str], data: dict[str, object]) -> N
     """``path`` holds either nothing or all of ``data``, whenever the machine stops."""
     path = os.fspath(path)
     temporary = path + ".tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, json.dumps(data).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _write_synced(temporary, os.O_TRUNC, data)
     os.replace(temporary, path)
     _fsync_folder(path)
 
@@ -114,13 +109,17 @@ def write_atomically(path: str | os.PathLike[str], data: dict[str, object]) -> N
 def write_new(path: str, data: dict[str, object]) -> None:
     """Create ``path`` holding ``data``, durable on return (the file and its folder fsync'd).
     FileExistsError if it exists. A crash may leave it empty or cut: see :func:`read_outcome`."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    _write_synced(path, os.O_EXCL, data)
+    _fsync_folder(path)
+
+
+def _write_synced(path: str, flags: int, data: dict[str, object]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | flags, 0o644)
     try:
         os.write(fd, json.dumps(data).encode())
         os.fsync(fd)
     finally:
         os.close(fd)
-    _fsync_folder(path)
 
 
 def _fsync_folder(path: str) -> None:
