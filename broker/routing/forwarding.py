@@ -8,6 +8,12 @@ would add nothing. The table turns want/unwant into the messages that keep the n
 * lazy: a new entry covered by a sent one is held;
 * active: in addition, a new entry retracts the sent entries it covers;
 * either way, withdrawing a sent entry re-sends the held ones it alone covered (first).
+
+Subscriptions without covering still hold back *equal* entries (``Twins``): one look-up by hash
+instead of a covering scan over everything sent. Every job of a workflow subscribes the same
+trigger atom, and without this a trigger publisher that advertised drew a thousand equal
+subscriptions towards it, one message each across every link, and as many withdrawals when it
+left (the first 1,000-job generation paid both).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Literal
 
 from broker.language.model import Filter
 
-__all__ = ["COVERING_MODES", "Forwarding"]
+__all__ = ["COVERING_MODES", "Forwarding", "Twins"]
 
 COVERING_MODES = ("off", "lazy", "active")
 Action = tuple[Literal["send", "retract"], str, Filter]
@@ -78,3 +84,65 @@ class Forwarding:
 
     def held_count(self) -> int:
         return sum(map(len, self.held.values()))
+
+
+class Twins:
+    """Covering "off", except that entries with equal filters travel as one: the first goes under
+    its own id, the wire id of the group, and those after it join the group silently. The group
+    keeps its wire id while any member is left (the neighbour routes publications by filter, not
+    by id), and only its last member's withdrawal retracts it, whatever the order they go in."""
+
+    mode = "off"
+
+    def __init__(self) -> None:
+        # hop -> filter -> (the id its group travelled under, its members)
+        self.groups: dict[Hashable, dict[Filter, tuple[str, dict[str, None]]]] = {}
+        self.member_of: dict[Hashable, dict[str, Filter]] = {}
+        self.wires: dict[Hashable, dict[str, Filter]] = {}  # wire id -> its group's filter
+
+    def wants(self, hop: Hashable, entry: str) -> bool:
+        return entry in self.member_of.get(hop, {})
+
+    def want(self, hop: Hashable, entry: str, value: Filter) -> list[Action]:
+        member_of = self.member_of.setdefault(hop, {})
+        if entry in member_of:
+            return []
+        member_of[entry] = value
+        groups, wires = self.groups.setdefault(hop, {}), self.wires.setdefault(hop, {})
+        group = groups.get(value)
+        if group is not None:
+            group[1][entry] = None
+            return []
+        # a group that went on under this id after the entry left it: renamed, the id is this one's
+        actions = self._rename(hop, wires[entry]) if entry in wires else []
+        groups[value] = (entry, {entry: None})
+        wires[entry] = value
+        return [*actions, ("send", entry, value)]
+
+    def unwant(self, hop: Hashable, entry: str) -> list[Action]:
+        value = self.member_of.get(hop, {}).pop(entry, None)
+        if value is None:
+            return []
+        wire, members = self.groups[hop][value]
+        del members[entry]
+        if members:
+            return []
+        del self.groups[hop][value], self.wires[hop][wire]
+        return [("retract", wire, value)]
+
+    def forget(self, hop: Hashable) -> None:
+        """The link is gone: nothing is at the other end any more."""
+        for table in (self.groups, self.member_of, self.wires):
+            table.pop(hop, None)
+
+    def held_count(self) -> int:
+        return sum(len(members) - 1 for groups in self.groups.values() for _, members in groups.values())
+
+    def _rename(self, hop: Hashable, value: Filter) -> list[Action]:
+        """The group of ``value`` under a member's own id, sent before its old id is retracted."""
+        old, members = self.groups[hop][value]
+        new = next(iter(members))
+        self.groups[hop][value] = (new, members)
+        del self.wires[hop][old]
+        self.wires[hop][new] = value
+        return [("send", new, value), ("retract", old, value)]

@@ -19,7 +19,7 @@ from typing import Generic, TypeVar
 from broker.language.model import Filter, Publication
 from broker.matching.matcher import CountingMatcher
 from broker.routing.filter_index import FilterIndex
-from broker.routing.forwarding import Action, Forwarding
+from broker.routing.forwarding import Action, Forwarding, Twins
 from broker.routing.ids import DETECTOR, Hop
 from broker.routing.messages import Advertise, Message, Subscribe, Unadvertise, Unsubscribe
 from broker.routing.placement import HERE, Source
@@ -52,7 +52,7 @@ class Tables:
         self.hop_adverts: dict[str, FilterIndex[str]] = {}
         # hop -> the advertisement from it that its last conforming publication fitted, compiled
         self.last_fit: dict[str, tuple[str, Fit]] = {}
-        self.subscriptions = Forwarding(covering, subscription_covers)
+        self.subscriptions = Twins() if covering == "off" else Forwarding(covering, subscription_covers)
         self.advertisements = Forwarding("lazy" if advertisement_covering else "off", advertisement_covers)
 
     # links --------------------------------------------------------------------------------------

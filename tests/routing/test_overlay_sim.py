@@ -6,6 +6,8 @@ never what is delivered.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from broker.language import parse_filter, parse_publication
@@ -386,3 +388,25 @@ def test_a_request_that_fails_half_way_leaves_no_entry_behind(monkeypatch: pytes
     assert not router.tables.matcher.match(parse_publication("[class,a]"), 0.0)
     again = router.handle(Subscribe("7", parse_filter("[class,eq,a]")), "sub", 0.0)
     assert [type(m.message if isinstance(m, Carry) else m) for _, m in again] == [Ack, Subscribe]
+
+
+def test_equal_subscriptions_cross_each_link_once_and_leave_in_any_order() -> None:
+    """Every job of a workflow subscribes the same trigger atom: a publisher that appears draws
+    one subscription per link, not one per job, and deliveries stay right as they leave."""
+    overlay = Overlay.line(3)  # covering off, the default
+    subscribers = [overlay.add_client(f"s{i}", "B3") for i in range(20)]
+    ids = [s.subscribe("[class,eq,stock],[price,isPresent,0]") for s in subscribers]
+    publisher = overlay.add_client("pub", "B1")
+    advertisement = publisher.advertise("[class,eq,stock],[price,isPresent,0]")
+    assert (overlay.messages("Subscribe"), overlay.messages("Unsubscribe")) == (2, 0)  # was (41, 1)
+    assert overlay.routers["B1"].status()["subscriptions"] == 1
+    order = list(range(20))
+    random.Random(7).shuffle(order)
+    for n, i in enumerate(order, 1):
+        publisher.publish(f"[class,stock],[price,{n}]")
+        assert [len(s.take()) for s in subscribers] == [int(j in order[n - 1 :]) for j in range(20)]
+        subscribers[i].unsubscribe(ids[i])
+    assert overlay.messages("Unsubscribe") == 2  # the last one only, on each link
+    assert overlay.routers["B1"].status()["subscriptions"] == 0
+    publisher.unadvertise(advertisement)
+    assert overlay.messages("Subscribe") == 2
