@@ -39,7 +39,7 @@ from pathlib import Path
 from broker import failpoints
 from broker.client.outbox import Outbox, OutboxError
 from broker.client.queues import DeliveryQueue, Seen, client_session
-from broker.client.receipts import Receipts
+from broker.client.receipts import DELAY, Receipts
 from broker.client.reconnect import JITTER, Backoff, Brokers, ConnectionEvent, brokers, dial_any
 from broker.errors import BadMessage, ConnectError, LinkClosed, LocalError, NoAnswer, RefusedError
 from broker.language import (
@@ -255,7 +255,7 @@ class Client(_Stream):
         self._seen = Seen()
         self._client = self
         self._receipts = Receipts()
-        self._took_due = False  # a Took is scheduled for the end of this turn (``_say_took``)
+        self._took_timer: asyncio.TimerHandle | None = None  # a Took is due when it fires (``_say_took``)
         # a session of our own: publication ids survive a reconnection (see docs/overlay.md), and
         # with an outbox a restart too; this run's own for what is published past the outbox,
         # whose numbers the outbox does not count: a later run must not give them again
@@ -792,18 +792,19 @@ class Client(_Stream):
         self._done(delivery, self._queue.queue.empty())
 
     def _say_took(self, caught_up: bool) -> None:
-        """Took, now or at the end of this turn of the loop. Caught up, it waits for the turn's
-        end: an agent is done with the deliveries of a batch it journaled one after the other,
-        each time with nothing left in the queue, and one Took covers them all (it is cumulative;
-        one per delivery cost the broker a message each)."""
+        """Took, now (every ``BATCH`` deliveries while behind) or ``DELAY`` later. Caught up, it
+        waits: a consumer is caught up after nearly every delivery of a steady stream, and one
+        Took covers all it took meanwhile (it is cumulative; one per delivery cost the broker a
+        message each, see ``receipts``)."""
         if not caught_up:
             self._send_took(self._receipts.due(False))
-        elif not self._took_due:
-            self._took_due = True
-            asyncio.get_running_loop().call_soon(self._took_caught_up)
+        elif self._took_timer is None:
+            self._took_timer = asyncio.get_running_loop().call_later(DELAY, self._took_caught_up)
 
     def _took_caught_up(self) -> None:
-        self._took_due = False
+        if self._took_timer is not None:
+            self._took_timer.cancel()
+            self._took_timer = None
         self._send_took(self._receipts.due(True))
 
     def _send_took(self, taken: int | None) -> None:
@@ -865,7 +866,7 @@ class Client(_Stream):
         """Say goodbye (the broker then ends this client's session at once instead of keeping it
         for a reconnection) and close. ``bye=False``: a process that stops to start again (an
         agent restarted) leaves its session to its broker for the grace period."""
-        if self._took_due:  # a Took waiting for the turn's end: the broker must have it first
+        if self._took_timer is not None:  # a Took waiting: the broker must have it before the Bye
             self._took_caught_up()
         self._closing = True
         if self.link is not None:
