@@ -33,10 +33,13 @@ __all__ = ["CHECKPOINT_RECORDS", "Fsync", "RouterLog"]
 
 log = logging.getLogger("broker")
 
-SNAPSHOT_FORMAT = 6  # raised whenever the router's state changes shape, or what replaying its log sends
+SNAPSHOT_FORMAT = 7  # raised whenever the router's state changes shape, or what replaying its log sends
 # (a peer's custody seqs would be out of step), or the records change: 4: detections stay where
-# placed; 5: stand-ins go upstream; 6: inputs from links logged as wire frames
-READABLE = (5, 6)  # 5's state has 6's shape and its records are pickles, which 6 replays too
+# placed; 5: stand-ins go upstream; 6: inputs from links logged as wire frames; 7: equal
+# subscriptions travel once (``forwarding.Twins``)
+# 5's records are pickles, which 6 and 7 replay too; a 5 or 6 state keeps forwarding each equal
+# subscription on its own, as its neighbours were told, until the broker starts without its log
+READABLE = (5, 6, 7)
 _WIRE = b"W"  # a record of an input from a link: this, the clock and the hop's length, the hop, a frame
 _WIRE_HEAD = struct.Struct(">dH")
 _FRAME_AT = len(_WIRE) + _WIRE_HEAD.size

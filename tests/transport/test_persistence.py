@@ -20,9 +20,11 @@ from broker.client import Client
 from broker.durable.log import WriteAheadLog
 from broker.errors import LocalError
 from broker.language import Publication, parse_filter
-from broker.routing import Advertise, Carry, Router, Subscribe, Took
+from broker.routing import Advertise, Carry, Router, Subscribe, Took, Unsubscribe
 from broker.routing.acl import Policy
+from broker.routing.forwarding import Forwarding, Twins
 from broker.routing.messages import LinkUp
+from broker.routing.relations import subscription_covers
 from broker.transport import persistence
 from broker.transport.codec import Hello
 from broker.transport.link import Link
@@ -412,6 +414,38 @@ INPUTS: list[tuple[object, str]] = [
 ]
 
 
+def test_a_state_of_format_6_goes_on_forwarding_each_equal_subscription_on_its_own(tmp_path: Path) -> None:
+    """Format 6's state forwarded every subscription on its own, and its neighbours know them so:
+    restored, it goes on that way (each withdrawal retracts its own), not with format 7's groups."""
+    old = Router("B1")
+    old.tables.subscriptions = Forwarding("off", subscription_covers)  # as format 6 pickled it
+    assert isinstance(Router("B1").tables.subscriptions, Twins)  # what format 7 pickles
+    wal = WriteAheadLog(tmp_path)
+    wal.recover()
+    wal.checkpoint(pickle.dumps((6, old), pickle.HIGHEST_PROTOCOL))
+    wal.commit()
+    wal.close()
+    log = persistence.RouterLog(tmp_path)
+    router = log.restore(lambda: Router("B9"))
+    stock = parse_filter("[class,eq,stock]")
+    sent: list[object] = []
+    for now, (message, hop) in enumerate(
+        [
+            (LinkUp(True, epoch="B2-1"), "B2"),
+            (Carry(1, Advertise("a1", parse_filter("[class,eq,stock],[n,>,-1]"))), "B2"),
+            (LinkUp(False), "sub"),
+            (Subscribe("s1", stock), "sub"),
+            (Subscribe("s2", stock), "sub"),
+            (Unsubscribe("B1/sub/s1"), "sub"),
+        ],
+        start=1,
+    ):
+        sent += [out.message for target, out in router.handle(message, hop, float(now)) if type(out) is Carry]
+    routed = [(type(m).__name__, m.id) for m in sent if isinstance(m, Subscribe | Unsubscribe)]
+    assert routed == [("Subscribe", "B1/sub/s1"), ("Subscribe", "B1/sub/s2"), ("Unsubscribe", "B1/sub/s1")]
+    log.close()
+
+
 def test_inputs_from_links_are_logged_as_wire_frames_and_replay(tmp_path: Path) -> None:
     log = persistence.RouterLog(tmp_path)
     router = log.restore(lambda: Router("B1"))
@@ -441,5 +475,5 @@ def test_a_log_of_the_format_before_replays_and_is_rewritten_at_once(tmp_path: P
     assert router.id == "B1" and router.status()["subscriptions"] == 1
     log.close()
     snapshot, records = _logged(tmp_path)
-    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 6
+    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 7
     assert records == []
