@@ -25,6 +25,7 @@ from typing import Any
 
 from broker.errors import LocalError
 from broker.language.model import Publication
+from broker.matching import matcher
 from broker.routing.acl import Policy, refusal
 from broker.routing.composites import Composites
 from broker.routing.custody import Custody
@@ -134,10 +135,11 @@ class Router:
         self.sessions.grace = fresh.sessions.grace
         self.composites.detector_limits = fresh.composites.detector_limits  # for detectors placed from now
 
-    def settle(self, budget: int) -> bool:
-        """Build some of the subscription index that adds left pending (see ``CountingMatcher``);
-        whether any is left. No effect on what matches: only on what a later match costs."""
-        return self.tables.matcher.settle(budget) > 0
+    def settle(self) -> bool:
+        """Build some of the subscription index that adds left pending, as much as a publication
+        merges (``matcher.SETTLE_BUDGET``); whether any is left. No effect on what matches: only
+        on what a later match costs."""
+        return self.tables.matcher.settle(matcher.SETTLE_BUDGET) > 0
 
     def status(self, detail: bool = False) -> dict[str, Any]:
         """Counts and counters; with ``detail``, also the first DETAIL_LIMIT entries of the SRT,

@@ -53,7 +53,6 @@ HANDSHAKE_TIMEOUT = 5.0
 _JITTER = random.Random()  # our own: redials never touch the random module's state
 TICK = 1.0  # seconds between the router's Ticks: how late a client session may expire
 QUIET = 0.05  # seconds without an input after which the router's pending index entries are merged
-SETTLE_BUDGET = 32768  # pending entries merged per turn of the loop while quiet (a few ms)
 REDIAL_CAP = 0.25  # seconds between two dials of a neighbour, at most (times 0.5-1.5): a neighbour
 # restarted from its log is back in a second or two, and what it holds waits for the link; at 1 s
 # the link came back 0.8-1.2 s after the restarted broker listened (reliability benchmark), and a
@@ -499,12 +498,12 @@ class RouterService:
     async def _settle_when_quiet(self) -> None:
         """A deployment adds thousands of subscriptions, and each publication after it would merge
         a share of their index entries: merged here instead, once no input came for QUIET
-        seconds, a budget per turn of the loop, stopping at the next input."""
+        seconds, a publication's share per turn of the loop, stopping at the next input."""
         while True:
             await self._input_seen.wait()
             self._input_seen.clear()
             await asyncio.sleep(QUIET)
-            while not self._input_seen.is_set() and self.router.settle(SETTLE_BUDGET):
+            while not self._input_seen.is_set() and self.router.settle():
                 await asyncio.sleep(0)
 
     async def _heartbeats(self) -> None:
