@@ -31,6 +31,7 @@ from broker.transport.link import Link
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 from tests.client.test_reconnect import ADV, FAST
+from tests.durable.test_log import reopened
 from tests.processes import WFM, wait_for
 from tests.processes import status as broker_status
 from tests.transport.harness import free_port, run, until, uri
@@ -398,14 +399,6 @@ def _fed(log: persistence.RouterLog, router: Router, inputs: list[tuple[object, 
     log.wal.commit()
 
 
-def _logged(directory: Path) -> tuple[bytes | None, list[bytes]]:
-    wal = WriteAheadLog(directory)
-    try:
-        return wal.recover()
-    finally:
-        wal.close()
-
-
 INPUTS: list[tuple[object, str]] = [
     (LinkUp(False), "pub"),
     (LinkUp(False), "sub"),
@@ -414,17 +407,26 @@ INPUTS: list[tuple[object, str]] = [
 ]
 
 
+def _written_by_format(
+    directory: Path, written: int, router: Router, inputs: list[tuple[object, str]]
+) -> None:
+    """A log as an older broker left it: its snapshot format, and its inputs as pickles (5's records)."""
+    wal = WriteAheadLog(directory)
+    wal.recover()
+    wal.checkpoint(pickle.dumps((written, router), pickle.HIGHEST_PROTOCOL))
+    for now, (message, hop) in enumerate(inputs, start=1):
+        wal.append(pickle.dumps((hop, float(now), message), pickle.HIGHEST_PROTOCOL))
+    wal.commit()
+    wal.close()
+
+
 def test_a_state_of_format_6_goes_on_forwarding_each_equal_subscription_on_its_own(tmp_path: Path) -> None:
     """Format 6's state forwarded every subscription on its own, and its neighbours know them so:
     restored, it goes on that way (each withdrawal retracts its own), not with format 7's groups."""
     old = Router("B1")
     old.tables.subscriptions = Forwarding("off", subscription_covers)  # as format 6 pickled it
     assert isinstance(Router("B1").tables.subscriptions, Twins)  # what format 7 pickles
-    wal = WriteAheadLog(tmp_path)
-    wal.recover()
-    wal.checkpoint(pickle.dumps((6, old), pickle.HIGHEST_PROTOCOL))
-    wal.commit()
-    wal.close()
+    _written_by_format(tmp_path, 6, old, [])
     log = persistence.RouterLog(tmp_path)
     router = log.restore(lambda: Router("B9"))
     stock = parse_filter("[class,eq,stock]")
@@ -451,7 +453,7 @@ def test_inputs_from_links_are_logged_as_wire_frames_and_replay(tmp_path: Path) 
     router = log.restore(lambda: Router("B1"))
     _fed(log, router, INPUTS)
     log.close()
-    _, records = _logged(tmp_path)
+    _, records = reopened(tmp_path)
     assert [record[:1] for record in records] == [b"\x80", b"\x80", b"W", b"W"]  # LinkUp pickled
     again = persistence.RouterLog(tmp_path)
     restored = again.restore(lambda: Router("B9"))
@@ -463,17 +465,11 @@ def test_inputs_from_links_are_logged_as_wire_frames_and_replay(tmp_path: Path) 
 def test_a_log_of_the_format_before_replays_and_is_rewritten_at_once(tmp_path: Path) -> None:
     """Format 5 logged every input as a pickle: an upgraded broker replays it, then checkpoints,
     so the version before never reads this one's records (it refuses the snapshot instead)."""
-    wal = WriteAheadLog(tmp_path)
-    wal.recover()
-    wal.checkpoint(pickle.dumps((5, Router("B1")), pickle.HIGHEST_PROTOCOL))
-    for now, (message, hop) in enumerate(INPUTS, start=1):
-        wal.append(pickle.dumps((hop, float(now), message), pickle.HIGHEST_PROTOCOL))
-    wal.commit()
-    wal.close()
+    _written_by_format(tmp_path, 5, Router("B1"), INPUTS)
     log = persistence.RouterLog(tmp_path)
     router = log.restore(lambda: Router("B9"))
     assert router.id == "B1" and router.status()["subscriptions"] == 1
     log.close()
-    snapshot, records = _logged(tmp_path)
+    snapshot, records = reopened(tmp_path)
     assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 7
     assert records == []
