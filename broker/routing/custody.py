@@ -36,6 +36,7 @@ from broker.routing.messages import (
     Message,
     Notify,
     Publish,
+    Took,
     publication_weight,
 )
 from broker.routing.tables import Output
@@ -66,6 +67,17 @@ class Channel:
     # advertisements the peer's hello said it took when it came back: its answers to them may be
     # among what it resends, so they count as taken at its next Took, which comes after those
     confirming: list[str] = field(default_factory=list)
+    # the last seq we said we took from the peer (our Took, and our hello): ``received``, but for
+    # what a stand-in holds back (``standins``)
+    acked: int = 0
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        """A channel pickled by format 7 or before has no ``acked``: it said it took all it got."""
+        slots = state[1]
+        for name, value in slots.items():
+            object.__setattr__(self, name, value)
+        if "acked" not in slots:
+            self.acked = self.received
 
 
 def weight(message: Message) -> int:
@@ -113,9 +125,9 @@ class Custody:
 
     def greeting(self, hop: str) -> tuple[str, str, int]:
         """What our hello to ``hop`` says: our channel's name ("" if there is none: the caller
-        names the new one), the peer's we know, and the last seq we took from it."""
+        names the new one), the peer's we know, and the last seq we said we took from it."""
         channel = self.channels.get(hop)
-        return ("", "", 0) if channel is None else (channel.name, channel.peer_epoch, channel.received)
+        return ("", "", 0) if channel is None else (channel.name, channel.peer_epoch, channel.acked)
 
     def resume(self, hop: str, took: int | None) -> Output:
         """The peer is back and took our seqs up to ``took`` (None: it knows nothing of ours):
@@ -135,6 +147,19 @@ class Custody:
             self.taken_adverts += [(hop, adv_id) for adv_id in channel.confirming]
             channel.confirming.clear()
             self._forget(hop, channel, seq)
+
+    def acknowledge(self, hop: str, held_back: int | None, carried: int | None = None) -> Output:
+        """Our ``Took`` to the neighbour ``hop``: of all it carried to us, but what a stand-in
+        holds back (from seq ``held_back`` on). Said when it says more than the last one did, or
+        in answer to a carry it covers (``carried``: a resend the peer holds until told)."""
+        channel = self.channels.get(hop)
+        if channel is None:
+            return [] if carried is None else [(hop, Took(carried))]
+        point = channel.received if held_back is None else min(channel.received, held_back - 1)
+        if point > channel.acked or (carried is not None and carried <= point):
+            channel.acked = point
+            return [(hop, Took(point))]
+        return []
 
     def unsendable(self, hop: str, seq: int) -> None:
         """The adapter could not send ``seq`` (it does not fit in a frame): held, it would fail

@@ -98,10 +98,22 @@ class Router:
         send where, in order. Sessions whose grace period is over go first; what needs custody
         is carried, and held for a peer that is away."""
         out = self.sessions.expire(now) + self._dispatch(message, hop, now)
-        out += self.stand_ins.update(message, hop, out)
-        if type(message) is Carry and hop in self.tables.neighbors:  # last: see ``_carried``
-            out.append((hop, Took(message.seq)))
-        return self.custody.carry(out)
+        out += self.stand_ins.update(message, hop, out, now)
+        return self.custody.carry(out + self._tooks(message, hop))
+
+    def _tooks(self, message: Message, hop: str) -> Output:
+        """Our ``Took``s, last of all (see ``_carried``): of the carry just handled, and to the
+        neighbours whose Took a stand-in no longer holds back (``standins``)."""
+        carried = message.seq if type(message) is Carry and hop in self.tables.neighbors else None
+        held_back = self.stand_ins.held_back
+        out: Output = []
+        if self.stand_ins.released:
+            for upstream in self.stand_ins.take_released():
+                if upstream != hop or carried is None:
+                    out += self.custody.acknowledge(upstream, held_back(upstream))
+        if carried is not None:
+            out += self.custody.acknowledge(hop, held_back(hop), carried)
+        return out
 
     def _dispatch(self, message: Message, hop: str, now: float) -> Output:
         kind = type(message)

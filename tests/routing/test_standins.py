@@ -15,7 +15,8 @@ from collections.abc import Callable
 import pytest
 
 from broker.language import parse_filter, parse_publication
-from broker.routing import Advertise, Carry, LinkDown, LinkUp, Message, Publish, Router, Took
+from broker.routing import Advertise, Carry, LinkDown, LinkUp, Message, Publish, Router
+from broker.routing.standins import ANSWER_WAIT
 from broker.sim import Overlay
 
 
@@ -64,19 +65,19 @@ def test_a_stand_in_ends_with_the_session_of_the_neighbour_it_stood_in_for() -> 
     assert b2.status()["stand_ins"] == 0 and not any("~stand-in~" in s for s in b2.tables.prt)
 
 
-def test_nobody_away_a_stand_in_costs_one_link_and_none_is_left() -> None:
-    """With every neighbour up, a stand-in for a client's advertisement stays at its broker; one
-    for an advertisement from a neighbour goes back to it (a Subscribe, and an Unsubscribe once
-    our neighbour answered), and no further."""
+def test_nobody_away_a_stand_in_costs_no_message_and_none_is_left() -> None:
+    """With every neighbour up, a stand-in stays at its broker (for an advertisement from a
+    neighbour it holds back the Took of it instead, see below), and all of them end."""
     overlay = Overlay.line(3, session_grace=600)
     overlay.add_client("sub", "B1").subscribe("[class,eq,t]")
     subscribes = overlay.messages("Subscribe")
     overlay.add_client("pub", "B3").advertise("[class,eq,t],[g,isPresent,'']")
-    assert overlay.messages("Subscribe") == subscribes + 3  # B1's to B2 and on to B3, B2's stand-in to B3
-    assert overlay.messages("Unsubscribe") == 1  # the stand-in, once B1 took the advertisement
-    assert [r.counters["stand_ins.sent_on"] for r in overlay.routers.values()] == [0, 1, 0]
+    assert overlay.messages("Subscribe") == subscribes + 2  # B1's to B2 and on to B3
+    assert overlay.messages("Unsubscribe") == 0
+    assert [r.counters["stand_ins.made"] for r in overlay.routers.values()] == [0, 1, 1]
     for router in overlay.routers.values():
-        assert router.status()["stand_ins"] == 0
+        assert router.counters["stand_ins.sent_on"] == 0
+        assert router.status()["stand_ins"] == router.status()["tooks_held_back"] == 0
         assert router.counters["stand_ins.made"] == router.counters["stand_ins.ended"]
 
 
@@ -245,11 +246,12 @@ def test_a_frozen_middle_broker_comes_back_with_its_state_and_every_join_fires()
 
 def test_a_publication_after_the_neighbours_took_reaches_a_subscriber_two_hops_away() -> None:
     """The durability benchmark's loss, in small (the first 1,200 of 10,000 acknowledged
-    publications never reached the subscriber on B3): B2 takes the advertisement from B1 and its
-    Took reaches B1 before B3's answer (its subscription) is back through B2, as it does when
+    publications never reached the subscriber on B3): B2 took the advertisement from B1 and its
+    Took reached B1 before B3's answer (its subscription) was back through B2, as it does when
     every broker's group commit waits for a slow fsync. B1's stand-in for B2 ends at that Took,
-    yet B2 has no real subscription to give yet, only its own stand-in for B3: B2 sends that
-    upstream, ahead of its Took, so what B1 routes in between still goes to B2."""
+    yet B2 had no real subscription to give yet, only its own stand-in for B3. So B2's stand-in
+    for B3 holds back its Took to B1 until B3 took the advertisement: what B1 routes in between
+    still goes to B2, and B3's answer is ahead of the Took."""
     overlay = Overlay.line(3, session_grace=600)
     overlay.add_client("sub", "B3").subscribe("[class,eq,t]")
     overlay.add_client("pub", "B1")
@@ -257,25 +259,67 @@ def test_a_publication_after_the_neighbours_took_reaches_a_subscriber_two_hops_a
     step(overlay, lambda target, message: target == "B1")
     carry = next(item for item in overlay.queue if item[:2] == ("B1", "B2"))
     overlay.queue.remove(carry)
-    for hop, out in overlay.routers["B2"].handle(carry[2], "B1", overlay.now):
-        overlay.queue.append(("B2", hop, out))  # its Took too, in its place on the link
-    deliver_through_took(overlay, "B2", "B1")  # ahead of B3's answer, still on its way to B2
+    answer = overlay.routers["B2"].handle(carry[2], "B1", overlay.now)
+    assert not [out for hop, out in answer if hop == "B1"]  # no Took yet: held back
+    assert overlay.routers["B2"].status()["tooks_held_back"] == 1
+    for hop, out in answer:
+        overlay._send("B2", hop, out)
     overlay._send("pub", "B1", Publish("p1", parse_publication("[class,t],[g,between]")))
-    overlay.queue.rotate(1)  # the publisher's link is not behind what B2 sent after its Took
+    overlay.queue.rotate(1)  # it reaches B1 before anything B3 answers
     overlay.run()
     assert overlay.clients["sub"].take() == ["[class,t],[g,between]"]
     for router in overlay.routers.values():
-        assert router.status()["stand_ins"] == 0
+        assert router.status()["stand_ins"] == router.status()["tooks_held_back"] == 0
     assert not any("~stand-in~" in sub_id for r in overlay.routers.values() for sub_id in r.tables.prt)
+    assert not overlay.routers["B1"].custody.channels["B2"].held  # B2's Took came in the end
+
+
+def test_a_neighbour_that_takes_nothing_for_a_while_gets_its_stand_in_sent_upstream() -> None:
+    """B3's link stays up but it takes nothing (a full disk holds all it would send): B2's stand-in
+    for it cannot hold back B2's Took to B1 for ever, or B1 would hold everything for B2 in turn.
+    After ANSWER_WAIT it goes to B1 ahead of the Took, so what B1 routes next still reaches B2,
+    held there for B3 until B3 takes it."""
+    overlay = Overlay.line(3, session_grace=600)
+    overlay.add_client("sub", "B3").subscribe("[class,eq,t]")
+    send = overlay._send
+    stuck: list[tuple[str, str, Message]] | None = []  # what B3 sends, held until its disk has room
+
+    def from_b3(source: str, target: str, message: Message) -> None:
+        if stuck is not None and source == "B3":
+            stuck.append((source, target, message))
+        else:
+            send(source, target, message)
+
+    overlay._send = from_b3  # type: ignore[method-assign]
+    pub = overlay.add_client("pub", "B1")
+    pub.advertise("[class,eq,t],[g,isPresent,'']")
+    b2 = overlay.routers["B2"]
+    assert b2.status()["tooks_held_back"] == 1 and b2.counters["stand_ins.sent_on"] == 0
+    pub.publish("[class,t],[g,early]")  # under B1's stand-in for B2, then B2's for B3
+    overlay.advance(ANSWER_WAIT)
+    assert b2.counters["stand_ins.overdue"] == 1 and b2.status()["tooks_held_back"] == 0
+    assert not overlay.routers["B1"].custody.channels["B2"].held  # B2 took all B1 sent it
+    assert any("~stand-in~B3~" in sub_id for sub_id in overlay.routers["B1"].tables.prt)
+    assert not any("~stand-in~B2~" in sub_id for sub_id in overlay.routers["B1"].tables.prt)  # B2 took
+    pub.publish("[class,t],[g,late]")  # under B2's stand-in for B3, at B1 now
+    held, stuck = stuck, None
+    for item in held:  # B3's disk has room again: what it held goes, in order
+        send(*item)
+    overlay.run()
+    assert overlay.clients["sub"].take() == ["[class,t],[g,early]", "[class,t],[g,late]"]
+    for router in overlay.routers.values():
+        assert router.status()["stand_ins"] == 0, router.id
 
 
 @pytest.mark.parametrize("covering", ["lazy", "active"])
 def test_a_stand_in_that_covered_a_subscription_is_withdrawn_after_it_is_sent(covering: str) -> None:
-    """B2's stand-in for B3 went to B1 and covers the subscription B3 answers with, which B2 so
-    holds back. When the stand-in ends, B1 must have that subscription before it loses the
-    stand-in: a publication it routed between the two would match no one."""
-    overlay = Overlay.line(3, covering=covering)
+    """B2's stand-in for B3, away when the advertisement came, went to B1 and covers the
+    subscription B3 answers with once back, which B2 so holds back. When the stand-in ends, B1
+    must have that subscription before it loses the stand-in: a publication it routed between
+    the two would match no one."""
+    overlay = Overlay.line(3, covering=covering, session_grace=600)
     overlay.add_client("sub", "B3").subscribe("[class,eq,t],[g,eq,'x']")
+    overlay.disconnect("B2", "B3")
     sent: list[str] = []
     send = overlay._send
 
@@ -286,18 +330,7 @@ def test_a_stand_in_that_covered_a_subscription_is_withdrawn_after_it_is_sent(co
 
     overlay._send = recorded  # type: ignore[method-assign]
     overlay.add_client("pub", "B1").advertise("[class,eq,t],[g,isPresent,'']")
+    overlay.connect("B2", "B3")
     stand_in = "Subscribe B2~stand-in~B3~B1/pub/1"
     real = next(line for line in sent if line.startswith("Subscribe B3/sub/"))
     assert sent == [stand_in, real, stand_in.replace("Subscribe", "Unsubscribe")]
-
-
-def deliver_through_took(overlay: Overlay, source: str, target: str) -> None:
-    """Deliver in order what is queued from ``source`` to ``target``, up to its first ``Took``;
-    the rest waits (as if the next read of the link came after other peers' messages)."""
-    router = overlay.routers[target]
-    for item in [item for item in overlay.queue if item[:2] == (source, target)]:
-        overlay.queue.remove(item)
-        for hop, out in router.handle(item[2], source, overlay.now):
-            overlay._send(target, hop, out)
-        if isinstance(item[2], Took):
-            return

@@ -23,7 +23,7 @@ from broker.language import Publication, parse_filter
 from broker.routing import Advertise, Carry, Router, Subscribe, Took, Unsubscribe
 from broker.routing.acl import Policy
 from broker.routing.forwarding import Forwarding, Twins
-from broker.routing.messages import LinkUp
+from broker.routing.messages import LinkDown, LinkUp
 from broker.routing.relations import subscription_covers
 from broker.transport import persistence
 from broker.transport.codec import Hello
@@ -448,6 +448,64 @@ def test_a_state_of_format_6_goes_on_forwarding_each_equal_subscription_on_its_o
     log.close()
 
 
+def _as_format_7(router: Router) -> Router:
+    """The router's state in the shape format 7 pickled: stand-ins held nothing back (no holds,
+    entries of two), channels had no ``acked``."""
+    stand_ins = router.stand_ins
+    stand_ins.made = {  # type: ignore[assignment]
+        n: (then, {adv_id: entry[:2] for adv_id, entry in made.items()})
+        for n, (then, made) in stand_ins.made.items()
+    }
+    for name in ("holding", "released", "as_format_7"):
+        del stand_ins.__dict__[name]
+    for channel in router.custody.channels.values():
+        del channel.acked
+    return router
+
+
+def test_a_log_of_format_7_replays_its_stand_ins_upstream_and_then_holds_back_tooks(tmp_path: Path) -> None:
+    """B2 between B1 and B3. Format 7 sent its stand-in for B3 upstream to B1 (a carry, under the
+    next seq on B1's channel): replayed, it goes upstream again, so the seqs B1 was given stay.
+    From then on a stand-in stays here and holds back the Took of the advertisement instead."""
+    old = Router("B2")
+    inputs: list[tuple[object, str]] = [
+        (LinkUp(True, epoch="B1-1"), "B1"),
+        (LinkUp(True, epoch="B3-1"), "B3"),
+        (Carry(1, Advertise("a1", parse_filter("[class,eq,t],[n,>,-1]"))), "B1"),
+    ]
+    _written_by_format(tmp_path, 7, _as_format_7(old), inputs)
+    log = persistence.RouterLog(tmp_path)
+    router = log.restore(lambda: Router("B9"))
+    to_b1 = router.custody.channels["B1"]
+    assert [type(m).__name__ for m, _ in to_b1.held.values()] == ["Subscribe"]  # seq 1, as then
+    assert to_b1.acked == 1 and router.status()["tooks_held_back"] == 0
+    out = router.handle(Carry(2, Advertise("a2", parse_filter("[class,eq,u],[n,>,-1]"))), "B1", 10.0)
+    assert [(hop, type(m).__name__) for hop, m in out] == [("B3", "Carry")]  # no Took to B1, no stand-in
+    assert router.status()["tooks_held_back"] == 1 and list(to_b1.held) == [1]
+    out = router.handle(Took(2), "B3", 11.0)  # B3 took both advertisements
+    assert [(hop, type(m).__name__) for hop, m in out] == [("B1", "Carry"), ("B1", "Took")]  # unsubscribed
+    assert out[-1][1] == Took(2) and router.status()["stand_ins"] == 0
+    log.close()
+
+
+def test_a_state_of_format_7_restored_ends_its_stand_ins_as_before() -> None:
+    """A stand-in of format 7 (sent upstream while B3 was away) and a channel without ``acked``
+    come back in this version's shape: the hello says what was taken, and B3's Took ends it."""
+    router = Router("B2", session_grace=600)
+    router.handle(LinkUp(True, epoch="B1-1"), "B1", 1.0)
+    router.handle(LinkUp(True, epoch="B3-1"), "B3", 1.0)
+    router.handle(LinkDown(), "B3", 2.0)
+    router.handle(Carry(1, Advertise("a1", parse_filter("[class,eq,t],[n,>,-1]"))), "B1", 3.0)
+    assert router.status()["stand_ins"] == 1
+    restored: Router = pickle.loads(pickle.dumps(_as_format_7(router)))
+    assert restored.custody.greeting("B1")[2] == 1  # acked: all it received, as format 7 said
+    resume = restored.custody.greeting("B3")[1]
+    restored.handle(LinkUp(True, epoch=resume, resume=0), "B3", 4.0)
+    out = restored.handle(Took(1), "B3", 5.0)
+    assert [(hop, type(m).__name__) for hop, m in out] == [("B1", "Carry")]  # its Unsubscribe
+    assert restored.status()["stand_ins"] == 0
+
+
 def test_inputs_from_links_are_logged_as_wire_frames_and_replay(tmp_path: Path) -> None:
     log = persistence.RouterLog(tmp_path)
     router = log.restore(lambda: Router("B1"))
@@ -471,5 +529,5 @@ def test_a_log_of_the_format_before_replays_and_is_rewritten_at_once(tmp_path: P
     assert router.id == "B1" and router.status()["subscriptions"] == 1
     log.close()
     snapshot, records = reopened(tmp_path)
-    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 7
+    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 8
     assert records == []
