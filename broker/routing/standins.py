@@ -31,7 +31,10 @@ disk there, say). Without the hold, what the upstream broker routed between our 
 subscriptions beyond us matched no one and was lost: the first 1,200 of 10,000 acknowledged
 publications, B1 to a subscriber on B3, with fsyncs of a few ms. Sending every such stand-in
 upstream did the same job at two messages per advertisement and neighbour link (a ``Subscribe``
-and its ``Unsubscribe``): a quarter of a deployment's traffic in the five-broker star.
+and its ``Unsubscribe``): a quarter of a deployment's traffic in the five-broker star. It is still
+how a stand-in for a neighbour's advertisement that we send for another reason works: our tables
+sent to a neighbour newly linked, or back new, or back after we forgot it, answer no carry whose
+``Took`` could wait, and the upstream broker's stand-in for us ended long ago.
 """
 
 from __future__ import annotations
@@ -144,8 +147,10 @@ class StandIns:
         neighbour away (a publisher further away must send its publications this way) or one
         that is late (``send_on``). For a neighbour that is up it stays here, and carries on to
         the neighbour what reaches this broker before its answer, at no cost in messages when
-        nothing does; for an advertisement carried to us (``hold``), it holds back our ``Took``
-        of it until it ends."""
+        nothing does: for a client's advertisement, and for one whose carry to us it answers
+        (``hold``), whose ``Took`` it holds back until it ends. An advertisement from a neighbour
+        sent for another reason (our tables, to a neighbour linked or back new) has no Took to
+        hold back: its stand-in goes upstream, ahead of the subscriptions that answer it."""
         channel = self.custody.channels.get(hop)
         entry = self.tables.srt.get(adv_id)
         if channel is None or channel.client or hop not in self.tables.neighbors or entry is None:
@@ -155,8 +160,12 @@ class StandIns:
         _, made = self.made.setdefault(hop, (channel, {}))
         # "~" is in no peer id, so this id is no client's ("<broker>/<client>/<ref>") nor another's
         sub_id = f"{self.broker_id}~stand-in~{hop}~{adv_id}"
-        sent_on = send_on or not channel.up or (self.as_format_7 and entry.hop in self.tables.neighbors)
-        if sent_on or hold is None or (upstream := self.custody.channels.get(hold[0])) is None:
+        upstream = None if hold is None or self.as_format_7 else self.custody.channels.get(hold[0])
+        # for an advertisement from a neighbour, either our Took of its carry is held back, or the
+        # stand-in goes to that neighbour (one sent when a neighbour linked, or came back new)
+        from_neighbour = entry.hop in self.tables.neighbors
+        sent_on = send_on or not channel.up or (from_neighbour and upstream is None)
+        if sent_on or hold is None or upstream is None:
             hold = None
         else:
             if hold[0] not in self.holding or self.holding[hold[0]][0] is not upstream:

@@ -145,8 +145,7 @@ class RouterService:
             self._spawn(self._dial(neighbor))
         self._spawn(self._heartbeats())
         self._spawn(self._settle_when_quiet())
-        if session_grace := self.router.sessions.grace:
-            self._spawn(self._ticks(min(TICK, session_grace)))
+        self._spawn(self._ticks(min(TICK, self.router.sessions.grace or TICK)))
 
     def _restore(self, log_file: RouterLog) -> None:
         """The router as it was, configured as this process was told; every link it had is down
@@ -159,10 +158,10 @@ class RouterService:
             )
         self.router.configure_like(fresh, str(log_file.directory))
         for hop, channel in list(self.router.custody.channels.items()):
-            self._taken[hop] = (channel.name, channel.received)  # all of it in the log
             if channel.up:
                 self._feed(LinkDown(), hop)
-        self._forget_gone()
+        for hop, channel in self.router.custody.channels.items():  # all of it in the log; no
+            self._taken[hop] = (channel.name, channel.acked)  # stand-in holds a Took back now
         self._spawn(self._commits(log_file))
 
     async def _commits(self, log_file: RouterLog) -> None:
@@ -484,10 +483,13 @@ class RouterService:
             self._feed(item, hop)  # type: ignore[arg-type]
 
     async def _ticks(self, interval: float) -> None:
-        """The router has no clock: on a quiet broker, client sessions expire on these."""
+        """The router has no clock: on a quiet broker, sessions expire on these, and a stand-in
+        that held back a Took for ``ANSWER_WAIT`` goes upstream (``standins``). Only when either
+        may happen: each Tick is an input, logged like any other."""
         while True:
             await asyncio.sleep(interval)
-            self._feed(Tick(), "")
+            if self.router.sessions.grace or self.router.stand_ins.holding:
+                self._feed(Tick(), "")
             self._forget_gone()
 
     def _forget_gone(self) -> None:

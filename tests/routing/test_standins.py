@@ -311,6 +311,42 @@ def test_a_neighbour_that_takes_nothing_for_a_while_gets_its_stand_in_sent_upstr
         assert router.status()["stand_ins"] == 0, router.id
 
 
+def test_a_neighbour_back_after_it_was_forgotten_gets_a_stand_in_sent_upstream() -> None:
+    """B3 crashed and stayed away past B2's grace period: B2 forgot it, and B1 the subscription of
+    B3's subscriber. Back from its log, B3 gets B2's tables, the advertisement among them. That
+    answers no carry whose Took B2 could hold back, and B1's stand-in for B2 ended long ago, so
+    B2's stand-in for B3 goes to B1: what B1 routes before B3's answer is back still reaches the
+    subscriber."""
+    overlay = Overlay.line(3, session_grace=600)
+    sub = overlay.add_client("sub", "B3")
+    sub.subscribe("[class,eq,t]")
+    pub = overlay.add_client("pub", "B1")
+    pub.advertise("[class,eq,t],[g,isPresent,'']")
+    overlay.crash("B3")
+    overlay.advance(601)
+    assert overlay.routers["B2"].counters["sessions_expired"] == 1 and not overlay.routers["B1"].tables.prt
+    send = overlay._send
+    answers: list[tuple[str, str, Message]] | None = []  # what B3 sends B2, a round trip late
+
+    def late(source: str, target: str, message: Message) -> None:
+        if answers is not None and (source, target) == ("B3", "B2") and not isinstance(message, LinkUp):
+            answers.append((source, target, message))
+        else:
+            send(source, target, message)
+
+    overlay._send = late  # type: ignore[method-assign]
+    overlay.recover("B3")
+    pub.publish("[class,t],[g,window]")
+    late_ones, answers = answers, None
+    for item in late_ones:
+        send(*item)
+    overlay.run()
+    pub.publish("[class,t],[g,after]")
+    assert sub.take() == ["[class,t],[g,window]", "[class,t],[g,after]"]
+    for router in overlay.routers.values():
+        assert router.status()["stand_ins"] == 0, router.id
+
+
 @pytest.mark.parametrize("covering", ["lazy", "active"])
 def test_a_stand_in_that_covered_a_subscription_is_withdrawn_after_it_is_sent(covering: str) -> None:
     """B2's stand-in for B3, away when the advertisement came, went to B1 and covers the

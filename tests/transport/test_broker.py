@@ -13,6 +13,7 @@ import pytest
 from broker.client import Client, ConnectError, RefusedError
 from broker.language import Publication, parse_filter
 from broker.routing import Refuse, Subscribe
+from broker.routing.custody import Channel
 from broker.transport import server
 from broker.transport.codec import Hello, decode, encode
 from broker.transport.server import RouterService
@@ -342,3 +343,31 @@ def test_a_quiet_broker_builds_the_index_a_bulk_add_left_pending(monkeypatch: py
         await b.stop()
 
     run(scenario())
+
+
+def test_a_broker_without_session_grace_ticks_while_a_stand_in_holds_back_a_took(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``ANSWER_WAIT`` is counted on the router's inputs: a quiet broker must hear Ticks while a
+    stand-in holds back a Took, grace or not, or a neighbour that takes nothing (its disk full)
+    would keep it held back for ever. With neither a hold nor a grace period, no Ticks: each is
+    an input, logged like any other."""
+    monkeypatch.setattr(server, "TICK", 0.02)
+
+    async def main() -> None:
+        broker = RouterService(uri("B1"))
+        await broker.start()
+        try:
+            await asyncio.sleep(0.2)
+            assert broker.router.counters["in.Tick"] == 0
+            channel = Channel("B2-1", "", client=False)  # what a hold for neighbour B2 keeps
+            broker.router.stand_ins.holding["B2"] = (channel, {1: (0.0, set())})
+            await until(lambda: broker.router.counters["in.Tick"] > 0, what="a Tick")
+            broker.router.stand_ins.holding.clear()
+            ticks = broker.router.counters["in.Tick"]
+            await asyncio.sleep(0.2)
+            assert broker.router.counters["in.Tick"] == ticks
+        finally:
+            await broker.stop()
+
+    run(main())
