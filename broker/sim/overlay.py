@@ -10,7 +10,8 @@ as soon as its answer arrives, leaving the rest of the work in flight to mix wit
 message that crosses a broker-to-broker link is counted per link and per type (what a ``Carry``
 carries, not the envelope; custody's ``Took`` answers apart, in ``acks``): these counts are the
 traffic figures of the evaluation. Custody is acknowledged as a real broker does after a log
-commit: the last ``Took`` of each link goes when the overlay is otherwise quiet. A refused
+commit: the last ``Took`` of each link goes when the overlay is otherwise quiet (with
+``prompt_tooks``, each goes in its place among the broker's outputs, as after a fast one). A refused
 request raises ``RefusedError`` as a real client does, so a suite run against both the simulator
 and real brokers catches one error.
 """
@@ -133,8 +134,10 @@ class Overlay:
         interleave: random.Random | None = None,
         session_grace: float = 0.0,
         session_max_queued: int = 10_000,
+        prompt_tooks: bool = False,
     ) -> None:
         self.interleave = interleave
+        self.prompt_tooks = prompt_tooks  # each Took in its place, as after a fast commit
         self.session_grace = session_grace
         self.session_max_queued = session_max_queued
         self.covering = covering
@@ -231,10 +234,9 @@ class Overlay:
         neighbours and clients reconnect and each side resends what the other had not taken."""
         router: Router = pickle.loads(self._logs.pop(broker_id))
         self.routers[broker_id] = router
-        for hop, channel in router.custody.channels.items():
-            if channel.up:
-                self._send(hop, broker_id, LinkDown())
-        self.run()
+        for hop in [hop for hop, channel in router.custody.channels.items() if channel.up]:
+            router.handle(LinkDown(), hop, self.now)  # before any link is back, as ``RouterService``
+            # restores: what this sends goes nowhere (custody holds what it carries, for the resume)
         for link in [link for link in self.links if broker_id in link]:
             self._link(broker_id, next(iter(link - {broker_id})))
         for client in self.clients.values():
@@ -297,7 +299,7 @@ class Overlay:
     # running ------------------------------------------------------------------------------------
 
     def _send(self, source: str, target: str, message: Message) -> None:
-        if isinstance(message, Took) and source in self.routers and target in self.routers:
+        if isinstance(message, Took) and source in self.routers and target in self.routers and not self.prompt_tooks:
             self._took[(source, target)] = message
         else:
             self.queue.append((source, target, message))
