@@ -43,7 +43,7 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from broker.routing.custody import Channel, Custody
-from broker.routing.messages import DEFAULT_TTL, Advertise, Carry, LinkDown, Message, Unadvertise
+from broker.routing.messages import DEFAULT_TTL, Advertise, Carry, LinkDown, LinkUp, Message, Unadvertise
 from broker.routing.tables import Output, Tables
 
 __all__ = ["ANSWER_WAIT", "StandIns"]
@@ -95,12 +95,14 @@ class StandIns:
                 for adv_id, stand_in in self.made.pop(neighbour)[1].items():  # its session ended,
                     self._release(neighbour, adv_id, stand_in)  # or it came back new: they went
         answering = _advertisement_carried(message, hop, self.tables.neighbors)
+        linked = type(message) is LinkUp  # our tables, to a neighbour new to us (not a covering
+        # advertisement's withdrawal releasing one it covered: what it drew is upstream already)
         more: Output = []
         for target, sent in out:
             kind = type(sent)
             if kind is Advertise:
                 hold = (hop, message.seq) if sent.id == answering else None  # type: ignore[union-attr]
-                more += self._make(target, sent.id, now, hold)  # type: ignore[union-attr]
+                more += self._make(target, sent.id, now, hold, send_on=linked)  # type: ignore[union-attr]
             elif kind is Unadvertise and sent.id in self._made(target):  # type: ignore[union-attr]
                 more += self._end(target, sent.id)  # type: ignore[union-attr]
         if not (self.made or self.custody.taken_adverts):
@@ -143,14 +145,14 @@ class StandIns:
     def _make(
         self, hop: str, adv_id: str, now: float, hold: Hold | None = None, send_on: bool = False
     ) -> Output:
-        """A stand-in for ``adv_id`` under ``hop``. It is sent on like any subscription for a
-        neighbour away (a publisher further away must send its publications this way) or one
-        that is late (``send_on``). For a neighbour that is up it stays here, and carries on to
-        the neighbour what reaches this broker before its answer, at no cost in messages when
-        nothing does: for a client's advertisement, and for one whose carry to us it answers
-        (``hold``), whose ``Took`` it holds back until it ends. An advertisement from a neighbour
-        sent for another reason (our tables, to a neighbour linked or back new) has no Took to
-        hold back: its stand-in goes upstream, ahead of the subscriptions that answer it."""
+        """A stand-in for ``adv_id`` under ``hop``. For a neighbour away it is sent on like any
+        subscription (a publisher further away must send its publications this way). For one
+        that is up it stays here, and carries on to the neighbour what reaches this broker
+        before its answer, at no cost in messages when nothing does; for an advertisement whose
+        carry to us it answers (``hold``), it holds back our ``Took`` of it until it ends. One
+        for a neighbour's advertisement goes upstream too when ``send_on``: the neighbour is
+        late, or new to us (our tables, sent as it linked, answer no carry whose Took could
+        wait, and the upstream broker's stand-in for us ended long ago)."""
         channel = self.custody.channels.get(hop)
         entry = self.tables.srt.get(adv_id)
         if channel is None or channel.client or hop not in self.tables.neighbors or entry is None:
@@ -161,10 +163,9 @@ class StandIns:
         # "~" is in no peer id, so this id is no client's ("<broker>/<client>/<ref>") nor another's
         sub_id = f"{self.broker_id}~stand-in~{hop}~{adv_id}"
         upstream = None if hold is None or self.as_format_7 else self.custody.channels.get(hold[0])
-        # for an advertisement from a neighbour, either our Took of its carry is held back, or the
-        # stand-in goes to that neighbour (one sent when a neighbour linked, or came back new)
         from_neighbour = entry.hop in self.tables.neighbors
-        sent_on = send_on or not channel.up or (from_neighbour and upstream is None)
+        late = send_on or self.as_format_7 or (hold is not None and upstream is None)
+        sent_on = not channel.up or (from_neighbour and late)
         if sent_on or hold is None or upstream is None:
             hold = None
         else:

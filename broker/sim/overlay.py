@@ -207,9 +207,13 @@ class Overlay:
         self._send(a, b, LinkDown())
         self.run()
 
+    def _neighbours(self, broker_id: str) -> list[str]:
+        """Sorted: a set's order changes with PYTHONHASHSEED, and a seeded run must replay."""
+        return sorted(next(iter(link - {broker_id})) for link in self.links if broker_id in link)
+
     def restart(self, broker_id: str) -> None:
         """The broker loses all its state; its links go down and come back, its clients are gone."""
-        neighbours = [next(iter(link - {broker_id})) for link in self.links if broker_id in link]
+        neighbours = self._neighbours(broker_id)
         for name in [c.name for c in self.clients.values() if c.broker == broker_id]:
             del self.clients[name]
         for other in neighbours:
@@ -225,7 +229,7 @@ class Overlay:
         self.queue = deque(item for item in self.queue if broker_id not in item[:2])
         self._took = {link: took for link, took in self._took.items() if broker_id not in link}
         self._logs[broker_id] = pickle.dumps(self.routers.pop(broker_id))  # all it took is logged
-        for other in [next(iter(link - {broker_id})) for link in self.links if broker_id in link]:
+        for other in self._neighbours(broker_id):
             self._send(broker_id, other, LinkDown())
         self.run()
 
@@ -237,8 +241,8 @@ class Overlay:
         for hop in [hop for hop, channel in router.custody.channels.items() if channel.up]:
             router.handle(LinkDown(), hop, self.now)  # before any link is back, as ``RouterService``
             # restores: what this sends goes nowhere (custody holds what it carries, for the resume)
-        for link in [link for link in self.links if broker_id in link]:
-            self._link(broker_id, next(iter(link - {broker_id})))
+        for other in self._neighbours(broker_id):
+            self._link(broker_id, other)
         for client in self.clients.values():
             if client.broker == broker_id:
                 self._link(client.name, broker_id)
@@ -299,7 +303,8 @@ class Overlay:
     # running ------------------------------------------------------------------------------------
 
     def _send(self, source: str, target: str, message: Message) -> None:
-        if isinstance(message, Took) and source in self.routers and target in self.routers and not self.prompt_tooks:
+        between_brokers = source in self.routers and target in self.routers
+        if isinstance(message, Took) and between_brokers and not self.prompt_tooks:
             self._took[(source, target)] = message
         else:
             self.queue.append((source, target, message))

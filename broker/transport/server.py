@@ -280,8 +280,11 @@ class RouterService:
                 if last_took[target] is not out:
                     continue
                 channel = self.router.custody.channels.get(target)
-                if channel is not None:
-                    self._taken[target] = (channel.name, out.seq)  # in the log: a hello may say so
+                said = self._taken.get(target, ("", 0))
+                if channel is not None and (said[0] != channel.name or out.seq > said[1]):
+                    # in the log: a hello may say so (never less: a restore's LinkDowns may have
+                    # released a Took that says less than the one ``_restore`` found)
+                    self._taken[target] = (channel.name, out.seq)
             elif kind is StatusReply:
                 out = StatusReply(out.ref, self.status(out.status))  # type: ignore[union-attr]
             link = self.links.get(target)
@@ -483,12 +486,12 @@ class RouterService:
             self._feed(item, hop)  # type: ignore[arg-type]
 
     async def _ticks(self, interval: float) -> None:
-        """The router has no clock: on a quiet broker, sessions expire on these, and a stand-in
-        that held back a Took for ``ANSWER_WAIT`` goes upstream (``standins``). Only when either
-        may happen: each Tick is an input, logged like any other."""
+        """The router has no clock: on a quiet broker, sessions of peers away expire on these,
+        and a stand-in that held back a Took for ``ANSWER_WAIT`` goes upstream (``standins``).
+        Only while either may happen: each Tick is an input, logged like any other."""
         while True:
             await asyncio.sleep(interval)
-            if self.router.sessions.grace or self.router.stand_ins.holding:
+            if self.router.sessions.away or self.router.stand_ins.holding:
                 self._feed(Tick(), "")
             self._forget_gone()
 

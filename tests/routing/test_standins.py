@@ -368,6 +368,27 @@ def test_a_neighbour_back_after_it_was_forgotten_gets_a_stand_in_sent_upstream()
         assert router.status()["stand_ins"] == 0, router.id
 
 
+def test_an_advertisement_a_withdrawal_uncovers_costs_no_stand_in_upstream() -> None:
+    """Advertisement covering: B2 held B3's narrow advertisement back from B1, as its client's
+    broad one covered it. When the broad one goes, B2 sends B1 the narrow one, answering no carry
+    of it; B1's subscription, drawn by the broad one, is at B2 and B3 already, so B2's stand-in
+    for B1 stays at B2 (no Subscribe and Unsubscribe to B3), and nothing is lost."""
+    overlay = Overlay.line(3, session_grace=600, advertisement_covering=True)
+    sub = overlay.add_client("sub", "B1")
+    sub.subscribe("[class,eq,t]")
+    broad = overlay.add_client("c1", "B2")
+    covering = broad.advertise("[class,eq,t],[k,>,0]")
+    narrow = overlay.add_client("c2", "B3")
+    narrow.advertise("[class,eq,t],[k,=,1]")
+    assert list(overlay.routers["B1"].tables.srt) == [covering]
+    overlay.reset_traffic()
+    broad.unadvertise(covering)
+    assert overlay.messages("Advertise") == 1 and overlay.messages("Subscribe") == 0
+    assert overlay.messages("Unsubscribe") == 0 and overlay.routers["B2"].counters["stand_ins.sent_on"] == 0
+    narrow.publish("[class,t],[k,1]")
+    assert sub.take() == ["[class,t],[k,1]"]
+
+
 @pytest.mark.parametrize("covering", ["lazy", "active"])
 def test_a_stand_in_that_covered_a_subscription_is_withdrawn_after_it_is_sent(covering: str) -> None:
     """B2's stand-in for B3, away when the advertisement came, went to B1 and covers the

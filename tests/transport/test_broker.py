@@ -6,6 +6,7 @@ import asyncio
 import random
 import re
 import struct
+from collections.abc import Callable
 
 import msgpack
 import pytest
@@ -345,28 +346,43 @@ def test_a_quiet_broker_builds_the_index_a_bulk_add_left_pending(monkeypatch: py
     run(scenario())
 
 
-def test_a_broker_without_session_grace_ticks_while_a_stand_in_holds_back_a_took(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("grace", [0.0, 600.0])
+def test_a_quiet_broker_ticks_only_while_a_took_is_held_back_or_a_peer_is_away(
+    monkeypatch: pytest.MonkeyPatch, grace: float
 ) -> None:
-    """``ANSWER_WAIT`` is counted on the router's inputs: a quiet broker must hear Ticks while a
-    stand-in holds back a Took, grace or not, or a neighbour that takes nothing (its disk full)
-    would keep it held back for ever. With neither a hold nor a grace period, no Ticks: each is
-    an input, logged like any other."""
+    """``ANSWER_WAIT`` and the end of a session are counted on the router's inputs: a quiet broker
+    must hear Ticks while a stand-in holds back a Took (grace or not: a neighbour that takes
+    nothing, its disk full, would keep it held back for ever) or a peer is away. Otherwise none:
+    each Tick is an input, logged like any other (one a second, all day, on an idle broker)."""
     monkeypatch.setattr(server, "TICK", 0.02)
 
     async def main() -> None:
-        broker = RouterService(uri("B1"))
+        broker = RouterService(uri("B1"), session_grace=grace)
         await broker.start()
+        router = broker.router
+
+        async def ticks_while(start: Callable[[], None], stop: Callable[[], None]) -> None:
+            await asyncio.sleep(0.2)
+            assert router.counters["in.Tick"] == 0
+            start()
+            await until(lambda: router.counters["in.Tick"] > 0, what="a Tick")
+            stop()
+            await asyncio.sleep(0.05)
+            ticks = router.counters["in.Tick"]
+            await asyncio.sleep(0.2)
+            assert router.counters["in.Tick"] == ticks
+            router.counters["in.Tick"] = 0
+
         try:
-            await asyncio.sleep(0.2)
-            assert broker.router.counters["in.Tick"] == 0
             channel = Channel("B2-1", "", client=False)  # what a hold for neighbour B2 keeps
-            broker.router.stand_ins.holding["B2"] = (channel, {1: (0.0, set())})
-            await until(lambda: broker.router.counters["in.Tick"] > 0, what="a Tick")
-            broker.router.stand_ins.holding.clear()
-            ticks = broker.router.counters["in.Tick"]
-            await asyncio.sleep(0.2)
-            assert broker.router.counters["in.Tick"] == ticks
+            await ticks_while(
+                lambda: router.stand_ins.holding.update({"B2": (channel, {1: (0.0, set())})}),
+                router.stand_ins.holding.clear,
+            )
+            if grace:
+                await ticks_while(
+                    lambda: router.sessions.away.update({"c": 1e18}), router.sessions.away.clear
+                )
         finally:
             await broker.stop()
 

@@ -506,6 +506,39 @@ def test_a_state_of_format_7_restored_ends_its_stand_ins_as_before() -> None:
     assert restored.status()["stand_ins"] == 0
 
 
+def test_a_restored_brokers_hello_says_the_last_took_it_gave(tmp_path: Path) -> None:
+    """B3 carried two advertisements to B1, which passed them to B4 and held back its Took; B4
+    took the first. Restored, B1's LinkDowns send the stand-ins upstream and release the Took in
+    steps (B3's LinkDown comes after B4's), so a Took that says less is among what the first
+    commit sends (to no link): the hello to B3 must still say the most B1 took, or B3 resends
+    what B1 has and drops."""
+    router = Router("B1", session_grace=600, epoch="B1.1")
+    now = 1_800_000_000.0
+    for hop in ("B2", "B3", "B4"):
+        router.handle(LinkUp(True, f"{hop}.1:1", None, name=f"B1.1:{hop}"), hop, now)
+    first = router.handle(Carry(1, Advertise("B3/p/1", parse_filter("[class,eq,a]"), 9)), "B3", now)
+    router.handle(Carry(2, Advertise("B3/p/2", parse_filter("[class,eq,b]"), 9)), "B3", now)
+    to_b4 = next(m.seq for hop, m in first if hop == "B4" and isinstance(m, Carry))
+    router.handle(Took(to_b4), "B4", now)
+    assert router.custody.channels["B3"].acked == 0 and router.status()["tooks_held_back"] == 2
+    log = persistence.RouterLog(tmp_path)
+    log.wal.recover()
+    log.checkpoint(router)
+    log.close()
+
+    async def main() -> None:
+        broker = RouterService(BrokerURI("127.0.0.1", free_port(), "B1"), session_grace=600, data=tmp_path)
+        await broker.start()
+        try:
+            await until(lambda: broker.router.counters["link.log_commits"] or broker.counters["log_commits"])
+            assert broker.router.custody.channels["B3"].acked == 2
+            assert broker._hello("B3").took == 2
+        finally:
+            await broker.stop()
+
+    run(main())
+
+
 def test_inputs_from_links_are_logged_as_wire_frames_and_replay(tmp_path: Path) -> None:
     log = persistence.RouterLog(tmp_path)
     router = log.restore(lambda: Router("B1"))
