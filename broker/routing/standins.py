@@ -94,6 +94,9 @@ class StandIns:
             for neighbour in [n for n, (then, _) in self.made.items() if channels.get(n) is not then]:
                 for adv_id, stand_in in self.made.pop(neighbour)[1].items():  # its session ended,
                     self._release(neighbour, adv_id, stand_in)  # or it came back new: they went
+            for upstream in [u for u, (then, _) in self.holding.items() if channels.get(u) is not then]:
+                del self.holding[upstream]  # it went or came back new: nothing to hold back (a
+                # hold lives only beside its stand-in, so ``made`` is not empty while one does)
         answering = _advertisement_carried(message, hop, self.tables.neighbors)
         linked = type(message) is LinkUp  # our tables, to a neighbour new to us (not a covering
         # advertisement's withdrawal releasing one it covered: what it drew is upstream already)
@@ -119,13 +122,8 @@ class StandIns:
 
     def held_back(self, upstream: str) -> int | None:
         """The first seq of ``upstream``'s carries whose ``Took`` a stand-in holds back."""
-        if not self.holding or (entry := self.holding.get(upstream)) is None:
-            return None
-        then, seqs = entry
-        if self.custody.channels.get(upstream) is not then:  # it came back new: nothing to hold
-            del self.holding[upstream]
-            return None
-        return next(iter(seqs))
+        entry = self.holding.get(upstream)
+        return None if entry is None else next(iter(entry[1]))
 
     def take_released(self) -> list[str]:
         """The upstream neighbours whose stand-ins for us ended since the last call, sorted."""
@@ -168,10 +166,9 @@ class StandIns:
         sent_on = not channel.up or (from_neighbour and late)
         if sent_on or hold is None or upstream is None:
             hold = None
-        else:
-            if hold[0] not in self.holding or self.holding[hold[0]][0] is not upstream:
-                self.holding[hold[0]] = (upstream, {})  # (what an old channel held is void)
-            self.holding[hold[0]][1].setdefault(hold[1], (now, set()))[1].add((hop, adv_id))
+        else:  # (``update`` dropped what an old channel of ``upstream`` held)
+            _, seqs = self.holding.setdefault(hold[0], (upstream, {}))
+            seqs.setdefault(hold[1], (now, set()))[1].add((hop, adv_id))
         made[adv_id] = StandIn(sub_id, sent_on, hold)
         self.counters["stand_ins.made"] += 1
         self.counters["stand_ins.sent_on"] += sent_on
