@@ -143,6 +143,28 @@ def test_a_neighbour_back_from_its_log_keeps_its_stand_in_until_its_answers_are_
     assert overlay.clients["sub"].take() == ["[class,t],[g,held]", "[class,t],[g,between]"]
 
 
+def withheld(overlay: Overlay, holds: Callable[[str, str, Message], bool]) -> Callable[[], None]:
+    """From now on, what ``holds`` names (source, target, message) waits: a broker whose full disk
+    holds all it would send, answers a round trip late. The function returned sends it, in order,
+    and lets everything through again."""
+    send = overlay._send
+    waiting: list[tuple[str, str, Message]] = []
+
+    def sending(source: str, target: str, message: Message) -> None:
+        if holds(source, target, message):
+            waiting.append((source, target, message))
+        else:
+            send(source, target, message)
+
+    def release() -> None:
+        overlay._send = send  # type: ignore[method-assign]
+        for item in waiting:
+            send(*item)
+
+    overlay._send = sending  # type: ignore[method-assign]
+    return release
+
+
 def step(overlay: Overlay, until: Callable[[str, Message], bool]) -> None:
     """Deliver queued messages one by one until one that ``until`` names has been handled."""
     while overlay.queue:
@@ -302,16 +324,7 @@ def test_a_neighbour_that_takes_nothing_for_a_while_gets_its_stand_in_sent_upstr
     held there for B3 until B3 takes it."""
     overlay = Overlay.line(3, session_grace=600)
     overlay.add_client("sub", "B3").subscribe("[class,eq,t]")
-    send = overlay._send
-    stuck: list[tuple[str, str, Message]] | None = []  # what B3 sends, held until its disk has room
-
-    def from_b3(source: str, target: str, message: Message) -> None:
-        if stuck is not None and source == "B3":
-            stuck.append((source, target, message))
-        else:
-            send(source, target, message)
-
-    overlay._send = from_b3  # type: ignore[method-assign]
+    disk_has_room = withheld(overlay, lambda source, target, message: source == "B3")
     pub = overlay.add_client("pub", "B1")
     pub.advertise("[class,eq,t],[g,isPresent,'']")
     b2 = overlay.routers["B2"]
@@ -323,9 +336,7 @@ def test_a_neighbour_that_takes_nothing_for_a_while_gets_its_stand_in_sent_upstr
     assert any("~stand-in~B3~" in sub_id for sub_id in overlay.routers["B1"].tables.prt)
     assert not any("~stand-in~B2~" in sub_id for sub_id in overlay.routers["B1"].tables.prt)  # B2 took
     pub.publish("[class,t],[g,late]")  # under B2's stand-in for B3, at B1 now
-    held, stuck = stuck, None
-    for item in held:  # B3's disk has room again: what it held goes, in order
-        send(*item)
+    disk_has_room()  # what B3 held goes, in order
     overlay.run()
     assert overlay.clients["sub"].take() == ["[class,t],[g,early]", "[class,t],[g,late]"]
     for router in overlay.routers.values():
@@ -346,21 +357,12 @@ def test_a_neighbour_back_after_it_was_forgotten_gets_a_stand_in_sent_upstream()
     overlay.crash("B3")
     overlay.advance(601)
     assert overlay.routers["B2"].counters["sessions_expired"] == 1 and not overlay.routers["B1"].tables.prt
-    send = overlay._send
-    answers: list[tuple[str, str, Message]] | None = []  # what B3 sends B2, a round trip late
-
-    def late(source: str, target: str, message: Message) -> None:
-        if answers is not None and (source, target) == ("B3", "B2") and not isinstance(message, LinkUp):
-            answers.append((source, target, message))
-        else:
-            send(source, target, message)
-
-    overlay._send = late  # type: ignore[method-assign]
+    answers_arrive = withheld(  # what B3 sends B2 but its hello: a round trip late
+        overlay, lambda s, t, m: (s, t) == ("B3", "B2") and type(m) is not LinkUp
+    )
     overlay.recover("B3")
     pub.publish("[class,t],[g,window]")
-    late_ones, answers = answers, None
-    for item in late_ones:
-        send(*item)
+    answers_arrive()
     overlay.run()
     pub.publish("[class,t],[g,after]")
     assert sub.take() == ["[class,t],[g,window]", "[class,t],[g,after]"]
