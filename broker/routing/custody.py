@@ -115,6 +115,25 @@ class Custody:
             noun = "unconfirmed.session_closed" if channel.client else "dropped.link_closed"
             self.counters[noun] += len(channel.held)
 
+    def stranded(self, hop: str) -> Output:
+        """The publications held for a neighbour that is back with a channel we do not know,
+        taken out of the old channel to go again on the new one, after the tables we send it
+        there: it routes them by what it knows then, and drops one it routed before (``seen``).
+        Dropped with the old channel, they were lost though acknowledged to their publisher: a
+        broker back from its log after its neighbours forgot it routes what its clients publish
+        into the old channels until the neighbours' hellos arrive."""
+        channel = self.channels.get(hop)
+        if channel is None or channel.client:
+            return []
+        out: Output = []
+        for seq, (message, cost) in list(channel.held.items()):
+            if type(message) is Publish:
+                del channel.held[seq]
+                channel.weight -= cost
+                out.append((hop, message))
+        self.counters["resent.new_channel"] += len(out)
+        return out
+
     def peer_epoch(self, hop: str) -> str | None:
         channel = self.channels.get(hop)
         return None if channel is None else channel.peer_epoch

@@ -76,14 +76,21 @@ class Sessions:
     def neighbor_up(self, hop: str, up: LinkUp) -> Output:
         """A neighbour's link is up: in step again if it is the one we knew, else a new one."""
         out: Output = []
+        stranded: Output = []
         if hop in self.tables.neighbors:
             self.away.pop(hop, None)
             if self.custody.peer_epoch(hop) == up.epoch:
                 return self.custody.resume(hop, up.resume)
-            log.warning("neighbour %s restarted without its state: what it had is forgotten", hop)
+            stranded = self.custody.stranded(hop)
+            log.warning(
+                "neighbour %s is back on a new channel (it restarted without its state, or forgot us): "
+                "what each side had of the other is forgotten, but for %d publications held for it",
+                hop,
+                len(stranded),
+            )
             out = self._drop_neighbor(hop)
         self.custody.open(hop, up.epoch, name=up.name)
-        return out + self.tables.add_neighbor(hop)
+        return out + self.tables.add_neighbor(hop) + stranded
 
     def disconnect(self, hop: str, now: float) -> Output:
         """A peer's link went down: its session is kept for the grace period, or withdrawn now."""

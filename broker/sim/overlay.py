@@ -233,15 +233,16 @@ class Overlay:
             self._send(broker_id, other, LinkDown())
         self.run()
 
-    def recover(self, broker_id: str) -> None:
+    def recover(self, broker_id: str, neighbours: bool = True) -> None:
         """The crashed broker restarts from its log: every link it had went down, then its
-        neighbours and clients reconnect and each side resends what the other had not taken."""
+        neighbours and clients reconnect and each side resends what the other had not taken.
+        ``neighbours`` False: only its clients do, and each neighbour when ``connect``ed."""
         router: Router = pickle.loads(self._logs.pop(broker_id))
         self.routers[broker_id] = router
         for hop in [hop for hop, channel in router.custody.channels.items() if channel.up]:
             router.handle(LinkDown(), hop, self.now)  # before any link is back, as ``RouterService``
             # restores: what this sends goes nowhere (custody holds what it carries, for the resume)
-        for other in self._neighbours(broker_id):
+        for other in self._neighbours(broker_id) if neighbours else []:
             self._link(broker_id, other)
         for client in self.clients.values():
             if client.broker == broker_id:

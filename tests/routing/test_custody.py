@@ -140,6 +140,45 @@ def test_a_neighbour_that_forgot_us_while_we_kept_it_is_taken_for_new_on_both_si
     assert overlay.clients["sc"].take() == ["[class,c]"]
 
 
+def test_what_was_held_for_a_neighbour_that_forgot_us_goes_again_on_the_new_channel() -> None:
+    overlay = line(grace=60)
+    overlay.clients["sub"].subscribe("[class,eq,a]")
+    overlay.disconnect("B2", "B3")
+    overlay.clients["pa"].publish("[class,a],[x,away]")  # held by B2 for B3, which forgets B2
+    overlay.routers["B3"].sessions.grace = 1
+    overlay.routers["B3"].sessions.away["B2"] = overlay.now + 1
+    overlay.advance(2)
+    overlay.connect("B2", "B3")
+    assert overlay.clients["sub"].take() == ["[class,a],[x,away]"]
+    counters = overlay.routers["B2"].counters
+    assert counters["resent.new_channel"] == 1 and counters["dropped.link_closed"] == 0
+    assert all(r.status()["held"] == 0 for r in overlay.routers.values())
+
+
+def test_a_broker_back_from_its_log_after_its_neighbours_forgot_it_loses_no_publication() -> None:
+    """B2 is down past its neighbours' grace period, so they forget it; back from its log, it
+    takes what its client publishes at once and routes it into the old channels, before the
+    neighbours' hellos (which name new channels) arrive."""
+    overlay = Overlay.line(3, session_grace=60)
+    pub = overlay.add_client("pub", "B2")
+    pub.advertise("[class,eq,a],[x,isPresent,'']")
+    subs = [overlay.add_client(f"s{i}", f"B{i}") for i in (1, 3)]
+    for sub in subs:
+        sub.subscribe("[class,eq,a]")
+    overlay.crash("B2")
+    overlay.advance(61)
+    assert all("B2" not in overlay.routers[b].tables.neighbors for b in ("B1", "B3"))
+    overlay.recover("B2", neighbours=False)
+    pub.publish("[class,a],[x,early]")
+    assert overlay.routers["B2"].status()["held_for_away"] == 2
+    overlay.connect("B1", "B2")
+    overlay.connect("B2", "B3")
+    pub.publish("[class,a],[x,later]")
+    for sub in subs:
+        assert sub.take() == ["[class,a],[x,early]", "[class,a],[x,later]"]
+    assert overlay.routers["B2"].counters["dropped.link_closed"] == 0
+
+
 def test_a_resent_carry_is_taken_once_and_answered_again() -> None:
     router = Router("B2", epoch="e2")
     router.handle(LinkUp(broker=True, epoch="e1"), "B1", 0.0)
