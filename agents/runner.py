@@ -3,15 +3,16 @@ restart, pruning logs.
 
 Every attempt runs under the supervisor daemon of the agent's state directory
 (:mod:`agents.supervisor`), in its own session so it outlives the agent: it runs the command with
-its timeout, environment and log, and writes the outcome atomically into the run's status file.
+its timeout, environment and log, and records its process group and its outcome in the
+generation folder's ``runs.jsonl``.
 :class:`SupervisorClient` is the agent's one connection to it (the daemon is started on first
 need); :meth:`SupervisorClient.supervise` serves a new run and a run found unfinished after a
 restart alike, since the daemon answers from what it runs and what the files say:
 
 * running under the daemon: it waits for the end (re-attached);
-* a status file: the run ended (perhaps while no agent was there); its outcome, which the answer
-  carries;
-* a log but no status: a supervisor died after starting the command; the run is **lost**
+* an outcome recorded: the run ended (perhaps while no agent was there); its outcome, which the
+  answer carries;
+* a log but no outcome: a supervisor died after starting the command; the run is **lost**
   (``None``), and is never started again, since the command may have run;
 * nothing: the command never started (the agent died between journaling the start and asking for
   it, or this is a new run); the daemon starts it.
@@ -143,7 +144,7 @@ class SupervisorClient:
             return None
         outcome = answer.get("outcome")
         if outcome is None:  # a daemon of the version before, still running its commands
-            outcome = supervisor.read_outcome(str(log_file.with_suffix(".status")))
+            outcome = supervisor.recorded(str(log_file))[1]
         return None if outcome is None else _outcome(outcome, log_file)
 
     async def close(self) -> None:
@@ -289,19 +290,18 @@ def _ran(answer: dict[str, Any]) -> bool:
 
 
 def stop(run: Run, state_dir: Path, signal_number: int) -> bool:
-    """Send ``signal_number`` to the process group of ``run``'s command (its supervisor wrote the
-    group's id beside the log when it started it); False if it has not started or has ended.
+    """Send ``signal_number`` to the process group of ``run``'s command (its supervisor recorded
+    the group's id when it started it); False if it has not started or has ended.
 
-    The id is read only while the run has no status file, i.e. while its supervisor has not reaped
-    the command, so it names the command's group and not a process that reused the number (but
-    for the instant between the reaping and the status write)."""
+    The id is used only while the run has no outcome recorded, i.e. while its supervisor has not
+    reaped the command, so it names the command's group and not a process that reused the number
+    (but for the instant between the reaping and the record)."""
     try:
-        log_file = log_path(state_dir, run)
-        if log_file.with_suffix(".status").exists():
+        group, outcome = supervisor.recorded(str(log_path(state_dir, run)))
+        if outcome is not None or type(group) is not int:
             return False
-        group = int(log_file.with_suffix(".pid").read_text(encoding="ascii"))
         os.killpg(group, signal_number)
-    except (FileNotFoundError, ValueError, ProcessLookupError):
+    except (ValueError, ProcessLookupError):
         return False
     return True
 
@@ -336,9 +336,18 @@ def log_tail(
         "attempt": chosen,
         "size": size,
         "truncated": size > limit,
-        "ended": path.with_suffix(".status").exists(),
+        "ended": _ended(str(path)),
         "text": data.decode("utf-8", errors="replace"),
     }
+
+
+def _ended(log: str) -> bool:
+    """Whether the run of ``log`` ended: its outcome is recorded (one that cannot be read is of
+    a run that ended lost)."""
+    try:
+        return supervisor.recorded(log)[1] is not None
+    except ValueError:
+        return True
 
 
 def _outcome(data: dict[str, Any], log_file: Path) -> Result:

@@ -128,7 +128,7 @@ def test_a_run_gets_its_environment_and_a_log(tmp_path: Path, monkeypatch: pytes
     log = log_path(tmp_path / "state", job)
     assert log == tmp_path / "state" / "logs" / "W" / "g1" / "Job.1.log"
     assert log.read_text() == f"W Job g1 2026-11-23 {tmp_path} passed on\noops\n"
-    assert json.loads(log.with_suffix(".status").read_text())["code"] == 0
+    assert supervisor.recorded(str(log))[1]["code"] == 0  # type: ignore[index]
 
 
 def test_an_exit_status_is_a_failure(tmp_path: Path) -> None:
@@ -160,11 +160,13 @@ def test_a_process_the_job_leaves_behind_blocks_nothing(tmp_path: Path) -> None:
     began = time.monotonic()
     first = supervised(job, tmp_path, tmp_path)
     assert first is not None and first.ok and time.monotonic() - began < 5
-    group = int(log_path(tmp_path, job).with_suffix(".pid").read_text())
+    group, _ = supervisor.recorded(str(log_path(tmp_path, job)))
+    assert type(group) is int
     try:
         daemon = daemon_of(tmp_path)
         wait_for(lambda: not alive(daemon), "the idle daemon exited", timeout=10)
-        log_path(tmp_path, job).with_suffix(".status").unlink()  # as if never recorded
+        runs = log_path(tmp_path, job).parent / supervisor.RUNS  # as if its end were never recorded:
+        runs.write_text(runs.read_text().splitlines(keepends=True)[0])  # only its start is
         began = time.monotonic()
         assert supervised(job, tmp_path, tmp_path) is None  # lost (it never reran), at once
         assert time.monotonic() - began < 5 and daemon_of(tmp_path) != daemon
@@ -173,22 +175,72 @@ def test_a_process_the_job_leaves_behind_blocks_nothing(tmp_path: Path) -> None:
             os.killpg(group, signal.SIGKILL)
 
 
-def test_a_status_a_crash_cut_short_answers_lost_and_the_answer_carries_the_outcome(tmp_path: Path) -> None:
-    """The outcome travels in the answer: the agent reads no file. A status file that a daemon
-    killed while writing it left empty or cut is a lost run, never one started again."""
+def test_an_outcome_a_crash_cut_short_answers_lost_and_the_answer_carries_the_outcome(tmp_path: Path) -> None:
+    """The outcome travels in the answer: the agent reads no file. An outcome line that a daemon
+    killed while writing it left cut is cut off the file (so the next line starts a line), and the
+    run is lost, never started again; so is one whose outcome is not an object."""
     count = tmp_path / "count"
     job = run(f"echo ran >> {count}; exit 4")
     first = supervised(job, tmp_path, tmp_path)
     assert first is not None and not first.ok and first.detail.startswith("exit 4 after ")
-    status = log_path(tmp_path, job).with_suffix(".status")
-    assert json.loads(status.read_text())["code"] == 4
-    again = supervised(job, tmp_path, tmp_path)  # answered from the file, with its outcome
+    log = str(log_path(tmp_path, job))
+    assert supervisor.recorded(log)[1]["code"] == 4  # type: ignore[index]
+    again = supervised(job, tmp_path, tmp_path)  # answered from the record, with its outcome
     assert again is not None and again.detail.startswith("exit 4 after ")
-    for cut in (b"", b'{"started": 1.5, "dur'):
-        status.write_bytes(cut)
-        assert supervised(job, tmp_path, tmp_path) is None
+    runs = log_path(tmp_path, job).parent / supervisor.RUNS
+    started, _ = runs.read_bytes().splitlines(keepends=True)
+    runs.write_bytes(started + b'{"log": "Job.1.log", "outcome": {"started": 1.5, "dur')
+    assert supervised(job, tmp_path, tmp_path) is None
+    assert runs.read_bytes() == started
+    runs.write_bytes(started + b'{"log": "Job.1.log", "outcome": 4}\n')
+    assert supervised(job, tmp_path, tmp_path) is None
     assert count.read_text() == "ran\n"
-    assert "answered lost: status" in (tmp_path / "supervisor.log").read_text()
+    complaints = (tmp_path / "supervisor.log").read_text()
+    assert "a line cut short at offset" in complaints
+    assert "answered lost: the outcome recorded for" in complaints
+
+
+def test_the_files_of_the_version_before_are_read_when_the_runs_file_has_nothing(tmp_path: Path) -> None:
+    """A folder written by a daemon of the version before: a status file per run (read, not
+    started again; one cut short is lost) and a process group file (what ``stop`` signals)."""
+    ended, cut, running = (run("exit 9", job=name) for name in ("Ended", "Cut", "Running"))
+    old_status = b'{"started": 1.5, "duration": 0.5, "code": 3, "timeout": null}'
+    for job, status in ((ended, old_status), (cut, b"{")):
+        log = log_path(tmp_path, job)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_bytes(b"")
+        log.with_suffix(".status").write_bytes(status)
+    result = supervised(ended, tmp_path, tmp_path)
+    assert result is not None and result.detail.startswith("exit 3 after 0.500 s")
+    assert supervised(cut, tmp_path, tmp_path) is None
+    sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        log_path(tmp_path, running).with_suffix(".pid").write_text(str(sleeper.pid))
+        assert runner.stop(running, tmp_path, signal.SIGKILL)
+        assert sleeper.wait(5) == -signal.SIGKILL
+        assert not runner.stop(ended, tmp_path, signal.SIGKILL)  # it ended
+    finally:
+        sleeper.kill()
+
+
+def test_a_record_that_cannot_be_made_durable_leaves_the_runs_file_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = supervisor.Records()
+    records.append(str(tmp_path), [{"log": "A.1.log", "pid": 7}], sync=False)
+    before = (tmp_path / supervisor.RUNS).read_bytes()
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fdatasync", full)
+    with pytest.raises(OSError, match="No space"):
+        records.append(str(tmp_path), [{"log": "A.1.log", "outcome": {"code": 0}}], sync=True)
+    assert (tmp_path / supervisor.RUNS).read_bytes() == before
+    assert records.outcome(str(tmp_path / "A.1.log")) is None
+    monkeypatch.undo()
+    records.append(str(tmp_path), [{"log": "A.1.log", "outcome": {"code": 0}}], sync=True)
+    assert supervisor.recorded(str(tmp_path / "A.1.log")) == (7, {"code": 0})
 
 
 @pytest.mark.parametrize(
@@ -455,7 +507,7 @@ def test_a_request_whose_agent_died_right_after_sending_it_is_run(tmp_path: Path
     assert start_daemon(tmp_path).returncode == 0
     with dial(tmp_path) as sock:
         sock.sendall(lines({"env": {}}, request(tmp_path, job)) + b'{"id": 2, "log": ')  # and dies
-    wait_for(log_path(tmp_path, job).with_suffix(".status").exists, "the run ended")
+    wait_for(lambda: supervisor.recorded(str(log_path(tmp_path, job)))[1] is not None, "the run ended")
     assert (tmp_path / "count").read_text() == "ran\n"
 
 

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 import agents.service
+from agents import supervisor
 from agents.envelope import Registration
 from agents.runner import Retention, log_path
 from agents.service import QUERY, AgentService
@@ -292,7 +293,7 @@ def test_a_cancelled_run_is_stopped_again_after_a_restart(
     cancelled (it used to re-attach and wait, and the command could end SUCCESS)."""
     monkeypatch.setattr("agents.service.STOP_GRACE", 0.2)
     job = Run("W", "v1", "g1", "Job", 1, "trap '' TERM; sleep 30", None, "2026-11-23", None)
-    pid_file = log_path(tmp_path, job).with_suffix(".pid")
+    log = str(log_path(tmp_path, job))
     died = start_agent(job, tmp_path)
     agent = Agent("agentA")
     agent.running[job.workflow, job.gid, job.job] = job
@@ -300,7 +301,7 @@ def test_a_cancelled_run_is_stopped_again_after_a_restart(
     service = AgentService(agent, BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path)
 
     async def scenario() -> None:
-        await until(pid_file.exists, timeout=10, what="the command started")
+        await until(lambda: supervisor.recorded(log)[0] is not None, timeout=10, what="the command started")
         died.send_signal(signal.SIGKILL)
         died.wait(5)
         running = asyncio.create_task(service.run())
@@ -316,7 +317,7 @@ def test_a_cancelled_run_is_stopped_again_after_a_restart(
         died.kill()
         died.wait(5)
         with contextlib.suppress(ProcessLookupError):  # the command, if it was not stopped
-            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+            os.killpg(int(supervisor.recorded(log)[0]), signal.SIGKILL)  # type: ignore[call-overload]
     [status] = service.outbox
     assert status["status"] == "FAILURE" and str(status["detail"]).startswith("cancelled: exit -9")
 
