@@ -351,7 +351,7 @@ def _ended(log: str) -> bool:
 
 
 def _outcome(data: dict[str, Any], log_file: Path) -> Result:
-    """The result in a status file's outcome; ValueError if it is not one."""
+    """The result in a recorded outcome; ValueError if it is not one."""
     try:
         started, duration = float(data["started"]), float(data["duration"])
         if "error" in data:

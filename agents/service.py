@@ -517,7 +517,7 @@ def _ends_only(events: tuple[Event, ...], effects: list[Effect]) -> bool:
     own: the next batch's covers them (a delivery's, the tick's of an idle second, or the first
     after SYNC_LAG, which is synced whatever it holds). Flushed, they survive the agent's death;
     lost in a crash of the machine, they cost nothing but a status published twice: the run is
-    still running in the journal, and its supervisor, whose status file holds the end durably,
+    still running in the journal, and its supervisor, whose runs file holds the end durably,
     answers "ended" again after the restart (as after a crash between the outbox and the
     journal). Runs started (a retry) or stopped, and deliveries (done once journaled), are
     synced first: the promises of those records are the journal's own."""
