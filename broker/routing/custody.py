@@ -25,9 +25,11 @@ channels come back exactly as they were.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.language.model import Publication
 from broker.routing.messages import (
     CARRIED,
     Advertise,
@@ -90,6 +92,10 @@ def weight(message: Message) -> int:
 
 
 class Custody:
+    # while ``RouterLog.restore`` replays a log of format 8 or before, which dropped what
+    # ``stranded`` now sends again: the replay must send what was sent then
+    as_format_8 = False
+
     def __init__(self, epoch: str, counters: Counter[str]) -> None:
         self.epoch = epoch
         self.counters = counters
@@ -115,19 +121,21 @@ class Custody:
             noun = "unconfirmed.session_closed" if channel.client else "dropped.link_closed"
             self.counters[noun] += len(channel.held)
 
-    def stranded(self, hop: str) -> Output:
+    def stranded(self, hop: str, advertised: Callable[[Publication], bool]) -> Output:
         """The publications held for a neighbour that is back with a channel we do not know,
         taken out of the old channel to go again on the new one, after the tables we send it
         there: it routes them by what it knows then, and drops one it routed before (``seen``).
         Dropped with the old channel, they were lost though acknowledged to their publisher: a
         broker back from its log after its neighbours forgot it routes what its clients publish
-        into the old channels until the neighbours' hellos arrive."""
+        into the old channels until the neighbours' hellos arrive. One that no advertisement
+        ``advertised`` to it any longer (withdrawn meanwhile) would be refused there: it stays,
+        to be dropped with the channel."""
         channel = self.channels.get(hop)
-        if channel is None or channel.client:
+        if channel is None or channel.client or self.as_format_8:
             return []
         out: Output = []
         for seq, (message, cost) in list(channel.held.items()):
-            if type(message) is Publish:
+            if type(message) is Publish and advertised(message.publication):
                 del channel.held[seq]
                 channel.weight -= cost
                 out.append((hop, message))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from functools import partial
 from typing import Any
 
 from broker.routing.composites import Composites
@@ -81,7 +82,7 @@ class Sessions:
             self.away.pop(hop, None)
             if self.custody.peer_epoch(hop) == up.epoch:
                 return self.custody.resume(hop, up.resume)
-            stranded = self.custody.stranded(hop)
+            stranded = self.custody.stranded(hop, partial(self.tables.advertised_to, hop))
             log.warning(
                 "neighbour %s is back on a new channel (it restarted without its state, or forgot us): "
                 "what each side had of the other is forgotten, but for %d publications held for it",

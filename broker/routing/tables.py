@@ -174,6 +174,15 @@ class Tables:
                 return True
         return False
 
+    def advertised_to(self, hop: str, publication: Publication) -> bool:
+        """Does the publication fit an advertisement that we tell the neighbour ``hop`` of (one
+        that did not come from it)?"""
+        for adv_id in self.srt_index.lookup(publication.cls, publication.fields):
+            entry = self.srt[adv_id]
+            if entry.hop != hop and Fit.of(entry.filter)(publication):
+                return True
+        return False
+
     def matching(self, publication: Publication, now: float) -> tuple[list[str], dict[str, list[str]]]:
         """The subscriptions a publication matches: those of this broker's detectors, sorted, and
         the others by the hop they came from."""

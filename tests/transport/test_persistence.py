@@ -20,7 +20,7 @@ from broker.client import Client
 from broker.durable.log import WriteAheadLog
 from broker.errors import LocalError
 from broker.language import Publication, parse_filter
-from broker.routing import Advertise, Carry, Router, Subscribe, Took, Unsubscribe
+from broker.routing import Advertise, Carry, Publish, Router, Subscribe, Took, Unadvertise, Unsubscribe
 from broker.routing.acl import Policy
 from broker.routing.forwarding import Forwarding, Twins
 from broker.routing.messages import LinkDown, LinkUp
@@ -506,6 +506,48 @@ def test_a_state_of_format_7_restored_ends_its_stand_ins_as_before() -> None:
     assert restored.status()["stand_ins"] == 0
 
 
+STRANDED: list[tuple[object, str]] = [  # a publication held for B2, which comes back having forgotten B1
+    (LinkUp(True, epoch="B2-1"), "B2"),
+    (LinkUp(False), "pub"),
+    (Advertise("a", parse_filter("[class,eq,t],[n,>,-1]")), "pub"),
+    (Carry(1, Subscribe("B2/s/1", parse_filter("[class,eq,t]"))), "B2"),
+    (Took(1), "B2"),  # the advertisement
+    (LinkDown(), "B2"),
+    (Publish("1", Publication("t", {"n": 1}), ack=False), "pub"),
+    (LinkUp(True, epoch="B2-2"), "B2"),
+]
+
+
+@pytest.mark.parametrize("written", [8, 9])
+def test_a_log_of_format_8_replays_dropping_what_was_held_for_a_neighbour_back_new(
+    tmp_path: Path, written: int
+) -> None:
+    """Format 8 dropped the publications held for a neighbour back on a new channel, and gave
+    the next seqs there to what came after: replayed, it drops them again, so the seqs B2 was
+    given stay; format 9 sends them again after the tables."""
+    _written_by_format(tmp_path, written, Router("B1", session_grace=60), STRANDED)
+    log = persistence.RouterLog(tmp_path)
+    router = log.restore(lambda: Router("B9"))
+    held = [type(m).__name__ for m, _ in router.custody.channels["B2"].held.values()]
+    assert held == (["Advertise"] if written == 8 else ["Advertise", "Publish"])
+    assert router.counters["dropped.link_closed"] == (written == 8)
+    assert not router.custody.as_format_8
+    log.close()
+
+
+def test_a_publication_whose_advertisement_went_is_not_sent_again_on_a_new_channel() -> None:
+    """The neighbour would refuse it (no advertisement covers it any more): it is dropped, and
+    counted so, with the old channel."""
+    router = Router("B1", session_grace=60)
+    for now, (message, hop) in enumerate(STRANDED[:-1]):
+        router.handle(message, hop, float(now))  # type: ignore[arg-type]
+    router.handle(Unadvertise(next(iter(router.owned["pub"]))), "pub", 8.0)
+    out = router.handle(LinkUp(True, epoch="B2-2"), "B2", 9.0)
+    assert not [m for _, m in out if isinstance(m, Carry) and isinstance(m.message, Publish)]
+    assert router.counters["resent.new_channel"] == 0
+    assert router.counters["dropped.link_closed"] == 2  # the publication and the Unadvertise after it
+
+
 def test_a_restored_brokers_hello_says_the_last_took_it_gave(tmp_path: Path) -> None:
     """B3 carried two advertisements to B1, which passed them to B4 and held back its Took; B4
     took the first. Restored, B1's LinkDowns send the stand-ins upstream and release the Took in
@@ -562,5 +604,5 @@ def test_a_log_of_the_format_before_replays_and_is_rewritten_at_once(tmp_path: P
     assert router.id == "B1" and router.status()["subscriptions"] == 1
     log.close()
     snapshot, records = reopened(tmp_path)
-    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 8
+    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 9
     assert records == []
