@@ -294,14 +294,15 @@ def stop(run: Run, state_dir: Path, signal_number: int) -> bool:
     the group's id when it started it); False if it has not started or has ended.
 
     The id is used only while the run has no outcome recorded, i.e. while its supervisor has not
-    reaped the command, so it names the command's group and not a process that reused the number
-    (but for the instant between the reaping and the record)."""
+    reaped the command, and only in the boot of the machine it was recorded in, so it names the
+    command's group and not a process that reused the number (but for the instant between the
+    reaping and the record)."""
     try:
         group, outcome = supervisor.recorded(str(log_path(state_dir, run)))
         if outcome is not None or type(group) is not int:
             return False
         os.killpg(group, signal_number)
-    except (ValueError, ProcessLookupError):
+    except (ValueError, ProcessLookupError, PermissionError):  # PermissionError: not ours
         return False
     return True
 

@@ -24,10 +24,12 @@ was recorded of its end), ``{"id", "run": "lost"}`` or ``{"id", "error"}`` (noth
 malformed line closes its connection with one line on stderr (``STATE_DIR/supervisor.log``).
 
 **Records.** Each generation's folder (``logs/W/GID``) has one append-only file, ``runs.jsonl``,
-the daemon's record of its runs: a line ``{"log", "pid"}`` when it starts one (the process group
-``wfm cancel`` signals, :func:`agents.runner.stop`; not synced, since it is of no use after the
-machine stopped) and a line ``{"log", "outcome"}`` when it ended, synced (``fdatasync``, and the
-folder the first time) before anyone is answered; the ends reaped together are synced together.
+the daemon's record of its runs: a line ``{"log", "pid", "boot"}`` when it starts one (the
+process group ``wfm cancel`` signals, :func:`agents.runner.stop`, while the machine is in the
+same boot; not synced) and a line ``{"log", "outcome"}`` when it ended, synced (``fdatasync``,
+then the folder, which makes the logs created there durable too) before anyone is answered; the
+ends reaped together are synced together. A runs file the daemon did not write itself (an earlier
+daemon's, which may have died before its sync) is synced before it answers from it.
 A file per run and per fact cost three inodes and two fsyncs per job, which is what the 1,000-job
 benchmark spent most of its time on: creating a file on ext4 costs about as much CPU as running
 the job's ``/bin/sh``. The daemon, the only writer, keeps what the files of its last folders hold
@@ -103,6 +105,19 @@ OUTBOX_LIMIT = 16 << 20  # bytes of answers a connection may leave unread before
 FOLDERS_CACHED = 1024  # resolved folders a daemon remembers (generations' folders, mostly)
 RUN_FOLDERS_CACHED = 64  # folders whose runs file a daemon keeps read (:class:`Records`)
 RUNS = "runs.jsonl"  # in each generation's folder: what the daemon recorded of its runs
+
+
+def _boot_id() -> str:
+    """This boot of the machine (Linux's): a process group recorded in another is long gone, and
+    its number may be someone else's now."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as file:
+            return file.read().strip().decode()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+BOOT = _boot_id()
 BIND_PATIENCE = 2.0  # seconds a dead predecessor's socket may take to go (:func:`_listen`)
 LONGEST_WAIT = 3_600_000  # milliseconds one poll() waits at most (its argument is a C int)
 CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -152,17 +167,21 @@ def parse_runs(data: bytes) -> tuple[dict[str, dict[str, object]], int]:
 
 
 def recorded(log: str) -> tuple[object, dict[str, object] | None]:
-    """The process group and the outcome recorded for the run of ``log`` (None where there is
-    none), for readers other than the daemon; ValueError if the outcome cannot be read."""
+    """The process group (if recorded in this boot of the machine) and the outcome recorded for
+    the run of ``log`` (None where there is none), for readers other than the daemon; ValueError
+    if they cannot be read."""
     folder, name = os.path.split(log)
+    path = os.path.join(folder, RUNS)
     try:
-        with open(os.path.join(folder, RUNS), "rb") as file:
+        with open(path, "rb") as file:
             record = parse_runs(file.read())[0].get(name)
     except FileNotFoundError:
         record = None
+    except OSError as error:
+        raise ValueError(f"{path} cannot be read: {error.strerror}") from None
     if record is None:
         return _legacy_pid(log), _legacy_outcome(log)
-    return record.get("pid"), _checked(record, log)
+    return (record.get("pid") if record.get("boot") == BOOT else None), _checked(record, log)
 
 
 def _checked(record: dict[str, object], log: str) -> dict[str, object] | None:
@@ -201,30 +220,35 @@ class Records:
     not the one read (the agent prunes whole folders) or has grown; and appending to them."""
 
     def __init__(self) -> None:
-        # folder -> ((inode, size) read, whether its entry in the folder is synced, the runs)
-        self.folders: dict[str, tuple[tuple[int, int], bool, dict[str, dict[str, object]]]] = {}
+        # folder -> ((inode, size) read, the runs)
+        self.folders: dict[str, tuple[tuple[int, int], dict[str, dict[str, object]]]] = {}
 
     def outcome(self, log: str) -> dict[str, object] | None:
-        """The outcome recorded for the run of ``log``; ValueError if it cannot be read."""
+        """The outcome recorded for the run of ``log``; ValueError if it cannot be read (the
+        run is then answered lost, and the daemon goes on)."""
         folder, name = os.path.split(log)
-        record = self._read(folder)[2].get(name)
+        try:
+            record = self._read(folder)[1].get(name)
+        except OSError as error:
+            raise ValueError(f"{os.path.join(folder, RUNS)} cannot be read: {error.strerror}") from None
         return _legacy_outcome(log) if record is None else _checked(record, log)
 
-    def _read(self, folder: str) -> tuple[tuple[int, int], bool, dict[str, dict[str, object]]]:
+    def _read(self, folder: str) -> tuple[tuple[int, int], dict[str, dict[str, object]]]:
         path = os.path.join(folder, RUNS)
         cached = self.folders.pop(folder, None)
         try:
             stat = os.stat(path)
         except FileNotFoundError:
-            return (0, 0), False, {}
+            return (0, 0), {}
         if cached is None or cached[0] != (stat.st_ino, stat.st_size):
             with open(path, "rb") as file:
                 data = file.read()
+                os.fdatasync(file.fileno())  # an earlier daemon may have died before its sync
             runs, end = parse_runs(data)
             if end < len(data):  # so that the next line starts a line
                 _complain(f"cut off {path} a line cut short at offset {end}")
                 os.truncate(path, end)
-            cached = ((stat.st_ino, end), False, runs)
+            cached = ((stat.st_ino, end), runs)
         self.folders[folder] = cached
         if len(self.folders) > RUN_FOLDERS_CACHED:
             del self.folders[next(iter(self.folders))]
@@ -233,7 +257,7 @@ class Records:
     def append(self, folder: str, records: list[dict[str, object]], sync: bool) -> None:
         """Append ``records`` (each with the ``log`` name it is of) to the folder's runs file, and
         if ``sync``, make them durable. OSError, and the file as it was, if they cannot be."""
-        (_, size), synced, runs = self._read(folder)
+        (_, size), runs = self._read(folder)
         path = os.path.join(folder, RUNS)
         data = b"".join(encode(record) for record in records)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -244,9 +268,7 @@ class Records:
                     view = view[os.write(fd, view) :]
                 if sync:
                     os.fdatasync(fd)
-                    if not synced:  # the file's entry in the folder: once per folder and daemon
-                        _fsync_folder(path)
-                        synced = True
+                    _fsync_folder(path)  # this file's entry, and the logs' created since
             except OSError:
                 with contextlib.suppress(OSError):  # else the next read cuts what was cut short
                     os.ftruncate(fd, size)
@@ -257,7 +279,7 @@ class Records:
         for record in records:
             fields = dict(record)
             runs.setdefault(str(fields.pop("log")), {}).update(fields)
-        self.folders[folder] = ((inode, size + len(data)), synced, runs)
+        self.folders[folder] = ((inode, size + len(data)), runs)
 
 
 def encode(message: dict[str, object]) -> bytes:
@@ -593,7 +615,7 @@ class Daemon:
             os.close(output)
         folder, name = os.path.split(request.log)
         try:
-            self.records.append(folder, [{"log": name, "pid": pid}], sync=False)
+            self.records.append(folder, [{"log": name, "pid": pid, "boot": BOOT}], sync=False)
         except OSError as error:
             _complain(f"cannot record the process group of {request.log} (not cancellable): {error.strerror}")
         command = Command(request.log, pid, started, request.timeout)

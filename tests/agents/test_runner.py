@@ -223,11 +223,66 @@ def test_the_files_of_the_version_before_are_read_when_the_runs_file_has_nothing
         sleeper.kill()
 
 
+def test_a_runs_file_that_cannot_be_read_answers_its_run_lost_and_the_daemon_goes_on(tmp_path: Path) -> None:
+    """An error reading one folder's file (here it is a folder) is that run's, not the daemon's:
+    it died of it, and every run it was running ended lost with it."""
+    blocked, other = (
+        run("true", job="Blocked"),
+        Run("W", "v1", "g2", "Other", 1, "true", None, "2026-11-23", None),
+    )
+    runs = log_path(tmp_path, blocked).parent / supervisor.RUNS
+    runs.mkdir(parents=True)
+    assert supervised(blocked, tmp_path, tmp_path) is None
+    result = supervised(other, tmp_path, tmp_path)
+    assert result is not None and result.ok
+    assert "answered lost:" in (tmp_path / "supervisor.log").read_text()
+    with pytest.raises(ValueError, match="cannot be read"):
+        supervisor.recorded(str(log_path(tmp_path, blocked)))
+    assert not runner.stop(blocked, tmp_path, signal.SIGKILL)
+
+
+def test_a_process_group_recorded_in_another_boot_is_never_signalled(tmp_path: Path) -> None:
+    """After a reboot the number may be anyone's: a run the journal still has running is not
+    stopped through it."""
+    job = run("sleep 30")
+    sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        log = log_path(tmp_path, job)
+        log.parent.mkdir(parents=True)
+        record = {"log": log.name, "pid": sleeper.pid, "boot": "another boot"}
+        (log.parent / supervisor.RUNS).write_bytes(supervisor.encode(record))
+        assert supervisor.recorded(str(log)) == (None, None)
+        assert not runner.stop(job, tmp_path, signal.SIGKILL)
+        assert sleeper.poll() is None
+        record["boot"] = supervisor.BOOT
+        (log.parent / supervisor.RUNS).write_bytes(supervisor.encode(record))
+        assert runner.stop(job, tmp_path, signal.SIGKILL)
+        assert sleeper.wait(5) == -signal.SIGKILL
+    finally:
+        sleeper.kill()
+
+
+def test_a_runs_file_another_daemon_wrote_is_synced_before_it_is_answered_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """That daemon may have died between its write and its sync: answered "ended" from the page
+    cache, the run could be "lost" after a crash of the machine, two answers for one run."""
+    runs = tmp_path / supervisor.RUNS
+    runs.write_bytes(supervisor.encode({"log": "A.1.log", "outcome": {"code": 0}}))
+    synced: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(os.fstat(fd).st_ino), real(fd))[1])
+    records = supervisor.Records()
+    assert records.outcome(str(tmp_path / "A.1.log")) == {"code": 0}
+    assert records.outcome(str(tmp_path / "A.1.log")) == {"code": 0}  # from what it read
+    assert synced == [runs.stat().st_ino]
+
+
 def test_a_record_that_cannot_be_made_durable_leaves_the_runs_file_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     records = supervisor.Records()
-    records.append(str(tmp_path), [{"log": "A.1.log", "pid": 7}], sync=False)
+    records.append(str(tmp_path), [{"log": "A.1.log", "pid": 7, "boot": supervisor.BOOT}], sync=False)
     before = (tmp_path / supervisor.RUNS).read_bytes()
 
     def full(fd: int) -> None:
