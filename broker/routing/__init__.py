@@ -1,6 +1,14 @@
-"""Content-based routing as a pure state machine (no I/O): the Router and its messages."""
+"""Content-based routing as a pure state machine (no I/O): the Router and its messages.
 
-from broker.routing.forwarding import COVERING_MODES
+The router's names are imported when first used (PEP 562): a client needs the messages only,
+and the router's matcher brings NumPy, about 60 ms at the start of every client process.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 from broker.routing.messages import (
     DEFAULT_TTL,
     Ack,
@@ -23,7 +31,10 @@ from broker.routing.messages import (
     Unadvertise,
     Unsubscribe,
 )
-from broker.routing.router import Output, Router
+
+if TYPE_CHECKING:
+    from broker.routing.forwarding import COVERING_MODES
+    from broker.routing.router import Output, Router
 
 __all__ = [
     "COVERING_MODES",
@@ -50,3 +61,14 @@ __all__ = [
     "Unadvertise",
     "Unsubscribe",
 ]
+
+_HOMES = {"COVERING_MODES": "forwarding", "Output": "router", "Router": "router"}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
