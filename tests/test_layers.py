@@ -9,6 +9,7 @@ Read from the source with ``ast`` (every ``import``, including those inside func
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,3 +90,16 @@ def test_the_workflow_vocabulary_and_the_agents_import_no_heavy_libraries(packag
         )
 
     assert [(file, module) for file, module in imported_modules(package) if not allowed(module)] == []
+
+
+def test_a_client_process_loads_neither_the_matcher_nor_spark() -> None:
+    """``broker.routing`` and ``wfm.history`` import their heavy names when first used
+    (``broker.lazy``): a publisher, an agent or ``wfm deploy`` must not pay NumPy's or PySpark's
+    start-up for a router or a store it never builds."""
+    probe = (
+        "import sys, broker.client, agents.service, wfm.deploy, wfm.monitor.service; "
+        "print(sorted({'numpy', 'pyspark'} & set(sys.modules)))"
+    )
+    command = [sys.executable, "-c", probe]
+    loaded = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
+    assert loaded.stdout.strip() == "[]"

@@ -6,9 +6,9 @@ and the router's matcher brings NumPy, about 60 ms at the start of every client 
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
 
+from broker.lazy import lazy_names
 from broker.routing.messages import (
     DEFAULT_TTL,
     Ack,
@@ -62,13 +62,7 @@ __all__ = [
     "Unsubscribe",
 ]
 
-_HOMES = {"COVERING_MODES": "forwarding", "Output": "router", "Router": "router"}
-
-
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(
+    __name__,
+    {"COVERING_MODES": "forwarding", "Output": "router", "Router": "router"},
+)

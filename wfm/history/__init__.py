@@ -7,8 +7,9 @@ importing PySpark cost each of them about 0.1 s at start.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from broker.lazy import lazy_names
 
 if TYPE_CHECKING:
     from wfm.history.landing import Landing, StoredPublication, read_landing
@@ -26,21 +27,15 @@ __all__ = [
     "spark_session",
 ]
 
-_HOMES = {
-    "HistoryStore": "store",
-    "Landing": "landing",
-    "StoreError": "store",
-    "StoredPublication": "landing",
-    "compile_filter": "spark_filter",
-    "read_landing": "landing",
-    "spark_session": "spark",
-}
-
-
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "HistoryStore": "store",
+        "Landing": "landing",
+        "StoreError": "store",
+        "StoredPublication": "landing",
+        "compile_filter": "spark_filter",
+        "read_landing": "landing",
+        "spark_session": "spark",
+    },
+)
