@@ -105,6 +105,13 @@ OUTBOX_LIMIT = 16 << 20  # bytes of answers a connection may leave unread before
 FOLDERS_CACHED = 1024  # resolved folders a daemon remembers (generations' folders, mostly)
 RUN_FOLDERS_CACHED = 64  # folders whose runs file a daemon keeps read (:class:`Records`)
 RUNS = "runs.jsonl"  # in each generation's folder: what the daemon recorded of its runs
+BIND_PATIENCE = 2.0  # seconds a dead predecessor's socket may take to go (:func:`_listen`)
+LONGEST_WAIT = 3_600_000  # milliseconds one poll() waits at most (its argument is a C int)
+CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+REQUEST = {"id", "log", "command", "cwd", "timeout", "env"}
+RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)  # ignored by Python: a command gets the default back
+ENDED: dict[str, object] = {"run": "ended"}
+LOST: dict[str, object] = {"run": "lost"}
 
 
 def _boot_id() -> str:
@@ -118,13 +125,6 @@ def _boot_id() -> str:
 
 
 BOOT = _boot_id()
-BIND_PATIENCE = 2.0  # seconds a dead predecessor's socket may take to go (:func:`_listen`)
-LONGEST_WAIT = 3_600_000  # milliseconds one poll() waits at most (its argument is a C int)
-CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
-REQUEST = {"id", "log", "command", "cwd", "timeout", "env"}
-RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)  # ignored by Python: a command gets the default back
-ENDED: dict[str, object] = {"run": "ended"}
-LOST: dict[str, object] = {"run": "lost"}
 
 
 def write_atomically(path: str | os.PathLike[str], data: dict[str, object]) -> None:
