@@ -4,8 +4,18 @@
 ``DIR/NAME.crt`` and ``DIR/NAME.key``, signed by that CA. A certificate's subject is
 ``O=wfm, OU=<role>, CN=<name>``: the broker reads who a peer is (CN) and what it may be (OU) from
 the certificate it verified, never from what the peer says (see docs/security.md). Keys are ECDSA
-P-256, written with mode 0600 before a byte of them is; nothing existing is overwritten without
-``force``, so a second ``init`` cannot silently cut every issued identity off its CA.
+P-256; nothing existing is overwritten without ``force``, so a second ``init`` cannot silently cut
+every issued identity off its CA. ``revoke(DIR, NAME)`` adds NAME's certificate to ``DIR/ca.crl``,
+a CRL signed by the CA that every process re-reads (``broker.transport.revocation``).
+
+Modes are explicit, whatever the umask (``_write_file``): keys 0600, certificates and the CRL
+0644 (public, and read by processes that may run as another user once copied to their host),
+the directory 0700 when it is made here: it holds ``ca.key`` and every identity's key, whose
+names and presence are nobody else's business, and nothing in it is of use to another user of
+this machine (they cannot read the keys; the public files are copied to where they run). A
+directory that already exists keeps its mode. Every file is written to a temporary name with its
+mode set before a byte is written, then renamed over the old one: a reader sees the old file or
+the new, never half of one, and a key is never readable by others, not even for an instant.
 """
 
 from __future__ import annotations
@@ -14,16 +24,19 @@ import datetime
 import ipaddress
 import os
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from broker.errors import LocalError
+from broker.transport.revocation import CRL, Entry, RevocationError, name_extension, read
 
 __all__ = [
     "CA",
@@ -36,10 +49,17 @@ __all__ = [
     "init",
     "issue",
     "listing",
+    "revocations",
+    "revoke",
     "subject_name",
 ]
 
-ROLES = ("broker", "agent", "deployer", "monitor", "client")
+# What a certificate's holder may be (its OU); what each role may do is the brokers' access rules
+# (wfm/security/acl.py) and the agents' checks of who signed what (docs/security.md).
+ROLES = ("broker", "agent", "deployer", "monitor", "client", "operator", "scheduler", "historian")
+KEY_MODE = 0o600  # only the owner reads a key
+PUBLIC_MODE = 0o644  # certificates and the revocation list: public
+DIRECTORY_MODE = 0o700  # see the module's header
 CA = "ca"  # DIR/ca.crt, DIR/ca.key
 DEFAULT_DAYS = 365
 CA_DAYS = 10 * 365  # rotating the CA means re-issuing everything: it outlives its identities
@@ -60,6 +80,8 @@ class Issued:
     role: str
     expires: datetime.datetime
     hosts: tuple[str, ...]
+    serial: int = 0
+    revoked: datetime.datetime | None = None  # when, if DIR/ca.crl revokes it
 
 
 def check_name(name: str) -> str:
@@ -82,7 +104,9 @@ def init(directory: Path, force: bool = False, days: int = CA_DAYS) -> Path:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    return _write(directory, CA, cert, key, force)
+    written = _write(directory, CA, cert, key, force)
+    (directory / CRL).unlink(missing_ok=True)  # the old CA's list: a new CA has revoked nothing
+    return written
 
 
 def issue(
@@ -136,16 +160,59 @@ def ensure(directory: Path, identities: Mapping[str, str]) -> Path:
 
 
 def listing(directory: Path) -> list[Issued]:
-    """Every certificate in ``directory``, the CA first."""
+    """Every certificate in ``directory``, the CA first, with when it was revoked if it was."""
     found = []
+    revoked = {entry.serial: entry for entry in revocations(directory)}
     for path in sorted(directory.glob("*.crt"), key=lambda p: (p.stem != CA, p.stem)):
         try:
             cert = x509.load_pem_x509_certificate(path.read_bytes())
         except (OSError, ValueError) as error:
             raise CertError(f"cannot read {path}: {error}") from None
         role = _attribute(cert, NameOID.ORGANIZATIONAL_UNIT_NAME)
-        found.append(Issued(path.stem, role, cert.not_valid_after_utc, _hosts(cert)))
+        entry = revoked.get(cert.serial_number) if path.stem != CA else None
+        when = None if entry is None else entry.revoked
+        found.append(
+            Issued(path.stem, role, cert.not_valid_after_utc, _hosts(cert), cert.serial_number, when)
+        )
     return found
+
+
+def revocations(directory: Path) -> list[Entry]:
+    """What ``DIR/ca.crl`` revokes (verified against the CA), oldest first; nothing without it."""
+    try:
+        crl = read(directory)
+    except RevocationError as error:
+        raise CertError(str(error)) from None
+    return [] if crl is None else sorted(crl.entries, key=lambda entry: entry.revoked)
+
+
+def revoke(directory: Path, name: str) -> tuple[Path, Entry, bool]:
+    """Revoke identity ``name``: the serial of ``DIR/NAME.crt`` (and the name) added to
+    ``DIR/ca.crl``, signed by the CA. The list's path, the entry, and whether it is new (False:
+    it was revoked already, and nothing was written)."""
+    check_name(name)
+    ca_cert, ca_key = _load_ca(directory)
+    entries = revocations(directory)
+    path = directory / f"{name}.crt"
+    try:
+        cert = x509.load_pem_x509_certificate(path.read_bytes())
+    except FileNotFoundError:
+        gone = [entry for entry in entries if entry.name == name]
+        if gone:  # revoked, then its files removed: still revoked
+            return directory / CRL, gone[-1], False
+        raise CertError(f"no identity {name} in {directory} (no {path.name}): nothing to revoke") from None
+    except (OSError, ValueError) as error:
+        raise CertError(f"cannot read {path}: {error}") from None
+    try:
+        cert.verify_directly_issued_by(ca_cert)
+    except (ValueError, TypeError, InvalidSignature):
+        raise CertError(f"{path} was not issued by the CA in {directory}: nothing to revoke") from None
+    for entry in entries:
+        if entry.serial == cert.serial_number:
+            return directory / CRL, entry, False
+    entry = Entry(cert.serial_number, name, _now().replace(microsecond=0))
+    _write_crl(directory, ca_cert, ca_key, [*entries, entry])
+    return directory / CRL, entry, True
 
 
 # helpers ------------------------------------------------------------------------------------------
@@ -213,28 +280,94 @@ def _load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivate
     return cert, key
 
 
+def _write_crl(
+    directory: Path, ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, entries: list[Entry]
+) -> None:
+    """``DIR/ca.crl`` listing ``entries``, numbered one above the list it replaces. Valid as long
+    as the CA: OpenSSL refuses every peer once a CRL in force has expired, and there is no one to
+    renew it on a schedule."""
+    try:
+        crl = read(directory, ca_cert)
+    except RevocationError:
+        crl = None  # unusable: replaced (it may have been the reason to revoke again)
+    number = 1 if crl is None else crl.number + 1
+    now = _now()
+    builder = (
+        x509.CertificateRevocationListBuilder()
+        .issuer_name(ca_cert.subject)
+        .last_update(now - datetime.timedelta(minutes=5))  # a reader's clock a little behind
+        .next_update(max(ca_cert.not_valid_after_utc, now + datetime.timedelta(days=1)))
+        .add_extension(x509.CRLNumber(number), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+    )
+    for entry in entries:
+        builder = builder.add_revoked_certificate(
+            x509.RevokedCertificateBuilder()
+            .serial_number(entry.serial)
+            .revocation_date(entry.revoked)
+            .add_extension(name_extension(entry.name), critical=False)
+            .build()
+        )
+    pem = builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+    try:
+        _write_file(directory / CRL, pem, PUBLIC_MODE)
+    except OSError as error:
+        raise CertError(f"cannot write {directory / CRL}: {error.strerror or error}") from None
+
+
 def _write(
     directory: Path, name: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey, force: bool
 ) -> Path:
-    """``NAME.key`` (0600, created so: never readable by others, not even for an instant) and
-    ``NAME.crt``; CertError naming ``--force`` if either exists and ``force`` is not given."""
+    """``NAME.key`` (0600) and ``NAME.crt`` (0644), whatever the umask; CertError naming
+    ``--force`` if either exists and ``force`` is not given."""
     crt, key_file = directory / f"{name}.crt", directory / f"{name}.key"
     what = "a CA" if name == CA else f"identity {name}"
     if not force and (crt.exists() or key_file.exists()):
         raise CertError(f"{directory} already holds {what} ({crt.name}): give --force to replace it")
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        key_file.unlink(missing_ok=True)
-        descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "wb") as out:
-            out.write(
-                key.private_bytes(
-                    serialization.Encoding.PEM,
-                    serialization.PrivateFormat.PKCS8,
-                    serialization.NoEncryption(),
-                )
-            )
-        crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _make_directory(directory)
+        private = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        _write_file(key_file, private, KEY_MODE)
+        _write_file(crt, cert.public_bytes(serialization.Encoding.PEM), PUBLIC_MODE)
     except OSError as error:
         raise CertError(f"cannot write {what} in {directory}: {error.strerror or error}") from None
     return crt
+
+
+def _make_directory(directory: Path) -> None:
+    """``directory`` and its missing parents; the directory itself 0700 if made here (the
+    parents as the umask says, like ``mkdir -p``)."""
+    if directory.is_dir():
+        return
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(directory, DIRECTORY_MODE)
+    except FileExistsError:  # made meanwhile by someone else: theirs
+        return
+    os.chmod(directory, DIRECTORY_MODE)  # the umask may have taken bits off (or left them, at 000)
+
+
+def _write_file(path: Path, data: bytes, mode: int) -> None:
+    """``data`` in ``path`` with ``mode``, whatever the umask: written to a temporary file made
+    with that mode (fchmod'ed: the umask only takes bits away), synced, renamed over ``path``."""
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(descriptor, "wb") as out:
+            os.fchmod(out.fileno(), mode)
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import stat
 from pathlib import Path
 
 import pytest
 from cryptography import x509
 
+from broker.transport.revocation import entry_name
 from tests.wfm.test_cli import run
 from wfm.certs import ROLES
 
@@ -153,3 +155,101 @@ def test_a_broker_without_tls_will_not_listen_beyond_loopback(capsys: pytest.Cap
         "wfm: error: refusing to listen on 0.0.0.0 without TLS: anyone who reaches it could join the"
         " overlay; give --tls DIR --identity NAME, or --insecure to accept that\n"
     )
+
+
+def test_the_new_roles_may_be_issued(ca: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for role in ("operator", "scheduler", "historian"):
+        code, out, err = run(capsys, "certs", "issue", str(ca), f"the-{role}", "--role", role)
+        assert (code, err) == (0, ""), err
+        assert subject(load(Path(out.strip())))["organizationalUnitName"] == role
+    _, out, _ = run(capsys, "certs", "issue", "--help")
+    assert "operator (trigger, cancel, rerun: not deploy)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o277])
+def test_modes_are_explicit_whatever_the_umask(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], umask: int
+) -> None:
+    """Under ``umask 000`` the certificates were 0666 and the directory 0777 (anyone could swap
+    ca.crt); under ``umask 277`` a key could not even be written. Now: keys 0600, certificates
+    and the list 0644, the directory 0700, and no temporary file left."""
+    directory = tmp_path / "certs"
+    old = os.umask(umask)
+    try:
+        for argv in (
+            ("certs", "init", str(directory)),
+            ("certs", "issue", str(directory), "alice", "--role", "client"),
+            ("certs", "issue", str(directory), "alice", "--role", "client", "--force"),
+            ("certs", "revoke", str(directory), "alice"),
+        ):
+            code, _, err = run(capsys, *argv)
+            assert code == 0, err
+    finally:
+        os.umask(old)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in directory.iterdir()}
+    assert modes == {
+        "ca.key": 0o600,
+        "alice.key": 0o600,
+        "ca.crt": 0o644,
+        "alice.crt": 0o644,
+        "ca.crl": 0o644,
+    }
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+
+
+def crl(directory: Path) -> x509.CertificateRevocationList:
+    return x509.load_pem_x509_crl((directory / "ca.crl").read_bytes())
+
+
+def test_revoke_lists_the_serial_in_a_crl_signed_by_the_ca(
+    ca: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(capsys, "certs", "issue", str(ca), "alice", "--role", "client")
+    run(capsys, "certs", "issue", str(ca), "bob", "--role", "client")
+    alice = load(ca / "alice.crt")
+    code, out, err = run(capsys, "certs", "revoke", str(ca), "alice")
+    assert (code, err) == (
+        0,
+        "",
+    ) and out == f"{ca / 'ca.crl'}: revoked alice (serial {alice.serial_number:x})\n"
+    authority = load(ca / "ca.crt")
+    listed = crl(ca)
+    assert listed.issuer == authority.subject and listed.is_signature_valid(authority.public_key())  # type: ignore[arg-type]
+    assert [r.serial_number for r in listed] == [alice.serial_number]
+    assert entry_name(listed[0]) == "alice"
+    before = (ca / "ca.crl").read_bytes()
+    code, out, _ = run(capsys, "certs", "revoke", str(ca), "alice")  # twice: the same list
+    assert code == 0 and "alice (serial" in out and "was revoked already" in out
+    assert (ca / "ca.crl").read_bytes() == before
+    run(capsys, "certs", "revoke", str(ca), "bob")
+    assert [entry_name(r) for r in crl(ca)] == ["alice", "bob"]
+    code, out, _ = run(capsys, "certs", "list", str(ca))
+    lines = {line.split()[0]: line for line in out.splitlines()}
+    assert "REVOKED" in lines["alice"] and "REVOKED" in lines["bob"] and "REVOKED" not in lines["ca"]
+    # alice gets a new certificate: the old one stays revoked, listed as replaced
+    run(capsys, "certs", "issue", str(ca), "alice", "--role", "client", "--force")
+    _, out, _ = run(capsys, "certs", "list", str(ca), "-o", "json")
+    records = [json.loads(line) for line in out.splitlines()]
+    alices = [(r["role"], r["revoked"] is not None) for r in records if r["name"] == "alice"]
+    assert alices == [("client", False), (None, True)]
+    assert [r["serial"] for r in records if r["revoked"] and r["role"] is None] == [
+        f"{alice.serial_number:x}"
+    ]
+
+
+def test_revoking_an_unknown_identity_is_a_one_line_error(
+    ca: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "certs", "revoke", str(ca), "nobody")
+    assert (code, out) == (1, "")
+    assert err == f"wfm: error: no identity nobody in {ca} (no nobody.crt): nothing to revoke\n"
+    code, _, err = run(capsys, "certs", "revoke", str(ca), "ca")
+    assert code == 1 and "'ca' is not an identity name" in err and err.count("\n") == 1
+    assert not (ca / "ca.crl").exists()
+
+
+def test_a_new_ca_starts_with_no_revocations(ca: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(capsys, "certs", "issue", str(ca), "alice", "--role", "client")
+    run(capsys, "certs", "revoke", str(ca), "alice")
+    assert run(capsys, "certs", "init", str(ca), "--force")[0] == 0
+    assert not (ca / "ca.crl").exists()

@@ -1,4 +1,5 @@
-"""``wfm certs init|issue|list``: a deployment's CA and identities, thin commands over wfm.certs."""
+"""``wfm certs init|issue|revoke|list``: a deployment's CA and identities, thin commands over
+wfm.certs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from wfm.certs import DEFAULT_DAYS, DEFAULT_HOSTS, ROLES, init, issue, listing
+from wfm.certs import DEFAULT_DAYS, DEFAULT_HOSTS, ROLES, init, issue, listing, revocations, revoke
 from wfm.cli.options import output_option
 
 DIRECTORY = click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
@@ -18,7 +19,7 @@ FORCE = click.option(
 
 @click.group()
 def certs() -> None:
-    """Make and list the certificates of a deployment (one CA, one identity per process)."""
+    """Make, revoke and list the certificates of a deployment (one CA, one identity per process)."""
 
 
 @certs.command("init")
@@ -32,7 +33,14 @@ def init_command(directory: Path, force: bool) -> None:
 @certs.command("issue")
 @DIRECTORY
 @click.argument("name")
-@click.option("--role", type=click.Choice(ROLES), required=True, help="What NAME may be (the OU).")
+@click.option(
+    "--role",
+    type=click.Choice(ROLES),
+    required=True,
+    help="What NAME may be (the OU): broker; agent; deployer (deploy, trigger, cancel, rerun);"
+    " operator (trigger, cancel, rerun: not deploy); scheduler (trigger only); monitor (read);"
+    " historian (the historian process); client.",
+)
 @click.option(
     "--days", type=click.IntRange(1), default=DEFAULT_DAYS, show_default=True, help="Days it is valid."
 )
@@ -51,18 +59,60 @@ def issue_command(
     click.echo(issue(directory, name, role, days, hosts, force))
 
 
+@certs.command("revoke")
+@DIRECTORY
+@click.argument("name")
+def revoke_command(directory: Path, name: str) -> None:
+    """Revoke identity NAME: its certificate's serial goes in DIRECTORY/ca.crl, signed by the CA.
+    Copy ca.crl to every host, next to ca.crt: brokers then refuse NAME (and close its links)
+    and agents its signatures, within seconds, without a restart. Revoking twice changes nothing."""
+    path, entry, new = revoke(directory, name)
+    if new:
+        click.echo(f"{path}: revoked {name} (serial {entry.serial:x})")
+    else:
+        click.echo(f"{path}: {name} (serial {entry.serial:x}) was revoked already, {entry.revoked:%Y-%m-%d}")
+
+
 @certs.command("list")
 @DIRECTORY
 @output_option
 def list_command(directory: Path, output: str) -> None:
-    """Every certificate in DIRECTORY: name, role, expiry and a broker's hosts (-o json: one
-    object each, {"name", "role", "expires", "hosts"})."""
-    for item in listing(directory):
-        if output == "json":
-            expires = item.expires.isoformat()
-            click.echo(
-                json.dumps({"name": item.name, "role": item.role, "expires": expires, "hosts": item.hosts})
-            )
-            continue
+    """Every certificate in DIRECTORY: name, role, expiry, a broker's hosts and whether ca.crl
+    revokes it; then the revoked certificates no longer in DIRECTORY (replaced since). -o json:
+    one object each, {"name", "role", "expires", "hosts", "serial", "revoked"} ("revoked": when,
+    or null; "role" and "expires" null for one no longer in DIRECTORY)."""
+    issued = listing(directory)
+    records: list[dict[str, object]] = []
+    lines = []
+    for item in issued:
+        revoked = f"  REVOKED {item.revoked:%Y-%m-%d %H:%M}Z" if item.revoked else ""
         hosts = f"  {','.join(item.hosts)}" if item.hosts else ""
-        click.echo(f"{item.name:<16} {item.role:<9} expires {item.expires:%Y-%m-%d %H:%M}Z{hosts}")
+        lines.append(f"{item.name:<16} {item.role:<9} expires {item.expires:%Y-%m-%d %H:%M}Z{revoked}{hosts}")
+        records.append(
+            {
+                "name": item.name,
+                "role": item.role,
+                "expires": item.expires.isoformat(),
+                "hosts": item.hosts,
+                "serial": f"{item.serial:x}",
+                "revoked": None if item.revoked is None else item.revoked.isoformat(),
+            }
+        )
+    here = {item.serial for item in issued}
+    for entry in revocations(directory):
+        if entry.serial in here:
+            continue
+        when = f"{entry.revoked:%Y-%m-%d %H:%M}Z"
+        lines.append(f"{entry.name:<16} {'-':<9} REVOKED {when} (serial {entry.serial:x}, replaced since)")
+        records.append(
+            {
+                "name": entry.name,
+                "role": None,
+                "expires": None,
+                "hosts": [],
+                "serial": f"{entry.serial:x}",
+                "revoked": entry.revoked.isoformat(),
+            }
+        )
+    for line, record in zip(lines, records, strict=True):
+        click.echo(json.dumps(record) if output == "json" else line)
