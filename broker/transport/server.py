@@ -17,12 +17,20 @@ Hello that claims more than the certificate (a broker without a broker certifica
 that is not its name) are refused, counted (``link.tls_refused``, ``link.identity_refused``) and
 logged once per peer address; the router hears the certificate's name and role in ``LinkUp``.
 Without one the broker listens on loopback only, unless told it is ``insecure``.
+
+With an identity, a certificate that ``DIR/ca.crl`` revokes fails the handshake, and a link
+whose peer's certificate is revoked while it runs is closed (both counted as
+``link.revoked_refused``): the broker looks at the file every ``RECHECK`` seconds, no restart
+needed. And at most ``max_handshakes`` connections may be in handshake (TLS, then hello) at once,
+at most ``max_handshakes_per_address`` of them from one address: past the second the new
+connection is closed, past the first the oldest one of the address that holds the most is (so a
+client whose handshake takes milliseconds gets in while half-open connections hold the rest);
+both counted as ``link.handshake_refused``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import random
@@ -31,6 +39,7 @@ import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +58,15 @@ from broker.transport.uri import BrokerURI
 
 __all__ = ["RouterService", "loopback"]
 
-HANDSHAKE_TIMEOUT = 5.0
+HANDSHAKE_TIMEOUT = 5.0  # seconds for the TLS handshake, and again for the hello after it
+# Connections in handshake at once (with TLS), and from one address. A handshake on a LAN takes
+# milliseconds; an attacker's half-open connections would each hold a task and a socket for
+# HANDSHAKE_TIMEOUT. 64 is far more than a broker's clients have in handshake at once, even all
+# reconnecting after a restart (one closed retries with backoff); 16 per address keeps one host
+# from taking them all.
+MAX_HANDSHAKES = 64
+MAX_HANDSHAKES_PER_ADDRESS = 16
+X509_V_ERR_CERT_REVOKED = 23  # OpenSSL's verify code for a certificate a CRL revokes
 _JITTER = random.Random()  # our own: redials never touch the random module's state
 TICK = 1.0  # seconds between the router's Ticks: how late a client session may expire
 QUIET = 0.05  # seconds without an input after which the router's pending index entries are merged
@@ -57,6 +74,17 @@ REDIAL_CAP = 0.25  # seconds between two dials of a neighbour, at most (times 0.
 # restarted from its log is back in a second or two, and what it holds waits for the link; at 1 s
 # the link came back 0.8-1.2 s after the restarted broker listened (reliability benchmark), and a
 # refused connect four times a second costs nothing worth saving
+
+
+@dataclass(eq=False, slots=True)
+class _Handshake:
+    """A connection in handshake: where from, its handler (cancelled to make room for another),
+    its stream, and whether it was so cancelled."""
+
+    address: str
+    task: asyncio.Task[Any]
+    writer: asyncio.StreamWriter
+    evicted: bool = False
 
 
 def loopback(host: str) -> bool:
@@ -88,6 +116,8 @@ class RouterService:
         policy: Policy | None = None,
         tls: Identity | None = None,
         insecure: bool = False,
+        max_handshakes: int = MAX_HANDSHAKES,
+        max_handshakes_per_address: int = MAX_HANDSHAKES_PER_ADDRESS,
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
@@ -133,6 +163,12 @@ class RouterService:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[asyncio.Task[Any]] = set()  # accepted-connection handlers
+        self.max_handshakes = max_handshakes
+        self.max_handshakes_per_address = max_handshakes_per_address
+        self._handshakes: dict[str, dict[_Handshake, None]] = {}  # by address, oldest first
+        self._handshaking = 0
+        self._verified: dict[Link, Peer] = {}  # every TLS link's peer, from its handshake on
+        self._swept: frozenset[int] = frozenset()  # the revoked serials links were last checked against
 
     # lifecycle ----------------------------------------------------------------------------------
 
@@ -146,6 +182,9 @@ class RouterService:
         self._spawn(self._heartbeats())
         self._spawn(self._settle_when_quiet())
         self._spawn(self._ticks(min(TICK, self.router.sessions.grace or TICK)))
+        if self.tls is not None:
+            self._swept = self.tls.revocations.serials
+            self._spawn(self._revocations(self.tls))
 
     def _restore(self, log_file: RouterLog) -> None:
         """The router as it was, configured as this process was told; every link it had is down
@@ -318,6 +357,34 @@ class RouterService:
         assert task is not None
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
+        handshake: _Handshake | None = None
+        if self.tls is not None:
+            handshake = self._handshake_begins(task, writer)
+            if handshake is None:
+                return
+        try:
+            shaken = await self._handshake(reader, writer)
+        except asyncio.CancelledError:
+            if handshake is None or not handshake.evicted:
+                raise
+            task.uncancel()  # closed to make room: counted and logged already
+            writer.transport.abort()
+            return
+        finally:
+            if handshake is not None:
+                self._handshake_ends(handshake)
+        if shaken is not None:
+            link, hello, sent, who = shaken
+            try:
+                await self._serve(link, hello.id, hello, sent, who)
+            finally:
+                self._verified.pop(link, None)
+
+    async def _handshake(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[Link, Hello, Hello, Peer | None] | None:
+        """TLS (with an identity), then the peer's hello and ours: the link, both hellos and the
+        peer's certificate; None if it failed (refused, counted, closed)."""
         who: Peer | None = None
         if self.tls is not None:
             # the first await: asyncio hands the bytes already received to the TLS layer only
@@ -325,37 +392,89 @@ class RouterService:
             try:
                 await writer.start_tls(self.tls.server, ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
             except (OSError, ssl.SSLError, TimeoutError) as error:
-                self._refused(writer, "tls_refused", f"TLS handshake failed: {_handshake_error(error)}")
+                revoked = getattr(error, "verify_code", None) == X509_V_ERR_CERT_REVOKED
+                counter = "revoked_refused" if revoked else "tls_refused"
+                self._refused(writer, counter, f"TLS handshake failed: {_handshake_error(error)}")
+                # start_tls closed the socket; the stream never hears of it (its protocol was
+                # handed to the TLS layer), so waiting for it to close would wait for ever
                 writer.close()
-                with contextlib.suppress(OSError, ssl.SSLError):
-                    await writer.wait_closed()
-                return
+                return None
             who = peer(writer.get_extra_info("peercert"))
         link = Link(reader, writer, "incoming", self.queue_limit)
+        if who is not None:
+            self._verified[link] = who
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT):
                 hello = await self._first(link)
+        except asyncio.CancelledError:
+            link.close("cancelled in its handshake", abort=True)
+            await self._unshaken(link)
+            raise
         except (TimeoutError, LinkClosed, ProtocolError) as error:
             self.counters["handshake_failed"] += 1
             link.send(Refuse("", f"handshake failed: {error or 'timeout'}"))
             await link.flush_and_close("handshake failed")
-            await link.wait_closed()
-            return
+            await self._unshaken(link)
+            return None
+        if link.closed is not None:  # revoked while it said hello
+            await self._unshaken(link)
+            return None
         hop = hello.id
         if who is not None and (reason := _impostor(hello, who)):
             self._refused(writer, "identity_refused", reason)
             link.send(Refuse("", reason))
             await link.flush_and_close(reason)
-            await link.wait_closed()
-            return
+            await self._unshaken(link)
+            return None
         if hop == self.uri.id or hop in self.links:
             link.send(Refuse("", f"{hello.kind} id {hop!r} is already connected"))
             await link.flush_and_close(f"duplicate id {hop}")
-            await link.wait_closed()
-            return
+            await self._unshaken(link)
+            return None
         sent = self._hello(hop)
         link.send(sent)
-        await self._serve(link, hop, hello, sent, who)
+        return link, hello, sent, who
+
+    async def _unshaken(self, link: Link) -> None:
+        self._verified.pop(link, None)
+        await link.wait_closed()
+
+    def _handshake_begins(self, task: asyncio.Task[Any], writer: asyncio.StreamWriter) -> _Handshake | None:
+        """Room for one more connection in handshake, or None (it was closed, counted and logged).
+        Past ``max_handshakes_per_address`` from its address the new one is closed; past
+        ``max_handshakes`` the oldest of the address that holds the most is, so that a client
+        whose handshake takes milliseconds gets in while half-open connections hold the rest."""
+        address = str((writer.get_extra_info("peername") or ("?", 0))[0])
+        mine = self._handshakes.get(address, {})
+        if len(mine) >= self.max_handshakes_per_address:
+            self._refused(
+                writer, "handshake_refused", f"{len(mine)} connections from there in handshake already"
+            )
+            writer.transport.abort()
+            return None
+        if self._handshaking >= self.max_handshakes:
+            busiest = max(self._handshakes.values(), key=lambda handshakes: len(handshakes))
+            oldest = next(iter(busiest))
+            oldest.evicted = True
+            self._handshake_ends(oldest)
+            self._refused(
+                oldest.writer,
+                "handshake_refused",
+                f"{self.max_handshakes} connections in handshake: closed the oldest of the busiest address",
+            )
+            oldest.task.cancel()
+        handshake = _Handshake(address, task, writer)
+        self._handshakes.setdefault(address, {})[handshake] = None
+        self._handshaking += 1
+        return handshake
+
+    def _handshake_ends(self, handshake: _Handshake) -> None:
+        mine = self._handshakes.get(handshake.address)
+        if mine is not None and handshake in mine:
+            del mine[handshake]
+            self._handshaking -= 1
+            if not mine:
+                del self._handshakes[handshake.address]
 
     def _refused(self, writer: asyncio.StreamWriter, counter: str, reason: str) -> None:
         """Count a refused peer; log it once per address (then once a minute with how many more)."""
@@ -390,6 +509,8 @@ class RouterService:
                     link = Link(reader, writer, neighbor.id, self.queue_limit)
                     if who is not None and (who.role != "broker" or who.name != neighbor.id):
                         raise ProtocolError(f"{neighbor}'s certificate is {who}, not broker {neighbor.id}")
+                    if who is not None:
+                        self._verified[link] = who
                     sent = self._hello(neighbor.id)
                     link.send(sent)
                     async with asyncio.timeout(HANDSHAKE_TIMEOUT):
@@ -407,6 +528,9 @@ class RouterService:
                         self.log.debug("cannot link to %s: %s", neighbor, error)
                     if link is not None:
                         await link.wait_closed()
+                finally:
+                    if link is not None:
+                        self._verified.pop(link, None)
             await asyncio.sleep(delay * (0.5 + _JITTER.random()))
             delay = min(delay * 2, REDIAL_CAP)
 
@@ -510,6 +634,26 @@ class RouterService:
             await asyncio.sleep(QUIET)
             while not self._input_seen.is_set() and self.router.settle():
                 await asyncio.sleep(0)
+
+    async def _revocations(self, tls: Identity) -> None:
+        """Every ``RECHECK`` seconds: the revocation list again (the TLS contexts are rebuilt when
+        it changed, so new handshakes check the new one), and the links whose peer's certificate
+        it revokes now are closed, one line logged and counted each."""
+        while True:
+            await asyncio.sleep(tls.revocations.recheck)
+            tls.refresh(now=True)
+            serials = tls.revocations.serials
+            if serials is not self._swept:
+                self._swept = serials
+                self._cut_revoked(serials)
+
+    def _cut_revoked(self, serials: frozenset[int]) -> None:
+        for link, who in list(self._verified.items()):
+            if who.serial in serials and link.closed is None:
+                self.counters["revoked_refused"] += 1
+                self.log.warning("disconnected %s: certificate %s is revoked", link.name, who)
+                link.send(Refuse("", f"certificate {who.name} is revoked"))
+                self._spawn(link.flush_and_close("certificate revoked"))
 
     async def _heartbeats(self) -> None:
         while True:
