@@ -65,6 +65,12 @@ log = logging.getLogger(__name__)
 
 SEEN_PUBLICATIONS = 65536  # ids remembered to drop a publication that comes round a cycle
 DETAIL_LIMIT = 300  # entries per table in a detailed status: the reply must fit in one frame
+# The roles that see a broker's detail (its tables, who is away, where its neighbours are); a
+# client of any other role gets the counts and counters only. A client with no certificate (a
+# plain developer link) sees all, as before roles existed.
+STATUS_DETAIL_ROLES = ("deployer", "operator")
+WITHHELD = "tables, sessions and neighbour addresses are shown to roles deployer and operator only"
+_DETAIL = ("away", "epoch")  # what a summary leaves out: who is away, the custody epoch
 
 
 class Router:
@@ -172,6 +178,12 @@ class Router:
             **(self._tables() if detail else {}),
         }
 
+    def summary(self) -> dict[str, Any]:
+        """What any client may see: the status without its detail (``_DETAIL``, the tables), and
+        ``withheld`` saying so."""
+        status = self.status()
+        return {key: value for key, value in status.items() if key not in _DETAIL} | {"withheld": WITHHELD}
+
     def _tables(self) -> dict[str, Any]:
         def bounded(entries: list[dict[str, Any]], total: int) -> dict[str, Any]:
             return {"entries": entries, "total": total}
@@ -213,6 +225,9 @@ class Router:
     # from a client ------------------------------------------------------------------------------
 
     def _status(self, message: StatusRequest, hop: str, now: float) -> Output:
+        identity, role = self.sessions.peers.get(hop, ("", ""))
+        if identity and role not in STATUS_DETAIL_ROLES:
+            return [(hop, StatusReply(message.ref, self.summary()))]
         return [(hop, StatusReply(message.ref, self.status(message.detail)))]
 
     def _client_withdraws(self, message: Unadvertise | Unsubscribe, hop: str, now: float) -> Output:

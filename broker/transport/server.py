@@ -277,10 +277,12 @@ class RouterService:
     def status(self, reported: dict[str, Any] | None = None) -> dict[str, object]:
         """The router's status (``reported``: one it answered already) with what only the process
         knows: its URI, the URIs of the neighbours it dials (so a dashboard can walk the overlay
-        from one broker to the next) and the link counters."""
+        from one broker to the next; not in a summary for a client that may not see detail) and
+        the link counters."""
         status = self.router.status() if reported is None else dict(reported)
         status["uri"] = str(self.uri)
-        status["neighbor_uris"] = {neighbor.id: str(neighbor) for neighbor in self.neighbors}
+        if "withheld" not in status:  # a summary (``Router.summary``): not where the neighbours are
+            status["neighbor_uris"] = {neighbor.id: str(neighbor) for neighbor in self.neighbors}
         status["counters"] = {**status["counters"], **{f"link.{k}": v for k, v in self.counters.items()}}
         return status
 
