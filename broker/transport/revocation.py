@@ -171,8 +171,9 @@ class Revocations:
 
     ``revoked(certificate)`` is True when the certificate's serial is in the list and the list's
     CA issued it; it first re-reads the file if it changed, looking at most once every
-    ``recheck`` seconds (a stat; ``check()`` looks now). It never raises and never blocks for more
-    than reading a small file.
+    ``recheck`` seconds (a stat; ``check()`` looks now). A bad or missing file never makes it
+    raise, and it never blocks for more than reading a small file. Checking that the certificate
+    was issued by the CA, is valid now and has the role wanted stays the caller's.
 
     The constructor raises :class:`RevocationError` (one line) if ``DIR/ca.crt`` cannot be read or
     a ``ca.crl`` is there and cannot be used: a process must not start trusting identities that
