@@ -19,11 +19,21 @@ def state_home(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPat
 @pytest.fixture(scope="session")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One CA for the whole run (made once: key generation is the slow part), with brokers B1-B5,
-    a client ``alice``, a ``deployer`` and a ``monitor``."""
+    a client ``alice``, a ``deployer``, an ``operator``, a ``scheduler``, a ``monitor``, a
+    ``historian`` and agents ``agentA`` and ``agentB``."""
     directory = tmp_path_factory.mktemp("certs")
     init(directory)
     for name in ("B1", "B2", "B3", "B4", "B5"):
         issue(directory, name, "broker")
-    for name, role in (("alice", "client"), ("deployer", "deployer"), ("monitor", "monitor")):
+    for name, role in (
+        ("alice", "client"),
+        ("deployer", "deployer"),
+        ("operator", "operator"),
+        ("scheduler", "scheduler"),
+        ("monitor", "monitor"),
+        ("historian", "historian"),
+        ("agentA", "agent"),
+        ("agentB", "agent"),
+    ):
         issue(directory, name, role)
     return directory

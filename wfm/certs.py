@@ -150,13 +150,25 @@ def issue(
 
 def ensure(directory: Path, identities: Mapping[str, str]) -> Path:
     """The CA in ``directory`` and an identity for each ``name -> role``, making only what is
-    missing: ``wfm up`` keeps its certificates across runs and issues one for a new agent."""
+    missing or of another role: ``wfm up`` keeps its certificates across runs, issues one for a
+    new agent, and a new one for an identity whose role changed (its historian was a monitor)."""
     if not (directory / f"{CA}.crt").exists():
         init(directory)
     for name, role in identities.items():
-        if not (directory / f"{name}.crt").exists():
+        path = directory / f"{name}.crt"
+        if not path.exists():
             issue(directory, name, role)
+        elif _role_of(path) != role:
+            issue(directory, name, role, force=True)
     return directory
+
+
+def _role_of(path: Path) -> str:
+    try:
+        cert = x509.load_pem_x509_certificate(path.read_bytes())
+    except (OSError, ValueError) as error:
+        raise CertError(f"cannot read {path}: {error}") from None
+    return _attribute(cert, NameOID.ORGANIZATIONAL_UNIT_NAME)
 
 
 def listing(directory: Path) -> list[Issued]:

@@ -135,7 +135,7 @@ def identities(agents: Iterable[str], brokers: Iterable[str] = BROKER_IDS) -> di
     for names, role in (
         (brokers, "broker"),
         (agents, "agent"),
-        ([HISTORIAN], "monitor"),  # subscribes to everything, publishes history answers only
+        ([HISTORIAN], "historian"),  # subscribes to everything, publishes (signed) history answers only
         ([DEPLOYER], "deployer"),
         ([WATCHER], "monitor"),
     ):

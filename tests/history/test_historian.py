@@ -25,11 +25,11 @@ from tests.processes import WFM, against_scripted_broker, brokers, status, wait_
 from tests.transport.harness import free_port
 from wfm.history.landing import Landing, read_landing, segments
 from wfm.history.protocol import (
+    attributed,
     final_publication,
     parse_answer,
     query_advertisement,
     result_subscription,
-    signed,
 )
 
 KEEP = ["--keep", "JOBSTATUS", "--keep", "SEAM"]
@@ -173,7 +173,8 @@ def test_historian_reports_a_bad_query(overlay: dict[str, BrokerURI], historian:
     assert delivery is not None
     answer = parse_answer(delivery.publication)
     assert answer.last and answer.count == 0 and answer.error.startswith("invalid filter:")
-    assert delivery.publication == signed(final_publication("q-bad", 0, answer.error), answer.historian)
+    expected = attributed(final_publication("q-bad", 0, answer.error), answer.historian, "")
+    assert delivery.publication == expected
 
 
 def test_no_historian_is_one_line() -> None:

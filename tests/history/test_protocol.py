@@ -9,10 +9,12 @@ import pytest
 from broker.client import Delivery
 from broker.language import Publication, parse_filter, parse_publication
 from broker.routing.relations import fits
+from tests.signing import DEPLOYER
 from wfm.history.asker import Answers, Seam, absolute, without_time
 from wfm.history.protocol import (
     Answer,
     accepted_publication,
+    attributed,
     decode_text,
     encode_text,
     final_publication,
@@ -21,7 +23,6 @@ from wfm.history.protocol import (
     query_publication,
     result_advertisement,
     result_publication,
-    signed,
 )
 from wfm.history.recorder import Recent, publisher_of
 
@@ -90,12 +91,12 @@ def test_results_fit_the_historians_advertisement() -> None:
     for publication in [
         accepted_publication("q"),
         result_publication("q", 1, "B1/p/1", 1.0, stored),
-        final_publication("q", 1),
+        final_publication("q", 1, digest="ab12"),
         final_publication("q", 0, "query failed: x"),
     ]:
         assert fits(publication, advertisement), publication
-        sent = signed(publication, "historian@host:42")
-        assert fits(sent, advertisement), sent  # as the historian sends them
+        sent = DEPLOYER.sign_publication(attributed(publication, "historian@host:42", "alice"))
+        assert fits(sent, advertisement), sent  # as the historian sends them, signed and addressed
         assert parse_answer(sent).historian == "historian@host:42"
 
 

@@ -9,10 +9,11 @@ import click
 from broker.client import Brokers
 from broker.language import Filter
 from broker.language.values import check_string
-from wfm.cli.options import broker_option
+from wfm.cli.options import acl_option, broker_option
 from wfm.cli.serving import serve
 from wfm.history.historian import DEFAULT_CLASSES, RecorderService
 from wfm.history.spark import MASTER_ENV
+from wfm.security.acl import load_policy
 
 
 def _classes(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -52,13 +53,24 @@ def _classes(ctx: click.Context, param: click.Parameter, value: tuple[str, ...])
     show_default=True,
     help="Seconds between compactions of the landing log (0: never).",
 )
+@acl_option
 def historian(
-    broker_uri: Brokers, store: Path, keep: tuple[str, ...], spark_master: str | None, compact_every: float
+    broker_uri: Brokers,
+    store: Path,
+    keep: tuple[str, ...],
+    spark_master: str | None,
+    compact_every: float,
+    acl: Path | None,
 ) -> None:
-    """Keep every publication of the kept classes and answer historic queries, until SIGINT/SIGTERM."""
+    """Keep every publication of the kept classes and answer historic queries, until SIGINT/SIGTERM.
+
+    With TLS, a query is answered only if signed by its asker, and only if the asker may subscribe
+    to its filter under the brokers' access rules (the defaults, or --acl as the brokers have it)."""
     try:
         store.mkdir(parents=True, exist_ok=True)
-        service = RecorderService(broker_uri, store.absolute(), keep, spark_master, compact_every)
+        service = RecorderService(
+            broker_uri, store.absolute(), keep, spark_master, compact_every, policy=load_policy(acl)
+        )
     except OSError as error:
         raise click.ClickException(f"cannot use the store {store}: {error.strerror or error}") from None
     serve(service)

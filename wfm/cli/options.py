@@ -141,3 +141,12 @@ def checked(check: Callable[[str], object]) -> Callable[[click.Context, click.Pa
             raise click.BadParameter(str(error), ctx, param) from None
 
     return callback
+
+
+acl_option = click.option(
+    "--acl",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="TOML file of access rules, in place of the defaults of the roles it names "
+    "(docs/security.md); applied to clients with a TLS certificate.",
+)

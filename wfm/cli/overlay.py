@@ -21,7 +21,7 @@ from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync
 from broker.transport.server import RouterService
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
-from wfm.cli.options import URI, broker_option, output_option, tls_options
+from wfm.cli.options import URI, acl_option, broker_option, output_option, tls_options
 from wfm.cli.serving import Running, serve
 from wfm.client_commands import apply_line
 from wfm.security.acl import load_policy
@@ -99,13 +99,7 @@ from wfm.topology import load_topology
     help="With --data: inputs between two snapshots of the broker's state; fewer make a restart "
     "replay less, and cost a snapshot's write more often.",
 )
-@click.option(
-    "--acl",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="TOML file of access rules, in place of the defaults of the roles it names "
-    "(docs/security.md); applied to clients with a TLS certificate.",
-)
+@acl_option
 @tls_options
 @click.option(
     "--insecure",

@@ -13,27 +13,37 @@ may miss the first copies that a near one answers.
 :class:`Seam` joins history to live delivery: the live subscription is made before the query, its
 deliveries are held while history arrives, those history returned are dropped by id, and the rest
 follow the history. So nothing published around the query is lost or shown twice.
+
+With TLS the asker signs its query and takes a historian's results only once its final marker
+arrives signed by a historian of the asker's CA, over the digest of exactly the results received
+(:mod:`wfm.history.protocol`); an answer that fails is dropped whole, with one line saying why.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from cryptography import x509
+
+from agents.trust import HISTORIAN, Refusal, certified, identity_author, load_ca
 from broker.client import Client, Delivery, Subscription
 from broker.errors import ParseError, RemoteError
 from broker.language import Filter, Predicate, Publication, TimeRef
 from broker.language.operators import TIME_ATTRIBUTE, holds
 from broker.routing.ids import OverlayId
+from broker.transport.revocation import Revocations
 from wfm.history.protocol import (
     STALL,
     Answer,
     parse_answer,
     query_advertisement,
     query_publication,
+    result_digest,
     result_subscription,
 )
+from workflow_messages.signature import check_publication
 
 __all__ = [
     "GRACE",
@@ -45,6 +55,7 @@ __all__ = [
     "absolute",
     "ask",
     "historian_of",
+    "historian_signature",
     "without_time",
 ]
 
@@ -75,13 +86,18 @@ class Answers:
     stall: float = STALL
     grace: float = GRACE
     settle: float = SETTLE
+    # with TLS: why a final marker (the publication) is not a historian's signature, or None
+    verify: Callable[[Publication], str | None] | None = None
     results: dict[str, Result] = field(default_factory=dict)
+    staged: dict[str, dict[int, Answer]] = field(default_factory=dict)  # historian -> its results by seq
     heard: dict[str, float] = field(default_factory=dict)  # historian -> when it last said anything
     finished: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
     first_finish: float | None = None
 
-    def add(self, historian: str, answer: Answer, now: float) -> None:
+    def add(self, historian: str, answer: Answer, now: float, publication: Publication | None = None) -> None:
+        """One answer of ``historian``; ``publication`` is the final marker as it came, whose
+        signature :attr:`verify` checks."""
         if historian in self.finished:  # its answer is complete (a late heartbeat, a repeat's answer)
             return
         self.heard[historian] = now
@@ -89,10 +105,33 @@ class Answers:
             self.finished.add(historian)
             if self.first_finish is None:
                 self.first_finish = now
+            results = sorted(self.staged.pop(historian, {}).values(), key=lambda a: a.seq)
+            rejected = self._rejected(answer, publication, results)
+            if rejected is not None:
+                self.errors.append(f"the answer of historian {historian} is refused: {rejected}")
+                return
             if answer.error:
                 self.errors.append(answer.error)
+            for result in results:
+                assert result.publication is not None
+                self.results.setdefault(result.id, Result(result.id, result.at, result.publication))
+        elif answer.publication is not None and self.verify is not None:  # taken once signed for
+            self.staged.setdefault(historian, {}).setdefault(answer.seq, answer)
         elif answer.publication is not None:
             self.results.setdefault(answer.id, Result(answer.id, answer.at, answer.publication))
+
+    def _rejected(self, final: Answer, publication: Publication | None, results: list[Answer]) -> str | None:
+        if self.verify is None:
+            return None
+        if publication is None:
+            return "its final marker is missing"
+        reason = self.verify(publication)
+        if reason is not None:
+            return reason
+        entries = [(r.seq, r.id, r.at, r.publication) for r in results]
+        if final.count != len(results) or final.digest != result_digest(entries):  # type: ignore[arg-type]
+            return f"its {len(results)} results are not the {final.count} it signed for"
+        return None
 
     def wait(self, now: float) -> float | None:
         """Seconds to listen before deciding again, or None: the answer is as complete as it gets."""
@@ -157,10 +196,16 @@ async def ask(
 ) -> Answers:
     """The historians' merged answer; HistoryError if none accepts or answers within ``timeout``
     seconds, none that did finishes, or all that finished report errors (a bad filter)."""
-    results = await client.subscribe(result_subscription(query_id))
+    tls = client.tls
+    asker = "" if tls is None else tls.name
+    results = await client.subscribe(result_subscription(query_id, asker))
     await client.advertise(query_advertisement())
-    query = query_publication(query_id, str(wanted), since, until)
-    answers = Answers(time.monotonic(), timeout)
+    query = query_publication(query_id, str(wanted), since, until, asker)
+    verify = None
+    if tls is not None:
+        query = identity_author(tls.directory, tls.name).sign_publication(query)
+        verify = historian_signature(load_ca(tls.directory), Revocations(tls.directory))
+    answers = Answers(time.monotonic(), timeout, verify=verify)
     next_send = 0.0
     while (wait := answers.wait(now := time.monotonic())) is not None:
         if now >= next_send:
@@ -173,12 +218,33 @@ async def ask(
             answer = parse_answer(delivery.publication)
         except ValueError:
             continue  # not a well-formed answer: not from a historian of this protocol
-        answers.add(answer.historian or historian_of(delivery.id), answer, time.monotonic())
+        historian = answer.historian or historian_of(delivery.id)
+        answers.add(historian, answer, time.monotonic(), delivery.publication)
     await results.unsubscribe()
     failure = answers.failure()
     if failure is not None:
         raise HistoryError(failure)
     return answers
+
+
+def historian_signature(
+    ca: x509.Certificate, revocations: Revocations | None = None
+) -> Callable[[Publication], str | None]:
+    """Why a final marker is not signed by a historian of ``ca`` not revoked, or None."""
+
+    def verify(final: Publication) -> str | None:
+        try:
+            signature = check_publication(final)
+            if signature.certificate is None:
+                return "it is not signed by a certificate"
+            certified(signature.certificate, ca, time.time(), (HISTORIAN,), revocations)
+        except ValueError as error:
+            return str(error)
+        except Refusal as refusal:
+            return refusal.reason
+        return None
+
+    return verify
 
 
 async def _next(stream: Subscription, timeout: float) -> Delivery | None:

@@ -13,6 +13,11 @@ sees every publication the historian received before its question. While it answ
 an accepted marker when the query arrives (and for each repeat of it), then one every ``heartbeat``
 seconds until the final marker, so an asker waits for a slow historian and gives up on a dead one.
 Repeats of a query already answered are ignored.
+
+With TLS a query is answered only if its asker signed it and may subscribe to its filter under the
+brokers' access rules (``policy``), and the final marker of each answer is signed by the historian
+(see :mod:`wfm.history.protocol`): neither a client nor a broker can read through the historian
+what the client could not subscribe to, nor make an asker take a forged answer.
 """
 
 from __future__ import annotations
@@ -28,25 +33,39 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from broker.client import DAEMON_BACKOFF, Brokers, Client, Delivery, RefusedError, TooManyUnacknowledged
+from agents.trust import Refusal, certified, identity_author, load_ca
+from broker.client import (
+    DAEMON_BACKOFF,
+    Brokers,
+    Client,
+    Delivery,
+    RefusedError,
+    TooManyUnacknowledged,
+    brokers,
+)
 from broker.errors import LinkClosed
 from broker.language import Filter, Publication
+from broker.routing.acl import Policy
+from broker.transport.revocation import Revocations
 from wfm.history.connect import master_for
 from wfm.history.landing import Landing
 from wfm.history.protocol import (
     HEARTBEAT,
     Query,
     accepted_publication,
+    attributed,
     final_publication,
     parse_query,
     query_subscription,
     result_advertisement,
+    result_digest,
     result_publication,
-    signed,
 )
 from wfm.history.recorder import Recent, Recorder
 from wfm.history.spark import first_line, resolve_master, spark_session
 from wfm.history.store import HistoryStore
+from wfm.security.acl import load_policy
+from workflow_messages.signature import check_publication
 
 __all__ = ["DEFAULT_CLASSES", "RecorderService"]
 
@@ -97,6 +116,7 @@ class RecorderService:
         compact_every: float = 300.0,
         name: str = "historian",
         heartbeat: float = HEARTBEAT,
+        policy: Policy | None = None,
     ) -> None:
         self.uri, self.path, self.keep = uri, store, tuple(dict.fromkeys(keep))
         self.spark_master = spark_master
@@ -114,6 +134,13 @@ class RecorderService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._answering: set[str] = set()  # ids of the queries being answered
         self._answered = Recent(ANSWERED_LIMIT)
+        tls = brokers(uri).tls
+        self.ca = None if tls is None else load_ca(tls.directory)  # whose signed queries it answers
+        self.revocations = None if tls is None else Revocations(tls.directory)
+        self.policy = policy or load_policy()
+        self.author = (
+            None if tls is None else identity_author(tls.directory, tls.name)
+        )  # signs each answer's final marker
 
     def stop(self) -> None:
         self.stopping.set()
@@ -191,10 +218,15 @@ class RecorderService:
             log.warning("ignoring a query without a valid id: %s", error)
             return
         if isinstance(query, str):
-            self._send(final_publication(query_id, 0, query))
+            self._send(final_publication(query_id, 0, query), "")
+            return
+        refusal = self._refusal(delivery.publication, query)
+        if refusal is not None:
+            log.warning("refused history query %s: %s", query_id, refusal)
+            self._send(final_publication(query_id, 0, refusal), query.asker)
             return
         if query_id in self._answering:  # a repeat: the asker hears we are still at it
-            self._send(accepted_publication(query_id))
+            self._send(accepted_publication(query_id), query.asker)
             return
         if query_id in self._answered:  # a repeat: the asker has our answer
             return
@@ -205,6 +237,27 @@ class RecorderService:
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda _: self._done(query_id))
 
+    def _refusal(self, publication: Publication, query: Query) -> str | None:
+        """Why the asker may not have this answered, or None: with TLS, the query must be signed
+        by a certificate of the CA naming the asker, who may subscribe to its filter."""
+        if self.ca is None:
+            return None  # a developer's plain set-up: the brokers check nobody either
+        try:
+            signature = check_publication(publication)
+            if signature.certificate is None:
+                return "access denied: the query is not signed by a certificate"
+            asker = certified(signature.certificate, self.ca, time.time(), None, self.revocations)
+        except ValueError as error:
+            return f"access denied: {error}"
+        except Refusal as refusal:
+            return f"access denied: {refusal.reason}"
+        if asker.name != query.asker:
+            return f"access denied: {asker} signed a query of {query.asker or 'nobody'}"
+        reason = self.policy.may_subscribe(asker.name, asker.role, query.filter)
+        if reason is not None:
+            return f"access denied: {asker} may not read {query.filter}: {reason}"
+        return None
+
     def _done(self, query_id: str) -> None:
         self._answering.discard(query_id)
         self._answered.add(query_id)
@@ -212,32 +265,37 @@ class RecorderService:
     async def _run_query(self, query: Query) -> None:
         loop = asyncio.get_running_loop()
 
-        def work() -> int:
-            count = 0
+        def work() -> tuple[int, str]:
+            sent: list[tuple[int, str, float, Publication]] = []
             for stored in self.store().query(query.filter, query.since, query.until):
-                count += 1
-                result = result_publication(query.id, count, stored.id, stored.time, stored.publication)
-                loop.call_soon_threadsafe(self._send, result)
-            return count
+                sent.append((len(sent) + 1, stored.id, stored.time, stored.publication))
+                result = result_publication(query.id, *sent[-1])
+                loop.call_soon_threadsafe(self._send, result, query.asker)
+            return len(sent), result_digest(sent)
 
         running = in_daemon_thread(work, f"query {query.id}")
         while not running.done():  # accepted at once, then a heartbeat until the answer is complete
-            self._send(accepted_publication(query.id))
+            self._send(accepted_publication(query.id), query.asker)
             await asyncio.wait({running}, timeout=self.heartbeat)
         try:
-            count = running.result()
+            count, digest = running.result()
         except Exception as error:  # Spark's errors: the asker gets one line
-            self._send(final_publication(query.id, 0, f"query failed: {first_line(error)}"))
+            self._send(final_publication(query.id, 0, f"query failed: {first_line(error)}"), query.asker)
             return
-        self._send(final_publication(query.id, count))
+        self._send(final_publication(query.id, count, digest=digest), query.asker)
 
-    def _send(self, answer: Publication) -> None:
+    def _send(self, answer: Publication, asker: str) -> None:
         """Publish through the client, which re-sends it after a reconnection; an answer lost all
-        the same (the client closed) is asked again. Each one says who answers."""
+        the same (the client closed) is asked again. Each one says who answers and to whom; a
+        final marker is signed (with TLS)."""
         client = self.client
-        if client is not None:
-            with contextlib.suppress(LinkClosed, TooManyUnacknowledged):
-                client.publish_nowait(signed(answer, self.identity))
+        if client is None:
+            return
+        answer = attributed(answer, self.identity, asker)
+        if self.author is not None and "last" in answer:
+            answer = self.author.sign_publication(answer)
+        with contextlib.suppress(LinkClosed, TooManyUnacknowledged):
+            client.publish_nowait(answer)
 
     # connection -----------------------------------------------------------------------------
 

@@ -3,10 +3,17 @@
 Pure shapes and parsing, shared by the historian (which answers) and ``wfm history --broker`` (which
 asks), so both sides agree on every attribute name in one place::
 
-    [class,HISTORY_QUERY],[query,'<uuid>'],[filter,'<filter>'],[since,T],[until,T]
+    [class,HISTORY_QUERY],[query,'<uuid>'],[filter,'<filter>'],[since,T],[until,T],[asker,'<name>']
     [class,HISTORY_RESULT],[query,'<uuid>'],[accepted,1]                     (at once, then each HEARTBEAT)
     [class,HISTORY_RESULT],[query,'<uuid>'],[seq,N],[id,'<publication id>'],[at,T],[publication,'<text>']
-    [class,HISTORY_RESULT],[query,'<uuid>'],[last,1],[count,N]               (and [error,'...'])
+    [class,HISTORY_RESULT],[query,'<uuid>'],[last,1],[count,N],[digest,'<sha256>'] (and [error,'...'])
+
+With TLS the asker's identity rides in ``asker``: the query is signed by it (``sequence``, ``signer``,
+``signature``, :mod:`workflow_messages.signature`), the historian answers only what that identity
+may subscribe to (the brokers' access rules), every answer carries ``asker`` so that brokers, whose
+rules let a client subscribe to the answers of its own questions only, deliver it to the asker
+alone, and the final marker is signed by the historian over the :func:`result_digest` of the
+results it sent, so an asker takes no result a broker made up, changed or left out.
 
 ``since`` and ``until`` are optional epoch seconds. ``time`` is reserved for the broker's timestamp,
 so a result carries the stored publication's broker time as ``at``. Filter and publication texts may
@@ -20,11 +27,16 @@ historian from a dead one, and gives up on one silent for :data:`STALL` seconds.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+import msgpack
+
 from broker.language import Filter, ParseError, Publication, parse_filter, parse_publication
+from broker.language.values import format_string
 from workflow_messages.names import HISTORY_QUERY, HISTORY_RESULT
 
 __all__ = [
@@ -35,6 +47,7 @@ __all__ = [
     "Answer",
     "Query",
     "accepted_publication",
+    "attributed",
     "check_query_id",
     "decode_text",
     "encode_text",
@@ -45,9 +58,9 @@ __all__ = [
     "query_publication",
     "query_subscription",
     "result_advertisement",
+    "result_digest",
     "result_publication",
     "result_subscription",
-    "signed",
 ]
 
 _QUERY_ID_RE = re.compile(r"[A-Za-z0-9-]{1,64}\Z")
@@ -83,6 +96,7 @@ class Query:
     filter: Filter
     since: float | None
     until: float | None
+    asker: str = ""  # the identity that asks ("" without TLS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +114,16 @@ class Answer:
     error: str = ""
     accepted: bool = False
     historian: str = ""  # who answers, the same across its reconnections ("" from an older one)
+    digest: str = ""  # a final marker's :func:`result_digest` of the results sent before it
+
+
+_SIGNED = "[sequence,isPresent,0],[signer,isPresent,''],[signature,isPresent,'']"
 
 
 def query_advertisement() -> str:
     return (
         f"[class,eq,{QUERY}],[query,isPresent,''],[filter,isPresent,''],[since,isPresent,0],"
-        "[until,isPresent,0]"
+        f"[until,isPresent,0],[asker,isPresent,''],{_SIGNED}"
     )
 
 
@@ -117,12 +135,16 @@ def result_advertisement() -> str:
     return (
         f"[class,eq,{RESULT}],[query,isPresent,''],[accepted,isPresent,0],[seq,isPresent,0],"
         "[last,isPresent,0],[count,isPresent,0],[error,isPresent,''],[id,isPresent,''],[at,isPresent,0],"
-        "[publication,isPresent,''],[historian,isPresent,'']"
+        "[publication,isPresent,''],[historian,isPresent,''],[asker,isPresent,''],[digest,isPresent,''],"
+        f"{_SIGNED}"
     )
 
 
-def result_subscription(query_id: str) -> str:
-    return f"[class,eq,{RESULT}],[query,eq,'{check_query_id(query_id)}']"
+def result_subscription(query_id: str, asker: str = "") -> str:
+    """The answers to one query; with the asker's identity, since a client may subscribe to the
+    answers of its own questions only."""
+    mine = f",[asker,eq,{format_string(asker)}]" if asker else ""
+    return f"[class,eq,{RESULT}],[query,eq,'{check_query_id(query_id)}']{mine}"
 
 
 def check_query_id(value: object) -> str:
@@ -132,8 +154,12 @@ def check_query_id(value: object) -> str:
     return value
 
 
-def query_publication(query_id: str, text: str, since: float | None, until: float | None) -> Publication:
+def query_publication(
+    query_id: str, text: str, since: float | None, until: float | None, asker: str = ""
+) -> Publication:
     attributes: dict[str, str | float] = {"query": check_query_id(query_id), "filter": encode_text(text)}
+    if asker:
+        attributes["asker"] = asker
     if since is not None:
         attributes["since"] = since
     if until is not None:
@@ -157,7 +183,10 @@ def parse_query(publication: Publication) -> tuple[str, Query | str]:
         if value is not None and (isinstance(value, str | bool)):
             return query_id, f"invalid query: {name} must be epoch seconds"
         bounds.append(None if value is None else float(value))
-    return query_id, Query(query_id, wanted, bounds[0], bounds[1])
+    asker = publication.get("asker", "")
+    if not isinstance(asker, str):
+        return query_id, "invalid query: asker must be a name"
+    return query_id, Query(query_id, wanted, bounds[0], bounds[1], asker)
 
 
 def result_publication(query_id: str, seq: int, id: str, at: float, publication: Publication) -> Publication:
@@ -176,19 +205,30 @@ def accepted_publication(query_id: str) -> Publication:
     return Publication(RESULT, attributes)
 
 
-def final_publication(query_id: str, count: int, error: str = "") -> Publication:
+def final_publication(query_id: str, count: int, error: str = "", digest: str = "") -> Publication:
     attributes: dict[str, str | int] = {"query": check_query_id(query_id), "last": 1, "count": count}
     if error:
         attributes["error"] = encode_text(error)
+    if digest:
+        attributes["digest"] = digest
     return Publication(RESULT, attributes)
 
 
-def signed(answer: Publication, historian: str) -> Publication:
-    """The answer with who sends it: a historian's identity survives its reconnections, which give
-    it a new client name (and so a new ``<broker>/<client>`` in its publications' ids)."""
-    return Publication(
-        answer.cls, [*((k, v) for k, v in answer.items() if k != "class"), ("historian", historian)]
-    )
+def result_digest(results: Iterable[tuple[int, str, float, Publication]]) -> str:
+    """What a final marker's ``digest`` says of the results sent before it, each (seq, id, at,
+    publication) in ``seq`` order: historian and asker compute it alike, from the values on the wire."""
+    hasher = hashlib.sha256()
+    for seq, id, at, publication in results:
+        hasher.update(msgpack.packb([seq, id, at, str(publication)], use_bin_type=True))
+    return hasher.hexdigest()
+
+
+def attributed(answer: Publication, historian: str, asker: str) -> Publication:
+    """The answer with who sends it (a historian's identity survives its reconnections, which give
+    it a new client name, and so a new ``<broker>/<client>`` in its publications' ids) and, if
+    known, to whom (brokers deliver it to that identity only)."""
+    extra = [("historian", historian)] + ([("asker", asker)] if asker else [])
+    return Publication(answer.cls, [*((k, v) for k, v in answer.items() if k != "class"), *extra])
 
 
 def parse_answer(publication: Publication) -> Answer:
@@ -203,11 +243,13 @@ def _answer(publication: Publication) -> Answer:
     if "last" in publication:
         count = publication.get("count", 0)
         error = publication.get("error")
+        digest = publication.get("digest", "")
         return Answer(
             query_id,
             True,
             count=int(count) if not isinstance(count, str) else 0,
             error="" if error is None else decode_text(error),
+            digest=digest if isinstance(digest, str) else "",
         )
     if "accepted" in publication:
         return Answer(query_id, False, accepted=True)

@@ -3,21 +3,29 @@
 The broker enforces rules it does not write (``broker.routing.acl``): the classes of a workflow
 are this layer's. The defaults follow the roles of ``wfm certs``:
 
-* a **deployer** (the operator: ``wfm deploy``, ``wfm trigger``) may publish and subscribe anything;
+* a **deployer** (``wfm deploy``) may publish and subscribe anything;
+* an **operator** (``wfm trigger``, ``cancel``, ``rerun``, the dashboard of a team that deploys
+  elsewhere) publishes Triggers and envelopes (agents take only CANCEL and RERUN from it), asks
+  agents and historians, and subscribes to anything;
+* a **scheduler** (``wfm schedule``) publishes Triggers only, and reads the statuses that say a
+  generation started;
 * an **agent** may subscribe only to its own AGENT_CTL envelopes, to job statuses and triggers (its
   jobs' composite subscriptions) and to queries, and publish statuses, acknowledgements and
   answers only as itself;
-* a **monitor** (``wfm monitor``, the historian, which keeps the envelopes too, ``wfm history
-  --broker``, ``wfm workflows``, ``wfm runs``, ``wfm logs``) subscribes to anything, and publishes
-  only history questions and answers and queries to agents;
-* a **client** publishes anything but the workflow's control traffic, and subscribes anything but
-  envelopes, queries and their answers (a log tail or a job's command may say more than a client
-  should read; the operators' ``wfm`` commands and ``wfm web`` run as deployer or monitor).
+* a **historian** subscribes to anything and publishes history answers only;
+* a **monitor** (``wfm monitor``, ``wfm history --broker``, ``wfm workflows``, ``wfm runs``,
+  ``wfm logs``) subscribes to anything, and publishes only its own history questions and queries
+  to agents;
+* a **client** publishes anything but the workflow's control traffic and history answers, and
+  subscribes to anything but envelopes, queries and their answers, and the answers to anyone's
+  history questions but its own (a log tail or a job's command may say more than a client
+  should read; the operators' ``wfm`` commands and ``wfm web`` run as deployer, operator or
+  monitor).
 
-Only a deployer may publish Triggers and AGENT_CTL envelopes, so only a deployer may trigger,
-cancel or rerun a generation (and agents check that CANCEL and RERUN are signed by a deployer).
+A history question says who asks (``asker``, which must be the asker's own name) and the
+historian, which knows these rules too, answers only what the asker may subscribe to.
 
-So a stolen client certificate cannot make an agent run anything (and agents check the deployer's
+So a stolen client certificate cannot make an agent run anything (and agents check every
 signature in any case), and an agent's cannot speak for another agent.
 """
 
@@ -40,13 +48,26 @@ from workflow_messages.names import (
 __all__ = ["DEFAULT_ACL", "load_policy"]
 
 _CONTROL = [
-    f"[class,eq,{cls}]" for cls in (AGENT_CTL, AGENT_ACK, JOBSTATUS, TRIGGER, AGENT_QUERY, AGENT_ANSWER)
+    *(
+        f"[class,eq,{cls}]"
+        for cls in (AGENT_CTL, AGENT_ACK, JOBSTATUS, TRIGGER, AGENT_QUERY, AGENT_ANSWER, HISTORY_RESULT)
+    ),
+    f"[class,eq,{HISTORY_QUERY}],[asker,neq,$IDENTITY]",  # a history question as anyone else
 ]
+_ASK = f"[class,eq,{HISTORY_QUERY}],[asker,eq,$IDENTITY]"  # a history question, as oneself
 
 DEFAULT_ACL = f"""
 [roles.deployer]
 publish = ["*"]
 subscribe = ["*"]
+
+[roles.operator]
+publish = ["[class,eq,{TRIGGER}]", "[class,eq,{AGENT_CTL}]", "[class,eq,{AGENT_QUERY}]", "{_ASK}"]
+subscribe = ["*"]
+
+[roles.scheduler]
+publish = ["[class,eq,{TRIGGER}]"]
+subscribe = ["[class,eq,{JOBSTATUS}]"]
 
 [roles.agent]
 publish = [
@@ -61,15 +82,24 @@ subscribe = [
     "[class,eq,{AGENT_QUERY}]",
 ]
 
+[roles.historian]
+publish = ["[class,eq,{HISTORY_RESULT}]"]
+subscribe = ["*"]
+
 [roles.monitor]
-publish = ["[class,eq,{HISTORY_QUERY}]", "[class,eq,{HISTORY_RESULT}]", "[class,eq,{AGENT_QUERY}]"]
+publish = ["{_ASK}", "[class,eq,{AGENT_QUERY}]"]
 subscribe = ["*"]
 
 [roles.client]
 publish = ["*"]
 subscribe = ["*"]
 deny_publish = {_CONTROL!r}
-deny_subscribe = ["[class,eq,{AGENT_CTL}]", "[class,eq,{AGENT_QUERY}]", "[class,eq,{AGENT_ANSWER}]"]
+deny_subscribe = [
+    "[class,eq,{AGENT_CTL}]",
+    "[class,eq,{AGENT_QUERY}]",
+    "[class,eq,{AGENT_ANSWER}]",
+    "[class,eq,{HISTORY_RESULT}],[asker,neq,$IDENTITY]",
+]
 """.replace("'", '"')
 
 
