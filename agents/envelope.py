@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from broker.language import Composite, Filter, Publication, parse_composite, parse_filter
+from broker.language.model import Policy
 from workflow_messages import (
     ACCEPTS,
     AGENT_CTL,
@@ -73,7 +74,9 @@ class Control:
 @dataclass(frozen=True, slots=True)
 class JobInfo:
     """What JOBINFO or DEPLOY says about a job; ``graph`` only for APPL_END (the coordinator's).
-    ``after`` is the job's predecessors and their ``on`` (for a DEPLOY's APPL_END: the end jobs)."""
+    ``after`` is the job's predecessors and their ``on`` (for a DEPLOY's APPL_END: the end jobs);
+    ``agents`` the agent each of them is deployed on, whose signature their statuses must carry
+    (empty from a deployer that did not say: then any agent may sign its own)."""
 
     workflow: str
     version: str
@@ -86,6 +89,7 @@ class JobInfo:
     virtual: bool = False
     graph: dict[str, list[list[str]]] | None = None
     after: tuple[tuple[str, str], ...] = ()
+    agents: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,7 @@ class Registration:
     filter: Filter | None = None
     composite: Composite | None = None
     clear: Filter | None = None
+    policy: Policy = Policy.CHRONICLE  # a composite's: which waiting matches a firing uses up
 
 
 def ack_fields(publication: Publication) -> dict[str, str]:
@@ -225,7 +230,13 @@ def registrations(info: JobInfo) -> list[Registration]:
         condition = job_condition(workflow, [pred for pred, _ in info.after])
     return [
         Registration("ADVERTISE", filter=status_advertisement(workflow, job)),
-        Registration("COMPOSITESUBSCRIBE", composite=condition, clear=generation_end(workflow)),
+        # recent, not chronicle: a firing consumes nothing, so a status or Trigger that is not what
+        # it claims (the agent refuses the firing: unsigned, signed by someone else) cannot use
+        # up the Trigger or a real status; the real one fires again when it comes, and repeats
+        # are duplicates the agent drops. Join state goes with the generation's APPL_END (clear).
+        Registration(
+            "COMPOSITESUBSCRIBE", composite=condition, clear=generation_end(workflow), policy=Policy.RECENT
+        ),
     ]
 
 
@@ -235,8 +246,13 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
     graph = data.get("graph")
     if graph is not None and not _is_graph(graph):
         raise ValueError("JOBINFO graph must map jobs to [[predecessor, on], ...]")
+    agents = data.get("agents", {})
+    if not isinstance(agents, dict) or not all(
+        isinstance(name, str) and isinstance(agent, str) and agent for name, agent in agents.items()
+    ):
+        raise ValueError("JOBINFO agents must map job names to agent names")
     if virtual:
-        return JobInfo(workflow, version, job, virtual=True, graph=graph, cwd=_cwd(data))
+        return JobInfo(workflow, version, job, virtual=True, graph=graph, cwd=_cwd(data), agents=agents)
     command, words, retries = data.get("command"), data.get("schedule", ["daily"]), data.get("retries", 0)
     timeout = data.get("timeout")
     if not isinstance(command, str) or not command.strip():
@@ -267,6 +283,7 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         retries,
         _cwd(data),
         after=tuple((pred, on) for pred, on in after),
+        agents=agents,
     )
 
 

@@ -66,8 +66,9 @@ from broker.durable.offload import Offload
 from broker.errors import LinkClosed
 from broker.language import Publication
 from broker.throttle import LogThrottle
-from workflow_messages import ack_advertisement, control_subscription
+from workflow_messages import JOBSTATUS, ack_advertisement, control_subscription
 from workflow_messages.operations import answer, answer_advertisement, query_subscription
+from workflow_messages.signature import Author
 
 __all__ = ["AgentService"]
 
@@ -96,8 +97,10 @@ class AgentService:
         state_dir: Path,
         workdir: Path,
         retention: Retention | None = None,
+        author: Author | None = None,
     ) -> None:
         self.agent, self.uri, self.state_dir, self.workdir = agent, uri, state_dir, workdir
+        self.author = author  # with TLS, signs the job statuses: agents act on no one else's
         self.retention = retention or Retention()
         self.journal = Journal(state_dir)
         self.supervisor = SupervisorClient(state_dir)
@@ -213,7 +216,7 @@ class AgentService:
         published = False
         for effect in effects:
             if isinstance(effect, Emit):
-                self._publish(effect.publication)
+                self._publish(self._signed(effect.publication))
                 published = True
         if self.client is not None:
             await self.client.stored()
@@ -296,6 +299,11 @@ class AgentService:
                 async with asyncio.timeout(PRUNE_EVERY):
                     await self.prune_due.wait()
 
+    def _signed(self, publication: Publication) -> Publication:
+        if self.author is None or publication.cls != JOBSTATUS:
+            return publication
+        return self.author.sign_publication(publication)
+
     def _publish(self, publication: Publication) -> None:
         """Through the client, which keeps it until acknowledged (across reconnections); before
         the first connection, into the outbox."""
@@ -347,7 +355,11 @@ class AgentService:
             else:
                 assert registration.composite is not None
                 sub = await client.subscribe_composite(
-                    registration.composite, registration.clear, own_queue=False, name=_name(key)
+                    registration.composite,
+                    registration.clear,
+                    own_queue=False,
+                    name=_name(key),
+                    policy=registration.policy,
                 )
                 broker_id = sub.id
         except LinkClosed:

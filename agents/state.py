@@ -43,6 +43,7 @@ from workflow_messages import (
     JOBSTATUS,
     NORUN,
     SUCCESS,
+    TRIGGER,
     ack,
     blocked,
     check_gid,
@@ -223,6 +224,11 @@ class Deployment:
     parts: int = 0  # the DEPLOY envelopes its jobs come in (0: deployed by the per-job commands)
     parts_in: set[int] = field(default_factory=set)  # the numbers of those that arrived
     split: str = ""  # which jobs went in which part (``DeployPart.split``)
+    signers: dict[str, str] = field(default_factory=dict)  # job -> the agent whose statuses it signs
+
+    def add(self, info: JobInfo) -> None:
+        self.jobs[info.job] = info
+        self.signers.update(info.agents)
 
     @property
     def complete(self) -> bool:
@@ -458,7 +464,7 @@ class Agent:
             deployment = self._deployment(control.workflow, control.version)
             if deployment.jobs.get(control.job) == info:
                 return "UNCHANGED", []
-            deployment.jobs[control.job] = info
+            deployment.add(info)
             deployment.envelopes[f"JOBINFO {control.job}"] = control
             return "OK", self._starts(control.workflow)
         registration = parse_registration(control)
@@ -523,7 +529,7 @@ class Agent:
         requests: list[Request] = []
         for info, wanted in built:
             changed |= deployment.jobs.get(info.job) != info
-            deployment.jobs[info.job] = info
+            deployment.add(info)
             for registration in wanted:
                 key = f"{info.workflow} {info.version} {registration.command} {info.job}"
                 if key not in self.wanted:
@@ -623,6 +629,10 @@ class Agent:
         except ValueError as error:
             self._refuse_firing(info, str(error), now)
             return []
+        unsigned = self._unsigned(publications, info.agents, now)
+        if unsigned is not None:
+            self._refuse_firing(info, unsigned.reason, now, unsigned.who)
+            return []
         versions = {p.get("version") for p in publications if p.cls == JOBSTATUS}
         if info.job == APPL_START:
             if info.version != self.current(info.workflow):
@@ -685,17 +695,41 @@ class Agent:
         self.pending.append(Pending(run))
         return self._pump(now)
 
-    def _refuse_firing(self, info: JobInfo, reason: str, now: float) -> None:
-        """Count a firing not acted on, and log it as :meth:`_refuse` does an envelope."""
-        self.refused["firing"] += 1
-        unlogged = self._refusals.admit(f"firing {info.workflow}", now)
+    def _unsigned(
+        self, publications: tuple[Publication, ...], signers: dict[str, str], now: float
+    ) -> Refusal | None:
+        """Why ``publications`` may not be acted on, or None: a Trigger not signed by whom may
+        start a generation, a status not signed by the agent of its job (``signers``: job ->
+        agent). A broker can then only drop, delay or reorder what the agent acts on."""
+        for publication in publications:
+            try:
+                if publication.cls == TRIGGER:
+                    self.trust.admit_trigger(publication, now, self.forget_after)
+                elif publication.cls == JOBSTATUS:
+                    job = str(publication.get("jobname"))
+                    self.trust.admit_status(publication, now, signers.get(job))
+            except Refusal as refusal:
+                self.refused[refusal.kind] += 1
+                what = f"{publication.cls} {publication.get('jobname', '')}".rstrip()
+                return Refusal(refusal.kind, refusal.who, f"{what} from {refusal.who}: {refusal.reason}")
+        return None
+
+    def _refuse_firing(self, info: JobInfo, reason: str, now: float, signer: str = "") -> None:
+        self._ignore("firing", f"{info.workflow} {info.job}", reason, now, signer)
+
+    def _ignore(self, what: str, of: str, reason: str, now: float, signer: str = "") -> None:
+        """Count a firing or a status not acted on, and log it as :meth:`_refuse` does an envelope:
+        once per workflow and signer of what was refused, then once a minute."""
+        self.refused[what] += 1
+        unlogged = self._refusals.admit(f"{what} {of.split()[0]} {signer}", now)
         if unlogged is not None:
             log.warning(
-                "ignored a firing of %s %s: %s (%d firings refused%s)",
-                info.workflow,
-                info.job,
+                "ignored a %s of %s: %s (%d %ss refused%s)",
+                what,
+                of,
                 reason,
-                self.refused["firing"],
+                self.refused[what],
+                what,
                 f", {unlogged} not logged since the last" if unlogged else "",
             )
 
@@ -707,6 +741,12 @@ class Agent:
             return []
         assert isinstance(workflow, str) and isinstance(gid, str) and isinstance(job, str)
         assert isinstance(status, str) and isinstance(version, str)
+        deployment = self.deployments.get((workflow, version))
+        signers = deployment.signers if deployment is not None else {}
+        unsigned = self._unsigned((publication,), signers, now)
+        if unsigned is not None:
+            self._ignore("status", f"{workflow} {job}", unsigned.reason, now, unsigned.who)
+            return []
         if job == APPL_END:
             return self._forget(workflow, gid, version, now)
         if (workflow, gid) in self.ended:

@@ -1,4 +1,4 @@
-"""Whom an agent takes AGENT_CTL envelopes from: the signer's role, replays and downgrades.
+"""Whom an agent takes AGENT_CTL envelopes, Triggers and job statuses from.
 
 An envelope makes the agent run commands, so before acting on one the agent checks, in this order
 (the first failure is the refusal's reason):
@@ -17,7 +17,17 @@ An envelope makes the agent run commands, so before acting on one the agent chec
 
 Sequences are the deployer's clock in microseconds (:mod:`wfm.deploy`), so the downgrade rule
 compares the sequences of different deployers: their clocks must agree to within the time between
-two deployments of one workflow.
+two deployments of one workflow. CANCEL and RERUN may also be signed by an ``operator``.
+
+A firing is acted on only if every publication in it is (:meth:`Trust.admit_firing`), so a broker
+can neither start a generation nor end a job early:
+
+- a **Trigger** must be signed by a deployer, an operator or a scheduler of the CA (without a CA:
+  by the deployer key given or pinned, never pinning from a Trigger), and signed less than
+  ``max_age`` ago: within that the agent remembers the generation, so a replay is a duplicate;
+- a **job status** must be signed by an agent of the CA whose name is the status's ``agentname``,
+  and that must be the agent the deployment put the job on. Without a CA, agents have no keys and
+  statuses are taken unsigned (the developer's loopback set-up).
 
 Everything this decides on is in the envelope, the agent's configuration and its own state, and
 ``now`` is passed in, so a restarted agent replaying its journal decides the same again.
@@ -25,6 +35,8 @@ Everything this decides on is in the envelope, the agent's configuration and its
 
 from __future__ import annotations
 
+import base64
+import functools
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,14 +51,41 @@ from cryptography.x509.oid import NameOID
 
 from broker.errors import LocalError
 from broker.language import Publication
+from broker.transport.revocation import Revocations
 from workflow_messages.operations import OPERATIONS
-from workflow_messages.signature import Signature, check_signature, fingerprint, key_from_text, key_text
+from workflow_messages.signature import (
+    Author,
+    Signature,
+    Signer,
+    check_publication,
+    check_signature,
+    fingerprint,
+    key_from_text,
+    key_text,
+)
 
-__all__ = ["DEPLOYER", "Refusal", "Trust", "load_ca", "load_public_key"]
+__all__ = [
+    "AGENT",
+    "DEPLOYER",
+    "HISTORIAN",
+    "OPERATOR_ROLES",
+    "TRIGGER_ROLES",
+    "Certified",
+    "Refusal",
+    "Trust",
+    "certified",
+    "identity_author",
+    "load_ca",
+    "load_public_key",
+]
 
 log = logging.getLogger(__name__)
 
 DEPLOYER = "deployer"  # the role (certificate OU) that may sign envelopes
+AGENT = "agent"  # the role that signs job statuses
+HISTORIAN = "historian"  # the role that signs history answers
+OPERATOR_ROLES = (DEPLOYER, "operator")  # who may sign CANCEL and RERUN
+TRIGGER_ROLES = (DEPLOYER, "operator", "scheduler")  # who may sign a Trigger
 
 
 class Refusal(Exception):
@@ -65,6 +104,7 @@ class Trust:
     accepted so far, which :meth:`snapshot` keeps."""
 
     ca: x509.Certificate | None = None
+    revocations: Revocations | None = None  # with ``ca``: the identities it no longer vouches for
     trusted: ec.EllipticCurvePublicKey | None = None
     pinned: ec.EllipticCurvePublicKey | None = None
     sequences: dict[tuple[str, str], int] = field(default_factory=dict)  # (signer, workflow) -> last
@@ -78,10 +118,11 @@ class Trust:
             signature = check_signature(envelope)
         except ValueError as error:
             raise Refusal("signature", "unknown signer", str(error)) from None
-        who = self._signer(signature, now)
-        workflow, version = str(envelope["applname"]), str(envelope["version"])
-        sequence, command = signature.sequence, envelope["command"]
+        command = envelope["command"]
         operation = command in OPERATIONS  # acts on a generation, deploys no version
+        who = self._signer(signature, now, OPERATOR_ROLES if operation else (DEPLOYER,))
+        workflow, version = str(envelope["applname"]), str(envelope["version"])
+        sequence = signature.sequence
         deployed, at = self.since.get(workflow, (None, -1))
         if not operation and deployed is not None and version != deployed and sequence < at:
             newer = f"version {deployed} was deployed" if deployed else "the workflow was undeployed"
@@ -101,19 +142,51 @@ class Trust:
             self.since[workflow] = (version, sequence)
         return who
 
-    def _signer(self, signature: Signature, now: float) -> str:
-        """Who made ``signature``, if allowed to deploy here; pins the first key without a policy."""
+    def admit_trigger(self, trigger: Publication, now: float, max_age: float) -> str:
+        """Who signed ``trigger``, if a generation may start on it; else :class:`Refusal`."""
+        signature = _checked(trigger)
+        who = self._signer(signature, now, TRIGGER_ROLES, pin=False)
+        age = now - signature.sequence / 1e6
+        if age > max_age:
+            reason = f"stale: the Trigger was signed {age / 3600:.1f} h ago, more than {max_age / 3600:g} h"
+            raise Refusal("stale", who, reason)
+        return who
+
+    def admit_status(self, status: Publication, now: float, agent: str | None) -> str:
+        """Who signed ``status``, if the agent ``agent`` its job is deployed on did (None: the
+        deployment does not say; then any agent may sign for itself); else :class:`Refusal`.
+        Without a CA: "" (statuses are not signed)."""
+        if self.ca is None:
+            return ""
+        signature = _checked(status)
+        if signature.certificate is None:
+            raise Refusal("signer", fingerprint(signature.key), "the status is not signed by a certificate")
+        signer = certified(signature.certificate, self.ca, now, (AGENT,), self.revocations)
+        name, who = signer.name, str(signer)
+        claimed = status.get("agentname")
+        if claimed != name:
+            raise Refusal("signer", who, f"{who} signed a status of agent {claimed!r}")
+        if agent is not None and agent != name:
+            job = status.get("jobname")
+            raise Refusal("signer", who, f"{who} signed a status of {job}, which is deployed on {agent}")
+        return who
+
+    def _signer(self, signature: Signature, now: float, roles: tuple[str, ...], pin: bool = True) -> str:
+        """Who made ``signature``, if of one of ``roles`` here; pins the first key without a policy
+        (if ``pin``)."""
         key, certificate = signature.key, signature.certificate
         if self.ca is not None:
             if certificate is None:
-                reason = "the signer has no certificate (this agent takes deployers of its CA only)"
+                reason = f"the signer has no certificate (this agent takes {roles[0]}s of its CA only)"
                 raise Refusal("signer", fingerprint(key), reason)
-            return _deployer(certificate, self.ca, now)
+            return str(certified(certificate, self.ca, now, roles, self.revocations))
         if certificate is not None:
             reason = "signed with a certificate: start the agent with --tls DIR to check it"
             raise Refusal("signer", fingerprint(key), reason)
         expected = self.trusted or self.pinned
         if expected is None:
+            if not pin:
+                raise Refusal("signer", fingerprint(key), "no deployer key is pinned yet")
             self.pinned = key
             log.warning(
                 "TRUST ON FIRST USE: pinned the deployer key %s; envelopes signed by any other key "
@@ -142,23 +215,74 @@ class Trust:
         self.since = {workflow: (version, n) for workflow, version, n in snapshot["since"]}
 
 
-def _deployer(certificate: x509.Certificate, ca: x509.Certificate, now: float) -> str:
-    """The name in ``certificate`` if ``ca`` issued it, it is valid ``now`` and its role is deployer."""
+def _checked(publication: Publication) -> Signature:
+    try:
+        return check_publication(publication)
+    except ValueError as error:
+        raise Refusal("signature", "unknown signer", str(error)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Certified:
+    """Who a certificate of the CA names: ``name`` (CN), ``role`` (OU) and how logs say it."""
+
+    name: str
+    role: str
+
+    def __str__(self) -> str:
+        return f"{self.role or 'no role'} {self.name}"
+
+
+def certified(
+    certificate: x509.Certificate,
+    ca: x509.Certificate,
+    now: float,
+    roles: tuple[str, ...] | None = None,
+    revocations: Revocations | None = None,
+) -> Certified:
+    """Who ``certificate`` names, if ``ca`` issued it, it is valid ``now``, its role is one of
+    ``roles`` (None: any) and ``revocations`` (``wfm certs revoke``) do not list it; else
+    :class:`Refusal` of kind ``signer`` (``revoked`` for a revoked one)."""
     names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     name = str(names[0].value) if names else fingerprint(certificate.public_key())  # type: ignore[arg-type]
-    who = f"deployer {name}"
-    try:
-        certificate.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
-        raise Refusal("signer", who, f"{name}'s certificate was not issued by this agent's CA") from None
+    units = certificate.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+    found = Certified(name, ", ".join(str(unit.value) for unit in units))
+    who = str(found)
+    if not _issued_by(certificate, ca):
+        raise Refusal("signer", who, f"{name}'s certificate was not issued by this CA")
     at = datetime.fromtimestamp(now, UTC)
     if not certificate.not_valid_before_utc <= at <= certificate.not_valid_after_utc:
         raise Refusal("signer", who, f"{name}'s certificate is not valid now (expired or not yet valid)")
+    if roles is not None and (len(units) != 1 or found.role not in roles):
+        raise Refusal("signer", who, f"{name} has role {found.role or 'none'}, not {' or '.join(roles)}")
+    if revocations is not None and revocations.revoked(certificate):
+        raise Refusal("revoked", who, f"{name}'s certificate is revoked (wfm certs revoke)")
+    return found
+
+
+@functools.lru_cache(maxsize=256)  # a signature check per message: each certificate's once
+def _issued_by(certificate: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        certificate.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def identity_author(directory: Path, name: str) -> Author:
+    """Who signs as the TLS identity ``DIR/NAME.key`` and ``DIR/NAME.crt`` (``wfm certs``): an
+    agent its statuses, a historian its answers, an asker its queries, an operator its Triggers
+    and envelopes. LocalError (one line) if the files cannot be used."""
+    try:
+        signer = Signer.from_files(directory / f"{name}.key", directory / f"{name}.crt")
+    except OSError as error:
+        raise LocalError(f"identity {name}: cannot read {error.filename}: {error.strerror}") from None
+    except ValueError as error:
+        raise LocalError(f"identity {name}: {error}") from None
+    certificate = x509.load_der_x509_certificate(base64.b64decode(signer.credential.partition(":")[2]))
     units = certificate.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
-    roles = [str(unit.value) for unit in units]
-    if roles != [DEPLOYER]:
-        raise Refusal("signer", who, f"{name} has role {', '.join(roles) or 'none'}, not {DEPLOYER}")
-    return who
+    role = str(units[0].value) if units else "identity"
+    return Author(signer, f"{role} {name}")
 
 
 def load_ca(directory: Path) -> x509.Certificate:

@@ -1,4 +1,6 @@
-"""The deployer's key: who signs the AGENT_CTL envelopes ``wfm deploy`` and ``wfm undeploy`` send.
+"""The operator's key: who signs the AGENT_CTL envelopes ``wfm deploy``, ``wfm undeploy``, ``wfm
+cancel`` and ``wfm rerun`` send, and the Triggers of ``wfm trigger``, ``wfm schedule`` and the
+dashboard (:func:`signer_of`).
 
 With TLS (``--tls DIR --identity NAME``) the deployer signs with ``DIR/NAME.key`` and sends
 ``DIR/NAME.crt`` in each envelope; agents check that their CA issued it to a deployer. Without, a
@@ -15,36 +17,28 @@ from __future__ import annotations
 
 import logging
 import os
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from agents.trust import identity_author
 from broker.errors import LocalError
-from broker.language import Publication
+from broker.transport.tls import Identity
 from wfm.state import state_home
-from workflow_messages.signature import Signer, fingerprint
+from workflow_messages.signature import Author, Signer, fingerprint
 
-__all__ = ["Deployer", "default_key", "local_deployer", "tls_deployer"]
+__all__ = ["Deployer", "default_key", "local_deployer", "signer_of", "tls_deployer"]
+
+Deployer = Author  # the name the commands that sign know it by
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class Deployer:
-    """A :class:`Signer` and its sequence; ``name`` says who it is in messages."""
-
-    signer: Signer
-    name: str
-    last: int = field(default=0)
-
-    def sign(self, envelope: Publication) -> Publication:
-        """``envelope`` signed under a sequence above every one this deployer used before."""
-        self.last = max(time.time_ns() // 1000, self.last + 1)
-        return self.signer.sign(envelope, self.last)
+def signer_of(tls: Identity | None, key: Path | None = None) -> Deployer:
+    """Who signs for a command: its TLS identity, else the local deployer key (``key``, by default
+    :func:`default_key`), which agents without TLS pinned or were given with ``--trust``."""
+    return tls_deployer(tls.directory, tls.name) if tls is not None else local_deployer(key or default_key())
 
 
 def default_key() -> Path:
@@ -70,22 +64,9 @@ def local_deployer(path: Path) -> Deployer:
 
 
 def tls_deployer(directory: Path, name: str) -> Deployer:
-    """The deployer of the TLS identity ``DIR/NAME.key`` and ``DIR/NAME.crt`` (see ``wfm certs``)."""
-    key_path, cert_path = directory / f"{name}.key", directory / f"{name}.crt"
-    try:
-        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
-        certificate = x509.load_pem_x509_certificate(cert_path.read_bytes())
-    except OSError as error:
-        raise LocalError(f"deployer {name}: cannot read {error.filename}: {error.strerror}") from None
-    except (ValueError, TypeError):
-        raise LocalError(f"deployer identity {name}: {key_path} or {cert_path} is not PEM") from None
-    if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise LocalError(f"deployer identity {name}: {key_path} is not an ECDSA key")
-    try:
-        signer = Signer.with_certificate(key, certificate)
-    except ValueError as error:
-        raise LocalError(f"deployer identity {name}: {cert_path}: {error}") from None
-    return Deployer(signer, f"deployer {name}")
+    """The signer of the TLS identity ``DIR/NAME.key`` and ``DIR/NAME.crt`` (see ``wfm certs``):
+    agents check its role for what it signs."""
+    return identity_author(directory, name)
 
 
 def _create(path: Path) -> bool:

@@ -12,11 +12,12 @@ import time
 from datetime import date, datetime
 from pathlib import Path
 
-from broker.client import BlockingClient, Brokers
+from broker.client import BlockingClient, Brokers, brokers
 from broker.durable import LogInUse
 from broker.errors import NoAnswer, RemoteError
 from broker.language import Filter, Predicate
 from broker.language.values import NAME_RE
+from wfm.signing import Deployer, signer_of
 from wfm.state import state_home
 from workflow_messages import APPL_START, JOBSTATUS, check_gid, trigger, trigger_advertisement
 
@@ -88,12 +89,20 @@ class TriggerPublisher:
     With an ``outbox`` (a directory, one publisher at a time: a second waits up to ``timeout``
     for it), a Trigger is on disk before it is sent, and one the broker did not acknowledge
     stays there: the next publisher on the same outbox re-sends it first, under the same id, so
-    the broker drops it if it got through after all (``resent`` counts them)."""
+    the broker drops it if it got through after all (``resent`` counts them).
 
-    def __init__(self, uri: Brokers, timeout: float = 10.0, outbox: Path | None = None) -> None:
+    Every Trigger is signed (``signer``; by default :func:`wfm.signing.signer_of` the TLS identity
+    of ``uri``, else the local deployer key): agents start a generation only for a Trigger signed
+    by a deployer, an operator or a scheduler of their CA (or, without TLS, their deployer key),
+    so a broker cannot start one. One kept in the outbox is sent again as it was signed."""
+
+    def __init__(
+        self, uri: Brokers, timeout: float = 10.0, outbox: Path | None = None, signer: Deployer | None = None
+    ) -> None:
         self.uri = uri
         self.timeout = timeout
         self.outbox = outbox
+        self.signer = signer or signer_of(brokers(uri).tls)
         self.resent = 0
         self._client: BlockingClient | None = None
 
@@ -123,7 +132,7 @@ class TriggerPublisher:
         # old advertisement along the path the Trigger takes after it, so it is there first
         started = self._client.subscribe(_start_of(workflow, gid)) if started_within else None
         try:
-            self._client.publish(trigger(workflow, gid, day))
+            self._client.publish(self.signer.sign_publication(trigger(workflow, gid, day)))
         except BaseException as error:
             waiting = self._client.stats()["outbox"]
             self.close()

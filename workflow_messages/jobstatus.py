@@ -26,8 +26,8 @@ __all__ = [
     "status_advertisement",
 ]
 
-STATUS_STRINGS = ("GID", "status", "detail", "version", "agentname", "failed")
-STATUS_NUMBERS = ("attempt", "started", "duration", "skipped", "cancelled")
+STATUS_STRINGS = ("GID", "status", "detail", "version", "agentname", "failed", "signer", "signature")
+STATUS_NUMBERS = ("attempt", "started", "duration", "skipped", "cancelled", "sequence")
 
 
 def status_advertisement(workflow: str, job: str) -> Filter:
@@ -36,7 +36,9 @@ def status_advertisement(workflow: str, job: str) -> Filter:
     attempt, the start (epoch seconds) and the duration (seconds), so monitors need no side channel,
     and what the next jobs and APPL_END decide on: ``skipped`` (1: a NORUN for a branch not taken),
     ``failed`` (the jobs of the generation this status follows from that failed, see
-    :func:`job_status`) and ``cancelled`` (1: published in a cancelled generation)."""
+    :func:`job_status`) and ``cancelled`` (1: published in a cancelled generation); with TLS, the
+    agent signs each status (``sequence``, ``signer``, ``signature``: agents act on one only if the
+    agent the job is deployed on signed it)."""
     return filter_of(
         JOBSTATUS, {"applname": workflow, "jobname": job}, present=STATUS_STRINGS, numbers=STATUS_NUMBERS
     )

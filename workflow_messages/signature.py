@@ -16,7 +16,12 @@ Three fields are added to the envelope:
   trusts the first key it sees, or the one it was given);
 - ``signature``: base64 of the DER ECDSA signature.
 
-Who may sign is the agent's decision (:mod:`agents.trust`); this module only says whether the
+Other publications whose author matters (Triggers, job statuses, a historian's final answer) are
+signed the same way over *all* their fields (:func:`publication_bytes`): the tag
+:data:`PUBLICATION_FORMAT`, the class, and every field but ``signature`` sorted by name, so no field
+rides along unsigned, whatever the class.
+
+Who may sign is the reader's decision (:mod:`agents.trust`); this module only says whether the
 signature is the signer's over these fields. Everything here is pure.
 """
 
@@ -24,9 +29,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import msgpack
 from cryptography import x509
@@ -39,24 +47,38 @@ from broker.language import Publication, Value
 __all__ = [
     "FIELDS",
     "FORMAT",
+    "PUBLICATION_FORMAT",
+    "SIGNATURE_FIELDS",
     "SIGNED",
+    "Author",
     "Signature",
     "Signer",
+    "check_publication",
     "check_signature",
     "fingerprint",
     "key_from_text",
     "key_text",
+    "publication_bytes",
     "signed_bytes",
 ]
 
 FORMAT = "wfm-agent-ctl-1"
 SIGNED = ("agentname", "applname", "version", "command", "jobname", "content", "sequence", "signer")
 FIELDS = (*SIGNED, "signature")  # every field of a signed envelope besides its class
+PUBLICATION_FORMAT = "wfm-signed-1"
+SIGNATURE_FIELDS = ("sequence", "signer", "signature")  # what signing adds to any other publication
 
 
 def signed_bytes(fields: Mapping[str, Value]) -> bytes:
     """The canonical bytes of an envelope's :data:`SIGNED` fields (KeyError if one is missing)."""
     return msgpack.packb([FORMAT, *(fields[name] for name in SIGNED)], use_bin_type=True)
+
+
+def publication_bytes(publication: Publication) -> bytes:
+    """The canonical bytes a signed publication's signature covers: its class and every field but
+    ``signature``, sorted by name (a field added on the way fails the check)."""
+    fields = sorted((name, value) for name, value in publication.fields.items() if name != "signature")
+    return msgpack.packb([PUBLICATION_FORMAT, publication.cls, fields], use_bin_type=True)
 
 
 def fingerprint(key: ec.EllipticCurvePublicKey) -> str:
@@ -91,6 +113,23 @@ class Signer:
         return cls(key, "key:" + key_text(key.public_key()))
 
     @classmethod
+    def from_files(cls, key_path: Path, cert_path: Path) -> Signer:
+        """The signer of a TLS identity's PEM files (``wfm certs issue``); OSError if one cannot be
+        read, ValueError (one line) if they are not an ECDSA key and its certificate."""
+        data = key_path.read_bytes()
+        try:
+            key = serialization.load_pem_private_key(data, password=None)
+            certificate = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        except (ValueError, TypeError):
+            raise ValueError(f"{key_path} or {cert_path} is not PEM") from None
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{key_path} is not an ECDSA key")
+        try:
+            return cls.with_certificate(key, certificate)
+        except ValueError as error:
+            raise ValueError(f"{cert_path}: {error}") from None
+
+    @classmethod
     def with_certificate(cls, key: ec.EllipticCurvePrivateKey, certificate: x509.Certificate) -> Signer:
         if certificate.public_key() != key.public_key():
             raise ValueError("the certificate is not for this key")
@@ -103,6 +142,39 @@ class Signer:
         fields.pop("signature", None)
         signature = self.key.sign(signed_bytes(fields), ec.ECDSA(hashes.SHA256()))
         return Publication(envelope.cls, {**fields, "signature": base64.b64encode(signature).decode()})
+
+    def sign_publication(self, publication: Publication, sequence: int) -> Publication:
+        """``publication`` with ``sequence``, ``signer`` and the ``signature`` over all its fields
+        (:func:`publication_bytes`)."""
+        fields = {**publication.fields, "sequence": sequence, "signer": self.credential}
+        fields.pop("signature", None)
+        unsigned = Publication(publication.cls, fields)
+        signature = self.key.sign(publication_bytes(unsigned), ec.ECDSA(hashes.SHA256()))
+        return Publication(publication.cls, {**fields, "signature": base64.b64encode(signature).decode()})
+
+
+@dataclass
+class Author:
+    """A :class:`Signer` and the sequence it signs under: its clock in microseconds, kept strictly
+    increasing within one process (no state file to lose or share between two machines using one
+    certificate); ``name`` says who it is in messages."""
+
+    signer: Signer
+    name: str
+    last: int = field(default=0)
+
+    def sign(self, envelope: Publication) -> Publication:
+        """``envelope`` signed under a sequence above every one this author used before."""
+        return self.signer.sign(envelope, self._next())
+
+    def sign_publication(self, publication: Publication) -> Publication:
+        """``publication`` (a Trigger, a job status) signed over all its fields under a new
+        sequence: readers take it as the author's clock's reading of when it was signed."""
+        return self.signer.sign_publication(publication, self._next())
+
+    def _next(self) -> int:
+        self.last = max(time.time_ns() // 1000, self.last + 1)
+        return self.last
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,19 +199,37 @@ def check_signature(envelope: Publication) -> Signature:
     missing = [name for name in FIELDS if name not in fields]
     if missing:
         raise ValueError(f"signed envelope without {missing[0]!r}")
+    return _verified(fields, signed_bytes(fields))
+
+
+def check_publication(publication: Publication) -> Signature:
+    """Whose signature ``publication`` (a Trigger, a job status, any publication signed with
+    :meth:`Signer.sign_publication`) carries over all its fields; ValueError (one line) if it is
+    unsigned, malformed, or the signature is not the signer's."""
+    fields = publication.fields
+    if "signature" not in fields:
+        raise ValueError(f"unsigned {publication.cls}")
+    missing = [name for name in SIGNATURE_FIELDS if name not in fields]
+    if missing:
+        raise ValueError(f"signed {publication.cls} without {missing[0]!r}")
+    return _verified(fields, publication_bytes(publication))
+
+
+def _verified(fields: Mapping[str, Value], data: bytes) -> Signature:
     sequence, signer, signature = fields["sequence"], fields["signer"], fields["signature"]
-    if not isinstance(sequence, int) or sequence < 0:
+    if not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 0:
         raise ValueError("the sequence must be a non-negative integer")
     if not isinstance(signer, str) or not isinstance(signature, str):
         raise ValueError("signer and signature must be strings")
     key, certificate = _signer(signer)
     try:
-        key.verify(_b64(signature, "signature"), signed_bytes(fields), ec.ECDSA(hashes.SHA256()))
+        key.verify(_b64(signature, "signature"), data, ec.ECDSA(hashes.SHA256()))
     except InvalidSignature:
         raise ValueError(f"bad signature (signer {fingerprint(key)})") from None
     return Signature(key, certificate, sequence)
 
 
+@functools.lru_cache(maxsize=256)  # a few signers sign everything: parse each certificate once
 def _signer(text: str) -> tuple[ec.EllipticCurvePublicKey, x509.Certificate | None]:
     kind, _, data = text.partition(":")
     if kind == "key":

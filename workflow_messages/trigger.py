@@ -32,8 +32,11 @@ def check_gid(gid: str) -> str:
 
 
 def trigger_advertisement() -> Filter:
-    """What ``wfm trigger`` and ``wfm schedule`` advertise before publishing Triggers of any workflow."""
-    return filter_of(TRIGGER, {}, present=("applname", "GID", "schedule"))
+    """What ``wfm trigger`` and ``wfm schedule`` advertise before publishing Triggers of any workflow,
+    signed (:mod:`workflow_messages.signature`)."""
+    return filter_of(
+        TRIGGER, {}, present=("applname", "GID", "schedule", "signer", "signature"), numbers=("sequence",)
+    )
 
 
 def trigger(workflow: str, gid: str, day: date) -> Publication:

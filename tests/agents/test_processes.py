@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ from broker.language import Publication
 from broker.transport.uri import BrokerURI
 from tests.processes import WFM, brokers, quiet, status, wait_for
 from tests.transport.harness import free_port
+from wfm.signing import signer_of
+from workflow_messages import trigger, trigger_advertisement
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
 STEP = WORKFLOWS / "scripts" / "step.sh"
@@ -40,9 +43,7 @@ class Overlay:
     def observe(self) -> None:
         """(Re)connect the observer at B3: it publishes triggers and receives every status."""
         self.observer = BlockingClient(self.uris["B3"], "observer")
-        self.observer.advertise(
-            "[class,eq,Trigger],[applname,isPresent,''],[GID,isPresent,''],[schedule,isPresent,'']"
-        )
+        self.observer.advertise(trigger_advertisement())
         self.observer.subscribe("[class,eq,JOBSTATUS],[applname,isPresent,'']")
 
     def start(self, name: str, *extra: str) -> None:
@@ -79,7 +80,9 @@ class Overlay:
 
     def trigger(self, workflow: str, gids: list[str], date: str = MONDAY) -> None:
         for gid in gids:
-            self.observer.publish(f"[class,Trigger],[applname,{workflow}],[GID,{gid}],[schedule,'{date}']")
+            # signed by the key wfm deploy made under this test's $XDG_STATE_HOME, as wfm trigger does
+            day = datetime.strptime(date, "%Y.%m.%d").date()
+            self.observer.publish(signer_of(None).sign_publication(trigger(workflow, gid, day)))
 
     def wait_end(self, workflow: str, gids: list[str], timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

@@ -9,7 +9,7 @@ from agents.state import SWEEP_EVERY, Agent, Delivered, Finished, Incoming, Resu
 from broker.language import Publication
 from tests.agents.test_operations import ack_of
 from tests.agents.test_state import MONDAY, install, key, published, runs
-from tests.signing import DEPLOYER, signed
+from tests.signing import DEPLOYER, signed, signed_trigger
 from wfm.deploy import retire_publications, undeploy_publications
 from wfm.workflow import After, Job, Plan, Workflow, translate
 from workflow_messages import job_status
@@ -24,7 +24,7 @@ OLD, NEW = plan("a", "b"), plan("x", "b")  # a, the old coordinator, is not in t
 
 
 def go(gid: str) -> Publication:
-    return Publication("Trigger", {"applname": "CO", "GID": gid, "schedule": MONDAY})
+    return signed_trigger("CO", gid, MONDAY)
 
 
 def start(agent: Agent, gid: str, now: float) -> list:  # type: ignore[type-arg]

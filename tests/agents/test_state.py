@@ -29,7 +29,7 @@ from agents.state import (
     Tick,
 )
 from broker.language import Publication
-from tests.signing import DEPLOYER, signed
+from tests.signing import DEPLOYER, signed, signed_trigger
 from wfm.workflow import After, Job, Plan, Workflow, load, translate
 from wfm.workflow.translate import encode
 from workflow_messages import job_status
@@ -65,8 +65,8 @@ def key(agent: Agent, job: str, command: str = "COMPOSITESUBSCRIBE", version: st
     )
 
 
-def trigger(gid: str, date: str = MONDAY) -> Publication:
-    return Publication("Trigger", {"applname": "PAYROLL", "GID": gid, "schedule": date})
+def trigger(gid: str, date: str = MONDAY, at: float | None = None) -> Publication:
+    return signed_trigger("PAYROLL", gid, date, at)
 
 
 def status(job: str, gid: str, value: str = "SUCCESS", version: str = V, **extra: Any) -> Publication:
@@ -77,11 +77,11 @@ def end_here(agent: Agent, gid: str, now: float) -> None:
     """agentB's jobs of ``gid`` skipped (JobA failed): the generation is over for agentB."""
     for job in ("JobB", "JobC"):
         failed = status("JobA", gid, "FAILURE", failed=["JobA"])
-        agent.handle(Delivered(key(agent, job), (trigger(gid), failed)), now)
+        agent.handle(Delivered(key(agent, job), (trigger(gid, at=now), failed)), now)
 
 
 def fire(agent: Agent, job: str, gid: str, *after: str, date: str = MONDAY, now: float = 1.0) -> list[Effect]:
-    pubs = (trigger(gid, date), *(status(a, gid) for a in after))
+    pubs = (trigger(gid, date, at=now), *(status(a, gid) for a in after))
     return agent.handle(Delivered(key(agent, job), pubs), now)
 
 
@@ -583,5 +583,5 @@ def test_a_coordinator_left_without_appl_start_by_a_new_version_starts_no_more_g
     install(agent, old)
     install(agent, new)
     assert agent.current("CO") == new.version
-    go = Publication("Trigger", {"applname": "CO", "GID": "g1", "schedule": MONDAY})
+    go = signed_trigger("CO", "g1", MONDAY)
     assert published(agent.handle(Delivered(key(agent, "APPL_START", version=old.version), (go,)), 1.0)) == []

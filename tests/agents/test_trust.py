@@ -131,7 +131,7 @@ def test_with_a_ca_only_its_valid_deployer_certificates_sign() -> None:
         reason(trust, ca.issue("mallory", "client").sign(ENVELOPE)) == "mallory has role client, not deployer"
     )
     assert reason(trust, other.issue("eve", "deployer").sign(ENVELOPE)) == (
-        "eve's certificate was not issued by this agent's CA"
+        "eve's certificate was not issued by this CA"
     )
     expired = ca.issue("old", "deployer", days=30)
     assert "is not valid now" in reason(trust, expired.sign(ENVELOPE), NOW + dt.timedelta(days=31))

@@ -19,9 +19,11 @@ from broker.client import BlockingClient
 from broker.transport.uri import BrokerURI
 from tests.processes import WFM, brokers, quiet, status, wait_for
 from wfm.cli.run import _fire
+from wfm.signing import signer_of
 from wfm.timetable import Entry
 from wfm.triggers import TriggerPublisher
 from workflow_messages import JOBSTATUS, Calendar
+from workflow_messages.signature import check_publication
 
 TWO = {"B1": [], "B2": ["B1"]}
 
@@ -50,12 +52,11 @@ def test_trigger_reaches_a_subscriber_on_another_broker(overlay: dict[str, Broke
         ).stat().st_size > 0  # its outbox
         delivery = subscriber.receive(timeout=5)
     assert delivery is not None
-    assert dict(delivery.publication) == {
-        "class": "Trigger",
-        "applname": "PAYROLL",
-        "GID": gid,
-        "schedule": "2026.11.27",
-    }
+    signed = dict(delivery.publication)
+    assert {name: signed.pop(name) for name in ("sequence", "signer", "signature")}
+    assert signed == {"class": "Trigger", "applname": "PAYROLL", "GID": gid, "schedule": "2026.11.27"}
+    # signed by the deployer key wfm deploy would use here, which agents without TLS trust
+    assert check_publication(delivery.publication).key == signer_of(None).signer.key.public_key()
 
 
 def test_trigger_with_a_given_gid(overlay: dict[str, BrokerURI]) -> None:

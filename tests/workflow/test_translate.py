@@ -102,8 +102,11 @@ def test_contents() -> None:
         "timeout": None,
         "retries": 0,
         "after": [["JobA", "success"]],
+        "agents": {"JobA": "agentA"},  # whose signature JobA's statuses must carry
     }
     assert entry(plan, "JobB")["timeout"] == 600
+    assert entry(plan, "JobA")["agents"] == {"APPL_START": "agentA"}  # the coordinator's
+    assert entry(plan, "JobD")["agents"] == {"JobB": "agentB", "JobC": "agentB"}
     assert entry(plan, "APPL_START") == {"job": "APPL_START", "virtual": True}
     end = entry(plan, "APPL_END")
     assert end["virtual"] is True
@@ -114,6 +117,7 @@ def test_contents() -> None:
         "JobD": [["JobB", "success"], ["JobC", "success"]],
         "Alert": [["JobA", "failure"]],
     }
+    assert end["agents"] == {"JobD": "agentC", "Alert": "agentC"}  # the end jobs'
 
 
 def test_a_large_agent_is_split_into_parts_that_fit() -> None:

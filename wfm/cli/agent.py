@@ -9,12 +9,15 @@ import click
 from agents.runner import KEEP_DAYS, KEEP_RUNS, Retention
 from agents.service import AgentService
 from agents.state import DAY, Agent
-from agents.trust import Trust, load_ca, load_public_key
+from agents.trust import Trust, identity_author, load_ca, load_public_key
 from broker.client import Brokers
 from broker.client.reconnect import BrokerList
 from broker.language.values import check_string
+from broker.transport.revocation import Revocations
+from broker.transport.tls import Identity
 from wfm.cli.options import broker_option
 from wfm.cli.serving import serve
+from workflow_messages.signature import Author
 
 
 def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -96,7 +99,17 @@ def agent(
     retention = Retention(keep_runs, keep_days)
     policy = Trust(
         ca=None if tls is None else load_ca(tls.directory),  # deployers are who its CA says
+        revocations=None if tls is None else Revocations(tls.directory),
         trusted=None if trust is None else load_public_key(trust),
     )
     agent_ = Agent(name, max_jobs, retry_backoff, keep_days * DAY, policy)
-    serve(AgentService(agent_, broker_uri, directory, Path.cwd(), retention))
+    author = None if tls is None else _author(tls, name)
+    serve(AgentService(agent_, broker_uri, directory, Path.cwd(), retention, author))
+
+
+def _author(tls: Identity, name: str) -> Author:
+    """Who signs the agent's job statuses: its TLS identity, which must be the agent's name (the
+    brokers take its statuses under that name only, and agents check the signer is it)."""
+    if tls.name != name:
+        raise click.UsageError(f"--identity {tls.name} is not the agent's --name {name}")
+    return identity_author(tls.directory, name)

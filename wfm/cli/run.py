@@ -125,7 +125,7 @@ def schedule(config: Path, dry_run: bool, days: int, broker_uri: Brokers | None,
         return
     if broker_uri is None:
         raise click.UsageError("--broker (or $WFM_BROKER) is needed unless --dry-run")
-    with TriggerPublisher(broker_uri) as publisher, stop_event() as stop:
+    with stop_event() as stop, TriggerPublisher(broker_uri) as publisher:  # SIGTERM handled from the start
         run_schedule(entries, timezone, lambda entry: _fire(entry, publisher, stop.wait, as_json), stop)
 
 

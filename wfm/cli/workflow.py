@@ -22,7 +22,7 @@ from wfm.cli.options import broker_uri_option, output_option
 from wfm.cli.progress import progress
 from wfm.deploy import deploy as deploy_plan
 from wfm.deploy import ordered_batches, undeploy_publications
-from wfm.signing import Deployer, default_key, local_deployer, tls_deployer
+from wfm.signing import Deployer, signer_of
 from wfm.workflow import DefinitionError, Plan, Problem, Workflow, load, translate
 
 workflow_file = click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -86,11 +86,9 @@ def signing_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _deployer(tls: Identity | None, key: Path | None) -> Deployer:
-    if tls is not None:
-        if key is not None:
-            raise click.UsageError("--key is for deploying without --tls")
-        return tls_deployer(tls.directory, tls.name)
-    return local_deployer(key or default_key())
+    if tls is not None and key is not None:
+        raise click.UsageError("--key is for deploying without --tls")
+    return signer_of(tls, key)
 
 
 @click.command()

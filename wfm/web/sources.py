@@ -23,7 +23,7 @@ from broker.errors import WfmError
 from broker.transport.tls import Identity
 from wfm.certs import listing
 from wfm.operations import Deployed
-from wfm.signing import Deployer, default_key, local_deployer, tls_deployer
+from wfm.signing import Deployer, signer_of
 from wfm.triggers import TriggerPublisher, check_workflow, new_gid
 from wfm.workflow import DefinitionError, Workflow, load
 
@@ -239,7 +239,7 @@ def require_deployer(tls: Identity | None, doing: str) -> None:
 def deployer(tls: Identity | None) -> Deployer:
     """Who signs the dashboard's cancel and rerun: its TLS identity, else the local deployer key
     (``wfm deploy``'s default, which agents without TLS pinned). Call :func:`require_deployer` first."""
-    return tls_deployer(tls.directory, tls.name) if tls is not None else local_deployer(default_key())
+    return signer_of(tls)
 
 
 def trigger(uri: BrokerList, tls: Identity | None, workflow: str, today: date | None = None) -> str:

@@ -109,14 +109,20 @@ def translate(workflow: Workflow) -> Plan:
     graph = {
         job.name: [(a.job, a.on) for a in job.after] or [(APPL_START, "success")] for job in workflow.jobs
     }
+    placed = {APPL_START: coordinator, **{job.name: job.agent for job in workflow.jobs}}
+    waited_for = {pred for edges in graph.values() for pred, _ in edges}
+    ends = [job for job in graph if job not in waited_for]
     agents = [coordinator, *(agent for agent in workflow.agents if agent != coordinator)]
     entries: dict[str, list[dict[str, Any]]] = {agent: [] for agent in agents}
     entries[coordinator].append({"job": APPL_START, "virtual": True})
     for job in workflow.jobs:
         definition = job.definition()
         del definition["agent"]  # the envelope's agentname says it
-        entries[job.agent].append({**definition, "after": graph[job.name]})
-    entries[coordinator].append({"job": APPL_END, "virtual": True, "graph": graph})
+        after = graph[job.name]
+        signers = {pred: placed[pred] for pred, _ in after}  # whose signature their statuses carry
+        entries[job.agent].append({**definition, "after": after, "agents": signers})
+    end_signers = {job: placed[job] for job in ends}
+    entries[coordinator].append({"job": APPL_END, "virtual": True, "graph": graph, "agents": end_signers})
     envelopes = [
         Envelope(agent, "DEPLOY", content, "*")
         for agent in agents
