@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from broker.client import DAEMON_BACKOFF, Brokers, Client, Delivery, RefusedError, TooManyUnacknowledged
+from broker.durable.log import private_directory
 from broker.errors import LinkClosed
 from broker.language import Filter, Publication
 from wfm.history.connect import master_for
@@ -104,7 +105,9 @@ class RecorderService:
         self.name = name
         self.heartbeat = heartbeat
         self.identity = f"{name}@{socket.gethostname()}:{os.getpid()}"
-        self.landing = Landing(store / "landing")
+        # every envelope lands here, commands included: the store is its user's only, Spark's
+        # files (their modes are Hadoop's) and the landing log alike
+        self.landing = Landing(private_directory(store) / "landing")
         self.recorder = Recorder(self.landing)
         self.client: Client | None = None
         self.queries: set[str] = set()  # ids of the current connection's HISTORY_QUERY subscriptions
