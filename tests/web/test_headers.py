@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 import wfm.web.app as app_module
 from tests.web.test_app import TOKEN, Agents, client, dashboard, status
 from tests.web.test_guard import _client, _scope
+from wfm.history.report import JobPeriod
 from wfm.web import create_app, pages
 from wfm.web.guard import Guard
 from wfm.web.headers import HEADERS, POLICY
@@ -93,14 +94,16 @@ def test_every_answer_carries_the_headers(board: Any, path: str, code: int) -> N
 def test_actions_carry_the_headers_done_or_refused(board: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(app_module, "trigger", lambda uri, tls, workflow: "g9")
     web = client(board)
-    assert [
-        (web.post(path, json=body).status_code, secured(web.post(path, json=body).headers))
-        for path, body in [
-            ("/api/trigger", {"workflow": "PAYROLL"}),
-            ("/api/rerun", {"workflow": "PAYROLL", "gid": "old"}),
-            ("/api/cancel", {"workflow": 7}),
-        ]
-    ] == [(200, EXPECTED), (200, EXPECTED), (400, EXPECTED)]
+    answers = [
+        web.post("/api/trigger", json={"workflow": "PAYROLL"}),
+        web.post("/api/rerun", json={"workflow": "PAYROLL", "gid": "old"}),
+        web.post("/api/cancel", json={"workflow": 7}),
+    ]
+    assert [(a.status_code, secured(a.headers)) for a in answers] == [
+        (200, EXPECTED),
+        (200, EXPECTED),
+        (400, EXPECTED),
+    ]
 
 
 def test_the_guards_refusals_and_redirect_carry_the_headers(board: Any) -> None:
@@ -174,8 +177,11 @@ def test_nothing_served_needs_what_the_policy_forbids(board: Any) -> None:
         web.get("/fragment/logs", params=LOG).text,
         client(board, token=None).get("/", headers={"Accept": "text/html"}).text,
     ]
-    served.append(pages.history(pages.HistoryQuery(date(2026, 11, 1), date(2026, 11, 30)), "ready", []))
+    rows = [JobPeriod("PAYROLL", "JobA", date(2026, 11, d), 2, 1, 0, 1.0, 2.0, ()) for d in (1, 2)]
+    served.append(pages.history(pages.HistoryQuery(date(2026, 11, 1), date(2026, 11, 30)), "ready", rows))
+    table = {"entries": [{"id": "s1", "filter": "[class,eq,JOBSTATUS]", "hop": "B2"}], "total": 1}
+    served.append(pages.broker_detail({"id": "B1", "srt": table, "prt": table}))
     assert all("<" in text for text in served)
     found = [(pattern.pattern, text[:80]) for text in served for pattern in INLINE if pattern.search(text)]
     assert found == []
-    assert '<script src="/static/dashboard.js">' in served[0]
+    assert '<script src="/static/dashboard.js">' in served[0] and served[-2].count("<svg") == 2
