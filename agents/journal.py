@@ -32,6 +32,7 @@ from typing import Any
 
 from agents.state import Agent, Delivered, Event, Finished, Incoming, Lost, Result, Run, Tick
 from agents.supervisor import write_atomically
+from broker.durable.log import private_directory
 from broker.errors import LocalError
 from broker.language import ParseError, Publication, parse_publication
 
@@ -44,10 +45,12 @@ MAX_BYTES = 16 << 20
 
 
 class Journal:
-    """``snapshot.json`` and ``journal.jsonl`` in the agent's state directory."""
+    """``snapshot.json`` and ``journal.jsonl`` in the agent's state directory, which it makes
+    its user's only (0700, :func:`broker.durable.log.private_directory`): the journal, the
+    supervisor's files and the runs' logs hold every envelope, commands included."""
 
     def __init__(self, state_dir: Path, max_records: int = MAX_RECORDS, max_bytes: int = MAX_BYTES) -> None:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        private_directory(state_dir)
         self.path = state_dir / "journal.jsonl"
         self.snapshot_path = state_dir / "snapshot.json"
         self.max_records, self.max_bytes = max_records, max_bytes
@@ -59,7 +62,7 @@ class Journal:
         except BlockingIOError:
             os.close(self._lock)
             raise LocalError(f"{state_dir} is in use by another agent") from None
-        self.path.touch()
+        self.path.touch(mode=0o600)
         self._file = self.path.open("r+b")
         self._file.seek(0, os.SEEK_END)
         self.sequence = 0  # the number of the last record written (or read)

@@ -46,6 +46,7 @@ from typing import Any
 
 from agents import supervisor
 from agents.state import DAY, FORGET_AFTER, Result, Run
+from broker.durable.log import private_directory
 
 __all__ = [
     "KEEP_DAYS",
@@ -167,7 +168,7 @@ class SupervisorClient:
         """A connection to the daemon. While none listens, start one, again and again for
         CONNECT_TIMEOUT: the start ends at once if another holds the lock, and that one may be
         about to exit (idle) or to listen."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        private_directory(self.state_dir)  # as the journal makes it: a runner may come first
         deadline = time.monotonic() + CONNECT_TIMEOUT
         attempt = 0
         while True:
@@ -201,7 +202,7 @@ class SupervisorClient:
     async def _start(self) -> None:
         """Run ``supervisor.py``, which returns once its daemon listens (or another holds the lock)."""
         errors = self.state_dir / "supervisor.log"  # the daemon's complaints
-        with errors.open("ab") as stderr:
+        with open(os.open(errors, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as stderr:
             starter = await asyncio.create_subprocess_exec(
                 *(sys.executable, "-S", "-I", supervisor.__file__, str(self.state_dir)),
                 stdin=subprocess.DEVNULL,

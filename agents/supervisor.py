@@ -52,6 +52,11 @@ by its log, ``logs/W/GID/JOB.ATTEMPT.log``) it answers, in this order:
 A folder written by the version before has a ``JOB.ATTEMPT.status`` and a ``JOB.ATTEMPT.pid`` file
 per run instead: they are read when the runs file has nothing of a run.
 
+**Modes.** The state directory is its user's only (0700, made so by the agent), and what the
+daemon creates is 0600 besides: a run's log and the runs files hold commands' output, and
+``logs/`` may be a link to another disk. The umask is left as the agent had it: the files a
+command writes are its user's business, as they would be in a shell.
+
 A request that arrived is decided at once, even if its connection closed right after (an agent
 killed after sending): it is run or never started, never half. The daemon's own descriptors are
 close-on-exec, so a process a command leaves behind (``sleep 60 &``) holds neither the lock nor
@@ -131,7 +136,7 @@ def write_atomically(path: str | os.PathLike[str], data: dict[str, object]) -> N
     """``path`` holds either nothing or all of ``data``, whenever the machine stops."""
     path = os.fspath(path)
     temporary = path + ".tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_TRUNC, 0o644)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_TRUNC, 0o600)
     try:
         os.write(fd, json.dumps(data).encode())
         os.fsync(fd)
@@ -260,7 +265,7 @@ class Records:
         (_, size), runs = self._read(folder)
         path = os.path.join(folder, RUNS)
         data = b"".join(encode(record) for record in records)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             try:
                 view = memoryview(data)
@@ -600,7 +605,7 @@ class Daemon:
 
     def _start(self, waiter: Waiter, request: Request, env: dict[str, str]) -> None:
         try:  # the log is the mark that the command may have started: created first, once
-            output = os.open(request.log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            output = os.open(request.log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         except OSError as error:
             self._answer(waiter, {"error": f"cannot create its log: {error.strerror}"})
             return

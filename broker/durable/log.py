@@ -6,7 +6,8 @@ snapshot of its whole state: the log then starts afresh, so disk use and restart
 by the state, not by history. On restart, :meth:`WriteAheadLog.recover` returns the last snapshot
 and the records after it, in order.
 
-Files in the directory (mode 0700, files 0600), one *generation* ``N`` each:
+Files in the directory (mode 0700, :func:`private_directory`; files 0600), one *generation*
+``N`` each:
 
 - ``log-N``: records appended after snapshot ``N``; each is a 4-byte length, a CRC32 (of the
   length and the record) and the record.
@@ -39,6 +40,7 @@ import fcntl
 import logging
 import os
 import re
+import stat
 import struct
 import threading
 import zlib
@@ -48,7 +50,7 @@ from typing import Literal
 from broker import failpoints
 from broker.errors import LocalError
 
-__all__ = ["LogCorrupt", "LogInUse", "WriteAheadLog", "replace_atomically"]
+__all__ = ["LogCorrupt", "LogInUse", "WriteAheadLog", "private_directory", "replace_atomically"]
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,25 @@ def _records(data: bytes) -> tuple[list[bytes], int]:
         records.append(record)
         offset = end
     return records, offset
+
+
+def private_directory(path: Path) -> Path:
+    """``path``, a directory only its owner may enter: made with mode 0700 if missing (its
+    parents as the umask says), or, if group or others had any permission on it, narrowed to
+    0700 (logged at INFO; a directory this user does not own is left as it is, with a warning).
+    Whatever lies beneath it, whatever its mode, is then out of other users' reach: the one
+    mechanism for agents' state, the history store and brokers' logs, which hold every envelope."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        narrowed = mode & ~0o077
+        try:
+            path.chmod(narrowed)
+        except PermissionError:
+            log.warning("%s is open to other users (mode %04o) and not ours to narrow", path, mode)
+        else:
+            log.info("%s was open to other users (mode %04o): now %04o, owner only", path, mode, narrowed)
+    return path
 
 
 def _open(path: Path, flags: int) -> int:
@@ -158,7 +179,7 @@ class WriteAheadLog:
             raise ValueError(f"fsync must be 'group', 'each' or 'off', not {fsync!r}")
         self.directory = Path(directory)
         self.fsync = fsync
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_directory(self.directory)
         self._lock_fd = _open(self.directory / "lock", os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -15,6 +15,7 @@ import pytest
 
 from tests.monitor.test_up import free_ports, workflow_dir
 from tests.processes import WFM
+from wfm.web.headers import POLICY
 
 pytestmark = pytest.mark.browser
 
@@ -75,8 +76,12 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     stranger.close()
     page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
     page.set_default_timeout(30_000)
-    page.goto(up)  # the token URL: it sets the cookie and redirects to the Runs page without it
+    said: list[str] = []  # the console: a script, style or request the policy blocks is reported there
+    page.on("console", lambda message: said.append(f"{message.type}: {message.text}"))
+    page.on("pageerror", lambda error: said.append(f"pageerror: {error}"))
+    shown = page.goto(up)  # the token URL: it sets the cookie and redirects to the Runs page without it
     assert page.url == base and "token" not in page.url
+    assert shown.headers["content-security-policy"] == POLICY
     page.wait_for_selector("#live.on")  # the event stream is open: the page will redraw by itself
     page.select_option("#trigger-workflow", "PAYROLL")
     page.click("#trigger")
@@ -111,6 +116,8 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     assert "Subscriptions (PRT)" in page.inner_text("#detail")
     page.screenshot(path=str(tmp_path / "overlay.png"), full_page=True)
     assert os.path.getsize(tmp_path / "runs.png") > 0
+    # every page worked under the Content-Security-Policy, and the browser blocked nothing
+    assert not [line for line in said if "Content Security Policy" in line or "pageerror" in line], said
 
     page.context.clear_cookies()  # as if wfm up had started again with a new token
     # clicked in the page in one step: a redraw the event stream asks for may replace the element

@@ -43,6 +43,7 @@ from broker.client import (
     TooManyUnacknowledged,
     brokers,
 )
+from broker.durable.log import private_directory
 from broker.errors import LinkClosed
 from broker.language import Filter, Publication
 from broker.routing.acl import Policy
@@ -124,7 +125,9 @@ class RecorderService:
         self.name = name
         self.heartbeat = heartbeat
         self.identity = f"{name}@{socket.gethostname()}:{os.getpid()}"
-        self.landing = Landing(store / "landing")
+        # every envelope lands here, commands included: the store is its user's only, Spark's
+        # files (their modes are Hadoop's) and the landing log alike
+        self.landing = Landing(private_directory(store) / "landing")
         self.recorder = Recorder(self.landing)
         self.client: Client | None = None
         self.queries: set[str] = set()  # ids of the current connection's HISTORY_QUERY subscriptions

@@ -140,7 +140,7 @@ class Landing:
         self._pending: list[str] = []
         self._last_flush: float | None = None
         self._segment: IO[bytes] | None = None
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # in the store, which is 0700 too
 
     def append(self, publication: Publication, time: float, publisher: str, id: str) -> None:
         self._pending.append(StoredPublication(id, time, publisher, publication).to_json() + "\n")
@@ -181,7 +181,8 @@ class Landing:
 
     def _open_segment(self) -> IO[bytes]:
         path = self.directory / f"{clock.time_ns():020d}-{os.getpid()}{SEGMENT_SUFFIX}"
-        segment = open(path, "xb")  # noqa: SIM115 (held open across flushes, closed by _close_segment)
+        # 0600: every publication, wherever the landing log is; held open across flushes
+        segment = open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")  # noqa: SIM115
         fcntl.flock(segment, fcntl.LOCK_EX)
         fsync_path(self.directory)  # the new file's name is durable too
         self._segment = segment

@@ -4,7 +4,9 @@
 ``STORE/table/`` the Parquet table, partitioned by ``date`` (UTC day of the broker time) and
 ``class``, in the wide layout of ``spark_filter.py``; ``STORE/table/_attributes.json`` lists its
 attribute columns, so reads need no schema merging and files written before an attribute first
-appeared simply read null for it.
+appeared simply read null for it. The store holds every envelope the historian kept (commands
+too): it is its user's only (0700, made or narrowed so by the historian), so the modes Spark gives
+the table's files do not matter.
 
 Compaction (landing -> table) is idempotent and never loses landing data: it records the new
 columns, writes only ids the table lacks, and removes the segments after the write committed; a
@@ -186,14 +188,14 @@ class HistoryStore:
         """The store's lock (a lock file, so across processes and threads): compactions and
         reports take it, so a second compaction waits and then finds the segments gone, and no
         rollup or landing segment is removed while a report reads it."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)  # the historian's is narrowed if need be
         with open(self.path / ".compact.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
     @contextmanager
     def _files_lock(self, kind: int) -> Iterator[None]:
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)  # the historian's is narrowed if need be
         with open(self.path / ".files.lock", "w") as lock:
             fcntl.flock(lock, kind)
             yield

@@ -9,7 +9,9 @@ Routes: ``/`` (= ``/runs``), ``/overlay``, ``/workflows``, ``/runs``, ``/history
 has ``/fragment/...`` (the part that is redrawn) and ``/api/...`` (the same data as JSON);
 ``/events`` is the event stream; ``POST /api/trigger``, ``/api/cancel`` and ``/api/rerun`` act
 (as a deployer only), ``/fragment/logs`` and ``/api/logs`` show a job's log. Every request passes
-the guard first (``guard.py``: the token, JSON for actions, this server's Host and Origin).
+the guard first (``guard.py``: the token, JSON for actions, this server's Host and Origin); every
+response, refusals and errors included, carries the headers of ``headers.py`` (a strict
+Content-Security-Policy, nosniff, no Referer, no framing).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from broker.client import ConnectError
 from broker.client.reconnect import BrokerList
@@ -41,6 +44,7 @@ from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow
 from wfm.web import pages
 from wfm.web.guard import Guard, Guarded
+from wfm.web.headers import SecurityHeaders
 from wfm.web.sources import (
     HistoryReader,
     OverlayWatcher,
@@ -213,6 +217,14 @@ class Dashboard:
                 self.overlay = seen
                 self.changed("overlay")
             await asyncio.sleep(OVERLAY_EVERY)
+
+
+class _Secured(Starlette):
+    """Starlette with :class:`SecurityHeaders` around its whole stack: outside its error handler
+    too (which user middleware is not), so that a 500 carries the headers like any answer."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(super().build_middleware_stack())
 
 
 def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> Starlette:
@@ -423,7 +435,7 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
         Route("/events", events),
         Mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static"),
     ]
-    return Starlette(
+    return _Secured(
         routes=routes,
         middleware=[Middleware(Guarded, guard=guard)],
         lifespan=lifespan if background else None,
