@@ -29,6 +29,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import ssl
 import time
 import uuid
 from collections import Counter, deque
@@ -232,7 +233,6 @@ class Client(_Stream):
         self._outbox = None if outbox is None else Outbox(outbox, client_id)
         self.id = self._outbox.client if self._outbox else client_id or f"c-{uuid.uuid4().hex[:10]}"
         self.tls = tls
-        self._tls_context = None if tls is None else tls.client
         if tls is not None:  # the broker takes no id but the certificate's name, or NAME:SUFFIX
             self.id = client_id_of(tls.name, self.id)
         self.queue_limit = queue_limit
@@ -446,6 +446,11 @@ class Client(_Stream):
                 self.subscriptions.pop(known_id, None)
                 self._full.discard(sub._queue)
                 sub._queue.space.set()  # nobody may read it any more: the reader must not wait on it
+
+    @property
+    def _tls_context(self) -> ssl.SSLContext | None:
+        """The identity's client context as of now: each dial sees the revocation list's latest."""
+        return None if self.tls is None else self.tls.client
 
     async def subscribe(
         self, subscription: Filter | str, own_queue: bool = True, lossy: bool = False, name: str | None = None

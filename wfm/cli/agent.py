@@ -91,7 +91,7 @@ def agent(
         raise click.UsageError("--trust is for agents without --tls (with it, the CA says who deploys)")
     directory = (state_dir or Path(".wfm", "agents", name)).absolute()
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as error:
         raise click.ClickException(
             f"cannot create the state directory {directory}: {error.strerror}"

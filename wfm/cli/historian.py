@@ -67,7 +67,7 @@ def historian(
     With TLS, a query is answered only if signed by its asker, and only if the asker may subscribe
     to its filter under the brokers' access rules (the defaults, or --acl as the brokers have it)."""
     try:
-        store.mkdir(parents=True, exist_ok=True)
+        store.mkdir(mode=0o700, parents=True, exist_ok=True)
         service = RecorderService(
             broker_uri, store.absolute(), keep, spark_master, compact_every, policy=load_policy(acl)
         )
