@@ -52,8 +52,7 @@ def overlay(tmp: Path, certs: Path) -> Iterator[dict[str, BrokerURI]]:
         children = [
             _start(
                 tmp / "B4.log",
-                [WFM, "broker", "--uri", str(uris["B4"]), "--neighbor", str(uris["B1"]), *tls, "--identity"]
-                + ["B4", "--acl", str(tmp / "evil.toml")],
+                [WFM, "broker", "--uri", str(uris["B4"]), "--neighbor", str(uris["B1"]), *_evil(tmp, certs)],
             )
         ]
         for agent, home in HOMES.items():
@@ -77,6 +76,11 @@ def overlay(tmp: Path, certs: Path) -> Iterator[dict[str, BrokerURI]]:
 def _start(log: Path, argv: list[str]) -> subprocess.Popen[bytes]:
     with log.open("w") as stderr:  # the child keeps its own descriptor
         return subprocess.Popen(argv, stderr=stderr)
+
+
+def _evil(tmp: Path, certs: Path) -> list[str]:
+    """B4's options: TLS as the broker B4, and rules that let its clients publish anything."""
+    return ["--tls", str(certs), "--identity", "B4", "--acl", str(tmp / "evil.toml")]
 
 
 def forged_status(job: str, gid: str, agent: str) -> Publication:

@@ -120,10 +120,13 @@ class Answer:
 _SIGNED = "[sequence,isPresent,0],[signer,isPresent,''],[signature,isPresent,'']"
 
 
-def query_advertisement() -> str:
+def query_advertisement(asker: str = "") -> str:
+    """What an asker advertises: questions in its own name only, if it has one (a client may not
+    advertise questions another could be said to ask)."""
+    own = f"[asker,eq,{format_string(asker)}]" if asker else "[asker,isPresent,'']"
     return (
         f"[class,eq,{QUERY}],[query,isPresent,''],[filter,isPresent,''],[since,isPresent,0],"
-        f"[until,isPresent,0],[asker,isPresent,''],{_SIGNED}"
+        f"[until,isPresent,0],{own},{_SIGNED}"
     )
 
 
