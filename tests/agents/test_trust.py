@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from cryptography import x509
@@ -12,11 +15,14 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from agents.state import Agent, Emit, Incoming
-from agents.trust import Refusal, Trust
+from agents.trust import Refusal, Trust, load_ca
 from broker.language import Publication
+from broker.transport.revocation import Revocations
 from tests.agents.test_state import PLAN
+from wfm.certs import init, issue, revoke
 from wfm.certs import subject_name as name
-from wfm.signing import Deployer
+from wfm.signing import Deployer, tls_deployer
+from workflow_messages import job_status, trigger
 from workflow_messages.signature import Signer, check_signature, signed_bytes
 
 NOW = dt.datetime(2026, 11, 23, 12, tzinfo=dt.UTC)
@@ -178,3 +184,113 @@ def test_refusals_are_logged_once_per_kind_and_signer_and_all_counted(
     assert len(lines) == 2 and agent.refused == {"signer": 11}
     assert lines[1].endswith("(11 signer refusals, 9 not logged since the last)")
     assert "BEGIN" not in caplog.text and "PRIVATE" not in caplog.text
+
+
+CANCEL = Publication(
+    "AGENT_CTL",
+    {**{k: v for k, v in ENVELOPE.items() if k != "class"}, "command": "CANCEL", "version": "*"},
+)
+
+
+def trigger_of(signer: Deployer) -> Publication:
+    return signer.sign_publication(trigger("PAYROLL", "g1", NOW.date()))
+
+
+def status_of(signer: Deployer, job: str = "JobA", agent: str = "agentA") -> Publication:
+    return signer.sign_publication(job_status("PAYROLL", job, "g1", "SUCCESS", "", version="v", agent=agent))
+
+
+def refused(check: Callable[[], object]) -> Refusal:
+    with pytest.raises(Refusal) as refusal:
+        check()
+    return refusal.value
+
+
+def test_each_role_signs_what_it_may_and_nothing_else() -> None:
+    """Deployers deploy, operate and trigger; operators operate and trigger; schedulers trigger;
+    agents sign their own jobs' statuses only; the refusal names the signer by its role and name."""
+    ca = CA()
+    trust = Trust(ca=ca.certificate)
+    at = NOW.timestamp()
+    operator, scheduler, agent_a = (
+        ca.issue("ops", "operator"),
+        ca.issue("cron", "scheduler"),
+        ca.issue("agentA", "agent"),
+    )
+    assert reason(trust, operator.sign(ENVELOPE)) == "ops has role operator, not deployer"
+    assert admit(trust, operator.sign(CANCEL)) == "operator ops"
+    assert reason(trust, scheduler.sign(CANCEL)) == "cron has role scheduler, not deployer or operator"
+    for signer in (ca.issue("alice", "deployer"), operator, scheduler):
+        assert trust.admit_trigger(trigger_of(signer), at, 3600).endswith(signer.name)
+    monitor = refused(lambda: trust.admit_trigger(trigger_of(ca.issue("mon", "monitor")), at, 3600))
+    assert (monitor.who, monitor.reason) == (
+        "monitor mon",
+        "mon has role monitor, not deployer or operator or scheduler",
+    )
+    assert (
+        "unsigned Trigger"
+        in refused(lambda: trust.admit_trigger(trigger("PAYROLL", "g1", NOW.date()), at, 3600)).reason
+    )
+    assert trust.admit_status(status_of(agent_a), at, "agentA") == "agent agentA"
+    assert (
+        trust.admit_status(status_of(agent_a), at, None) == "agent agentA"
+    )  # a deployment that does not say
+    assert (
+        "which is deployed on agentB"
+        in refused(lambda: trust.admit_status(status_of(agent_a), at, "agentB")).reason
+    )
+    agent_b = ca.issue("agentB", "agent")
+    assert (
+        "signed a status of agent 'agentA'"
+        in refused(lambda: trust.admit_status(status_of(agent_b), at, "agentA")).reason
+    )
+    assert "not deployer" not in refused(lambda: trust.admit_status(status_of(operator), at, "agentA")).reason
+    tampered = Publication("JOBSTATUS", {**status_of(agent_a).fields, "status": "FAILURE"})
+    assert refused(lambda: trust.admit_status(tampered, at, "agentA")).kind == "signature"
+
+
+def test_a_trigger_signed_longer_ago_than_the_agent_remembers_generations_is_refused() -> None:
+    ca = CA()
+    trust = Trust(ca=ca.certificate)
+    old = trigger_of(ca.issue("ops", "operator"))  # signed now, by the clock
+    later = time.time() + 2 * 3600
+    assert trust.admit_trigger(old, later, 3 * 3600) == "operator ops"
+    stale = refused(lambda: trust.admit_trigger(old, later, 3600))
+    assert stale.kind == "stale" and "signed 2.0 h ago, more than 1 h" in stale.reason
+
+
+def test_without_a_ca_triggers_need_the_deployer_key_and_statuses_are_not_checked() -> None:
+    deployer, other = local(), local()
+    trust = Trust()
+    at = NOW.timestamp()
+    assert (
+        "no deployer key is pinned yet"
+        in refused(lambda: trust.admit_trigger(trigger_of(deployer), at, 60)).reason
+    )
+    assert trust.pinned is None  # a Trigger never pins a key
+    admit(trust, deployer.sign(ENVELOPE))
+    assert trust.admit_trigger(trigger_of(deployer), at, 60).startswith("sha256:")
+    assert (
+        "is not the deployer key pinned"
+        in refused(lambda: trust.admit_trigger(trigger_of(other), at, 60)).reason
+    )
+    unsigned = job_status("PAYROLL", "JobA", "g1", "SUCCESS", "", version="v", agent="agentA")
+    assert trust.admit_status(unsigned, at, "agentA") == ""
+
+
+def test_a_revoked_identity_signs_nothing_any_more(tmp_path: Path) -> None:
+    """``wfm certs revoke`` reaches the agent's checks through ``DIR/ca.crl`` without a restart."""
+    init(tmp_path)
+    for who, role in (("alice", "deployer"), ("ops", "operator"), ("agentA", "agent")):
+        issue(tmp_path, who, role)
+    trust = Trust(ca=load_ca(tmp_path), revocations=Revocations(tmp_path, recheck=0))
+    alice, ops, agent_a = (tls_deployer(tmp_path, who) for who in ("alice", "ops", "agentA"))
+    at = time.time()
+    admit(trust, alice.sign(ENVELOPE), dt.datetime.fromtimestamp(at, dt.UTC))
+    for who in ("alice", "ops", "agentA"):
+        revoke(tmp_path, who)
+    assert "alice's certificate is revoked" in reason(
+        trust, alice.sign(ENVELOPE), dt.datetime.fromtimestamp(at, dt.UTC)
+    )
+    assert refused(lambda: trust.admit_trigger(trigger_of(ops), at, 60)).kind == "revoked"
+    assert refused(lambda: trust.admit_status(status_of(agent_a), at, "agentA")).kind == "revoked"

@@ -145,7 +145,7 @@ def test_the_trigger_button_is_refused_unless_the_identity_is_a_deployer(tmp_pat
     answer = web.post("/api/trigger", json={"workflow": "PAYROLL"})
     assert answer.status_code == 403
     assert answer.json()["error"].startswith(
-        "the dashboard runs as monitor (role monitor): triggering needs role deployer"
+        "the dashboard runs as monitor (role monitor): triggering needs role deployer or operator"
     )
     malformed = web.post("/api/trigger", content=b"{", headers={"Content-Type": "application/json"})
     assert malformed.status_code == 400
@@ -254,7 +254,7 @@ def test_cancel_and_rerun_are_refused_unless_the_identity_is_a_deployer(tmp_path
         answer = web.post(f"/api/{action}", json={"workflow": "PAYROLL", "gid": "g1"})
         assert answer.status_code == 403
         assert answer.json()["error"].startswith(
-            f"the dashboard runs as monitor (role monitor): {doing} needs role deployer"
+            f"the dashboard runs as monitor (role monitor): {doing} needs role deployer or operator"
         )
         assert web.post(f"/api/{action}", json={"workflow": "PAYROLL"}).json() == {
             "error": 'give {"workflow": NAME, "gid": GID}'

@@ -51,7 +51,7 @@ from wfm.web.sources import (
     Refused,
     deployer,
     described,
-    require_deployer,
+    require_operator,
     trigger,
     workflows,
 )
@@ -312,7 +312,7 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
 
     async def api_cancel(request: Request) -> JSONResponse:
         async def act(form: dict[str, str]) -> dict[str, Any]:
-            require_deployer(dashboard.tls, "cancelling")
+            require_operator(dashboard.tls, "cancelling")
             workflow, gid = check_workflow(form["workflow"]), check_gid(form["gid"])
             acks = await dashboard.agents().cancel(workflow, gid, dashboard.sign)
             refused = [f"{a}: {r} {d}" for a, (r, d) in sorted(acks.items()) if r not in ("OK", "UNCHANGED")]
@@ -325,7 +325,7 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
 
     async def api_rerun(request: Request) -> JSONResponse:
         async def act(form: dict[str, str]) -> dict[str, Any]:
-            require_deployer(dashboard.tls, "rerunning")
+            require_operator(dashboard.tls, "rerunning")
             workflow, gid, start = check_workflow(form["workflow"]), check_gid(form["gid"]), form.get("from")
             new = await dashboard.agents().rerun(workflow, gid, start or None, dashboard.sign)
             return {"workflow": workflow, "gid": new, "rerun_of": gid, "from": start or None}

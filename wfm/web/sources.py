@@ -17,6 +17,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+from agents.trust import OPERATOR_ROLES
 from broker.client import Client
 from broker.client.reconnect import BrokerList, brokers
 from broker.errors import WfmError
@@ -28,19 +29,17 @@ from wfm.triggers import TriggerPublisher, check_workflow, new_gid
 from wfm.workflow import DefinitionError, Workflow, load
 
 __all__ = [
-    "DEPLOYER",
     "HistoryReader",
     "OverlayWatcher",
     "Refused",
     "deployer",
     "described",
-    "require_deployer",
+    "require_operator",
     "role_of",
     "trigger",
     "workflows",
 ]
 
-DEPLOYER = "deployer"
 STATUS_TIMEOUT = 3.0  # seconds for a broker to answer a status: a stuck broker must not stall the page
 
 
@@ -225,20 +224,21 @@ def role_of(tls: Identity | None) -> str | None:
     return roles.get(tls.name, "")
 
 
-def require_deployer(tls: Identity | None, doing: str) -> None:
-    """Refused, naming the dashboard's identity and role, unless it is a deployer (with TLS on)."""
+def require_operator(tls: Identity | None, doing: str) -> None:
+    """Refused, naming the dashboard's identity and role, unless it is a deployer or an operator
+    (with TLS on): the roles whose Triggers, CANCELs and RERUNs agents act on."""
     role = role_of(tls)
-    if role is not None and role != DEPLOYER:
+    if role is not None and role not in OPERATOR_ROLES:
         assert tls is not None
         raise Refused(
-            f"the dashboard runs as {tls.name} (role {role or 'none'}): {doing} needs role {DEPLOYER};"
-            f" start wfm web with --identity of a deployer"
+            f"the dashboard runs as {tls.name} (role {role or 'none'}): {doing} needs role"
+            f" {' or '.join(OPERATOR_ROLES)}; start wfm web with --identity of a deployer or an operator"
         )
 
 
 def deployer(tls: Identity | None) -> Deployer:
     """Who signs the dashboard's cancel and rerun: its TLS identity, else the local deployer key
-    (``wfm deploy``'s default, which agents without TLS pinned). Call :func:`require_deployer` first."""
+    (``wfm deploy``'s default, which agents without TLS pinned). Call :func:`require_operator` first."""
     return signer_of(tls)
 
 
@@ -246,7 +246,7 @@ def trigger(uri: BrokerList, tls: Identity | None, workflow: str, today: date | 
     """Publish a Trigger for ``workflow`` (today's date, a new gid) as the dashboard's identity; its
     gid. Refused, before anything is sent, if that identity is not a deployer (with TLS on) or the
     workflow name is not one; a broker that does not take it raises as ``TriggerPublisher`` does."""
-    require_deployer(tls, "triggering")
+    require_operator(tls, "triggering")
     try:
         check_workflow(workflow)
     except ValueError as error:
