@@ -50,3 +50,66 @@ def test_only_operators_read_the_agents_answers_and_the_queries() -> None:
         assert policy.may_subscribe("m", "monitor", wanted) is None
     assert policy.may_subscribe("a1", "agent", parse_filter("[class,eq,AGENT_QUERY]")) is None
     assert policy.may_subscribe("c", "client", parse_filter("[class,eq,JOBSTATUS]")) is None
+
+
+PUBLISHES = {  # role -> (publication, may it?) as identity "me"
+    "operator": [
+        ("[class,Trigger],[applname,W]", True),
+        ("[class,AGENT_CTL],[agentname,a1]", True),  # agents take only CANCEL and RERUN from it
+        ("[class,HISTORY_QUERY],[asker,me]", True),
+        ("[class,HISTORY_QUERY],[asker,you]", False),
+        ("[class,JOBSTATUS],[agentname,a1]", False),
+        ("[class,HISTORY_RESULT],[asker,you]", False),
+    ],
+    "scheduler": [
+        ("[class,Trigger],[applname,W]", True),
+        ("[class,AGENT_CTL],[agentname,a1]", False),
+        ("[class,HISTORY_QUERY],[asker,me]", False),
+    ],
+    "historian": [
+        ("[class,HISTORY_RESULT],[asker,you]", True),
+        ("[class,Trigger],[applname,W]", False),
+        ("[class,JOBSTATUS],[agentname,me]", False),
+    ],
+    "monitor": [
+        ("[class,HISTORY_QUERY],[asker,me]", True),
+        ("[class,HISTORY_QUERY],[asker,you]", False),
+        ("[class,HISTORY_RESULT],[asker,you]", False),  # only a historian answers
+        ("[class,Trigger],[applname,W]", False),
+        ("[class,AGENT_CTL],[agentname,a1]", False),
+    ],
+    "client": [
+        ("[class,HISTORY_QUERY],[asker,me]", True),
+        ("[class,HISTORY_QUERY],[asker,you]", False),
+        ("[class,HISTORY_RESULT],[asker,me]", False),
+        ("[class,Trigger],[applname,W]", False),
+        ("[class,JOBSTATUS],[agentname,me]", False),
+    ],
+    "agent": [
+        ("[class,JOBSTATUS],[agentname,me]", True),
+        ("[class,JOBSTATUS],[agentname,you]", False),  # no agent speaks for another
+        ("[class,Trigger],[applname,W]", False),
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("role", "text", "allowed"), [(r, t, a) for r, cases in PUBLISHES.items() for t, a in cases]
+)
+def test_each_role_publishes_what_its_row_in_security_md_says(role: str, text: str, allowed: bool) -> None:
+    reason = load_policy().may_publish("me", role, parse_publication(text), 0.0)
+    assert (reason is None) == allowed, reason
+
+
+def test_answers_to_history_questions_reach_only_the_asker() -> None:
+    policy = load_policy()
+    mine = parse_filter("[class,eq,HISTORY_RESULT],[query,eq,q],[asker,eq,me]")
+    anyones = parse_filter("[class,eq,HISTORY_RESULT],[query,eq,q]")
+    assert policy.may_subscribe("me", "client", mine) is None
+    assert policy.may_subscribe("me", "client", anyones) is not None
+    assert policy.may_subscribe("me", "client", parse_filter("[class,eq,HISTORY_RESULT],[asker,eq,you]"))
+    assert (
+        policy.may_subscribe("s", "scheduler", parse_filter("[class,eq,JOBSTATUS],[jobname,eq,APPL_START]"))
+        is None
+    )
+    assert policy.may_subscribe("s", "scheduler", parse_filter("[class,eq,AGENT_CTL]")) is not None
