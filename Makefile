@@ -32,6 +32,7 @@ bench: $(STAMP)
 			echo "$$server not installed: the overlay benchmark runs without it as a baseline"; \
 	done
 	$(BIN)/python benchmarks/matching.py
+	$(BIN)/python benchmarks/signing.py
 	$(BIN)/python benchmarks/overlay.py
 	$(BIN)/python benchmarks/composite_traffic.py --plot docs/composite_traffic.png
 	$(BIN)/python benchmarks/workflows.py

@@ -14,7 +14,7 @@ from cryptography import x509
 
 from broker.transport.revocation import entry_name
 from tests.wfm.test_cli import run
-from wfm.certs import ROLES
+from wfm.certs import ROLES, ensure, listing
 
 
 def load(path: Path) -> x509.Certificate:
@@ -253,3 +253,14 @@ def test_a_new_ca_starts_with_no_revocations(ca: Path, capsys: pytest.CaptureFix
     run(capsys, "certs", "revoke", str(ca), "alice")
     assert run(capsys, "certs", "init", str(ca), "--force")[0] == 0
     assert not (ca / "ca.crl").exists()
+
+
+def test_ensure_issues_what_is_missing_and_reissues_an_identity_whose_role_changed(tmp_path: Path) -> None:
+    """``wfm up`` keeps its certificates across runs; its historian, a monitor before it had a
+    role of its own, gets a certificate of role historian on the next run."""
+    ensure(tmp_path, {"historian": "monitor", "deployer": "deployer"})
+    kept = (tmp_path / "deployer.crt").read_bytes()
+    ensure(tmp_path, {"historian": "historian", "deployer": "deployer", "agentA": "agent"})
+    roles = {issued.name: issued.role for issued in listing(tmp_path)}
+    assert roles == {"ca": "ca", "agentA": "agent", "deployer": "deployer", "historian": "historian"}
+    assert (tmp_path / "deployer.crt").read_bytes() == kept
