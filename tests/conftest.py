@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,13 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ):
         issue(directory, name, role)
     return directory
+
+
+@pytest.fixture
+def umask_zero() -> Iterator[None]:
+    """The umask takes nothing away: every mode is what the code asked for."""
+    before = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(before)

@@ -4,40 +4,17 @@ whatever the umask; the files its jobs write are left to the umask, as in a shel
 
 from __future__ import annotations
 
-import os
 import signal
-import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from agents.journal import Journal
 from agents.runner import log_path
 from agents.state import Agent, Tick
 from tests.agents.test_runner import run, supervised
+from tests.modes import files, mode
 from tests.processes import WFM, wait_for
 from tests.transport.harness import free_port
-
-
-@pytest.fixture
-def umask_zero() -> Iterator[None]:
-    """The umask takes nothing away: every mode is what the code asked for."""
-    before = os.umask(0)
-    try:
-        yield
-    finally:
-        os.umask(before)
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
-
-
-def files(directory: Path) -> dict[str, int]:
-    """The mode of every file under ``directory``, by its path there."""
-    return {str(p.relative_to(directory)): mode(p) for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 def test_the_state_directory_journal_and_snapshot_are_private(tmp_path: Path, umask_zero: None) -> None:

@@ -4,32 +4,16 @@ handled), are its owner's only, whatever the umask and however the directory was
 from __future__ import annotations
 
 import logging
-import os
-import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from broker.durable.log import WriteAheadLog, private_directory
 from broker.transport.uri import BrokerURI
+from tests.modes import mode
 from tests.processes import WFM, status, wait_for
 from tests.transport.harness import free_port
-
-
-@pytest.fixture
-def umask_zero() -> Iterator[None]:
-    """The umask takes nothing away: every mode is what the code asked for."""
-    before = os.umask(0)
-    try:
-        yield
-    finally:
-        os.umask(before)
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
 
 
 def test_a_new_directory_is_0700_and_its_parents_follow_the_umask(tmp_path: Path, umask_zero: None) -> None:

@@ -5,9 +5,6 @@ and the landing log's segments 0600 wherever they are."""
 from __future__ import annotations
 
 import logging
-import os
-import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,23 +12,10 @@ import pytest
 from broker.client import BlockingClient
 from broker.language import Publication
 from tests.history.test_historian import start_historian, stop, subscribed
+from tests.modes import mode
 from tests.processes import brokers
 from wfm.history.historian import RecorderService
 from wfm.history.landing import Landing, segments
-
-
-@pytest.fixture
-def umask_zero() -> Iterator[None]:
-    """The umask takes nothing away: every mode is what the code asked for."""
-    before = os.umask(0)
-    try:
-        yield
-    finally:
-        os.umask(before)
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
 
 
 def test_the_landing_log_is_private_wherever_it_is(tmp_path: Path, umask_zero: None) -> None:
