@@ -101,6 +101,7 @@ class DeployPart:
     parts: int
     jobs: list[JobInfo]
     split: str = ""
+    coordinator: str = ""  # the agent that signs APPL_START and APPL_END ("" if not said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +215,10 @@ def parse_deploy(control: Control) -> DeployPart:
         elif not info.virtual and not info.after:
             raise ValueError(f"DEPLOY job {job!r} runs after nothing (a start job runs after APPL_START)")
         infos.append(info)
-    return DeployPart(part, parts, infos, split)
+    coordinator = data.get("coordinator", "")
+    if not isinstance(coordinator, str):
+        raise ValueError(f"DEPLOY coordinator {coordinator!r}: it must be an agent name")
+    return DeployPart(part, parts, infos, split, coordinator)
 
 
 def registrations(info: JobInfo) -> list[Registration]:

@@ -525,6 +525,8 @@ class Agent:
             # split otherwise (a longer cwd) while incomplete: count the parts of this split
             deployment.parts, deployment.split, deployment.parts_in = *split, set()
         deployment.parts_in.add(deploy.part)
+        if deploy.coordinator:
+            deployment.signers.update({APPL_START: deploy.coordinator, APPL_END: deploy.coordinator})
         changed = False
         requests: list[Request] = []
         for info, wanted in built:

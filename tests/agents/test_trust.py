@@ -14,11 +14,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from agents.state import Agent, Emit, Incoming
+from agents.state import Agent, Delivered, Emit, Incoming
 from agents.trust import Refusal, Trust, load_ca
 from broker.language import Publication
 from broker.transport.revocation import Revocations
-from tests.agents.test_state import PLAN
+from tests.agents.test_state import PLAN, key, runs
 from wfm.certs import init, issue, revoke
 from wfm.certs import subject_name as name
 from wfm.signing import Deployer, tls_deployer
@@ -294,3 +294,36 @@ def test_a_revoked_identity_signs_nothing_any_more(tmp_path: Path) -> None:
     )
     assert refused(lambda: trust.admit_trigger(trigger_of(ops), at, 60)).kind == "revoked"
     assert refused(lambda: trust.admit_status(status_of(agent_a), at, "agentA")).kind == "revoked"
+
+
+def test_an_agent_with_a_ca_acts_only_on_what_the_right_agents_signed() -> None:
+    """agentB runs JobB after agentA's JobA: a JobA status that agentB itself (or a stolen key of
+    it) signed fires nothing, agentA's does; an APPL_END not signed by the coordinator (agentA)
+    ends nothing."""
+    ca = CA()
+    deployer, agent_a, agent_b = (
+        ca.issue("ops", "deployer"),
+        ca.issue("agentA", "agent"),
+        ca.issue("agentB", "agent"),
+    )
+    agent = Agent("agentB", trust=Trust(ca=ca.certificate))
+    at = time.time()
+    for envelope in PLAN.publications():
+        if envelope["agentname"] == "agentB":
+            agent.handle(Incoming(deployer.sign(envelope)), at)
+    go = deployer.sign_publication(trigger("PAYROLL", "g1", NOW.date()))  # a Monday: JobB runs
+
+    def ended(signer: Deployer, job: str, who: str) -> Publication:
+        status = job_status("PAYROLL", job, "g1", "SUCCESS", "", version=PLAN.version, agent=who)
+        return signer.sign_publication(status)
+
+    assert runs(agent.handle(Delivered(key(agent, "JobB"), (go, ended(agent_b, "JobA", "agentB"))), at)) == []
+    assert agent.refused["firing"] == 1
+    [run] = runs(agent.handle(Delivered(key(agent, "JobB"), (go, ended(agent_a, "JobA", "agentA"))), at))
+    assert run.job == "JobB"
+    starts = next(k for k, (_, _, job) in agent.owners.items() if job == "APPL_START")
+    agent.handle(Delivered(starts, (ended(agent_a, "APPL_START", "agentA"),)), at)
+    agent.handle(Delivered(starts, (ended(agent_b, "APPL_END", "agentB"),)), at)  # not the coordinator
+    assert agent.refused["status"] == 1 and ("PAYROLL", "g1") not in agent.ended
+    agent.handle(Delivered(starts, (ended(agent_a, "APPL_END", "agentA"),)), at)
+    assert ("PAYROLL", "g1") in agent.ended

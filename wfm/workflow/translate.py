@@ -103,7 +103,8 @@ PART_LIMIT = 128 * 1024  # characters of one DEPLOY content: a frame (1 MiB) hol
 def translate(workflow: Workflow) -> Plan:
     """The deployment plan of ``workflow``; equal definitions give equal plans."""
     name, version, coordinator = workflow.name, workflow.version(), workflow.coordinator
-    base: dict[str, Any] = {"workflow": name, "version": version}
+    # the coordinator signs every generation's APPL_START and APPL_END: each agent is told who
+    base: dict[str, Any] = {"workflow": name, "version": version, "coordinator": coordinator}
     if workflow.source is not None:  # commands run in the workflow file's directory
         base["cwd"] = posixpath.dirname(workflow.source)
     graph = {
