@@ -1,14 +1,22 @@
-"""What another local user can reach of this process's Spark.
+"""What another local user can reach of this process's Spark, and the warm server's token file.
 
 The session-scoped ``spark`` fixture is a real local driver: its ports are read from /proc and
-probed over loopback."""
+probed over loopback. The warm Spark Connect server itself is tested in ``test_cluster.py``."""
 
 from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
 from tests.history.ports import is_loopback, listening, unauthenticated_rpc
+from wfm.history.connect import ANNOUNCEMENT, TOKEN, master_for, server_token
 from wfm.history.spark import driver_settings
 
 
@@ -53,3 +61,88 @@ def test_only_a_local_driver_is_kept_to_loopback(master: str, loopback: bool, au
     bound = {settings.get("spark.driver.bindAddress"), settings.get("spark.driver.host")}
     assert bound == ({"127.0.0.1"} if loopback else {None})
     assert settings.get("spark.authenticate") == ("true" if authenticate else None)
+
+
+@pytest.fixture
+def umask_000() -> Iterator[None]:
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def test_the_token_file_is_the_owners_alone_whatever_the_umask(tmp_path: Path, umask_000: None) -> None:
+    token = server_token(tmp_path)
+    assert _mode(tmp_path / TOKEN) == 0o600
+    assert (tmp_path / TOKEN).read_text() == token + "\n" and len(token) >= 43
+    assert server_token(tmp_path) == token, "kept across restarts"
+    assert not (tmp_path / (TOKEN + ".partial")).exists()
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620])
+def test_a_token_file_others_could_read_or_write_is_replaced(
+    tmp_path: Path, mode: int, umask_000: None
+) -> None:
+    known = "k" * 43
+    (tmp_path / TOKEN).write_text(known)
+    (tmp_path / TOKEN).chmod(mode)
+    token = server_token(tmp_path)
+    assert token != known and _mode(tmp_path / TOKEN) == 0o600
+
+
+def test_a_symlink_in_place_of_the_token_file_is_replaced_not_followed(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("not a token\n")
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / TOKEN).symlink_to(elsewhere)
+    token = server_token(store)
+    assert not (store / TOKEN).is_symlink() and (store / TOKEN).read_text() == token + "\n"
+    assert elsewhere.read_text() == "not a token\n"
+
+
+@pytest.fixture
+def announced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, int]]:
+    """A store whose announcement names a live process listening on loopback (this one)."""
+    monkeypatch.delenv("WFM_SPARK_MASTER", raising=False)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        announcement = {"url": f"sc://127.0.0.1:{port}", "host": socket.gethostname(), "pid": os.getpid()}
+        (tmp_path / ANNOUNCEMENT).write_text(json.dumps({**announcement, "port": port}))
+        yield tmp_path, port
+
+
+def test_the_warm_server_is_used_with_its_stores_token(announced: tuple[Path, int]) -> None:
+    store, port = announced
+    server_token(store)
+    with_token = f"sc://127.0.0.1:{port}/;token_file={store / TOKEN}"
+    assert master_for(store, None) == with_token
+    assert master_for(store, f"sc://127.0.0.1:{port}") == with_token  # wfm up gives the historian the URL
+    assert master_for(store, f"sc://localhost:{port}/;user_id=x") == (
+        f"sc://localhost:{port}/;user_id=x;token_file={store / TOKEN}"
+    )
+
+
+def test_no_other_server_is_given_the_stores_token(announced: tuple[Path, int]) -> None:
+    store, port = announced
+    server_token(store)
+    for master in (
+        f"sc://127.0.0.1:{port + 1}",  # another server
+        f"sc://10.0.0.5:{port}",  # another host
+        f"sc://127.0.0.1:{port}/;token_file=/elsewhere",  # a token of its own
+        f"sc://127.0.0.1:{port}/;use_ssl=true;token=abc",
+        "local[2]",
+    ):
+        assert master_for(store, master) == master
+
+
+def test_a_warm_server_without_its_token_file_is_not_used(announced: tuple[Path, int]) -> None:
+    store, _ = announced
+    assert master_for(store, None) is None  # local mode, as with no server
