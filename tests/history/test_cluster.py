@@ -15,6 +15,7 @@ import random
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -28,11 +29,13 @@ from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
 from broker.language import parse_publication
+from tests.history.ports import is_loopback, listening, unauthenticated_rpc
 from tests.processes import WFM
 from tests.transport.harness import free_port
 from wfm.cli import cli
 from wfm.history import HistoryStore, Landing
-from wfm.history.connect import serve_connect, warm_url
+from wfm.history.connect import ANNOUNCEMENT, LOG, TOKEN, serve_connect, warm_url
+from wfm.history.spark import with_token_file
 
 SPARK_HOME = Path(pyspark.__file__).parent
 JAVA = os.environ.get("JAVA_HOME") or shutil.which("java")
@@ -224,7 +227,79 @@ def test_spark_connect_answers_like_local_mode(
     store, url = connect_store
     other = tmp_path / "store"  # the server reads any path it can see, not only the announcing store
     shutil.copytree(store, other, ignore=shutil.ignore_patterns(".spark-connect*"))
-    assert _run_in_a_process(other, url) == local_answers
+    assert _run_in_a_process(other, with_token_file(url, store / TOKEN)) == local_answers
+
+
+def _history(store: Path, master: str) -> subprocess.CompletedProcess[str]:
+    """``wfm history`` of the first step, its environment without a token of its own."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("WFM_SPARK_MASTER", "SPARK_CONNECT_AUTHENTICATE_TOKEN")
+    }
+    argv = [WFM, *STEPS[0], "--store", str(store), "--spark-master", master]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_the_warm_server_takes_only_clients_with_its_token(
+    connect_store: tuple[Path, str], local_answers: list[str], tmp_path: Path
+) -> None:
+    """As any local user could: pyspark's own client, and wfm history on a store that does not
+    announce the server (so it has no token to give), are refused; the store's token is taken."""
+    store, url = connect_store
+    port = int(url.rsplit(":", 1)[1])
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_CONNECT_AUTHENTICATE_TOKEN"}
+    bare = "from pyspark.sql import SparkSession as S; S.builder.remote({!r}).getOrCreate().range(3).count()"
+    for client in (url, f"sc://localhost:{port}/;token=guessed"):
+        attack = subprocess.run(
+            [sys.executable, "-c", bare.format(client)], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert attack.returncode != 0 and "UNAUTHENTICATED" in attack.stderr, (client, attack.stderr[-2000:])
+
+    other = tmp_path / "store"
+    shutil.copytree(store, other, ignore=shutil.ignore_patterns(".spark-connect*"))
+    server = f"the Spark Connect server at sc://127.0.0.1:{port}"
+    none = _history(other, url)
+    assert (none.returncode, none.stdout) == (1, "")
+    assert none.stderr == (
+        f"wfm: error: cannot start Spark ({url}): {server} wants a token"
+        " (No authentication token provided): add ;token_file=FILE to the URL\n"
+    )
+    wrong = tmp_path / "wrong.token"
+    wrong.write_text("0" * 43)
+    refused = _history(other, with_token_file(url, wrong))
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr.endswith(
+        f"): {server} refused the token in {wrong}: Invalid authentication token\n"
+    )
+    assert refused.stderr.count("\n") == 1, refused.stderr
+
+    taken = _history(other, with_token_file(url, store / TOKEN))
+    assert (taken.returncode, taken.stdout) == (0, local_answers[0]), taken.stderr
+
+    token = (store / TOKEN).read_text().strip()
+    assert stat.S_IMODE((store / TOKEN).stat().st_mode) == 0o600
+    pid = json.loads((store / ANNOUNCEMENT).read_text())["pid"]
+    shown = [
+        Path(f"/proc/{pid}/cmdline").read_text(),
+        (store / ANNOUNCEMENT).read_text(),
+        (store / LOG).read_text(),
+    ]
+    assert not any(token in text for text in shown), (
+        "the token is on the command line, or in a file others read"
+    )
+
+
+def test_the_warm_server_listens_on_loopback_only(connect_store: tuple[Path, str]) -> None:
+    """Its driver and block manager too, not only the Connect port; and they ask for Spark's secret."""
+    store, url = connect_store
+    pid = json.loads((store / ANNOUNCEMENT).read_text())["pid"]
+    ports = listening(pid)
+    assert len(ports) >= 3 and [(a, p) for a, p in ports if not is_loopback(a)] == [], ports
+    connect_port = int(url.rsplit(":", 1)[1])
+    for address, port in ports:
+        if port != connect_port:  # the Connect port speaks gRPC: the test above
+            assert "Expected SaslMessage" in unauthenticated_rpc(address, port), port
 
 
 def test_a_store_with_a_warm_server_uses_it(
@@ -252,13 +327,14 @@ if __name__ == "__main__":  # python -m tests.history.test_cluster STORE MASTER:
     print(json.dumps(_run_in_process(Path(sys.argv[1]), sys.argv[2])))
 
 
-def _spark_connect(store: Path, port: int) -> tuple[subprocess.Popen[str], str]:
+def _spark_connect(store: Path, port: int, umask: int = -1) -> tuple[subprocess.Popen[str], str]:
     """``wfm spark-connect`` started and listening; returns the process and the line it printed."""
     server = subprocess.Popen(
         [WFM, "spark-connect", "--store", str(store), "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        umask=umask,
     )
     assert server.stdout is not None
     return server, server.stdout.readline()
@@ -275,11 +351,17 @@ def _closed(port: int, timeout: float) -> bool:
 
 
 def test_spark_connect_command_announces_itself_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """Started under umask 000, it still keeps its token to its owner."""
     port = free_port()
-    server, line = _spark_connect(tmp_path / "store", port)
+    server, line = _spark_connect(tmp_path / "store", port, umask=0)
+    token = tmp_path / "store" / TOKEN
     try:
-        assert line.startswith(f"Spark Connect sc://127.0.0.1:{port} for "), line
+        store = tmp_path / "store"
+        assert (
+            line == f"Spark Connect sc://127.0.0.1:{port} for {store} (token in {token}; Ctrl-C stops it)\n"
+        )
         assert warm_url(tmp_path / "store") == f"sc://127.0.0.1:{port}"
+        assert stat.S_IMODE(token.stat().st_mode) == 0o600
     finally:
         server.send_signal(signal.SIGTERM)
         _, err = server.communicate(timeout=60)

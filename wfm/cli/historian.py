@@ -44,7 +44,8 @@ def _classes(ctx: click.Context, param: click.Parameter, value: tuple[str, ...])
     "--spark-master",
     envvar=MASTER_ENV,
     default=None,
-    help="Spark master for compaction and queries (default local[*]).",
+    help="Spark master for compaction and queries (default: the store's warm Spark Connect server, with"
+    " its token, else local[*]; another sc:// URL names its token file: sc://HOST:PORT/;token_file=FILE).",
 )
 @click.option(
     "--compact-every",

@@ -41,7 +41,8 @@ master_option = click.option(
     "--spark-master",
     envvar=MASTER_ENV,
     default=None,
-    help="Spark master: local[*] (default), spark://HOST:PORT, yarn or sc://HOST:PORT (Spark Connect).",
+    help="Spark master: local[*] (default), spark://HOST:PORT, yarn or sc://HOST:PORT (Spark Connect;"
+    " sc://HOST:PORT/;token_file=FILE presents the token in FILE, the store's own server its token).",
 )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from wfm.cli.serving import stop_event
-from wfm.history.connect import DEFAULT_PORT, serve_connect
+from wfm.history.connect import DEFAULT_PORT, TOKEN, serve_connect
 from wfm.history.spark import DEFAULT_MASTER
 
 
@@ -23,7 +23,7 @@ from wfm.history.spark import DEFAULT_MASTER
     type=click.IntRange(1, 65535),
     default=DEFAULT_PORT,
     show_default=True,
-    help="Port on 127.0.0.1 (Spark Connect has no authentication: loopback only).",
+    help="Port on 127.0.0.1 (loopback only; clients must present the store's token).",
 )
 @click.option(
     "--spark-master",
@@ -45,7 +45,8 @@ def spark_connect(store: Path, port: int, spark_master: str, nice: int) -> None:
     \b
     Commands that open the store without --spark-master (and without $WFM_SPARK_MASTER) find the
     server's address in STORE/.spark-connect.json and answer without starting a JVM of their own.
-    Its log is STORE/.spark-connect.log."""
+    The server takes only clients that present its token, STORE/.spark-connect.token (mode 0600:
+    only this user's commands can use the server). Its log is STORE/.spark-connect.log."""
     if spark_master.startswith("sc://"):
         raise click.BadParameter(
             "a Spark Connect server cannot drive another one", param_hint="--spark-master"
@@ -56,6 +57,8 @@ def spark_connect(store: Path, port: int, spark_master: str, nice: int) -> None:
             port,
             spark_master,
             stop.wait,
-            lambda url: click.echo(f"Spark Connect {url} for {store} (Ctrl-C stops it)"),
+            lambda url: click.echo(
+                f"Spark Connect {url} for {store} (token in {store / TOKEN}; Ctrl-C stops it)"
+            ),
             nice,
         )

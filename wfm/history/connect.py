@@ -8,8 +8,12 @@ open that store without an explicit master use it (:func:`warm_url`). An announc
 has died or whose port does not answer is ignored, so a server killed with -9 costs nothing but the
 JVM start-up it was saving.
 
-The server binds the loopback address: Spark Connect has no authentication, and whoever reaches it
-can read and write every file the server can.
+Whoever a Spark Connect server takes can read and write every file its user can and run code as
+that user, so the server binds the loopback address and asks every client for a token: made with
+``secrets`` once per store, kept in ``STORE/.spark-connect.token`` (mode 0600, this user's only) and
+handed to the JVM in its environment, never on its command line. :func:`master_for` gives a URL
+naming the store's warm server the parameter that presents that file's token (``;token_file=``,
+read by ``spark.py``); a user who cannot read the file does not use the server.
 
 The JVM comes from the ``bin/spark-submit`` that the pyspark package ships; its output goes to
 ``STORE/.spark-connect.log``. On Linux it is told to stop when its parent dies, so a killed
@@ -22,32 +26,40 @@ import ctypes
 import functools
 import json
 import os
+import re
+import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
 import pyspark
 
 from broker.errors import LocalError
-from wfm.history.spark import MASTER_ENV, driver_settings
+from wfm.history.spark import LOOPBACK, MASTER_ENV, TOKEN_FILE, driver_settings, with_token_file
 
 __all__ = [
     "ANNOUNCEMENT",
     "DEFAULT_PORT",
+    "TOKEN",
     "SparkServerError",
     "master_for",
     "serve_connect",
     "server_argv",
+    "server_token",
     "warm_url",
 ]
 
 ANNOUNCEMENT = ".spark-connect.json"
 LOG = ".spark-connect.log"
-HOST = "127.0.0.1"
+TOKEN = ".spark-connect.token"
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # where the server takes its token from
+HOST = LOOPBACK
 DEFAULT_PORT = 15002  # Spark's own default for Spark Connect
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _PR_SET_PDEATHSIG = 1
@@ -72,8 +84,30 @@ def server_argv(port: int, master: str, host: str = HOST) -> list[str]:
 
 def master_for(store: Path, master: str | None) -> str | None:
     """The master to open ``store`` with: the one given, else $WFM_SPARK_MASTER, else the store's
-    warm server, else None (local mode)."""
-    return master or os.environ.get(MASTER_ENV) or warm_url(store)
+    warm server if this user may read its token, else None (local mode). A URL of the store's warm
+    server (given or found) that carries no token of its own presents the store's."""
+    chosen = master or os.environ.get(MASTER_ENV)
+    warm = warm_url(store)
+    if warm is None:
+        return chosen
+    token = store / TOKEN
+    if chosen is None:
+        if not os.access(token, os.R_OK):
+            return None  # a server this user may not use is no server for it
+        chosen = warm
+    return with_token_file(chosen, token) if _names(chosen, warm) else chosen
+
+
+def _names(url: str, warm: str) -> bool:
+    """Whether ``url`` is the warm server's (a loopback host, its port) and brings no token."""
+    if not url.startswith("sc://") or re.search(rf";({TOKEN_FILE}|token)=", url):
+        return False
+    parsed, announced = (urllib.parse.urlsplit("http" + u[2:]) for u in (url, warm))
+    try:
+        port = parsed.port
+    except ValueError:
+        return False
+    return parsed.hostname in ("localhost", "127.0.0.1", "::1") and port == announced.port
 
 
 def warm_url(store: Path) -> str | None:
@@ -104,10 +138,12 @@ def serve_connect(
     store.mkdir(parents=True, exist_ok=True)
     if _listening(HOST, port):
         raise SparkServerError(f"port {port} on {HOST} is in use: give another --port")
+    token = server_token(store)
     log_path = store / LOG
     with open(log_path, "ab") as log:
         server = subprocess.Popen(
             server_argv(port, master),
+            env={**os.environ, TOKEN_ENV: token},  # /proc/PID/environ is its user's alone; argv is not
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -139,6 +175,36 @@ def serve_connect(
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
+
+
+def server_token(store: Path) -> str:
+    """The token of ``store``'s server: the one in ``STORE/.spark-connect.token`` if that is a file of
+    this user's that nobody else may read or write, else a new one written there with mode 0600
+    (whatever the umask). Kept across restarts, so a client's session outlives one; delete the
+    file and restart the server to change it."""
+    path = store / TOKEN
+    try:
+        status = os.stat(path, follow_symlinks=False)
+        if stat.S_ISREG(status.st_mode) and status.st_uid == os.geteuid() and not status.st_mode & 0o077:
+            token = path.read_text().strip()
+            if re.fullmatch(r"[A-Za-z0-9_-]{43,}", token):
+                return token
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        raise SparkServerError(f"cannot read the token {path}: {error.strerror or error}") from None
+    token = secrets.token_urlsafe(32)  # 43 characters
+    partial = path.with_name(path.name + ".partial")
+    try:
+        partial.unlink(missing_ok=True)
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            os.fchmod(descriptor, 0o600)  # the umask may have taken bits of 0600 too
+            file.write(token + "\n")
+        partial.replace(path)
+    except OSError as error:
+        raise SparkServerError(f"cannot write the token {path}: {error.strerror or error}") from None
+    return token
 
 
 def _check(server: subprocess.Popen[bytes], log_path: Path) -> None:
