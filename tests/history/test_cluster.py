@@ -262,15 +262,16 @@ def test_the_warm_server_takes_only_clients_with_its_token(
     none = _history(other, url)
     assert (none.returncode, none.stdout) == (1, "")
     assert none.stderr == (
-        f"wfm: error: cannot start Spark ({url}): {server} wants a token"
+        f"wfm: error: cannot start Spark: {server} wants a token"
         " (No authentication token provided): add ;token_file=FILE to the URL\n"
     )
     wrong = tmp_path / "wrong.token"
     wrong.write_text("0" * 43)
     refused = _history(other, with_token_file(url, wrong))
     assert (refused.returncode, refused.stdout) == (1, "")
-    assert refused.stderr.endswith(
-        f"): {server} refused the token in {wrong}: Invalid authentication token\n"
+    assert refused.stderr == (
+        f"wfm: error: cannot start Spark: {server} refused the token in {wrong}:"
+        " Invalid authentication token\n"
     )
     assert refused.stderr.count("\n") == 1, refused.stderr
 
