@@ -19,6 +19,7 @@ left (the first 1,000-job generation paid both).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Literal
 
 from broker.language.model import Filter
@@ -44,7 +45,8 @@ class Forwarding:
     def entries(self, hop: Hashable) -> list[str]:
         return [*self.sent.get(hop, {}), *self.held.get(hop, {})]
 
-    def want(self, hop: Hashable, entry: str, value: Filter) -> list[Action]:
+    def want(self, hop: Hashable, entry: str, value: Filter, apart: bool = False) -> list[Action]:
+        """``apart``: a stand-in (see ``Twins.want``); covering takes it like any entry."""
         sent = self.sent.setdefault(hop, {})
         held = self.held.setdefault(hop, {})
         if entry in sent or entry in held:
@@ -95,40 +97,45 @@ class Twins:
     mode = "off"
 
     def __init__(self) -> None:
-        # hop -> filter -> (the id its group travelled under, its members)
-        self.groups: dict[Hashable, dict[Filter, tuple[str, dict[str, None]]]] = {}
-        self.member_of: dict[Hashable, dict[str, Filter]] = {}
-        self.wires: dict[Hashable, dict[str, Filter]] = {}  # wire id -> its group's filter
+        # hop -> group -> (the id it travelled under, its members)
+        self.groups: dict[Hashable, dict[Group, tuple[str, dict[str, None]]]] = {}
+        self.member_of: dict[Hashable, dict[str, Group]] = {}
+        self.wires: dict[Hashable, dict[str, Group]] = {}  # wire id -> its group
 
     def wants(self, hop: Hashable, entry: str) -> bool:
         return entry in self.member_of.get(hop, {})
 
-    def want(self, hop: Hashable, entry: str, value: Filter) -> list[Action]:
+    def want(self, hop: Hashable, entry: str, value: Filter, apart: bool = False) -> list[Action]:
+        """``apart``: a stand-in (``Tables.stand_in``), grouped with equal stand-ins only. Its
+        filter is an advertisement's class alone, which lasting subscriptions often are too;
+        in their group, it could lend them its id for good (the group keeps its wire id while a
+        member is left), and the neighbour would show a stand-in long after every one ended."""
         member_of = self.member_of.setdefault(hop, {})
         if entry in member_of:
             return []
-        member_of[entry] = value
+        key: Group = StandInGroup(value) if apart else value
+        member_of[entry] = key
         groups, wires = self.groups.setdefault(hop, {}), self.wires.setdefault(hop, {})
-        group = groups.get(value)
+        group = groups.get(key)
         if group is not None:
             group[1][entry] = None
             return []
         # a group that went on under this id after the entry left it: renamed, the id is this one's
         actions = self._rename(hop, wires[entry]) if entry in wires else []
-        groups[value] = (entry, {entry: None})
-        wires[entry] = value
+        groups[key] = (entry, {entry: None})
+        wires[entry] = key
         return [*actions, ("send", entry, value)]
 
     def unwant(self, hop: Hashable, entry: str) -> list[Action]:
-        value = self.member_of.get(hop, {}).pop(entry, None)
-        if value is None:
+        key = self.member_of.get(hop, {}).pop(entry, None)
+        if key is None:
             return []
-        wire, members = self.groups[hop][value]
+        wire, members = self.groups[hop][key]
         del members[entry]
         if members:
             return []
-        del self.groups[hop][value], self.wires[hop][wire]
-        return [("retract", wire, value)]
+        del self.groups[hop][key], self.wires[hop][wire]
+        return [("retract", wire, _filter(key))]
 
     def forget(self, hop: Hashable) -> None:
         """The link is gone: nothing is at the other end any more."""
@@ -138,11 +145,27 @@ class Twins:
     def held_count(self) -> int:
         return sum(len(members) - 1 for groups in self.groups.values() for _, members in groups.values())
 
-    def _rename(self, hop: Hashable, value: Filter) -> list[Action]:
-        """The group of ``value`` under a member's own id, sent before its old id is retracted."""
-        old, members = self.groups[hop][value]
+    def _rename(self, hop: Hashable, key: Group) -> list[Action]:
+        """The group under a member's own id, sent before its old id is retracted."""
+        old, members = self.groups[hop][key]
         new = next(iter(members))
-        self.groups[hop][value] = (new, members)
+        self.groups[hop][key] = (new, members)
         del self.wires[hop][old]
-        self.wires[hop][new] = value
+        self.wires[hop][new] = key
+        value = _filter(key)
         return [("send", new, value), ("retract", old, value)]
+
+
+@dataclass(frozen=True, slots=True)
+class StandInGroup:
+    """The key of a group of stand-ins in ``Twins`` (a lasting subscription's group is keyed by
+    its filter, as a snapshot of format 9 or before has them all)."""
+
+    filter: Filter
+
+
+Group = Filter | StandInGroup
+
+
+def _filter(key: Group) -> Filter:
+    return key.filter if isinstance(key, StandInGroup) else key

@@ -61,6 +61,10 @@ class StandIn(NamedTuple):
 
 
 class StandIns:
+    # while ``RouterLog.restore`` replays a log of format 9 or before, whose stand-ins subscribed
+    # their advertisement's filter (``_make``): the replay must send and route what was then
+    as_format_9 = False
+
     def __init__(self, broker_id: str, tables: Tables, custody: Custody, counters: Counter[str]) -> None:
         self.broker_id = broker_id
         self.tables, self.custody, self.counters = tables, custody, counters
@@ -172,7 +176,10 @@ class StandIns:
         made[adv_id] = StandIn(sub_id, sent_on, hold)
         self.counters["stand_ins.made"] += 1
         self.counters["stand_ins.sent_on"] += sent_on
-        return self.tables.subscribe(sub_id, entry.filter, hop, DEFAULT_TTL, forward=sent_on)
+        if self.as_format_9:  # the advertisement's filter as a subscription, which missed what
+            # left out an attribute it names: replayed as sent, so the seqs it replays are the same
+            return self.tables.subscribe(sub_id, entry.filter, hop, DEFAULT_TTL, forward=sent_on)
+        return self.tables.stand_in(sub_id, entry.filter, hop, DEFAULT_TTL, forward=sent_on)
 
     def _send_on(self, hop: str, adv_id: str, now: float) -> Output:
         """The stand-in for a neighbour away or late, sent upstream (one kept here ends first)."""

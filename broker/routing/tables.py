@@ -14,7 +14,7 @@ the hop ``DETECTOR``. Kept apart so that each of the three reads on its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from broker.language.model import Filter, Publication
 from broker.matching.matcher import CountingMatcher
@@ -37,6 +37,16 @@ class Entry(Generic[H]):
     hop: H  # where it came from
     ttl: int
     forward: bool = True  # a subscription sent on towards advertisements (False: a stand-in kept here)
+    # a stand-in (see ``stand_in``): what fits this advertisement matches it here, not ``filter``
+    fit: Fit | None = None
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        """An entry pickled by snapshot format 9 or before has no ``fit``: it matched by filter."""
+        slots = state[1]
+        for name, value in slots.items():
+            object.__setattr__(self, name, value)
+        if "fit" not in slots:
+            self.fit = None
 
 
 class Tables:
@@ -48,12 +58,19 @@ class Tables:
         self.matcher = CountingMatcher()
         self.srt_index: FilterIndex[str] = FilterIndex()  # advertisements a subscription may overlap
         self.prt_index: FilterIndex[str] = FilterIndex()  # subscriptions an advertisement may overlap
+        # the stand-ins' advertisements, which publications are matched against by fit (``stand_in``)
+        self.fit_index: FilterIndex[str] = FilterIndex()
         # client or neighbour hop -> the advertisements that came from it: what it may publish
         self.hop_adverts: dict[str, FilterIndex[str]] = {}
         # hop -> the advertisement from it that its last conforming publication fitted, compiled
         self.last_fit: dict[str, tuple[str, Fit]] = {}
         self.subscriptions = Twins() if covering == "off" else Forwarding(covering, subscription_covers)
         self.advertisements = Forwarding("lazy" if advertisement_covering else "off", advertisement_covers)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Tables of snapshot format 9 or before have no stand-ins matched by fit."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("fit_index", FilterIndex())
 
     # links --------------------------------------------------------------------------------------
 
@@ -77,7 +94,7 @@ class Tables:
                 out += self._apply(hop, self.advertisements.want(hop, adv_id, entry.filter), True)
         for sub_id, sub in self.prt.items():
             if sub.hop != hop and sub.forward and self._routes_to(sub.filter, hop):
-                out += self._apply(hop, self.subscriptions.want(hop, sub_id, sub.filter), False)
+                out += self._want(hop, sub_id, sub)
         return out
 
     def remove_neighbor(self, hop: str) -> Output:
@@ -111,24 +128,47 @@ class Tables:
             for sub_id in sorted(self.prt_index.candidates(advertisement)):
                 entry = self.prt[sub_id]
                 if entry.hop != hop and entry.forward and overlaps(entry.filter, advertisement):
-                    out += self._apply(hop, self.subscriptions.want(hop, sub_id, entry.filter), False)
+                    out += self._want(hop, sub_id, entry)
         return out
 
     def subscribe(
         self, sub_id: str, subscription: Filter, hop: Hop, ttl: int, forward: bool = True
     ) -> Output:
         """Into the tables, and towards the advertisements it overlaps unless ``forward`` is
-        False (a stand-in kept here, see ``standins``)."""
+        False (a stand-in kept here, as a log of format 9 or before replays one: ``standins``)."""
         self.prt[sub_id] = Entry(subscription, hop, ttl, forward)
         self.prt_index.add(sub_id, subscription)
         self.matcher.add(sub_id, subscription)
+        return self._send_on(sub_id) if forward else []
+
+    def stand_in(self, sub_id: str, advertisement: Filter, hop: str, ttl: int, forward: bool) -> Output:
+        """A subscription under ``hop`` for every publication that fits ``advertisement`` (see
+        ``standins``), towards the advertisements it overlaps if ``forward``. A publication may
+        leave out any attribute its advertisement names, so the advertisement's own filter as a
+        subscription misses it (its ``isPresent`` asks for the attribute): here the stand-in
+        matches by fit, as the edge broker checks a publication against its advertisement; in
+        the tables and on the wire it is the advertisement's class alone, the one predicate every
+        fitting publication meets (a publication of the class alone fits every advertisement of
+        the class, so that is what the stand-in overlaps): a broker upstream takes it for any
+        subscription, errs towards sending more, never less."""
+        relaxed = Filter(advertisement.cls)
+        self.prt[sub_id] = Entry(relaxed, hop, ttl, forward, Fit.of(advertisement))
+        self.prt_index.add(sub_id, relaxed)
+        self.fit_index.add(sub_id, advertisement)
+        return self._send_on(sub_id) if forward else []
+
+    def _send_on(self, sub_id: str) -> Output:
+        entry = self.prt[sub_id]
         out: Output = []
-        if not forward:
-            return out
         for neighbor in sorted(self.neighbors):
-            if neighbor != hop and self._routes_to(subscription, neighbor):
-                out += self._apply(neighbor, self.subscriptions.want(neighbor, sub_id, subscription), False)
+            if neighbor != entry.hop and self._routes_to(entry.filter, neighbor):
+                out += self._want(neighbor, sub_id, entry)
         return out
+
+    def _want(self, neighbor: str, sub_id: str, entry: Entry[Hop]) -> Output:
+        """The subscription towards ``neighbor``, or held back (``forwarding``)."""
+        apart = entry.fit is not None  # a stand-in
+        return self._apply(neighbor, self.subscriptions.want(neighbor, sub_id, entry.filter, apart), False)
 
     def withdraw(self, entry_id: str) -> Output:
         out: Output = []
@@ -152,9 +192,12 @@ class Tables:
                     if not self._routes_to(self.prt[sub_id].filter, entry.hop):
                         out += self._apply(entry.hop, self.subscriptions.unwant(entry.hop, sub_id), False)
         elif entry_id in self.prt:
-            self.prt.pop(entry_id)
+            removed = self.prt.pop(entry_id)
             self.prt_index.remove(entry_id)
-            self.matcher.remove(entry_id)
+            if removed.fit is None:
+                self.matcher.remove(entry_id)
+            else:
+                self.fit_index.remove(entry_id)
             for neighbor in sorted(self.neighbors):
                 out += self._apply(neighbor, self.subscriptions.unwant(neighbor, entry_id), False)
         return out
@@ -195,6 +238,11 @@ class Tables:
                 local.append(sub_id)
             else:
                 by_hop.setdefault(hop, []).append(sub_id)
+        for sub_id in self.fit_index.lookup(publication.cls, publication.fields):  # stand-ins
+            entry = self.prt[sub_id]
+            assert entry.fit is not None and isinstance(entry.hop, str)
+            if entry.fit(publication):
+                by_hop.setdefault(entry.hop, []).append(sub_id)
         return sorted(local), by_hop
 
     def whence(self, atom: Filter) -> str | Source:

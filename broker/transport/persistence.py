@@ -33,16 +33,18 @@ __all__ = ["CHECKPOINT_RECORDS", "Fsync", "RouterLog"]
 
 log = logging.getLogger("broker")
 
-SNAPSHOT_FORMAT = 9  # raised whenever the router's state changes shape, or what replaying its log sends
+SNAPSHOT_FORMAT = 10  # raised whenever the router's state changes shape, or what replaying its log sends
 # (a peer's custody seqs would be out of step), or the records change: 4: detections stay where
 # placed; 5: stand-ins go upstream; 6: inputs from links logged as wire frames; 7: equal
 # subscriptions travel once (``forwarding.Twins``); 8: stand-ins kept here hold back our Took; 9:
-# publications held for a neighbour back on a new channel go again (``Custody.stranded``).
-# 5's records are pickles, which 6 to 9 replay too; a 5 or 6 state keeps forwarding each equal
-# subscription on its own, as its neighbours were told, until the broker starts without its log;
-# the records of 5 to 7 are replayed sending stand-ins upstream, and those of 5 to 8 dropping
-# such publications, as those versions did
-READABLE = (5, 6, 7, 8, 9)
+# publications held for a neighbour back on a new channel go again (``Custody.stranded``); 10: a
+# stand-in matches what fits its advertisement, and travels as the advertisement's class
+# (``Tables.stand_in``). 5's records are pickles, which 6 to 10 replay too; a 5 or 6 state keeps
+# forwarding each equal subscription on its own, as its neighbours were told, until the broker
+# starts without its log; the records of 5 to 7 are replayed sending stand-ins upstream, those of
+# 5 to 8 dropping such publications, and those of 5 to 9 with stand-ins that subscribe their
+# advertisement's filter, as those versions did
+READABLE = (5, 6, 7, 8, 9, 10)
 _WIRE = b"W"  # a record of an input from a link: this, the clock and the hop's length, the hop, a frame
 _WIRE_HEAD = struct.Struct(">dH")
 _FRAME_AT = len(_WIRE) + _WIRE_HEAD.size
@@ -79,6 +81,7 @@ class RouterLog:
         failed = 0
         router.stand_ins.as_format_7 = written < 8
         router.custody.as_format_8 = written < 9
+        router.stand_ins.as_format_9 = written < 10
         try:
             for record in records:
                 hop, now, message = _input(record)
@@ -90,6 +93,7 @@ class RouterLog:
             quiet.setLevel(level)
             router.stand_ins.as_format_7 = False
             router.custody.as_format_8 = False
+            router.stand_ins.as_format_9 = False
         if failed:
             log.warning(
                 "%s: %d logged inputs failed again in the router, as they did live", self.directory, failed

@@ -57,3 +57,19 @@ def test_a_link_forgotten_forgets_its_groups() -> None:
     twins.forget("B2")
     assert twins.held_count() == 0 and not twins.wants("B2", "1")
     assert twins.want("B2", "1", TRIGGER) == [("send", "1", TRIGGER)]
+
+
+def test_stand_ins_travel_as_one_apart_from_equal_lasting_subscriptions() -> None:
+    """A stand-in travels as its advertisement's class alone, as class-only subscriptions do: in
+    one group with them it could leave its id on the wire for them, and the neighbour would list
+    a stand-in long after every one ended. So stand-ins group with stand-ins only."""
+    everything = parse_filter("[class,eq,Trigger]")
+    twins = Twins()
+    assert twins.want("B2", "B1~stand-in~B3~a", everything, apart=True) == [
+        ("send", "B1~stand-in~B3~a", everything)
+    ]
+    assert twins.want("B2", "B1~stand-in~B3~b", everything, apart=True) == []
+    assert twins.want("B2", "real", everything) == [("send", "real", everything)]
+    assert twins.unwant("B2", "B1~stand-in~B3~a") == []
+    assert twins.unwant("B2", "B1~stand-in~B3~b") == [("retract", "B1~stand-in~B3~a", everything)]
+    assert twins.wants("B2", "real") and twins.unwant("B2", "real") == [("retract", "real", everything)]

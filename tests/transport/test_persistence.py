@@ -20,7 +20,17 @@ from broker.client import Client
 from broker.durable.log import WriteAheadLog
 from broker.errors import LocalError
 from broker.language import Publication, parse_filter
-from broker.routing import Advertise, Carry, Publish, Router, Subscribe, Took, Unadvertise, Unsubscribe
+from broker.routing import (
+    Advertise,
+    Carry,
+    Deliver,
+    Publish,
+    Router,
+    Subscribe,
+    Took,
+    Unadvertise,
+    Unsubscribe,
+)
 from broker.routing.acl import Policy
 from broker.routing.forwarding import Forwarding, Twins
 from broker.routing.messages import LinkDown, LinkUp
@@ -506,6 +516,52 @@ def test_a_state_of_format_7_restored_ends_its_stand_ins_as_before() -> None:
     assert restored.status()["stand_ins"] == 0
 
 
+def _as_format_9(router: Router) -> Router:
+    """The router's state in the shape format 9 pickled: no stand-ins matched by fit (entries
+    without ``fit``, tables without ``fit_index``)."""
+    for entry in [*router.tables.srt.values(), *router.tables.prt.values()]:
+        assert entry.fit is None
+        del entry.fit
+    del router.tables.__dict__["fit_index"]
+    return router
+
+
+def test_a_log_of_format_9_replays_its_stand_ins_as_the_advertisements_filters(tmp_path: Path) -> None:
+    """Format 9's stand-in subscribed its advertisement's own filter (which missed a publication
+    that left out an attribute the advertisement names) and sent it so upstream when its
+    neighbour was away: replayed, it goes so again, so what B1 was given under each seq stays,
+    and it goes on matching by that filter. One made once the log is replayed matches by fit and
+    travels as the advertisement's class."""
+    old = Router("B2", session_grace=600)
+    for hop in ("B1", "B3"):
+        old.handle(LinkUp(True, epoch=f"{hop}-1"), hop, 0.0)
+    old.handle(LinkUp(False), "sub", 0.0)
+    old.handle(Subscribe("s", parse_filter("[class,eq,t]")), "sub", 0.0)
+    advertisement = parse_filter("[class,eq,t],[n,>,-1]")
+    inputs: list[tuple[object, str]] = [
+        (LinkDown(), "B3"),  # away: the stand-in for it goes upstream, to B1
+        (Carry(1, Advertise("a1", advertisement)), "B1"),
+    ]
+    _written_by_format(tmp_path, 9, _as_format_9(old), inputs)
+    log = persistence.RouterLog(tmp_path)
+    router = log.restore(lambda: Router("B9"))
+    held = [(seq, m) for seq, (m, _) in router.custody.channels["B1"].held.items()]
+    assert held == [  # as then, under the seqs B1 was given
+        (1, Subscribe("B2/sub/s", parse_filter("[class,eq,t]"), 31)),
+        (2, Subscribe("B2~stand-in~B3~a1", advertisement, 31)),
+    ]
+    assert router.tables.prt["B2~stand-in~B3~a1"].fit is None and not router.stand_ins.as_format_9
+    out = router.handle(Carry(2, Publish("B1/p/1", Publication("t", {"n": 1}))), "B1", 10.0)
+    delivered = [hop for hop, m in out if isinstance(m, Carry) and isinstance(m.message, Deliver)]
+    assert delivered == ["sub"]
+    assert [m for m, _ in router.custody.channels["B3"].held.values() if isinstance(m, Publish)]  # by filter
+    out = router.handle(Carry(3, Advertise("a2", parse_filter("[class,eq,u],[n,>,-1]"))), "B1", 11.0)
+    sent = [m.message for hop, m in out if hop == "B1" and isinstance(m, Carry)]
+    assert sent == [Subscribe("B2~stand-in~B3~a2", parse_filter("[class,eq,u]"), 31)]
+    assert router.tables.prt["B2~stand-in~B3~a2"].fit is not None
+    log.close()
+
+
 STRANDED: list[tuple[object, str]] = [  # a publication held for B2, which comes back having forgotten B1
     (LinkUp(True, epoch="B2-1"), "B2"),
     (LinkUp(False), "pub"),
@@ -604,5 +660,5 @@ def test_a_log_of_the_format_before_replays_and_is_rewritten_at_once(tmp_path: P
     assert router.id == "B1" and router.status()["subscriptions"] == 1
     log.close()
     snapshot, records = reopened(tmp_path)
-    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 9
+    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 10
     assert records == []
