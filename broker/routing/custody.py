@@ -24,6 +24,7 @@ channels come back exactly as they were.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,8 +43,11 @@ from broker.routing.messages import (
     publication_weight,
 )
 from broker.routing.tables import Output
+from broker.throttle import LogThrottle
 
 __all__ = ["Channel", "Custody"]
+
+log = logging.getLogger(__name__)
 
 DATA = (Publish, Deliver, Notify)  # what a full channel may drop: the rest is routing state
 
@@ -104,6 +108,12 @@ class Custody:
         self.opened = 0
         self.max_held = MAX_HELD
         self.max_bytes = MAX_HELD_BYTES
+        self.full_log = LogThrottle(burst=1)  # what a full channel could not hold, by peer
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A state pickled before full channels were logged has no ``full_log``."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("full_log", LogThrottle(burst=1))
 
     def open(self, hop: str, peer_epoch: str = "", client: bool = False, name: str = "") -> None:
         """A new channel, under the ``name`` our hello gave it (the adapter's choice, which comes
@@ -228,9 +238,10 @@ class Custody:
         channel.received = carry.seq  # a gap is what the sender dropped (and counted) for want of room
         return True
 
-    def carry(self, out: Output) -> Output:
+    def carry(self, out: Output, now: float) -> Output:
         """The router's output as it goes on the links: what needs custody carried and held, and
-        for a peer whose link is down, held only; the rest (answers) only while the link is up."""
+        for a peer whose link is down, held only; the rest (answers) only while the link is up.
+        ``now`` (epoch seconds) paces the log lines of a full channel."""
         sent: Output = []
         for hop, message in out:
             channel = self.channels.get(hop)
@@ -248,10 +259,10 @@ class Custody:
                 if full and isinstance(message, DATA):  # routing state is never dropped: it is
                     # bounded by the tables, and a neighbour that missed some would stay wrong
                     if channel.up:  # it still goes, but it will not be sent again
-                        self.counters[f"unheld.{noun}_full"] += 1
+                        self._overflowed(hop, channel, f"unheld.{noun}_full", message, now)
                         sent.append((hop, message))
                     else:
-                        self.counters[f"dropped.{noun}_full"] += 1
+                        self._overflowed(hop, channel, f"dropped.{noun}_full", message, now)
                     continue
                 seq = channel.next_seq
                 channel.next_seq += 1
@@ -265,6 +276,25 @@ class Custody:
                 else:
                     self.counters[f"{noun}_queued"] += 1
         return sent
+
+    def _overflowed(self, hop: str, channel: Channel, counter: str, message: Message, now: float) -> None:
+        """What a full channel could not hold: counted, and logged (the first for each peer, then
+        once a minute with how many more)."""
+        self.counters[counter] += 1
+        unlogged = self.full_log.admit(hop, now)
+        if unlogged is not None:
+            done = "goes unheld (not sent again if lost)" if channel.up else "is dropped"
+            more = f" ({unlogged} more not logged since the last)" if unlogged else ""
+            log.warning(
+                "the channel to %s is full (%d messages, about %d bytes held): a %s %s (%s)%s",
+                hop,
+                len(channel.held),
+                channel.weight,
+                type(message).__name__,
+                done,
+                counter,
+                more,
+            )
 
     def status(self) -> dict[str, Any]:
         return {

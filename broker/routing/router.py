@@ -105,7 +105,7 @@ class Router:
         is carried, and held for a peer that is away."""
         out = self.sessions.expire(now) + self._dispatch(message, hop, now)
         out += self.stand_ins.update(message, hop, out, now)
-        return self.custody.carry(out + self._tooks(message, hop))
+        return self.custody.carry(out + self._tooks(message, hop), now)
 
     def _tooks(self, message: Message, hop: str) -> Output:
         """Our ``Took``s, last of all (see ``_carried``): of the carry just handled, and to the

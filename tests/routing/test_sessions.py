@@ -4,6 +4,8 @@ it comes back, and is withdrawn if it does not."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from broker.language import parse_composite, parse_filter
@@ -103,17 +105,45 @@ def test_a_client_that_does_not_come_back_is_withdrawn_after_the_grace_period(by
     assert overlay.clients["agent"].take() == []
 
 
-def test_the_queue_is_bounded_and_every_drop_is_counted() -> None:
+def test_the_queue_is_bounded_and_every_drop_is_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """Counted each, logged in one line (the first for each peer, then once a minute with how many
+    went unlogged): a client away for long must not write a line per publication."""
     overlay = line(grace=600, session_max_queued=2)
     agent = overlay.clients["agent"]
     agent.subscribe("[class,eq,a]")
     overlay.drop_client("agent")
-    for x in range(5):
-        overlay.clients["pa"].publish(f"[class,a],[x,p{x}]")
+    with caplog.at_level(logging.WARNING, "broker.routing.custody"):
+        for x in range(5):
+            overlay.clients["pa"].publish(f"[class,a],[x,p{x}]")
+        overlay.advance(60)
+        overlay.clients["pa"].publish("[class,a],[x,p5]")
     counters = overlay.routers["B2"].status()["counters"]
-    assert counters["session_queued"] == 2 and counters["dropped.session_full"] == 3
+    assert counters["session_queued"] == 2 and counters["dropped.session_full"] == 4
+    assert [r.getMessage() for r in caplog.records] == [
+        "the channel to agent is full (2 messages, about 134 bytes held): a Deliver is dropped"
+        " (dropped.session_full)",
+        "the channel to agent is full (2 messages, about 134 bytes held): a Deliver is dropped"
+        " (dropped.session_full) (2 more not logged since the last)",
+    ]
     overlay.reconnect("agent")
     assert agent.take() == ["[class,a],[x,p0]", "[class,a],[x,p1]"]
+
+
+def test_what_a_full_channel_sends_unheld_is_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """A consumer that takes nothing: its channel fills while its link is up; what comes next is
+    still sent, but not held (a reconnection would not send it again)."""
+    overlay = line(grace=600, session_max_queued=2)
+    agent = overlay.clients["agent"]
+    agent.subscribe("[class,eq,a]")
+    agent.taking = False
+    with caplog.at_level(logging.WARNING, "broker.routing.custody"):
+        for x in range(3):
+            overlay.clients["pa"].publish(f"[class,a],[x,p{x}]")
+    assert overlay.routers["B2"].counters["unheld.session_full"] == 1 and len(agent.take()) == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        "the channel to agent is full (2 messages, about 134 bytes held): a Deliver goes unheld"
+        " (not sent again if lost) (unheld.session_full)"
+    ]
 
 
 def test_a_request_re_sent_after_reconnection_is_acknowledged_with_its_id_and_not_routed_again() -> None:

@@ -518,11 +518,11 @@ def test_a_state_of_format_7_restored_ends_its_stand_ins_as_before() -> None:
 
 def _as_format_9(router: Router) -> Router:
     """The router's state in the shape format 9 pickled: no stand-ins matched by fit (entries
-    without ``fit``, tables without ``fit_index``)."""
+    without ``fit``, tables without ``fit_index``), nor a log throttle for full channels."""
     for entry in [*router.tables.srt.values(), *router.tables.prt.values()]:
         assert entry.fit is None
         del entry.fit
-    del router.tables.__dict__["fit_index"]
+    del router.tables.__dict__["fit_index"], router.custody.__dict__["full_log"]
     return router
 
 
@@ -559,6 +559,9 @@ def test_a_log_of_format_9_replays_its_stand_ins_as_the_advertisements_filters(t
     sent = [m.message for hop, m in out if hop == "B1" and isinstance(m, Carry)]
     assert sent == [Subscribe("B2~stand-in~B3~a2", parse_filter("[class,eq,u]"), 31)]
     assert router.tables.prt["B2~stand-in~B3~a2"].fit is not None
+    router.custody.max_held = 0  # what B3's channel cannot hold now is counted and logged
+    router.handle(Carry(4, Publish("B1/p/2", Publication("t", {"n": 2}))), "B1", 12.0)
+    assert router.counters["dropped.link_full"] == 1
     log.close()
 
 
