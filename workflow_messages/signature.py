@@ -202,6 +202,7 @@ def check_signature(envelope: Publication) -> Signature:
     return _verified(fields, signed_bytes(fields))
 
 
+@functools.lru_cache(maxsize=4096)  # one Trigger is in every firing of its generation
 def check_publication(publication: Publication) -> Signature:
     """Whose signature ``publication`` (a Trigger, a job status, any publication signed with
     :meth:`Signer.sign_publication`) carries over all its fields; ValueError (one line) if it is

@@ -98,7 +98,7 @@ class SlowBroker:
         return await self._request(name)
 
     async def subscribe_composite(
-        self, composite: object, clear: object, own_queue: bool, name: str
+        self, composite: object, clear: object, own_queue: bool, name: str, policy: object
     ) -> SimpleNamespace:
         return await self._request(name)
 
