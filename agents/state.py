@@ -631,6 +631,10 @@ class Agent:
         except ValueError as error:
             self._refuse_firing(info, str(error), now)
             return []
+        misshapen = _misshapen(info, gid, publications)
+        if misshapen is not None:
+            self._refuse_firing(info, misshapen, now)
+            return []
         unsigned = self._unsigned(publications, info.agents, now)
         if unsigned is not None:
             self._refuse_firing(info, unsigned.reason, now, unsigned.who)
@@ -744,8 +748,14 @@ class Agent:
         assert isinstance(workflow, str) and isinstance(gid, str) and isinstance(job, str)
         assert isinstance(status, str) and isinstance(version, str)
         deployment = self.deployments.get((workflow, version))
-        signers = deployment.signers if deployment is not None else {}
-        unsigned = self._unsigned((publication,), signers, now)
+        if deployment is None:
+            return []  # no generation here runs on a version not deployed here
+        if self.trust.ca is not None and deployment.signers and job not in deployment.signers:
+            self._ignore(
+                "status", f"{workflow} {job}", f"{job} is no job whose status this agent follows", now
+            )
+            return []
+        unsigned = self._unsigned((publication,), deployment.signers, now)
         if unsigned is not None:
             self._ignore("status", f"{workflow} {job}", unsigned.reason, now, unsigned.who)
             return []
@@ -1089,3 +1099,25 @@ class Agent:
         }
         self.generations[workflow, new] = GenerationState(since=now, rerun_of=gid, reused=reused)
         return "OK", f"{len(reused)} outcomes of {gid} reused here", []
+
+
+def _misshapen(info: JobInfo, gid: str, publications: tuple[Publication, ...]) -> str | None:
+    """Why a firing is not what the job's condition asks for, or None: every publication of the
+    job's workflow and generation, one Trigger (none for APPL_END, which fires on the end jobs),
+    and one status of each job it waits for, no more. Brokers join the condition; one that makes
+    up a firing (a job's status left out, another generation's, another workflow's Trigger) must
+    not make a job run early, whatever each publication's signature."""
+    for publication in publications:
+        if publication.get("applname") != info.workflow or publication.get("GID") != gid:
+            return f"a {publication.cls} of {publication.get('applname')} {publication.get('GID')} in it"
+    triggers = sum(p.cls == TRIGGER for p in publications)
+    statuses = sorted(str(p.get("jobname")) for p in publications if p.cls == JOBSTATUS)
+    if triggers + len(statuses) != len(publications):
+        return "a publication that is neither a Trigger nor a status in it"
+    if triggers != (0 if info.job == APPL_END else 1):
+        return f"{triggers} Triggers in it"
+    if statuses != sorted(job for job, _ in info.after):
+        return (
+            f"the statuses of {', '.join(statuses) or 'no job'}, not of {', '.join(j for j, _ in info.after)}"
+        )
+    return None

@@ -53,7 +53,8 @@ def test_a_retired_coordinator_finishes_its_generation_starts_none_then_removes_
     [done] = published(agent.handle(Finished(run, Result(True, "exit 0", 4.0, 0.1)), 5.0))
     keys = {k for k, (workflow, _, _) in agent.owners.items() if workflow == "CO"}
     ended = job_status("CO", "B", "g1", "SUCCESS", "", version=OLD.version, agent="b")
-    effects = agent.handle(Delivered(key(agent, "APPL_END", version=OLD.version), (go("g1"), ended)), 6.0)
+    # APPL_END fires on the end jobs' statuses alone (no Trigger in its condition)
+    effects = agent.handle(Delivered(key(agent, "APPL_END", version=OLD.version), (ended,)), 6.0)
     assert [(p["jobname"], p["status"]) for p in published(effects)] == [("APPL_END", "SUCCESS")]
     assert {e.key for e in effects if isinstance(e, Withdraw)} == keys and "CO starts" in keys
     assert agent.deployments == {} and agent.wanted == {} and agent.retired == set()

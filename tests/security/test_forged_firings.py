@@ -1,0 +1,84 @@
+"""Firings a compromised broker could make up from real, signed publications (the agent's broker
+joins a job's condition; so may a neighbour's): the agent acts on a firing only if it is exactly
+what the job's condition asks for. No sockets: an agent with a CA fed the deliveries directly."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from agents.state import Agent, Delivered, Emit, Incoming, Start
+from agents.trust import Trust
+from broker.language import Publication
+from tests.agents.test_state import PLAN, key
+from tests.agents.test_trust import CA, NOW
+from workflow_messages import job_status, trigger
+
+CA_ = CA()
+DEPLOYER = CA_.issue("ops", "deployer")
+AGENTS = {name: CA_.issue(name, "agent") for name in ("agentA", "agentB", "agentC")}
+
+
+def deployed(name: str) -> Agent:
+    agent = Agent(name, trust=Trust(ca=CA_.certificate))
+    for envelope in PLAN.publications():
+        if envelope["agentname"] == name:
+            agent.handle(Incoming(DEPLOYER.sign(envelope)), time.time())
+    return agent
+
+
+def go(gid: str = "g1", workflow: str = "PAYROLL") -> Publication:
+    return DEPLOYER.sign_publication(trigger(workflow, gid, NOW.date()))
+
+
+def ended(job: str, agent: str, gid: str = "g1", version: str = PLAN.version) -> Publication:
+    status = job_status("PAYROLL", job, gid, "SUCCESS", "", version=version, agent=agent)
+    return AGENTS[agent].sign_publication(status)
+
+
+def fire(agent: Agent, job: str, *publications: Publication) -> list[Publication | str]:
+    """What a firing of ``job`` does: the runs it starts and the statuses it publishes."""
+    effects = agent.handle(Delivered(key(agent, job), publications), time.time())
+    return [
+        e.run.job if isinstance(e, Start) else e.publication for e in effects if isinstance(e, Start | Emit)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("agent", "job", "firing"),
+    [
+        ("agentB", "JobB", (go(), ended("APPL_START", "agentA"))),  # JobA's status left out
+        ("agentC", "JobD", (go(), ended("JobB", "agentB"))),  # JobC's left out
+        ("agentB", "JobB", (go(), ended("JobA", "agentA", gid="g0"))),  # another generation's
+        (
+            "agentB",
+            "JobB",
+            (go(), ended("JobA", "agentA"), ended("JobA", "agentA", gid="g2")),
+        ),  # one too many
+        ("agentA", "APPL_START", (go(workflow="OTHER"),)),  # another workflow's Trigger
+        ("agentA", "APPL_END", (ended("APPL_START", "agentA"),)),  # no end job's status
+        ("agentA", "APPL_END", (go(), ended("JobD", "agentC"), ended("Alert", "agentC"))),  # a Trigger in it
+    ],
+)
+def test_a_made_up_firing_of_real_publications_does_nothing(
+    agent: str, job: str, firing: tuple[Publication, ...]
+) -> None:
+    running = deployed(agent)
+    assert fire(running, job, *firing) == []
+    assert running.refused["firing"] == 1
+
+
+def test_the_real_firing_still_runs_the_job() -> None:
+    agent = deployed("agentB")
+    assert fire(agent, "JobB", go(), ended("JobA", "agentA")) == ["JobB"]
+
+
+def test_an_end_under_a_version_not_deployed_here_ends_nothing() -> None:
+    """A stolen agent key signs APPL_END under a made-up version (whose deployment would name no
+    coordinator to check): the generation goes on here."""
+    agent = deployed("agentB")
+    starts = next(k for k, (_, _, job) in agent.owners.items() if job == "APPL_START")
+    agent.handle(Delivered(starts, (ended("APPL_START", "agentA"),)), time.time())
+    agent.handle(Delivered(starts, (ended("APPL_END", "agentB", version="bogus"),)), time.time())
+    assert ("PAYROLL", "g1") in agent.generations and ("PAYROLL", "g1") not in agent.ended
