@@ -221,10 +221,11 @@ def parse_deploy(control: Control) -> DeployPart:
     return DeployPart(part, parts, infos, split, coordinator)
 
 
-def registrations(info: JobInfo) -> list[Registration]:
+def registrations(info: JobInfo, coordinator: str = "") -> list[Registration]:
     """What a job of a DEPLOY envelope has its agent register: the advertisement of its statuses,
     then the condition it fires on (:mod:`workflow_messages`), built as model objects whose
-    constructors check every value as the parser would, rather than sent as text to parse."""
+    constructors check every value as the parser would, rather than sent as text to parse; its
+    join state is cleared by the ``coordinator``'s APPL_END (anyone's if not named)."""
     workflow, job = info.workflow, info.job
     if job == APPL_START:
         condition: Composite = trigger_atom(workflow)
@@ -239,7 +240,10 @@ def registrations(info: JobInfo) -> list[Registration]:
         # up the Trigger or a real status; the real one fires again when it comes, and repeats
         # are duplicates the agent drops. Join state goes with the generation's APPL_END (clear).
         Registration(
-            "COMPOSITESUBSCRIBE", composite=condition, clear=generation_end(workflow), policy=Policy.RECENT
+            "COMPOSITESUBSCRIBE",
+            composite=condition,
+            clear=generation_end(workflow, coordinator),
+            policy=Policy.RECENT,
         ),
     ]
 

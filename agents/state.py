@@ -516,7 +516,7 @@ class Agent:
         Everything is checked and built before anything changes: an envelope acknowledged ERROR
         leaves no trace (a half-installed one would be in the next snapshot, and fail again there)."""
         deploy = parse_deploy(control)
-        built = [(info, registrations(info)) for info in deploy.jobs]
+        built = [(info, registrations(info, deploy.coordinator)) for info in deploy.jobs]
         deployment = self._deployment(control.workflow, control.version)
         deployment.ends_here = True
         deployment.envelopes[f"DEPLOY {digest(control.content)}"] = control

@@ -125,10 +125,15 @@ def failures(statuses: Iterable[Publication]) -> set[str]:
     return {job for status in statuses for job in str(status.get("failed", "")).split()}
 
 
-def generation_end(workflow: str) -> Filter:
+def generation_end(workflow: str, coordinator: str = "") -> Filter:
     """APPL_END of the generation bound to ``$S$X``: the overlay then forgets that generation's
-    join state (the ``clear`` of every composite subscription)."""
-    return filter_of(JOBSTATUS, {"applname": workflow, "jobname": APPL_END, "GID": GID})
+    join state (the ``clear`` of every composite subscription). With the ``coordinator`` named,
+    only its APPL_END clears, which an edge broker takes from that identity (or a deployer) only:
+    another agent's key cannot make every broker forget a running generation."""
+    equal: dict[str, Value | Var] = {"applname": workflow, "jobname": APPL_END, "GID": GID}
+    if coordinator:
+        equal["agentname"] = coordinator
+    return filter_of(JOBSTATUS, equal)
 
 
 def start_subscription(workflow: str) -> Filter:

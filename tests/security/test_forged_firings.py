@@ -13,7 +13,9 @@ from agents.trust import Trust
 from broker.language import Publication
 from tests.agents.test_state import PLAN, key
 from tests.agents.test_trust import CA, NOW
+from wfm.security.acl import load_policy
 from workflow_messages import job_status, trigger
+from workflow_messages.jobstatus import generation_end
 
 CA_ = CA()
 DEPLOYER = CA_.issue("ops", "deployer")
@@ -82,3 +84,16 @@ def test_an_end_under_a_version_not_deployed_here_ends_nothing() -> None:
     agent.handle(Delivered(starts, (ended("APPL_START", "agentA"),)), time.time())
     agent.handle(Delivered(starts, (ended("APPL_END", "agentB", version="bogus"),)), time.time())
     assert ("PAYROLL", "g1") in agent.generations and ("PAYROLL", "g1") not in agent.ended
+
+
+def test_only_the_coordinators_end_clears_a_generations_join_state_in_the_brokers() -> None:
+    """Every broker forgets a generation's waiting Trigger and statuses on its APPL_END (the
+    composites' ``clear``): only the coordinator's, which only its identity may publish, so another
+    agent's key cannot stall a generation overlay-wide."""
+    agent = deployed("agentB")
+    clears = {str(r.clear) for r in agent.wanted.values() if r.clear is not None}
+    assert clears == {str(generation_end("PAYROLL", "agentA"))}
+    assert "[agentname,eq,agentA]" in clears.pop()
+    forged = job_status("PAYROLL", "APPL_END", "g1", "SUCCESS", "", version="v", agent="agentA")
+    assert load_policy().may_publish("agentX", "agent", forged, 0.0) is not None
+    assert load_policy().may_publish("agentA", "agent", forged, 0.0) is None
