@@ -86,6 +86,7 @@ AGENT = "agent"  # the role that signs job statuses
 HISTORIAN = "historian"  # the role that signs history answers
 OPERATOR_ROLES = (DEPLOYER, "operator")  # who may sign CANCEL and RERUN
 TRIGGER_ROLES = (DEPLOYER, "operator", "scheduler")  # who may sign a Trigger
+CLOCK_SKEW = 300.0  # seconds a Trigger's signer's clock may be ahead of an agent's
 
 
 class Refusal(Exception):
@@ -149,6 +150,9 @@ class Trust:
         age = now - signature.sequence / 1e6
         if age > max_age:
             reason = f"stale: the Trigger was signed {age / 3600:.1f} h ago, more than {max_age / 3600:g} h"
+            raise Refusal("stale", who, reason)
+        if age < -CLOCK_SKEW:  # else it could be replayed for as long after its generation is forgotten
+            reason = f"the Trigger was signed {-age:.0f} s ahead of this agent's clock"
             raise Refusal("stale", who, reason)
         return who
 

@@ -24,7 +24,7 @@ OLD, NEW = plan("a", "b"), plan("x", "b")  # a, the old coordinator, is not in t
 
 
 def go(gid: str) -> Publication:
-    return signed_trigger("CO", gid, MONDAY)
+    return signed_trigger("CO", gid, MONDAY, at=1.0)  # these tests' agents live near epoch 1
 
 
 def start(agent: Agent, gid: str, now: float) -> list:  # type: ignore[type-arg]

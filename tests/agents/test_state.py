@@ -65,7 +65,8 @@ def key(agent: Agent, job: str, command: str = "COMPOSITESUBSCRIBE", version: st
     )
 
 
-def trigger(gid: str, date: str = MONDAY, at: float | None = None) -> Publication:
+def trigger(gid: str, date: str = MONDAY, at: float = 1.0) -> Publication:
+    """Signed at ``at``, the agent's time in these tests (agents refuse one signed far from it)."""
     return signed_trigger("PAYROLL", gid, date, at)
 
 
@@ -583,5 +584,5 @@ def test_a_coordinator_left_without_appl_start_by_a_new_version_starts_no_more_g
     install(agent, old)
     install(agent, new)
     assert agent.current("CO") == new.version
-    go = signed_trigger("CO", "g1", MONDAY)
+    go = signed_trigger("CO", "g1", MONDAY, at=1.0)
     assert published(agent.handle(Delivered(key(agent, "APPL_START", version=old.version), (go,)), 1.0)) == []

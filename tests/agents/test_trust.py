@@ -257,6 +257,10 @@ def test_a_trigger_signed_longer_ago_than_the_agent_remembers_generations_is_ref
     assert trust.admit_trigger(old, later, 3 * 3600) == "operator ops"
     stale = refused(lambda: trust.admit_trigger(old, later, 3600))
     assert stale.kind == "stale" and "signed 2.0 h ago, more than 1 h" in stale.reason
+    # nor one dated ahead of the agent's clock by more than the skew allowed: it would never go stale
+    assert trust.admit_trigger(old, time.time() - 60, 3600) == "operator ops"
+    ahead = refused(lambda: trust.admit_trigger(old, time.time() - 3600, 3 * 3600))
+    assert ahead.kind == "stale" and "ahead of this agent's clock" in ahead.reason
 
 
 def test_without_a_ca_triggers_need_the_deployer_key_and_statuses_are_not_checked() -> None:
