@@ -211,7 +211,7 @@ def test_each_role_signs_what_it_may_and_nothing_else() -> None:
     agents sign their own jobs' statuses only; the refusal names the signer by its role and name."""
     ca = CA()
     trust = Trust(ca=ca.certificate)
-    at = NOW.timestamp()
+    at = time.time()  # Triggers are signed by the clock: no further from it than the skew allowed
     operator, scheduler, agent_a = (
         ca.issue("ops", "operator"),
         ca.issue("cron", "scheduler"),
@@ -266,7 +266,7 @@ def test_a_trigger_signed_longer_ago_than_the_agent_remembers_generations_is_ref
 def test_without_a_ca_triggers_need_the_deployer_key_and_statuses_are_not_checked() -> None:
     deployer, other = local(), local()
     trust = Trust()
-    at = NOW.timestamp()
+    at = time.time()  # Triggers are signed by the clock: no further from it than the skew allowed
     assert (
         "no deployer key is pinned yet"
         in refused(lambda: trust.admit_trigger(trigger_of(deployer), at, 60)).reason
