@@ -40,17 +40,25 @@ ENVELOPE = Publication(
         "content": "s3cr3t",
     },
 )
-STATUS = Publication("JOBSTATUS", {"applname": "W", "jobname": "J", "GID": "g1", "status": "SUCCESS"})
+STATUS = Publication(
+    "JOBSTATUS", {"applname": "W", "jobname": "J", "GID": "g1", "status": "SUCCESS", "agentname": "agentA"}
+)
+FORGED = Publication("JOBSTATUS", {**STATUS.fields, "status": "FAILURE"})  # nobody signed it
 
 
 def advertisement(publication: Publication) -> str:
-    names = [name for name in publication if name != "class"]
-    return ",".join([f"[class,eq,{publication.cls}]", *(f"[{name},isPresent,'']" for name in names)])
+    """One that every attribute of ``publication`` fits, of its type."""
+    present = [
+        f"[{name},isPresent,{0 if isinstance(value, int) else repr('')}]"
+        for name, value in publication.items()
+    ]
+    return ",".join([f"[class,eq,{publication.cls}]", *present[1:]])
 
 
 @contextmanager
 def historian(tmp: Path, certs: Path) -> Iterator[BrokerURI]:
-    """B1 with a historian (identity historian) that has landed an envelope and a status."""
+    """B1 with a historian (identity historian) that has landed an envelope and agentA's signed
+    status, and been offered a forged one."""
     with brokers({"B1": []}, certs=certs) as uris:
         uri = uris["B1"]
         with (tmp / "historian.log").open("w") as log:
@@ -61,12 +69,13 @@ def historian(tmp: Path, certs: Path) -> Iterator[BrokerURI]:
         try:
             with BlockingClient(uri, "feeder", tls=Identity(certs, "deployer")) as deployer:
                 deployer.advertise(advertisement(ENVELOPE))
-                deployer.advertise(advertisement(STATUS))
+                deployer.advertise(advertisement(tls_deployer(certs, "agentA").sign_publication(STATUS)))
                 deadline = time.monotonic() + 20
-                while "landed" not in history(uri, certs, "monitor", "[class,eq,JOBSTATUS]").stdout:
+                while "SUCCESS" not in history(uri, certs, "monitor", "[class,eq,JOBSTATUS]").stdout:
                     assert time.monotonic() < deadline, (tmp / "historian.log").read_text()
                     deployer.publish(ENVELOPE)
-                    deployer.publish(STATUS)
+                    deployer.publish(FORGED)
+                    deployer.publish(tls_deployer(certs, "agentA").sign_publication(STATUS))
                     time.sleep(0.5)
             yield uri
         finally:
@@ -76,9 +85,7 @@ def historian(tmp: Path, certs: Path) -> Iterator[BrokerURI]:
 
 def history(uri: BrokerURI, certs: Path, identity: str, wanted: str) -> subprocess.CompletedProcess[str]:
     command = [WFM, "history", wanted, "--broker", str(uri), "--tls", str(certs), "--identity", identity]
-    done = subprocess.run([*command, "--timeout", "10"], capture_output=True, text=True, timeout=60)
-    done.stdout = done.stdout.replace("SUCCESS", "SUCCESS landed")
-    return done
+    return subprocess.run([*command, "--timeout", "10"], capture_output=True, text=True, timeout=60)
 
 
 def test_a_client_reads_through_the_historian_only_what_it_may_subscribe_to(
@@ -88,14 +95,16 @@ def test_a_client_reads_through_the_historian_only_what_it_may_subscribe_to(
         refused = history(uri, certs, "alice", "[class,eq,AGENT_CTL]")
         assert refused.returncode == 1 and "s3cr3t" not in refused.stdout
         assert "access denied: client alice may not read [class,eq,AGENT_CTL]" in refused.stderr
-        assert "SUCCESS" in history(uri, certs, "alice", "[class,eq,JOBSTATUS]").stdout
+        statuses = history(uri, certs, "alice", "[class,eq,JOBSTATUS]").stdout
+        assert "SUCCESS" in statuses and "FAILURE" not in statuses  # the forgery was not kept
         assert "s3cr3t" in history(uri, certs, "monitor", "[class,eq,AGENT_CTL]").stdout
         with BlockingClient(uri, "snoop", tls=Identity(certs, "alice")) as alice:
             with pytest.raises(RefusedError, match="deny_subscribe"):  # someone else's answers
                 alice.subscribe("[class,eq,HISTORY_RESULT],[query,isPresent,'']")
             with pytest.raises(RefusedError, match="deny_publish"):  # questions in another's name
                 alice.advertise("[class,eq,HISTORY_QUERY],[query,isPresent,''],[asker,isPresent,'']")
-    assert "refused history query" in (tmp_path / "historian.log").read_text()
+    logged = (tmp_path / "historian.log").read_text()
+    assert "refused history query" in logged and "not kept: a JOBSTATUS from unknown signer" in logged
 
 
 def test_an_asker_takes_no_answer_but_a_historians_over_exactly_what_it_received(certs: Path) -> None:

@@ -113,3 +113,8 @@ def test_answers_to_history_questions_reach_only_the_asker() -> None:
         is None
     )
     assert policy.may_subscribe("s", "scheduler", parse_filter("[class,eq,AGENT_CTL]")) is not None
+
+
+def test_a_client_sees_no_ones_history_questions() -> None:
+    """Else it could read another's question id and ask first under it."""
+    assert load_policy().may_subscribe("me", "client", parse_filter("[class,eq,HISTORY_QUERY]")) is not None

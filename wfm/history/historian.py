@@ -25,15 +25,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agents.trust import Refusal, certified, identity_author, load_ca
+from agents.trust import Refusal, Trust, certified, identity_author, load_ca
 from broker.client import (
     DAEMON_BACKOFF,
     Brokers,
@@ -47,6 +49,7 @@ from broker.durable.log import private_directory
 from broker.errors import LinkClosed
 from broker.language import Filter, Publication
 from broker.routing.acl import Policy
+from broker.throttle import LogThrottle
 from broker.transport.revocation import Revocations
 from wfm.history.connect import master_for
 from wfm.history.landing import Landing
@@ -66,6 +69,7 @@ from wfm.history.recorder import Recent, Recorder
 from wfm.history.spark import first_line, resolve_master, spark_session
 from wfm.history.store import HistoryStore
 from wfm.security.acl import load_policy
+from workflow_messages import JOBSTATUS, TRIGGER
 from workflow_messages.signature import check_publication
 
 __all__ = ["DEFAULT_CLASSES", "RecorderService"]
@@ -135,11 +139,16 @@ class RecorderService:
         self._store: HistoryStore | None = None
         self._store_lock = threading.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._answering: set[str] = set()  # ids of the queries being answered
+        # the queries being answered, and answered, by asker and id: one asker cannot make another's
+        # question look like a repeat by asking first under its id
+        self._answering: set[str] = set()
         self._answered = Recent(ANSWERED_LIMIT)
         tls = brokers(uri).tls
         self.ca = None if tls is None else load_ca(tls.directory)  # whose signed queries it answers
         self.revocations = None if tls is None else Revocations(tls.directory)
+        self.trust = Trust(ca=self.ca, revocations=self.revocations)  # whose Triggers and statuses it keeps
+        self.refused: Counter[str] = Counter()  # publications not kept, by kind of refusal
+        self._refusals = LogThrottle(burst=1)
         self.policy = policy or load_policy()
         self.author = (
             None if tls is None else identity_author(tls.directory, tls.name)
@@ -193,8 +202,37 @@ class RecorderService:
     # landing --------------------------------------------------------------------------------
 
     def _land(self, delivery: Delivery) -> None:
+        forged = self._forged(delivery.publication)
+        if forged is not None:
+            self.refused[forged.kind] += 1
+            unlogged = self._refusals.admit(f"{forged.kind} {forged.who}", time.monotonic())
+            if unlogged is not None:
+                log.warning(
+                    "not kept: a %s from %s: %s (%d %s refusals%s)",
+                    delivery.publication.cls,
+                    forged.who,
+                    forged.reason,
+                    self.refused[forged.kind],
+                    forged.kind,
+                    f", {unlogged} not logged since the last" if unlogged else "",
+                )
+            return
         self.recorder.record(delivery.publication, delivery.time, delivery.id)
         self.landing.maybe_flush(time.time())
+
+    def _forged(self, publication: Publication) -> Refusal | None:
+        """With TLS, a Trigger or a job status not signed by whom agents would take it from: not
+        kept, so that history (and the answers the historian signs) holds no forgery."""
+        if self.ca is None:
+            return None  # without TLS statuses are not signed
+        try:
+            if publication.cls == TRIGGER:
+                self.trust.admit_trigger(publication, time.time(), math.inf)
+            elif publication.cls == JOBSTATUS:
+                self.trust.admit_status(publication, time.time(), None)
+        except Refusal as refusal:
+            return refusal
+        return None
 
     async def _flush_timer(self) -> None:
         """A quiet stream still gets its last batch on disk within ``batch_seconds``."""
@@ -228,17 +266,18 @@ class RecorderService:
             log.warning("refused history query %s: %s", query_id, refusal)
             self._send(final_publication(query_id, 0, refusal), query.asker)
             return
-        if query_id in self._answering:  # a repeat: the asker hears we are still at it
+        asked = f"{query.asker} {query_id}"
+        if asked in self._answering:  # a repeat: the asker hears we are still at it
             self._send(accepted_publication(query_id), query.asker)
             return
-        if query_id in self._answered:  # a repeat: the asker has our answer
+        if asked in self._answered:  # a repeat: the asker has our answer
             return
         self.landing.flush()  # what landed before the question is part of the answer
-        self._answering.add(query_id)
+        self._answering.add(asked)
         task = asyncio.create_task(self._run_query(query))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(lambda _: self._done(query_id))
+        task.add_done_callback(lambda _: self._done(asked))
 
     def _refusal(self, publication: Publication, query: Query) -> str | None:
         """Why the asker may not have this answered, or None: with TLS, the query must be signed
@@ -261,9 +300,9 @@ class RecorderService:
             return f"access denied: {asker} may not read {query.filter}: {reason}"
         return None
 
-    def _done(self, query_id: str) -> None:
-        self._answering.discard(query_id)
-        self._answered.add(query_id)
+    def _done(self, asked: str) -> None:
+        self._answering.discard(asked)
+        self._answered.add(asked)
 
     async def _run_query(self, query: Query) -> None:
         loop = asyncio.get_running_loop()

@@ -98,6 +98,7 @@ deny_subscribe = [
     "[class,eq,{AGENT_CTL}]",
     "[class,eq,{AGENT_QUERY}]",
     "[class,eq,{AGENT_ANSWER}]",
+    "[class,eq,{HISTORY_QUERY}]",
     "[class,eq,{HISTORY_RESULT}],[asker,neq,$IDENTITY]",
 ]
 """.replace("'", '"')
