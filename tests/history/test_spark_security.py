@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,3 +147,38 @@ def test_no_other_server_is_given_the_stores_token(announced: tuple[Path, int]) 
 def test_a_warm_server_without_its_token_file_is_not_used(announced: tuple[Path, int]) -> None:
     store, _ = announced
     assert master_for(store, None) is None  # local mode, as with no server
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # one user nobody may run (the project's may be in root's home)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
+    reason="listening as another user needs root and a Python that user may run",
+)
+def test_the_token_goes_to_no_server_of_another_user(tmp_path: Path) -> None:
+    """An announcement outlives a killed server: another local user holding its port (the pid
+    reused, a listener of theirs) must not be handed the store's token."""
+    listener = subprocess.Popen(
+        [SYSTEM_PYTHON, "-c", LISTEN_AS_NOBODY], stdout=subprocess.PIPE, text=True, user=65534
+    )
+    try:
+        assert listener.stdout is not None
+        port = int(listener.stdout.readline())
+        announcement = {"url": f"sc://127.0.0.1:{port}", "host": socket.gethostname(), "pid": listener.pid}
+        (tmp_path / ANNOUNCEMENT).write_text(json.dumps({**announcement, "port": port}))
+        server_token(tmp_path)
+        assert master_for(tmp_path, None) is None  # not the announced server: local mode, no token sent
+    finally:
+        listener.kill()
+        listener.communicate()
+
+
+LISTEN_AS_NOBODY = """
+import socket, sys, time
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen()
+print(server.getsockname()[1], flush=True)
+time.sleep(60)
+"""

@@ -119,7 +119,26 @@ def warm_url(store: Path) -> str | None:
         return None
     if host != socket.gethostname() or not _alive(pid) or not _listening(HOST, port):
         return None
+    if _listener_uid(port) != os.geteuid():  # the token goes with the URL: only to our own server
+        return None
     return str(url)
+
+
+def _listener_uid(port: object) -> int | None:
+    """Whose socket listens on ``port`` on this host (Linux's /proc/net/tcp and tcp6), or None:
+    an announcement outlives a killed server, and another local user could then hold its port."""
+    if not isinstance(port, int):
+        return None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                return int(fields[7])
+    return None
 
 
 def serve_connect(
