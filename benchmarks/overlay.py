@@ -79,7 +79,14 @@ def brokers(count: int, certs: Path | None = None) -> Iterator[list[BrokerList]]
     procs = []
     for i in range(count):
         uri = BrokerURI("127.0.0.1", free_port(), f"B{i + 1}")
-        args = [WFM, "broker", "--uri", str(uri), *(["--neighbor", str(uris[-1])] if uris else [])]
+        args = [
+            WFM,
+            "broker",
+            "--uri",
+            str(uri),
+            "--memory",
+            *(["--neighbor", str(uris[-1])] if uris else []),
+        ]
         args += ["--tls", str(certs), "--identity", uri.id] if certs else []
         procs.append(subprocess.Popen(args, stderr=subprocess.DEVNULL))
         uris.append(uri)

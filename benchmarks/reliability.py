@@ -36,7 +36,7 @@ The cost of durability, after the scenarios (``--durability-only``: that alone;
 ``--no-durability``: skip it): persistent publications per second through 3 ``wfm broker``
 processes in a line, a publisher on B1 pipelining ``publish_nowait`` and waiting for every
 acknowledgement, a subscriber process on B3 counting until all have arrived: with ``--fsync
-group`` against ``--fsync each`` (target: at least 10x) and against brokers without ``--data``
+group`` against ``--fsync each`` (target: at least 10x) and against brokers with ``--memory``
 (target: at least half their throughput).
 
 Run: ``python benchmarks/reliability.py [--generations 200] [--rate 20] [--scenario NAME]...``
@@ -644,7 +644,7 @@ PAD = "x" * 64  # as in benchmarks/overlay.py
 CONFIGURATIONS = {  # name: how the brokers keep their state
     "group": "--data, --fsync group (one fsync per group commit)",
     "each": "--data, --fsync each (one fsync per logged message)",
-    "memory": "no --data (state in memory only)",
+    "memory": "--memory (state in memory only)",
 }
 TARGET_EACH = 10.0  # group commit against fsync each: at least this many times the throughput
 TARGET_MEMORY = 0.5  # durable against in-memory: at least this fraction
@@ -655,7 +655,7 @@ def durability_brokers(
     port: int, state: Path, configuration: str, slow_fsync: float = 0.0
 ) -> tuple[list[BrokerURI], list[Child]]:
     """The line of ``wfm up`` (B1 - B2 - B3, each logging in ``state/brokers/ID``), with the fsync
-    policy of ``configuration``, or without ``--data`` for ``memory``; with ``slow_fsync``, each
+    policy of ``configuration``, or ``--memory`` for ``memory``; with ``slow_fsync``, each
     broker's fsyncs take that many milliseconds more (``benchmarks/slow_fsync.py``)."""
     uris, children = broker_children(port, state)
     if slow_fsync:
@@ -663,7 +663,9 @@ def durability_brokers(
         children = [dataclasses.replace(c, argv=(*slowed, *c.argv[len(WFM) :])) for c in children]
     if configuration == "memory":
         at = children[0].argv.index("--data")
-        children = [dataclasses.replace(c, argv=c.argv[:at] + c.argv[at + 2 :]) for c in children]
+        children = [
+            dataclasses.replace(c, argv=(*c.argv[:at], "--memory", *c.argv[at + 2 :])) for c in children
+        ]
     else:
         children = [dataclasses.replace(c, argv=(*c.argv, "--fsync", configuration)) for c in children]
     return uris, children

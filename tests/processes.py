@@ -44,6 +44,7 @@ def brokers(
                 str(heartbeat),
                 "--session-grace",
                 str(session_grace),
+                "--memory",  # what these tests look at is routing, not what a restart keeps
                 *[arg for n in links[name] for arg in ("--neighbor", str(uris[n]))],
                 *(["--tls", str(certs), "--identity", name] if certs else []),
             ],

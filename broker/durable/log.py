@@ -184,8 +184,12 @@ class WriteAheadLog:
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = os.pread(self._lock_fd, 16, 0).decode("ascii", "replace").strip()
             os.close(self._lock_fd)
-            raise LogInUse(f"{self.directory} is in use by another process (its lock is held)") from None
+            held = f"process {holder} holds its lock" if holder.isdigit() else "its lock is held"
+            raise LogInUse(f"{self.directory} is in use by another process ({held})") from None
+        os.ftruncate(self._lock_fd, 0)  # who holds it, for the error the next one gets
+        os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
         self._buffer: list[bytes] = []  # framed records appended and not yet committed
         self._buffered = 0  # their bytes
         self._mutex = threading.Lock()  # the buffer: append against commit's swap

@@ -176,7 +176,8 @@ class RouterService:
         if self.log_file is not None:
             self._restore(self.log_file)
         self._server = await asyncio.start_server(self._accept, self.uri.host, self.uri.port)
-        self.log.info("%s listening", self.uri)
+        kept = "in memory only" if self.log_file is None else f"in {self.log_file.directory}"
+        self.log.info("%s listening, its state %s", self.uri, kept)
         for neighbor in self.neighbors:
             self._spawn(self._dial(neighbor))
         self._spawn(self._heartbeats())

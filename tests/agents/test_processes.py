@@ -307,7 +307,7 @@ def test_agents_reconnect_after_their_broker_restarts(tmp_path: Path) -> None:
     uri = BrokerURI("127.0.0.1", free_port(), "B1")
 
     def broker() -> subprocess.Popen[str]:
-        command = [WFM, "broker", "--uri", str(uri), "--heartbeat", "1.0"]
+        command = [WFM, "broker", "--uri", str(uri), "--heartbeat", "1.0", "--memory"]
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
         wait_for(lambda: status(uri).get("id") == "B1", "broker up")
         return process

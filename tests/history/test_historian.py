@@ -294,7 +294,9 @@ def test_reconnects_after_a_broker_restart(tmp_path: Path) -> None:
     uri = BrokerURI("127.0.0.1", free_port(), "R")
 
     def broker() -> subprocess.Popen[str]:
-        process = subprocess.Popen([WFM, "broker", "--uri", str(uri)], stderr=subprocess.DEVNULL, text=True)
+        process = subprocess.Popen(
+            [WFM, "broker", "--uri", str(uri), "--memory"], stderr=subprocess.DEVNULL, text=True
+        )
         wait_for(lambda: status(uri).get("id") == "R", "broker up")
         return process
 

@@ -52,7 +52,16 @@ def overlay(tmp: Path, certs: Path) -> Iterator[dict[str, BrokerURI]]:
         children = [
             _start(
                 tmp / "B4.log",
-                [WFM, "broker", "--uri", str(uris["B4"]), "--neighbor", str(uris["B1"]), *_evil(tmp, certs)],
+                [
+                    WFM,
+                    "broker",
+                    "--uri",
+                    str(uris["B4"]),
+                    "--memory",
+                    "--neighbor",
+                    str(uris["B1"]),
+                    *_evil(tmp, certs),
+                ],
             )
         ]
         for agent, home in HOMES.items():

@@ -18,7 +18,7 @@ import pytest
 
 from broker.client import Client
 from broker.durable.log import WriteAheadLog
-from broker.errors import LocalError
+from broker.errors import LinkClosed, LocalError
 from broker.language import Publication, parse_filter
 from broker.routing import (
     Advertise,
@@ -665,3 +665,127 @@ def test_a_log_of_the_format_before_replays_and_is_rewritten_at_once(tmp_path: P
     snapshot, records = reopened(tmp_path)
     assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 10
     assert records == []
+
+
+def _hand_started(address: BrokerURI, cwd: Path, *options: str) -> subprocess.Popen[str]:
+    """``wfm broker`` as a user starts it by hand in ``cwd`` (no ``--data``), up and answering."""
+    with open(cwd / "broker.log", "a") as log:
+        process = subprocess.Popen(
+            [WFM, "broker", "--uri", str(address), "--heartbeat", "0.2", "--session-grace", "60", *options],
+            cwd=cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
+        )
+    wait_for(lambda: broker_status(address).get("id") == address.id, "the broker")
+    return process
+
+
+@pytest.mark.parametrize("memory", [False, True], ids=["default", "memory"])
+def test_a_broker_started_without_data_keeps_what_it_acknowledged_through_a_kill(
+    tmp_path: Path, memory: bool
+) -> None:
+    """``wfm broker`` with neither ``--data`` nor ``--memory`` logs in ``./.wfm/brokers/ID``: a
+    subscriber is away while numbered publications flow, the broker is killed with SIGKILL after
+    a third of them were acknowledged and started again the same way; the subscriber, back, gets
+    every one once, in order (what the broker acknowledged included). With ``--memory`` the
+    broker comes back empty: the subscriber's session, subscription and the publications held
+    for it are gone, and nothing was written in the directory."""
+    address = uri("B1")
+    options = ("--memory",) if memory else ()
+    total = 90
+    broker = _hand_started(address, tmp_path, *options)
+
+    async def scenario() -> tuple[set[int], list[int], int]:
+        sub, hello = await _raw(address, "client", "sub")
+        sub.send(Subscribe("s", parse_filter("[class,eq,stock]")))
+        await _carried(sub, 0.3)  # its Ack: the subscription is in the broker's tables
+        sub.close("away", abort=True)  # its session is kept for 60 s
+        pub = await Client.connect(address, "pub", backoff=FAST)
+        await pub.advertise(ADV)
+        sent: list[asyncio.Future[str]] = []
+        acknowledged: set[int] = set()
+        for n in range(total):
+            sent.append(asyncio.ensure_future(pub.publish(Publication("stock", {"n": n}))))
+            await asyncio.sleep(0.005)
+            if n == total // 3:
+                await asyncio.sleep(0.1)
+                acknowledged = {k for k, done in enumerate(sent) if done.done() and not done.exception()}
+                broker.send_signal(signal.SIGKILL)  # mid-traffic: publications are in flight
+                broker.wait()
+            if n == total // 2:
+                await asyncio.to_thread(restart)
+        await asyncio.wait_for(asyncio.gather(*sent), 30)  # re-sent by the client until acknowledged
+        await pub.close()
+        back, _ = await _raw(address, "client", "sub", hello.epoch, 0)
+        got: list[int] = []
+        loop = asyncio.get_running_loop()
+        end = loop.time() + (10 if not memory else 1)
+        while len(got) < total and (left := end - loop.time()) > 0:
+            try:
+                items = await asyncio.wait_for(back.receive(), left)
+            except (TimeoutError, LinkClosed):  # nothing came (a raw link sends no pings)
+                break
+            got += [
+                int(i.message.publication["n"])
+                for i in items
+                if isinstance(i, Carry) and isinstance(i.message, Deliver)
+            ]  # type: ignore[arg-type]
+        subscriptions = int(broker_status(address).get("subscriptions", -1))  # type: ignore[call-overload]
+        back.close("done")
+        return acknowledged, got, subscriptions
+
+    def restart() -> None:
+        nonlocal broker
+        broker = _hand_started(address, tmp_path, *options)
+
+    try:
+        acknowledged, got, subscriptions = run(scenario(), timeout=60)
+    finally:
+        broker.terminate()
+        broker.wait(10)
+    log = (tmp_path / "broker.log").read_text()
+    assert "Traceback" not in log, log[-3000:]
+    assert len(acknowledged) > total // 4  # the kill came mid-traffic, after many acknowledgements
+    if memory:
+        assert (got, subscriptions) == ([], 0)
+        assert not (tmp_path / ".wfm").exists()
+        assert "its state in memory only" in log
+    else:
+        each_once_in_order(got, total)
+        assert subscriptions == 1
+        assert (tmp_path / ".wfm" / "brokers" / "B1" / "lock").exists()
+        assert f"its state in {tmp_path / '.wfm' / 'brokers' / 'B1'}" in log
+
+
+def test_a_second_broker_of_the_same_id_in_the_same_directory_is_refused_naming_the_first(
+    tmp_path: Path,
+) -> None:
+    address = uri("B1")
+    first = _hand_started(address, tmp_path)
+    try:
+        second = subprocess.run(
+            [WFM, "broker", "--uri", str(uri("B1"))], cwd=tmp_path, capture_output=True, text=True, timeout=30
+        )
+    finally:
+        first.terminate()
+        first.wait(10)
+    data = tmp_path / ".wfm" / "brokers" / "B1"
+    assert (second.returncode, second.stdout) == (1, "")
+    assert second.stderr == (
+        f"wfm: error: {data} is in use by another process (process {first.pid} holds its lock): "
+        "broker B1 runs with it already; give this one a --data DIR of its own, or --memory\n"
+    )
+
+
+def test_memory_and_data_exclude_each_other(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [WFM, "broker", "--uri", str(uri("B1")), "--memory", "--data", str(tmp_path / "d")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "wfm: error: --memory and --data exclude each other: give one\n"
+    assert list(tmp_path.iterdir()) == []

@@ -117,7 +117,9 @@ def test_a_timeout_anywhere_is_exit_status_3(
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
 def test_ctrl_c_is_130_and_sigterm_0_for_a_daemon_that_stops_cleanly(sig: signal.Signals, code: int) -> None:
     uri = BrokerURI("127.0.0.1", free_port(), "B1")
-    broker = subprocess.Popen([WFM, "broker", "--uri", str(uri)], stderr=subprocess.PIPE, text=True)
+    broker = subprocess.Popen(
+        [WFM, "broker", "--uri", str(uri), "--memory"], stderr=subprocess.PIPE, text=True
+    )
     try:
         wait_for(lambda: status(uri).get("id") == "B1", "the broker")
         broker.send_signal(sig)

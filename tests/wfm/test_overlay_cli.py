@@ -120,7 +120,7 @@ def test_errors_are_one_line() -> None:
 
 def test_busy_port_is_a_clear_error() -> None:
     with brokers({"B1": []}) as uris:
-        done = wfm("broker", "--uri", str(uris["B1"]))
+        done = wfm("broker", "--uri", str(uris["B1"]), "--memory")
         assert done.returncode == 1
         assert done.stderr.strip().endswith(f"cannot listen on {uris['B1']}: address already in use")
 

@@ -26,7 +26,7 @@ def test_brokers_placed_by_a_topology_file_link_as_it_says(tmp_path: Path) -> No
     )
     processes = [
         subprocess.Popen(
-            [WFM, "broker", "--topology", str(topology), "--name", f"broker{i}"],
+            [WFM, "broker", "--topology", str(topology), "--name", f"broker{i}", "--memory"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from broker.client import Brokers, Client, Delivery, RefusedError
+from broker.durable import LogInUse
 from broker.errors import LinkClosed
 from broker.language import ParseError
 from broker.routing import COVERING_MODES
@@ -80,24 +81,31 @@ from wfm.topology import load_topology
     "--data",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Directory of this broker's write-ahead log: restarted with the same one, it comes back "
-    "with its sessions, join state and everything in its custody [default: state in memory only].",
+    help="Directory of this broker's write-ahead log: restarted with the same one (killed -9 "
+    "too), it comes back with its tables, sessions, join state and everything in its custody; "
+    "one broker per directory [default: ./.wfm/brokers/ID, as wfm up lays out its brokers].",
+)
+@click.option(
+    "--memory",
+    is_flag=True,
+    help="Keep the broker's state in memory only, not with --data: killed, it loses its tables, "
+    "sessions and everything it held for its peers.",
 )
 @click.option(
     "--fsync",
     type=click.Choice(["group", "each", "off"]),
     default="group",
     show_default=True,
-    help="With --data: one fsync per group of messages, one per message, or none (survives the "
-    "process dying, not the machine).",
+    help="One fsync per group of messages, one per message, or none (survives the process dying, "
+    "not the machine); not with --memory.",
 )
 @click.option(
     "--checkpoint-every",
     type=click.IntRange(1),
     default=CHECKPOINT_RECORDS,
     show_default=True,
-    help="With --data: inputs between two snapshots of the broker's state; fewer make a restart "
-    "replay less, and cost a snapshot's write more often.",
+    help="Inputs between two snapshots of the broker's state; fewer make a restart replay less, "
+    "and cost a snapshot's write more often; not with --memory.",
 )
 @acl_option
 @tls_options
@@ -119,15 +127,20 @@ def broker(
     composite_max_age: float | None,
     session_grace: float,
     data: Path | None,
+    memory: bool,
     fsync: Fsync,
     checkpoint_every: int,
     acl: Path | None,
     tls: Identity | None,
     insecure: bool,
 ) -> None:
-    """Run a broker until SIGINT or SIGTERM. With --tls and --identity (a broker certificate whose
-    name is the URI's ID) every link is mutual TLS; without, it listens on loopback only."""
+    """Run a broker until SIGINT or SIGTERM. Its state (tables, sessions, custody) is on disk, in
+    ./.wfm/brokers/ID unless --data says where, so a broker killed and started again loses
+    nothing it acknowledged; --memory keeps it in memory only. With --tls and --identity (a broker
+    certificate whose name is the URI's ID) every link is mutual TLS; without, it listens on
+    loopback only."""
     uri, neighbors = _placed(uri, neighbors, topology, name)
+    data = _data_directory(uri, data, memory)
     _log_with_prefix(uri.id)
     try:
         node = RouterService(
@@ -147,6 +160,11 @@ def broker(
             tls=tls,
             insecure=insecure,
         )
+    except LogInUse as error:
+        raise click.ClickException(
+            f"{error}: broker {uri.id} runs with it already; give this one a --data DIR of its own, "
+            "or --memory"
+        ) from None
     except ValueError as error:
         raise click.ClickException(str(error)) from None
     # Messages make short-lived objects by the thousand a second, nearly all freed by their
@@ -158,6 +176,21 @@ def broker(
     except OSError as error:
         reason = os.strerror(error.errno).lower() if error.errno else str(error)
         raise click.ClickException(f"cannot listen on {uri}: {reason}") from None
+
+
+def _data_directory(uri: BrokerURI, data: Path | None, memory: bool) -> Path | None:
+    """Where the broker keeps its write-ahead log: ``--data``, else ``./.wfm/brokers/ID`` (where
+    an agent's default ``./.wfm/agents/NAME`` and ``wfm up``'s ``.wfm/brokers/ID`` are), or
+    nowhere with ``--memory``."""
+    if memory:
+        if data is not None:
+            raise click.UsageError("--memory and --data exclude each other: give one")
+        return None
+    if data is not None:
+        return data.absolute()
+    if uri.id in (".", ".."):
+        raise click.UsageError(f"a broker named {uri.id!r} needs --data DIR (or --memory)")
+    return Path(".wfm", "brokers", uri.id).absolute()
 
 
 def _placed(
