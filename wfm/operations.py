@@ -244,16 +244,23 @@ class Session:
         answers = self._cut(await self.ask("WORKFLOWS", {}))
         return next((w for w in _deployed(answers) if w.workflow == workflow), Deployed(workflow))
 
+    async def lookup(self, workflow: str) -> Deployed:
+        """``workflow`` as its agents describe it, asking every agent: complete once its
+        coordinator answered, or QUIET seconds after the last answer if no agent that answered has
+        it (UnknownWorkflow then; NoReply if no agent answered at all). Unlike :meth:`deployed`,
+        it does not wait for the coordinators of other workflows: what ``wfm trigger`` asks
+        before it publishes."""
+
+        def enough(got: dict[str, dict[str, Any]]) -> bool:
+            return not any(w.workflow == workflow and w.unanswered() for w in _deployed(got))
+
+        answers = self._cut(await self.ask("WORKFLOWS", {}, enough=enough))
+        return _found(workflow, _deployed(answers), sorted(answers))
+
     async def deployed(self, workflow: str) -> Deployed:
         """``workflow`` as its agents describe it; UnknownWorkflow if no agent that answered has it."""
         workflows, agents = await self.workflows()
-        for each in workflows:
-            if each.workflow == workflow:
-                return each
-        known = ", ".join(w.workflow for w in workflows) or "none"
-        raise UnknownWorkflow(
-            f"no agent has workflow {workflow} deployed ({len(agents)} agents answered; workflows: {known})"
-        )
+        return _found(workflow, workflows, agents)
 
     async def runs(
         self, workflow: str, limit: int = 20, gid: str = "", into: Monitor | None = None
@@ -468,6 +475,17 @@ class Session:
 def _trigger(uri: Brokers, workflow: str, gid: str, day: date, outbox: Path | None) -> None:
     with TriggerPublisher(uri, outbox=outbox) as publisher:
         publisher.publish(workflow, gid, day)
+
+
+def _found(workflow: str, workflows: list[Deployed], agents: list[str]) -> Deployed:
+    """``workflow`` among ``workflows`` (what ``agents`` answered), else UnknownWorkflow."""
+    for each in workflows:
+        if each.workflow == workflow:
+            return each
+    known = ", ".join(w.workflow for w in workflows) or "none"
+    raise UnknownWorkflow(
+        f"no agent has workflow {workflow} deployed ({len(agents)} agents answered; workflows: {known})"
+    )
 
 
 def _contents(replies: dict[str, Publication]) -> dict[str, dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import time
@@ -16,10 +17,11 @@ from unittest.mock import ANY
 import pytest
 from click.testing import CliRunner
 
+from broker.client import BlockingClient
 from broker.errors import RemoteError
 from broker.language import Publication
 from tests.agents.test_processes import MONDAY, WORKFLOWS, Overlay, overlay
-from tests.processes import WFM, brokers
+from tests.processes import WFM, brokers, quiet
 from wfm.cli import cli, main
 from wfm.history.landing import Landing
 from wfm.monitor import Monitor
@@ -303,3 +305,56 @@ def test_an_answer_cut_to_fit_a_message_is_said_on_stderr(
     assert err == "wfm: warning: agentA left out what does not fit in one answer\n"
     assert main(["workflows", "--broker", "socket://127.0.0.1:1/B1", "-o", "json"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_trigger_refuses_a_workflow_no_agent_has_at_once_and_publishes_nothing(overlay: Overlay) -> None:
+    """It waited 10 s for an APPL_START that never came, then failed, and left the Trigger
+    published: a historian kept a generation nobody started."""
+    overlay.deploy(WORKFLOWS / "payroll.xml")
+    with BlockingClient(overlay.uris["B3"]) as historian:
+        historian.subscribe("[class,eq,Trigger],[applname,isPresent,''],[GID,isPresent,'']")
+        quiet(overlay.uris)
+        began = time.monotonic()
+        unknown = wfm(overlay, "trigger", "NOSUCH", "--gid", "g-none")
+        assert time.monotonic() - began < 5
+        assert (unknown.returncode, unknown.stdout) == (1, "")
+        assert unknown.stderr == (
+            "wfm: error: cannot trigger NOSUCH: no agent has workflow NOSUCH deployed"
+            " (3 agents answered; workflows: PAYROLL); nothing published\n"
+        )
+        assert historian.receive(timeout=1) is None
+        known = wfm(overlay, "trigger", "PAYROLL", "--gid", "g-known", "--date", "2026-11-23")
+        assert (known.returncode, known.stdout) == (0, "g-known\n"), known.stderr
+        delivery = historian.receive(timeout=5)
+        assert delivery is not None and delivery.publication["GID"] == "g-known"
+    overlay.wait_end("PAYROLL", ["g-known"])
+
+
+def test_trigger_with_no_agent_answering_is_a_timeout_and_publishes_nothing() -> None:
+    with brokers({"B1": []}) as uris, BlockingClient(uris["B1"]) as historian:
+        historian.subscribe("[class,eq,Trigger],[applname,isPresent,''],[GID,isPresent,'']")
+        done = subprocess.run(
+            [WFM, "trigger", "PAYROLL", "--broker", str(uris["B1"])],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert (done.returncode, done.stdout) == (3, "")
+        assert done.stderr == (
+            "wfm: error: cannot trigger PAYROLL: no agent answered within 5 s (are the agents running?);"
+            " nothing published\n"
+        )
+        assert historian.receive(timeout=0.5) is None
+
+
+def test_a_scheduler_identity_that_may_not_ask_triggers_unchecked(certs: Path) -> None:
+    """The default ACL lets a scheduler publish Triggers only, not questions to agents."""
+    with brokers({"B1": []}, certs=certs) as uris:
+        done = subprocess.run(
+            [WFM, "trigger", "PAYROLL", "--gid", "g-cron", "--wait", "0", "--broker", str(uris["B1"])],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "WFM_TLS": str(certs), "WFM_IDENTITY": "scheduler"},
+        )
+    assert (done.returncode, done.stdout) == (0, "g-cron\n"), done.stderr

@@ -16,13 +16,14 @@ from rich.console import Console
 from rich.live import Live
 from tzlocal import get_localzone
 
-from broker.client import Brokers, ConnectError
+from broker.client import Brokers, ConnectError, RefusedError
 from wfm.cli import TimedOut
 from wfm.cli.options import broker_option, broker_uri_option, checked, output_option
 from wfm.cli.progress import progress
 from wfm.cli.serving import stop_event
 from wfm.cli.workflow import load_workflow
 from wfm.monitor import MonitorService, StatusEvent, render
+from wfm.operations import NoReply, Session, UnknownWorkflow
 from wfm.scheduler import NEVER_STOPPED, fire, run_schedule
 from wfm.timetable import Entry, fires, load_config
 from wfm.topology import load_topology
@@ -31,6 +32,8 @@ from wfm.up import Started, agent_names, serve
 
 # seconds wfm monitor --gid waits for a historian to answer what it holds of the generation
 CATCH_UP_TIMEOUT = 3.0
+# seconds wfm trigger waits for the agents to say whether the workflow is deployed
+CHECK_TIMEOUT = 5.0
 
 
 @click.command()
@@ -54,6 +57,13 @@ CATCH_UP_TIMEOUT = 3.0
     show_default=True,
     help="Seconds to wait for the workflow's coordinator to start the generation; 0: do not wait.",
 )
+@click.option(
+    "--check/--no-check",
+    default=True,
+    show_default=True,
+    help=f"First ask the agents whether WORKFLOW is deployed (within {CHECK_TIMEOUT:g} s), "
+    "and publish nothing if it is not.",
+)
 @output_option
 def trigger(
     workflow: str,
@@ -62,18 +72,23 @@ def trigger(
     broker_uri: Brokers,
     outbox: Path | None,
     wait: float,
+    check: bool,
     output: str,
 ) -> None:
     """Start one generation of WORKFLOW: publish a Trigger and print its gid.
 
-    Exits once the broker has acknowledged the Trigger and the workflow's coordinator has started
-    the generation (its APPL_START): exit status 1 if none did within --wait seconds, as when no
-    workflow of that name is deployed. A Trigger the broker did not acknowledge in time (exit
-    status 3) stays in the outbox, and the next wfm trigger sends it first, under the same id:
-    the overlay drops it if it got through after all. Triggers in the same outbox go one process
-    at a time. -o json: {"workflow", "gid", "date"}."""
+    First asks the agents, as wfm workflows does: a workflow no agent has deployed is an error
+    at once (exit status 1; 3 if no agent answered), and nothing is published. An identity that
+    may not ask (a scheduler's) triggers unchecked. Then exits once the broker has acknowledged
+    the Trigger and the workflow's coordinator has started the generation (its APPL_START): exit
+    status 1 if none did within --wait seconds (its coordinator is not running). A Trigger the
+    broker did not acknowledge in time (exit status 3) stays in the outbox, and the next wfm
+    trigger sends it first, under the same id: the overlay drops it if it got through after all.
+    Triggers in the same outbox go one process at a time. -o json: {"workflow", "gid", "date"}."""
     gid = gid or new_gid(datetime.now())
     day = day or date.today()
+    if check:
+        _check_deployed(broker_uri, workflow)
     try:
         with TriggerPublisher(broker_uri, outbox=outbox or default_outbox()) as publisher:
             publisher.publish(workflow, gid, day, started_within=wait)
@@ -89,6 +104,29 @@ def trigger(
         click.echo(json.dumps({"workflow": workflow, "gid": gid, "date": day.isoformat()}))
     else:
         click.echo(gid)
+
+
+def _check_deployed(uri: Brokers, workflow: str) -> None:
+    """Refuse a workflow that no agent that answers has deployed, before anything is published:
+    a Trigger of it would start nothing, and stay published. Only ``wfm trigger`` asks; ``wfm
+    schedule`` publishes what its configuration names."""
+
+    async def ask() -> None:
+        async with Session.connect(uri, CHECK_TIMEOUT) as session:
+            await session.lookup(workflow)
+
+    try:
+        asyncio.run(ask())
+    except RefusedError:
+        return  # this identity may not ask the agents (a scheduler's): unchecked, as before
+    except UnknownWorkflow as error:
+        raise click.ClickException(f"cannot trigger {workflow}: {error}; nothing published") from None
+    except NoReply as error:  # a TimeoutError, hence an OSError: before those
+        raise TimedOut(
+            f"cannot trigger {workflow}: {error} (are the agents running?); nothing published"
+        ) from None
+    except (ConnectError, OSError) as error:
+        raise click.ClickException(f"cannot trigger {workflow}: {error}") from None
 
 
 @click.command()
