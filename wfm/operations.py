@@ -268,7 +268,12 @@ class Session:
         """The recent generations of ``workflow`` (gid starting with ``gid``), from what its agents
         kept of them, fed into ``into`` (a new :class:`Monitor` by default): the newest ``limit``
         of each agent's."""
-        deployed = await self.deployed(workflow)
+        return await self._runs(await self.deployed(workflow), limit, gid, into)
+
+    async def _runs(
+        self, deployed: Deployed, limit: int, gid: str = "", into: Monitor | None = None
+    ) -> Monitor:
+        workflow = deployed.workflow
         answers = self._cut(
             await self.ask("RUNS", {"workflow": workflow, "gid": gid, "limit": limit}, deployed.agents)
         )
@@ -369,11 +374,20 @@ class Session:
             await self.client.advertise(deployer_advertisement(workflow, ANY))
             self.operating.add(workflow)
 
-    async def cancel(self, workflow: str, gid: str, sign: Sign) -> dict[str, tuple[str, str]]:
-        """Cancel generation ``gid`` on every agent of ``workflow``: agent -> (result, detail)."""
+    async def cancel(
+        self, workflow: str, gid: str, sign: Sign, force: bool = False
+    ) -> dict[str, tuple[str, str]]:
+        """Cancel generation ``gid`` on every agent of ``workflow``: agent -> (result, detail).
+        UnknownWorkflow, sending nothing, if no agent remembers ``gid`` (a mistyped gid would
+        otherwise be cancelled before it starts, in silence), unless ``force``."""
         await self.advertise_operations(workflow)
         deployed = await self.deployed(workflow)
         deployed.check(self.timeout)
+        if not force and (workflow, gid) not in (await self._runs(deployed, RUNS_LIMIT, gid)).generations:
+            raise UnknownWorkflow(
+                f"no agent knows generation {gid} of {workflow}: nothing cancelled"
+                " (--force cancels it before it starts)"
+            )
         return await self.operate(workflow, CANCEL, {"gid": gid}, sorted(deployed.held), sign)
 
     async def rerun(
@@ -385,7 +399,7 @@ class Session:
         await self.advertise_operations(workflow)
         deployed = await self.deployed(workflow)
         deployed.check(self.timeout)
-        monitor = await self.runs(workflow, RUNS_LIMIT, gid)
+        monitor = await self._runs(deployed, RUNS_LIMIT, gid)
         generation = monitor.generations.get((workflow, gid))
         if generation is None or generation.date is None:
             raise UnknownWorkflow(f"no agent remembers generation {gid} of {workflow}")

@@ -358,3 +358,21 @@ def test_a_scheduler_identity_that_may_not_ask_triggers_unchecked(certs: Path) -
             env={**os.environ, "WFM_TLS": str(certs), "WFM_IDENTITY": "scheduler"},
         )
     assert (done.returncode, done.stdout) == (0, "g-cron\n"), done.stderr
+
+
+def test_cancel_of_a_gid_no_agent_knows_sends_nothing_unless_forced(overlay: Overlay) -> None:
+    """A mistyped gid exited 0, every agent quietly cancelling a generation that will never come."""
+    overlay.deploy(WORKFLOWS / "payroll.xml")
+    overlay.trigger("PAYROLL", ["g1"], MONDAY)
+    overlay.wait_end("PAYROLL", ["g1"])
+    typo = wfm(overlay, "cancel", "PAYROLL", "--gid", "g11")
+    assert (typo.returncode, typo.stdout) == (1, "")
+    assert typo.stderr == (
+        "wfm: error: no agent knows generation g11 of PAYROLL: nothing cancelled"
+        " (--force cancels it before it starts)\n"
+    )
+    forced = lines(wfm(overlay, "cancel", "PAYROLL", "--gid", "g11", "--force", "-o", "json"))
+    # OK, not "cancelled already": the first sent nothing
+    assert {a["agent"]: a["result"] for a in forced} == {"agentA": "OK", "agentB": "OK", "agentC": "OK"}
+    over = lines(wfm(overlay, "cancel", "PAYROLL", "--gid", "g1", "-o", "json"))
+    assert {a["result"] for a in over} == {"UNCHANGED"}  # known: sent, and over already

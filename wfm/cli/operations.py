@@ -234,6 +234,11 @@ def logs(
 @gid_option
 @broker_option
 @timeout_option(10.0)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Cancel GID even if no agent knows it (yet): its jobs will not run if it starts.",
+)
 @output_option
 @signing_options
 def cancel(
@@ -241,14 +246,16 @@ def cancel(
     gid: str,
     broker_uri: Brokers,
     timeout: float,
+    force: bool,
     output: str,
     deployer: Callable[[], Deployer],
 ) -> None:
     """Cancel generation GID of WORKFLOW: its running jobs are stopped, the others publish NORUN
     (detail cancelled), and it ends with APPL_END CANCELLED. Needs a deployer's key (signed, like a
-    deployment). Exit status 1 if an agent refused."""
+    deployment). Exit status 1 if no agent knows GID (a typo?; nothing is sent unless --force) or
+    an agent refused."""
     sign = deployer().sign
-    acks = _session(broker_uri, timeout, lambda session: session.cancel(workflow, gid, sign))
+    acks = _session(broker_uri, timeout, lambda session: session.cancel(workflow, gid, sign, force))
     for agent, (result, detail) in sorted(acks.items()):
         if output == "json":
             _json({"agent": agent, "workflow": workflow, "gid": gid, "result": result, "detail": detail})
