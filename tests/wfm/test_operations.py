@@ -9,8 +9,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from unittest.mock import ANY
 
@@ -376,3 +376,62 @@ def test_cancel_of_a_gid_no_agent_knows_sends_nothing_unless_forced(overlay: Ove
     assert {a["agent"]: a["result"] for a in forced} == {"agentA": "OK", "agentB": "OK", "agentC": "OK"}
     over = lines(wfm(overlay, "cancel", "PAYROLL", "--gid", "g1", "-o", "json"))
     assert {a["result"] for a in over} == {"UNCHANGED"}  # known: sent, and over already
+
+
+def test_a_deployment_whose_agent_is_not_up_sends_nothing_and_names_it(
+    overlay: Overlay, tmp_path: Path
+) -> None:
+    """The coordinator's agent down: agentB took its jobs, and the workflow stayed half-deployed
+    (coordinator "?"), every trigger of it starting nothing."""
+    half = tmp_path / "half.xml"
+    half.write_text(
+        """<workflow name="HALF">
+  <job name="Start" agent="agentZ"><command>true</command></job>
+  <job name="Work" agent="agentB"><after job="Start"/><command>true</command></job>
+</workflow>"""
+    )
+    done = wfm(overlay, "deploy", str(half), "--timeout", "2")
+    assert (done.returncode, done.stdout) == (3, "")
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("wfm: error: HALF ") and last.endswith(
+        ": no answer within 2 s from agentZ (are they running?): nothing sent, not deployed"
+    )
+    assert lines(wfm(overlay, "workflows", "-o", "json")) == []  # agentB has nothing of it
+
+
+def test_undeploy_takes_the_workflows_name(overlay: Overlay) -> None:
+    overlay.deploy(WORKFLOWS / "payroll.xml")
+    done = wfm(overlay, "undeploy", "PAYROLL", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert sorted((r["agent"], r["ok"]) for r in lines(done)) == [("agentA", 1), ("agentB", 1), ("agentC", 1)]
+    assert "wfm: deploying" not in done.stderr
+    assert lines(wfm(overlay, "workflows", "-o", "json")) == []
+    again = wfm(overlay, "undeploy", "PAYROLL")
+    assert (again.returncode, again.stderr) == (
+        1,
+        "wfm: error: no agent that answered has workflow PAYROLL deployed\n",
+    )
+    neither = wfm(overlay, "undeploy", "nosuch.xml")
+    assert neither.returncode == 2 and "no file nosuch.xml" in neither.stderr
+
+
+def test_undeploy_says_undeploying(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its progress said "deploying PAYROLL ..." (shown once a step takes a second)."""
+    import wfm.cli.workflow as module
+
+    said: list[str] = []
+
+    @contextmanager
+    def progress(what: str) -> Iterator[Callable[[str], None]]:
+        said.append(what)
+        yield lambda _: None
+
+    async def deploy_plan(*_: object) -> list[object]:
+        return []
+
+    monkeypatch.setattr(module, "progress", progress)
+    monkeypatch.setattr(module, "deploy_plan", deploy_plan)
+    uri = "socket://127.0.0.1:1/B1"
+    assert main(["undeploy", str(WORKFLOWS / "payroll.xml"), "--broker", uri]) == 0
+    [what] = said
+    assert what.startswith("undeploying PAYROLL ") and what.endswith(f" through {uri}")
