@@ -30,6 +30,7 @@ from wfm.triggers import TriggerPublisher, check_gid
 from workflow_messages import (
     APPL_START,
     JOBSTATUS,
+    NORUN,
     TRIGGER,
     deployer_advertisement,
     envelope_digest,
@@ -337,8 +338,25 @@ class Session:
             raise UnknownWorkflow(f"{workflow} has no job {job} (jobs: {jobs})")
         agent = deployed.jobs[job]["agent"]
         content = {"workflow": workflow, "job": job, "gid": gid, "attempt": attempt}
-        answers = await self.ask("LOGS", content, [agent])
+        try:
+            answers = await self.ask("LOGS", content, [agent])
+        except RemoteError:  # no log: a job that did not run (NORUN) has none, and says so
+            state = await self._state(agent, workflow, job, gid)
+            if state is None or state.get("status") != NORUN:
+                raise
+            detail = str(state.get("detail", ""))
+            empty = {"attempts": [], "attempt": 0, "size": 0, "truncated": False, "ended": True, "text": ""}
+            return {"agent": agent, **empty, "status": NORUN, "detail": detail}
         return {"agent": agent, **answers[agent]}
+
+    async def _state(self, agent: str, workflow: str, job: str, gid: str) -> dict[str, Any] | None:
+        """What ``agent`` published for ``job`` in generation ``gid``, as it remembers it."""
+        answers = await self.ask("RUNS", {"workflow": workflow, "gid": gid, "limit": RUNS_LIMIT}, [agent])
+        for generation in answers[agent]["generations"]:
+            if generation["gid"] == gid:
+                state: dict[str, Any] | None = generation["jobs"].get(job)
+                return state
+        return None
 
     # operations -----------------------------------------------------------------------------
 

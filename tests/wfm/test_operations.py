@@ -76,6 +76,12 @@ def test_workflows_runs_and_logs(overlay: Overlay) -> None:
     assert "attempt 1 (attempts 1) on agentB" in log.stderr
     [answer] = lines(wfm(overlay, "logs", "PAYROLL", "JobB", "--gid", "mon", "-o", "json"))
     assert (answer["agent"], answer["truncated"], answer["ended"]) == ("agentB", False, True)
+    norun = wfm(overlay, "logs", "PAYROLL", "JobC", "--gid", "mon")  # JobC runs on Fridays
+    assert (norun.returncode, norun.stdout) == (0, ""), norun.stderr
+    assert (
+        norun.stderr
+        == "wfm: JobC did not run in mon (NORUN: not scheduled on Monday 2026-11-23), so it has no log\n"
+    )
     unknown = wfm(overlay, "runs", "NOSUCH")
     assert unknown.returncode == 1
     assert unknown.stderr.startswith("wfm: error: no agent has workflow NOSUCH deployed (3 agents answered")

@@ -23,6 +23,7 @@ from wfm.monitor import Monitor
 from wfm.operations import NoReply, Session, generation_record, newest, stored_runs
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow, default_outbox
+from workflow_messages import NORUN
 
 T = TypeVar("T")
 TIMED_OUT = 3
@@ -214,10 +215,16 @@ def logs(
     workflow: str, job: str, gid: str, attempt: int | None, broker_uri: Brokers, timeout: float, output: str
 ) -> None:
     """What JOB printed (stdout and stderr) in generation GID, fetched from its agent: the last 64
-    KiB of it, saying on stderr when the log is longer."""
+    KiB of it, saying on stderr when the log is longer. A job that did not run (NORUN: not
+    scheduled that day, skipped or cancelled) has no log: nothing on stdout, why on stderr
+    (-o json: "status" and "detail" added)."""
     found = _session(broker_uri, timeout, lambda session: session.logs(workflow, job, gid, attempt or 0))
     if output == "json":
         _json(found)
+        return
+    if found.get("status") == NORUN:
+        why = f": {found['detail']}" if found["detail"] else ""
+        click.echo(f"wfm: {job} did not run in {gid} (NORUN{why}), so it has no log", err=True)
         return
     click.echo(found["text"], nl=False)
     attempts = ", ".join(map(str, found["attempts"]))
