@@ -269,7 +269,7 @@ def test_rerun_from_a_job_does_not_ask_to_reuse_a_skipped_job_and_reports_a_refu
 
     session = Session(None, None, 1.0)  # type: ignore[arg-type]
     monkeypatch.setattr(session, "deployed", lambda workflow: asyncio.sleep(0, deployed))
-    monkeypatch.setattr(session, "runs", lambda workflow, limit, gid: asyncio.sleep(0, monitor))
+    monkeypatch.setattr(session, "_runs", lambda deployed, limit, gid: asyncio.sleep(0, monitor))
     monkeypatch.setattr(session, "operate", operate)
     monkeypatch.setattr(session, "advertise_operations", lambda workflow: asyncio.sleep(0))
     with pytest.raises(RemoteError, match=r"^rerun of g1 refused: b: ERROR b has no outcome of JobA in g1$"):
