@@ -25,7 +25,7 @@ from typing import Any
 from broker.client import Brokers, Client, Subscription
 from broker.errors import LocalError, NoAnswer, RemoteError
 from broker.language import Publication, Value
-from wfm.monitor import SKIPPED, Generation, Monitor
+from wfm.monitor import Generation, Monitor
 from wfm.triggers import TriggerPublisher, check_gid
 from workflow_messages import (
     APPL_START,
@@ -439,7 +439,7 @@ class Session:
                 )
             # a job skipped in gid has no outcome to reuse: its predecessors' outcomes, republished,
             # skip it again; an agent refuses to reuse a job of which it kept no outcome
-            skipped = {job for job, state in generation.jobs.items() if state.status == SKIPPED}
+            skipped = {job for job, state in generation.jobs.items() if state.skipped}
             reuse = sorted(set(deployed.graph) - downstream(deployed.graph, start) - skipped)
             content = {"gid": gid, "new": new, "reuse": reuse}
             acks = await self.operate(workflow, RERUN, content, deployed.agents, sign)

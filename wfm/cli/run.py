@@ -32,6 +32,7 @@ from wfm.up import Started, agent_names, serve
 
 # seconds wfm monitor --gid waits for a historian to answer what it holds of the generation
 CATCH_UP_TIMEOUT = 3.0
+PIPED_WIDTH = 1000  # columns of wfm monitor's tables when its output is not a terminal
 # seconds wfm trigger waits for the agents to say whether the workflow is deployed
 CHECK_TIMEOUT = 5.0
 
@@ -248,7 +249,10 @@ async def _monitor(
     async with MonitorService.connect(uri, workflow, gids) as service, contextlib.AsyncExitStack() as stack:
         show: Callable[[StatusEvent | None], None] = _json_line
         if not as_json:
-            live = stack.enter_context(Live(render(service.monitor), console=Console(), auto_refresh=False))
+            console = Console()
+            if not console.is_terminal:  # a pipe or a log: whole lines, not folded at 80 columns
+                console = Console(width=PIPED_WIDTH)
+            live = stack.enter_context(Live(render(service.monitor), console=console, auto_refresh=False))
 
             def show(_: StatusEvent | None) -> None:
                 live.update(render(service.monitor), refresh=True)
