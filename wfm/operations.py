@@ -340,6 +340,8 @@ class Session:
         content = {"workflow": workflow, "job": job, "gid": gid, "attempt": attempt}
         try:
             answers = await self.ask("LOGS", content, [agent])
+        except NoReply:
+            raise
         except RemoteError:  # no log: a job that did not run (NORUN) has none, and says so
             state = await self._state(agent, workflow, job, gid)
             if state is None or state.get("status") != NORUN:
