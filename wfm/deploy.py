@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from broker.client import Brokers, Client, Subscription
+from broker.client import Brokers, Client, RefusedError, Subscription
 from broker.language import Publication
-from wfm.operations import Deployed, Session
+from wfm.operations import Deployed, NoReply, Session
 from wfm.workflow import Plan
 from workflow_messages import AGENT_CTL, ack_subscription, envelope_digest, retire_content
 
@@ -38,6 +38,7 @@ __all__ = [
     "deploy",
     "ordered_batches",
     "retire_publications",
+    "silent_agents",
     "undeploy_publications",
 ]
 
@@ -73,9 +74,10 @@ def ordered_batches(plan: Plan, coordinator: str) -> list[list[Publication]]:
     return [batch for batch in (first, last) if batch]
 
 
-def undeploy_publications(plan: Plan) -> list[Publication]:
-    """One UNDEPLOY envelope per agent of ``plan``: each agent removes every version of the workflow."""
-    return [_undeploy(plan, agent, "") for agent in plan.by_agent()]
+def undeploy_publications(plan: Plan, agents: Iterable[str] | None = None) -> list[Publication]:
+    """One UNDEPLOY envelope per agent of ``plan`` (or of ``agents``): each agent removes every
+    version of the workflow."""
+    return [_undeploy(plan, agent, "") for agent in (plan.by_agent() if agents is None else agents)]
 
 
 def retire_publications(plan: Plan, held: Mapping[str, Iterable[str]]) -> list[Publication]:
@@ -207,6 +209,22 @@ async def deploy(
             finding.cancel()
             await asyncio.gather(finding, return_exceptions=True)
     return list(reports.values())
+
+
+async def silent_agents(uri: Brokers, agents: Iterable[str], timeout: float) -> list[str]:
+    """The ``agents`` that do not answer a question (WORKFLOWS, by name) within ``timeout``:
+    asked before a deployment sends anything, so that one naming an agent that is down (or
+    mistyped) is refused whole rather than left half-deployed, its coordinator never sent to.
+    Done as soon as every one answered. Empty also when this identity may not ask (the broker
+    refuses the question): the deployment then goes on as it did before it asked."""
+    try:
+        async with Session.connect(uri, timeout) as session:
+            await session.ask("WORKFLOWS", {}, agents)
+    except NoReply as error:
+        return error.agents
+    except RefusedError:
+        return []
+    return []
 
 
 async def _ask_holders(uri: Brokers, workflow: str, timeout: float) -> Deployed:

@@ -25,11 +25,12 @@ from typing import Any
 from broker.client import Brokers, Client, Subscription
 from broker.errors import LocalError, NoAnswer, RemoteError
 from broker.language import Publication, Value
-from wfm.monitor import SKIPPED, Generation, Monitor
+from wfm.monitor import Generation, Monitor
 from wfm.triggers import TriggerPublisher, check_gid
 from workflow_messages import (
     APPL_START,
     JOBSTATUS,
+    NORUN,
     TRIGGER,
     deployer_advertisement,
     envelope_digest,
@@ -244,16 +245,23 @@ class Session:
         answers = self._cut(await self.ask("WORKFLOWS", {}))
         return next((w for w in _deployed(answers) if w.workflow == workflow), Deployed(workflow))
 
+    async def lookup(self, workflow: str) -> Deployed:
+        """``workflow`` as its agents describe it, asking every agent: complete once its
+        coordinator answered, or QUIET seconds after the last answer if no agent that answered has
+        it (UnknownWorkflow then; NoReply if no agent answered at all). Unlike :meth:`deployed`,
+        it does not wait for the coordinators of other workflows: what ``wfm trigger`` asks
+        before it publishes."""
+
+        def enough(got: dict[str, dict[str, Any]]) -> bool:
+            return not any(w.workflow == workflow and w.unanswered() for w in _deployed(got))
+
+        answers = self._cut(await self.ask("WORKFLOWS", {}, enough=enough))
+        return _found(workflow, _deployed(answers), sorted(answers))
+
     async def deployed(self, workflow: str) -> Deployed:
         """``workflow`` as its agents describe it; UnknownWorkflow if no agent that answered has it."""
         workflows, agents = await self.workflows()
-        for each in workflows:
-            if each.workflow == workflow:
-                return each
-        known = ", ".join(w.workflow for w in workflows) or "none"
-        raise UnknownWorkflow(
-            f"no agent has workflow {workflow} deployed ({len(agents)} agents answered; workflows: {known})"
-        )
+        return _found(workflow, workflows, agents)
 
     async def runs(
         self, workflow: str, limit: int = 20, gid: str = "", into: Monitor | None = None
@@ -261,7 +269,12 @@ class Session:
         """The recent generations of ``workflow`` (gid starting with ``gid``), from what its agents
         kept of them, fed into ``into`` (a new :class:`Monitor` by default): the newest ``limit``
         of each agent's."""
-        deployed = await self.deployed(workflow)
+        return await self._runs(await self.deployed(workflow), limit, gid, into)
+
+    async def _runs(
+        self, deployed: Deployed, limit: int, gid: str = "", into: Monitor | None = None
+    ) -> Monitor:
+        workflow = deployed.workflow
         answers = self._cut(
             await self.ask("RUNS", {"workflow": workflow, "gid": gid, "limit": limit}, deployed.agents)
         )
@@ -325,8 +338,27 @@ class Session:
             raise UnknownWorkflow(f"{workflow} has no job {job} (jobs: {jobs})")
         agent = deployed.jobs[job]["agent"]
         content = {"workflow": workflow, "job": job, "gid": gid, "attempt": attempt}
-        answers = await self.ask("LOGS", content, [agent])
+        try:
+            answers = await self.ask("LOGS", content, [agent])
+        except NoReply:
+            raise
+        except RemoteError:  # no log: a job that did not run (NORUN) has none, and says so
+            state = await self._state(agent, workflow, job, gid)
+            if state is None or state.get("status") != NORUN:
+                raise
+            detail = str(state.get("detail", ""))
+            empty = {"attempts": [], "attempt": 0, "size": 0, "truncated": False, "ended": True, "text": ""}
+            return {"agent": agent, **empty, "status": NORUN, "detail": detail}
         return {"agent": agent, **answers[agent]}
+
+    async def _state(self, agent: str, workflow: str, job: str, gid: str) -> dict[str, Any] | None:
+        """What ``agent`` published for ``job`` in generation ``gid``, as it remembers it."""
+        answers = await self.ask("RUNS", {"workflow": workflow, "gid": gid, "limit": RUNS_LIMIT}, [agent])
+        for generation in answers[agent]["generations"]:
+            if generation["gid"] == gid:
+                state: dict[str, Any] | None = generation["jobs"].get(job)
+                return state
+        return None
 
     # operations -----------------------------------------------------------------------------
 
@@ -362,11 +394,20 @@ class Session:
             await self.client.advertise(deployer_advertisement(workflow, ANY))
             self.operating.add(workflow)
 
-    async def cancel(self, workflow: str, gid: str, sign: Sign) -> dict[str, tuple[str, str]]:
-        """Cancel generation ``gid`` on every agent of ``workflow``: agent -> (result, detail)."""
+    async def cancel(
+        self, workflow: str, gid: str, sign: Sign, force: bool = False
+    ) -> dict[str, tuple[str, str]]:
+        """Cancel generation ``gid`` on every agent of ``workflow``: agent -> (result, detail).
+        UnknownWorkflow, sending nothing, if no agent remembers ``gid`` (a mistyped gid would
+        otherwise be cancelled before it starts, in silence), unless ``force``."""
         await self.advertise_operations(workflow)
         deployed = await self.deployed(workflow)
         deployed.check(self.timeout)
+        if not force and (workflow, gid) not in (await self._runs(deployed, RUNS_LIMIT, gid)).generations:
+            raise UnknownWorkflow(
+                f"no agent knows generation {gid} of {workflow}: nothing cancelled"
+                " (--force cancels it before it starts)"
+            )
         return await self.operate(workflow, CANCEL, {"gid": gid}, sorted(deployed.held), sign)
 
     async def rerun(
@@ -378,7 +419,7 @@ class Session:
         await self.advertise_operations(workflow)
         deployed = await self.deployed(workflow)
         deployed.check(self.timeout)
-        monitor = await self.runs(workflow, RUNS_LIMIT, gid)
+        monitor = await self._runs(deployed, RUNS_LIMIT, gid)
         generation = monitor.generations.get((workflow, gid))
         if generation is None or generation.date is None:
             raise UnknownWorkflow(f"no agent remembers generation {gid} of {workflow}")
@@ -400,7 +441,7 @@ class Session:
                 )
             # a job skipped in gid has no outcome to reuse: its predecessors' outcomes, republished,
             # skip it again; an agent refuses to reuse a job of which it kept no outcome
-            skipped = {job for job, state in generation.jobs.items() if state.status == SKIPPED}
+            skipped = {job for job, state in generation.jobs.items() if state.skipped}
             reuse = sorted(set(deployed.graph) - downstream(deployed.graph, start) - skipped)
             content = {"gid": gid, "new": new, "reuse": reuse}
             acks = await self.operate(workflow, RERUN, content, deployed.agents, sign)
@@ -468,6 +509,17 @@ class Session:
 def _trigger(uri: Brokers, workflow: str, gid: str, day: date, outbox: Path | None) -> None:
     with TriggerPublisher(uri, outbox=outbox) as publisher:
         publisher.publish(workflow, gid, day)
+
+
+def _found(workflow: str, workflows: list[Deployed], agents: list[str]) -> Deployed:
+    """``workflow`` among ``workflows`` (what ``agents`` answered), else UnknownWorkflow."""
+    for each in workflows:
+        if each.workflow == workflow:
+            return each
+    known = ", ".join(w.workflow for w in workflows) or "none"
+    raise UnknownWorkflow(
+        f"no agent has workflow {workflow} deployed ({len(agents)} agents answered; workflows: {known})"
+    )
 
 
 def _contents(replies: dict[str, Publication]) -> dict[str, dict[str, Any]]:

@@ -83,7 +83,7 @@ class Child:
 @dataclass(frozen=True)
 class Layout:
     """Where ``wfm up``'s brokers listen, whom each dials, and which brokers each agent uses: the
-    line B1 - B2 - B3 by default, or what a SESDAD topology file says (INTERFACE section 5)."""
+    line B1 - B2 - B3 by default, or what a SESDAD topology file says (docs/puppet.md)."""
 
     dials: dict[BrokerURI, tuple[BrokerURI, ...]]  # every broker, in start order
     agents: dict[str, str]  # agent -> its --broker list, for the agents the topology places

@@ -31,8 +31,8 @@ STATUS_NUMBERS = ("attempt", "started", "duration", "skipped", "cancelled", "seq
 
 
 def status_advertisement(workflow: str, job: str) -> Filter:
-    """What the agent of ``job`` advertises before it publishes the job's statuses: the pinned
-    shape of INTERFACE.md section 3 plus the version the generation runs on, the agent, the
+    """What the agent of ``job`` advertises before it publishes the job's statuses: the fixed
+    shape of docs/workflows.md (Messages) plus the version the generation runs on, the agent, the
     attempt, the start (epoch seconds) and the duration (seconds), so monitors need no side channel,
     and what the next jobs and APPL_END decide on: ``skipped`` (1: a NORUN for a branch not taken),
     ``failed`` (the jobs of the generation this status follows from that failed, see

@@ -1,4 +1,4 @@
-"""The fixed words of workflow messages (INTERFACE.md section 3): classes, virtual jobs, statuses.
+"""The fixed words of workflow messages (docs/workflows.md, Messages): classes, virtual jobs, statuses.
 
 Outside checks match these exact strings, and the translator, the agents and the monitor must agree
 on them, so each is spelled once, here.

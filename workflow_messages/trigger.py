@@ -1,6 +1,6 @@
 """Trigger: the publication that starts a generation of a workflow for a date.
 
-Its ``schedule`` attribute (the name is pinned by INTERFACE.md) holds the date, ``YYYY.MM.DD``,
+Its ``schedule`` attribute (the name is fixed: docs/workflows.md, Messages) holds the date, ``YYYY.MM.DD``,
 that the jobs' calendars are checked against.
 """
 

@@ -145,13 +145,22 @@ async def dial(
     """A link to ``target`` after the handshake (its hello in ``link.peer``), and what the broker
     sent behind its hello; over TLS if given ``tls``, to a broker whose certificate names it.
     ConnectError, with the reason, if the broker cannot be reached, refuses or is someone else."""
+    connected = False  # which step a timeout cut: the connection, or over TLS its handshake
     try:
         async with asyncio.timeout(timeout):  # not wait_for: a refusal racing a cancellation
             # (an agent stopping while its broker is down) swallowed the cancellation, and the
             # retries went on for ever
-            reader, writer = await asyncio.open_connection(target.host, target.port, ssl=tls)
+            reader, writer = await asyncio.open_connection(target.host, target.port)
+            connected = True
+            if tls is not None:
+                try:
+                    await writer.start_tls(tls, server_hostname=target.host)
+                except BaseException:
+                    writer.transport.abort()
+                    raise
     except (OSError, TimeoutError) as error:
-        raise ConnectError(f"cannot connect to {target}: {error or 'timed out'}") from None
+        reason = _unreached(error, timeout, tls if connected else None)
+        raise ConnectError(f"cannot connect to {target}: {reason}") from None
     link = Link(reader, writer, target.id)
     if tls is not None:
         who = peer(writer.get_extra_info("peercert"))
@@ -178,6 +187,17 @@ async def dial(
         raise ConnectError(f"{target} answered as {getattr(first, 'id', first)!r}, not {target.id!r}")
     link.peer = first
     return link, [item for item in items[1:] if not isinstance(item, Exception)]
+
+
+def _unreached(error: Exception, timeout: float, tls: ssl.SSLContext | None) -> str:
+    """Why a connection failed (``tls``: once connected, in its TLS handshake). A timeout has no
+    message of its own: under TLS it is most often a port that takes the connection and never
+    answers, as a plain broker's handshake would be."""
+    if isinstance(error, TimeoutError) and not str(error):
+        if tls is not None:
+            return f"no answer to the TLS handshake within {timeout:g} s: is a wfm broker listening there?"
+        return f"no connection within {timeout:g} s: is the host up, and the port open?"
+    return str(error) or type(error).__name__
 
 
 def _unanswered(error: Exception, timeout: float, tls: ssl.SSLContext | None) -> str:

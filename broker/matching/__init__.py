@@ -1,7 +1,7 @@
 """Matching publications against many filters: the counting matcher and the literal oracle.
 
 ``CountingMatcher`` takes the time as an argument; ``Matcher`` is the same with the one-argument
-``match(p)`` that INTERFACE.md pins, which reads the system clock.
+``match(p)`` promised to outside users (docs/matching.md), which reads the system clock.
 """
 
 from broker.matching.matcher import CountingMatcher, Matcher

@@ -22,12 +22,12 @@ its index entries are left behind. When dead slots outnumber live ones the class
 rebuilt from the live filters, so memory and time stay proportional to what is live.
 
 The counting matcher does no I/O and reads no clock: ``now`` is an argument. Only ``Matcher``, the
-name INTERFACE.md pins for outside users (``m.match(p)``), reads the system clock when it is not
+name outside users are promised (``m.match(p)``, docs/matching.md), reads the system clock when it is not
 given the time; the router uses ``CountingMatcher``, so it cannot forget its clock.
 
 ``CountingMatcher.match`` answers a list of ids (each once), not a set: at thousands of matches,
 hashing the ids into a set costs more than the whole match before it, and the router only iterates
-the answer. ``Matcher.match`` returns the set INTERFACE.md pins.
+the answer. ``Matcher.match`` returns the set docs/matching.md promises.
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ class CountingMatcher:
 
 
 class Matcher(CountingMatcher):
-    """The matcher of INTERFACE.md, where ``m.match(p)`` is pinned: a publication matched without
+    """The matcher of docs/matching.md, whose ``m.match(p)`` outside users call: a publication matched without
     ``now`` is one published now, by the system clock."""
 
     def match(self, publication: Publication, now: float | None = None) -> set[Hashable]:

@@ -1,4 +1,4 @@
-"""The brute-force matcher: the semantics of INTERFACE.md applied literally, one filter at a time.
+"""The brute-force matcher: the semantics of docs/language.md applied literally, one filter at a time.
 
 It is the reference the fast matcher is tested against, and the "linear scan" of the benchmark.
 """

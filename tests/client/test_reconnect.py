@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 import pytest
 
@@ -16,7 +17,7 @@ from broker.client import (
     brokers,
     reconnect,
 )
-from broker.client.reconnect import dial_any
+from broker.client.reconnect import dial, dial_any
 from broker.language import Publication
 from broker.routing import Ack
 from broker.transport.server import RouterService
@@ -318,3 +319,34 @@ def test_a_re_sent_subscription_the_broker_refuses_is_reported() -> None:
             await client.close()
 
     run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("tls", "reason"),
+    [
+        (False, "did not answer the handshake: no answer within 0.3 s: is a wfm broker listening there?"),
+        (True, "cannot connect to {uri}: no answer to the TLS handshake within 0.3 s: is a wfm broker"),
+    ],
+)
+def test_a_silent_port_is_named_with_the_reason_with_or_without_tls(tls: bool, reason: str) -> None:
+    """Under TLS, a port that takes the connection and says nothing timed out in the TLS handshake
+    with no reason at all: ``cannot connect to socket://...: ``."""
+
+    async def scenario() -> None:
+        address = uri("B1")
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while await reader.read(1 << 16):
+                pass
+            writer.close()
+
+        server = await asyncio.start_server(silent, address.host, address.port)
+        try:
+            context = ssl.create_default_context() if tls else None
+            with pytest.raises(ConnectError) as raised:
+                await dial(address, "c", 0.3, tls=context)
+            assert reason.format(uri=address) in str(raised.value)
+        finally:
+            server.close()
+
+    run(scenario(), timeout=10)

@@ -1,4 +1,4 @@
-"""Table-driven cases for the message language (INTERFACE.md section 1), PADRES examples first."""
+"""Table-driven cases for the message language (docs/language.md), PADRES examples first."""
 
 from __future__ import annotations
 

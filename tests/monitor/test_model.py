@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from broker.language import Value
-from wfm.monitor import SKIPPED, Monitor, render
+from wfm.monitor import Monitor, render
 
 
 def trig(gid: str, day: str = "2026.11.23", workflow: str = "PAYROLL") -> dict[str, Value]:
@@ -85,13 +85,13 @@ def test_appl_end_names_skipped_jobs() -> None:
     model.receive(status("g1", "JobA", "FAILURE", "exit 3"))
     model.receive(status("g1", "APPL_END", "FAILURE", "failed: JobA; skipped: JobB, JobD"))
     jobs = model.generations[("PAYROLL", "g1")].jobs
-    assert {job: state.status for job, state in jobs.items()} == {
-        "JobA": "FAILURE",
-        "JobB": SKIPPED,
-        "JobD": SKIPPED,
+    assert {job: (state.status, state.skipped) for job, state in jobs.items()} == {
+        "JobA": ("FAILURE", False),
+        "JobB": ("NORUN", True),  # NORUN, as the history and the reports say
+        "JobD": ("NORUN", True),
     }
-    model.receive(status("g1", "JobB", "NORUN"))  # a late status beats "skipped"
-    assert jobs["JobB"].status == "NORUN"
+    model.receive(status("g1", "JobB", "NORUN", "skipped: JobA ended FAILURE", skipped=1, attempt=0))
+    assert (jobs["JobB"].detail, jobs["JobB"].skipped) == ("skipped: JobA ended FAILURE", True)  # its own
 
 
 def test_malformed_messages_are_ignored() -> None:
@@ -122,7 +122,8 @@ def test_render_shows_states_and_the_end() -> None:
     )
     assert "PAYROLL  g1  2026-11-23  running" in text
     assert "FAILURE (failed: JobA; skipped: JobB)" in text
-    assert "1.2s" in text and "exit 3" in text and SKIPPED in text
+    assert "1.2s" in text and "exit 3" in text and "SKIPPED" not in text
+    assert "│ JobB       │ NORUN   │" in text
     assert text.index("APPL_START") < text.index("JobA")
 
 
@@ -145,3 +146,46 @@ def test_a_cancelled_generation_is_a_failure_with_its_reason() -> None:
     model.receive(status("g1", "APPL_END", "CANCELLED", "cancelled; failed: JobB"))
     assert model.done and model.exit_status() == 1
     assert model.unsuccessful() == ["PAYROLL g1 ended CANCELLED: cancelled; failed: JobB"]
+
+
+def test_a_skip_is_norun_everywhere() -> None:
+    """The monitor said SKIPPED where the history and the reports say NORUN: one word; ``skipped``
+    tells a branch not taken from a day not scheduled (and -o json keeps the attribute)."""
+    model = Monitor()
+    event = model.receive(status("g1", "Alert", "NORUN", "skipped: JobA ended SUCCESS", skipped=1))
+    assert event is not None and (event.status, event.record()["skipped"]) == ("NORUN", 1)
+    model.receive(status("g1", "JobC", "NORUN", "not scheduled on Monday 2026-11-23", skipped=0))
+    jobs = model.generations[("PAYROLL", "g1")].jobs
+    assert (jobs["Alert"].status, jobs["Alert"].skipped) == ("NORUN", True)
+    assert (jobs["JobC"].status, jobs["JobC"].skipped) == ("NORUN", False)
+
+
+def test_durations_say_how_long_a_job_ran_and_nothing_for_one_that_did_not() -> None:
+    """Every status but a run's carries duration 0 (APPL_START, NORUN, a skip): it showed 0.0s,
+    as did a run of 30 ms."""
+    console = Console(width=200, record=True, color_system=None)
+    model = Monitor()
+    model.receive(status("g1", "APPL_START", "SUCCESS", started=0.0, duration=0.0, attempt=0))
+    model.receive(status("g1", "Quick", "SUCCESS", "exit 0", started=0.0, duration=0.031, attempt=1))
+    model.receive(status("g1", "Long", "SUCCESS", "exit 0", started=0.0, duration=125.4, attempt=2))
+    model.receive(status("g1", "JobC", "NORUN", "not scheduled", started=0.0, duration=0.0, attempt=0))
+    console.print(render(model))
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[4].strip()
+        for line in console.export_text().splitlines()
+        if line.startswith("│")
+    }
+    assert rows == {"APPL_START": "", "Quick": "31ms", "Long": "2m05s", "JobC": ""}
+
+
+def test_a_long_log_path_is_folded_never_cut() -> None:
+    """At 80 columns the detail's log path ended in an ellipsis: the one thing to copy was cut."""
+    path = "/home/someone/workflows/.wfm/agents/agentA/logs/PAYROLL/20261123-114523-3f9a/JobA.1.log"
+    console = Console(width=80, record=True, color_system=None)
+    model = Monitor()
+    model.receive(status("g1", "JobA", "SUCCESS", f"exit 0 after 0.1 s; log {path}", attempt=1, duration=0.1))
+    console.print(render(model))
+    text = console.export_text()
+    assert "…" not in text
+    pieces = [line.split("│")[5].strip() for line in text.splitlines() if line.startswith("│")]
+    assert path in "".join(pieces)

@@ -264,3 +264,16 @@ def test_ensure_issues_what_is_missing_and_reissues_an_identity_whose_role_chang
     roles = {issued.name: issued.role for issued in listing(tmp_path)}
     assert roles == {"ca": "ca", "agentA": "agent", "deployer": "deployer", "historian": "historian"}
     assert (tmp_path / "deployer.crt").read_bytes() == kept
+
+
+def test_list_defaults_to_wfm_tls(
+    ca: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every other command takes $WFM_TLS; certs list wanted its DIRECTORY given again."""
+    run(capsys, "certs", "issue", str(ca), "alice", "--role", "client")
+    monkeypatch.setenv("WFM_TLS", str(ca))
+    code, out, _ = run(capsys, "certs", "list")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["ca", "alice"]
+    monkeypatch.delenv("WFM_TLS")
+    code, _, err = run(capsys, "certs", "list")
+    assert code == 2 and "give DIRECTORY, or set WFM_TLS" in err

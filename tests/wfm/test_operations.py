@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from unittest.mock import ANY
 
 import pytest
 from click.testing import CliRunner
 
+from broker.client import BlockingClient
 from broker.errors import RemoteError
 from broker.language import Publication
 from tests.agents.test_processes import MONDAY, WORKFLOWS, Overlay, overlay
-from tests.processes import WFM, brokers
+from tests.processes import WFM, brokers, quiet
 from wfm.cli import cli, main
 from wfm.history.landing import Landing
 from wfm.monitor import Monitor
@@ -65,7 +67,7 @@ def test_workflows_runs_and_logs(overlay: Overlay) -> None:
         "JobB": "SUCCESS",
         "JobC": "NORUN",
         "JobD": "SUCCESS",
-        "Alert": "SKIPPED",
+        "Alert": "NORUN",  # skipped: one word, as the history and the reports say
     }
     assert isinstance(run["duration"], float) and run["duration"] >= 0
     assert "mon" in wfm(overlay, "runs", "PAYROLL").stdout
@@ -74,6 +76,12 @@ def test_workflows_runs_and_logs(overlay: Overlay) -> None:
     assert "attempt 1 (attempts 1) on agentB" in log.stderr
     [answer] = lines(wfm(overlay, "logs", "PAYROLL", "JobB", "--gid", "mon", "-o", "json"))
     assert (answer["agent"], answer["truncated"], answer["ended"]) == ("agentB", False, True)
+    norun = wfm(overlay, "logs", "PAYROLL", "JobC", "--gid", "mon")  # JobC runs on Fridays
+    assert (norun.returncode, norun.stdout) == (0, ""), norun.stderr
+    assert (
+        norun.stderr
+        == "wfm: JobC did not run in mon (NORUN: not scheduled on Monday 2026-11-23), so it has no log\n"
+    )
     unknown = wfm(overlay, "runs", "NOSUCH")
     assert unknown.returncode == 1
     assert unknown.stderr.startswith("wfm: error: no agent has workflow NOSUCH deployed (3 agents answered")
@@ -261,7 +269,7 @@ def test_rerun_from_a_job_does_not_ask_to_reuse_a_skipped_job_and_reports_a_refu
 
     session = Session(None, None, 1.0)  # type: ignore[arg-type]
     monkeypatch.setattr(session, "deployed", lambda workflow: asyncio.sleep(0, deployed))
-    monkeypatch.setattr(session, "runs", lambda workflow, limit, gid: asyncio.sleep(0, monitor))
+    monkeypatch.setattr(session, "_runs", lambda deployed, limit, gid: asyncio.sleep(0, monitor))
     monkeypatch.setattr(session, "operate", operate)
     monkeypatch.setattr(session, "advertise_operations", lambda workflow: asyncio.sleep(0))
     with pytest.raises(RemoteError, match=r"^rerun of g1 refused: b: ERROR b has no outcome of JobA in g1$"):
@@ -303,3 +311,135 @@ def test_an_answer_cut_to_fit_a_message_is_said_on_stderr(
     assert err == "wfm: warning: agentA left out what does not fit in one answer\n"
     assert main(["workflows", "--broker", "socket://127.0.0.1:1/B1", "-o", "json"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_trigger_refuses_a_workflow_no_agent_has_at_once_and_publishes_nothing(overlay: Overlay) -> None:
+    """It waited 10 s for an APPL_START that never came, then failed, and left the Trigger
+    published: a historian kept a generation nobody started."""
+    overlay.deploy(WORKFLOWS / "payroll.xml")
+    with BlockingClient(overlay.uris["B3"]) as historian:
+        historian.subscribe("[class,eq,Trigger],[applname,isPresent,''],[GID,isPresent,'']")
+        quiet(overlay.uris)
+        began = time.monotonic()
+        unknown = wfm(overlay, "trigger", "NOSUCH", "--gid", "g-none")
+        assert time.monotonic() - began < 5
+        assert (unknown.returncode, unknown.stdout) == (1, "")
+        assert unknown.stderr == (
+            "wfm: error: cannot trigger NOSUCH: no agent has workflow NOSUCH deployed"
+            " (3 agents answered; workflows: PAYROLL); nothing published\n"
+        )
+        assert historian.receive(timeout=1) is None
+        known = wfm(overlay, "trigger", "PAYROLL", "--gid", "g-known", "--date", "2026-11-23")
+        assert (known.returncode, known.stdout) == (0, "g-known\n"), known.stderr
+        delivery = historian.receive(timeout=5)
+        assert delivery is not None and delivery.publication["GID"] == "g-known"
+    overlay.wait_end("PAYROLL", ["g-known"])
+
+
+def test_trigger_with_no_agent_answering_warns_and_publishes_as_before() -> None:
+    """Nobody to ask is no answer: the Trigger goes out as it did before the question (a broker
+    may keep it for a coordinator that is away), and the wait for its APPL_START decides."""
+    with brokers({"B1": []}) as uris, BlockingClient(uris["B1"]) as subscriber:
+        subscriber.subscribe("[class,eq,Trigger],[applname,isPresent,''],[GID,isPresent,'']")
+        done = subprocess.run(
+            [WFM, "trigger", "PAYROLL", "--gid", "g-any", "--wait", "0", "--broker", str(uris["B1"])],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert (done.returncode, done.stdout) == (0, "g-any\n"), done.stderr
+        assert done.stderr == (
+            "wfm: warning: no agent answered within 5 s: cannot tell whether PAYROLL is deployed\n"
+        )
+        delivery = subscriber.receive(timeout=5)
+        assert delivery is not None and delivery.publication["GID"] == "g-any"
+
+
+def test_a_scheduler_identity_that_may_not_ask_triggers_unchecked(certs: Path) -> None:
+    """The default ACL lets a scheduler publish Triggers only, not questions to agents."""
+    with brokers({"B1": []}, certs=certs) as uris:
+        done = subprocess.run(
+            [WFM, "trigger", "PAYROLL", "--gid", "g-cron", "--wait", "0", "--broker", str(uris["B1"])],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "WFM_TLS": str(certs), "WFM_IDENTITY": "scheduler"},
+        )
+    assert (done.returncode, done.stdout) == (0, "g-cron\n"), done.stderr
+
+
+def test_cancel_of_a_gid_no_agent_knows_sends_nothing_unless_forced(overlay: Overlay) -> None:
+    """A mistyped gid exited 0, every agent quietly cancelling a generation that will never come."""
+    overlay.deploy(WORKFLOWS / "payroll.xml")
+    overlay.trigger("PAYROLL", ["g1"], MONDAY)
+    overlay.wait_end("PAYROLL", ["g1"])
+    typo = wfm(overlay, "cancel", "PAYROLL", "--gid", "g11")
+    assert (typo.returncode, typo.stdout) == (1, "")
+    assert typo.stderr == (
+        "wfm: error: no agent knows generation g11 of PAYROLL: nothing cancelled"
+        " (--force cancels it before it starts)\n"
+    )
+    forced = lines(wfm(overlay, "cancel", "PAYROLL", "--gid", "g11", "--force", "-o", "json"))
+    # OK, not "cancelled already": the first sent nothing
+    assert {a["agent"]: a["result"] for a in forced} == {"agentA": "OK", "agentB": "OK", "agentC": "OK"}
+    over = lines(wfm(overlay, "cancel", "PAYROLL", "--gid", "g1", "-o", "json"))
+    assert {a["result"] for a in over} == {"UNCHANGED"}  # known: sent, and over already
+
+
+def test_a_deployment_whose_agent_is_not_up_sends_nothing_and_names_it(
+    overlay: Overlay, tmp_path: Path
+) -> None:
+    """The coordinator's agent down: agentB took its jobs, and the workflow stayed half-deployed
+    (coordinator "?"), every trigger of it starting nothing."""
+    half = tmp_path / "half.xml"
+    half.write_text(
+        """<workflow name="HALF">
+  <job name="Start" agent="agentZ"><command>true</command></job>
+  <job name="Work" agent="agentB"><after job="Start"/><command>true</command></job>
+</workflow>"""
+    )
+    done = wfm(overlay, "deploy", str(half), "--timeout", "2")
+    assert (done.returncode, done.stdout) == (3, "")
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("wfm: error: HALF ") and last.endswith(
+        ": no answer within 2 s from agentZ (are they running?): nothing sent, not deployed"
+    )
+    assert lines(wfm(overlay, "workflows", "-o", "json")) == []  # agentB has nothing of it
+
+
+def test_undeploy_takes_the_workflows_name(overlay: Overlay) -> None:
+    overlay.deploy(WORKFLOWS / "payroll.xml")
+    done = wfm(overlay, "undeploy", "PAYROLL", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert sorted((r["agent"], r["ok"]) for r in lines(done)) == [("agentA", 1), ("agentB", 1), ("agentC", 1)]
+    assert "wfm: deploying" not in done.stderr
+    assert lines(wfm(overlay, "workflows", "-o", "json")) == []
+    again = wfm(overlay, "undeploy", "PAYROLL")
+    assert (again.returncode, again.stderr) == (
+        1,
+        "wfm: error: no agent that answered has workflow PAYROLL deployed\n",
+    )
+    neither = wfm(overlay, "undeploy", "nosuch.xml")
+    assert neither.returncode == 2 and "no file nosuch.xml" in neither.stderr
+
+
+def test_undeploy_says_undeploying(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its progress said "deploying PAYROLL ..." (shown once a step takes a second)."""
+    import wfm.cli.workflow as module
+
+    said: list[str] = []
+
+    @contextmanager
+    def progress(what: str) -> Iterator[Callable[[str], None]]:
+        said.append(what)
+        yield lambda _: None
+
+    async def deploy_plan(*_: object) -> list[object]:
+        return []
+
+    monkeypatch.setattr(module, "progress", progress)
+    monkeypatch.setattr(module, "deploy_plan", deploy_plan)
+    uri = "socket://127.0.0.1:1/B1"
+    assert main(["undeploy", str(WORKFLOWS / "payroll.xml"), "--broker", uri]) == 0
+    [what] = said
+    assert what.startswith("undeploying PAYROLL ") and what.endswith(f" through {uri}")

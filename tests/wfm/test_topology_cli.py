@@ -1,5 +1,5 @@
 """``wfm broker --topology FILE --name NAME``: the broker's address and the brokers it dials come
-from SESDAD's configuration file (INTERFACE section 5), as ``wfm puppet`` reads it."""
+from SESDAD's configuration file (docs/puppet.md), as ``wfm puppet`` reads it."""
 
 from __future__ import annotations
 

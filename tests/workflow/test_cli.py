@@ -58,11 +58,66 @@ def test_golden_plans(path: Path, tmp_path: Path) -> None:
     golden = GOLDEN / f"{path.stem}.json"
     if os.environ.get("WFM_UPDATE_GOLDEN"):
         golden.write_text(plan)
-    assert plan == golden.read_text(), f"plan of {path.name} changed (WFM_UPDATE_GOLDEN=1 to accept)"
+    assert plan == read_golden(golden, path), (
+        f"plan of {path.name} changed: if that is meant, {UPDATE} -k {path.stem}, and review the diff"
+    )
+
+
+UPDATE = "regenerate its golden plan with WFM_UPDATE_GOLDEN=1 .venv/bin/pytest tests/workflow"
+
+
+def read_golden(golden: Path, workflow: Path) -> str:
+    """The golden plan of ``workflow``; a failure saying how to make it when there is none."""
+    if not golden.exists():
+        pytest.fail(
+            f"{workflow.name} has no golden plan {golden.name} in {golden.parent}: {UPDATE}"
+            f" -k {workflow.stem}, review it and commit it"
+        )
+    return golden.read_text()
+
+
+def golden_problems(workflows: Path, golden: Path) -> list[str]:
+    """What is wrong between the workflow files and their golden plans, said so that whoever
+    added (or removed) a workflow knows what to do."""
+    plans = {p.stem for p in golden.glob("*.json")}
+    files = {p.stem: p for p in workflows.glob("*.xml")}
+    return [
+        *(
+            f"{files[name].name} has no golden plan {name}.json in {golden}: {UPDATE} -k {name},"
+            " review it and commit it"
+            for name in sorted(set(files) - plans)
+        ),
+        *(
+            f"{golden / name}.json is the plan of no workflow: remove it"
+            for name in sorted(plans - set(files))
+        ),
+    ]
 
 
 def test_every_workflow_has_a_golden_plan() -> None:
-    assert sorted(p.stem for p in GOLDEN.glob("*.json")) == sorted(p.stem for p in WORKFLOWS.glob("*.xml"))
+    problems = golden_problems(WORKFLOWS, GOLDEN)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_workflow_added_without_a_golden_plan_is_told_what_to_do(tmp_path: Path) -> None:
+    """The two failures a new workflows/NEW.xml caused said only that two lists differ, and that
+    a file was not found."""
+    workflows, golden = tmp_path / "workflows", tmp_path / "golden"
+    workflows.mkdir()
+    golden.mkdir()
+    (workflows / "payroll.xml").touch()
+    (workflows / "new.xml").touch()
+    (golden / "payroll.json").touch()
+    (golden / "old.json").touch()
+    assert golden_problems(workflows, golden) == [
+        f"new.xml has no golden plan new.json in {golden}: regenerate its golden plan with"
+        " WFM_UPDATE_GOLDEN=1 .venv/bin/pytest tests/workflow -k new, review it and commit it",
+        f"{golden}/old.json is the plan of no workflow: remove it",
+    ]
+    with pytest.raises(
+        pytest.fail.Exception, match=r"new.xml has no golden plan new.json in .*WFM_UPDATE_GOLDEN=1"
+    ):
+        read_golden(golden / "new.json", workflows / "new.xml")
 
 
 def test_validate_ok() -> None:

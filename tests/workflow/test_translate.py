@@ -1,4 +1,4 @@
-"""The translator: message shapes of INTERFACE.md section 3, per agent, versioned."""
+"""The translator: message shapes of docs/workflows.md (Messages), per agent, versioned."""
 
 from __future__ import annotations
 

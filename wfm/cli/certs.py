@@ -74,13 +74,17 @@ def revoke_command(directory: Path, name: str) -> None:
 
 
 @certs.command("list")
-@DIRECTORY
+@click.argument(
+    "directory", required=False, envvar="WFM_TLS", type=click.Path(file_okay=False, path_type=Path)
+)
 @output_option
-def list_command(directory: Path, output: str) -> None:
-    """Every certificate in DIRECTORY: name, role, expiry, a broker's hosts and whether ca.crl
-    revokes it; then the revoked certificates no longer in DIRECTORY (replaced since). -o json:
-    one object each, {"name", "role", "expires", "hosts", "serial", "revoked"} ("revoked": when,
-    or null; "role" and "expires" null for one no longer in DIRECTORY)."""
+def list_command(directory: Path | None, output: str) -> None:
+    """Every certificate in DIRECTORY (default: $WFM_TLS): name, role, expiry, a broker's hosts
+    and whether ca.crl revokes it; then the revoked certificates no longer in DIRECTORY (replaced
+    since). -o json: one object each, {"name", "role", "expires", "hosts", "serial", "revoked"}
+    ("revoked": when, or null; "role" and "expires" null for one no longer in DIRECTORY)."""
+    if directory is None:
+        raise click.UsageError("give DIRECTORY, or set WFM_TLS")
     issued = listing(directory)
     records: list[dict[str, object]] = []
     lines = []

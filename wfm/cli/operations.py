@@ -23,6 +23,7 @@ from wfm.monitor import Monitor
 from wfm.operations import NoReply, Session, generation_record, newest, stored_runs
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow, default_outbox
+from workflow_messages import NORUN
 
 T = TypeVar("T")
 TIMED_OUT = 3
@@ -214,10 +215,16 @@ def logs(
     workflow: str, job: str, gid: str, attempt: int | None, broker_uri: Brokers, timeout: float, output: str
 ) -> None:
     """What JOB printed (stdout and stderr) in generation GID, fetched from its agent: the last 64
-    KiB of it, saying on stderr when the log is longer."""
+    KiB of it, saying on stderr when the log is longer. A job that did not run (NORUN: not
+    scheduled that day, skipped or cancelled) has no log: nothing on stdout, why on stderr
+    (-o json: "status" and "detail" added)."""
     found = _session(broker_uri, timeout, lambda session: session.logs(workflow, job, gid, attempt or 0))
     if output == "json":
         _json(found)
+        return
+    if found.get("status") == NORUN:
+        why = f": {found['detail']}" if found["detail"] else ""
+        click.echo(f"wfm: {job} did not run in {gid} (NORUN{why}), so it has no log", err=True)
         return
     click.echo(found["text"], nl=False)
     attempts = ", ".join(map(str, found["attempts"]))
@@ -234,6 +241,11 @@ def logs(
 @gid_option
 @broker_option
 @timeout_option(10.0)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Cancel GID even if no agent knows it (yet): its jobs will not run if it starts.",
+)
 @output_option
 @signing_options
 def cancel(
@@ -241,14 +253,16 @@ def cancel(
     gid: str,
     broker_uri: Brokers,
     timeout: float,
+    force: bool,
     output: str,
     deployer: Callable[[], Deployer],
 ) -> None:
     """Cancel generation GID of WORKFLOW: its running jobs are stopped, the others publish NORUN
     (detail cancelled), and it ends with APPL_END CANCELLED. Needs a deployer's key (signed, like a
-    deployment). Exit status 1 if an agent refused."""
+    deployment). Exit status 1 if no agent knows GID (a typo?; nothing is sent unless --force) or
+    an agent refused."""
     sign = deployer().sign
-    acks = _session(broker_uri, timeout, lambda session: session.cancel(workflow, gid, sign))
+    acks = _session(broker_uri, timeout, lambda session: session.cancel(workflow, gid, sign, force))
     for agent, (result, detail) in sorted(acks.items()):
         if output == "json":
             _json({"agent": agent, "workflow": workflow, "gid": gid, "result": result, "detail": detail})

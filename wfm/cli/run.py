@@ -16,13 +16,14 @@ from rich.console import Console
 from rich.live import Live
 from tzlocal import get_localzone
 
-from broker.client import Brokers, ConnectError
+from broker.client import Brokers, ConnectError, RefusedError
 from wfm.cli import TimedOut
 from wfm.cli.options import broker_option, broker_uri_option, checked, output_option
 from wfm.cli.progress import progress
 from wfm.cli.serving import stop_event
 from wfm.cli.workflow import load_workflow
 from wfm.monitor import MonitorService, StatusEvent, render
+from wfm.operations import NoReply, Session, UnknownWorkflow
 from wfm.scheduler import NEVER_STOPPED, fire, run_schedule
 from wfm.timetable import Entry, fires, load_config
 from wfm.topology import load_topology
@@ -31,6 +32,9 @@ from wfm.up import Started, agent_names, serve
 
 # seconds wfm monitor --gid waits for a historian to answer what it holds of the generation
 CATCH_UP_TIMEOUT = 3.0
+PIPED_WIDTH = 1000  # columns of wfm monitor's tables when its output is not a terminal
+# seconds wfm trigger waits for the agents to say whether the workflow is deployed
+CHECK_TIMEOUT = 5.0
 
 
 @click.command()
@@ -54,6 +58,13 @@ CATCH_UP_TIMEOUT = 3.0
     show_default=True,
     help="Seconds to wait for the workflow's coordinator to start the generation; 0: do not wait.",
 )
+@click.option(
+    "--check/--no-check",
+    default=True,
+    show_default=True,
+    help=f"First ask the agents whether WORKFLOW is deployed (within {CHECK_TIMEOUT:g} s), "
+    "and publish nothing if it is not.",
+)
 @output_option
 def trigger(
     workflow: str,
@@ -62,18 +73,23 @@ def trigger(
     broker_uri: Brokers,
     outbox: Path | None,
     wait: float,
+    check: bool,
     output: str,
 ) -> None:
     """Start one generation of WORKFLOW: publish a Trigger and print its gid.
 
-    Exits once the broker has acknowledged the Trigger and the workflow's coordinator has started
-    the generation (its APPL_START): exit status 1 if none did within --wait seconds, as when no
-    workflow of that name is deployed. A Trigger the broker did not acknowledge in time (exit
-    status 3) stays in the outbox, and the next wfm trigger sends it first, under the same id:
-    the overlay drops it if it got through after all. Triggers in the same outbox go one process
-    at a time. -o json: {"workflow", "gid", "date"}."""
+    First asks the agents, as wfm workflows does: a workflow no agent has deployed is an error
+    at once (exit status 1), and nothing is published. If no agent answers, or this identity may
+    not ask (a scheduler's), it triggers unchecked. Then exits once the broker has acknowledged
+    the Trigger and the workflow's coordinator has started the generation (its APPL_START): exit
+    status 1 if none did within --wait seconds (its coordinator is not running). A Trigger the
+    broker did not acknowledge in time (exit status 3) stays in the outbox, and the next wfm
+    trigger sends it first, under the same id: the overlay drops it if it got through after all.
+    Triggers in the same outbox go one process at a time. -o json: {"workflow", "gid", "date"}."""
     gid = gid or new_gid(datetime.now())
     day = day or date.today()
+    if check:
+        _check_deployed(broker_uri, workflow)
     try:
         with TriggerPublisher(broker_uri, outbox=outbox or default_outbox()) as publisher:
             publisher.publish(workflow, gid, day, started_within=wait)
@@ -89,6 +105,30 @@ def trigger(
         click.echo(json.dumps({"workflow": workflow, "gid": gid, "date": day.isoformat()}))
     else:
         click.echo(gid)
+
+
+def _check_deployed(uri: Brokers, workflow: str) -> None:
+    """Refuse a workflow that no agent that answers has deployed, before anything is published:
+    a Trigger of it would start nothing, and stay published. When no agent answers at all, or
+    this identity may not ask, the Trigger goes out as it did before there was a question (a
+    warning says why in the first case). Only ``wfm trigger`` asks; ``wfm schedule`` publishes
+    what its configuration names."""
+
+    async def ask() -> None:
+        async with Session.connect(uri, CHECK_TIMEOUT) as session:
+            await session.lookup(workflow)
+
+    try:
+        asyncio.run(ask())
+    except RefusedError:
+        return  # this identity may not ask the agents (a scheduler's): unchecked, as before
+    except UnknownWorkflow as error:
+        raise click.ClickException(f"cannot trigger {workflow}: {error}; nothing published") from None
+    except NoReply as error:  # a TimeoutError, hence an OSError: before those
+        # nobody to tell: as before the check (a coordinator that is away may get it later)
+        click.echo(f"wfm: warning: {error}: cannot tell whether {workflow} is deployed", err=True)
+    except (ConnectError, OSError) as error:
+        raise click.ClickException(f"cannot trigger {workflow}: {error}") from None
 
 
 @click.command()
@@ -210,7 +250,10 @@ async def _monitor(
     async with MonitorService.connect(uri, workflow, gids) as service, contextlib.AsyncExitStack() as stack:
         show: Callable[[StatusEvent | None], None] = _json_line
         if not as_json:
-            live = stack.enter_context(Live(render(service.monitor), console=Console(), auto_refresh=False))
+            console = Console()
+            if not console.is_terminal:  # a pipe or a log: whole lines, not folded at 80 columns
+                console = Console(width=PIPED_WIDTH)
+            live = stack.enter_context(Live(render(service.monitor), console=console, auto_refresh=False))
 
             def show(_: StatusEvent | None) -> None:
                 live.update(render(service.monitor), refresh=True)

@@ -21,8 +21,10 @@ from wfm.cli import TimedOut
 from wfm.cli.options import broker_uri_option, output_option
 from wfm.cli.progress import progress
 from wfm.deploy import deploy as deploy_plan
-from wfm.deploy import ordered_batches, undeploy_publications
+from wfm.deploy import ordered_batches, silent_agents, undeploy_publications
+from wfm.operations import Deployed, NoReply, Session
 from wfm.signing import Deployer, signer_of
+from wfm.triggers import check_workflow
 from wfm.workflow import DefinitionError, Plan, Problem, Workflow, load, translate
 
 workflow_file = click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -108,7 +110,9 @@ def deploy(
 ) -> None:
     """Deploy a workflow: publish its signed AGENT_CTL envelopes and wait for every agent's
     acknowledgement, showing progress on stderr (exit status 1 naming the agents that failed or
-    refused, 3 naming those that did not answer). Agents that hold the workflow but are not in
+    refused, 3 naming those that did not answer). First every agent the file names is asked
+    whether it is up: if one does not answer within --timeout, nothing is sent (exit status 3,
+    naming it), so no workflow is left half-deployed. Agents that hold the workflow but are not in
     the new version are then retired: they finish the generations they are in and start none.
     --dry-run prints the plan (-o json: the envelopes as signed now)."""
     workflow = load_workflow(file)
@@ -116,23 +120,61 @@ def deploy(
     if dry_run:
         click.echo(plan.to_json(deployer().sign) if output == "json" else _listing(workflow, plan))
         return
-    _send(
-        broker_uri, plan, ordered_batches(plan, workflow.coordinator), timeout, output, deployer, replace=True
-    )
+    batches = ordered_batches(plan, workflow.coordinator)
+    _send(broker_uri, plan, batches, timeout, output, deployer, replace=True)
 
 
 @click.command()
-@workflow_file
+@click.argument("target", metavar="WORKFLOW|FILE.xml")
 @broker_uri_option("Broker to send through")
 @timeout_option
 @output_option
 @signing_options
 def undeploy(
-    file: Path, broker_uri: Brokers | None, timeout: float, output: str, deployer: Callable[[], Deployer]
+    target: str, broker_uri: Brokers | None, timeout: float, output: str, deployer: Callable[[], Deployer]
 ) -> None:
-    """Remove a workflow (every version of it) from the agents its FILE names."""
-    plan = translate(load_workflow(file))
-    _send(broker_uri, plan, [undeploy_publications(plan)], timeout, output, deployer)
+    """Remove a workflow (every version of it): given its name, from every agent that has it
+    (as they answer, like wfm workflows); given its FILE.xml, from the agents the file names."""
+    broker_uri = _needed(broker_uri)
+    path = Path(target)
+    if target.endswith(".xml") or path.exists():
+        if not path.is_file():
+            raise click.UsageError(f"no file {target} (give a workflow's name or its FILE.xml)")
+        plan = translate(load_workflow(path))
+        publications = undeploy_publications(plan)
+    else:
+        try:
+            check_workflow(target)
+        except ValueError as error:
+            raise click.UsageError(f"{error}, and no file {target}") from None
+        plan, publications = _holders(broker_uri, target, timeout)
+    _send(broker_uri, plan, [publications], timeout, output, deployer, verb="undeploy")
+
+
+def _holders(uri: Brokers, workflow: str, timeout: float) -> tuple[Plan, list[Publication]]:
+    """The UNDEPLOY envelopes of ``workflow`` for every agent that says it has a version of it,
+    under its current version (any version does: an UNDEPLOY without content removes them all)."""
+
+    async def ask() -> Deployed:
+        async with Session.connect(uri, timeout) as session:
+            return await session.describe(workflow)
+
+    try:
+        deployed = asyncio.run(ask())
+    except NoReply as error:  # a TimeoutError, hence an OSError: before those
+        raise TimedOut(f"cannot undeploy {workflow}: {error}") from None
+    except (ConnectError, OSError, RefusedError, LinkClosed) as error:
+        raise click.ClickException(f"cannot undeploy through {uri}: {error}") from None
+    if not deployed.held:
+        raise click.ClickException(f"no agent that answered has workflow {workflow} deployed")
+    plan = Plan(workflow, deployed.version or min(deployed.versions), ())
+    return plan, undeploy_publications(plan, deployed.held)
+
+
+def _needed(broker_uri: Brokers | None) -> Brokers:
+    if broker_uri is None:
+        raise click.ClickException("no broker: give --broker or set WFM_BROKER")
+    return broker_uri
 
 
 def _send(
@@ -143,16 +185,28 @@ def _send(
     output: str,
     deployer: Callable[[], Deployer],
     replace: bool = False,
+    verb: str = "deploy",
 ) -> None:
-    if broker_uri is None:
-        raise click.ClickException("no broker: give --broker or set WFM_BROKER")
+    """Send ``batches`` and report each agent's answers. With ``replace`` (a deployment), first
+    make sure every agent addressed answers, and retire the holders the plan leaves out."""
+    uri = _needed(broker_uri)
     sign = deployer().sign
+    what = f"{plan.workflow} {plan.version}"
     try:
-        with progress(f"deploying {plan.workflow} {plan.version} through {broker_uri}") as say:
+        with progress(f"{verb}ing {what} through {uri}") as say:
+            if replace:
+                agents = list(dict.fromkeys(str(p["agentname"]) for batch in batches for p in batch))
+                say(f"asking {', '.join(agents)} whether they are up")
+                silent = asyncio.run(silent_agents(uri, agents, timeout))
+                if silent:
+                    raise TimedOut(
+                        f"{what}: no answer within {timeout:g} s from {', '.join(silent)} (are they"
+                        " running?): nothing sent, not deployed"
+                    )
             retire = (lambda problem: click.echo(f"wfm: warning: {problem}", err=True)) if replace else None
-            reports = asyncio.run(deploy_plan(broker_uri, plan, batches, timeout, sign, say, retire))
+            reports = asyncio.run(deploy_plan(uri, plan, batches, timeout, sign, say, retire))
     except (ConnectError, OSError, RefusedError, LinkClosed) as error:
-        raise click.ClickException(f"cannot deploy through {broker_uri}: {error}") from None
+        raise click.ClickException(f"cannot {verb} through {uri}: {error}") from None
     for report in reports:
         if output == "json":
             record = {
@@ -173,7 +227,6 @@ def _send(
         for problem in report.errors:
             click.echo(f"  {problem}")
     failed = [r.agent for r in reports if r.errors]
-    what = f"{plan.workflow} {plan.version}"
     silent = [r.agent for r in reports if r.missing]
     no_answer = f"no answer within {timeout:g} s from {', '.join(silent)}"
     if failed:

@@ -5,8 +5,9 @@ Publications can arrive in any order: they take different paths through the over
 status may come before its generation's Trigger, or after APPL_END. Any message creates its
 generation; a retried job's later attempt wins over an earlier one whatever the arrival order; a
 status arriving after APPL_END still updates its job. A job on a branch not taken publishes NORUN
-with ``[skipped,1]``, shown as SKIPPED; so are jobs named as skipped in APPL_END's detail (an agent
-of an older version published nothing for them).
+with ``[skipped,1]``: its state is NORUN, as in the history and the reports, with ``skipped`` set
+(and its detail says why); so are jobs named as skipped in APPL_END's detail (an agent of an older
+version published nothing for them).
 """
 
 from __future__ import annotations
@@ -17,22 +18,23 @@ from dataclasses import dataclass, field
 from broker.language import Value
 from workflow_messages import APPL_END, JOBSTATUS, NORUN, SUCCESS, TRIGGER, skipped_jobs, trigger_date
 
-__all__ = ["SKIPPED", "Generation", "JobState", "Monitor", "StatusEvent"]
+__all__ = ["Generation", "JobState", "Monitor", "StatusEvent"]
 
-SKIPPED = "SKIPPED"
 _CORE = ("class", "applname", "jobname", "GID", "status", "detail")  # the rest are extras
 
 
 @dataclass
 class JobState:
     """The latest status of one job in one generation (``started``/``duration`` when the agent
-    says; ``attempt`` orders retries)."""
+    says; ``attempt`` orders retries, 0 for a status published without running anything;
+    ``skipped``: a NORUN on a branch not taken)."""
 
     status: str
     detail: str = ""
     started: float | None = None
     duration: float | None = None
     attempt: int = 0
+    skipped: bool = False
 
 
 @dataclass
@@ -94,14 +96,13 @@ class Monitor:
         if attributes.get("class") != JOBSTATUS or not isinstance(job, str) or not isinstance(status, str):
             return None
         detail = str(attributes.get("detail", ""))
-        if status == NORUN and attributes.get("skipped") == 1:  # a branch not taken says so
-            status = SKIPPED
         state = JobState(
             status,
             detail,
             _number(attributes.get("started")),
             _number(attributes.get("duration")),
             int(_number(attributes.get("attempt")) or 0),
+            status == NORUN and attributes.get("skipped") == 1,  # a branch not taken says so
         )
         if not self._status(self._generation(workflow, gid), job, state):
             return None
@@ -132,12 +133,12 @@ class Monitor:
                 return False
             generation.end = state
             for name in skipped_jobs(state.detail):
-                generation.jobs.setdefault(name, JobState(SKIPPED))
+                generation.jobs.setdefault(name, JobState(NORUN, "skipped", skipped=True, attempt=-1))
             return True
         known = generation.jobs.get(job)
         if known == state:
             return False
-        if known is None or known.status == SKIPPED or state.attempt >= known.attempt:
+        if known is None or state.attempt >= known.attempt:  # a named skip (-1) yields to any
             generation.jobs[job] = state
         return True
 

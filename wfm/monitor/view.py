@@ -8,12 +8,13 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from wfm.monitor.model import SKIPPED, Generation, Monitor
+from wfm.monitor.model import Generation, JobState, Monitor
 from workflow_messages import APPL_START, FAILURE, NORUN, SUCCESS
 
 __all__ = ["STYLES", "render"]
 
-STYLES = {SUCCESS: "green", FAILURE: "bold red", NORUN: "dim", SKIPPED: "yellow"}
+STYLES = {SUCCESS: "green", FAILURE: "bold red", NORUN: "dim"}
+SKIPPED_STYLE = "yellow"  # a NORUN on a branch not taken (its detail says why)
 
 
 def render(monitor: Monitor) -> Group:
@@ -25,7 +26,8 @@ def render(monitor: Monitor) -> Group:
 def section(generation: Generation) -> Group:
     """A heading (workflow, gid, date, whether it is over) over a table of job, state (coloured),
     start, duration and detail. The heading is not the table's title: a title wraps at the width
-    of the table, and APPL_END's detail can be longer."""
+    of the table, and APPL_END's detail can be longer. A detail too long for its column is folded,
+    never cut: it ends with the path of the job's log."""
     if generation.end is None:
         state = Text("running", style="cyan")
     else:
@@ -34,18 +36,38 @@ def section(generation: Generation) -> Group:
             state.append(f" ({generation.end.detail})")
     heading = Text(f"{generation.workflow}  {generation.gid}  {generation.date or ''}  ", style="bold")
     result = Table(expand=False)
-    for column in ("job", "state", "start", "duration", "detail"):
-        result.add_column(column, no_wrap=column != "detail")
+    for column in ("job", "state", "start", "duration"):
+        result.add_column(column, no_wrap=True)
+    result.add_column("detail", overflow="fold")
     # APPL_START first: it says when the generation started; the others in arrival order
     for job, job_state in sorted(generation.jobs.items(), key=lambda item: item[0] != APPL_START):
         result.add_row(
             job,
-            Text(job_state.status, style=STYLES.get(job_state.status, "")),
+            Text(
+                job_state.status,
+                style=SKIPPED_STYLE if job_state.skipped else STYLES.get(job_state.status, ""),
+            ),
             _clock(job_state.started),
-            "" if job_state.duration is None else f"{job_state.duration:.1f}s",
+            _duration(job_state),
             job_state.detail,
         )
     return Group(heading + state, result)
+
+
+def _duration(state: JobState) -> str:
+    """How long the job ran: blank for a status published without running anything (attempt 0:
+    APPL_START, a NORUN, a skip), which carries duration 0; milliseconds under a second."""
+    seconds = state.duration
+    if seconds is None or (state.attempt <= 0 and not seconds):
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms" if seconds >= 0.0005 else "<1ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{rest:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def _clock(epoch: float | None) -> str:
