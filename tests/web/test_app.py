@@ -283,3 +283,47 @@ def test_cancel_and_rerun_as_a_deployer_sign_and_say_what_the_agents_answered(
     assert web.post("/api/rerun", json=body).json()["from"] is None
     assert agents.done[1:] == [("rerun", "PAYROLL", "g1", "JobB"), ("rerun", "PAYROLL", "g1", None)]
     assert web.post("/api/rerun", json={**body, "from": 3}).status_code == 400
+
+
+class Running(Agents):
+    """Agents asked while generation g1 runs: JobA done, JobB running (its second attempt)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[tuple[str, str]] = []
+
+    async def runs(self, workflow: str, limit: int, gid: str = "", into: Monitor | None = None) -> Monitor:
+        assert into is not None
+        self.asked.append(("runs", workflow))
+        into.receive(status("JobB", "RUNNING", agentname="agentB"))  # as Session._feed passes "busy"
+        return into
+
+    async def logs(self, workflow: str, job: str, gid: str, attempt: int) -> dict[str, Any]:
+        self.asked.append(("logs", job))
+        return {"agent": "agentB", "attempts": [1, 2], "attempt": 2, "ended": False, "text": ""}
+
+
+def test_a_running_job_is_asked_about_and_shown_running_with_its_attempt_agent_and_elapsed_time(
+    tmp_path: Path,
+) -> None:
+    board = dashboard(tmp_path)
+    board.runs_error = None
+    agents = Running()
+    asyncio.run(board.ask_agents(agents, {"PAYROLL"}))  # deployed (its remembered runs asked already)
+    board.monitor.receive({"class": "Trigger", "applname": "PAYROLL", "GID": "g1", "schedule": "2026.11.23"})
+    board.monitor.receive(status("APPL_START", "SUCCESS", started=100.0))
+    board.monitor.receive(status("JobA", "SUCCESS", started=100.0, duration=1.5))
+    board.monitor.receive({"class": "Trigger", "applname": "NOSUCH", "GID": "g9", "schedule": "2026.11.23"})
+    asyncio.run(board.ask_running(agents))
+    assert agents.asked == [("runs", "PAYROLL"), ("logs", "JobB")]  # not NOSUCH: nobody has it
+    assert board.attempts == {("PAYROLL", "g1", "JobB"): 2}
+    page = client(board).get("/fragment/runs").text
+    assert 'data-job="JobB" data-state="RUNNING"' in page  # on the DAG
+    assert 'class="row state-RUNNING" data-job="JobB"' in page  # and the timeline, from JobA's end
+    assert 'data-since="101.500" data-rest=" · attempt 2 · agentB"' in page
+    asyncio.run(board.ask_running(agents))  # the attempt is asked once
+    assert agents.asked.count(("logs", "JobB")) == 1
+    board.monitor.receive(status("JobB", "SUCCESS", started=101.6, duration=3.0, attempt=2))
+    asyncio.run(board.ask_running(agents))  # a stale answer does not undo the status
+    assert board.monitor.generations["PAYROLL", "g1"].jobs["JobB"].status == "SUCCESS"
+    assert ("PAYROLL", "g1", "JobB") not in board.attempts

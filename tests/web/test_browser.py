@@ -38,12 +38,20 @@ def browser() -> Iterator[object]:
         chromium.close()
 
 
+SLOW = """<workflow name="SLOW">
+  <job name="First" agent="agentA"><command>true</command></job>
+  <job name="Nap" agent="agentB"><after job="First"/><command>sleep 10</command></job>
+</workflow>
+"""  # a job that runs long enough to be seen running
+
+
 @pytest.fixture
 def up(tmp_path: Path) -> Iterator[str]:
     """``wfm up`` (no Spark) in a copy of the PAYROLL workflow; the dashboard's URL with its token."""
     port = free_ports(5)
+    (workflow_dir(tmp_path) / "slow.xml").write_text(SLOW)
     process = subprocess.Popen(
-        [WFM, "up", "--dir", str(workflow_dir(tmp_path)), "--port", str(port), "--no-spark-connect"],
+        [WFM, "up", "--dir", str(tmp_path), "--port", str(port), "--no-spark-connect"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -131,3 +139,36 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     assert page.inner_text("#live") == "signed out"
     page.reload()
     assert "started again" in page.inner_text("body")  # the refused page itself, for a person
+
+
+def test_a_running_job_is_shown_running_live_with_its_attempt_agent_and_elapsed_time(
+    browser: object, up: str, tmp_path: Path
+) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+    page.set_default_timeout(30_000)
+    said: list[str] = []
+    page.on("console", lambda message: said.append(f"{message.type}: {message.text}"))
+    page.on("pageerror", lambda error: said.append(f"pageerror: {error}"))
+    page.goto(up)
+    page.wait_for_selector("#live.on")
+    page.select_option("#trigger-workflow", "SLOW")
+    page.click("#trigger")
+    page.wait_for_selector("#trigger-result.ok")
+    gid = page.inner_text("#trigger-result").split()[-1]
+    run = f'section.generation[data-gid="{gid}"]'
+    nap = f'{run} svg.dag [data-job="Nap"][data-state="RUNNING"]'
+    page.wait_for_selector(
+        nap, state="attached"
+    )  # while the job sleeps, from the agents' answers (no status yet)
+    page.wait_for_selector(f'{nap} text[data-since][data-rest=" · attempt 1 · agentB"]', state="attached")
+    assert page.locator(f'{run} svg.gantt [data-job="Nap"][data-state="RUNNING"] rect').count() == 1
+    first = page.text_content(f"{nap} text[data-since]") or ""
+    assert first.startswith("running ") and first.endswith(" s · attempt 1 · agentB"), first
+    page.wait_for_function(  # the script counts on between redraws
+        "([selector, first]) => document.querySelector(selector)?.textContent !== first",
+        arg=[f"{nap} text[data-since]", first],
+    )
+    page.screenshot(path=str(tmp_path / "running.png"), full_page=True)
+    page.wait_for_selector(f'{run}[data-outcome="SUCCESS"]')
+    assert page.get_attribute(f'{run} svg.dag [data-job="Nap"]', "data-state") == "SUCCESS"
+    assert not [line for line in said if "Content Security Policy" in line or "pageerror" in line], said

@@ -36,6 +36,9 @@ EVENTS = {"overlay": "overlay", "runs": "runs", "workflows": "workflows"}  # pag
 RUNS_SHOWN = 20  # newest generations on the Runs page
 PERIODS = ("day", "week")  # as wfm report --by (wfm.history.report loads Spark: not imported here)
 VIRTUAL = (APPL_START, APPL_END)
+# what the agents say of a job not ended (their answer to RUNS, as wfm runs shows it): they publish a
+# job's status only at its end, so these come from asking them (``Dashboard.ask_running``)
+QUEUED, RUNNING, WAITING = "QUEUED", "RUNNING", "WAITING"  # WAITING: for its next attempt
 
 
 def shell(name: str, definitions: Sequence[Mapping[str, Any]]) -> str:
@@ -171,12 +174,37 @@ def workflows(definitions: Sequence[Mapping[str, Any]], agents_error: str | None
     return "".join(parts)
 
 
-def _dag(definition: Mapping[str, Any], states: Mapping[str, str] | None = None) -> str:
+def _dag(
+    definition: Mapping[str, Any],
+    states: Mapping[str, str] | None = None,
+    running: Mapping[str, tuple[float | None, str]] | None = None,
+    now: float = 0.0,
+) -> str:
     nodes = [Node(j["job"], f"{j['agent']} · {_days(j['schedule'])}") for j in definition["jobs"]]
     edges = [Edge(after, j["job"], on) for j in definition["jobs"] for after, on in j["after"]]
     known = {n.name for n in nodes}
     nodes += [Node(job) for job in (states or {}) if job not in known]  # statuses of jobs not defined here
-    return dag_svg(nodes, edges, states)
+    return dag_svg(nodes, edges, states, running, now)
+
+
+def ready_at(generation: Generation, definition: Mapping[str, Any], job: str) -> float | None:
+    """When ``job`` could start (epoch seconds): the last end of its predecessors' statuses, or
+    the generation's start (APPL_START) for a job with none; None if not known. The agents do not
+    say when a job started until it ends: a job starts when it is ready unless its agent is busy
+    with ``--max-jobs`` others, and a later attempt started after the earlier ones and its backoff,
+    so this is when the job's first attempt began at the earliest."""
+    after = next((j["after"] for j in definition["jobs"] if j["job"] == job), None)
+    if after is None:
+        return None
+    ends = [
+        s.started + (s.duration or 0.0)
+        for name, _ in after
+        if (s := generation.jobs.get(name)) is not None and s.started is not None
+    ]
+    start = generation.jobs.get(APPL_START)
+    if not ends and start is not None and start.started is not None:
+        ends.append(start.started)
+    return max(ends) if ends else None
 
 
 def _days(schedule: str | Sequence[str]) -> str:
@@ -206,8 +234,16 @@ def generations(monitor: Monitor) -> list[dict[str, Any]]:
     ]
 
 
-def runs(monitor: Monitor, definitions: Sequence[Mapping[str, Any]], error: str | None) -> str:
-    """Each generation seen (newest first): its outcome, its DAG coloured by job state, its timeline."""
+def runs(
+    monitor: Monitor,
+    definitions: Sequence[Mapping[str, Any]],
+    error: str | None,
+    attempts: Mapping[tuple[str, str, str], int] | None = None,
+    now: float = 0.0,
+) -> str:
+    """Each generation seen (newest first): its outcome, its DAG coloured by job state, its timeline;
+    a running job with its agent, its attempt (``attempts``: (workflow, gid, job) -> attempt) and
+    the time since it was ready (``now`` in epoch seconds), which the script keeps counting."""
     parts = [problem(error)] if error else []
     shown = _newest(monitor)
     if not shown:
@@ -220,12 +256,22 @@ def runs(monitor: Monitor, definitions: Sequence[Mapping[str, Any]], error: str 
         definition = by_name.get(g.workflow, {"jobs": []})
         defined = [j["job"] for j in definition["jobs"]]
         order = defined + [job for job in states if job not in defined]
-        bars = [
-            Bar(job, g.jobs[job].status, g.jobs[job].started, g.jobs[job].duration)
-            if job in g.jobs
-            else Bar(job, "waiting")
-            for job in order
-        ]
+        agents = {j["job"]: j["agent"] for j in definition["jobs"]}
+        running: dict[str, tuple[float | None, str]] = {}
+        bars = []
+        for job in order:
+            state = g.jobs.get(job)
+            if state is None:
+                bars.append(Bar(job, "waiting"))
+                continue
+            if state.status != RUNNING:
+                bars.append(Bar(job, state.status, state.started, state.duration))
+                continue
+            attempt = (attempts or {}).get((g.workflow, g.gid, job))
+            ready = ready_at(g, definition, job)
+            facts = [*([f"attempt {attempt}"] if attempt else []), agents.get(job, "?")]
+            running[job] = (ready, "".join(f" · {fact}" for fact in facts))
+            bars.append(Bar(job, RUNNING, ready, None if ready is None else max(now - ready, 0.0)))
         outcome = _outcome(g)
         detail = f" ({g.end.detail})" if g.end is not None and g.end.detail else ""
         parts.append(
@@ -233,7 +279,8 @@ def runs(monitor: Monitor, definitions: Sequence[Mapping[str, Any]], error: str 
             f' data-outcome="{_a(outcome)}"><h2>{escape(g.workflow)} <code>{escape(g.gid)}</code>'
             f' {escape(g.date or "")} <span class="outcome state-{_a(outcome)}">{escape(outcome)}</span>'
             f"{escape(detail)}</h2>{_actions(g, order)}"
-            f'<div class="pictures">{_dag(definition, states)}{gantt_svg(bars)}</div></section>'
+            f'<div class="pictures">{_dag(definition, states, running, now)}{gantt_svg(bars)}'
+            "</div></section>"
         )
     return "".join(parts)
 
@@ -267,8 +314,12 @@ def job_log(found: Mapping[str, Any]) -> str:
     )
 
 
-def _newest(monitor: Monitor) -> list[Generation]:
+def shown(monitor: Monitor) -> list[Generation]:
+    """The generations the Runs page shows: the newest RUNS_SHOWN."""
     return newest(monitor.generations.values(), RUNS_SHOWN)
+
+
+_newest = shown
 
 
 def _outcome(generation: Generation) -> str:

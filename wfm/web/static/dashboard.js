@@ -112,5 +112,20 @@
     refresh();
   });
 
+  // a running job's elapsed time, counted on every second between two redraws (svg.elapsed)
+  function elapsed(seconds) {
+    const whole = Math.max(Math.floor(seconds), 0);
+    const two = (n) => String(n).padStart(2, "0");
+    if (whole < 60) return whole + " s";
+    if (whole < 3600) return Math.floor(whole / 60) + " min " + two(whole % 60) + " s";
+    return Math.floor(whole / 3600) + " h " + two(Math.floor(whole / 60) % 60) + " min";
+  }
+  setInterval(() => {
+    const now = Date.now() / 1000;
+    for (const text of document.querySelectorAll("[data-since]")) {
+      text.textContent = "running " + elapsed(now - Number(text.dataset.since)) + text.dataset.rest;
+    }
+  }, 1000);
+
   refresh();
 })();
