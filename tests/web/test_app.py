@@ -18,7 +18,8 @@ from broker.transport.tls import Identity
 from wfm.history.report import JobPeriod
 from wfm.monitor import Monitor
 from wfm.operations import Deployed, NoReply, UnknownWorkflow
-from wfm.web import Dashboard, create_app
+from wfm.web import Dashboard, create_app, pages
+from wfm.web import app as app_module
 from wfm.web.guard import Guard
 from wfm.web.pages import HistoryQuery, history
 from wfm.web.sources import HistoryReader, overlay_view, summary
@@ -60,6 +61,13 @@ class Agents:
             "PAYROLL", "v2", {"v1", "v2"}, {"agentA": ["JobA"], "agentB": ["JobB"]}, jobs, GRAPH, "agentA"
         )
         return [payroll], ["agentA", "agentB"]
+
+    async def deployed(self, workflow: str) -> Deployed:
+        found, agents = await self.workflows()
+        for each in found:
+            if each.workflow == workflow:
+                return each
+        raise UnknownWorkflow(f"no agent has workflow {workflow} deployed ({len(agents)} agents answered)")
 
     async def runs(self, workflow: str, limit: int, gid: str = "", into: Monitor | None = None) -> Monitor:
         assert into is not None
@@ -153,8 +161,48 @@ def test_the_trigger_button_is_refused_unless_the_identity_is_a_deployer(tmp_pat
 
 
 def test_a_trigger_the_broker_cannot_take_is_one_line(tmp_path: Path) -> None:
-    answer = client(dashboard(tmp_path)).post("/api/trigger", json={"workflow": "PAYROLL"})
+    board = dashboard(tmp_path)
+    board.session = Agents()
+    answer = client(board).post("/api/trigger", json={"workflow": "PAYROLL"})
     assert answer.status_code == 502 and answer.json()["error"].startswith("cannot trigger PAYROLL: ")
+
+
+def test_a_trigger_of_a_workflow_nobody_deployed_is_refused_before_anything_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[str] = []
+    monkeypatch.setattr(app_module, "trigger", lambda uri, tls, workflow: sent.append(workflow) or "g9")
+    board = dashboard(tmp_path)
+    web = client(board)
+    waiting = web.post("/api/trigger", json={"workflow": "NOSUCH"})  # the agents not asked yet
+    assert waiting.status_code == 503 and waiting.json()["error"].startswith("not connected to the agents")
+    board.session = Agents()
+    answer = web.post("/api/trigger", json={"workflow": "NOSUCH"})
+    assert answer.status_code == 404
+    assert answer.json() == {"error": "no agent has workflow NOSUCH deployed (2 agents answered)"}
+    assert web.post("/api/trigger", json={"workflow": "PAYROLL"}).json() == {
+        "workflow": "PAYROLL",
+        "gid": "g9",
+    }
+    assert sent == ["PAYROLL"]
+
+
+def test_a_generation_nobody_started_is_starting_then_not_shown_and_never_has_a_cancel_button(
+    tmp_path: Path,
+) -> None:
+    board = dashboard(tmp_path)
+    board.runs_error = None
+    board.monitor.receive({"class": "Trigger", "applname": "NOSUCH", "GID": "g9", "schedule": "2026.11.23"})
+    board.monitor.receive({"class": "Trigger", "applname": "PAYROLL", "GID": "g1", "schedule": "2026.11.23"})
+    board.monitor.receive(status("APPL_START", "SUCCESS", started=100.0))
+    web = client(board)
+    page = web.get("/fragment/runs").text
+    phantom = page[page.index('data-gid="g9"') : page.index('data-gid="g1"')]
+    assert 'data-outcome="starting"' in phantom and "data-action" not in phantom
+    assert 'data-gid="g1" data-outcome="running"' in page and 'data-action="cancel"' in page
+    board.first_seen["NOSUCH", "g9"] -= pages.NOT_STARTED_AFTER  # 30 s later: no coordinator started it
+    assert 'data-gid="g9"' not in web.get("/fragment/runs").text
+    assert [r["gid"] for r in web.get("/api/runs").json()["generations"]] == ["g1"]
 
 
 def test_history_says_spark_is_starting_without_blocking_then_shows_the_charts(tmp_path: Path) -> None:

@@ -151,6 +151,12 @@ def test_a_running_job_is_shown_running_live_with_its_attempt_agent_and_elapsed_
     page.on("pageerror", lambda error: said.append(f"pageerror: {error}"))
     page.goto(up)
     page.wait_for_selector("#live.on")
+    nosuch = page.evaluate(  # a workflow nobody deployed: refused, and no phantom generation shown
+        """fetch("/api/trigger", {method: "POST", headers: {"Content-Type": "application/json"},
+                                  body: JSON.stringify({workflow: "NOSUCH"})})
+             .then(async (r) => [r.status, (await r.json()).error])"""
+    )
+    assert nosuch[0] == 404 and nosuch[1].startswith("no agent has workflow NOSUCH deployed"), nosuch
     page.select_option("#trigger-workflow", "SLOW")
     page.click("#trigger")
     page.wait_for_selector("#trigger-result.ok")
@@ -171,4 +177,5 @@ def test_a_running_job_is_shown_running_live_with_its_attempt_agent_and_elapsed_
     page.screenshot(path=str(tmp_path / "running.png"), full_page=True)
     page.wait_for_selector(f'{run}[data-outcome="SUCCESS"]')
     assert page.get_attribute(f'{run} svg.dag [data-job="Nap"]', "data-state") == "SUCCESS"
+    assert page.locator('[data-workflow="NOSUCH"]').count() == 0
     assert not [line for line in said if "Content Security Policy" in line or "pageerror" in line], said

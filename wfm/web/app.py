@@ -211,22 +211,27 @@ class Dashboard:
         the agents did not say is deployed: deployed since they were asked (ask again now), or
         triggered though nobody has it (asked again until it is shown as not started)."""
         deployed = {w.workflow for w in self.deployed or []}
-        now = time.time()
+        live = self.live()
         return any(
-            not g.ended and g.workflow not in deployed and now - self.seen(g) < STRANGER_FOR
-            for g in pages.shown(self.monitor)
+            not g.ended
+            and g.workflow not in deployed
+            and live.now - live.seen[g.workflow, g.gid] < STRANGER_FOR
+            for g in pages.shown(self.monitor, live)
         )
 
-    def seen(self, generation: Generation) -> float:
-        """When the dashboard first saw ``generation`` (epoch seconds)."""
-        return self.first_seen.setdefault((generation.workflow, generation.gid), time.time())
+    def live(self) -> pages.Live:
+        """What the Runs page shows beyond the statuses (noting when each generation was first seen)."""
+        now = time.time()
+        for key in self.monitor.generations.keys() - self.first_seen.keys():
+            self.first_seen[key] = now
+        return pages.Live(now, self.attempts, self.first_seen)
 
     def unended(self) -> dict[str, list[Generation]]:
         """The generations shown on the Runs page that have not ended, by deployed workflow (a
         generation of a workflow no agent has is nobody's to ask about)."""
         deployed = {w.workflow for w in self.deployed or []}
         found: dict[str, list[Generation]] = {}
-        for generation in pages.shown(self.monitor):
+        for generation in pages.shown(self.monitor, self.live()):
             if not generation.ended and generation.workflow in deployed:
                 found.setdefault(generation.workflow, []).append(generation)
         return found
@@ -350,9 +355,7 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
         return pages.workflows(dashboard.definitions(), dashboard.agents_error)
 
     async def runs_fragment(request: Request) -> str:
-        return pages.runs(
-            dashboard.monitor, dashboard.definitions(), dashboard.runs_error, dashboard.attempts, time.time()
-        )
+        return pages.runs(dashboard.monitor, dashboard.definitions(), dashboard.runs_error, dashboard.live())
 
     async def history_fragment(request: Request) -> str:
         query = pages.HistoryQuery.parse(request.query_params, date.today())
@@ -374,11 +377,17 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
 
     async def api_runs(request: Request) -> JSONResponse:
         return JSONResponse(
-            {"error": dashboard.runs_error, "generations": pages.generations(dashboard.monitor)}
+            {
+                "error": dashboard.runs_error,
+                "generations": pages.generations(dashboard.monitor, dashboard.live()),
+            }
         )
 
     async def api_trigger(request: Request) -> JSONResponse:
         async def act(form: dict[str, str]) -> dict[str, Any]:
+            require_operator(dashboard.tls, "triggering")
+            # asked first, as wfm trigger does: a Trigger of a workflow nobody has starts nothing
+            await dashboard.agents().deployed(check_workflow(form["workflow"]))
             gid = await asyncio.to_thread(trigger, dashboard.brokers, dashboard.tls, form["workflow"])
             return {"workflow": form["workflow"], "gid": gid}
 

@@ -5,7 +5,7 @@ text. Every value shown is escaped; nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from html import escape
 from typing import Any
@@ -39,6 +39,32 @@ VIRTUAL = (APPL_START, APPL_END)
 # what the agents say of a job not ended (their answer to RUNS, as wfm runs shows it): they publish a
 # job's status only at its end, so these come from asking them (``Dashboard.ask_running``)
 QUEUED, RUNNING, WAITING = "QUEUED", "RUNNING", "WAITING"  # WAITING: for its next attempt
+# a generation nobody started: a Trigger seen, but no status (no APPL_START: no coordinator has
+# its workflow, or it was triggered a moment ago); "starting" for NOT_STARTED_AFTER seconds
+STARTING, NOT_STARTED = "starting", "not started"
+NOT_STARTED_AFTER = 30.0
+
+
+@dataclass(frozen=True)
+class Live:
+    """What the Runs page shows beyond the monitor's statuses: the time ``now`` (epoch seconds),
+    the attempt of each running job ((workflow, gid, job) -> attempt), and when the dashboard
+    first saw each generation ((workflow, gid) -> epoch seconds)."""
+
+    now: float = 0.0
+    attempts: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    seen: Mapping[tuple[str, str], float] = field(default_factory=dict)
+
+    def outcome(self, generation: Generation) -> str:
+        """APPL_END's status; else ``running`` once any status came (APPL_START, or a job's from
+        the agents' answers); else ``starting``, then ``not started`` NOT_STARTED_AFTER seconds
+        after the dashboard first saw it."""
+        if generation.end is not None:
+            return generation.end.status
+        if generation.jobs:
+            return "running"
+        seen = self.seen.get((generation.workflow, generation.gid), self.now)
+        return STARTING if self.now - seen < NOT_STARTED_AFTER else NOT_STARTED
 
 
 def shell(name: str, definitions: Sequence[Mapping[str, Any]]) -> str:
@@ -217,20 +243,21 @@ def _days(schedule: str | Sequence[str]) -> str:
 # runs -------------------------------------------------------------------------------------------
 
 
-def generations(monitor: Monitor) -> list[dict[str, Any]]:
+def generations(monitor: Monitor, live: Live | None = None) -> list[dict[str, Any]]:
     """The newest generations first, as JSON-ready data."""
+    live = live or Live()
     return [
         {
             "workflow": g.workflow,
             "gid": g.gid,
             "date": g.date,
-            "outcome": _outcome(g),
+            "outcome": live.outcome(g),
             "jobs": {
                 job: {"status": s.status, "started": s.started, "duration": s.duration, "detail": s.detail}
                 for job, s in g.jobs.items()
             },
         }
-        for g in _newest(monitor)
+        for g in shown(monitor, live)
     ]
 
 
@@ -238,20 +265,21 @@ def runs(
     monitor: Monitor,
     definitions: Sequence[Mapping[str, Any]],
     error: str | None,
-    attempts: Mapping[tuple[str, str, str], int] | None = None,
-    now: float = 0.0,
+    live: Live | None = None,
 ) -> str:
     """Each generation seen (newest first): its outcome, its DAG coloured by job state, its timeline;
     a running job with its agent, its attempt (``attempts``: (workflow, gid, job) -> attempt) and
     the time since it was ready (``now`` in epoch seconds), which the script keeps counting."""
     parts = [problem(error)] if error else []
-    shown = _newest(monitor)
-    if not shown:
+    live = live or Live()
+    now = live.now
+    found = shown(monitor, live)
+    if not found:
         parts.append("<p>No generation seen yet (nor remembered by the agents): trigger one.</p>")
     else:
         parts.append("<p>Click a job on a DAG or a timeline for its log.</p>")
     by_name = {d["name"]: d for d in definitions if "name" in d}
-    for g in shown:
+    for g in found:
         states = {job: s.status for job, s in g.jobs.items() if job not in VIRTUAL}
         definition = by_name.get(g.workflow, {"jobs": []})
         defined = [j["job"] for j in definition["jobs"]]
@@ -267,26 +295,29 @@ def runs(
             if state.status != RUNNING:
                 bars.append(Bar(job, state.status, state.started, state.duration))
                 continue
-            attempt = (attempts or {}).get((g.workflow, g.gid, job))
+            attempt = live.attempts.get((g.workflow, g.gid, job))
             ready = ready_at(g, definition, job)
             facts = [*([f"attempt {attempt}"] if attempt else []), agents.get(job, "?")]
             running[job] = (ready, "".join(f" · {fact}" for fact in facts))
             bars.append(Bar(job, RUNNING, ready, None if ready is None else max(now - ready, 0.0)))
-        outcome = _outcome(g)
+        outcome = live.outcome(g)
         detail = f" ({g.end.detail})" if g.end is not None and g.end.detail else ""
         parts.append(
             f'<section class="generation" data-workflow="{_a(g.workflow)}" data-gid="{_a(g.gid)}"'
             f' data-outcome="{_a(outcome)}"><h2>{escape(g.workflow)} <code>{escape(g.gid)}</code>'
             f' {escape(g.date or "")} <span class="outcome state-{_a(outcome)}">{escape(outcome)}</span>'
-            f"{escape(detail)}</h2>{_actions(g, order)}"
+            f"{escape(detail)}</h2>{_actions(g, order, outcome)}"
             f'<div class="pictures">{_dag(definition, states, running, now)}{gantt_svg(bars)}'
             "</div></section>"
         )
     return "".join(parts)
 
 
-def _actions(generation: Generation, jobs: Sequence[str]) -> str:
-    """Cancel while it runs; once ended, rerun it (every job, or from one and those after it)."""
+def _actions(generation: Generation, jobs: Sequence[str], outcome: str) -> str:
+    """Cancel while it runs; once ended, rerun it (every job, or from one and those after it);
+    nothing for a generation nobody started (there is nothing to cancel or rerun)."""
+    if outcome in (STARTING, NOT_STARTED):
+        return ""
     if not generation.ended:
         return '<p class="actions"><button type="button" data-action="cancel">Cancel</button></p>'
     options = "".join(f'<option value="{_a(job)}">{escape(job)}</option>' for job in jobs)
@@ -314,16 +345,13 @@ def job_log(found: Mapping[str, Any]) -> str:
     )
 
 
-def shown(monitor: Monitor) -> list[Generation]:
-    """The generations the Runs page shows: the newest RUNS_SHOWN."""
-    return newest(monitor.generations.values(), RUNS_SHOWN)
-
-
-_newest = shown
-
-
-def _outcome(generation: Generation) -> str:
-    return "running" if generation.end is None else generation.end.status
+def shown(monitor: Monitor, live: Live | None = None) -> list[Generation]:
+    """The generations the Runs page shows: the newest RUNS_SHOWN, but not those nobody started
+    (with ``live``, which knows when they were first seen)."""
+    found = (g for g in monitor.generations.values())
+    if live is not None:
+        found = (g for g in found if live.outcome(g) != NOT_STARTED)
+    return newest(found, RUNS_SHOWN)
 
 
 # history ----------------------------------------------------------------------------------------
