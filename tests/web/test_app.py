@@ -112,8 +112,13 @@ def test_runs_show_each_job_state_on_the_dag_and_the_timeline(tmp_path: Path) ->
     board.monitor.receive(status("JobA", "SUCCESS", started=100.0, duration=1.5))
     board.monitor.receive(status("JobC", "NORUN"))
     web = client(board)
-    page = web.get("/fragment/runs").text
-    assert 'data-gid="g1" data-outcome="running"' in page
+    grid = web.get("/fragment/runs").text
+    assert 'data-gid="g1" data-outcome="running"' in grid
+    assert (
+        'class="cell state-SUCCESS" data-job="JobA"' in grid
+        and 'class="cell state-NORUN" data-job="JobC"' in grid
+    )
+    page = web.get("/fragment/run", params={"workflow": "PAYROLL", "gid": "g1"}).text
     assert 'data-job="JobA" data-state="SUCCESS"' in page and 'data-job="JobC" data-state="NORUN"' in page
     assert 'class="row state-waiting" data-job="JobD"' in page  # on the timeline, not started yet
     board.monitor.receive(status("APPL_END", "SUCCESS"))
@@ -197,11 +202,19 @@ def test_a_generation_nobody_started_is_starting_then_not_shown_and_never_has_a_
     board.monitor.receive(status("APPL_START", "SUCCESS", started=100.0))
     web = client(board)
     page = web.get("/fragment/runs").text
-    phantom = page[page.index('data-gid="g9"') : page.index('data-gid="g1"')]
-    assert 'data-outcome="starting"' in phantom and "data-action" not in phantom
-    assert 'data-gid="g1" data-outcome="running"' in page and 'data-action="cancel"' in page
+    assert 'data-gid="g9" data-outcome="starting"' in page and 'data-gid="g1" data-outcome="running"' in page
+
+    def opened(gid: str) -> str:
+        return web.get(
+            "/fragment/run", params={"workflow": "NOSUCH" if gid == "g9" else "PAYROLL", "gid": gid}
+        ).text
+
+    assert "data-action" not in opened("g9") and 'data-action="cancel"' in opened("g1")
     board.first_seen["NOSUCH", "g9"] -= pages.NOT_STARTED_AFTER  # 30 s later: no coordinator started it
     assert 'data-gid="g9"' not in web.get("/fragment/runs").text
+    shown = web.get("/fragment/runs", params={"status": "not started"}).text  # unless asked for
+    assert 'data-gid="g9" data-outcome="not started"' in shown and 'data-gid="g1"' not in shown
+    assert "data-action" not in opened("g9")
     assert [r["gid"] for r in web.get("/api/runs").json()["generations"]] == ["g1"]
 
 
@@ -271,10 +284,15 @@ def test_the_runs_page_lists_the_generations_the_agents_remember_newest_first(tm
     assert remembered == {"PAYROLL"}
     runs = client(board).get("/api/runs").json()["generations"]
     assert [(r["gid"], r["outcome"]) for r in runs] == [("live", "running"), ("old", "SUCCESS")]
-    page = client(board).get("/fragment/runs").text
+    web = client(board)
+    page = web.get("/fragment/runs").text
     assert page.index('data-gid="live"') < page.index('data-gid="old"')
-    assert 'data-action="cancel"' in page and 'data-action="rerun"' in page  # running; ended
-    assert '<option value="JobC">JobC</option>' in page  # rerun from any job of the deployed graph
+    running = web.get("/fragment/run", params={"workflow": "PAYROLL", "gid": "live"}).text
+    ended = web.get("/fragment/run", params={"workflow": "PAYROLL", "gid": "old"}).text
+    assert 'data-action="cancel"' in running and 'data-action="rerun"' in ended
+    assert '<option value="JobC">JobC</option>' in ended  # rerun from any job of the deployed graph
+    unknown = web.get("/fragment/run", params={"workflow": "PAYROLL", "gid": "nosuch"})
+    assert unknown.status_code == 400 and "no generation nosuch of PAYROLL" in unknown.text
 
 
 def test_a_jobs_log_is_fetched_from_its_agent_and_shown_truncated_as_the_agent_says(tmp_path: Path) -> None:
@@ -365,7 +383,8 @@ def test_a_running_job_is_asked_about_and_shown_running_with_its_attempt_agent_a
     asyncio.run(board.ask_running(agents))
     assert agents.asked == [("runs", "PAYROLL"), ("logs", "JobB")]  # not NOSUCH: nobody has it
     assert board.attempts == {("PAYROLL", "g1", "JobB"): 2}
-    page = client(board).get("/fragment/runs").text
+    assert 'class="cell state-RUNNING" data-job="JobB"' in client(board).get("/fragment/runs").text
+    page = client(board).get("/fragment/run", params={"workflow": "PAYROLL", "gid": "g1"}).text
     assert 'data-job="JobB" data-state="RUNNING"' in page  # on the DAG
     assert 'class="row state-RUNNING" data-job="JobB"' in page  # and the timeline, from JobA's end
     assert 'data-since="101.500" data-rest=" · attempt 2 · agentB"' in page
@@ -375,3 +394,37 @@ def test_a_running_job_is_asked_about_and_shown_running_with_its_attempt_agent_a
     asyncio.run(board.ask_running(agents))  # a stale answer does not undo the status
     assert board.monitor.generations["PAYROLL", "g1"].jobs["JobB"].status == "SUCCESS"
     assert ("PAYROLL", "g1", "JobB") not in board.attempts
+
+
+def test_the_runs_grid_has_a_row_per_generation_a_column_per_job_filters_and_pages(tmp_path: Path) -> None:
+    board = dashboard(tmp_path)
+    asyncio.run(board.ask_agents(Agents(), {"PAYROLL"}))
+    board.runs_error = None
+    for number in range(120):  # days 2026-11-01 .. 2026-11-30, four a day; every fifth failed
+        gid, day = f"g{number:03d}", 1 + number // 4
+        board.monitor.receive(
+            {"class": "Trigger", "applname": "PAYROLL", "GID": gid, "schedule": f"2026.11.{day:02d}"}
+        )
+        board.monitor.receive(status("JobA", "SUCCESS", gid, started=1000.0 + number, duration=1.0))
+        board.monitor.receive(status("APPL_END", "FAILURE" if number % 5 == 0 else "SUCCESS", gid))
+    web = client(board)
+    first = web.get("/fragment/runs").text
+    assert first.count('<tr class="run"') == pages.RUNS_PAGE and "1-50 of 120 generations" in first
+    assert first.index('data-gid="g119"') < first.index('data-gid="g118"')  # newest first
+    head = first[first.index("<thead>") : first.index("</thead>")]  # the jobs in the DAG's order
+    assert [head.index(f'title="{job}"') for job in ("JobA", "JobB", "JobC")] == sorted(
+        head.index(f'title="{job}"') for job in ("JobA", "JobB", "JobC")
+    )
+    assert 'data-page-to="2">older</button>' in first and "newer" not in first
+    last = web.get("/fragment/runs", params={"page": "3"}).text
+    assert (
+        last.count('<tr class="run"') == 20 and "101-120 of 120" in last and 'data-page-to="2">newer' in last
+    )
+    failed = web.get(
+        "/fragment/runs", params={"status": "FAILURE", "since": "2026-11-10", "until": "2026-11-19"}
+    )
+    rows = failed.text.count('<tr class="run"')
+    assert rows == 8 and "1-8 of 8 generations (120 in all)" in failed.text
+    assert web.get("/fragment/runs", params={"workflow": "OTHER"}).text.count('<tr class="run"') == 0
+    assert web.get("/fragment/runs", params={"status": "GREEN"}).status_code == 400
+    assert web.get("/fragment/runs", params={"page": "0"}).status_code == 400

@@ -95,8 +95,12 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     page.click("#trigger")
     page.wait_for_selector("#trigger-result.ok")
     gid = page.inner_text("#trigger-result").split()[-1]
-    run = f'section.generation[data-gid="{gid}"]'
+    row = f'tr.run[data-gid="{gid}"]'  # its row in the grid, opened below the grid by a click
+    page.click(row)
+    run = f'#run section.generation[data-gid="{gid}"]'
+    page.wait_for_selector(f'{row}[data-outcome="SUCCESS"]')
     page.wait_for_selector(f'{run}[data-outcome="SUCCESS"]')
+    assert page.get_attribute(f'{row} td.cell[data-job="JobD"]', "class") == "cell state-SUCCESS"
     dag = f"{run} svg.dag"
     assert page.get_attribute(f'{dag} [data-job="JobA"]', "data-state") == "SUCCESS"
     assert page.get_attribute(f'{dag} [data-job="JobD"]', "data-state") == "SUCCESS"
@@ -110,7 +114,15 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     page.click(f'{run} [data-action="rerun"]')  # every job again, signed as the dashboard's deployer
     page.wait_for_selector("#action-result.ok")
     assert page.inner_text("#action-result") == f"rerunning {gid} as {gid}-r1"
-    page.wait_for_selector(f'section.generation[data-gid="{gid}-r1"][data-outcome="SUCCESS"]')
+    page.wait_for_selector(f'tr.run[data-gid="{gid}-r1"][data-outcome="SUCCESS"]')
+    page.select_option('#runs-filter [name="status"]', "FAILURE")  # the grid's filter
+    page.click('#runs-filter [type="submit"]')
+    page.wait_for_selector('p.paging:has-text("no generation")')
+    assert page.locator("tr.run").count() == 0
+    page.select_option('#runs-filter [name="status"]', "SUCCESS")
+    page.click('#runs-filter [type="submit"]')
+    page.wait_for_selector(f'tr.run[data-gid="{gid}-r1"]')
+    assert page.locator("tr.run").count() == 2
 
     page.goto(base + "workflows")  # as the agents say it is deployed
     page.wait_for_selector('section.workflow[data-workflow="PAYROLL"][data-deployed="true"]')
@@ -161,7 +173,9 @@ def test_a_running_job_is_shown_running_live_with_its_attempt_agent_and_elapsed_
     page.click("#trigger")
     page.wait_for_selector("#trigger-result.ok")
     gid = page.inner_text("#trigger-result").split()[-1]
-    run = f'section.generation[data-gid="{gid}"]'
+    page.click(f'tr.run[data-gid="{gid}"]')
+    run = f'#run section.generation[data-gid="{gid}"]'
+    page.wait_for_selector(f'tr.run[data-gid="{gid}"] td.cell.state-RUNNING[data-job="Nap"]')
     nap = f'{run} svg.dag [data-job="Nap"][data-state="RUNNING"]'
     page.wait_for_selector(
         nap, state="attached"

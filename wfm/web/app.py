@@ -69,6 +69,7 @@ AGENTS_EVERY = 10.0  # seconds between two questions to the agents about what is
 AGENTS_TIMEOUT = 5.0  # seconds for the agents to answer (a page's log, a cancel, a rerun)
 RUNNING_EVERY = 2.0  # seconds between two questions about the jobs of generations not ended
 STRANGER_FOR = 30.0  # seconds a generation of a workflow nobody has deployed may yet be starting
+RUNS_REMEMBERED = 200  # generations asked of each agent, per workflow, when the dashboard starts
 ATTEMPTS_ASKED = 4  # running jobs whose attempt is asked (their log) at most, per question
 NOTICE_GAP = 0.25  # seconds at least between two notices on one event stream (each redraws a page)
 
@@ -199,7 +200,7 @@ class Dashboard:
             if workflow.workflow in remembered:
                 continue
             try:
-                await session.runs(workflow.workflow, pages.RUNS_SHOWN, into=self.monitor)
+                await session.runs(workflow.workflow, RUNS_REMEMBERED, into=self.monitor)
             except (NoReply, UnknownWorkflow, RemoteError) as error:
                 log.info("the runs of %s: %s (asked again later)", workflow.workflow, error)
                 continue
@@ -355,7 +356,15 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
         return pages.workflows(dashboard.definitions(), dashboard.agents_error)
 
     async def runs_fragment(request: Request) -> str:
-        return pages.runs(dashboard.monitor, dashboard.definitions(), dashboard.runs_error, dashboard.live())
+        query = pages.RunsQuery.parse(request.query_params)
+        return pages.runs(
+            dashboard.monitor, dashboard.definitions(), dashboard.runs_error, dashboard.live(), query
+        )
+
+    async def run_fragment(request: Request) -> str:
+        params = request.query_params
+        workflow, gid = check_workflow(params.get("workflow", "")), check_gid(params.get("gid", ""))
+        return pages.run(dashboard.monitor, dashboard.definitions(), workflow, gid, dashboard.live())
 
     async def history_fragment(request: Request) -> str:
         query = pages.HistoryQuery.parse(request.query_params, date.today())
@@ -505,6 +514,7 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
         Route("/fragment/broker/{broker}", fragment(broker_fragment)),
         Route("/fragment/workflows", fragment(workflows_fragment)),
         Route("/fragment/runs", fragment(runs_fragment)),
+        Route("/fragment/run", fragment(run_fragment)),
         Route("/fragment/history", fragment(history_fragment)),
         Route("/api/overlay", api_overlay),
         Route("/api/broker/{broker}", api_broker),

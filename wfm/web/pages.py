@@ -11,7 +11,7 @@ from html import escape
 from typing import Any
 
 from wfm.monitor import Generation, Monitor
-from wfm.operations import newest
+from wfm.operations import generation_record, newest
 from wfm.triggers import check_workflow, parse_date
 from wfm.web.svg import Bar, Edge, Node, Series, dag_svg, gantt_svg, graph_svg, line_chart_svg
 from workflow_messages import APPL_END, APPL_START
@@ -20,12 +20,15 @@ from workflow_messages.calendars import DAYS
 __all__ = [
     "PAGES",
     "HistoryQuery",
+    "Live",
+    "RunsQuery",
     "broker_detail",
     "generations",
     "history",
     "job_log",
     "overlay",
     "problem",
+    "run",
     "runs",
     "shell",
     "workflows",
@@ -81,6 +84,12 @@ def shell(name: str, definitions: Sequence[Mapping[str, Any]]) -> str:
             f'<select name="workflow" id="trigger-workflow">{options}</select></label>'
             ' <button type="submit" id="trigger">Trigger</button> <span id="trigger-result"></span>'
             ' <span id="action-result"></span></form>'
+            '<form id="runs-filter" class="controls"><label>Workflow <select name="workflow">'
+            f'<option value="">all</option>{options}</select></label> <label>Status <select name="status">'
+            '<option value="">all</option>'
+            + "".join(f'<option value="{_a(o)}">{escape(o)}</option>' for o in OUTCOMES)
+            + '</select></label> <label>From <input type="date" name="since"></label> '
+            '<label>To <input type="date" name="until"></label> <button type="submit">Filter</button></form>'
         )
     elif name == "history":
         today = date.today()
@@ -93,6 +102,8 @@ def shell(name: str, definitions: Sequence[Mapping[str, Any]]) -> str:
             '<button type="submit">Show</button></form>'
         )
     detail = '<div id="detail"></div>' if name in ("overlay", "runs") else ""
+    if name == "runs":
+        detail = '<div id="run"></div>' + detail
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>wfm {escape(name)}</title>"
@@ -261,56 +272,161 @@ def generations(monitor: Monitor, live: Live | None = None) -> list[dict[str, An
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class RunsQuery:
+    """The Runs page's filter: one workflow or all, an outcome or all, a range of the generations'
+    dates (the Trigger's), and the page (of RUNS_PAGE rows, newest first)."""
+
+    workflow: str | None = None
+    outcome: str | None = None
+    since: date | None = None
+    until: date | None = None
+    page: int = 1
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str]) -> RunsQuery:
+        """ValueError (shown on the page) naming the field that is wrong."""
+        workflow = params.get("workflow") or None
+        outcome = params.get("status") or None
+        if outcome is not None and outcome not in OUTCOMES:
+            raise ValueError(f"status: {outcome!r} is not one of {', '.join(OUTCOMES)}")
+        since = parse_date(params["since"]) if params.get("since") else None
+        until = parse_date(params["until"]) if params.get("until") else None
+        page = params.get("page") or "1"
+        if not page.isdigit() or int(page) < 1:
+            raise ValueError(f"page: {page!r} is not a page number (1, 2, ...)")
+        return cls(workflow and check_workflow(workflow), outcome, since, until, int(page))
+
+    def keeps(self, generation: Generation, outcome: str) -> bool:
+        if self.workflow is not None and generation.workflow != self.workflow:
+            return False
+        if self.outcome is not None and outcome != self.outcome:
+            return False
+        if outcome == NOT_STARTED and self.outcome != NOT_STARTED:  # shown only when asked for
+            return False
+        day = generation.date or ""
+        if self.since is not None and day < self.since.isoformat():
+            return False
+        return self.until is None or (bool(day) and day <= self.until.isoformat())
+
+
+RUNS_PAGE = 50  # generations per page of the Runs grid
+OUTCOMES = ("running", STARTING, NOT_STARTED, "SUCCESS", "FAILURE", "CANCELLED")
+
+
 def runs(
     monitor: Monitor,
     definitions: Sequence[Mapping[str, Any]],
     error: str | None,
     live: Live | None = None,
+    query: RunsQuery | None = None,
 ) -> str:
-    """Each generation seen (newest first): its outcome, its DAG coloured by job state, its timeline;
-    a running job with its agent, its attempt (``attempts``: (workflow, gid, job) -> attempt) and
-    the time since it was ready (``now`` in epoch seconds), which the script keeps counting."""
+    """The grid (as Airflow's): one compact row per generation, newest first, RUNS_PAGE to a page,
+    those ``query`` keeps; one table per workflow, one column per job in the DAG's order, each cell
+    coloured by the job's state. A row opens the generation (:func:`run`)."""
+    live, query = live or Live(), query or RunsQuery()
     parts = [problem(error)] if error else []
-    live = live or Live()
-    now = live.now
-    found = shown(monitor, live)
-    if not found:
+    outcomes = {key: live.outcome(g) for key, g in monitor.generations.items()}
+    kept = [g for key, g in monitor.generations.items() if query.keeps(g, outcomes[key])]
+    pages = max((len(kept) + RUNS_PAGE - 1) // RUNS_PAGE, 1)
+    number = min(query.page, pages)
+    found = newest(kept, number * RUNS_PAGE)[(number - 1) * RUNS_PAGE :]
+    if not monitor.generations:
         parts.append("<p>No generation seen yet (nor remembered by the agents): trigger one.</p>")
-    else:
-        parts.append("<p>Click a job on a DAG or a timeline for its log.</p>")
+        return "".join(parts)
+    first = (number - 1) * RUNS_PAGE + 1
+    parts.append(
+        f'<p class="paging" data-pages="{pages}" data-page="{number}">'
+        + (f"{first}-{first + len(found) - 1} of {len(kept)} generations" if found else "no generation")
+        + (f" ({len(monitor.generations)} in all)" if len(kept) != len(monitor.generations) else "")
+        + "; click one for its DAG, timeline and actions. "
+        + (f'<button type="button" data-page-to="{number - 1}">newer</button> ' if number > 1 else "")
+        + (f'<button type="button" data-page-to="{number + 1}">older</button>' if number < pages else "")
+        + "</p>"
+    )
     by_name = {d["name"]: d for d in definitions if "name" in d}
+    groups: dict[str, list[Generation]] = {}
     for g in found:
-        states = {job: s.status for job, s in g.jobs.items() if job not in VIRTUAL}
-        definition = by_name.get(g.workflow, {"jobs": []})
-        defined = [j["job"] for j in definition["jobs"]]
-        order = defined + [job for job in states if job not in defined]
-        agents = {j["job"]: j["agent"] for j in definition["jobs"]}
-        running: dict[str, tuple[float | None, str]] = {}
-        bars = []
-        for job in order:
-            state = g.jobs.get(job)
-            if state is None:
-                bars.append(Bar(job, "waiting"))
-                continue
-            if state.status != RUNNING:
-                bars.append(Bar(job, state.status, state.started, state.duration))
-                continue
-            attempt = live.attempts.get((g.workflow, g.gid, job))
-            ready = ready_at(g, definition, job)
-            facts = [*([f"attempt {attempt}"] if attempt else []), agents.get(job, "?")]
-            running[job] = (ready, "".join(f" · {fact}" for fact in facts))
-            bars.append(Bar(job, RUNNING, ready, None if ready is None else max(now - ready, 0.0)))
-        outcome = live.outcome(g)
-        detail = f" ({g.end.detail})" if g.end is not None and g.end.detail else ""
+        groups.setdefault(g.workflow, []).append(g)
+    for workflow, members in groups.items():
+        defined = [j["job"] for j in by_name.get(workflow, {"jobs": []})["jobs"]]
+        seen = {job for g in members for job in g.jobs if job not in VIRTUAL}
+        order = defined + sorted(seen - set(defined))
+        head = "".join(f'<th class="job" title="{_a(job)}"><span>{escape(job)}</span></th>' for job in order)
+        rows = []
+        for g in members:
+            outcome = outcomes[g.workflow, g.gid]
+            record = generation_record(g)
+            took = "" if record["duration"] is None else f"{record['duration']:.1f} s"
+            cells = []
+            for job in order:
+                state = g.jobs.get(job)
+                status = state.status if state is not None else ""
+                cells.append(
+                    f'<td class="cell state-{_a(status or "none")}" data-job="{_a(job)}"'
+                    f' title="{_a(job)}: {_a(status or "not yet")}"></td>'
+                )
+            rows.append(
+                f'<tr class="run" data-workflow="{_a(g.workflow)}" data-gid="{_a(g.gid)}"'
+                f' data-outcome="{_a(outcome)}" tabindex="0"><td><code>{escape(g.gid)}</code></td>'
+                f"<td>{escape(g.date or '')}</td>"
+                f'<td class="outcome state-{_slug(outcome)}">{escape(outcome)}</td><td>{took}</td>'
+                f"{''.join(cells)}</tr>"
+            )
         parts.append(
-            f'<section class="generation" data-workflow="{_a(g.workflow)}" data-gid="{_a(g.gid)}"'
-            f' data-outcome="{_a(outcome)}"><h2>{escape(g.workflow)} <code>{escape(g.gid)}</code>'
-            f' {escape(g.date or "")} <span class="outcome state-{_a(outcome)}">{escape(outcome)}</span>'
-            f"{escape(detail)}</h2>{_actions(g, order, outcome)}"
-            f'<div class="pictures">{_dag(definition, states, running, now)}{gantt_svg(bars)}'
-            "</div></section>"
+            f'<section class="grid-workflow" data-workflow="{_a(workflow)}"><h2>{escape(workflow)}</h2>'
+            '<table class="runs-grid"><thead><tr><th>gid</th><th>date</th><th>outcome</th>'
+            f"<th>took</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
         )
     return "".join(parts)
+
+
+def run(
+    monitor: Monitor,
+    definitions: Sequence[Mapping[str, Any]],
+    workflow: str,
+    gid: str,
+    live: Live | None = None,
+) -> str:
+    """One generation: its outcome, its DAG coloured by job state, its timeline, Cancel or Rerun; a
+    running job with its agent, its attempt and the time since it was ready, which the script
+    keeps counting. ValueError if the dashboard does not know it."""
+    live = live or Live()
+    now = live.now
+    g = monitor.generations.get((workflow, gid))
+    if g is None:
+        raise ValueError(f"no generation {gid} of {workflow} is known to the dashboard")
+    by_name = {d["name"]: d for d in definitions if "name" in d}
+    states = {job: s.status for job, s in g.jobs.items() if job not in VIRTUAL}
+    definition = by_name.get(g.workflow, {"jobs": []})
+    defined = [j["job"] for j in definition["jobs"]]
+    order = defined + [job for job in states if job not in defined]
+    agents = {j["job"]: j["agent"] for j in definition["jobs"]}
+    running: dict[str, tuple[float | None, str]] = {}
+    bars = []
+    for job in order:
+        state = g.jobs.get(job)
+        if state is None:
+            bars.append(Bar(job, "waiting"))
+            continue
+        if state.status != RUNNING:
+            bars.append(Bar(job, state.status, state.started, state.duration))
+            continue
+        attempt = live.attempts.get((g.workflow, g.gid, job))
+        ready = ready_at(g, definition, job)
+        facts = [*([f"attempt {attempt}"] if attempt else []), agents.get(job, "?")]
+        running[job] = (ready, "".join(f" · {fact}" for fact in facts))
+        bars.append(Bar(job, RUNNING, ready, None if ready is None else max(now - ready, 0.0)))
+    outcome = live.outcome(g)
+    detail = f" ({g.end.detail})" if g.end is not None and g.end.detail else ""
+    return (
+        f'<section class="generation" data-workflow="{_a(g.workflow)}" data-gid="{_a(g.gid)}"'
+        f' data-outcome="{_a(outcome)}"><h2>{escape(g.workflow)} <code>{escape(g.gid)}</code>'
+        f' {escape(g.date or "")} <span class="outcome state-{_slug(outcome)}">{escape(outcome)}</span>'
+        f"{escape(detail)}</h2>{_actions(g, order, outcome)}<p>Click a job for its log.</p>"
+        f'<div class="pictures">{_dag(definition, states, running, now)}{gantt_svg(bars)}'
+        "</div></section>"
+    )
 
 
 def _actions(generation: Generation, jobs: Sequence[str], outcome: str) -> str:
@@ -426,3 +542,8 @@ def history(query: HistoryQuery, state: str, rows: Any) -> str:
 
 def _a(text: str) -> str:
     return escape(text, quote=True)
+
+
+def _slug(text: str) -> str:
+    """A state as one CSS class word (``not started``: ``not-started``)."""
+    return _a(text.replace(" ", "-"))
