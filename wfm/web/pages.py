@@ -4,14 +4,15 @@ text. Every value shown is escaped; nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from html import escape
 from typing import Any
 
 from wfm.monitor import Generation, Monitor
-from wfm.operations import generation_record, newest
+from wfm.operations import generation_record
 from wfm.triggers import check_workflow, parse_date
 from wfm.web.svg import Bar, Edge, Node, Series, dag_svg, gantt_svg, graph_svg, line_chart_svg
 from workflow_messages import APPL_END, APPL_START
@@ -330,7 +331,7 @@ def runs(
     kept = [g for key, g in monitor.generations.items() if query.keeps(g, outcomes[key])]
     pages = max((len(kept) + RUNS_PAGE - 1) // RUNS_PAGE, 1)
     number = min(query.page, pages)
-    found = newest(kept, number * RUNS_PAGE)[(number - 1) * RUNS_PAGE :]
+    found = _newest(kept, number * RUNS_PAGE)[(number - 1) * RUNS_PAGE :]
     if not monitor.generations:
         parts.append("<p>No generation seen yet (nor remembered by the agents): trigger one.</p>")
         return "".join(parts)
@@ -467,7 +468,18 @@ def shown(monitor: Monitor, live: Live | None = None) -> list[Generation]:
     found = (g for g in monitor.generations.values())
     if live is not None:
         found = (g for g in found if live.outcome(g) != NOT_STARTED)
-    return newest(found, RUNS_SHOWN)
+    return _newest(found, RUNS_SHOWN)
+
+
+def _newest(generations: Iterable[Generation], limit: int) -> list[Generation]:
+    """As ``wfm.operations.newest`` (by start, those not started first), computing each start once
+    and keeping only the ``limit`` first: 10,000 generations kept, one page asked."""
+
+    def key(generation: Generation) -> tuple[bool, float]:
+        starts = [s.started for s in generation.jobs.values() if s.started]
+        return (not starts, min(starts) if starts else 0.0)
+
+    return heapq.nlargest(limit, generations, key=key)
 
 
 # history ----------------------------------------------------------------------------------------
