@@ -33,6 +33,7 @@ bench: $(STAMP)
 	done
 	$(BIN)/python benchmarks/matching.py
 	$(BIN)/python benchmarks/signing.py
+	$(BIN)/python benchmarks/web.py
 	$(BIN)/python benchmarks/overlay.py
 	$(BIN)/python benchmarks/composite_traffic.py --plot docs/composite_traffic.png
 	$(BIN)/python benchmarks/workflows.py

@@ -18,7 +18,8 @@ from broker.transport.tls import Identity
 from wfm.history.report import JobPeriod
 from wfm.monitor import Monitor
 from wfm.operations import Deployed, NoReply, UnknownWorkflow
-from wfm.web import Dashboard, create_app
+from wfm.web import Dashboard, create_app, pages
+from wfm.web import app as app_module
 from wfm.web.guard import Guard
 from wfm.web.pages import HistoryQuery, history
 from wfm.web.sources import HistoryReader, overlay_view, summary
@@ -60,6 +61,13 @@ class Agents:
             "PAYROLL", "v2", {"v1", "v2"}, {"agentA": ["JobA"], "agentB": ["JobB"]}, jobs, GRAPH, "agentA"
         )
         return [payroll], ["agentA", "agentB"]
+
+    async def deployed(self, workflow: str) -> Deployed:
+        found, agents = await self.workflows()
+        for each in found:
+            if each.workflow == workflow:
+                return each
+        raise UnknownWorkflow(f"no agent has workflow {workflow} deployed ({len(agents)} agents answered)")
 
     async def runs(self, workflow: str, limit: int, gid: str = "", into: Monitor | None = None) -> Monitor:
         assert into is not None
@@ -104,8 +112,13 @@ def test_runs_show_each_job_state_on_the_dag_and_the_timeline(tmp_path: Path) ->
     board.monitor.receive(status("JobA", "SUCCESS", started=100.0, duration=1.5))
     board.monitor.receive(status("JobC", "NORUN"))
     web = client(board)
-    page = web.get("/fragment/runs").text
-    assert 'data-gid="g1" data-outcome="running"' in page
+    grid = web.get("/fragment/runs").text
+    assert 'data-gid="g1" data-outcome="running"' in grid
+    assert (
+        'class="cell state-SUCCESS" data-job="JobA"' in grid
+        and 'class="cell state-NORUN" data-job="JobC"' in grid
+    )
+    page = web.get("/fragment/run", params={"workflow": "PAYROLL", "gid": "g1"}).text
     assert 'data-job="JobA" data-state="SUCCESS"' in page and 'data-job="JobC" data-state="NORUN"' in page
     assert 'class="row state-waiting" data-job="JobD"' in page  # on the timeline, not started yet
     board.monitor.receive(status("APPL_END", "SUCCESS"))
@@ -153,8 +166,56 @@ def test_the_trigger_button_is_refused_unless_the_identity_is_a_deployer(tmp_pat
 
 
 def test_a_trigger_the_broker_cannot_take_is_one_line(tmp_path: Path) -> None:
-    answer = client(dashboard(tmp_path)).post("/api/trigger", json={"workflow": "PAYROLL"})
+    board = dashboard(tmp_path)
+    board.session = Agents()
+    answer = client(board).post("/api/trigger", json={"workflow": "PAYROLL"})
     assert answer.status_code == 502 and answer.json()["error"].startswith("cannot trigger PAYROLL: ")
+
+
+def test_a_trigger_of_a_workflow_nobody_deployed_is_refused_before_anything_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[str] = []
+    monkeypatch.setattr(app_module, "trigger", lambda uri, tls, workflow: sent.append(workflow) or "g9")
+    board = dashboard(tmp_path)
+    web = client(board)
+    waiting = web.post("/api/trigger", json={"workflow": "NOSUCH"})  # the agents not asked yet
+    assert waiting.status_code == 503 and waiting.json()["error"].startswith("not connected to the agents")
+    board.session = Agents()
+    answer = web.post("/api/trigger", json={"workflow": "NOSUCH"})
+    assert answer.status_code == 404
+    assert answer.json() == {"error": "no agent has workflow NOSUCH deployed (2 agents answered)"}
+    assert web.post("/api/trigger", json={"workflow": "PAYROLL"}).json() == {
+        "workflow": "PAYROLL",
+        "gid": "g9",
+    }
+    assert sent == ["PAYROLL"]
+
+
+def test_a_generation_nobody_started_is_starting_then_not_shown_and_never_has_a_cancel_button(
+    tmp_path: Path,
+) -> None:
+    board = dashboard(tmp_path)
+    board.runs_error = None
+    board.monitor.receive({"class": "Trigger", "applname": "NOSUCH", "GID": "g9", "schedule": "2026.11.23"})
+    board.monitor.receive({"class": "Trigger", "applname": "PAYROLL", "GID": "g1", "schedule": "2026.11.23"})
+    board.monitor.receive(status("APPL_START", "SUCCESS", started=100.0))
+    web = client(board)
+    page = web.get("/fragment/runs").text
+    assert 'data-gid="g9" data-outcome="starting"' in page and 'data-gid="g1" data-outcome="running"' in page
+
+    def opened(gid: str) -> str:
+        return web.get(
+            "/fragment/run", params={"workflow": "NOSUCH" if gid == "g9" else "PAYROLL", "gid": gid}
+        ).text
+
+    assert "data-action" not in opened("g9") and 'data-action="cancel"' in opened("g1")
+    board.first_seen["NOSUCH", "g9"] -= pages.NOT_STARTED_AFTER  # 30 s later: no coordinator started it
+    assert 'data-gid="g9"' not in web.get("/fragment/runs").text
+    shown = web.get("/fragment/runs", params={"status": "not started"}).text  # unless asked for
+    assert 'data-gid="g9" data-outcome="not started"' in shown and 'data-gid="g1"' not in shown
+    assert "data-action" not in opened("g9")
+    assert [r["gid"] for r in web.get("/api/runs").json()["generations"]] == ["g1"]
 
 
 def test_history_says_spark_is_starting_without_blocking_then_shows_the_charts(tmp_path: Path) -> None:
@@ -223,10 +284,15 @@ def test_the_runs_page_lists_the_generations_the_agents_remember_newest_first(tm
     assert remembered == {"PAYROLL"}
     runs = client(board).get("/api/runs").json()["generations"]
     assert [(r["gid"], r["outcome"]) for r in runs] == [("live", "running"), ("old", "SUCCESS")]
-    page = client(board).get("/fragment/runs").text
+    web = client(board)
+    page = web.get("/fragment/runs").text
     assert page.index('data-gid="live"') < page.index('data-gid="old"')
-    assert 'data-action="cancel"' in page and 'data-action="rerun"' in page  # running; ended
-    assert '<option value="JobC">JobC</option>' in page  # rerun from any job of the deployed graph
+    running = web.get("/fragment/run", params={"workflow": "PAYROLL", "gid": "live"}).text
+    ended = web.get("/fragment/run", params={"workflow": "PAYROLL", "gid": "old"}).text
+    assert 'data-action="cancel"' in running and 'data-action="rerun"' in ended
+    assert '<option value="JobC">JobC</option>' in ended  # rerun from any job of the deployed graph
+    unknown = web.get("/fragment/run", params={"workflow": "PAYROLL", "gid": "nosuch"})
+    assert unknown.status_code == 400 and "no generation nosuch of PAYROLL" in unknown.text
 
 
 def test_a_jobs_log_is_fetched_from_its_agent_and_shown_truncated_as_the_agent_says(tmp_path: Path) -> None:
@@ -283,3 +349,82 @@ def test_cancel_and_rerun_as_a_deployer_sign_and_say_what_the_agents_answered(
     assert web.post("/api/rerun", json=body).json()["from"] is None
     assert agents.done[1:] == [("rerun", "PAYROLL", "g1", "JobB"), ("rerun", "PAYROLL", "g1", None)]
     assert web.post("/api/rerun", json={**body, "from": 3}).status_code == 400
+
+
+class Running(Agents):
+    """Agents asked while generation g1 runs: JobA done, JobB running (its second attempt)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[tuple[str, str]] = []
+
+    async def runs(self, workflow: str, limit: int, gid: str = "", into: Monitor | None = None) -> Monitor:
+        assert into is not None
+        self.asked.append(("runs", workflow))
+        into.receive(status("JobB", "RUNNING", agentname="agentB"))  # as Session._feed passes "busy"
+        return into
+
+    async def logs(self, workflow: str, job: str, gid: str, attempt: int) -> dict[str, Any]:
+        self.asked.append(("logs", job))
+        return {"agent": "agentB", "attempts": [1, 2], "attempt": 2, "ended": False, "text": ""}
+
+
+def test_a_running_job_is_asked_about_and_shown_running_with_its_attempt_agent_and_elapsed_time(
+    tmp_path: Path,
+) -> None:
+    board = dashboard(tmp_path)
+    board.runs_error = None
+    agents = Running()
+    asyncio.run(board.ask_agents(agents, {"PAYROLL"}))  # deployed (its remembered runs asked already)
+    board.monitor.receive({"class": "Trigger", "applname": "PAYROLL", "GID": "g1", "schedule": "2026.11.23"})
+    board.monitor.receive(status("APPL_START", "SUCCESS", started=100.0))
+    board.monitor.receive(status("JobA", "SUCCESS", started=100.0, duration=1.5))
+    board.monitor.receive({"class": "Trigger", "applname": "NOSUCH", "GID": "g9", "schedule": "2026.11.23"})
+    asyncio.run(board.ask_running(agents))
+    assert agents.asked == [("runs", "PAYROLL"), ("logs", "JobB")]  # not NOSUCH: nobody has it
+    assert board.attempts == {("PAYROLL", "g1", "JobB"): 2}
+    assert 'class="cell state-RUNNING" data-job="JobB"' in client(board).get("/fragment/runs").text
+    page = client(board).get("/fragment/run", params={"workflow": "PAYROLL", "gid": "g1"}).text
+    assert 'data-job="JobB" data-state="RUNNING"' in page  # on the DAG
+    assert 'class="row state-RUNNING" data-job="JobB"' in page  # and the timeline, from JobA's end
+    assert 'data-since="101.500" data-rest=" · attempt 2 · agentB"' in page
+    asyncio.run(board.ask_running(agents))  # the attempt is asked once
+    assert agents.asked.count(("logs", "JobB")) == 1
+    board.monitor.receive(status("JobB", "SUCCESS", started=101.6, duration=3.0, attempt=2))
+    asyncio.run(board.ask_running(agents))  # a stale answer does not undo the status
+    assert board.monitor.generations["PAYROLL", "g1"].jobs["JobB"].status == "SUCCESS"
+    assert ("PAYROLL", "g1", "JobB") not in board.attempts
+
+
+def test_the_runs_grid_has_a_row_per_generation_a_column_per_job_filters_and_pages(tmp_path: Path) -> None:
+    board = dashboard(tmp_path)
+    asyncio.run(board.ask_agents(Agents(), {"PAYROLL"}))
+    board.runs_error = None
+    for number in range(120):  # days 2026-11-01 .. 2026-11-30, four a day; every fifth failed
+        gid, day = f"g{number:03d}", 1 + number // 4
+        board.monitor.receive(
+            {"class": "Trigger", "applname": "PAYROLL", "GID": gid, "schedule": f"2026.11.{day:02d}"}
+        )
+        board.monitor.receive(status("JobA", "SUCCESS", gid, started=1000.0 + number, duration=1.0))
+        board.monitor.receive(status("APPL_END", "FAILURE" if number % 5 == 0 else "SUCCESS", gid))
+    web = client(board)
+    first = web.get("/fragment/runs").text
+    assert first.count('<tr class="run"') == pages.RUNS_PAGE and "1-50 of 120 generations" in first
+    assert first.index('data-gid="g119"') < first.index('data-gid="g118"')  # newest first
+    head = first[first.index("<thead>") : first.index("</thead>")]  # the jobs in the DAG's order
+    assert [head.index(f'title="{job}"') for job in ("JobA", "JobB", "JobC")] == sorted(
+        head.index(f'title="{job}"') for job in ("JobA", "JobB", "JobC")
+    )
+    assert 'data-page-to="2">older</button>' in first and "newer" not in first
+    last = web.get("/fragment/runs", params={"page": "3"}).text
+    assert (
+        last.count('<tr class="run"') == 20 and "101-120 of 120" in last and 'data-page-to="2">newer' in last
+    )
+    failed = web.get(
+        "/fragment/runs", params={"status": "FAILURE", "since": "2026-11-10", "until": "2026-11-19"}
+    )
+    rows = failed.text.count('<tr class="run"')
+    assert rows == 8 and "1-8 of 8 generations (120 in all)" in failed.text
+    assert web.get("/fragment/runs", params={"workflow": "OTHER"}).text.count('<tr class="run"') == 0
+    assert web.get("/fragment/runs", params={"status": "GREEN"}).status_code == 400
+    assert web.get("/fragment/runs", params={"page": "0"}).status_code == 400

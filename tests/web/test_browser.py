@@ -38,12 +38,20 @@ def browser() -> Iterator[object]:
         chromium.close()
 
 
+SLOW = """<workflow name="SLOW">
+  <job name="First" agent="agentA"><command>true</command></job>
+  <job name="Nap" agent="agentB"><after job="First"/><command>sleep 10</command></job>
+</workflow>
+"""  # a job that runs long enough to be seen running
+
+
 @pytest.fixture
 def up(tmp_path: Path) -> Iterator[str]:
     """``wfm up`` (no Spark) in a copy of the PAYROLL workflow; the dashboard's URL with its token."""
     port = free_ports(5)
+    (workflow_dir(tmp_path) / "slow.xml").write_text(SLOW)
     process = subprocess.Popen(
-        [WFM, "up", "--dir", str(workflow_dir(tmp_path)), "--port", str(port), "--no-spark-connect"],
+        [WFM, "up", "--dir", str(tmp_path), "--port", str(port), "--no-spark-connect"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -87,8 +95,12 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     page.click("#trigger")
     page.wait_for_selector("#trigger-result.ok")
     gid = page.inner_text("#trigger-result").split()[-1]
-    run = f'section.generation[data-gid="{gid}"]'
+    row = f'tr.run[data-gid="{gid}"]'  # its row in the grid, opened below the grid by a click
+    page.click(row)
+    run = f'#run section.generation[data-gid="{gid}"]'
+    page.wait_for_selector(f'{row}[data-outcome="SUCCESS"]')
     page.wait_for_selector(f'{run}[data-outcome="SUCCESS"]')
+    assert page.get_attribute(f'{row} td.cell[data-job="JobD"]', "class") == "cell state-SUCCESS"
     dag = f"{run} svg.dag"
     assert page.get_attribute(f'{dag} [data-job="JobA"]', "data-state") == "SUCCESS"
     assert page.get_attribute(f'{dag} [data-job="JobD"]', "data-state") == "SUCCESS"
@@ -102,7 +114,15 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     page.click(f'{run} [data-action="rerun"]')  # every job again, signed as the dashboard's deployer
     page.wait_for_selector("#action-result.ok")
     assert page.inner_text("#action-result") == f"rerunning {gid} as {gid}-r1"
-    page.wait_for_selector(f'section.generation[data-gid="{gid}-r1"][data-outcome="SUCCESS"]')
+    page.wait_for_selector(f'tr.run[data-gid="{gid}-r1"][data-outcome="SUCCESS"]')
+    page.select_option('#runs-filter [name="status"]', "FAILURE")  # the grid's filter
+    page.click('#runs-filter [type="submit"]')
+    page.wait_for_selector('p.paging:has-text("no generation")')
+    assert page.locator("tr.run").count() == 0
+    page.select_option('#runs-filter [name="status"]', "SUCCESS")
+    page.click('#runs-filter [type="submit"]')
+    page.wait_for_selector(f'tr.run[data-gid="{gid}-r1"]')
+    assert page.locator("tr.run").count() == 2
 
     page.goto(base + "workflows")  # as the agents say it is deployed
     page.wait_for_selector('section.workflow[data-workflow="PAYROLL"][data-deployed="true"]')
@@ -131,3 +151,45 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     assert page.inner_text("#live") == "signed out"
     page.reload()
     assert "started again" in page.inner_text("body")  # the refused page itself, for a person
+
+
+def test_a_running_job_is_shown_running_live_with_its_attempt_agent_and_elapsed_time(
+    browser: object, up: str, tmp_path: Path
+) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+    page.set_default_timeout(30_000)
+    said: list[str] = []
+    page.on("console", lambda message: said.append(f"{message.type}: {message.text}"))
+    page.on("pageerror", lambda error: said.append(f"pageerror: {error}"))
+    page.goto(up)
+    page.wait_for_selector("#live.on")
+    nosuch = page.evaluate(  # a workflow nobody deployed: refused, and no phantom generation shown
+        """fetch("/api/trigger", {method: "POST", headers: {"Content-Type": "application/json"},
+                                  body: JSON.stringify({workflow: "NOSUCH"})})
+             .then(async (r) => [r.status, (await r.json()).error])"""
+    )
+    assert nosuch[0] == 404 and nosuch[1].startswith("no agent has workflow NOSUCH deployed"), nosuch
+    page.select_option("#trigger-workflow", "SLOW")
+    page.click("#trigger")
+    page.wait_for_selector("#trigger-result.ok")
+    gid = page.inner_text("#trigger-result").split()[-1]
+    page.click(f'tr.run[data-gid="{gid}"]')
+    run = f'#run section.generation[data-gid="{gid}"]'
+    page.wait_for_selector(f'tr.run[data-gid="{gid}"] td.cell.state-RUNNING[data-job="Nap"]')
+    nap = f'{run} svg.dag [data-job="Nap"][data-state="RUNNING"]'
+    page.wait_for_selector(
+        nap, state="attached"
+    )  # while the job sleeps, from the agents' answers (no status yet)
+    page.wait_for_selector(f'{nap} text[data-since][data-rest=" · attempt 1 · agentB"]', state="attached")
+    assert page.locator(f'{run} svg.gantt [data-job="Nap"][data-state="RUNNING"] rect').count() == 1
+    first = page.text_content(f"{nap} text[data-since]") or ""
+    assert first.startswith("running ") and first.endswith(" s · attempt 1 · agentB"), first
+    page.wait_for_function(  # the script counts on between redraws
+        "([selector, first]) => document.querySelector(selector)?.textContent !== first",
+        arg=[f"{nap} text[data-since]", first],
+    )
+    page.screenshot(path=str(tmp_path / "running.png"), full_page=True)
+    page.wait_for_selector(f'{run}[data-outcome="SUCCESS"]')
+    assert page.get_attribute(f'{run} svg.dag [data-job="Nap"]', "data-state") == "SUCCESS"
+    assert page.locator('[data-workflow="NOSUCH"]').count() == 0
+    assert not [line for line in said if "Content Security Policy" in line or "pageerror" in line], said

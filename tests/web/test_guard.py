@@ -12,7 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 import wfm.web.app as app_module
-from tests.web.test_app import TOKEN, client, dashboard
+from tests.web.test_app import TOKEN, Agents, client, dashboard
 from wfm.web import create_app
 from wfm.web.guard import Guard, check_token
 
@@ -24,6 +24,7 @@ def fired(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The workflows the Trigger endpoint triggered (no broker: a stand-in that succeeds)."""
     triggered: list[str] = []
     monkeypatch.setattr(app_module, "trigger", lambda uri, tls, workflow: triggered.append(workflow) or "g9")
+    monkeypatch.setattr(app_module.Dashboard, "agents", lambda self: Agents())  # PAYROLL is deployed
     return triggered
 
 

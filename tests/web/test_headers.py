@@ -69,6 +69,8 @@ READS = [
     *((f"/{page}", 200) for page in pages.PAGES),
     *((f"/fragment/{page}", 200) for page in pages.PAGES),
     ("/fragment/logs", 200),
+    ("/fragment/run?workflow=PAYROLL&gid=g1", 200),
+    ("/fragment/run?workflow=PAYROLL&gid=nosuch", 400),
     ("/api/runs", 200),
     ("/api/workflows", 200),
     ("/api/overlay", 200),
@@ -175,6 +177,7 @@ def test_nothing_served_needs_what_the_policy_forbids(board: Any) -> None:
     served += [web.get(f"/fragment/{page}").text for page in pages.PAGES]
     served += [
         web.get("/fragment/logs", params=LOG).text,
+        web.get("/fragment/run", params={"workflow": "PAYROLL", "gid": "g1"}).text,
         client(board, token=None).get("/", headers={"Accept": "text/html"}).text,
     ]
     rows = [JobPeriod("PAYROLL", "JobA", date(2026, 11, d), 2, 1, 0, 1.0, 2.0, ()) for d in (1, 2)]

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from wfm.web.svg import Bar, Edge, Node, Series, dag_svg, gantt_svg, graph_svg, layers, line_chart_svg
+from wfm.web.svg import (
+    Bar,
+    Edge,
+    Node,
+    Series,
+    dag_svg,
+    elapsed,
+    gantt_svg,
+    graph_svg,
+    layers,
+    line_chart_svg,
+)
 
 SVG = "{http://www.w3.org/2000/svg}"
 PAYROLL = [
@@ -91,3 +102,17 @@ def test_a_chart_draws_bars_and_lines_on_one_scale() -> None:
     assert heights[0] == 4 * heights[2]
     (line,) = [p for p in svg.iter(f"{SVG}polyline") if "line" in p.get("class", "")]
     assert len(line.get("points", "").split()) == 2
+
+
+def test_a_running_job_counts_its_elapsed_time_in_words_the_script_repeats() -> None:
+    assert [elapsed(s) for s in (0, 42.9, 61, 3599, 3600 * 2 + 7 * 60)] == [
+        "0 s",
+        "42 s",
+        "1 min 01 s",
+        "59 min 59 s",
+        "2 h 07 min",
+    ]
+    svg = dag_svg([Node("A")], [], {"A": "RUNNING"}, {"A": (100.0, " · agentB")}, now=112.0)
+    assert 'data-since="100.000" data-rest=" · agentB">running 12 s · agentB</text>' in svg
+    bars = gantt_svg([Bar("A", "RUNNING", 100.0, 12.0)])
+    assert 'data-since="100.000" data-rest="">running 12 s</text>' in bars

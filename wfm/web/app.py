@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -38,13 +39,14 @@ from broker.client import ConnectError
 from broker.client.reconnect import BrokerList
 from broker.errors import RemoteError, WfmError
 from broker.transport.tls import Identity
-from wfm.monitor import Monitor, MonitorService
+from wfm.monitor import Generation, Monitor, MonitorService
 from wfm.operations import Deployed, NoReply, Session, UnknownWorkflow
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow
 from wfm.web import pages
 from wfm.web.guard import Guard, Guarded
 from wfm.web.headers import SecurityHeaders
+from wfm.web.pages import RUNNING
 from wfm.web.sources import (
     HistoryReader,
     OverlayWatcher,
@@ -65,6 +67,10 @@ RECONNECT_AFTER = 1.0  # seconds before the runs subscription is tried again
 KEEPALIVE = 15.0  # seconds between two comments on an idle event stream (proxies close silent ones)
 AGENTS_EVERY = 10.0  # seconds between two questions to the agents about what is deployed
 AGENTS_TIMEOUT = 5.0  # seconds for the agents to answer (a page's log, a cancel, a rerun)
+RUNNING_EVERY = 2.0  # seconds between two questions about the jobs of generations not ended
+STRANGER_FOR = 30.0  # seconds a generation of a workflow nobody has deployed may yet be starting
+RUNS_REMEMBERED = 200  # generations asked of each agent, per workflow, when the dashboard starts
+ATTEMPTS_ASKED = 4  # running jobs whose attempt is asked (their log) at most, per question
 NOTICE_GAP = 0.25  # seconds at least between two notices on one event stream (each redraws a page)
 
 Connect = Callable[[BrokerList, float], AbstractAsyncContextManager[Any]]
@@ -115,6 +121,9 @@ class Dashboard:
     session: Any = None  # the open Session, when connected
     deployed: list[Deployed] | None = None  # what the agents said last (None: not answered yet)
     agents_error: str | None = "asking the agents ..."
+    # (workflow, gid, job) -> the attempt a RUNNING job is at (its agent's log says)
+    attempts: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    first_seen: dict[tuple[str, str], float] = field(default_factory=dict)  # (workflow, gid) -> when
     _signer: Deployer | None = None
 
     def __post_init__(self) -> None:
@@ -154,9 +163,15 @@ class Dashboard:
                 async with self.connect(self.brokers, AGENTS_TIMEOUT) as session:
                     self.session = session
                     remembered: set[str] = set()
+                    loop = asyncio.get_running_loop()
+                    asked = loop.time() - AGENTS_EVERY
                     while True:
-                        await self.ask_agents(session, remembered)
-                        await asyncio.sleep(AGENTS_EVERY)
+                        since = loop.time() - asked
+                        if since >= AGENTS_EVERY or (since >= RUNNING_EVERY and self.strangers()):
+                            asked = loop.time()
+                            await self.ask_agents(session, remembered)
+                        await self.ask_running(session)
+                        await asyncio.sleep(RUNNING_EVERY)
             except (WfmError, ConnectError, ConnectionError, OSError) as error:
                 self.agents_error = f"cannot ask the agents: {error}"
                 self.changed("workflows")
@@ -185,12 +200,71 @@ class Dashboard:
             if workflow.workflow in remembered:
                 continue
             try:
-                await session.runs(workflow.workflow, pages.RUNS_SHOWN, into=self.monitor)
+                await session.runs(workflow.workflow, RUNS_REMEMBERED, into=self.monitor)
             except (NoReply, UnknownWorkflow, RemoteError) as error:
                 log.info("the runs of %s: %s (asked again later)", workflow.workflow, error)
                 continue
             remembered.add(workflow.workflow)
             self.changed("runs")
+
+    def strangers(self) -> bool:
+        """Whether a generation not ended, first seen less than STRANGER_FOR ago, is of a workflow
+        the agents did not say is deployed: deployed since they were asked (ask again now), or
+        triggered though nobody has it (asked again until it is shown as not started)."""
+        deployed = {w.workflow for w in self.deployed or []}
+        live = self.live()
+        return any(
+            not g.ended
+            and g.workflow not in deployed
+            and live.now - live.seen[g.workflow, g.gid] < STRANGER_FOR
+            for g in pages.shown(self.monitor, live)
+        )
+
+    def live(self) -> pages.Live:
+        """What the Runs page shows beyond the statuses (noting when each generation was first seen)."""
+        now = time.time()
+        for key in self.monitor.generations.keys() - self.first_seen.keys():
+            self.first_seen[key] = now
+        return pages.Live(now, self.attempts, self.first_seen)
+
+    def unended(self) -> dict[str, list[Generation]]:
+        """The generations shown on the Runs page that have not ended, by deployed workflow (a
+        generation of a workflow no agent has is nobody's to ask about)."""
+        deployed = {w.workflow for w in self.deployed or []}
+        found: dict[str, list[Generation]] = {}
+        for generation in pages.shown(self.monitor, self.live()):
+            if not generation.ended and generation.workflow in deployed:
+                found.setdefault(generation.workflow, []).append(generation)
+        return found
+
+    async def ask_running(self, session: Any) -> None:
+        """What the jobs of the generations not ended are doing (queued, running, waiting for a
+        retry): the agents publish a status only at a job's end, so they are asked, as ``wfm runs``
+        asks them; and the attempt of each job newly seen running (from its log's attempts)."""
+        for workflow, generations in self.unended().items():
+            before = _states(generations)
+            try:
+                await session.runs(workflow, pages.RUNS_SHOWN, into=self.monitor)
+            except (NoReply, UnknownWorkflow, RemoteError) as error:
+                log.info("the running jobs of %s: %s (asked again later)", workflow, error)
+                continue
+            after = _states(generations)
+            for key, (status, _) in after.items():
+                if status != RUNNING:
+                    self.attempts.pop((workflow, *key), None)
+            unknown = [
+                key for key, (s, _) in after.items() if s == RUNNING and (workflow, *key) not in self.attempts
+            ]
+            for gid, job in unknown[:ATTEMPTS_ASKED]:
+                try:
+                    found = await session.logs(workflow, job, gid, 0)
+                except (NoReply, UnknownWorkflow, RemoteError) as error:  # no log yet, say
+                    log.debug("the attempt of %s %s %s: %s", workflow, gid, job, error)
+                    continue
+                self.attempts[workflow, gid, job] = int(found["attempt"])
+                after[gid, job] = (RUNNING, -1)  # a change: the page shows the attempt
+            if after != before:
+                self.changed("runs")
 
     async def follow_runs(self) -> None:
         """The monitor's subscription, for ever: generations are kept across reconnections."""
@@ -217,6 +291,10 @@ class Dashboard:
                 self.overlay = seen
                 self.changed("overlay")
             await asyncio.sleep(OVERLAY_EVERY)
+
+
+def _states(generations: list[Generation]) -> dict[tuple[str, str], tuple[str, int]]:
+    return {(g.gid, job): (s.status, s.attempt) for g in generations for job, s in g.jobs.items()}
 
 
 class _Secured(Starlette):
@@ -278,7 +356,15 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
         return pages.workflows(dashboard.definitions(), dashboard.agents_error)
 
     async def runs_fragment(request: Request) -> str:
-        return pages.runs(dashboard.monitor, dashboard.definitions(), dashboard.runs_error)
+        query = pages.RunsQuery.parse(request.query_params)
+        return pages.runs(
+            dashboard.monitor, dashboard.definitions(), dashboard.runs_error, dashboard.live(), query
+        )
+
+    async def run_fragment(request: Request) -> str:
+        params = request.query_params
+        workflow, gid = check_workflow(params.get("workflow", "")), check_gid(params.get("gid", ""))
+        return pages.run(dashboard.monitor, dashboard.definitions(), workflow, gid, dashboard.live())
 
     async def history_fragment(request: Request) -> str:
         query = pages.HistoryQuery.parse(request.query_params, date.today())
@@ -300,11 +386,17 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
 
     async def api_runs(request: Request) -> JSONResponse:
         return JSONResponse(
-            {"error": dashboard.runs_error, "generations": pages.generations(dashboard.monitor)}
+            {
+                "error": dashboard.runs_error,
+                "generations": pages.generations(dashboard.monitor, dashboard.live()),
+            }
         )
 
     async def api_trigger(request: Request) -> JSONResponse:
         async def act(form: dict[str, str]) -> dict[str, Any]:
+            require_operator(dashboard.tls, "triggering")
+            # asked first, as wfm trigger does: a Trigger of a workflow nobody has starts nothing
+            await dashboard.agents().deployed(check_workflow(form["workflow"]))
             gid = await asyncio.to_thread(trigger, dashboard.brokers, dashboard.tls, form["workflow"])
             return {"workflow": form["workflow"], "gid": gid}
 
@@ -422,6 +514,7 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
         Route("/fragment/broker/{broker}", fragment(broker_fragment)),
         Route("/fragment/workflows", fragment(workflows_fragment)),
         Route("/fragment/runs", fragment(runs_fragment)),
+        Route("/fragment/run", fragment(run_fragment)),
         Route("/fragment/history", fragment(history_fragment)),
         Route("/api/overlay", api_overlay),
         Route("/api/broker/{broker}", api_broker),

@@ -4,14 +4,15 @@ text. Every value shown is escaped; nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from html import escape
 from typing import Any
 
 from wfm.monitor import Generation, Monitor
-from wfm.operations import newest
+from wfm.operations import generation_record
 from wfm.triggers import check_workflow, parse_date
 from wfm.web.svg import Bar, Edge, Node, Series, dag_svg, gantt_svg, graph_svg, line_chart_svg
 from workflow_messages import APPL_END, APPL_START
@@ -20,12 +21,15 @@ from workflow_messages.calendars import DAYS
 __all__ = [
     "PAGES",
     "HistoryQuery",
+    "Live",
+    "RunsQuery",
     "broker_detail",
     "generations",
     "history",
     "job_log",
     "overlay",
     "problem",
+    "run",
     "runs",
     "shell",
     "workflows",
@@ -36,6 +40,35 @@ EVENTS = {"overlay": "overlay", "runs": "runs", "workflows": "workflows"}  # pag
 RUNS_SHOWN = 20  # newest generations on the Runs page
 PERIODS = ("day", "week")  # as wfm report --by (wfm.history.report loads Spark: not imported here)
 VIRTUAL = (APPL_START, APPL_END)
+# what the agents say of a job not ended (their answer to RUNS, as wfm runs shows it): they publish a
+# job's status only at its end, so these come from asking them (``Dashboard.ask_running``)
+QUEUED, RUNNING, WAITING = "QUEUED", "RUNNING", "WAITING"  # WAITING: for its next attempt
+# a generation nobody started: a Trigger seen, but no status (no APPL_START: no coordinator has
+# its workflow, or it was triggered a moment ago); "starting" for NOT_STARTED_AFTER seconds
+STARTING, NOT_STARTED = "starting", "not started"
+NOT_STARTED_AFTER = 30.0
+
+
+@dataclass(frozen=True)
+class Live:
+    """What the Runs page shows beyond the monitor's statuses: the time ``now`` (epoch seconds),
+    the attempt of each running job ((workflow, gid, job) -> attempt), and when the dashboard
+    first saw each generation ((workflow, gid) -> epoch seconds)."""
+
+    now: float = 0.0
+    attempts: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    seen: Mapping[tuple[str, str], float] = field(default_factory=dict)
+
+    def outcome(self, generation: Generation) -> str:
+        """APPL_END's status; else ``running`` once any status came (APPL_START, or a job's from
+        the agents' answers); else ``starting``, then ``not started`` NOT_STARTED_AFTER seconds
+        after the dashboard first saw it."""
+        if generation.end is not None:
+            return generation.end.status
+        if generation.jobs:
+            return "running"
+        seen = self.seen.get((generation.workflow, generation.gid), self.now)
+        return STARTING if self.now - seen < NOT_STARTED_AFTER else NOT_STARTED
 
 
 def shell(name: str, definitions: Sequence[Mapping[str, Any]]) -> str:
@@ -52,6 +85,12 @@ def shell(name: str, definitions: Sequence[Mapping[str, Any]]) -> str:
             f'<select name="workflow" id="trigger-workflow">{options}</select></label>'
             ' <button type="submit" id="trigger">Trigger</button> <span id="trigger-result"></span>'
             ' <span id="action-result"></span></form>'
+            '<form id="runs-filter" class="controls"><label>Workflow <select name="workflow">'
+            f'<option value="">all</option>{options}</select></label> <label>Status <select name="status">'
+            '<option value="">all</option>'
+            + "".join(f'<option value="{_a(o)}">{escape(o)}</option>' for o in OUTCOMES)
+            + '</select></label> <label>From <input type="date" name="since"></label> '
+            '<label>To <input type="date" name="until"></label> <button type="submit">Filter</button></form>'
         )
     elif name == "history":
         today = date.today()
@@ -64,6 +103,8 @@ def shell(name: str, definitions: Sequence[Mapping[str, Any]]) -> str:
             '<button type="submit">Show</button></form>'
         )
     detail = '<div id="detail"></div>' if name in ("overlay", "runs") else ""
+    if name == "runs":
+        detail = '<div id="run"></div>' + detail
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>wfm {escape(name)}</title>"
@@ -171,12 +212,37 @@ def workflows(definitions: Sequence[Mapping[str, Any]], agents_error: str | None
     return "".join(parts)
 
 
-def _dag(definition: Mapping[str, Any], states: Mapping[str, str] | None = None) -> str:
+def _dag(
+    definition: Mapping[str, Any],
+    states: Mapping[str, str] | None = None,
+    running: Mapping[str, tuple[float | None, str]] | None = None,
+    now: float = 0.0,
+) -> str:
     nodes = [Node(j["job"], f"{j['agent']} · {_days(j['schedule'])}") for j in definition["jobs"]]
     edges = [Edge(after, j["job"], on) for j in definition["jobs"] for after, on in j["after"]]
     known = {n.name for n in nodes}
     nodes += [Node(job) for job in (states or {}) if job not in known]  # statuses of jobs not defined here
-    return dag_svg(nodes, edges, states)
+    return dag_svg(nodes, edges, states, running, now)
+
+
+def ready_at(generation: Generation, definition: Mapping[str, Any], job: str) -> float | None:
+    """When ``job`` could start (epoch seconds): the last end of its predecessors' statuses, or
+    the generation's start (APPL_START) for a job with none; None if not known. The agents do not
+    say when a job started until it ends: a job starts when it is ready unless its agent is busy
+    with ``--max-jobs`` others, and a later attempt started after the earlier ones and its backoff,
+    so this is when the job's first attempt began at the earliest."""
+    after = next((j["after"] for j in definition["jobs"] if j["job"] == job), None)
+    if after is None:
+        return None
+    ends = [
+        s.started + (s.duration or 0.0)
+        for name, _ in after
+        if (s := generation.jobs.get(name)) is not None and s.started is not None
+    ]
+    start = generation.jobs.get(APPL_START)
+    if not ends and start is not None and start.started is not None:
+        ends.append(start.started)
+    return max(ends) if ends else None
 
 
 def _days(schedule: str | Sequence[str]) -> str:
@@ -189,57 +255,186 @@ def _days(schedule: str | Sequence[str]) -> str:
 # runs -------------------------------------------------------------------------------------------
 
 
-def generations(monitor: Monitor) -> list[dict[str, Any]]:
+def generations(monitor: Monitor, live: Live | None = None) -> list[dict[str, Any]]:
     """The newest generations first, as JSON-ready data."""
+    live = live or Live()
     return [
         {
             "workflow": g.workflow,
             "gid": g.gid,
             "date": g.date,
-            "outcome": _outcome(g),
+            "outcome": live.outcome(g),
             "jobs": {
                 job: {"status": s.status, "started": s.started, "duration": s.duration, "detail": s.detail}
                 for job, s in g.jobs.items()
             },
         }
-        for g in _newest(monitor)
+        for g in shown(monitor, live)
     ]
 
 
-def runs(monitor: Monitor, definitions: Sequence[Mapping[str, Any]], error: str | None) -> str:
-    """Each generation seen (newest first): its outcome, its DAG coloured by job state, its timeline."""
+@dataclass(frozen=True, slots=True)
+class RunsQuery:
+    """The Runs page's filter: one workflow or all, an outcome or all, a range of the generations'
+    dates (the Trigger's), and the page (of RUNS_PAGE rows, newest first)."""
+
+    workflow: str | None = None
+    outcome: str | None = None
+    since: date | None = None
+    until: date | None = None
+    page: int = 1
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str]) -> RunsQuery:
+        """ValueError (shown on the page) naming the field that is wrong."""
+        workflow = params.get("workflow") or None
+        outcome = params.get("status") or None
+        if outcome is not None and outcome not in OUTCOMES:
+            raise ValueError(f"status: {outcome!r} is not one of {', '.join(OUTCOMES)}")
+        since = parse_date(params["since"]) if params.get("since") else None
+        until = parse_date(params["until"]) if params.get("until") else None
+        page = params.get("page") or "1"
+        if not page.isdigit() or int(page) < 1:
+            raise ValueError(f"page: {page!r} is not a page number (1, 2, ...)")
+        return cls(workflow and check_workflow(workflow), outcome, since, until, int(page))
+
+    def keeps(self, generation: Generation, outcome: str) -> bool:
+        if self.workflow is not None and generation.workflow != self.workflow:
+            return False
+        if self.outcome is not None and outcome != self.outcome:
+            return False
+        if outcome == NOT_STARTED and self.outcome != NOT_STARTED:  # shown only when asked for
+            return False
+        day = generation.date or ""
+        if self.since is not None and day < self.since.isoformat():
+            return False
+        return self.until is None or (bool(day) and day <= self.until.isoformat())
+
+
+RUNS_PAGE = 50  # generations per page of the Runs grid
+OUTCOMES = ("running", STARTING, NOT_STARTED, "SUCCESS", "FAILURE", "CANCELLED")
+
+
+def runs(
+    monitor: Monitor,
+    definitions: Sequence[Mapping[str, Any]],
+    error: str | None,
+    live: Live | None = None,
+    query: RunsQuery | None = None,
+) -> str:
+    """The grid (as Airflow's): one compact row per generation, newest first, RUNS_PAGE to a page,
+    those ``query`` keeps; one table per workflow, one column per job in the DAG's order, each cell
+    coloured by the job's state. A row opens the generation (:func:`run`)."""
+    live, query = live or Live(), query or RunsQuery()
     parts = [problem(error)] if error else []
-    shown = _newest(monitor)
-    if not shown:
+    outcomes = {key: live.outcome(g) for key, g in monitor.generations.items()}
+    kept = [g for key, g in monitor.generations.items() if query.keeps(g, outcomes[key])]
+    pages = max((len(kept) + RUNS_PAGE - 1) // RUNS_PAGE, 1)
+    number = min(query.page, pages)
+    found = _newest(kept, number * RUNS_PAGE)[(number - 1) * RUNS_PAGE :]
+    if not monitor.generations:
         parts.append("<p>No generation seen yet (nor remembered by the agents): trigger one.</p>")
-    else:
-        parts.append("<p>Click a job on a DAG or a timeline for its log.</p>")
+        return "".join(parts)
+    first = (number - 1) * RUNS_PAGE + 1
+    parts.append(
+        f'<p class="paging" data-pages="{pages}" data-page="{number}">'
+        + (f"{first}-{first + len(found) - 1} of {len(kept)} generations" if found else "no generation")
+        + (f" ({len(monitor.generations)} in all)" if len(kept) != len(monitor.generations) else "")
+        + "; click one for its DAG, timeline and actions. "
+        + (f'<button type="button" data-page-to="{number - 1}">newer</button> ' if number > 1 else "")
+        + (f'<button type="button" data-page-to="{number + 1}">older</button>' if number < pages else "")
+        + "</p>"
+    )
     by_name = {d["name"]: d for d in definitions if "name" in d}
-    for g in shown:
-        states = {job: s.status for job, s in g.jobs.items() if job not in VIRTUAL}
-        definition = by_name.get(g.workflow, {"jobs": []})
-        defined = [j["job"] for j in definition["jobs"]]
-        order = defined + [job for job in states if job not in defined]
-        bars = [
-            Bar(job, g.jobs[job].status, g.jobs[job].started, g.jobs[job].duration)
-            if job in g.jobs
-            else Bar(job, "waiting")
-            for job in order
-        ]
-        outcome = _outcome(g)
-        detail = f" ({g.end.detail})" if g.end is not None and g.end.detail else ""
+    groups: dict[str, list[Generation]] = {}
+    for g in found:
+        groups.setdefault(g.workflow, []).append(g)
+    for workflow, members in groups.items():
+        defined = [j["job"] for j in by_name.get(workflow, {"jobs": []})["jobs"]]
+        seen = {job for g in members for job in g.jobs if job not in VIRTUAL}
+        order = defined + sorted(seen - set(defined))
+        head = "".join(f'<th class="job" title="{_a(job)}"><span>{escape(job)}</span></th>' for job in order)
+        rows = []
+        for g in members:
+            outcome = outcomes[g.workflow, g.gid]
+            record = generation_record(g)
+            took = "" if record["duration"] is None else f"{record['duration']:.1f} s"
+            cells = []
+            for job in order:
+                state = g.jobs.get(job)
+                status = state.status if state is not None else ""
+                cells.append(
+                    f'<td class="cell state-{_a(status or "none")}" data-job="{_a(job)}"'
+                    f' title="{_a(job)}: {_a(status or "not yet")}"></td>'
+                )
+            rows.append(
+                f'<tr class="run" data-workflow="{_a(g.workflow)}" data-gid="{_a(g.gid)}"'
+                f' data-outcome="{_a(outcome)}" tabindex="0"><td><code>{escape(g.gid)}</code></td>'
+                f"<td>{escape(g.date or '')}</td>"
+                f'<td class="outcome state-{_slug(outcome)}">{escape(outcome)}</td><td>{took}</td>'
+                f"{''.join(cells)}</tr>"
+            )
         parts.append(
-            f'<section class="generation" data-workflow="{_a(g.workflow)}" data-gid="{_a(g.gid)}"'
-            f' data-outcome="{_a(outcome)}"><h2>{escape(g.workflow)} <code>{escape(g.gid)}</code>'
-            f' {escape(g.date or "")} <span class="outcome state-{_a(outcome)}">{escape(outcome)}</span>'
-            f"{escape(detail)}</h2>{_actions(g, order)}"
-            f'<div class="pictures">{_dag(definition, states)}{gantt_svg(bars)}</div></section>'
+            f'<section class="grid-workflow" data-workflow="{_a(workflow)}"><h2>{escape(workflow)}</h2>'
+            '<table class="runs-grid"><thead><tr><th>gid</th><th>date</th><th>outcome</th>'
+            f"<th>took</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
         )
     return "".join(parts)
 
 
-def _actions(generation: Generation, jobs: Sequence[str]) -> str:
-    """Cancel while it runs; once ended, rerun it (every job, or from one and those after it)."""
+def run(
+    monitor: Monitor,
+    definitions: Sequence[Mapping[str, Any]],
+    workflow: str,
+    gid: str,
+    live: Live | None = None,
+) -> str:
+    """One generation: its outcome, its DAG coloured by job state, its timeline, Cancel or Rerun; a
+    running job with its agent, its attempt and the time since it was ready, which the script
+    keeps counting. ValueError if the dashboard does not know it."""
+    live = live or Live()
+    now = live.now
+    g = monitor.generations.get((workflow, gid))
+    if g is None:
+        raise ValueError(f"no generation {gid} of {workflow} is known to the dashboard")
+    by_name = {d["name"]: d for d in definitions if "name" in d}
+    states = {job: s.status for job, s in g.jobs.items() if job not in VIRTUAL}
+    definition = by_name.get(g.workflow, {"jobs": []})
+    defined = [j["job"] for j in definition["jobs"]]
+    order = defined + [job for job in states if job not in defined]
+    agents = {j["job"]: j["agent"] for j in definition["jobs"]}
+    running: dict[str, tuple[float | None, str]] = {}
+    bars = []
+    for job in order:
+        state = g.jobs.get(job)
+        if state is None:
+            bars.append(Bar(job, "waiting"))
+            continue
+        if state.status != RUNNING:
+            bars.append(Bar(job, state.status, state.started, state.duration))
+            continue
+        attempt = live.attempts.get((g.workflow, g.gid, job))
+        ready = ready_at(g, definition, job)
+        facts = [*([f"attempt {attempt}"] if attempt else []), agents.get(job, "?")]
+        running[job] = (ready, "".join(f" · {fact}" for fact in facts))
+        bars.append(Bar(job, RUNNING, ready, None if ready is None else max(now - ready, 0.0)))
+    outcome = live.outcome(g)
+    detail = f" ({g.end.detail})" if g.end is not None and g.end.detail else ""
+    return (
+        f'<section class="generation" data-workflow="{_a(g.workflow)}" data-gid="{_a(g.gid)}"'
+        f' data-outcome="{_a(outcome)}"><h2>{escape(g.workflow)} <code>{escape(g.gid)}</code>'
+        f' {escape(g.date or "")} <span class="outcome state-{_slug(outcome)}">{escape(outcome)}</span>'
+        f"{escape(detail)}</h2>{_actions(g, order, outcome)}<p>Click a job for its log.</p>"
+        f'<div class="pictures">{_dag(definition, states, running, now)}{gantt_svg(bars)}'
+        "</div></section>"
+    )
+
+
+def _actions(generation: Generation, jobs: Sequence[str], outcome: str) -> str:
+    """Cancel while it runs; once ended, rerun it (every job, or from one and those after it);
+    nothing for a generation nobody started (there is nothing to cancel or rerun)."""
+    if outcome in (STARTING, NOT_STARTED):
+        return ""
     if not generation.ended:
         return '<p class="actions"><button type="button" data-action="cancel">Cancel</button></p>'
     options = "".join(f'<option value="{_a(job)}">{escape(job)}</option>' for job in jobs)
@@ -267,12 +462,24 @@ def job_log(found: Mapping[str, Any]) -> str:
     )
 
 
-def _newest(monitor: Monitor) -> list[Generation]:
-    return newest(monitor.generations.values(), RUNS_SHOWN)
+def shown(monitor: Monitor, live: Live | None = None) -> list[Generation]:
+    """The generations the Runs page shows: the newest RUNS_SHOWN, but not those nobody started
+    (with ``live``, which knows when they were first seen)."""
+    found = (g for g in monitor.generations.values())
+    if live is not None:
+        found = (g for g in found if live.outcome(g) != NOT_STARTED)
+    return _newest(found, RUNS_SHOWN)
 
 
-def _outcome(generation: Generation) -> str:
-    return "running" if generation.end is None else generation.end.status
+def _newest(generations: Iterable[Generation], limit: int) -> list[Generation]:
+    """As ``wfm.operations.newest`` (by start, those not started first), computing each start once
+    and keeping only the ``limit`` first: 10,000 generations kept, one page asked."""
+
+    def key(generation: Generation) -> tuple[bool, float]:
+        starts = [s.started for s in generation.jobs.values() if s.started]
+        return (not starts, min(starts) if starts else 0.0)
+
+    return heapq.nlargest(limit, generations, key=key)
 
 
 # history ----------------------------------------------------------------------------------------
@@ -347,3 +554,8 @@ def history(query: HistoryQuery, state: str, rows: Any) -> str:
 
 def _a(text: str) -> str:
     return escape(text, quote=True)
+
+
+def _slug(text: str) -> str:
+    """A state as one CSS class word (``not started``: ``not-started``)."""
+    return _a(text.replace(" ", "-"))

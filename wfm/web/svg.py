@@ -18,12 +18,14 @@ __all__ = [
     "Node",
     "Series",
     "dag_svg",
+    "elapsed",
     "gantt_svg",
     "graph_svg",
     "layers",
     "line_chart_svg",
 ]
 
+RUNNING = "RUNNING"  # a job's state while it runs (what the agents answer; it has no status yet)
 BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 150, 46, 60, 18, 12
 
 
@@ -74,10 +76,42 @@ def layers(nodes: Sequence[str], edges: Sequence[tuple[str, str]]) -> list[list[
     return result
 
 
-def dag_svg(nodes: Sequence[Node], edges: Sequence[Edge], states: Mapping[str, str] | None = None) -> str:
+def elapsed(seconds: float) -> str:
+    """A duration as a person reads it: ``42 s``, ``3 min 05 s``, ``2 h 07 min`` (the script's
+    ``elapsed`` says the same as the page counts on)."""
+    whole = max(int(seconds), 0)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600} h {whole // 60 % 60:02d} min"
+
+
+def _ticking(since: float | None, rest: str, now: float, cls: str, x: float, y: float, anchor: str) -> str:
+    """``running ELAPSED REST`` as SVG text; with ``since``, ``data-since`` and ``data-rest`` let
+    the page's script count on every second without a redraw."""
+    if since is None:
+        return (
+            f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" class="{cls}">running{escape(rest)}</text>'
+        )
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" class="{cls}" data-since="{since:.3f}"'
+        f' data-rest="{_attr(rest)}">running {elapsed(now - since)}{escape(rest)}</text>'
+    )
+
+
+def dag_svg(
+    nodes: Sequence[Node],
+    edges: Sequence[Edge],
+    states: Mapping[str, str] | None = None,
+    running: Mapping[str, tuple[float | None, str]] | None = None,
+    now: float = 0.0,
+) -> str:
     """A workflow left to right: one box per job (coloured by ``states``, job -> status, when
-    given), an arrow per edge; edges taken on failure are dashed, on always dotted, and labelled."""
-    states = states or {}
+    given), an arrow per edge; edges taken on failure are dashed, on always dotted, and labelled.
+    ``running``: job -> (since when, in epoch seconds, or None; what follows: attempt, agent),
+    shown as ``running 12 s · attempt 1 · agentB`` in its box."""
+    states, running = states or {}, running or {}
     columns = layers([n.name for n in nodes], [(e.after, e.job) for e in edges])
     notes = {n.name: n.note for n in nodes}
     where: dict[str, tuple[float, float]] = {}
@@ -115,8 +149,13 @@ def dag_svg(nodes: Sequence[Node], edges: Sequence[Edge], states: Mapping[str, s
             f"<title>{escape(name)}{': ' + escape(state) if state else ''}</title>"
             f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="6"/>'
             f'<text x="{x + BOX_W / 2}" y="{y + 19}" text-anchor="middle" class="name">{escape(name)}</text>'
-            f'<text x="{x + BOX_W / 2}" y="{y + 36}" text-anchor="middle" class="note">'
-            f"{escape(state or notes.get(name, ''))}</text></g>"
+            + (
+                _ticking(*running[name], now, "note", x + BOX_W / 2, y + 36, "middle")
+                if name in running
+                else f'<text x="{x + BOX_W / 2}" y="{y + 36}" text-anchor="middle" class="note">'
+                f"{escape(state or notes.get(name, ''))}</text>"
+            )
+            + "</g>"
         )
     out.append("</svg>")
     return "".join(out)
@@ -193,11 +232,17 @@ def gantt_svg(bars: Sequence[Bar], width: int = 640) -> str:
         else:
             x = label + (bar.start - first) * scale
             w = max((bar.duration or 0.0) * scale, 2.0)
-            seconds = f"{bar.duration:.1f} s" if bar.duration is not None else "running"
+            seconds = "running" if bar.duration is None or bar.state == RUNNING else f"{bar.duration:.1f} s"
             out.append(
                 f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row - 6}" rx="3">'
                 f"<title>{escape(bar.job)} {escape(bar.state)} {seconds}</title></rect>"
             )
+            if bar.state == RUNNING:  # it ends now, at the right edge: counted on inside the bar
+                out.append(
+                    _ticking(
+                        bar.start, "", bar.start + (bar.duration or 0.0), "note", x + w - 4, y + 15, "end"
+                    )
+                )
         out.append("</g>")
     axis = height - 8
     out.append(

@@ -38,6 +38,46 @@
     }
     clearTimeout(pending);
     if (content.querySelector("[data-pending]")) pending = setTimeout(refresh, 2000);
+    markOpen();
+  }
+
+  // the Runs page: the generation opened from the grid, redrawn with it
+  const runPanel = document.getElementById("run");
+  let runUrl = null, open = null, askedRun = 0;
+
+  async function refreshRun() {
+    if (!runUrl) return;
+    const mine = ++askedRun;
+    try {
+      const response = await fetch(runUrl, {cache: "no-store"});
+      if (response.status === 401) return signedOut();
+      const text = await response.text();
+      if (mine === askedRun) runPanel.innerHTML = text;
+    } catch (error) {
+      live.textContent = "server unreachable";
+    }
+  }
+
+  function markOpen() {
+    for (const row of content.querySelectorAll("tr.run")) {
+      row.classList.toggle("open", !!open && row.dataset.workflow === open.workflow
+                                    && row.dataset.gid === open.gid);
+    }
+  }
+
+  function openRun(row) {
+    open = {workflow: row.dataset.workflow, gid: row.dataset.gid};
+    runUrl = "/fragment/run?" + new URLSearchParams(open);
+    runPanel.textContent = "loading " + open.gid + " ...";
+    markOpen();
+    refreshRun().then(() => runPanel.scrollIntoView({block: "nearest"}));
+  }
+
+  function filtered(form, extra) {
+    const params = new URLSearchParams();
+    for (const [name, value] of new FormData(form)) if (value) params.set(name, value);
+    for (const [name, value] of Object.entries(extra || {})) params.set(name, value);
+    return content.dataset.fragment + (params.size ? "?" + params : "");
   }
 
   const events = new EventSource("/events");
@@ -45,7 +85,10 @@
   events.onerror = () => {  // refused or unreachable: an EventSource does not say which
     live.textContent = "reconnecting ..."; live.className = "off"; refresh();
   };
-  if (content.dataset.events) events.addEventListener(content.dataset.events, refresh);
+  if (content.dataset.events) events.addEventListener(content.dataset.events, () => {
+    refresh();
+    if (runPanel) refreshRun();
+  });
 
   async function show(what, url) {
     const detail = document.getElementById("detail");
@@ -69,10 +112,29 @@
     result.className = answer.error ? "problem" : "ok";
   }
 
-  content.addEventListener("click", (event) => {
+  const filter = document.getElementById("runs-filter");
+  if (filter) filter.addEventListener("submit", (event) => {
+    event.preventDefault();
+    fragment = filtered(filter);
+    refresh();
+  });
+
+  document.querySelector("main").addEventListener("keydown", (event) => {
+    const row = event.target.closest("tr.run");
+    if (row && event.key === "Enter") openRun(row);
+  });
+
+  document.querySelector("main").addEventListener("click", (event) => {
     const broker = event.target.closest("[data-broker]");
     const run = event.target.closest("section.generation");
-    if (broker) {
+    const row = event.target.closest("tr.run");
+    const paging = event.target.closest("[data-page-to]");
+    if (paging && filter) {
+      fragment = filtered(filter, {page: paging.dataset.pageTo});
+      refresh();
+    } else if (row) {
+      openRun(row);
+    } else if (broker) {
       event.preventDefault();
       show(broker.dataset.broker, "/fragment/broker/" + encodeURIComponent(broker.dataset.broker));
     } else if (run) {
@@ -111,6 +173,21 @@
     content.textContent = "loading ...";
     refresh();
   });
+
+  // a running job's elapsed time, counted on every second between two redraws (svg.elapsed)
+  function elapsed(seconds) {
+    const whole = Math.max(Math.floor(seconds), 0);
+    const two = (n) => String(n).padStart(2, "0");
+    if (whole < 60) return whole + " s";
+    if (whole < 3600) return Math.floor(whole / 60) + " min " + two(whole % 60) + " s";
+    return Math.floor(whole / 3600) + " h " + two(Math.floor(whole / 60) % 60) + " min";
+  }
+  setInterval(() => {
+    const now = Date.now() / 1000;
+    for (const text of document.querySelectorAll("[data-since]")) {
+      text.textContent = "running " + elapsed(now - Number(text.dataset.since)) + text.dataset.rest;
+    }
+  }, 1000);
 
   refresh();
 })();
