@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from broker.client.reconnect import brokers
 from broker.transport.tls import Identity
-from wfm.history.report import JobPeriod
+from wfm.history.report import JobPeriod, JobSummary
 from wfm.monitor import Monitor
 from wfm.operations import Deployed, NoReply, UnknownWorkflow
 from wfm.web import Dashboard, create_app, pages
@@ -223,16 +223,20 @@ def test_history_says_spark_is_starting_without_blocking_then_shows_the_charts(t
     reader = HistoryReader(tmp_path, open_store=lambda path: started.wait(10) and "store")
     rows = [JobPeriod("PAYROLL", "JobA", date(2026, 11, d), 2, 1, 0, 1.0, 2.0, ()) for d in (1, 2)]
     query = HistoryQuery(date(2026, 11, 1), date(2026, 11, 30))
-    assert reader.report(lambda store: rows, query) == ("starting", None)
+    summary = [JobSummary("PAYROLL", "JobA", 4, 2, 0, 1.0, 0.9, 2.0)]
+    assert reader.report(lambda store: (rows, summary), query) == ("starting", None)
     started.set()
     for _ in range(100):
-        state, result = reader.report(lambda store: rows if store == "store" else [], query)
+        state, result = reader.report(lambda store: (rows, summary) if store == "store" else [], query)
         if state == "ready":
             break
         threading.Event().wait(0.05)
-    assert (state, result) == ("ready", rows)
+    assert (state, result) == ("ready", (rows, summary))
     page = history(query, state, result)
     assert page.count("<svg") == 2 and "PAYROLL/JobA: runs, failures" in page
+    table = page[: page.index("<svg")]  # the summary first
+    assert '<tr class="summary failing" data-job="JobA"><td>PAYROLL</td>' in table
+    assert [cell in table for cell in (">4<", ">2<", ">50 %<", ">1.0<", ">0.9<", ">2.0<")] == [True] * 6
     reader.close()
 
 

@@ -193,3 +193,41 @@ def test_a_running_job_is_shown_running_live_with_its_attempt_agent_and_elapsed_
     assert page.get_attribute(f'{run} svg.dag [data-job="Nap"]', "data-state") == "SUCCESS"
     assert page.locator('[data-workflow="NOSUCH"]').count() == 0
     assert not [line for line in said if "Content Security Policy" in line or "pageerror" in line], said
+
+
+def test_the_history_page_shows_its_summary_first_and_charts_of_one_day_with_matching_legends(
+    browser: object,
+) -> None:
+    from tests.web.served import Reported, filled, report, serving
+
+    board = filled()
+    rows, summary = report(days=1)  # a single day: one bar per series, one dot per line
+    board.history = Reported((rows, summary))
+    with serving(board) as url:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+        said: list[str] = []
+        page.on("console", lambda message: said.append(f"{message.type}: {message.text}"))
+        page.goto(url.replace("/runs?", "/history?"))
+        page.wait_for_selector("table.history-summary")
+        first = page.evaluate(
+            "document.querySelector('#content').firstElementChild.nextElementSibling.tagName"
+        )
+        assert first == "TABLE"  # the summary before any chart
+        assert page.locator("table.history-summary tr.summary").count() == 3
+        chart = 'section.job-history[data-job="JobB"] svg.chart'
+        assert page.locator(f"{chart} rect.bar").count() == 2  # runs and failures of the one day
+        assert page.locator(f"{chart} circle.dot").count() == 2  # mean and p95: a dot each
+        colours = page.evaluate(
+            """(chart) => [...document.querySelectorAll(chart)].map((svg) => [...svg.querySelectorAll(
+                 ".swatch")].map((swatch) => {
+                   const series = [...swatch.classList].find((c) => c.startsWith("series-"));
+                   const mark = svg.querySelector(`.${series}:not(.swatch)`);
+                   const paint = (e) => getComputedStyle(e)[e.tagName === "line" ? "stroke" : "fill"];
+                   return [paint(swatch), paint(mark)];
+                 }))""",
+            'section.job-history[data-job="JobB"] svg.chart',
+        )
+        assert [pair[0] == pair[1] for each in colours for pair in each] == [True] * 4, colours
+        assert colours[0][0][0] != colours[0][1][0]  # the two series differ
+        page.screenshot(path="/tmp/history-one-day.png", full_page=True)
+        assert not [line for line in said if "Content Security Policy" in line or "error" in line], said

@@ -108,6 +108,7 @@ def shell(name: str, definitions: Sequence[Mapping[str, Any]]) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>wfm {escape(name)}</title>"
+        '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
         '<link rel="stylesheet" href="/static/dashboard.css"></head><body>'
         f'<header><span class="brand">wfm</span><nav>{nav}</nav><span id="live"></span></header>'
         f"<main>{controls}"
@@ -507,16 +508,22 @@ class HistoryQuery:
         workflow = params.get("workflow") or None
         return cls(since, until, by, workflow and check_workflow(workflow))
 
-    def compute(self, store: Any) -> list[Any]:
-        """The report's rows in the range (run in the Spark thread)."""
-        from wfm.history.report import job_report  # Spark: only when the History page is asked for
+    def compute(self, store: Any) -> tuple[list[Any], list[Any]]:
+        """The report's rows in the range, and the summary per job over it (run in the Spark thread)."""
+        from wfm.history.report import (
+            job_report,
+            job_summary,
+        )  # Spark: only when the History page is asked for
 
         since = datetime(self.since.year, self.since.month, self.since.day, tzinfo=UTC).timestamp()
-        return [r for r in job_report(store, self.workflow, since, self.by) if r.period <= self.until]
+        rows = [r for r in job_report(store, self.workflow, since, self.by) if r.period <= self.until]
+        return rows, job_summary(store, self.workflow, since, self.until)
 
 
-def history(query: HistoryQuery, state: str, rows: Any) -> str:
-    """Charts per job (runs and failures; mean and p95 duration) over the periods, or where Spark is."""
+def history(query: HistoryQuery, state: str, result: Any) -> str:
+    """A summary table per job over the range (runs, failures, NORUNs, mean, p50 and p95 duration),
+    then two charts per job (runs and failures; mean and p95 duration) over the periods, side by
+    side; or where Spark is."""
     if state == "none":
         return problem("no history store (start wfm web with --store DIR)")
     if state == "starting":
@@ -524,7 +531,8 @@ def history(query: HistoryQuery, state: str, rows: Any) -> str:
     if state == "computing":
         return '<p class="pending" data-pending="1">Computing the report ...</p>'
     if state == "error":
-        return problem(str(rows))
+        return problem(str(result))
+    rows, summaries = result
     if not rows:
         return f"<p>No runs from {query.since} to {query.until}.</p>"
     periods = sorted({r.period for r in rows})
@@ -532,7 +540,38 @@ def history(query: HistoryQuery, state: str, rows: Any) -> str:
     jobs: dict[tuple[str, str], dict[date, Any]] = {}
     for r in rows:
         jobs.setdefault((r.workflow, r.job), {})[r.period] = r
-    parts = [f"<p>{len(jobs)} jobs, {len(periods)} {query.by}s from {query.since} to {query.until}.</p>"]
+    many = "" if len(periods) == 1 else "s"
+    parts = [f"<p>{len(jobs)} jobs, {len(periods)} {query.by}{many} from {query.since} to {query.until}.</p>"]
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "workflow",
+            "job",
+            "runs",
+            "failures",
+            "failed %",
+            "NORUN",
+            "mean (s)",
+            "p50 (s)",
+            "p95 (s)",
+        )
+    )
+    body = []
+    for s in summaries:
+        rate = f"{100 * s.failures / s.runs:.0f} %" if s.runs else ""
+        cells = [
+            f"<td>{escape(s.workflow)}</td>",
+            f'<td><a href="#chart-{_a(s.workflow)}-{_a(s.job)}">{escape(s.job)}</a></td>',
+            *(f'<td class="number">{v}</td>' for v in (s.runs, s.failures, rate, s.noruns)),
+            *(
+                f'<td class="number">{_seconds(v)}</td>'
+                for v in (s.mean_duration, s.p50_duration, s.p95_duration)
+            ),
+        ]
+        failing = " failing" if s.failures else ""
+        body.append(f'<tr class="summary{failing}" data-job="{_a(s.job)}">{"".join(cells)}</tr>')
+    parts.append(f'<table class="grid history-summary"><tr>{head}</tr>{"".join(body)}</table>')
+    charts = []
     for (workflow, job), by_period in sorted(jobs.items()):
 
         def values(name: str, table: dict[date, Any] = by_period) -> list[float | None]:
@@ -548,8 +587,16 @@ def history(query: HistoryQuery, state: str, rows: Any) -> str:
             labels,
             [Series("mean", values("mean_duration")), Series("p95", values("p95_duration"))],
         )
-        parts.append(f'<section class="job-history" data-job="{_a(job)}">{counts}{durations}</section>')
+        charts.append(
+            f'<section class="job-history" id="chart-{_a(workflow)}-{_a(job)}" data-job="{_a(job)}">'
+            f"{counts}{durations}</section>"
+        )
+    parts.append(f'<div class="charts">{"".join(charts)}</div>')
     return "".join(parts)
+
+
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
 
 
 def _a(text: str) -> str:

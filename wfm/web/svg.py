@@ -263,13 +263,16 @@ class Series:
 
 def line_chart_svg(title: str, categories: Sequence[str], series: Sequence[Series], width: int = 420) -> str:
     """A small chart over ``categories`` (periods): bars side by side and lines on one y axis from 0
-    to the largest value, a legend in the title line."""
+    to the largest value, a dot on each line's every value (so one period, or a value between two
+    gaps, shows), and a legend whose swatches are drawn with each series' own class, so their
+    colours are the bars' and the lines'. Any number of categories: the bars share the width."""
     height, left, bottom, top = 180, 40, 24, 26
     values = [v for s in series for v in s.values if v is not None]
     peak = max(values, default=0.0) or 1.0
     plot_w, plot_h = width - left - 10, height - top - bottom
     step = plot_w / max(len(categories), 1)
     bars = [s for s in series if s.kind == "bar"]
+    dot = max(min(step / 4, 3.0), 1.2)
 
     def y(value: float) -> float:
         return top + plot_h - value * plot_h / peak
@@ -279,36 +282,53 @@ def line_chart_svg(title: str, categories: Sequence[str], series: Sequence[Serie
     out.append(
         f'<polyline class="axis" points="{left},{top} {left},{top + plot_h} {left + plot_w},{top + plot_h}"/>'
         f'<text x="{left - 4}" y="{top + 4}" text-anchor="end" class="note">{peak:g}</text>'
+        f'<text x="{left - 4}" y="{top + plot_h + 4}" text-anchor="end" class="note">0</text>'
     )
+    legend_x = width - 10 - 70 * len(series)
     for number, s in enumerate(series):
+        at = legend_x + 70 * number
+        swatch = (
+            f'<rect class="swatch series-{number}" x="{at}" y="6" width="10" height="10"/>'
+            if s.kind == "bar"
+            else f'<line class="swatch series-{number} line" x1="{at}" y1="11" x2="{at + 10}" y2="11"/>'
+        )
         out.append(
-            f'<text x="{width - 10}" y="{14 + 0}" dx="{-90 * (len(series) - 1 - number)}" text-anchor="end"'
-            f' class="legend series-{number}">{escape(s.name)}</text>'
+            f'<g class="legend" data-series="{_attr(s.name)}">{swatch}'
+            f'<text x="{at + 14}" y="15" class="legend-name">{escape(s.name)}</text></g>'
         )
         if s.kind == "bar":
             slot = bars.index(s)
-            bar_w = step * 0.8 / max(len(bars), 1)
+            bar_w = min(step * 0.8 / max(len(bars), 1), 28.0)  # one period: not a slab
+            group = bar_w * len(bars)
             for i, value in enumerate(s.values):
                 if value is not None:
-                    x = left + i * step + step * 0.1 + slot * bar_w
+                    x = left + i * step + (step - group) / 2 + slot * bar_w
                     out.append(
-                        f'<rect class="series-{number}" x="{x:.1f}" y="{y(value):.1f}" width="{bar_w:.1f}"'
-                        f' height="{top + plot_h - y(value):.1f}">'
-                        f"<title>{escape(s.name)} {value:g}</title></rect>"
+                        f'<rect class="series-{number} bar" x="{x:.1f}" y="{y(value):.1f}"'
+                        f' width="{bar_w:.1f}" height="{top + plot_h - y(value):.1f}">'
+                        f"<title>{escape(categories[i])} {escape(s.name)} {value:g}</title></rect>"
                     )
         else:
             points = [
-                f"{left + i * step + step / 2:.1f},{y(value):.1f}"
-                for i, value in enumerate(s.values)
-                if value is not None
+                (left + i * step + step / 2, value) for i, value in enumerate(s.values) if value is not None
             ]
-            out.append(f'<polyline class="series-{number} line" points="{" ".join(points)}"/>')
+            if len(points) > 1:
+                line = " ".join(f"{x:.1f},{y(v):.1f}" for x, v in points)
+                out.append(f'<polyline class="series-{number} line" points="{line}"/>')
+            for (x, value), i in zip(
+                points, [i for i, v in enumerate(s.values) if v is not None], strict=True
+            ):
+                out.append(
+                    f'<circle class="series-{number} dot" cx="{x:.1f}" cy="{y(value):.1f}" r="{dot:.1f}">'
+                    f"<title>{escape(categories[i])} {escape(s.name)} {value:g}</title></circle>"
+                )
     if categories:
-        out.append(
-            f'<text x="{left}" y="{height - 6}" class="note">{escape(categories[0])}</text>'
-            f'<text x="{left + plot_w}" y="{height - 6}" class="note" text-anchor="end">'
-            f"{escape(categories[-1])}</text>"
-        )
+        out.append(f'<text x="{left}" y="{height - 6}" class="note">{escape(categories[0])}</text>')
+        if len(categories) > 1:
+            out.append(
+                f'<text x="{left + plot_w}" y="{height - 6}" class="note" text-anchor="end">'
+                f"{escape(categories[-1])}</text>"
+            )
     out.append("</svg>")
     return "".join(out)
 
