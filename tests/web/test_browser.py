@@ -231,3 +231,29 @@ def test_the_history_page_shows_its_summary_first_and_charts_of_one_day_with_mat
         assert colours[0][0][0] != colours[0][1][0]  # the two series differ
         page.screenshot(path="/tmp/history-one-day.png", full_page=True)
         assert not [line for line in said if "Content Security Policy" in line or "error" in line], said
+
+
+def test_the_screenshot_recipe_static_mode_lets_headless_chromium_finish(
+    browser: object, tmp_path: Path
+) -> None:
+    """docs/web.md's recipe: ``?static=1`` opens no event stream, so Chromium's
+    ``--virtual-time-budget`` can end (with the stream it waits for ever) and --screenshot writes."""
+    from tests.web.served import filled, serving
+
+    with serving(filled()) as url:
+        page = browser.new_page()  # type: ignore[attr-defined]
+        streams: list[str] = []
+        page.on("request", lambda request: streams.append(request.url) if "/events" in request.url else None)
+        page.goto(url + "&static=1")
+        assert page.url.endswith("/runs?static=1")  # the token taken, the rest kept
+        page.wait_for_selector("tr.run")
+        assert page.inner_text("#live") == "not live (static)" and streams == []
+        shot = tmp_path / "runs.png"
+        assert CHROMIUM is not None
+        done = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             f"--screenshot={shot}", "--window-size=1280,1400", "--virtual-time-budget=5000",
+             url + "&static=1"],
+            capture_output=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0 and shot.stat().st_size > 10_000, done.stderr[-500:]
