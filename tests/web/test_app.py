@@ -432,3 +432,35 @@ def test_the_runs_grid_has_a_row_per_generation_a_column_per_job_filters_and_pag
     assert web.get("/fragment/runs", params={"workflow": "OTHER"}).text.count('<tr class="run"') == 0
     assert web.get("/fragment/runs", params={"status": "GREEN"}).status_code == 400
     assert web.get("/fragment/runs", params={"page": "0"}).status_code == 400
+
+
+def test_the_overlay_shows_the_clients_of_each_broker_its_rates_and_what_each_refusal_means() -> None:
+    from wfm.web.sources import hosted, rates
+
+    table = {
+        "entries": [
+            {"id": "s1", "filter": "f", "hop": "agentB:agentB-1"},
+            {"id": "s2", "filter": "f", "hop": "B1"},  # a neighbour's
+            {"id": "s3", "filter": "f", "hop": "Local.DETECTOR"},
+            {"id": "s4", "filter": "f", "hop": "deployer:c-1"},
+        ],
+        "total": 4,
+    }
+    status = {"id": "B2", "neighbors": ["B1"], "srt": table, "prt": {"entries": [], "total": 0}}
+    assert hosted(status) == ["agentB", "deployer"]
+    assert hosted({"id": "B2", "withheld": "tables"}) is None  # not this role's to see
+    assert rates(None, (10.0, {"in.Publish": 5})) == {}
+    assert rates((10.0, {"in.Publish": 5, "delivered": 1}), (12.0, {"in.Publish": 9, "delivered": 7})) == {
+        "publications": 2.0,
+        "deliveries": 3.0,
+        "carried": 0.0,
+    }
+    counters = {"in.Publish": 9, "delivered": 7, "refused": 2, "refused.acl": 2, "dropped.ttl": 1}
+    view = overlay_view(
+        {"B2": status | {"counters": counters, "rates": {"publications": 2.0, "deliveries": 3.0}}}, {}
+    )
+    page = pages.overlay(view)
+    assert '<g class="client" data-client="agentB" data-at="B2">' in page
+    assert "2 in/s · 3 out/s" in page and "<td>agentB, deployer</td>" in page
+    assert '<tr data-counter="refused.acl"><td><code>refused.acl</code></td><td>a client' in page
+    assert '<tr data-counter="dropped.ttl">' in page and 'class="number">1</td></tr>' in page

@@ -131,7 +131,14 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     page.wait_for_selector("svg.overlay")
     assert page.locator("svg.overlay [data-broker]").count() == 3
     assert page.locator("svg.overlay line.link").count() == 2
-    page.click('svg.overlay [data-broker="B2"]')
+    for agent in ("agentA", "agentB", "agentC"):  # hanging off their brokers, from the tables
+        page.wait_for_selector(f'svg.overlay g.client[data-client="{agent}"]', state="attached")
+    page.wait_for_selector("svg.overlay text.rate", state="attached")  # the second walk: rates
+    assert page.locator('table.counters tr[data-counter="refused.acl"]').count() == 1
+    page.evaluate(  # in one step: the live rates redraw the page every walk (2 s)
+        """document.querySelector('svg.overlay [data-broker="B2"]')
+             .dispatchEvent(new MouseEvent("click", {bubbles: true}))"""
+    )
     page.wait_for_selector('[data-detail="B2"]')
     assert "Subscriptions (PRT)" in page.inner_text("#detail")
     page.screenshot(path=str(tmp_path / "overlay.png"), full_page=True)

@@ -126,36 +126,89 @@ def problem(message: str) -> str:
 
 COUNTS = ("clients", "subscriptions", "advertisements", "composites", "covering")
 COUNTERS = ("publications", "deliveries", "drops", "refusals")
+# what each counter of a broker's refusals and drops means (docs/security.md, docs/reliability.md)
+MEANINGS = {
+    "refused": "requests refused with a Refuse message to the client, for any of the reasons below",
+    "refused.acl": "a client's request its role may not make (access control at the edge broker)",
+    "refused.nonconforming": "a client's publication that fits none of its own advertisements",
+    "dropped.nonconforming": "a publication from a neighbour that fits no advertisement from its side",
+    "dropped.duplicate": "a copy already routed (a client's resend, or a cycle in the overlay)",
+    "dropped.unexpected": "a message that made no sense here (a part withdrawn under way, a Refuse)",
+    "dropped.ttl": "a message whose time to live ran out",
+    "dropped.resent": "a neighbour's resend of a message already handled",
+    "dropped.link_down": "messages for a link that went down before they were confirmed",
+    "dropped.link_closed": "messages held for a neighbour that left for good",
+    "dropped.link_full": "messages for a neighbour whose custody channel was full",
+    "dropped.session_full": "deliveries for a client whose session queue was full",
+    "unconfirmed.session_closed": "deliveries a client had received but not confirmed when its session ended",
+    "link.dropped.unsent": "messages a link could not send before it closed",
+    "link.dropped.unsendable": "messages too large, or otherwise impossible, to send on a link",
+    "link.dropped.link_gone": "messages for a link that had gone",
+}
 
 
 def overlay(view: Mapping[str, Any]) -> str:
-    """The graph of brokers and links, and a table of each broker's counts and counters."""
+    """The graph of brokers, links and the clients hanging off each broker (from its tables), a
+    table of each broker's counts, counters and rates (per second, since the last walk), and
+    what each refusal and drop counter means, with each broker's count."""
     brokers = view.get("brokers", [])
     if not brokers:
         return problem(view.get("error", "no broker answered yet ..."))
     graph = graph_svg(
         [(b["id"], "reached" if b["reached"] else "unreached") for b in brokers],
         [(a, b) for a, b in view.get("links", [])],
+        hosted={b["id"]: b.get("hosted") or [] for b in brokers if b["reached"]},
+        notes={b["id"]: _rates(b.get("rates") or {}) for b in brokers if b["reached"]},
     )
-    head = "".join(f"<th>{h}</th>" for h in ("broker", "uri", *COUNTS, *COUNTERS))
+    head = "".join(
+        f"<th>{h}</th>" for h in ("broker", "uri", "clients here", *COUNTS, *COUNTERS, "in/s", "delivered/s")
+    )
     rows = []
     for b in brokers:
         if not b["reached"]:
             rows.append(
                 f'<tr data-broker-row="{_a(b["id"])}"><td>{escape(b["id"])}</td>'
-                f'<td colspan="{1 + len(COUNTS) + len(COUNTERS)}" class="problem">'
+                f'<td colspan="{4 + len(COUNTS) + len(COUNTERS)}" class="problem">'
                 f"{escape(b['error'])}</td></tr>"
             )
             continue
         cells = "".join(f"<td>{escape(str(b[k]))}</td>" for k in (*COUNTS, *COUNTERS))
+        here = "withheld" if b.get("hosted") is None else ", ".join(b["hosted"]) or "none"
+        rate = b.get("rates") or {}
+        speeds = "".join(
+            f'<td class="number">{rate[k]:g}</td>' if k in rate else "<td></td>"
+            for k in ("publications", "deliveries")
+        )
         rows.append(
             f'<tr data-broker-row="{_a(b["id"])}"><td><a href="#" data-broker="{_a(b["id"])}">'
-            f"{escape(b['id'])}</a></td><td>{escape(b['uri'])}</td>{cells}</tr>"
+            f"{escape(b['id'])}</a></td><td>{escape(b['uri'])}</td><td>{escape(here)}</td>{cells}{speeds}</tr>"
         )
-    return (
-        f"<p>{len(brokers)} brokers, {len(view.get('links', []))} links; click a broker for its tables.</p>"
-        f'{graph}<table class="grid"><tr>{head}</tr>{"".join(rows)}</table>'
+    reached = [b for b in brokers if b["reached"]]
+    seen = sorted(
+        {k for b in reached for k in b.get("problems") or {}}
+        | {"refused", "refused.acl", "dropped.nonconforming"}
     )
+    legend = "".join(
+        f'<tr data-counter="{_a(k)}"><td><code>{escape(k)}</code></td><td>{escape(MEANINGS.get(k, ""))}</td>'
+        + "".join(f'<td class="number">{(b.get("problems") or {}).get(k, 0)}</td>' for b in reached)
+        + "</tr>"
+        for k in seen
+    )
+    ids = "".join(f"<th>{escape(b['id'])}</th>" for b in reached)
+    return (
+        f"<p>{len(brokers)} brokers, {len(view.get('links', []))} links; the clients hanging off each"
+        " broker (those with a subscription or an advertisement in its first 300 table entries); rates"
+        " per second since the last walk (2 s). Click a broker for its tables.</p>"
+        f'{graph}<table class="grid"><tr>{head}</tr>{"".join(rows)}</table>'
+        "<h3>Refusals and drops: what each counter means</h3>"
+        f'<table class="grid counters"><tr><th>counter</th><th>counts</th>{ids}</tr>{legend}</table>'
+    )
+
+
+def _rates(rates: Mapping[str, float]) -> str:
+    if not rates:
+        return ""
+    return f"{rates.get('publications', 0):g} in/s · {rates.get('deliveries', 0):g} out/s"
 
 
 def broker_detail(status: Mapping[str, Any]) -> str:

@@ -161,25 +161,36 @@ def dag_svg(
     return "".join(out)
 
 
-def graph_svg(nodes: Sequence[tuple[str, str]], links: Sequence[tuple[str, str]], size: int = 420) -> str:
+def graph_svg(
+    nodes: Sequence[tuple[str, str]],
+    links: Sequence[tuple[str, str]],
+    size: int = 420,
+    hosted: Mapping[str, Sequence[str]] | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> str:
     """Brokers in a line (up to three) or on a circle, and their links: ``nodes``
-    are (id, css class: ``reached`` or ``unreached``), ``links`` pairs of ids."""
+    are (id, css class: ``reached`` or ``unreached``), ``links`` pairs of ids; ``hosted``: the
+    clients hanging off each broker (drawn as small boxes below it, or outward on a circle),
+    ``notes``: a line under a broker's name (its rates)."""
+    hosted, notes = hosted or {}, notes or {}
     count = len(nodes)
+    most = max((len(hosted.get(name, ())) for name, _ in nodes), default=0)
     if count <= 3:  # a line reads better: left to right, in the order given
-        step = (size - 100) / max(count - 1, 1)
-        where = {name: (50 + i * step, 60.0) for i, (name, _) in enumerate(nodes)}
-        height = 120
+        width = max(size, 200 * count)
+        step = (width - 180) / max(count - 1, 1)  # 90 on each side: room for a rate's line
+        where = {name: (90 + i * step, 60.0) for i, (name, _) in enumerate(nodes)}
+        away = {name: (0.0, 1.0) for name, _ in nodes}
+        height = 120 + most * 22
     else:
-        radius, centre = size / 2 - 50, size / 2
-        where = {
-            name: (
-                centre + radius * cos(pi + 2 * pi * i / count),
-                centre + radius * sin(pi + 2 * pi * i / count),
-            )
-            for i, (name, _) in enumerate(nodes)
-        }
-        height = size
-    out = [_open(size, height, "overlay")]
+        width = size + 2 * 22 * most
+        radius, centre = size / 2 - 50, width / 2
+        where, away = {}, {}
+        for i, (name, _) in enumerate(nodes):
+            angle = pi + 2 * pi * i / count
+            where[name] = (centre + radius * cos(angle), centre + radius * sin(angle))
+            away[name] = (cos(angle), sin(angle))
+        height = width
+    out = [_open(width, height, "overlay")]
     for a, b in links:
         if a in where and b in where:
             (x1, y1), (x2, y2) = where[a], where[b]
@@ -187,12 +198,30 @@ def graph_svg(nodes: Sequence[tuple[str, str]], links: Sequence[tuple[str, str]]
                 f'<line class="link" data-link="{_attr(a)}-{_attr(b)}" x1="{x1:.0f}" y1="{y1:.0f}"'
                 f' x2="{x2:.0f}" y2="{y2:.0f}"/>'
             )
+    for name, _ in nodes:
+        x, y = where[name]
+        dx, dy = away[name]
+        for i, client in enumerate(hosted.get(name, ())):
+            cx, cy = x + dx * (52 + 22 * i), y + dy * (52 + 22 * i)
+            out.append(
+                f'<g class="client" data-client="{_attr(client)}" data-at="{_attr(name)}">'
+                f'<line class="attach" x1="{x:.0f}" y1="{y:.0f}" x2="{cx:.0f}" y2="{cy:.0f}"/>'
+                f'<rect x="{cx - 45:.0f}" y="{cy - 9:.0f}" width="90" height="18" rx="9"/>'
+                f'<text x="{cx:.0f}" y="{cy + 4:.0f}" text-anchor="middle">{escape(client)}</text></g>'
+            )
     for name, kind in nodes:
         x, y = where[name]
         out.append(
             f'<g class="broker {_attr(kind)}" data-broker="{_attr(name)}" tabindex="0">'
             f'<circle cx="{x:.0f}" cy="{y:.0f}" r="26"/>'
-            f'<text x="{x:.0f}" y="{y + 5:.0f}" text-anchor="middle">{escape(name)}</text></g>'
+            f'<text x="{x:.0f}" y="{y + 5:.0f}" text-anchor="middle">{escape(name)}</text>'
+            + (
+                f'<text x="{x:.0f}" y="{y - 33:.0f}" text-anchor="middle" class="rate">'
+                f"{escape(notes[name])}</text>"
+                if notes.get(name)
+                else ""
+            )
+            + "</g>"
         )
     out.append("</svg>")
     return "".join(out)
