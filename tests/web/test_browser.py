@@ -249,12 +249,16 @@ def test_the_screenshot_recipe_static_mode_lets_headless_chromium_finish(
 
     with serving(filled()) as url:
         page = browser.new_page()  # type: ignore[attr-defined]
+        said: list[str] = []
+        page.on("console", lambda message: said.append(f"{message.type}: {message.text}"))
+        page.on("pageerror", lambda error: said.append(f"pageerror: {error}"))
         streams: list[str] = []
         page.on("request", lambda request: streams.append(request.url) if "/events" in request.url else None)
         page.goto(url + "&static=1")
         assert page.url.endswith("/runs?static=1")  # the token taken, the rest kept
         page.wait_for_selector("tr.run")
         assert page.inner_text("#live") == "not live (static)" and streams == []
+        assert not [line for line in said if "Content Security Policy" in line or "error" in line], said
         shot = tmp_path / "runs.png"
         assert CHROMIUM is not None
         done = subprocess.run(
