@@ -432,6 +432,12 @@ def test_the_runs_grid_has_a_row_per_generation_a_column_per_job_filters_and_pag
     assert web.get("/fragment/runs", params={"workflow": "OTHER"}).text.count('<tr class="run"') == 0
     assert web.get("/fragment/runs", params={"status": "GREEN"}).status_code == 400
     assert web.get("/fragment/runs", params={"page": "0"}).status_code == 400
+    api = web.get("/api/runs", params={"page": "3"}).json()  # the same page as JSON
+    assert (len(api["generations"]), api["page"], api["pages"], api["total"]) == (20, 3, 3, 120)
+    assert api["generations"][0]["gid"] == "g019" and api["generations"][0]["outcome"] == "SUCCESS"
+    chosen = {"status": "FAILURE", "since": "2026-11-10", "until": "2026-11-19"}
+    assert web.get("/api/runs", params=chosen).json()["total"] == 8
+    assert web.get("/api/runs", params={"status": "GREEN"}).status_code == 400
 
 
 def test_the_overlay_shows_the_clients_of_each_broker_its_rates_and_what_each_refusal_means() -> None:

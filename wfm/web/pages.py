@@ -309,22 +309,35 @@ def _days(schedule: str | Sequence[str]) -> str:
 # runs -------------------------------------------------------------------------------------------
 
 
-def generations(monitor: Monitor, live: Live | None = None) -> list[dict[str, Any]]:
-    """The newest generations first, as JSON-ready data."""
+def generations(monitor: Monitor, live: Live | None = None, query: RunsQuery | None = None) -> dict[str, Any]:
+    """The page of generations the grid shows for ``query``, as JSON-ready data: ``generations``
+    (newest first; each with its outcome and every job's status), ``page``, ``pages``, ``total``
+    (the generations the query keeps)."""
     live = live or Live()
-    return [
-        {
-            "workflow": g.workflow,
-            "gid": g.gid,
-            "date": g.date,
-            "outcome": live.outcome(g),
-            "jobs": {
-                job: {"status": s.status, "started": s.started, "duration": s.duration, "detail": s.detail}
-                for job, s in g.jobs.items()
-            },
-        }
-        for g in shown(monitor, live)
-    ]
+    chosen = select(monitor, live, query or RunsQuery())
+    return {
+        "generations": [
+            {
+                "workflow": g.workflow,
+                "gid": g.gid,
+                "date": g.date,
+                "outcome": chosen.outcomes[g.workflow, g.gid],
+                "jobs": {
+                    job: {
+                        "status": s.status,
+                        "started": s.started,
+                        "duration": s.duration,
+                        "detail": s.detail,
+                    }
+                    for job, s in g.jobs.items()
+                },
+            }
+            for g in chosen.found
+        ],
+        "page": chosen.page,
+        "pages": chosen.pages,
+        "total": chosen.kept,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,19 +394,22 @@ def runs(
     coloured by the job's state. A row opens the generation (:func:`run`)."""
     live, query = live or Live(), query or RunsQuery()
     parts = [problem(error)] if error else []
-    outcomes = {key: live.outcome(g) for key, g in monitor.generations.items()}
-    kept = [g for key, g in monitor.generations.items() if query.keeps(g, outcomes[key])]
-    pages = max((len(kept) + RUNS_PAGE - 1) // RUNS_PAGE, 1)
-    number = min(query.page, pages)
-    found = _newest(kept, number * RUNS_PAGE)[(number - 1) * RUNS_PAGE :]
+    chosen = select(monitor, live, query)
+    found, kept, pages, number, outcomes = (
+        chosen.found,
+        chosen.kept,
+        chosen.pages,
+        chosen.page,
+        chosen.outcomes,
+    )
     if not monitor.generations:
         parts.append("<p>No generation seen yet (nor remembered by the agents): trigger one.</p>")
         return "".join(parts)
     first = (number - 1) * RUNS_PAGE + 1
     parts.append(
         f'<p class="paging" data-pages="{pages}" data-page="{number}">'
-        + (f"{first}-{first + len(found) - 1} of {len(kept)} generations" if found else "no generation")
-        + (f" ({len(monitor.generations)} in all)" if len(kept) != len(monitor.generations) else "")
+        + (f"{first}-{first + len(found) - 1} of {kept} generations" if found else "no generation")
+        + (f" ({len(monitor.generations)} in all)" if kept != len(monitor.generations) else "")
         + "; click one for its DAG, timeline and actions. "
         + (f'<button type="button" data-page-to="{number - 1}">newer</button> ' if number > 1 else "")
         + (f'<button type="button" data-page-to="{number + 1}">older</button>' if number < pages else "")
@@ -434,6 +450,28 @@ def runs(
             f"<th>took</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
         )
     return "".join(parts)
+
+
+@dataclass(frozen=True)
+class Selected:
+    """One page of the generations a :class:`RunsQuery` keeps: ``found`` (newest first), how many
+    it keeps in all, the number of pages, this page's number, and every generation's outcome."""
+
+    found: list[Generation]
+    kept: int
+    pages: int
+    page: int
+    outcomes: dict[tuple[str, str], str]
+
+
+def select(monitor: Monitor, live: Live, query: RunsQuery) -> Selected:
+    """The page of generations ``query`` asks for (the last page if it asks for one beyond)."""
+    outcomes = {key: live.outcome(g) for key, g in monitor.generations.items()}
+    kept = [g for key, g in monitor.generations.items() if query.keeps(g, outcomes[key])]
+    pages = max((len(kept) + RUNS_PAGE - 1) // RUNS_PAGE, 1)
+    number = min(query.page, pages)
+    found = _newest(kept, number * RUNS_PAGE)[(number - 1) * RUNS_PAGE :]
+    return Selected(found, len(kept), pages, number, outcomes)
 
 
 def run(
