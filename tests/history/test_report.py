@@ -10,7 +10,7 @@ from broker.language import Publication
 from tests.history.conftest import land
 from wfm.history import HistoryStore
 from wfm.history.html import render_html
-from wfm.history.report import job_report
+from wfm.history.report import job_report, job_summary
 
 MONDAY = datetime(2026, 3, 2, 8, tzinfo=UTC).timestamp()
 DAY = 86400
@@ -101,3 +101,14 @@ def test_rollups_follow_each_compaction_and_rebuild_when_deleted(store: HistoryS
     assert (week.runs, week.failures, week.noruns) == (24, 12, 12)
     assert week.slowest == (("g34", 44.0), ("g33", 43.0), ("g31", 41.0))
     assert week.p95_duration == 43.0  # the 23rd of the 24 durations 10, 11, 13, 14, ..., 43, 44
+
+
+def test_a_summary_merges_every_day_of_the_range_per_job(store: HistoryStore) -> None:
+    history(store)
+    found = {(s.workflow, s.job): s for s in job_summary(store, "PAYROLL")}
+    assert sorted(found) == [("PAYROLL", "JobA"), ("PAYROLL", "JobB")]
+    job_a = found["PAYROLL", "JobA"]
+    assert (job_a.runs, job_a.failures, job_a.noruns) == (4, 1, 1)
+    assert (job_a.mean_duration, job_a.p50_duration, job_a.p95_duration) == (20, 20, 30)
+    monday = job_summary(store, "PAYROLL", until=date(2026, 3, 2))
+    assert [(s.job, s.runs) for s in monday] == [("JobA", 3)]

@@ -73,17 +73,7 @@ def job_report(
     if not 0 <= slowest <= SLOWEST_KEPT:
         raise ValueError(f"slowest must be 0 to {SLOWEST_KEPT}, not {slowest}")
     with store.locked():
-        store.rollups.refresh()
-        days, raw = store.rollups.frame(), store.landed()
-        if since is not None:
-            first = utc_day(since)
-            days = days.where(F.col("date") > first)
-            table = store.table_frame().where(F.col("date") == first)
-            raw = table if raw is None else table.unionByName(raw, allowMissingColumns=True)
-            raw = raw.where(F.col("time") >= since)
-        merged = days if raw is None else days.unionByName(partials(job_rows(raw)))
-        if workflow is not None:
-            merged = merged.where(F.col("workflow") == workflow)
+        merged = _merged(store, workflow, since)
         timed = F.sum("duration_count") > 0  # a merged sketch of no durations has no quantile
         rows = (
             merged.groupBy(
@@ -111,6 +101,81 @@ def job_report(
             .collect()
         )
     return [_job_period(json.loads(row[0])) for row in rows]
+
+
+def _merged(store: HistoryStore, workflow: str | None, since: float | None) -> Any:
+    """The daily partials (runs, failures, noruns, duration sums, sketches, slowest) of every job
+    since ``since``: the rollups of whole days, and those computed from the rows of a partial
+    first day and of the landing log. Call with the store locked."""
+    store.rollups.refresh()
+    days, raw = store.rollups.frame(), store.landed()
+    if since is not None:
+        first = utc_day(since)
+        days = days.where(F.col("date") > first)
+        table = store.table_frame().where(F.col("date") == first)
+        raw = table if raw is None else table.unionByName(raw, allowMissingColumns=True)
+        raw = raw.where(F.col("time") >= since)
+    merged = days if raw is None else days.unionByName(partials(job_rows(raw)))
+    if workflow is not None:
+        merged = merged.where(F.col("workflow") == workflow)
+    return merged
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One job over a whole range: its runs, failures and NORUNs, and its durations' mean, median
+    and 95th percentile (None when no run has a duration)."""
+
+    workflow: str
+    job: str
+    runs: int
+    failures: int
+    noruns: int
+    mean_duration: float | None
+    p50_duration: float | None
+    p95_duration: float | None
+
+
+def job_summary(
+    store: HistoryStore, workflow: str | None = None, since: float | None = None, until: date | None = None
+) -> list[JobSummary]:
+    """One entry per (workflow, job), sorted by those, over the days from ``since`` to ``until``
+    (included): what :func:`job_report` gives per period, merged over them all (the quantiles
+    from the merged sketches, not from the periods' own)."""
+    with store.locked():
+        merged = _merged(store, workflow, since)
+        if until is not None:
+            merged = merged.where(F.col("date") <= F.lit(until.isoformat()).cast("date"))
+        timed = F.sum("duration_count") > 0
+        sketch = F.kll_merge_agg_double("sketch", SKETCH_K)
+        rows = (
+            merged.groupBy("workflow", "job")
+            .agg(
+                F.sum("runs").alias("runs"),
+                F.sum("failures").alias("failures"),
+                F.sum("noruns").alias("noruns"),
+                F.when(timed, F.sum("duration_sum") / F.sum("duration_count")).alias("mean"),
+                F.when(timed, F.kll_sketch_get_quantile_double(sketch, F.lit(0.5))).alias("p50"),
+                F.when(timed, F.kll_sketch_get_quantile_double(sketch, F.lit(0.95))).alias("p95"),
+            )
+            .orderBy("workflow", "job")
+            .select(F.to_json(F.struct("*")))
+            .collect()
+        )
+    found = [json.loads(row[0]) for row in rows]
+    return [
+        JobSummary(
+            r["workflow"],
+            r["job"],
+            r["runs"],
+            r["failures"],
+            r["noruns"],
+            r.get("mean"),
+            r.get("p50"),
+            r.get("p95"),
+        )
+        for r in found
+    ]
 
 
 def _job_period(r: dict[str, Any]) -> JobPeriod:
