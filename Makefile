@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/composite_traffic.py --plot docs/composite_traffic.png
 	$(BIN)/python benchmarks/workflows.py
 	$(BIN)/python benchmarks/history.py
+	$(BIN)/python benchmarks/report.py
 	$(BIN)/python benchmarks/reliability.py
 	$(BIN)/python benchmarks/soak.py
 

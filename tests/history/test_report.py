@@ -10,7 +10,7 @@ from broker.language import Publication
 from tests.history.conftest import land
 from wfm.history import HistoryStore
 from wfm.history.html import render_html
-from wfm.history.report import job_report
+from wfm.history.report import job_report, job_summary
 
 MONDAY = datetime(2026, 3, 2, 8, tzinfo=UTC).timestamp()
 DAY = 86400
@@ -101,3 +101,67 @@ def test_rollups_follow_each_compaction_and_rebuild_when_deleted(store: HistoryS
     assert (week.runs, week.failures, week.noruns) == (24, 12, 12)
     assert week.slowest == (("g34", 44.0), ("g33", 43.0), ("g31", 41.0))
     assert week.p95_duration == 43.0  # the 23rd of the 24 durations 10, 11, 13, 14, ..., 43, 44
+
+
+def test_a_summary_merges_every_day_of_the_range_per_job(store: HistoryStore) -> None:
+    history(store)
+    found = {(s.workflow, s.job): s for s in job_summary(store, "PAYROLL")}
+    assert sorted(found) == [("PAYROLL", "JobA"), ("PAYROLL", "JobB")]
+    job_a = found["PAYROLL", "JobA"]
+    assert (job_a.runs, job_a.failures, job_a.noruns) == (4, 1, 1)
+    assert (job_a.mean_duration, job_a.p50_duration, job_a.p95_duration) == (20, 20, 30)
+    monday = job_summary(store, "PAYROLL", until=date(2026, 3, 2))
+    assert [(s.job, s.runs) for s in monday] == [("JobA", 3)]
+
+
+def test_landing_rows_read_in_python_report_as_parsed_by_spark(store: HistoryStore) -> None:
+    """A small landing log goes to the report as rows made in Python (``python_landing_bytes``),
+    a large one through Spark's JSON parsing: the same figures, with attributes of the other
+    type (read as missing by the table's typed columns), a NORUN with a duration, classes and jobs
+    left out, a --since inside a day, and a row both landing and in the table (a compaction that
+    died before removing its segment), counted once."""
+    odd = [
+        (
+            MONDAY + 300,
+            Publication(
+                "JOBSTATUS",
+                {"applname": "PAYROLL", "jobname": "JobA", "GID": "o1", "status": "SUCCESS", "duration": "7"},
+            ),
+        ),
+        (
+            MONDAY + 360,
+            Publication(
+                "JOBSTATUS",
+                {"applname": "PAYROLL", "jobname": "JobA", "GID": 5, "status": "FAILURE", "duration": 3},
+            ),
+        ),
+        (
+            MONDAY + 420,
+            Publication("JOBSTATUS", {"applname": "PAYROLL", "jobname": "JobA", "status": 1, "duration": 4}),
+        ),
+        (MONDAY + 480, Publication("JOBSTATUS", {"applname": "PAYROLL", "jobname": 9, "status": "SUCCESS"})),
+        (MONDAY + 540, status("o5", "JobC", "NORUN", 12)),
+        (
+            MONDAY + 600,
+            Publication("Trigger", {"applname": "PAYROLL", "jobname": "JobA", "status": "SUCCESS"}),
+        ),
+        (MONDAY + DAY + 600, status("o6", "APPL_START", "SUCCESS", 2)),
+        (MONDAY + DAY + 660, status("o7", "JobB", "SUCCESS", 6.5)),
+    ]
+    history(store)
+    store.compact()
+    land(store, [("r1", MONDAY + 60, status("g2", "JobA", "FAILURE", 30))])  # in the table too
+    land(store, [(f"o{n}", t, p) for n, (t, p) in enumerate(odd)])
+    reports = []
+    for limit in (store.python_landing_bytes, 0):  # in Python, then parsed by Spark
+        store.python_landing_bytes = limit
+        reports.append(
+            [job_report(store, by=by) for by in ("day", "week")]
+            + [job_report(store, "PAYROLL", since=MONDAY + 200)]
+        )
+    assert reports[0] == reports[1]
+    daily = {(r.workflow, r.job, r.period): r for r in reports[0][0]}
+    monday = daily["PAYROLL", "JobA", date(2026, 3, 2)]
+    assert (monday.runs, monday.failures, monday.noruns) == (5, 2, 1)  # g2 once; o1 and o2 added
+    assert daily["PAYROLL", "JobC", date(2026, 3, 2)].mean_duration is None  # a NORUN has none
+    assert daily["PAYROLL", "JobB", date(2026, 3, 3)].runs == 2

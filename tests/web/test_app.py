@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from broker.client.reconnect import brokers
 from broker.transport.tls import Identity
-from wfm.history.report import JobPeriod
+from wfm.history.report import JobPeriod, JobSummary
 from wfm.monitor import Monitor
 from wfm.operations import Deployed, NoReply, UnknownWorkflow
 from wfm.web import Dashboard, create_app, pages
@@ -223,16 +223,20 @@ def test_history_says_spark_is_starting_without_blocking_then_shows_the_charts(t
     reader = HistoryReader(tmp_path, open_store=lambda path: started.wait(10) and "store")
     rows = [JobPeriod("PAYROLL", "JobA", date(2026, 11, d), 2, 1, 0, 1.0, 2.0, ()) for d in (1, 2)]
     query = HistoryQuery(date(2026, 11, 1), date(2026, 11, 30))
-    assert reader.report(lambda store: rows, query) == ("starting", None)
+    summary = [JobSummary("PAYROLL", "JobA", 4, 2, 0, 1.0, 0.9, 2.0)]
+    assert reader.report(lambda store: (rows, summary), query) == ("starting", None)
     started.set()
     for _ in range(100):
-        state, result = reader.report(lambda store: rows if store == "store" else [], query)
+        state, result = reader.report(lambda store: (rows, summary) if store == "store" else [], query)
         if state == "ready":
             break
         threading.Event().wait(0.05)
-    assert (state, result) == ("ready", rows)
+    assert (state, result) == ("ready", (rows, summary))
     page = history(query, state, result)
     assert page.count("<svg") == 2 and "PAYROLL/JobA: runs, failures" in page
+    table = page[: page.index("<svg")]  # the summary first
+    assert '<tr class="summary failing" data-job="JobA"><td>PAYROLL</td>' in table
+    assert [cell in table for cell in (">4<", ">2<", ">50 %<", ">1.0<", ">0.9<", ">2.0<")] == [True] * 6
     reader.close()
 
 
@@ -428,3 +432,41 @@ def test_the_runs_grid_has_a_row_per_generation_a_column_per_job_filters_and_pag
     assert web.get("/fragment/runs", params={"workflow": "OTHER"}).text.count('<tr class="run"') == 0
     assert web.get("/fragment/runs", params={"status": "GREEN"}).status_code == 400
     assert web.get("/fragment/runs", params={"page": "0"}).status_code == 400
+    api = web.get("/api/runs", params={"page": "3"}).json()  # the same page as JSON
+    assert (len(api["generations"]), api["page"], api["pages"], api["total"]) == (20, 3, 3, 120)
+    assert api["generations"][0]["gid"] == "g019" and api["generations"][0]["outcome"] == "SUCCESS"
+    chosen = {"status": "FAILURE", "since": "2026-11-10", "until": "2026-11-19"}
+    assert web.get("/api/runs", params=chosen).json()["total"] == 8
+    assert web.get("/api/runs", params={"status": "GREEN"}).status_code == 400
+
+
+def test_the_overlay_shows_the_clients_of_each_broker_its_rates_and_what_each_refusal_means() -> None:
+    from wfm.web.sources import hosted, rates
+
+    table = {
+        "entries": [
+            {"id": "s1", "filter": "f", "hop": "agentB:agentB-1"},
+            {"id": "s2", "filter": "f", "hop": "B1"},  # a neighbour's
+            {"id": "s3", "filter": "f", "hop": "Local.DETECTOR"},
+            {"id": "s4", "filter": "f", "hop": "deployer:c-1"},
+        ],
+        "total": 4,
+    }
+    status = {"id": "B2", "neighbors": ["B1"], "srt": table, "prt": {"entries": [], "total": 0}}
+    assert hosted(status) == ["agentB", "deployer"]
+    assert hosted({"id": "B2", "withheld": "tables"}) is None  # not this role's to see
+    assert rates(None, (10.0, {"in.Publish": 5})) == {}
+    assert rates((10.0, {"in.Publish": 5, "delivered": 1}), (12.0, {"in.Publish": 9, "delivered": 7})) == {
+        "publications": 2.0,
+        "deliveries": 3.0,
+        "carried": 0.0,
+    }
+    counters = {"in.Publish": 9, "delivered": 7, "refused": 2, "refused.acl": 2, "dropped.ttl": 1}
+    view = overlay_view(
+        {"B2": status | {"counters": counters, "rates": {"publications": 2.0, "deliveries": 3.0}}}, {}
+    )
+    page = pages.overlay(view)
+    assert '<g class="client" data-client="agentB" data-at="B2">' in page
+    assert "2 in/s · 3 out/s" in page and "<td>agentB, deployer</td>" in page
+    assert '<tr data-counter="refused.acl"><td><code>refused.acl</code></td><td>a client' in page
+    assert '<tr data-counter="dropped.ttl">' in page and 'class="number">1</td></tr>' in page

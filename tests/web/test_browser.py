@@ -131,7 +131,14 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     page.wait_for_selector("svg.overlay")
     assert page.locator("svg.overlay [data-broker]").count() == 3
     assert page.locator("svg.overlay line.link").count() == 2
-    page.click('svg.overlay [data-broker="B2"]')
+    for agent in ("agentA", "agentB", "agentC"):  # hanging off their brokers, from the tables
+        page.wait_for_selector(f'svg.overlay g.client[data-client="{agent}"]', state="attached")
+    page.wait_for_selector("svg.overlay text.rate", state="attached")  # the second walk: rates
+    assert page.locator('table.counters tr[data-counter="refused.acl"]').count() == 1
+    page.evaluate(  # in one step: the live rates redraw the page every walk (2 s)
+        """document.querySelector('svg.overlay [data-broker="B2"]')
+             .dispatchEvent(new MouseEvent("click", {bubbles: true}))"""
+    )
     page.wait_for_selector('[data-detail="B2"]')
     assert "Subscriptions (PRT)" in page.inner_text("#detail")
     page.screenshot(path=str(tmp_path / "overlay.png"), full_page=True)
@@ -193,3 +200,71 @@ def test_a_running_job_is_shown_running_live_with_its_attempt_agent_and_elapsed_
     assert page.get_attribute(f'{run} svg.dag [data-job="Nap"]', "data-state") == "SUCCESS"
     assert page.locator('[data-workflow="NOSUCH"]').count() == 0
     assert not [line for line in said if "Content Security Policy" in line or "pageerror" in line], said
+
+
+def test_the_history_page_shows_its_summary_first_and_charts_of_one_day_with_matching_legends(
+    browser: object,
+) -> None:
+    from tests.web.served import Reported, filled, report, serving
+
+    board = filled()
+    rows, summary = report(days=1)  # a single day: one bar per series, one dot per line
+    board.history = Reported((rows, summary))
+    with serving(board) as url:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+        said: list[str] = []
+        page.on("console", lambda message: said.append(f"{message.type}: {message.text}"))
+        page.goto(url.replace("/runs?", "/history?"))
+        page.wait_for_selector("table.history-summary")
+        first = page.evaluate(
+            "document.querySelector('#content').firstElementChild.nextElementSibling.tagName"
+        )
+        assert first == "TABLE"  # the summary before any chart
+        assert page.locator("table.history-summary tr.summary").count() == 3
+        chart = 'section.job-history[data-job="JobB"] svg.chart'
+        assert page.locator(f"{chart} rect.bar").count() == 2  # runs and failures of the one day
+        assert page.locator(f"{chart} circle.dot").count() == 2  # mean and p95: a dot each
+        colours = page.evaluate(
+            """(chart) => [...document.querySelectorAll(chart)].map((svg) => [...svg.querySelectorAll(
+                 ".swatch")].map((swatch) => {
+                   const series = [...swatch.classList].find((c) => c.startsWith("series-"));
+                   const mark = svg.querySelector(`.${series}:not(.swatch)`);
+                   const paint = (e) => getComputedStyle(e)[e.tagName === "line" ? "stroke" : "fill"];
+                   return [paint(swatch), paint(mark)];
+                 }))""",
+            'section.job-history[data-job="JobB"] svg.chart',
+        )
+        assert [pair[0] == pair[1] for each in colours for pair in each] == [True] * 4, colours
+        assert colours[0][0][0] != colours[0][1][0]  # the two series differ
+        page.screenshot(path="/tmp/history-one-day.png", full_page=True)
+        assert not [line for line in said if "Content Security Policy" in line or "error" in line], said
+
+
+def test_the_screenshot_recipe_static_mode_lets_headless_chromium_finish(
+    browser: object, tmp_path: Path
+) -> None:
+    """docs/web.md's recipe: ``?static=1`` opens no event stream, so Chromium's
+    ``--virtual-time-budget`` can end (with the stream it waits for ever) and --screenshot writes."""
+    from tests.web.served import filled, serving
+
+    with serving(filled()) as url:
+        page = browser.new_page()  # type: ignore[attr-defined]
+        said: list[str] = []
+        page.on("console", lambda message: said.append(f"{message.type}: {message.text}"))
+        page.on("pageerror", lambda error: said.append(f"pageerror: {error}"))
+        streams: list[str] = []
+        page.on("request", lambda request: streams.append(request.url) if "/events" in request.url else None)
+        page.goto(url + "&static=1")
+        assert page.url.endswith("/runs?static=1")  # the token taken, the rest kept
+        page.wait_for_selector("tr.run")
+        assert page.inner_text("#live") == "not live (static)" and streams == []
+        assert not [line for line in said if "Content Security Policy" in line or "error" in line], said
+        shot = tmp_path / "runs.png"
+        assert CHROMIUM is not None
+        done = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             f"--screenshot={shot}", "--window-size=1280,1400", "--virtual-time-budget=5000",
+             url + "&static=1"],
+            capture_output=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0 and shot.stat().st_size > 10_000, done.stderr[-500:]

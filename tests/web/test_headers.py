@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 import wfm.web.app as app_module
 from tests.web.test_app import TOKEN, Agents, client, dashboard, status
 from tests.web.test_guard import _client, _scope
-from wfm.history.report import JobPeriod
+from wfm.history.report import JobPeriod, JobSummary
 from wfm.web import create_app, pages
 from wfm.web.guard import Guard
 from wfm.web.headers import HEADERS, POLICY
@@ -181,7 +181,9 @@ def test_nothing_served_needs_what_the_policy_forbids(board: Any) -> None:
         client(board, token=None).get("/", headers={"Accept": "text/html"}).text,
     ]
     rows = [JobPeriod("PAYROLL", "JobA", date(2026, 11, d), 2, 1, 0, 1.0, 2.0, ()) for d in (1, 2)]
-    served.append(pages.history(pages.HistoryQuery(date(2026, 11, 1), date(2026, 11, 30)), "ready", rows))
+    summary = [JobSummary("PAYROLL", "JobA", 4, 2, 0, 1.0, 0.9, 2.0)]
+    query = pages.HistoryQuery(date(2026, 11, 1), date(2026, 11, 30))
+    served.append(pages.history(query, "ready", (rows, summary)))
     table = {"entries": [{"id": "s1", "filter": "[class,eq,JOBSTATUS]", "hop": "B2"}], "total": 1}
     served.append(pages.broker_detail({"id": "B1", "srt": table, "prt": table}))
     assert all("<" in text for text in served)

@@ -96,7 +96,7 @@ def test_a_chart_draws_bars_and_lines_on_one_scale() -> None:
             [Series("runs", [4, 2], "bar"), Series("failures", [1, None], "bar"), Series("mean", [1.0, 3.0])],
         )
     )
-    bars = [r for r in svg.iter(f"{SVG}rect")]
+    bars = [r for r in svg.iter(f"{SVG}rect") if "bar" in r.get("class", "")]
     assert len(bars) == 3  # no bar where there is no value
     heights = [float(r.get("height", 0)) for r in bars]
     assert heights[0] == 4 * heights[2]
@@ -116,3 +116,19 @@ def test_a_running_job_counts_its_elapsed_time_in_words_the_script_repeats() -> 
     assert 'data-since="100.000" data-rest=" · agentB">running 12 s · agentB</text>' in svg
     bars = gantt_svg([Bar("A", "RUNNING", 100.0, 12.0)])
     assert 'data-since="100.000" data-rest="">running 12 s</text>' in bars
+
+
+def test_a_chart_of_one_period_shows_its_values_and_its_legend_is_coloured_as_its_series() -> None:
+    svg = parsed(
+        line_chart_svg(
+            "PAYROLL/JobA",
+            ["2026-11-01"],
+            [Series("runs", [4], "bar"), Series("mean", [2.5]), Series("p95", [3.0])],
+        )
+    )
+    (bar,) = [r for r in svg.iter(f"{SVG}rect") if "bar" in r.get("class", "")]
+    assert float(bar.get("height", 0)) > 0 and bar.get("class") == "series-0 bar"
+    dots = [c.get("class") for c in svg.iter(f"{SVG}circle")]
+    assert dots == ["series-1 dot", "series-2 dot"]  # a line of one point is a dot, not nothing
+    swatches = [e.get("class") for e in svg.iter() if "swatch" in (e.get("class") or "")]
+    assert swatches == ["swatch series-0", "swatch series-1 line", "swatch series-2 line"]

@@ -385,12 +385,12 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
         return JSONResponse(dashboard.definitions())
 
     async def api_runs(request: Request) -> JSONResponse:
-        return JSONResponse(
-            {
-                "error": dashboard.runs_error,
-                "generations": pages.generations(dashboard.monitor, dashboard.live()),
-            }
-        )
+        try:
+            query = pages.RunsQuery.parse(request.query_params)
+        except ValueError as error:
+            return JSONResponse({"error": str(error)}, status_code=400)
+        found = pages.generations(dashboard.monitor, dashboard.live(), query)
+        return JSONResponse({"error": dashboard.runs_error, **found})
 
     async def api_trigger(request: Request) -> JSONResponse:
         async def act(form: dict[str, str]) -> dict[str, Any]:

@@ -108,6 +108,7 @@ def shell(name: str, definitions: Sequence[Mapping[str, Any]]) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>wfm {escape(name)}</title>"
+        '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
         '<link rel="stylesheet" href="/static/dashboard.css"></head><body>'
         f'<header><span class="brand">wfm</span><nav>{nav}</nav><span id="live"></span></header>'
         f"<main>{controls}"
@@ -125,36 +126,89 @@ def problem(message: str) -> str:
 
 COUNTS = ("clients", "subscriptions", "advertisements", "composites", "covering")
 COUNTERS = ("publications", "deliveries", "drops", "refusals")
+# what each counter of a broker's refusals and drops means (docs/security.md, docs/reliability.md)
+MEANINGS = {
+    "refused": "requests refused with a Refuse message to the client, for any of the reasons below",
+    "refused.acl": "a client's request its role may not make (access control at the edge broker)",
+    "refused.nonconforming": "a client's publication that fits none of its own advertisements",
+    "dropped.nonconforming": "a publication from a neighbour that fits no advertisement from its side",
+    "dropped.duplicate": "a copy already routed (a client's resend, or a cycle in the overlay)",
+    "dropped.unexpected": "a message that made no sense here (a part withdrawn under way, a Refuse)",
+    "dropped.ttl": "a message whose time to live ran out",
+    "dropped.resent": "a neighbour's resend of a message already handled",
+    "dropped.link_down": "messages for a link that went down before they were confirmed",
+    "dropped.link_closed": "messages held for a neighbour that left for good",
+    "dropped.link_full": "messages for a neighbour whose custody channel was full",
+    "dropped.session_full": "deliveries for a client whose session queue was full",
+    "unconfirmed.session_closed": "deliveries a client had received but not confirmed when its session ended",
+    "link.dropped.unsent": "messages a link could not send before it closed",
+    "link.dropped.unsendable": "messages too large, or otherwise impossible, to send on a link",
+    "link.dropped.link_gone": "messages for a link that had gone",
+}
 
 
 def overlay(view: Mapping[str, Any]) -> str:
-    """The graph of brokers and links, and a table of each broker's counts and counters."""
+    """The graph of brokers, links and the clients hanging off each broker (from its tables), a
+    table of each broker's counts, counters and rates (per second, since the last walk), and
+    what each refusal and drop counter means, with each broker's count."""
     brokers = view.get("brokers", [])
     if not brokers:
         return problem(view.get("error", "no broker answered yet ..."))
     graph = graph_svg(
         [(b["id"], "reached" if b["reached"] else "unreached") for b in brokers],
         [(a, b) for a, b in view.get("links", [])],
+        hosted={b["id"]: b.get("hosted") or [] for b in brokers if b["reached"]},
+        notes={b["id"]: _rates(b.get("rates") or {}) for b in brokers if b["reached"]},
     )
-    head = "".join(f"<th>{h}</th>" for h in ("broker", "uri", *COUNTS, *COUNTERS))
+    head = "".join(
+        f"<th>{h}</th>" for h in ("broker", "uri", "clients here", *COUNTS, *COUNTERS, "in/s", "delivered/s")
+    )
     rows = []
     for b in brokers:
         if not b["reached"]:
             rows.append(
                 f'<tr data-broker-row="{_a(b["id"])}"><td>{escape(b["id"])}</td>'
-                f'<td colspan="{1 + len(COUNTS) + len(COUNTERS)}" class="problem">'
+                f'<td colspan="{4 + len(COUNTS) + len(COUNTERS)}" class="problem">'
                 f"{escape(b['error'])}</td></tr>"
             )
             continue
         cells = "".join(f"<td>{escape(str(b[k]))}</td>" for k in (*COUNTS, *COUNTERS))
+        here = "withheld" if b.get("hosted") is None else ", ".join(b["hosted"]) or "none"
+        rate = b.get("rates") or {}
+        speeds = "".join(
+            f'<td class="number">{rate[k]:g}</td>' if k in rate else "<td></td>"
+            for k in ("publications", "deliveries")
+        )
         rows.append(
             f'<tr data-broker-row="{_a(b["id"])}"><td><a href="#" data-broker="{_a(b["id"])}">'
-            f"{escape(b['id'])}</a></td><td>{escape(b['uri'])}</td>{cells}</tr>"
+            f"{escape(b['id'])}</a></td><td>{escape(b['uri'])}</td><td>{escape(here)}</td>{cells}{speeds}</tr>"
         )
-    return (
-        f"<p>{len(brokers)} brokers, {len(view.get('links', []))} links; click a broker for its tables.</p>"
-        f'{graph}<table class="grid"><tr>{head}</tr>{"".join(rows)}</table>'
+    reached = [b for b in brokers if b["reached"]]
+    seen = sorted(
+        {k for b in reached for k in b.get("problems") or {}}
+        | {"refused", "refused.acl", "dropped.nonconforming"}
     )
+    legend = "".join(
+        f'<tr data-counter="{_a(k)}"><td><code>{escape(k)}</code></td><td>{escape(MEANINGS.get(k, ""))}</td>'
+        + "".join(f'<td class="number">{(b.get("problems") or {}).get(k, 0)}</td>' for b in reached)
+        + "</tr>"
+        for k in seen
+    )
+    ids = "".join(f"<th>{escape(b['id'])}</th>" for b in reached)
+    return (
+        f"<p>{len(brokers)} brokers, {len(view.get('links', []))} links; the clients hanging off each"
+        " broker (those with a subscription or an advertisement in its first 300 table entries); rates"
+        " per second since the last walk (2 s). Click a broker for its tables.</p>"
+        f'{graph}<table class="grid"><tr>{head}</tr>{"".join(rows)}</table>'
+        "<h3>Refusals and drops: what each counter means</h3>"
+        f'<table class="grid counters"><tr><th>counter</th><th>counts</th>{ids}</tr>{legend}</table>'
+    )
+
+
+def _rates(rates: Mapping[str, float]) -> str:
+    if not rates:
+        return ""
+    return f"{rates.get('publications', 0):g} in/s · {rates.get('deliveries', 0):g} out/s"
 
 
 def broker_detail(status: Mapping[str, Any]) -> str:
@@ -255,22 +309,35 @@ def _days(schedule: str | Sequence[str]) -> str:
 # runs -------------------------------------------------------------------------------------------
 
 
-def generations(monitor: Monitor, live: Live | None = None) -> list[dict[str, Any]]:
-    """The newest generations first, as JSON-ready data."""
+def generations(monitor: Monitor, live: Live | None = None, query: RunsQuery | None = None) -> dict[str, Any]:
+    """The page of generations the grid shows for ``query``, as JSON-ready data: ``generations``
+    (newest first; each with its outcome and every job's status), ``page``, ``pages``, ``total``
+    (the generations the query keeps)."""
     live = live or Live()
-    return [
-        {
-            "workflow": g.workflow,
-            "gid": g.gid,
-            "date": g.date,
-            "outcome": live.outcome(g),
-            "jobs": {
-                job: {"status": s.status, "started": s.started, "duration": s.duration, "detail": s.detail}
-                for job, s in g.jobs.items()
-            },
-        }
-        for g in shown(monitor, live)
-    ]
+    chosen = select(monitor, live, query or RunsQuery())
+    return {
+        "generations": [
+            {
+                "workflow": g.workflow,
+                "gid": g.gid,
+                "date": g.date,
+                "outcome": chosen.outcomes[g.workflow, g.gid],
+                "jobs": {
+                    job: {
+                        "status": s.status,
+                        "started": s.started,
+                        "duration": s.duration,
+                        "detail": s.detail,
+                    }
+                    for job, s in g.jobs.items()
+                },
+            }
+            for g in chosen.found
+        ],
+        "page": chosen.page,
+        "pages": chosen.pages,
+        "total": chosen.kept,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,19 +394,22 @@ def runs(
     coloured by the job's state. A row opens the generation (:func:`run`)."""
     live, query = live or Live(), query or RunsQuery()
     parts = [problem(error)] if error else []
-    outcomes = {key: live.outcome(g) for key, g in monitor.generations.items()}
-    kept = [g for key, g in monitor.generations.items() if query.keeps(g, outcomes[key])]
-    pages = max((len(kept) + RUNS_PAGE - 1) // RUNS_PAGE, 1)
-    number = min(query.page, pages)
-    found = _newest(kept, number * RUNS_PAGE)[(number - 1) * RUNS_PAGE :]
+    chosen = select(monitor, live, query)
+    found, kept, pages, number, outcomes = (
+        chosen.found,
+        chosen.kept,
+        chosen.pages,
+        chosen.page,
+        chosen.outcomes,
+    )
     if not monitor.generations:
         parts.append("<p>No generation seen yet (nor remembered by the agents): trigger one.</p>")
         return "".join(parts)
     first = (number - 1) * RUNS_PAGE + 1
     parts.append(
         f'<p class="paging" data-pages="{pages}" data-page="{number}">'
-        + (f"{first}-{first + len(found) - 1} of {len(kept)} generations" if found else "no generation")
-        + (f" ({len(monitor.generations)} in all)" if len(kept) != len(monitor.generations) else "")
+        + (f"{first}-{first + len(found) - 1} of {kept} generations" if found else "no generation")
+        + (f" ({len(monitor.generations)} in all)" if kept != len(monitor.generations) else "")
         + "; click one for its DAG, timeline and actions. "
         + (f'<button type="button" data-page-to="{number - 1}">newer</button> ' if number > 1 else "")
         + (f'<button type="button" data-page-to="{number + 1}">older</button>' if number < pages else "")
@@ -380,6 +450,28 @@ def runs(
             f"<th>took</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
         )
     return "".join(parts)
+
+
+@dataclass(frozen=True)
+class Selected:
+    """One page of the generations a :class:`RunsQuery` keeps: ``found`` (newest first), how many
+    it keeps in all, the number of pages, this page's number, and every generation's outcome."""
+
+    found: list[Generation]
+    kept: int
+    pages: int
+    page: int
+    outcomes: dict[tuple[str, str], str]
+
+
+def select(monitor: Monitor, live: Live, query: RunsQuery) -> Selected:
+    """The page of generations ``query`` asks for (the last page if it asks for one beyond)."""
+    outcomes = {key: live.outcome(g) for key, g in monitor.generations.items()}
+    kept = [g for key, g in monitor.generations.items() if query.keeps(g, outcomes[key])]
+    pages = max((len(kept) + RUNS_PAGE - 1) // RUNS_PAGE, 1)
+    number = min(query.page, pages)
+    found = _newest(kept, number * RUNS_PAGE)[(number - 1) * RUNS_PAGE :]
+    return Selected(found, len(kept), pages, number, outcomes)
 
 
 def run(
@@ -507,16 +599,22 @@ class HistoryQuery:
         workflow = params.get("workflow") or None
         return cls(since, until, by, workflow and check_workflow(workflow))
 
-    def compute(self, store: Any) -> list[Any]:
-        """The report's rows in the range (run in the Spark thread)."""
-        from wfm.history.report import job_report  # Spark: only when the History page is asked for
+    def compute(self, store: Any) -> tuple[list[Any], list[Any]]:
+        """The report's rows in the range, and the summary per job over it (run in the Spark thread)."""
+        from wfm.history.report import (
+            job_report,
+            job_summary,
+        )  # Spark: only when the History page is asked for
 
         since = datetime(self.since.year, self.since.month, self.since.day, tzinfo=UTC).timestamp()
-        return [r for r in job_report(store, self.workflow, since, self.by) if r.period <= self.until]
+        rows = [r for r in job_report(store, self.workflow, since, self.by) if r.period <= self.until]
+        return rows, job_summary(store, self.workflow, since, self.until)
 
 
-def history(query: HistoryQuery, state: str, rows: Any) -> str:
-    """Charts per job (runs and failures; mean and p95 duration) over the periods, or where Spark is."""
+def history(query: HistoryQuery, state: str, result: Any) -> str:
+    """A summary table per job over the range (runs, failures, NORUNs, mean, p50 and p95 duration),
+    then two charts per job (runs and failures; mean and p95 duration) over the periods, side by
+    side; or where Spark is."""
     if state == "none":
         return problem("no history store (start wfm web with --store DIR)")
     if state == "starting":
@@ -524,7 +622,8 @@ def history(query: HistoryQuery, state: str, rows: Any) -> str:
     if state == "computing":
         return '<p class="pending" data-pending="1">Computing the report ...</p>'
     if state == "error":
-        return problem(str(rows))
+        return problem(str(result))
+    rows, summaries = result
     if not rows:
         return f"<p>No runs from {query.since} to {query.until}.</p>"
     periods = sorted({r.period for r in rows})
@@ -532,7 +631,38 @@ def history(query: HistoryQuery, state: str, rows: Any) -> str:
     jobs: dict[tuple[str, str], dict[date, Any]] = {}
     for r in rows:
         jobs.setdefault((r.workflow, r.job), {})[r.period] = r
-    parts = [f"<p>{len(jobs)} jobs, {len(periods)} {query.by}s from {query.since} to {query.until}.</p>"]
+    many = "" if len(periods) == 1 else "s"
+    parts = [f"<p>{len(jobs)} jobs, {len(periods)} {query.by}{many} from {query.since} to {query.until}.</p>"]
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "workflow",
+            "job",
+            "runs",
+            "failures",
+            "failed %",
+            "NORUN",
+            "mean (s)",
+            "p50 (s)",
+            "p95 (s)",
+        )
+    )
+    body = []
+    for s in summaries:
+        rate = f"{100 * s.failures / s.runs:.0f} %" if s.runs else ""
+        cells = [
+            f"<td>{escape(s.workflow)}</td>",
+            f'<td><a href="#chart-{_a(s.workflow)}-{_a(s.job)}">{escape(s.job)}</a></td>',
+            *(f'<td class="number">{v}</td>' for v in (s.runs, s.failures, rate, s.noruns)),
+            *(
+                f'<td class="number">{_seconds(v)}</td>'
+                for v in (s.mean_duration, s.p50_duration, s.p95_duration)
+            ),
+        ]
+        failing = " failing" if s.failures else ""
+        body.append(f'<tr class="summary{failing}" data-job="{_a(s.job)}">{"".join(cells)}</tr>')
+    parts.append(f'<table class="grid history-summary"><tr>{head}</tr>{"".join(body)}</table>')
+    charts = []
     for (workflow, job), by_period in sorted(jobs.items()):
 
         def values(name: str, table: dict[date, Any] = by_period) -> list[float | None]:
@@ -548,8 +678,16 @@ def history(query: HistoryQuery, state: str, rows: Any) -> str:
             labels,
             [Series("mean", values("mean_duration")), Series("p95", values("p95_duration"))],
         )
-        parts.append(f'<section class="job-history" data-job="{_a(job)}">{counts}{durations}</section>')
+        charts.append(
+            f'<section class="job-history" id="chart-{_a(workflow)}-{_a(job)}" data-job="{_a(job)}">'
+            f"{counts}{durations}</section>"
+        )
+    parts.append(f'<div class="charts">{"".join(charts)}</div>')
     return "".join(parts)
+
+
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
 
 
 def _a(text: str) -> str:

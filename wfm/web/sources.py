@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -130,6 +131,8 @@ class OverlayWatcher:
     seeds: BrokerList
     tls: Identity | None = None
     clients: dict[str, Client] = field(default_factory=dict)
+    # broker id -> (when, its counters) at the last walk: the rates are the difference
+    last: dict[str, tuple[float, dict[str, int]]] = field(default_factory=dict)
 
     async def snapshot(self) -> dict[str, Any]:
         """``{"brokers": [...], "links": [[a, b], ...]}``: each broker as :func:`summary` says, or
@@ -144,12 +147,18 @@ class OverlayWatcher:
                 continue
             visited.add(uri)
             try:
-                status = await self.status(uri)
+                status = await self.status(uri, detail=True)  # its tables name its clients
             except (WfmError, OSError, TimeoutError) as error:
                 errors[uri.rsplit("/", 1)[-1]] = str(error) or type(error).__name__
                 continue
             statuses[str(status["id"])] = status
             to_visit += [u for u in dict(status.get("neighbor_uris") or {}).values() if u not in visited]
+        now = time.monotonic()
+        for name, status in statuses.items():
+            counters = dict(status.get("counters") or {})
+            before = self.last.get(name)
+            status["rates"] = rates(before, (now, counters))
+            self.last[name] = (now, counters)
         return overlay_view(statuses, errors)
 
     async def status(self, uri: str, detail: bool = False) -> dict[str, Any]:
@@ -194,10 +203,41 @@ def overlay_view(statuses: dict[str, dict[str, Any]], errors: dict[str, str]) ->
     return {"brokers": found, "links": [list(link) for link in links]}
 
 
+RATED = {"publications": "in.Publish", "deliveries": "delivered", "carried": "in.Carry"}
+
+
+def rates(before: tuple[float, dict[str, int]] | None, now: tuple[float, dict[str, int]]) -> dict[str, float]:
+    """Messages per second of each RATED counter between two walks ({} at the first)."""
+    if before is None or now[0] <= before[0]:
+        return {}
+    seconds = now[0] - before[0]
+    return {
+        name: round(max(now[1].get(key, 0) - before[1].get(key, 0), 0) / seconds, 2)
+        for name, key in RATED.items()
+    }
+
+
+def hosted(status: dict[str, Any]) -> list[str] | None:
+    """The identities of the clients whose requests are in the broker's tables (``agentB`` for the
+    hop ``agentB:agentB-1``), from the first entries of its SRT and PRT the status carries;
+    None when the status has no tables (withheld from this identity's role)."""
+    tables = [status[key] for key in ("srt", "prt") if isinstance(status.get(key), dict)]
+    if not tables:
+        return None
+    neighbours = set(status.get("neighbors") or ()) | set(status.get("away") or ())
+    hops = {str(entry.get("hop", "")) for table in tables for entry in table.get("entries", ())}
+    return sorted(
+        {hop.split(":")[0] for hop in hops if hop and hop not in neighbours and not hop.startswith("Local.")}
+    )
+
+
 def summary(status: dict[str, Any]) -> dict[str, Any]:
     """What the overlay page shows of one broker's status."""
     counters: dict[str, int] = dict(status.get("counters") or {})
     return {
+        "hosted": hosted(status),
+        "rates": status.get("rates", {}),
+        "problems": {k: v for k, v in sorted(counters.items()) if _problem(k)},
         "id": status["id"],
         "reached": True,
         "uri": status.get("uri", ""),
@@ -211,6 +251,10 @@ def summary(status: dict[str, Any]) -> dict[str, Any]:
         "drops": sum(v for k, v in counters.items() if k.startswith("dropped.")),
         "refusals": sum(v for k, v in counters.items() if k.startswith("refused")),
     }
+
+
+def _problem(counter: str) -> bool:
+    return counter.startswith(("refused", "dropped.", "unheld.", "unconfirmed.", "link.dropped."))
 
 
 # triggering -------------------------------------------------------------------------------------

@@ -161,25 +161,36 @@ def dag_svg(
     return "".join(out)
 
 
-def graph_svg(nodes: Sequence[tuple[str, str]], links: Sequence[tuple[str, str]], size: int = 420) -> str:
+def graph_svg(
+    nodes: Sequence[tuple[str, str]],
+    links: Sequence[tuple[str, str]],
+    size: int = 420,
+    hosted: Mapping[str, Sequence[str]] | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> str:
     """Brokers in a line (up to three) or on a circle, and their links: ``nodes``
-    are (id, css class: ``reached`` or ``unreached``), ``links`` pairs of ids."""
+    are (id, css class: ``reached`` or ``unreached``), ``links`` pairs of ids; ``hosted``: the
+    clients hanging off each broker (drawn as small boxes below it, or outward on a circle),
+    ``notes``: a line under a broker's name (its rates)."""
+    hosted, notes = hosted or {}, notes or {}
     count = len(nodes)
+    most = max((len(hosted.get(name, ())) for name, _ in nodes), default=0)
     if count <= 3:  # a line reads better: left to right, in the order given
-        step = (size - 100) / max(count - 1, 1)
-        where = {name: (50 + i * step, 60.0) for i, (name, _) in enumerate(nodes)}
-        height = 120
+        width = max(size, 200 * count)
+        step = (width - 180) / max(count - 1, 1)  # 90 on each side: room for a rate's line
+        where = {name: (90 + i * step, 60.0) for i, (name, _) in enumerate(nodes)}
+        away = {name: (0.0, 1.0) for name, _ in nodes}
+        height = 120 + most * 22
     else:
-        radius, centre = size / 2 - 50, size / 2
-        where = {
-            name: (
-                centre + radius * cos(pi + 2 * pi * i / count),
-                centre + radius * sin(pi + 2 * pi * i / count),
-            )
-            for i, (name, _) in enumerate(nodes)
-        }
-        height = size
-    out = [_open(size, height, "overlay")]
+        width = size + 2 * 22 * most
+        radius, centre = size / 2 - 50, width / 2
+        where, away = {}, {}
+        for i, (name, _) in enumerate(nodes):
+            angle = pi + 2 * pi * i / count
+            where[name] = (centre + radius * cos(angle), centre + radius * sin(angle))
+            away[name] = (cos(angle), sin(angle))
+        height = width
+    out = [_open(width, height, "overlay")]
     for a, b in links:
         if a in where and b in where:
             (x1, y1), (x2, y2) = where[a], where[b]
@@ -187,12 +198,30 @@ def graph_svg(nodes: Sequence[tuple[str, str]], links: Sequence[tuple[str, str]]
                 f'<line class="link" data-link="{_attr(a)}-{_attr(b)}" x1="{x1:.0f}" y1="{y1:.0f}"'
                 f' x2="{x2:.0f}" y2="{y2:.0f}"/>'
             )
+    for name, _ in nodes:
+        x, y = where[name]
+        dx, dy = away[name]
+        for i, client in enumerate(hosted.get(name, ())):
+            cx, cy = x + dx * (52 + 22 * i), y + dy * (52 + 22 * i)
+            out.append(
+                f'<g class="client" data-client="{_attr(client)}" data-at="{_attr(name)}">'
+                f'<line class="attach" x1="{x:.0f}" y1="{y:.0f}" x2="{cx:.0f}" y2="{cy:.0f}"/>'
+                f'<rect x="{cx - 45:.0f}" y="{cy - 9:.0f}" width="90" height="18" rx="9"/>'
+                f'<text x="{cx:.0f}" y="{cy + 4:.0f}" text-anchor="middle">{escape(client)}</text></g>'
+            )
     for name, kind in nodes:
         x, y = where[name]
         out.append(
             f'<g class="broker {_attr(kind)}" data-broker="{_attr(name)}" tabindex="0">'
             f'<circle cx="{x:.0f}" cy="{y:.0f}" r="26"/>'
-            f'<text x="{x:.0f}" y="{y + 5:.0f}" text-anchor="middle">{escape(name)}</text></g>'
+            f'<text x="{x:.0f}" y="{y + 5:.0f}" text-anchor="middle">{escape(name)}</text>'
+            + (
+                f'<text x="{x:.0f}" y="{y - 33:.0f}" text-anchor="middle" class="rate">'
+                f"{escape(notes[name])}</text>"
+                if notes.get(name)
+                else ""
+            )
+            + "</g>"
         )
     out.append("</svg>")
     return "".join(out)
@@ -263,13 +292,16 @@ class Series:
 
 def line_chart_svg(title: str, categories: Sequence[str], series: Sequence[Series], width: int = 420) -> str:
     """A small chart over ``categories`` (periods): bars side by side and lines on one y axis from 0
-    to the largest value, a legend in the title line."""
+    to the largest value, a dot on each line's every value (so one period, or a value between two
+    gaps, shows), and a legend whose swatches are drawn with each series' own class, so their
+    colours are the bars' and the lines'. Any number of categories: the bars share the width."""
     height, left, bottom, top = 180, 40, 24, 26
     values = [v for s in series for v in s.values if v is not None]
     peak = max(values, default=0.0) or 1.0
     plot_w, plot_h = width - left - 10, height - top - bottom
     step = plot_w / max(len(categories), 1)
     bars = [s for s in series if s.kind == "bar"]
+    dot = max(min(step / 4, 3.0), 1.2)
 
     def y(value: float) -> float:
         return top + plot_h - value * plot_h / peak
@@ -279,36 +311,53 @@ def line_chart_svg(title: str, categories: Sequence[str], series: Sequence[Serie
     out.append(
         f'<polyline class="axis" points="{left},{top} {left},{top + plot_h} {left + plot_w},{top + plot_h}"/>'
         f'<text x="{left - 4}" y="{top + 4}" text-anchor="end" class="note">{peak:g}</text>'
+        f'<text x="{left - 4}" y="{top + plot_h + 4}" text-anchor="end" class="note">0</text>'
     )
+    legend_x = width - 10 - 70 * len(series)
     for number, s in enumerate(series):
+        at = legend_x + 70 * number
+        swatch = (
+            f'<rect class="swatch series-{number}" x="{at}" y="6" width="10" height="10"/>'
+            if s.kind == "bar"
+            else f'<line class="swatch series-{number} line" x1="{at}" y1="11" x2="{at + 10}" y2="11"/>'
+        )
         out.append(
-            f'<text x="{width - 10}" y="{14 + 0}" dx="{-90 * (len(series) - 1 - number)}" text-anchor="end"'
-            f' class="legend series-{number}">{escape(s.name)}</text>'
+            f'<g class="legend" data-series="{_attr(s.name)}">{swatch}'
+            f'<text x="{at + 14}" y="15" class="legend-name">{escape(s.name)}</text></g>'
         )
         if s.kind == "bar":
             slot = bars.index(s)
-            bar_w = step * 0.8 / max(len(bars), 1)
+            bar_w = min(step * 0.8 / max(len(bars), 1), 28.0)  # one period: not a slab
+            group = bar_w * len(bars)
             for i, value in enumerate(s.values):
                 if value is not None:
-                    x = left + i * step + step * 0.1 + slot * bar_w
+                    x = left + i * step + (step - group) / 2 + slot * bar_w
                     out.append(
-                        f'<rect class="series-{number}" x="{x:.1f}" y="{y(value):.1f}" width="{bar_w:.1f}"'
-                        f' height="{top + plot_h - y(value):.1f}">'
-                        f"<title>{escape(s.name)} {value:g}</title></rect>"
+                        f'<rect class="series-{number} bar" x="{x:.1f}" y="{y(value):.1f}"'
+                        f' width="{bar_w:.1f}" height="{top + plot_h - y(value):.1f}">'
+                        f"<title>{escape(categories[i])} {escape(s.name)} {value:g}</title></rect>"
                     )
         else:
             points = [
-                f"{left + i * step + step / 2:.1f},{y(value):.1f}"
-                for i, value in enumerate(s.values)
-                if value is not None
+                (left + i * step + step / 2, value) for i, value in enumerate(s.values) if value is not None
             ]
-            out.append(f'<polyline class="series-{number} line" points="{" ".join(points)}"/>')
+            if len(points) > 1:
+                line = " ".join(f"{x:.1f},{y(v):.1f}" for x, v in points)
+                out.append(f'<polyline class="series-{number} line" points="{line}"/>')
+            for (x, value), i in zip(
+                points, [i for i, v in enumerate(s.values) if v is not None], strict=True
+            ):
+                out.append(
+                    f'<circle class="series-{number} dot" cx="{x:.1f}" cy="{y(value):.1f}" r="{dot:.1f}">'
+                    f"<title>{escape(categories[i])} {escape(s.name)} {value:g}</title></circle>"
+                )
     if categories:
-        out.append(
-            f'<text x="{left}" y="{height - 6}" class="note">{escape(categories[0])}</text>'
-            f'<text x="{left + plot_w}" y="{height - 6}" class="note" text-anchor="end">'
-            f"{escape(categories[-1])}</text>"
-        )
+        out.append(f'<text x="{left}" y="{height - 6}" class="note">{escape(categories[0])}</text>')
+        if len(categories) > 1:
+            out.append(
+                f'<text x="{left + plot_w}" y="{height - 6}" class="note" text-anchor="end">'
+                f"{escape(categories[-1])}</text>"
+            )
     out.append("</svg>")
     return "".join(out)
 

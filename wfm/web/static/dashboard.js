@@ -80,15 +80,22 @@
     return content.dataset.fragment + (params.size ? "?" + params : "");
   }
 
-  const events = new EventSource("/events");
-  events.onopen = () => { live.textContent = "live"; live.className = "on"; };
-  events.onerror = () => {  // refused or unreachable: an EventSource does not say which
-    live.textContent = "reconnecting ..."; live.className = "off"; refresh();
-  };
-  if (content.dataset.events) events.addEventListener(content.dataset.events, () => {
-    refresh();
-    if (runPanel) refreshRun();
-  });
+  // ?static=1: drawn once, no event stream (a stream never ends, so a headless browser's
+  // --virtual-time-budget would wait for ever: the screenshot recipe of docs/web.md)
+  const still = new URLSearchParams(location.search).has("static");
+  const events = still ? {close() {}} : new EventSource("/events");
+  if (still) {
+    live.textContent = "not live (static)";
+  } else {
+    events.onopen = () => { live.textContent = "live"; live.className = "on"; };
+    events.onerror = () => {  // refused or unreachable: an EventSource does not say which
+      live.textContent = "reconnecting ..."; live.className = "off"; refresh();
+    };
+    if (content.dataset.events) events.addEventListener(content.dataset.events, () => {
+      refresh();
+      if (runPanel) refreshRun();
+    });
+  }
 
   async function show(what, url) {
     const detail = document.getElementById("detail");
