@@ -25,11 +25,9 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +38,7 @@ from starlette.testclient import TestClient
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from broker.client.reconnect import brokers
+from tests.web.served import serving
 from wfm.monitor import Monitor
 from wfm.operations import Deployed
 from wfm.web import Dashboard, create_app, pages
@@ -141,45 +140,31 @@ def painted(board: Dashboard) -> dict[str, float] | str:
     if chromium is None:
         return "no chromium on PATH"
     try:
-        import uvicorn
         from playwright.sync_api import sync_playwright
     except ImportError as error:
         return f"not installed: {error.name}"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    app = create_app(board, Guard.listening("127.0.0.1", port, TOKEN), background=False)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
     found: dict[str, float] = {}
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(f"http://127.0.0.1:{port}/runs?token={TOKEN}")  # the cookie
-            for name, build, selector in (
-                ("grid", pages.runs, "tr.run"),
-                ("old", old_page, "section.generation"),
-            ):
-                with runs_page(build):
-                    times = []
-                    for _ in range(BROWSER_ROUNDS):
-                        page.goto(f"http://127.0.0.1:{port}/runs", wait_until="commit")
-                        page.wait_for_selector(selector, state="attached")
-                        times.append(
-                            page.evaluate(
-                                "new Promise((done) => requestAnimationFrame(() =>"
-                                " requestAnimationFrame(() => done(performance.now()))))"
-                            )
+    with serving(board) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(url)  # the cookie
+        for name, build, selector in (
+            ("grid", pages.runs, "tr.run"),
+            ("old", old_page, "section.generation"),
+        ):
+            with runs_page(build):
+                times = []
+                for _ in range(BROWSER_ROUNDS):
+                    page.goto(url.split("?")[0], wait_until="commit")
+                    page.wait_for_selector(selector, state="attached")
+                    times.append(
+                        page.evaluate(
+                            "new Promise((done) => requestAnimationFrame(() =>"
+                            " requestAnimationFrame(() => done(performance.now()))))"
                         )
-                    found[name] = statistics.median(times)
-            browser.close()
-    finally:
-        server.should_exit = True
-        thread.join(10)
+                    )
+                found[name] = statistics.median(times)
+        browser.close()
     return found
 
 
