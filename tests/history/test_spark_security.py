@@ -64,20 +64,11 @@ def test_only_a_local_driver_is_kept_to_loopback(master: str, loopback: bool, au
     assert settings.get("spark.authenticate") == ("true" if authenticate else None)
 
 
-@pytest.fixture
-def umask_000() -> Iterator[None]:
-    old = os.umask(0)
-    try:
-        yield
-    finally:
-        os.umask(old)
-
-
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
-def test_the_token_file_is_the_owners_alone_whatever_the_umask(tmp_path: Path, umask_000: None) -> None:
+def test_the_token_file_is_the_owners_alone_whatever_the_umask(tmp_path: Path, umask_zero: None) -> None:
     token = server_token(tmp_path)
     assert _mode(tmp_path / TOKEN) == 0o600
     assert (tmp_path / TOKEN).read_text() == token + "\n" and len(token) >= 43
@@ -87,7 +78,7 @@ def test_the_token_file_is_the_owners_alone_whatever_the_umask(tmp_path: Path, u
 
 @pytest.mark.parametrize("mode", [0o640, 0o604, 0o620])
 def test_a_token_file_others_could_read_or_write_is_replaced(
-    tmp_path: Path, mode: int, umask_000: None
+    tmp_path: Path, mode: int, umask_zero: None
 ) -> None:
     known = "k" * 43
     (tmp_path / TOKEN).write_text(known)
