@@ -749,7 +749,7 @@ class Agent:
         assert isinstance(status, str) and isinstance(version, str)
         deployment = self.deployments.get((workflow, version))
         if deployment is None:
-            return []  # no generation here runs on a version not deployed here
+            return []  # a version without a job here (this agent was left out of it), or made up
         if self.trust.ca is not None and deployment.signers and job not in deployment.signers:
             self._ignore(
                 "status", f"{workflow} {job}", f"{job} is no job whose status this agent follows", now
@@ -764,8 +764,6 @@ class Agent:
         if (workflow, gid) in self.ended:
             return []
         if job == APPL_START:
-            if (workflow, version) not in self.deployments:
-                return []  # a version without a job here (this agent was left out of it)
             self.generations.setdefault((workflow, gid), GenerationState(since=now)).version = version
         generation = self.generations.get((workflow, gid))
         if generation is None or generation.version != version:
@@ -1116,8 +1114,7 @@ def _misshapen(info: JobInfo, gid: str, publications: tuple[Publication, ...]) -
         return "a publication that is neither a Trigger nor a status in it"
     if triggers != (0 if info.job == APPL_END else 1):
         return f"{triggers} Triggers in it"
-    if statuses != sorted(job for job, _ in info.after):
-        return (
-            f"the statuses of {', '.join(statuses) or 'no job'}, not of {', '.join(j for j, _ in info.after)}"
-        )
+    wanted = sorted(job for job, _ in info.after)
+    if statuses != wanted:
+        return f"the statuses of {', '.join(statuses) or 'no job'}, not of {', '.join(wanted) or 'none'}"
     return None

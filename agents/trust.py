@@ -19,12 +19,14 @@ Sequences are the deployer's clock in microseconds (:mod:`wfm.deploy`), so the d
 compares the sequences of different deployers: their clocks must agree to within the time between
 two deployments of one workflow. CANCEL and RERUN may also be signed by an ``operator``.
 
-A firing is acted on only if every publication in it is (:meth:`Trust.admit_firing`), so a broker
-can neither start a generation nor end a job early:
+A firing is acted on only if every publication in it is admitted (:meth:`Trust.admit_trigger`,
+:meth:`Trust.admit_status`; the firing's shape is :mod:`agents.state`'s to check), so a broker can
+neither start a generation nor end a job early:
 
 - a **Trigger** must be signed by a deployer, an operator or a scheduler of the CA (without a CA:
-  by the deployer key given or pinned, never pinning from a Trigger), and signed less than
-  ``max_age`` ago: within that the agent remembers the generation, so a replay is a duplicate;
+  by the deployer key given or pinned, never pinning from a Trigger), signed less than
+  ``max_age`` ago (within that the agent remembers the generation, so a replay is a duplicate)
+  and not more than :data:`CLOCK_SKEW` ahead of the agent's clock;
 - a **job status** must be signed by an agent of the CA whose name is the status's ``agentname``,
   and that must be the agent the deployment put the job on. Without a CA, agents have no keys and
   statuses are taken unsigned (the developer's loopback set-up).
