@@ -79,6 +79,7 @@ __all__ = [
     "identity_author",
     "load_ca",
     "load_public_key",
+    "signed_by",
 ]
 
 log = logging.getLogger(__name__)
@@ -164,10 +165,7 @@ class Trust:
         Without a CA: "" (statuses are not signed)."""
         if self.ca is None:
             return ""
-        signature = _checked(status)
-        if signature.certificate is None:
-            raise Refusal("signer", fingerprint(signature.key), "the status is not signed by a certificate")
-        signer = certified(signature.certificate, self.ca, now, (AGENT,), self.revocations)
+        signer = signed_by(status, self.ca, now, (AGENT,), self.revocations)
         name, who = signer.name, str(signer)
         claimed = status.get("agentname")
         if claimed != name:
@@ -219,6 +217,22 @@ class Trust:
             self.pinned = key_from_text(snapshot["pinned"])
         self.sequences = {(who, workflow): n for who, workflow, n in snapshot["sequences"]}
         self.since = {workflow: (version, n) for workflow, version, n in snapshot["since"]}
+
+
+def signed_by(
+    publication: Publication,
+    ca: x509.Certificate,
+    now: float,
+    roles: tuple[str, ...] | None = None,
+    revocations: Revocations | None = None,
+) -> Certified:
+    """Who signed ``publication`` with a certificate :func:`certified` takes; else :class:`Refusal`
+    (unsigned, tampered with, signed by a bare key or by a certificate it does not take)."""
+    signature = _checked(publication)
+    if signature.certificate is None:
+        reason = f"the {publication.cls} is not signed by a certificate"
+        raise Refusal("signer", fingerprint(signature.key), reason)
+    return certified(signature.certificate, ca, now, roles, revocations)
 
 
 def _checked(publication: Publication) -> Signature:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from cryptography import x509
 
-from agents.trust import HISTORIAN, Refusal, certified, identity_author, load_ca
+from agents.trust import HISTORIAN, Refusal, identity_author, load_ca, signed_by
 from broker.client import Client, Delivery, Subscription
 from broker.errors import ParseError, RemoteError
 from broker.language import Filter, Predicate, Publication, TimeRef
@@ -43,7 +43,6 @@ from wfm.history.protocol import (
     result_digest,
     result_subscription,
 )
-from workflow_messages.signature import check_publication
 
 __all__ = [
     "GRACE",
@@ -236,12 +235,7 @@ def historian_signature(
 
     def verify(final: Publication) -> str | None:
         try:
-            signature = check_publication(final)
-            if signature.certificate is None:
-                return "it is not signed by a certificate"
-            certified(signature.certificate, ca, time.time(), (HISTORIAN,), revocations)
-        except ValueError as error:
-            return str(error)
+            signed_by(final, ca, time.time(), (HISTORIAN,), revocations)
         except Refusal as refusal:
             return refusal.reason
         return None

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agents.trust import Refusal, Trust, certified, identity_author, load_ca
+from agents.trust import Refusal, Trust, identity_author, load_ca, signed_by
 from broker.client import (
     DAEMON_BACKOFF,
     Brokers,
@@ -70,7 +70,6 @@ from wfm.history.spark import first_line, resolve_master, spark_session
 from wfm.history.store import HistoryStore
 from wfm.security.acl import load_policy
 from workflow_messages import JOBSTATUS, TRIGGER
-from workflow_messages.signature import check_publication
 
 __all__ = ["DEFAULT_CLASSES", "RecorderService"]
 
@@ -285,12 +284,7 @@ class RecorderService:
         if self.ca is None:
             return None  # a developer's plain set-up: the brokers check nobody either
         try:
-            signature = check_publication(publication)
-            if signature.certificate is None:
-                return "access denied: the query is not signed by a certificate"
-            asker = certified(signature.certificate, self.ca, time.time(), None, self.revocations)
-        except ValueError as error:
-            return f"access denied: {error}"
+            asker = signed_by(publication, self.ca, time.time(), None, self.revocations)
         except Refusal as refusal:
             return f"access denied: {refusal.reason}"
         if asker.name != query.asker:
