@@ -38,7 +38,8 @@ from starlette.testclient import TestClient
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from broker.client.reconnect import brokers
-from tests.web.served import serving
+from tests.web.served import JOBS as PAYROLL_AGENTS
+from tests.web.served import payroll, serving
 from wfm.monitor import Monitor
 from wfm.operations import Deployed
 from wfm.web import Dashboard, create_app, pages
@@ -48,24 +49,15 @@ GENERATIONS = 10_000
 ROUNDS = 30
 BROWSER_ROUNDS = 7
 TOKEN = "b" * 43
-JOBS = ["JobA", "JobB", "JobC", "JobD", "Alert"]
-GRAPH = {
-    "JobA": [],
-    "JobB": [["JobA", "success"]],
-    "JobC": [["JobA", "success"]],
-    "JobD": [["JobB", "success"], ["JobC", "success"]],
-    "Alert": [["JobA", "failure"]],
-}
+JOBS = list(PAYROLL_AGENTS)
 
 
 class Agents:
     """PAYROLL deployed on three agents, as ``Session.workflows`` answers."""
 
     async def workflows(self) -> tuple[list[Deployed], list[str]]:
-        agents = {"JobA": "agentA", "JobB": "agentB", "JobC": "agentB", "JobD": "agentC", "Alert": "agentC"}
-        jobs = {job: {"agent": agent, "schedule": ["fri"]} for job, agent in agents.items()}
-        held = {"agentA": ["JobA"], "agentB": ["JobB", "JobC"], "agentC": ["JobD", "Alert"]}
-        return [Deployed("PAYROLL", "v1", {"v1"}, held, jobs, GRAPH, "agentA")], sorted(held)
+        deployed = payroll()
+        return [deployed], sorted(deployed.agents)
 
     async def runs(self, workflow: str, limit: int, gid: str = "", into: Monitor | None = None) -> Monitor:
         return into or Monitor()
