@@ -52,7 +52,7 @@ from broker.language import (
     parse_filter,
     parse_publication,
 )
-from broker.routing import (
+from broker.messages import (
     Ack,
     Advertise,
     Bye,

@@ -30,7 +30,7 @@ from broker.durable import WriteAheadLog
 from broker.durable.log import Fsync
 from broker.durable.offload import Offload
 from broker.errors import BadMessage, LocalError, ProtocolError
-from broker.routing import Publish
+from broker.messages import Publish
 from broker.transport.codec import decode, encode
 
 __all__ = ["Outbox", "OutboxError"]

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from broker.errors import BadMessage, ConnectError, LinkClosed, ProtocolError
-from broker.routing import Refuse
+from broker.messages import Refuse
 from broker.transport.codec import Hello, WireMessage
 from broker.transport.link import Link
 from broker.transport.tls import Identity, peer

@@ -29,9 +29,8 @@ from typing import Any
 from broker.errors import ParseError
 from broker.language.model import Atom, Composite, Filter, Policy, Publication, composite_variables
 from broker.language.values import Var
+from broker.messages import DEFAULT_TTL, DETECTOR, CompositeSubscribe, LocalId, Notify, PartId, Unsubscribe
 from broker.routing.detection import Bindings, Detector
-from broker.routing.ids import DETECTOR, LocalId, PartId
-from broker.routing.messages import DEFAULT_TTL, CompositeSubscribe, Notify, Unsubscribe
 from broker.routing.placement import Placement, node_at, place
 from broker.routing.tables import Output, Tables
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.language.model import Publication
-from broker.routing.messages import (
+from broker.messages import (
     CARRIED,
     Advertise,
     Carry,

@@ -26,11 +26,7 @@ from typing import Any
 from broker.errors import LocalError
 from broker.language.model import Publication
 from broker.matching import matcher
-from broker.routing.acl import Policy, refusal
-from broker.routing.composites import Composites
-from broker.routing.custody import Custody
-from broker.routing.ids import OverlayId, PublicationId
-from broker.routing.messages import (
+from broker.messages import (
     DEFAULT_TTL,
     Ack,
     Advertise,
@@ -42,6 +38,8 @@ from broker.routing.messages import (
     LinkUp,
     Message,
     Notify,
+    OverlayId,
+    PublicationId,
     Publish,
     Refuse,
     StatusReply,
@@ -53,6 +51,9 @@ from broker.routing.messages import (
     Unsubscribe,
     request_ref,
 )
+from broker.routing.acl import Policy, refusal
+from broker.routing.composites import Composites
+from broker.routing.custody import Custody
 from broker.routing.sessions import Sessions, request_key
 from broker.routing.standins import StandIns
 from broker.routing.tables import Output, Tables

@@ -20,9 +20,9 @@ from collections import Counter
 from functools import partial
 from typing import Any
 
+from broker.messages import Advertise, CompositeSubscribe, LinkUp, Subscribe
 from broker.routing.composites import Composites
 from broker.routing.custody import Custody
-from broker.routing.messages import Advertise, CompositeSubscribe, LinkUp, Subscribe
 from broker.routing.tables import Output, Tables
 
 __all__ = ["RequestKey", "Sessions", "request_key"]

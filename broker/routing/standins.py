@@ -42,8 +42,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, NamedTuple
 
+from broker.messages import DEFAULT_TTL, Advertise, Carry, LinkDown, LinkUp, Message, Unadvertise
 from broker.routing.custody import Channel, Custody
-from broker.routing.messages import DEFAULT_TTL, Advertise, Carry, LinkDown, LinkUp, Message, Unadvertise
 from broker.routing.tables import Output, Tables
 
 __all__ = ["ANSWER_WAIT", "StandIns"]

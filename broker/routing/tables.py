@@ -18,10 +18,9 @@ from typing import Any, Generic, TypeVar
 
 from broker.language.model import Filter, Publication
 from broker.matching.matcher import CountingMatcher
+from broker.messages import DETECTOR, Advertise, Hop, Message, Subscribe, Unadvertise, Unsubscribe
 from broker.routing.filter_index import FilterIndex
 from broker.routing.forwarding import Action, Forwarding, Twins
-from broker.routing.ids import DETECTOR, Hop
-from broker.routing.messages import Advertise, Message, Subscribe, Unadvertise, Unsubscribe
 from broker.routing.placement import HERE, Source
 from broker.routing.relations import Fit, advertisement_covers, overlaps, subscription_covers
 

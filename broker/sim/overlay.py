@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from broker.errors import RefusedError
 from broker.language import Policy, parse_composite, parse_filter, parse_publication
 from broker.language.model import Composite, Filter, Publication
-from broker.routing import (
+from broker.messages import (
     Ack,
     Advertise,
     Carry,
@@ -39,13 +39,13 @@ from broker.routing import (
     Notify,
     Publish,
     Refuse,
-    Router,
     Subscribe,
     Tick,
     Took,
     Unadvertise,
     Unsubscribe,
 )
+from broker.routing import Router
 
 __all__ = ["Overlay", "RefusedError", "SimClient"]
 

@@ -52,7 +52,7 @@ from broker.errors import BadMessage, FrameTooLarge
 from broker.language import MAX_DEPTH, Policy
 from broker.language.model import And, Atom, Composite, Filter, Or, Predicate, Publication, Sequence, Times
 from broker.language.values import TimeRef, Var
-from broker.routing.messages import (
+from broker.messages import (
     CARRIED,
     Ack,
     Advertise,

@@ -10,8 +10,8 @@ import pytest
 
 from broker.errors import ParseError, RefusedError
 from broker.language import Policy, parse_composite, parse_composite_subscription, parse_publication
+from broker.messages import CompositeSubscribe, Notify
 from broker.routing import detection
-from broker.routing.messages import CompositeSubscribe, Notify
 from broker.sim import Overlay
 from broker.transport.codec import MAX_FRAME, decode, encode
 from tests.routing.test_detection import WORKFLOW, Feeder, status

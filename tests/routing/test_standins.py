@@ -16,7 +16,8 @@ from collections.abc import Callable
 import pytest
 
 from broker.language import parse_filter, parse_publication
-from broker.routing import Advertise, Carry, LinkDown, LinkUp, Message, Publish, Router
+from broker.messages import Advertise, Carry, LinkDown, LinkUp, Message, Publish
+from broker.routing import Router
 from broker.routing.standins import ANSWER_WAIT
 from broker.sim import Overlay
 

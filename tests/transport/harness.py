@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from broker.errors import LinkClosed
-from broker.routing import (
+from broker.messages import (
     Ack,
     Advertise,
     CompositeSubscribe,

@@ -13,7 +13,7 @@ import pytest
 
 from broker.client import Client, ConnectError, RefusedError
 from broker.language import Publication, parse_filter
-from broker.routing import Refuse, Subscribe
+from broker.messages import Refuse, Subscribe
 from broker.routing.custody import Channel
 from broker.transport import server
 from broker.transport.codec import Hello, decode, encode

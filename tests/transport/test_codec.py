@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from broker.language import Filter, Predicate, Publication, TimeRef, Var, parse_filter, parse_publication
 from broker.language.operators import NUMERIC_OPERATORS, PRESENT, STRING_OPERATORS, TIME_OPERATORS
 from broker.language.values import MAX_EXACT, MAX_TIME_OFFSET
-from broker.routing.messages import (
+from broker.messages import (
     Ack,
     Advertise,
     Bye,

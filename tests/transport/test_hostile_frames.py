@@ -12,7 +12,7 @@ import msgpack
 import pytest
 
 from broker.client import Client
-from broker.routing import Refuse, StatusReply
+from broker.messages import Refuse, StatusReply
 from broker.throttle import LogThrottle
 from broker.transport.codec import FrameDecoder, Hello, decode, encode
 from broker.transport.server import RouterService

@@ -20,20 +20,21 @@ from broker.client import Client
 from broker.durable.log import WriteAheadLog
 from broker.errors import LinkClosed, LocalError
 from broker.language import Publication, parse_filter
-from broker.routing import (
+from broker.messages import (
     Advertise,
     Carry,
     Deliver,
+    LinkDown,
+    LinkUp,
     Publish,
-    Router,
     Subscribe,
     Took,
     Unadvertise,
     Unsubscribe,
 )
+from broker.routing import Router
 from broker.routing.acl import Policy
 from broker.routing.forwarding import Forwarding, Twins
-from broker.routing.messages import LinkDown, LinkUp
 from broker.routing.relations import subscription_covers
 from broker.transport import persistence
 from broker.transport.codec import Hello

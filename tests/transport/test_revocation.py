@@ -17,7 +17,7 @@ from cryptography import x509
 import wfm.certs
 from broker.client import Client, ConnectError
 from broker.errors import LinkClosed, LocalError
-from broker.routing import Refuse
+from broker.messages import Refuse
 from broker.transport.codec import Hello, Ping, Pong
 from broker.transport.link import Link
 from broker.transport.revocation import CRL, RevocationError, Revocations

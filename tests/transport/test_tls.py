@@ -14,7 +14,7 @@ import pytest
 import wfm.certs
 from broker.client import Client, ConnectError, RefusedError
 from broker.errors import LocalError
-from broker.routing import LinkUp, Refuse
+from broker.messages import LinkUp, Refuse
 from broker.transport.codec import Hello
 from broker.transport.link import Link
 from broker.transport.server import RouterService

@@ -1,0 +1,71 @@
+"""The wire vocabulary: every message that crosses a link, and the ids inside them.
+
+This floor sits below routing, transport and the client, and imports only the language model:
+a client process gets the messages without the router (and its matcher's NumPy). Each message
+is a frozen, slotted dataclass whose fields are its wire fields in order, so a codec can be
+derived from these definitions alone.
+"""
+
+from broker.messages.ids import DETECTOR, Hop, Local, LocalId, OverlayId, PartId, PublicationId
+from broker.messages.overlay import (
+    CARRIED,
+    DEFAULT_TTL,
+    Ack,
+    Advertise,
+    Bye,
+    Carry,
+    ClientMessage,
+    CompositeSubscribe,
+    Deliver,
+    LinkDown,
+    LinkMessage,
+    LinkUp,
+    Message,
+    Notify,
+    Publish,
+    Refuse,
+    StatusReply,
+    StatusRequest,
+    Subscribe,
+    Tick,
+    Took,
+    Unadvertise,
+    Unsubscribe,
+    publication_weight,
+    request_ref,
+)
+
+__all__ = [
+    "CARRIED",
+    "DEFAULT_TTL",
+    "DETECTOR",
+    "Ack",
+    "Advertise",
+    "Bye",
+    "Carry",
+    "ClientMessage",
+    "CompositeSubscribe",
+    "Deliver",
+    "Hop",
+    "LinkDown",
+    "LinkMessage",
+    "LinkUp",
+    "Local",
+    "LocalId",
+    "Message",
+    "Notify",
+    "OverlayId",
+    "PartId",
+    "PublicationId",
+    "Publish",
+    "Refuse",
+    "StatusReply",
+    "StatusRequest",
+    "Subscribe",
+    "Tick",
+    "Took",
+    "Unadvertise",
+    "Unsubscribe",
+    "publication_weight",
+    "request_ref",
+]
