@@ -30,9 +30,9 @@ from wfm.triggers import TriggerPublisher, check_workflow, new_gid
 from wfm.workflow import DefinitionError, Workflow, load
 
 __all__ = [
+    "Declined",
     "HistoryReader",
     "OverlayWatcher",
-    "Refused",
     "deployer",
     "described",
     "require_operator",
@@ -44,7 +44,7 @@ __all__ = [
 STATUS_TIMEOUT = 3.0  # seconds for a broker to answer a status: a stuck broker must not stall the page
 
 
-class Refused(WfmError):
+class Declined(WfmError):
     """What the dashboard will not do for this user, in one line (shown on the page)."""
 
 
@@ -177,11 +177,11 @@ class OverlayWatcher:
             raise
 
     async def detail(self, broker_id: str) -> dict[str, Any]:
-        """One broker's status with its tables (Refused if the broker is unknown)."""
+        """One broker's status with its tables (Declined if the broker is unknown)."""
         for uri in list(self.clients):
             if uri.rsplit("/", 1)[-1] == broker_id:
                 return await self.status(uri, detail=True)
-        raise Refused(f"broker {broker_id} is not reached by the dashboard")
+        raise Declined(f"broker {broker_id} is not reached by the dashboard")
 
     async def close(self) -> None:
         clients, self.clients = list(self.clients.values()), {}
@@ -269,12 +269,12 @@ def role_of(tls: Identity | None) -> str | None:
 
 
 def require_operator(tls: Identity | None, doing: str) -> None:
-    """Refused, naming the dashboard's identity and role, unless it is a deployer or an operator
+    """Declined, naming the dashboard's identity and role, unless it is a deployer or an operator
     (with TLS on): the roles whose Triggers, CANCELs and RERUNs agents act on."""
     role = role_of(tls)
     if role is not None and role not in OPERATOR_ROLES:
         assert tls is not None
-        raise Refused(
+        raise Declined(
             f"the dashboard runs as {tls.name} (role {role or 'none'}): {doing} needs role"
             f" {' or '.join(OPERATOR_ROLES)}; start wfm web with --identity of a deployer or an operator"
         )
@@ -288,13 +288,13 @@ def deployer(tls: Identity | None) -> Deployer:
 
 def trigger(uri: BrokerList, tls: Identity | None, workflow: str, today: date | None = None) -> str:
     """Publish a Trigger for ``workflow`` (today's date, a new gid) as the dashboard's identity; its
-    gid. Refused, before anything is sent, if that identity is not a deployer (with TLS on) or the
+    gid. Declined, before anything is sent, if that identity is not a deployer (with TLS on) or the
     workflow name is not one; a broker that does not take it raises as ``TriggerPublisher`` does."""
     require_operator(tls, "triggering")
     try:
         check_workflow(workflow)
     except ValueError as error:
-        raise Refused(str(error)) from None
+        raise Declined(str(error)) from None
     gid = new_gid(datetime.now())
     with TriggerPublisher(uri.secured(tls)) as publisher:
         publisher.publish(workflow, gid, today or date.today())
