@@ -1,7 +1,7 @@
 """Firings: the publications delivered for a job's condition (its Trigger and its predecessors'
 statuses, joined by the brokers), and what the job does about them: run (queued), or publish a
 status decided without running (:func:`report`: a skip, NORUN, a bad trigger, APPL_START,
-APPL_END). Deliveries for plain subscriptions are statuses, the :mod:`coordinator`'s to follow.
+APPL_END). Deliveries for plain subscriptions are statuses, the :mod:`agents.coordinator`'s to follow.
 """
 
 from __future__ import annotations

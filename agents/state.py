@@ -26,7 +26,16 @@ from typing import Any
 
 from agents import cancel_and_rerun, catalogue, firing, forgetting, refusals, run_queue, snapshot
 from agents.catalogue import Deployment, Owner
-from agents.commands import Cancel, DefineJob, Deploy, Rerun, Undeploy, WantRegistration, read_envelope
+from agents.commands import (
+    Cancel,
+    DefineJob,
+    Deploy,
+    DeploymentCommand,
+    Rerun,
+    Undeploy,
+    WantRegistration,
+    read_envelope,
+)
 from agents.envelope import Registration, ack_fields
 from agents.events import (
     Delivered,
@@ -162,7 +171,8 @@ def _incoming(agent: Agent, event: Incoming, now: float) -> list[Effect]:
     return [*effects, Emit(ack(agent.name, fields, result, detail))]
 
 
-def _deployment_command(agent: Agent, command: Any, now: float) -> cancel_and_rerun.Operated:
+def _deployment_command(agent: Agent, command: DeploymentCommand, now: float) -> cancel_and_rerun.Operated:
+    """A command that changes the catalogue: acknowledged with no detail."""
     result, effects = catalogue.apply(agent, command)
     return result, "", effects
 
