@@ -23,7 +23,7 @@ from workflow_messages import APPL_END, APPL_START, digest, start_subscription
 if TYPE_CHECKING:
     from agents.state import Agent
 
-__all__ = ["Deployment", "Owner", "apply", "collect", "current", "deployment_of", "remove", "retiring"]
+__all__ = ["Deployment", "Owner", "apply", "collect", "current", "retiring"]
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def apply(agent: Agent, command: DeploymentCommand) -> Applied:
 
 def _define_job(agent: Agent, command: DefineJob) -> Applied:
     control, info = command.control, command.info
-    deployment = deployment_of(agent, control.workflow, control.version)
+    deployment = _deployment_of(agent, control.workflow, control.version)
     if deployment.jobs.get(control.job) == info:
         return "UNCHANGED", []
     deployment.add(info)
@@ -102,7 +102,7 @@ def _want_registration(agent: Agent, command: WantRegistration) -> Applied:
     key = owner.key(control.command, control.content)
     if key in agent.wanted:
         return "UNCHANGED", []
-    deployment = deployment_of(agent, control.workflow, control.version)
+    deployment = _deployment_of(agent, control.workflow, control.version)
     deployment.keys.add(key)
     deployment.envelopes[key] = control
     agent.wanted[key] = command.registration
@@ -123,7 +123,7 @@ def _undeploy(agent: Agent, command: Undeploy) -> Applied:
     versions = [v for (w, v) in agent.deployments if w == workflow]
     if command.retire is None:
         agent.retired -= {(workflow, v) for v in versions}
-        effects = [e for v in versions for e in remove(agent, workflow, v)]
+        effects = [e for v in versions for e in _remove(agent, workflow, v)]
         return ("OK" if versions else "UNCHANGED"), effects
     if control.version in versions:
         raise ValueError(f"{workflow} version {control.version} is deployed here: not retired by it")
@@ -150,7 +150,7 @@ def _deploy(agent: Agent, command: Deploy) -> Applied:
     leaves no trace (a half-installed one would be in the next snapshot, and fail again there)."""
     control, deploy = command.control, command.part
     built = [(info, registrations(info, deploy.coordinator)) for info in deploy.jobs]
-    deployment = deployment_of(agent, control.workflow, control.version)
+    deployment = _deployment_of(agent, control.workflow, control.version)
     deployment.ends_here = True
     deployment.envelopes[f"DEPLOY {digest(control.content)}"] = control
     split = (deploy.parts, deploy.split)
@@ -187,7 +187,7 @@ _APPLY: dict[type, Callable[[Agent, Any], Applied]] = {
 }
 
 
-def deployment_of(agent: Agent, workflow: str, version: str) -> Deployment:
+def _deployment_of(agent: Agent, workflow: str, version: str) -> Deployment:
     """The deployment of (workflow, version), created when its first envelope arrives."""
     if (workflow, version) not in agent.deployments:
         agent.installs += 1
@@ -195,7 +195,7 @@ def deployment_of(agent: Agent, workflow: str, version: str) -> Deployment:
     return agent.deployments[workflow, version]
 
 
-def remove(agent: Agent, workflow: str, version: str) -> list[Effect]:
+def _remove(agent: Agent, workflow: str, version: str) -> list[Effect]:
     deployment = agent.deployments.pop((workflow, version))
     for key in deployment.keys:
         agent.wanted.pop(key, None)
@@ -250,7 +250,7 @@ def collect(agent: Agent, workflow: str) -> list[Effect]:
         if w == workflow and v != latest and v not in used and (d.complete or (w, v) in agent.retired)
     ]  # (not a newer one whose parts are still coming, unless retired)
     agent.retired -= {(workflow, v) for v in old}
-    return [e for v in old for e in remove(agent, workflow, v)] + _starts(agent, workflow)
+    return [e for v in old for e in _remove(agent, workflow, v)] + _starts(agent, workflow)
 
 
 def retiring(agent: Agent, workflow: str) -> bool:

@@ -1,6 +1,6 @@
 """Firings: the publications delivered for a job's condition (its Trigger and its predecessors'
 statuses, joined by the brokers), and what the job does about them: run (queued), or publish a
-status decided without running (:func:`report`: a skip, NORUN, a bad trigger, APPL_START,
+status decided without running (:func:`_report`: a skip, NORUN, a bad trigger, APPL_START,
 APPL_END). Deliveries for plain subscriptions are statuses, the :mod:`agents.coordinator`'s to follow.
 """
 
@@ -33,12 +33,13 @@ from workflow_messages import (
 if TYPE_CHECKING:
     from agents.state import Agent
 
-__all__ = ["delivered", "report"]
+__all__ = ["delivered"]
 
 log = logging.getLogger(__name__)
 
 
 def delivered(agent: Agent, event: Delivered, now: float) -> list[Effect]:
+    """What was delivered for a registration: the firing of a job's condition, or statuses."""
     owner = agent.owners.get(event.key)
     if owner is None:
         return []  # withdrawn meanwhile
@@ -92,26 +93,26 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
         if generation.halted:
             status, detail = CANCELLED, "; ".join(part for part in (NOT_RUN, detail) if part)
         generation.ended = True
-        return report(agent, info, gid, status, detail, now)
+        return _report(agent, info, gid, status, detail, now)
     reason = blocked(info.after, statuses)
     if reason is not None:
-        return report(agent, info, gid, NORUN, f"skipped: {reason}", now, upstream, skipped=True)
+        return _report(agent, info, gid, NORUN, f"skipped: {reason}", now, upstream, skipped=True)
     try:
         date = firing_date(publications)
     except ValueError as error:
-        return report(agent, info, gid, FAILURE, str(error), now, upstream)
+        return _report(agent, info, gid, FAILURE, str(error), now, upstream)
     publishing.outcome(agent, info.workflow, gid)["date"] = date.isoformat()
     if info.job == APPL_START:
-        return report(agent, info, gid, SUCCESS, f"trigger for {date.isoformat()}", now)
+        return _report(agent, info, gid, SUCCESS, f"trigger for {date.isoformat()}", now)
     # every status carries on the failures before it: APPL_END knows of them only that way
     if generation.halted:
-        return report(agent, info, gid, NORUN, NOT_RUN, now, upstream)
+        return _report(agent, info, gid, NORUN, NOT_RUN, now, upstream)
     if info.job in generation.reused:
         status, detail = generation.reused[info.job]
-        return report(agent, info, gid, status, detail, now, upstream)
+        return _report(agent, info, gid, status, detail, now, upstream)
     if not info.calendar.allows(date):
         detail = f"not scheduled on {date.strftime('%A')} {date}"
-        return report(agent, info, gid, NORUN, detail, now, upstream)
+        return _report(agent, info, gid, NORUN, detail, now, upstream)
     generation.jobs[info.job] = "queued"
     run = Run(
         info.workflow,
@@ -129,7 +130,7 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
     return run_queue.pump(agent, now)
 
 
-def report(
+def _report(
     agent: Agent,
     info: JobInfo,
     gid: str,

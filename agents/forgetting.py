@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from agents.run_queue import Pending
     from agents.state import Agent
 
-__all__ = ["DAY", "FORGET_AFTER", "MAX_ENDED", "SWEEP_EVERY", "end", "forget", "sweep"]
+__all__ = ["DAY", "FORGET_AFTER", "MAX_ENDED", "SWEEP_EVERY", "forget", "sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def forget(agent: Agent, workflow: str, gid: str, version: str, now: float) -> l
     """APPL_END: forget the generation (its queued runs too), then maybe an old version."""
     if (workflow, gid) in agent.ended:
         return []
-    end(agent, workflow, gid, now)
+    _end(agent, workflow, gid, now)
     current = catalogue.current(agent, workflow)
     if current is not None:
         latest = agent.deployments[workflow, current]
@@ -44,7 +44,7 @@ def forget(agent: Agent, workflow: str, gid: str, version: str, now: float) -> l
     return catalogue.collect(agent, workflow) if catalogue.retiring(agent, workflow) else []
 
 
-def end(agent: Agent, workflow: str, gid: str, at: float) -> list[Pending]:
+def _end(agent: Agent, workflow: str, gid: str, at: float) -> list[Pending]:
     """Drop the generation and its queued runs (returned), and remember it ended ``at``."""
     agent.generations.pop((workflow, gid), None)
     dropped = [p for p in agent.pending if (p.run.workflow, p.run.gid) == (workflow, gid)]
@@ -85,7 +85,7 @@ def sweep(agent: Agent, now: float) -> list[Effect]:
         if generation.since is None:
             generation.since = start
         elif generation.since < cutoff and (workflow, gid) not in busy:
-            dropped = end(agent, workflow, gid, start)
+            dropped = _end(agent, workflow, gid, start)
             forgotten.add(workflow)
             log.warning(
                 "forgot %s %s: not seen to end within %g days%s",

@@ -1,7 +1,7 @@
 """The statuses this agent publishes, and the outcomes it keeps of them.
 
 Every job publishes one status in every generation: the end of a run (:func:`done`), or one decided
-without running anything (:func:`agents.firing.report`: APPL_START, APPL_END, NORUN, a skip, a bad
+without running anything (:mod:`agents.firing`: APPL_START, APPL_END, NORUN, a skip, a bad
 trigger), or APPL_END (:mod:`agents.coordinator`). What each said is kept as the generation's
 outcome, answered to ``wfm runs`` and reused by ``wfm rerun --from`` (:mod:`agents.cancel_and_rerun`).
 """
