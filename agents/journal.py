@@ -30,7 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from agents.state import Agent, Delivered, Event, Finished, Incoming, Lost, Result, Run, Tick
+from agents.state import Agent, Delivered, Event, Finished, Incoming, Lost, Result, Run, TimePassed
 from agents.supervisor import write_atomically
 from broker.durable.log import private_directory
 from broker.errors import LocalError
@@ -192,5 +192,5 @@ def _decode(record: dict[str, Any]) -> Event:
     if kind == "lost":
         return Lost(Run(**record["run"]))
     if kind == "tick":
-        return Tick()
+        return TimePassed()
     raise ValueError(f"unknown event {kind!r}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from agents.journal import Journal
 from agents.runner import log_path
-from agents.state import Agent, Tick
+from agents.state import Agent, TimePassed
 from tests.agents.test_runner import run, supervised
 from tests.modes import files, mode
 from tests.processes import WFM, wait_for
@@ -20,9 +20,9 @@ from tests.transport.harness import free_port
 def test_the_state_directory_journal_and_snapshot_are_private(tmp_path: Path, umask_zero: None) -> None:
     state = tmp_path / "agents" / "a1"
     journal = Journal(state)
-    journal.write(Tick(), 1.0)
+    journal.write(TimePassed(), 1.0)
     journal.compact(Agent("a1").snapshot())  # the snapshot: written atomically through a temporary
-    journal.write(Tick(), 2.0)
+    journal.write(TimePassed(), 2.0)
     journal.sync()
     journal.close()
     assert mode(state) == 0o700

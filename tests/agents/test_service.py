@@ -18,9 +18,10 @@ import pytest
 import agents.service
 from agents import supervisor
 from agents.envelope import Registration
+from agents.generations import GenerationState
 from agents.runner import Retention, log_path
 from agents.service import QUERY, AgentService
-from agents.state import Agent, Delivered, Finished, GenerationState, Incoming, Result, Run, Tick
+from agents.state import Agent, Delivered, Finished, Incoming, Result, Run, TimePassed
 from broker.client import Backoff, Client, Delivery, RefusedError
 from broker.language import Publication, parse_filter, parse_publication
 from broker.transport.server import RouterService
@@ -208,9 +209,9 @@ def test_an_error_in_handling_one_message_is_counted_and_the_agent_goes_on(
 
     handle = service.agent.handle
     monkeypatch.setattr(
-        service.agent, "handle", lambda e, now: handle(e, now) if isinstance(e, Tick) else 1 / 0
+        service.agent, "handle", lambda e, now: handle(e, now) if isinstance(e, TimePassed) else 1 / 0
     )
-    asyncio.run(service._handle(Delivered("key", (FIRST,)), Tick()))
+    asyncio.run(service._handle(Delivered("key", (FIRST,)), TimePassed()))
     assert service.errors == {"reading a delivery": 1, "handling an event": 1}
     assert caplog.text.count("unexpected error") == 2
     service.journal.close()
