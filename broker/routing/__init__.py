@@ -1,9 +1,6 @@
-"""Content-based routing as a pure state machine (no I/O): the Router.
+"""Content-based routing as a pure state machine (no I/O): ``router.Router`` and its tables.
 
-Its messages are the wire vocabulary one floor down, :mod:`broker.messages`.
+Its messages are the wire vocabulary one floor down, :mod:`broker.messages`. The package itself
+imports nothing, so a process that needs one light module of it (the covering modes a command
+line offers) does not load the matcher's NumPy.
 """
-
-from broker.routing.forwarding import COVERING_MODES
-from broker.routing.router import Output, Router
-
-__all__ = ["COVERING_MODES", "Output", "Router"]

@@ -45,7 +45,7 @@ from broker.messages import (
     Unadvertise,
     Unsubscribe,
 )
-from broker.routing import Router
+from broker.routing.router import Router
 
 __all__ = ["Overlay", "RefusedError", "SimClient"]
 

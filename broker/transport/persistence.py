@@ -26,7 +26,7 @@ from pathlib import Path
 from broker.durable.log import Fsync, WriteAheadLog
 from broker.errors import BadMessage, FrameTooLarge, LocalError
 from broker.messages import Message
-from broker.routing import Router
+from broker.routing.router import Router
 from broker.transport.codec import decode, encode
 
 __all__ = ["CHECKPOINT_RECORDS", "Fsync", "RouterLog"]

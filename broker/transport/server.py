@@ -46,8 +46,8 @@ from typing import Any
 from broker.durable.offload import Offload
 from broker.errors import BadMessage, LinkClosed, LocalError, ProtocolError
 from broker.messages import Carry, LinkDown, LinkUp, Message, Refuse, StatusReply, Tick, Took
-from broker.routing import Router
 from broker.routing.acl import Policy
+from broker.routing.router import Router
 from broker.routing.tables import Output
 from broker.throttle import LogThrottle
 from broker.transport.codec import Hello, Ping, Pong

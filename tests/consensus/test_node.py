@@ -17,7 +17,7 @@ from broker.consensus import (
     VoteReply,
     VoteRequest,
 )
-from tests.consensus.cluster import E, H, Cluster
+from tests.consensus.cluster import Cluster, E, H
 
 
 def test_a_site_of_one_leads_itself_and_commits_what_it_wrote() -> None:

@@ -7,8 +7,8 @@ import pytest
 
 from broker.language import parse_composite, parse_filter, parse_publication
 from broker.messages import Advertise, Carry, CompositeSubscribe, LinkUp, Publish, Refuse, Subscribe
-from broker.routing import Router
 from broker.routing.acl import Policy, PolicyError
+from broker.routing.router import Router
 
 RULES = """
 [roles.agent]

@@ -12,7 +12,7 @@ import pytest
 
 from broker.language import parse_filter, parse_publication
 from broker.messages import Ack, Advertise, Carry, LinkUp, Message, Notify, Publish, Refuse, Subscribe
-from broker.routing import Router
+from broker.routing.router import Router
 from broker.sim import Overlay, RefusedError
 
 MODES = ["off", "lazy", "active"]

@@ -17,7 +17,7 @@ import pytest
 
 from broker.language import parse_filter, parse_publication
 from broker.messages import Advertise, Carry, LinkDown, LinkUp, Message, Publish
-from broker.routing import Router
+from broker.routing.router import Router
 from broker.routing.standins import ANSWER_WAIT
 from broker.sim import Overlay
 

@@ -32,10 +32,10 @@ from broker.messages import (
     Unadvertise,
     Unsubscribe,
 )
-from broker.routing import Router
 from broker.routing.acl import Policy
 from broker.routing.forwarding import Forwarding, Twins
 from broker.routing.relations import subscription_covers
+from broker.routing.router import Router
 from broker.transport import persistence
 from broker.transport.codec import Hello
 from broker.transport.link import Link
