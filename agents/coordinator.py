@@ -12,8 +12,7 @@ from agents import forgetting, publishing, refusals
 from agents.events import Effect, Emit
 from agents.generations import NOT_RUN, GenerationState
 from broker.language import Publication
-from workflow_messages import APPL_END, APPL_START, CANCELLED, decide_end
-from workflow_messages.jobstatus import parse_job_status
+from workflow_messages import APPL_END, APPL_START, CANCELLED, decide_end, parse_job_status
 
 if TYPE_CHECKING:
     from agents.state import Agent

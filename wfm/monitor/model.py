@@ -16,8 +16,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from broker.language import Value
-from workflow_messages import APPL_END, JOBSTATUS, NORUN, SUCCESS, TRIGGER, skipped_jobs, trigger_date
-from workflow_messages.jobstatus import parse_job_status
+from workflow_messages import (
+    APPL_END,
+    JOBSTATUS,
+    NORUN,
+    SUCCESS,
+    TRIGGER,
+    parse_job_status,
+    skipped_jobs,
+    trigger_date,
+)
 
 __all__ = ["Generation", "JobState", "Monitor", "StatusEvent"]
 
