@@ -57,6 +57,9 @@ class Journal:
             self.wal = WriteAheadLog(self.directory)
         except LogInUse:
             raise LocalError(f"{state_dir} is in use by another agent") from None
+        if old_journal.in_use(state_dir):
+            self.wal.close()
+            raise LocalError(f"{state_dir} is in use by another agent")
         # read at once, so records written before :meth:`recover` go after these
         self._found: tuple[bytes | None, list[bytes]] | None = self.wal.recover()
 

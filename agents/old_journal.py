@@ -10,8 +10,10 @@ one skipped with a warning, as that journal did.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +22,27 @@ from agents.state import Agent
 from broker.errors import LocalError
 from broker.language import ParseError
 
-__all__ = ["FILES", "replay"]
+__all__ = ["FILES", "in_use", "replay"]
 
 log = logging.getLogger(__name__)
 
 FILES = ("snapshot.json", "journal.jsonl", ".lock")  # what it left in the state directory
+
+
+def in_use(state_dir: Path) -> bool:
+    """Whether an agent of the version before runs on ``state_dir`` (it holds ``.lock``): a
+    killed ``wfm up`` leaves its agents running, and two agents on one journal run jobs twice."""
+    try:
+        fd = os.open(state_dir / ".lock", os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def replay(state_dir: Path, agent: Agent) -> int | None:

@@ -238,6 +238,7 @@ class Overlay:
         neighbours and clients reconnect and each side resends what the other had not taken.
         ``neighbours`` False: only its clients do, and each neighbour when ``connect``ed."""
         router = Router.restore(pickle.loads(self._logs.pop(broker_id)))
+        router.custody.max_held = self.session_max_queued  # a setting, as ``add_broker`` gave it
         self.routers[broker_id] = router
         for hop in [hop for hop, channel in router.custody.channels.items() if channel.up]:
             router.handle(LinkDown(), hop, self.now)  # before any link is back, as ``RouterService``

@@ -3,6 +3,7 @@ the journal of the versions before is converted on the first start."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import tempfile
@@ -160,6 +161,15 @@ def test_a_crash_after_the_tail_is_emptied_loses_nothing(tmp_path: Path) -> None
     assert replayed == 0 and restarted.snapshot() == agent.snapshot()
 
 
+def test_an_agent_of_the_version_before_still_running_keeps_its_state_directory(tmp_path: Path) -> None:
+    """It holds ``.lock``: a second agent there would run its jobs again."""
+    with (tmp_path / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with pytest.raises(LocalError, match=f"^{tmp_path} is in use by another agent$"):
+            Journal(tmp_path)
+    Journal(tmp_path).close()  # free once it is gone
+
+
 def test_one_agent_per_state_directory(tmp_path: Path) -> None:
     first = Journal(tmp_path)
     with pytest.raises(LocalError, match=f"^{tmp_path} is in use by another agent$"):
@@ -244,3 +254,20 @@ def test_an_old_journal_left_beside_a_converted_one_is_deleted_unread(tmp_path: 
     restarted, replayed = recovered(tmp_path)
     assert replayed == 0 and restarted.snapshot() == agent.snapshot()
     assert not (tmp_path / "journal.jsonl").exists()
+
+
+BEFORE = Path(__file__).parent / "journal_before"  # written by the journal of the version before
+
+
+def test_a_journal_written_by_the_version_before_is_read_and_converted(tmp_path: Path) -> None:
+    """``journal_before/``: ``snapshot.json`` and ``journal.jsonl`` as that version left them
+    (agentB installed, five generations, compacted every 12 records), and the agent's state
+    they held (``state_after.json``)."""
+    for name in ("snapshot.json", "journal.jsonl"):
+        shutil.copy(BEFORE / name, tmp_path / name)
+    agent, replayed = recovered(tmp_path)
+    expected = json.loads((BEFORE / "state_after.json").read_text())
+    assert replayed == 4 and json.loads(json.dumps(agent.snapshot())) == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["journal"]
+    again, replayed = recovered(tmp_path)
+    assert replayed == 0 and json.loads(json.dumps(again.snapshot())) == expected
