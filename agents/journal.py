@@ -4,8 +4,8 @@ Each record is an event (envelopes, deliveries, finished or lost runs, ticks tha
 retries; :mod:`agents.journal_records`) fsync'd before its effects happen, so nothing acted on is
 missing after a crash. Records that arrive together are fsync'd together (one ``fsync`` per
 batch), which keeps a busy agent off the disk's latency; the adapter may leave a batch flushed
-and not synced when losing it to a crash of the machine costs nothing (:func:`agents.service`'s
-``_ends_only``). Feeding them back to :meth:`agents.state.Agent.handle` rebuilds the same state,
+and not synced when losing it to a crash of the machine costs nothing (``_ends_only`` in
+:mod:`agents.service`). Feeding them back to :meth:`agents.state.Agent.handle` rebuilds the same state,
 so a job that finished is not run again and a job that was started is known to be in a
 supervisor's hands.
 
