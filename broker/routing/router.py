@@ -140,6 +140,38 @@ class Router:
         log.warning("%s: message from unknown hop %r dropped", self.id, hop)
         return []
 
+    def snapshot(self) -> dict[str, Any]:
+        """The router's state: what it was made with, its own state and each stateful part's
+        (:class:`broker.routing.snapshots.Stateful`), by name; :meth:`restore` makes the same
+        router of it. ``broker.transport.persistence`` keeps it, under a format number."""
+        max_waiting, max_age = self.composites.detector_limits
+        return {
+            "id": self.id,
+            "settings": {
+                "covering": self.tables.subscriptions.mode,
+                "advertisement_covering": self.tables.advertisements.mode != "off",
+                "composite_max_waiting": max_waiting,
+                "composite_max_age": max_age,
+                "session_grace": self.sessions.grace,
+                "epoch": self.custody.epoch,
+                "policy": self.policy,
+            },
+            "seen": list(self.seen),
+            "counters": dict(self.counters),
+            **{part: getattr(self, part).snapshot() for part in _PARTS},
+        }
+
+    @classmethod
+    def restore(cls, state: dict[str, Any]) -> Router:
+        """The router whose :meth:`snapshot` ``state`` is."""
+        router = cls(state["id"], **state["settings"])
+        router.seen = OrderedDict.fromkeys(state["seen"])
+        router.counters.update(state["counters"])  # the parts count into this one
+        for part in _PARTS:
+            getattr(router, part).restore(state[part])
+        router.owned = router.sessions.owned
+        return router
+
     def configure_like(self, fresh: Router, where: str) -> None:
         """Take ``fresh``'s settings (what the process was started with now, not what it was
         started with when its log began): access rules, grace, composite limits. A covering
@@ -389,6 +421,7 @@ class Router:
 
 
 Handler = Callable[[Router, Any, str, float], Output]
+_PARTS = ("tables", "composites", "custody", "sessions", "stand_ins")  # the stateful ones
 _COUNTED: dict[type, str] = {}  # message type -> the name of its counter, made once
 
 

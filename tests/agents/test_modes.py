@@ -26,7 +26,13 @@ def test_the_state_directory_journal_and_snapshot_are_private(tmp_path: Path, um
     journal.sync()
     journal.close()
     assert mode(state) == 0o700
-    assert files(state) == {".lock": 0o600, "journal.jsonl": 0o600, "snapshot.json": 0o600}
+    assert mode(state / "journal") == 0o700
+    assert files(state) == {
+        "journal/lock": 0o600,
+        "journal/log-0": 0o600,
+        "journal/log-1": 0o600,
+        "journal/snap-1": 0o600,
+    }
 
 
 def test_a_jobs_log_and_the_supervisors_files_are_private_and_the_jobs_own_files_are_not_touched(
@@ -66,7 +72,7 @@ def test_a_wfm_agent_narrows_a_state_directory_open_to_others(tmp_path: Path, um
         text=True,
     )
     try:
-        wait_for(lambda: (state / ".lock").exists(), "the agent's journal")
+        wait_for(lambda: (state / "journal" / "lock").exists(), "the agent's journal")
         assert mode(state) == 0o700
     finally:
         agent.send_signal(signal.SIGTERM)

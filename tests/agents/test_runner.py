@@ -623,8 +623,8 @@ def test_the_journal_round_trips_and_cuts_a_torn_line(tmp_path: Path) -> None:
     journal.write(TimePassed(), 3.0)
     journal.sync()  # one fsync for both
     journal.close()
-    with (tmp_path / "journal.jsonl").open("a") as torn:
-        torn.write('{"t": 4.0, "event": "deliv')
+    with (tmp_path / "journal" / "log-0").open("ab") as torn:
+        torn.write(b'\x00\x00\x00\x30\x12\x34\x56\x78{"t": 4.0, "event": "deliv')
     seen: list[object] = []
     agent = Agent("agentB")
     agent.handle = lambda event, now: seen.append((event, now)) or []  # type: ignore[method-assign]
