@@ -26,10 +26,15 @@ version's format at once, so the version before never reads this one's records. 
 raises the format next reads this one and drops the one before: one upgrade at a time keeps a
 broker's state. Format 10 (until this version) pickled the router object whole; 11 is its
 snapshot.
+
+A pickle names each class by its module, so a class that moves would make every log written
+before the move unreadable: ``MOVED`` maps the modules a readable format may name to where their
+classes live now, and everything this module reads goes through it.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import pickle
 import struct
@@ -54,6 +59,20 @@ _WIRE_HEAD = struct.Struct(">dH")
 _FRAME_AT = len(_WIRE) + _WIRE_HEAD.size
 CHECKPOINT_RECORDS = 20_000  # inputs between two snapshots: what a restart may have to replay
 CHECKPOINT_BYTES = 32 << 20
+MOVED = {  # module a readable log may name -> where its classes are now
+    "broker.routing.messages": "broker.messages.overlay",
+    "broker.routing.ids": "broker.messages.ids",
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> object:
+        return super().find_class(MOVED.get(module, module), name)
+
+
+def _load(data: bytes) -> object:
+    """A pickle of this broker's log, its classes found where they are now (``MOVED``)."""
+    return _Unpickler(io.BytesIO(data)).load()
 
 
 class RouterLog:
@@ -129,7 +148,7 @@ class RouterLog:
         """The router in a snapshot of a format this version reads, and that format; LocalError
         for another's, which would fail on every message (its state lacks what this code expects)."""
         try:
-            loaded = pickle.loads(snapshot)
+            loaded = _load(snapshot)
         except Exception as error:  # a class or attribute this code no longer has
             loaded = error
         if isinstance(loaded, tuple) and len(loaded) == 2 and loaded[0] in READABLE:
@@ -151,7 +170,7 @@ class RouterLog:
 def _input(record: bytes) -> tuple[str, float, Message]:
     """The hop, the clock and the input in a record."""
     if record[:1] != _WIRE:
-        return pickle.loads(record)  # type: ignore[no-any-return]
+        return _load(record)  # type: ignore[return-value]
     now, size = _WIRE_HEAD.unpack_from(record, len(_WIRE))
     hop = record[_FRAME_AT : _FRAME_AT + size].decode()
     return hop, now, decode(memoryview(record)[_FRAME_AT + size + 4 :])  # type: ignore[return-value]

@@ -660,3 +660,36 @@ def test_memory_and_data_exclude_each_other(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == "wfm: error: --memory and --data exclude each other: give one\n"
     assert list(tmp_path.iterdir()) == []
+
+
+BEFORE = Path(__file__).with_name("broker_before")  # written by the version before this format
+
+
+def test_a_log_the_version_before_wrote_is_restored_whole_and_checkpointed_in_this_format(
+    tmp_path: Path,
+) -> None:
+    """A real log of the previous version (format 10, its classes where they lived then: the
+    router pickled whole, its messages from broker.routing.messages): a snapshot and inputs after
+    it. Restored, the router has what it had (its id, subscriptions, advertisement, counters),
+    delivers a new publication, and the log is checkpointed in this version's format."""
+    directory = tmp_path / "B1"
+    directory.mkdir(mode=0o700)
+    for file in BEFORE.iterdir():
+        (directory / file.name).write_bytes(file.read_bytes())
+    log = persistence.RouterLog(directory)
+    router = log.restore(lambda: Router("B9"))
+    log.close()
+    status = router.status()
+    assert (router.id, status["subscriptions"], status["advertisements"]) == ("B1", 3, 1)
+    assert (router.counters["delivered"], router.counters["in.Publish"]) == (2, 2)
+    output = router.handle(Publish("3", Publication("stock", {"n": 9}), ack=False), "pub", 8.0)
+    carried = [(target, m.message) for target, m in output if isinstance(m, Carry)]
+    assert [(target, type(m).__name__) for target, m in carried] == [("sub", "Deliver")]
+    again = persistence.RouterLog(directory)
+    restored = again.restore(lambda: Router("B9"))
+    again.close()
+    assert restored.status()["subscriptions"] == 3
+    written = WriteAheadLog(directory)
+    snapshot, _ = written.recover()
+    written.close()
+    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT
