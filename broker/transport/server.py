@@ -25,20 +25,20 @@ from pathlib import Path
 from typing import Any
 
 from broker.clock import SYSTEM, Clock
-from broker.errors import BadMessage, ConnectError, LinkClosed, LocalError, ProtocolError
-from broker.routing import LinkDown, LinkUp, Refuse, Router
+from broker.errors import ConnectError, LocalError
+from broker.routing import Router
 from broker.routing.acl import Policy
-from broker.throttle import LogThrottle
 from broker.transport.admission import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS, Admission
 from broker.transport.backoff import Backoff
-from broker.transport.codec import Hello, Ping, Pong
+from broker.transport.codec import Hello
 from broker.transport.dialer import dial
 from broker.transport.driver import RouterDriver
 from broker.transport.gate import Gate
 from broker.transport.handshake import HANDSHAKE_TIMEOUT, Misconfigured
-from broker.transport.link import SLOW_CONSUMER, Link
+from broker.transport.link import Link
+from broker.transport.peers import Peers
 from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync, RouterLog
-from broker.transport.tls import Identity, Peer
+from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 
 __all__ = ["REDIAL", "RouterService", "loopback"]
@@ -92,14 +92,11 @@ class RouterService:
         self.tls = tls
         self.uri = uri
         self.neighbors = list(neighbors)
-        self.heartbeat = heartbeat
-        self.dead_after = dead_after
         self.queue_limit = queue_limit
         self.clock = clock
         self.links: dict[str, Link] = {}
         self.counters: Counter[str] = Counter()
         self.log = logging.LoggerAdapter(logging.getLogger("broker"), {"broker": uri.id})
-        self.bad_message_log = LogThrottle()
         router = Router(
             uri.id,
             covering,
@@ -116,6 +113,7 @@ class RouterService:
             router, self.links, self.log_file, self.status, self.counters, self.log, clock
         )
         admission: Admission[Any] = Admission(max_handshakes, max_handshakes_per_address)
+        self.peers = Peers(self.links, self.driver, heartbeat, dead_after, self.counters, self.log, clock)
         self.gate = Gate(tls, queue_limit, self.counters, self.log, clock, admission)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -136,7 +134,7 @@ class RouterService:
         self.log.info("%s listening, its state %s", self.uri, kept)
         for neighbor in self.neighbors:
             self._spawn(self._dial(neighbor))
-        self._spawn(self._heartbeats())
+        self._spawn(self.peers.heartbeats())
         self._spawn(self.driver.settle_when_quiet())
         self._spawn(self.driver.ticks())
         if self.tls is not None:
@@ -199,7 +197,7 @@ class RouterService:
         if shaken is not None:
             link, hello, sent, who = shaken
             try:
-                await self._serve(link, hello.id, hello, sent, who)
+                await self.peers.serve(link, hello.id, hello, sent, who)
             finally:
                 self.gate.verified.pop(link, None)
 
@@ -231,80 +229,8 @@ class RouterService:
                     if who is not None:
                         self.gate.verified[link] = who
                     try:
-                        await self._serve(link, neighbor.id, link.peer or sent, sent, who)
+                        await self.peers.serve(link, neighbor.id, link.peer or sent, sent, who)
                     finally:
                         self.gate.verified.pop(link, None)
             failures += 1
             await asyncio.sleep(REDIAL.delay(failures))
-
-    async def _serve(self, link: Link, hop: str, hello: Hello, sent: Hello, who: Peer | None) -> None:
-        """Run an established link until it ends; the router hears of it coming and going (with
-        the peer's certificate name and role over TLS)."""
-        if hop in self.links:
-            await link.wait_closed()
-            return
-        ours = self.driver.channel(hop)
-        if ours != sent.epoch:  # our channel changed since the hello went: it named the wrong one
-            await link.flush_and_close("the channel changed during the handshake")
-            await link.wait_closed()
-            return
-        link.name = hop
-        self.links[hop] = link
-        self.log.info("%s %s connected", hello.kind, hop)
-        resume = hello.took if hello.peer_epoch == ours else None
-        identity, role = (who.name, who.role) if who is not None else ("", "")
-        self.driver.feed(LinkUp(hello.kind == "broker", hello.epoch, resume, identity, role, name=ours), hop)
-        try:
-            for item in link.pending:
-                self._handle(link, hop, item)
-            link.pending.clear()
-            while True:
-                for item in await link.receive():
-                    self._handle(link, hop, item)
-        except LinkClosed:
-            pass
-        except ProtocolError as error:  # framing is broken: the stream cannot be trusted any more
-            self.counters["bad_frames"] += 1
-            self.log.warning("%s broke framing: %s", hop, error)
-            link.send(Refuse("", str(error)))
-            await link.flush_and_close(str(error))
-        finally:
-            await link.wait_closed()
-            if link.closed is not None and link.closed.startswith(SLOW_CONSUMER):
-                self.counters["slow_consumers"] += 1
-                self.log.warning("%s disconnected: %s", hop, link.closed)
-            self.counters["dropped.unsent"] += link.discarded_frames
-            if self.links.get(hop) is link:
-                del self.links[hop]
-                self.log.info("%s disconnected: %s", hop, link.closed)
-                self.driver.feed(LinkDown(), hop)
-                self.driver.forget_gone()
-
-    def _handle(self, link: Link, hop: str, item: object) -> None:
-        if isinstance(item, BadMessage):
-            self.counters["bad_messages"] += 1
-            unlogged = self.bad_message_log.admit(hop, self.clock.monotonic())
-            if unlogged is not None:
-                more = f" ({unlogged} more not logged since the last)" if unlogged else ""
-                self.log.warning("bad message from %s: %s%s", hop, item, more)
-            link.send(Refuse("", f"bad message: {item}"))
-        elif isinstance(item, Ping):
-            link.send(Pong())
-        elif isinstance(item, Pong):
-            pass
-        elif isinstance(item, Hello):
-            self.counters["bad_messages"] += 1
-            link.send(Refuse("", "unexpected hello on an established link"))
-        else:
-            self.driver.feed(item, hop)  # type: ignore[arg-type]
-
-    async def _heartbeats(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat / 2)
-            now = self.clock.monotonic()
-            for link in list(self.links.values()):
-                if now - link.last_received > self.dead_after:
-                    self.counters["heartbeat_timeouts"] += 1
-                    link.close(f"no traffic for {self.dead_after:g} s", abort=True)
-                elif now - link.last_sent >= self.heartbeat or now - link.last_received >= self.heartbeat:
-                    link.send(Ping())  # also to a peer that only receives: its Pong is its sign of life
