@@ -18,7 +18,7 @@ from broker.transport.link import Link
 from broker.transport.tls import Peer, peer
 from broker.transport.uri import BrokerURI
 
-__all__ = ["Dialled", "dial"]
+__all__ = ["Dialled", "dial", "greet"]
 
 Dialled = tuple[Link, list[WireMessage | BadMessage], Peer | None]
 
@@ -55,6 +55,14 @@ async def dial(
     if who is not None and (reason := not_the_broker(target, who)):
         await link.wait_closed()
         raise Misconfigured(reason)
+    return link, await greet(link, target, hello, timeout, tls is not None), who
+
+
+async def greet(
+    link: Link, target: BrokerURI, hello: Hello, timeout: float, tls: bool = False
+) -> list[WireMessage | BadMessage]:
+    """Say ``hello`` on a fresh ``link`` to ``target`` and take its answer (into ``link.peer``):
+    what it sent behind its hello. The link is closed if the handshake fails."""
     link.send(hello)
     try:
         async with asyncio.timeout(timeout):
@@ -63,9 +71,9 @@ async def dial(
     except (TimeoutError, LinkClosed, ProtocolError) as error:
         await link.wait_closed()
         failure = Misconfigured if isinstance(error, ProtocolError) else ConnectError
-        reason = unanswered(error, timeout, tls is not None)
+        reason = unanswered(error, timeout, tls)
         raise failure(f"{target} did not answer the handshake: {reason}") from None
     except Misconfigured:
         await link.wait_closed()
         raise
-    return link, leftovers, who
+    return leftovers
