@@ -402,7 +402,7 @@ def test_a_snapshot_of_another_format_is_refused_in_one_line(tmp_path: Path) -> 
 
 
 def _fed(log: persistence.RouterLog, router: Router, inputs: list[tuple[object, str]]) -> None:
-    """What ``RouterService._feed`` does: each input logged, then handled."""
+    """What ``RouterDriver.feed`` does: each input logged, then handled."""
     for now, (message, hop) in enumerate(inputs, start=1):
         log.record(message, hop, float(now))  # type: ignore[arg-type]
         router.handle(message, hop, float(now))  # type: ignore[arg-type]
