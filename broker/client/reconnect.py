@@ -15,6 +15,7 @@ import ssl
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from broker.clock import SYSTEM, Clock
 from broker.errors import ConnectError
 from broker.transport.backoff import JITTER, Backoff
 from broker.transport.codec import Hello, WireMessage
@@ -104,13 +105,15 @@ async def dial(
     timeout: float,
     greeting: Greeting = _no_custody,
     tls: ssl.SSLContext | None = None,
+    clock: Clock = SYSTEM,
 ) -> tuple[Link, list[WireMessage]]:
     """A link to ``target`` after the handshake (its hello in ``link.peer``), and what the broker
     sent behind its hello; over TLS if given ``tls``, to a broker whose certificate names it.
-    ConnectError, with the reason, if the broker cannot be reached, refuses or is someone else."""
+    ConnectError, with the reason, if the broker cannot be reached, refuses or is someone else.
+    The link reads ``clock`` (the client's) for when it last heard from the broker."""
     peer_epoch, took = greeting(target.id)
     link, leftovers, _ = await connect(
-        target, Hello("client", name, peer_epoch=peer_epoch, took=took), timeout, tls
+        target, Hello("client", name, peer_epoch=peer_epoch, took=took), timeout, tls, clock=clock
     )
     return link, [item for item in leftovers if not isinstance(item, Exception)]
 
@@ -126,6 +129,7 @@ async def dial_any(
     greeting: Greeting = _no_custody,
     stay: float = 0.0,
     tls: ssl.SSLContext | None = None,
+    clock: Clock = SYSTEM,
 ) -> tuple[int, Link, list[WireMessage]]:
     """Dial ``targets`` in turn from ``start``, waiting ``backoff.delay(failures)`` before each
     attempt, until one answers: its index, link and leftovers; while the waits add up to less
@@ -144,7 +148,7 @@ async def dial_any(
             moved += 1
         index = (start + moved) % len(targets)
         try:
-            link, leftovers = await dial(targets[index], name, timeout, greeting, tls)
+            link, leftovers = await dial(targets[index], name, timeout, greeting, tls, clock)
         except ConnectError as error:
             errors[targets[index]] = error
             failures += 1

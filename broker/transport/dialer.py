@@ -15,6 +15,7 @@ from broker.errors import BadMessage, ConnectError, LinkClosed, ProtocolError
 from broker.transport.codec import Hello, WireMessage
 from broker.transport.handshake import Misconfigured, answer, not_the_broker, unanswered, unreached
 from broker.transport.link import Link
+from broker.transport.network import TCP, Network
 from broker.transport.tls import Peer, peer
 from broker.transport.uri import BrokerURI
 
@@ -30,6 +31,7 @@ async def dial(
     tls: ssl.SSLContext | None = None,
     queue_limit: int = 64 << 20,
     clock: Clock = SYSTEM,
+    network: Network = TCP,
 ) -> Dialled:
     """A link to ``target`` after the handshake (its hello in ``link.peer``), what the broker
     sent behind its hello, and over TLS (given ``tls``) its certificate, which names it."""
@@ -38,9 +40,10 @@ async def dial(
         async with asyncio.timeout(timeout):  # not wait_for: a refusal racing a cancellation
             # (an agent stopping while its broker is down) swallowed the cancellation, and the
             # retries went on for ever
-            reader, writer = await asyncio.open_connection(target.host, target.port)
+            reader, writer = await network.open(target)
             connected = True
             if tls is not None:
+                assert isinstance(writer, asyncio.StreamWriter)  # TLS needs a socket
                 try:
                     await writer.start_tls(tls, server_hostname=target.host)
                 except BaseException:

@@ -32,7 +32,7 @@ from broker.transport.handshake import (
     opening,
     tls_failure,
 )
-from broker.transport.link import Link
+from broker.transport.link import Link, Reader, Writer
 from broker.transport.tls import Identity, Peer, peer
 
 __all__ = ["Gate", "Shaken"]
@@ -71,15 +71,14 @@ class Gate:
         self.verified: dict[Link, Peer] = {}  # every TLS link's peer, from its handshake on
         self._swept: frozenset[int] = frozenset()  # the revoked serials links were last checked against
 
-    async def accept(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Answer
-    ) -> Shaken | None:
+    async def accept(self, reader: Reader, writer: Writer, answer: Answer) -> Shaken | None:
         """The handshake of an accepted connection (TLS with an identity, then the hellos); None if
         it failed or was refused (counted, logged, closed)."""
         task = asyncio.current_task()
         assert task is not None
         connection: _Connection | None = None
         if self.tls is not None:
+            assert isinstance(writer, asyncio.StreamWriter)  # TLS needs a socket
             connection = _Connection(task, writer)
             verdict = self.admission.begin(_address(writer), connection)
             if (evicted := verdict.evicted) is not None:
@@ -96,17 +95,16 @@ class Gate:
             if connection is None or not connection.evicted:
                 raise
             task.uncancel()  # closed to make room: counted and logged already
-            writer.transport.abort()
+            connection.writer.transport.abort()
             return None
         finally:
             if connection is not None:
                 self.admission.end(connection)
 
-    async def _handshake(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Answer
-    ) -> Shaken | None:
+    async def _handshake(self, reader: Reader, writer: Writer, answer: Answer) -> Shaken | None:
         who: Peer | None = None
         if self.tls is not None:
+            assert isinstance(writer, asyncio.StreamWriter)  # TLS needs a socket
             # the first await: asyncio hands the bytes already received to the TLS layer only
             # if nothing read the stream before it
             try:
@@ -157,7 +155,7 @@ class Gate:
         self.verified.pop(link, None)
         await link.wait_closed()
 
-    def refused(self, writer: asyncio.StreamWriter, counter: str, reason: str) -> None:
+    def refused(self, writer: Writer, counter: str, reason: str) -> None:
         """Count a refused peer; log it once per address (then once a minute with how many more)."""
         self.counters[counter] += 1
         address = writer.get_extra_info("peername") or ("?", 0)
@@ -190,5 +188,5 @@ class Gate:
                         spawn(link.flush_and_close("certificate revoked"))
 
 
-def _address(writer: asyncio.StreamWriter) -> str:
+def _address(writer: Writer) -> str:
     return str((writer.get_extra_info("peername") or ("?", 0))[0])

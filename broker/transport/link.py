@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 from broker.clock import SYSTEM, Clock
 from broker.errors import BadMessage, LinkClosed
@@ -42,6 +42,7 @@ class Writer(Protocol):
     async def drain(self) -> None: ...
     def close(self) -> None: ...
     def is_closing(self) -> bool: ...
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
 
 
 class Link:

@@ -12,7 +12,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-__all__ = ["MemoryReader", "MemoryWriter", "memory_pair"]
+from broker.transport.network import Handler
+from broker.transport.uri import BrokerURI
+
+__all__ = ["MemoryNetwork", "MemoryReader", "MemoryWriter", "memory_pair"]
 
 
 class _Pipe:
@@ -101,3 +104,49 @@ def memory_pair(
         MemoryReader(there),
         MemoryWriter(back, there, address),
     )
+
+
+class MemoryNetwork:
+    """Brokers listening in memory, by URI: what ``asyncio.start_server`` and ``open_connection``
+    are for TCP, so that a whole overlay runs in one event loop with no socket."""
+
+    def __init__(self) -> None:
+        self._listening: dict[tuple[str, int], _Listener] = {}
+
+    async def listen(self, uri: BrokerURI, handler: Handler) -> _Listener:
+        where = (uri.host, uri.port)
+        if where in self._listening:
+            raise OSError(f"{uri.host}:{uri.port} is in use already")
+        listener = self._listening[where] = _Listener(self, where, handler)
+        return listener
+
+    async def open(self, uri: BrokerURI) -> tuple[MemoryReader, MemoryWriter]:
+        listener = self._listening.get((uri.host, uri.port))
+        if listener is None:
+            raise ConnectionRefusedError(f"nothing listens at {uri.host}:{uri.port}")
+        ours, theirs = memory_pair((uri.host, uri.port))
+        listener.accept(*theirs)
+        return ours
+
+
+class _Listener:
+    def __init__(self, network: MemoryNetwork, where: tuple[str, int], handler: Handler) -> None:
+        self._network = network
+        self._where = where
+        self._handler = handler
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    def accept(self, reader: MemoryReader, writer: MemoryWriter) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(reader, writer))
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+
+    async def _run(self, reader: MemoryReader, writer: MemoryWriter) -> None:
+        await self._handler(reader, writer)
+
+    def close(self) -> None:
+        if self._network._listening.get(self._where) is self:
+            del self._network._listening[self._where]
+
+    async def wait_closed(self) -> None:
+        return None

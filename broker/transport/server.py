@@ -35,7 +35,8 @@ from broker.transport.dialer import dial
 from broker.transport.driver import RouterDriver
 from broker.transport.gate import Gate
 from broker.transport.handshake import HANDSHAKE_TIMEOUT, Misconfigured
-from broker.transport.link import Link
+from broker.transport.link import Link, Reader, Writer
+from broker.transport.network import TCP, Listening, Network
 from broker.transport.peers import Peers
 from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync, RouterLog
 from broker.transport.tls import Identity
@@ -79,6 +80,7 @@ class RouterService:
         insecure: bool = False,
         max_handshakes: int = MAX_HANDSHAKES,
         max_handshakes_per_address: int = MAX_HANDSHAKES_PER_ADDRESS,
+        network: Network = TCP,
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
@@ -90,6 +92,7 @@ class RouterService:
         if tls is not None and tls.name != uri.id:
             raise LocalError(f"broker {uri.id} needs an identity of its own name, not {tls.name}")
         self.tls = tls
+        self.network = network  # where it listens and dials: TCP, or memory in tests
         self.uri = uri
         self.neighbors = list(neighbors)
         self.queue_limit = queue_limit
@@ -115,7 +118,7 @@ class RouterService:
         admission: Admission[Any] = Admission(max_handshakes, max_handshakes_per_address)
         self.peers = Peers(self.links, self.driver, heartbeat, dead_after, self.counters, self.log, clock)
         self.gate = Gate(tls, queue_limit, self.counters, self.log, clock, admission)
-        self._server: asyncio.Server | None = None
+        self._server: Listening | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[asyncio.Task[Any]] = set()  # accepted-connection handlers
 
@@ -129,7 +132,7 @@ class RouterService:
         if self.log_file is not None and self.driver.commits is not None:
             self.driver.restore(self.log_file)
             self._spawn(self.driver.commits.run())
-        self._server = await asyncio.start_server(self._accept, self.uri.host, self.uri.port)
+        self._server = await self.network.listen(self.uri, self._accept)
         kept = "in memory only" if self.log_file is None else f"in {self.log_file.directory}"
         self.log.info("%s listening, its state %s", self.uri, kept)
         for neighbor in self.neighbors:
@@ -188,7 +191,7 @@ class RouterService:
 
     # links --------------------------------------------------------------------------------------
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, reader: Reader, writer: Writer) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -215,7 +218,7 @@ class RouterService:
                     sent = self.driver.hello(neighbor.id)
                     context = None if self.tls is None else self.tls.client
                     link, leftovers, who = await dial(
-                        neighbor, sent, HANDSHAKE_TIMEOUT, context, self.queue_limit, self.clock
+                        neighbor, sent, HANDSHAKE_TIMEOUT, context, self.queue_limit, self.clock, self.network
                     )
                 except ConnectError as error:  # a neighbour that is down is routine; a misfit is not
                     admitted = self.gate.refusal_log.admit(neighbor.id, self.clock.monotonic())
