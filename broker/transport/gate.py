@@ -23,7 +23,7 @@ from broker.clock import Clock
 from broker.errors import LinkClosed, ProtocolError
 from broker.routing.messages import Refuse
 from broker.throttle import LogThrottle
-from broker.transport.admission import Admission
+from broker.transport.admission import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS, Admission
 from broker.transport.codec import Hello
 from broker.transport.handshake import (
     HANDSHAKE_TIMEOUT,
@@ -59,14 +59,15 @@ class Gate:
         counters: Counter[str],
         log: logging.LoggerAdapter[logging.Logger],
         clock: Clock,
-        admission: Admission[_Connection],
+        max_handshakes: int = MAX_HANDSHAKES,
+        max_handshakes_per_address: int = MAX_HANDSHAKES_PER_ADDRESS,
     ) -> None:
         self.tls = tls
         self.queue_limit = queue_limit
         self.counters = counters
         self.log = log
         self.clock = clock
-        self.admission = admission
+        self.admission: Admission[_Connection] = Admission(max_handshakes, max_handshakes_per_address)
         self.refusal_log = LogThrottle(burst=1)  # TLS and identity refusals, by peer address
         self.verified: dict[Link, Peer] = {}  # every TLS link's peer, from its handshake on
         self._swept: frozenset[int] = frozenset()  # the revoked serials links were last checked against

@@ -1,6 +1,7 @@
-"""The broker process: ``RouterService``, the sans-IO ``Router`` behind asyncio TCP links.
+"""The broker process: ``RouterService``, the sans-IO ``Router`` behind asyncio links.
 
-This adapter owns what the router must not: sockets, timers, the clock it is given. It accepts
+This adapter owns what the router must not: the network (TCP, or memory in tests), timers, the
+clock it is given. It accepts
 clients and neighbour brokers through its ``Gate`` (handshake limits, TLS, the hellos), dials the
 neighbours it was told about and redials them on the clients' backoff schedule, pings every link
 and drops one that stays silent, and hands every frame to its ``RouterDriver``, which logs it,
@@ -28,7 +29,7 @@ from broker.clock import SYSTEM, Clock
 from broker.errors import ConnectError, LocalError
 from broker.routing import Router
 from broker.routing.acl import Policy
-from broker.transport.admission import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS, Admission
+from broker.transport.admission import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS
 from broker.transport.backoff import Backoff
 from broker.transport.codec import Hello
 from broker.transport.dialer import dial
@@ -115,9 +116,10 @@ class RouterService:
         self.driver = RouterDriver(
             router, self.links, self.log_file, self.status, self.counters, self.log, clock
         )
-        admission: Admission[Any] = Admission(max_handshakes, max_handshakes_per_address)
         self.peers = Peers(self.links, self.driver, heartbeat, dead_after, self.counters, self.log, clock)
-        self.gate = Gate(tls, queue_limit, self.counters, self.log, clock, admission)
+        self.gate = Gate(
+            tls, queue_limit, self.counters, self.log, clock, max_handshakes, max_handshakes_per_address
+        )
         self._server: Listening | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[asyncio.Task[Any]] = set()  # accepted-connection handlers
@@ -211,6 +213,8 @@ class RouterService:
         return self.driver.hello(hello.id)
 
     async def _dial(self, neighbor: BrokerURI) -> None:
+        """Keep a link to ``neighbor``: dial it while it has none (it may have dialled us), again
+        after each failure or loss on the ``REDIAL`` schedule."""
         failures = 0
         while True:
             if neighbor.id not in self.links:
@@ -221,8 +225,11 @@ class RouterService:
                         neighbor, sent, HANDSHAKE_TIMEOUT, context, self.queue_limit, self.clock, self.network
                     )
                 except ConnectError as error:  # a neighbour that is down is routine; a misfit is not
-                    admitted = self.gate.refusal_log.admit(neighbor.id, self.clock.monotonic())
-                    if isinstance(error, Misconfigured) and admitted is not None:
+                    now = self.clock.monotonic()
+                    if (
+                        isinstance(error, Misconfigured)
+                        and self.gate.refusal_log.admit(neighbor.id, now) is not None
+                    ):
                         self.log.warning("cannot link to %s: %s", neighbor, error)
                     else:
                         self.log.debug("cannot link to %s: %s", neighbor, error)

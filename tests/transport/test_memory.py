@@ -11,7 +11,6 @@ import pytest
 from broker.clock import ManualClock
 from broker.errors import LinkClosed
 from broker.routing import Refuse, Unsubscribe
-from broker.transport.admission import Admission
 from broker.transport.codec import Hello, Ping, Pong
 from broker.transport.dialer import greet
 from broker.transport.gate import Gate, Shaken
@@ -58,7 +57,7 @@ def test_a_write_waits_until_the_other_end_reads_it() -> None:
 
 def gate() -> Gate:
     log = logging.LoggerAdapter(logging.getLogger("broker"), {"broker": "B1"})
-    return Gate(None, 1 << 20, Counter(), log, ManualClock(), Admission())
+    return Gate(None, 1 << 20, Counter(), log, ManualClock())
 
 
 async def handshake(said: Hello, answer: Hello | str, *behind: object) -> tuple[Link, Shaken | None]:
