@@ -39,6 +39,7 @@ __all__ = ["Gate", "Shaken"]
 
 Shaken = tuple[Link, Hello, Hello, Peer | None]  # the link, the peer's hello, ours, its certificate
 Answer = Callable[[Hello], Hello | str]  # the peer's hello -> ours, or why it is refused
+Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 
 @dataclass(eq=False, slots=True)
@@ -71,6 +72,7 @@ class Gate:
         self.refusal_log = LogThrottle(burst=1)  # TLS and identity refusals, by peer address
         self.verified: dict[Link, Peer] = {}  # every TLS link's peer, from its handshake on
         self._swept: frozenset[int] = frozenset()  # the revoked serials links were last checked against
+        self._spawn: Spawn | None = None  # how the watch runs the closing of a revoked link
 
     async def accept(self, reader: Reader, writer: Writer, answer: Answer) -> Shaken | None:
         """The handshake of an accepted connection (TLS with an identity, then the hellos); None if
@@ -165,13 +167,20 @@ class Gate:
             more = f" ({unlogged} more from there not logged since the last)" if unlogged else ""
             self.log.warning("refused %s:%s: %s%s", address[0], address[1], reason, more)
 
-    def revocations(self, spawn: Callable[[Coroutine[Any, Any, None]], None]) -> Coroutine[Any, Any, None]:
+    def revocations(self, spawn: Spawn) -> Coroutine[Any, Any, None]:
         """The task that closes links whose peer's certificate is revoked from now on."""
         assert self.tls is not None
         self._swept = self.tls.revocations.serials
-        return self._watch(self.tls, spawn)
+        self._spawn = spawn
+        return self._watch(self.tls)
 
-    async def _watch(self, tls: Identity, spawn: Callable[[Coroutine[Any, Any, None]], None]) -> None:
+    def verify(self, link: Link, who: Peer) -> None:
+        """Watch a link we dialled, whose peer's certificate says ``who``; one revoked while we
+        shook hands is closed at once."""
+        self.verified[link] = who
+        self._cut_if_revoked(link, who, self._swept)
+
+    async def _watch(self, tls: Identity) -> None:
         """Every ``RECHECK`` seconds: the revocation list again (the TLS contexts are rebuilt when
         it changed, so new handshakes check the new one), and the links whose peer's certificate
         it revokes now are closed, one line logged and counted each."""
@@ -182,11 +191,14 @@ class Gate:
             if serials is not self._swept:
                 self._swept = serials
                 for link, who in list(self.verified.items()):
-                    if who.serial in serials and link.closed is None:
-                        self.counters["revoked_refused"] += 1
-                        self.log.warning("disconnected %s: certificate %s is revoked", link.name, who)
-                        link.send(Refuse("", f"certificate {who.name} is revoked"))
-                        spawn(link.flush_and_close("certificate revoked"))
+                    self._cut_if_revoked(link, who, serials)
+
+    def _cut_if_revoked(self, link: Link, who: Peer, serials: frozenset[int]) -> None:
+        if who.serial in serials and link.closed is None and self._spawn is not None:
+            self.counters["revoked_refused"] += 1
+            self.log.warning("disconnected %s: certificate %s is revoked", link.name, who)
+            link.send(Refuse("", f"certificate {who.name} is revoked"))
+            self._spawn(link.flush_and_close("certificate revoked"))
 
 
 def _address(writer: Writer) -> str:

@@ -237,7 +237,7 @@ class RouterService:
                     failures = 0
                     link.pending = leftovers
                     if who is not None:
-                        self.gate.verified[link] = who
+                        self.gate.verify(link, who)
                     try:
                         await self.peers.serve(link, neighbor.id, link.peer or sent, sent, who)
                     finally:
