@@ -60,13 +60,11 @@ def gate() -> Gate:
     return Gate(None, 1 << 20, Counter(), log, ManualClock())
 
 
-async def handshake(said: Hello, answer: Hello | str, *behind: object) -> tuple[Link, Shaken | None]:
-    """The dialler's hello (and what it pipelines behind it) against the gate, back to back."""
+async def handshake(said: Hello, answer: Hello | str) -> tuple[Link, Shaken | None]:
+    """The dialler's hello against the gate, back to back."""
     (cr, cw), (sr, sw) = memory_pair()
     client = Link(cr, cw, "B1")
-    for message in behind:
-        client.send(message)  # type: ignore[arg-type]
-    accepting = asyncio.create_task(gate().accept(sr, sw, lambda hello: answer))  # type: ignore[arg-type]
+    accepting = asyncio.create_task(gate().accept(sr, sw, lambda hello: answer))
     try:
         await greet(client, B1, said, timeout=1.0)
     finally:
@@ -93,7 +91,7 @@ def test_what_a_client_pipelines_behind_its_hello_waits_for_the_link() -> None:
         client = Link(cr, cw, "B1")
         client.send(Hello("client", "c"))
         client.send(Unsubscribe("s1"))
-        shaken = await gate().accept(sr, sw, lambda hello: Hello("broker", "B1"))  # type: ignore[arg-type]
+        shaken = await gate().accept(sr, sw, lambda hello: Hello("broker", "B1"))
         assert shaken is not None and shaken[0].pending == [Unsubscribe("s1")]
         await client.wait_closed()
         await shaken[0].wait_closed()
@@ -115,7 +113,7 @@ def test_a_first_frame_that_is_not_a_hello_is_refused_by_the_gate() -> None:
         client = Link(cr, cw, "B1")
         client.send(Ping())
         g = gate()
-        assert await g.accept(sr, sw, lambda hello: Hello("broker", "B1")) is None  # type: ignore[arg-type]
+        assert await g.accept(sr, sw, lambda hello: Hello("broker", "B1")) is None
         assert await client.receive() == [Refuse("", "handshake failed: expected hello, got Ping()")]
         assert g.counters["handshake_failed"] == 1
         await client.wait_closed()
