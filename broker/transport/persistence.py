@@ -107,7 +107,7 @@ class RouterLog:
                 hop, now, message = _input(record)
                 try:
                     router.handle(message, hop, now)
-                except Exception:  # as when it was live (RouterService._feed): one message, not the broker
+                except Exception:  # as when it was live (RouterDriver.feed): one message, not the broker
                     failed += 1
         finally:
             quiet.setLevel(level)

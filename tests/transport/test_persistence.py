@@ -249,7 +249,7 @@ async def _carried(link: Link, wait: float, kind: type[Carry | Took] = Carry) ->
 
 def _slow_commits(broker: RouterService, seconds: float) -> None:
     """A disk that has been slow for a while: each commit takes ``seconds``, in a thread."""
-    broker._offload.average = seconds
+    broker.driver.commits.offload.average = seconds  # type: ignore[union-attr]
     wal = broker.log_file.wal  # type: ignore[union-attr]
     commit = wal.commit
 
@@ -390,7 +390,7 @@ def test_a_snapshot_of_another_format_is_refused_in_one_line(tmp_path: Path) -> 
 
 
 def _fed(log: persistence.RouterLog, router: Router, inputs: list[tuple[object, str]]) -> None:
-    """What ``RouterService._feed`` does: each input logged, then handled."""
+    """What ``RouterDriver.feed`` does: each input logged, then handled."""
     for now, (message, hop) in enumerate(inputs, start=1):
         log.record(message, hop, float(now))  # type: ignore[arg-type]
         router.handle(message, hop, float(now))  # type: ignore[arg-type]
@@ -502,7 +502,7 @@ def test_a_restored_brokers_hello_says_the_last_took_it_gave(tmp_path: Path) -> 
         try:
             await until(lambda: broker.router.counters["link.log_commits"] or broker.counters["log_commits"])
             assert broker.router.custody.channels["B3"].acked == 2
-            assert broker._hello("B3").took == 2
+            assert broker.driver.hello("B3").took == 2
         finally:
             await broker.stop()
 
