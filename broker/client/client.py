@@ -60,6 +60,8 @@ from broker.messages import (
     CompositeSubscribe,
     Deliver,
     Notify,
+    Ping,
+    Pong,
     Publish,
     Refuse,
     StatusReply,
@@ -68,8 +70,9 @@ from broker.messages import (
     Took,
     Unadvertise,
     Unsubscribe,
+    WireMessage,
 )
-from broker.transport.codec import Ping, Pong, WireMessage, encode
+from broker.transport.codec import encode
 from broker.transport.link import Link
 from broker.transport.tls import Identity
 from broker.transport.tls import client_id as client_id_of

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from broker.clock import SYSTEM, Clock
 from broker.errors import ConnectError
+from broker.messages import Hello, WireMessage
 from broker.transport.backoff import JITTER, Backoff
-from broker.transport.codec import Hello, WireMessage
 from broker.transport.dialer import dial as connect
 from broker.transport.link import Link
 from broker.transport.tls import Identity

@@ -34,6 +34,7 @@ from broker.messages.overlay import (
     publication_weight,
     request_ref,
 )
+from broker.messages.session import Hello, Ping, Pong, WireMessage
 
 __all__ = [
     "CARRIED",
@@ -46,6 +47,7 @@ __all__ = [
     "ClientMessage",
     "CompositeSubscribe",
     "Deliver",
+    "Hello",
     "Hop",
     "LinkDown",
     "LinkMessage",
@@ -56,6 +58,8 @@ __all__ = [
     "Notify",
     "OverlayId",
     "PartId",
+    "Ping",
+    "Pong",
     "PublicationId",
     "Publish",
     "Refuse",
@@ -66,6 +70,7 @@ __all__ = [
     "Took",
     "Unadvertise",
     "Unsubscribe",
+    "WireMessage",
     "publication_weight",
     "request_ref",
 ]

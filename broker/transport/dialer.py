@@ -12,7 +12,7 @@ import ssl
 
 from broker.clock import SYSTEM, Clock
 from broker.errors import BadMessage, ConnectError, LinkClosed, ProtocolError
-from broker.transport.codec import Hello, WireMessage
+from broker.messages import Hello, WireMessage
 from broker.transport.handshake import Misconfigured, answer, not_the_broker, unanswered, unreached
 from broker.transport.link import Link
 from broker.transport.network import TCP, Network

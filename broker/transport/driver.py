@@ -19,11 +19,10 @@ from typing import Any
 
 from broker.clock import Clock
 from broker.errors import LocalError, ProtocolError
-from broker.messages import Carry, LinkDown, Message, StatusReply, Tick, Took
+from broker.messages import Carry, Hello, LinkDown, Message, StatusReply, Tick, Took
 from broker.routing.router import Router
 from broker.routing.tables import Output
 from broker.throttle import LogThrottle
-from broker.transport.codec import Hello
 from broker.transport.group_commit import GroupCommit
 from broker.transport.link import Link
 from broker.transport.persistence import RouterLog

@@ -21,10 +21,9 @@ from typing import Any
 
 from broker.clock import Clock
 from broker.errors import LinkClosed, ProtocolError
-from broker.messages import Refuse
+from broker.messages import Hello, Refuse
 from broker.throttle import LogThrottle
 from broker.transport.admission import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS, Admission
-from broker.transport.codec import Hello
 from broker.transport.handshake import (
     HANDSHAKE_TIMEOUT,
     X509_V_ERR_CERT_REVOKED,

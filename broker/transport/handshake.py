@@ -14,8 +14,7 @@ import ssl
 from collections.abc import Sequence
 
 from broker.errors import BadMessage, ConnectError, LinkClosed, ProtocolError
-from broker.messages import Refuse
-from broker.transport.codec import Hello, WireMessage
+from broker.messages import Hello, Refuse, WireMessage
 from broker.transport.tls import Peer
 from broker.transport.uri import BrokerURI
 

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from broker.clock import SYSTEM, Clock
 from broker.errors import BadMessage, LinkClosed
-from broker.transport.codec import FrameDecoder, Hello, WireMessage, decode, encode
+from broker.messages import Hello, WireMessage
+from broker.transport.codec import FrameDecoder, decode, encode
 
 __all__ = ["SLOW_CONSUMER", "Link", "Reader", "Writer"]
 

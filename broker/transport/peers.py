@@ -15,9 +15,8 @@ from collections import Counter
 
 from broker.clock import Clock
 from broker.errors import BadMessage, LinkClosed, ProtocolError
-from broker.messages import LinkDown, LinkUp, Refuse
+from broker.messages import Hello, LinkDown, LinkUp, Ping, Pong, Refuse
 from broker.throttle import LogThrottle
-from broker.transport.codec import Hello, Ping, Pong
 from broker.transport.driver import RouterDriver
 from broker.transport.link import SLOW_CONSUMER, Link
 from broker.transport.tls import Peer

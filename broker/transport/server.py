@@ -27,11 +27,11 @@ from typing import Any
 
 from broker.clock import SYSTEM, Clock
 from broker.errors import ConnectError, LocalError
+from broker.messages import Hello
 from broker.routing.acl import Policy
 from broker.routing.router import Router
 from broker.transport.admission import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS
 from broker.transport.backoff import Backoff
-from broker.transport.codec import Hello
 from broker.transport.dialer import dial
 from broker.transport.driver import RouterDriver
 from broker.transport.gate import Gate

@@ -27,15 +27,16 @@ from broker.messages import (
     Advertise,
     Carry,
     Deliver,
+    Hello,
     Message,
     Publish,
     Refuse,
     Subscribe,
     Took,
     Unsubscribe,
+    WireMessage,
 )
 from broker.sim import Overlay, RefusedError, SimClient
-from broker.transport.codec import Hello, WireMessage
 from broker.transport.dialer import greet
 from broker.transport.link import Link
 from broker.transport.memory import MemoryNetwork

@@ -14,13 +14,15 @@ from broker.messages import (
     Ack,
     Advertise,
     CompositeSubscribe,
+    Hello,
+    Ping,
+    Pong,
     Publish,
     Refuse,
     Subscribe,
     Unadvertise,
     Unsubscribe,
 )
-from broker.transport.codec import Hello, Ping, Pong
 from broker.transport.link import Link
 from broker.transport.uri import BrokerURI
 

@@ -13,10 +13,10 @@ import pytest
 
 from broker.client import Client, ConnectError, RefusedError
 from broker.language import Publication, parse_filter
-from broker.messages import Refuse, Subscribe
+from broker.messages import Hello, Refuse, Subscribe
 from broker.routing.custody import Channel
 from broker.transport import driver
-from broker.transport.codec import Hello, decode, encode
+from broker.transport.codec import decode, encode
 from broker.transport.server import RouterService
 from tests.transport.harness import run, until, uri
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker.errors import BadMessage, LinkClosed, ProtocolError
-from broker.messages import Refuse, Unsubscribe
-from broker.transport.codec import Hello, Ping
+from broker.messages import Hello, Ping, Refuse, Unsubscribe
 from broker.transport.handshake import (
     Misconfigured,
     answer,

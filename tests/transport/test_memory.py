@@ -10,8 +10,7 @@ import pytest
 
 from broker.clock import ManualClock
 from broker.errors import LinkClosed
-from broker.messages import Refuse, Unsubscribe
-from broker.transport.codec import Hello, Ping, Pong
+from broker.messages import Hello, Ping, Pong, Refuse, Unsubscribe
 from broker.transport.dialer import greet
 from broker.transport.gate import Gate, Shaken
 from broker.transport.handshake import Misconfigured

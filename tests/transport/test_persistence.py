@@ -20,11 +20,21 @@ from broker.client import Client
 from broker.durable.log import WriteAheadLog
 from broker.errors import LinkClosed, LocalError
 from broker.language import Publication, parse_filter
-from broker.messages import Advertise, Carry, Deliver, LinkDown, LinkUp, Publish, Subscribe, Took, Unadvertise
+from broker.messages import (
+    Advertise,
+    Carry,
+    Deliver,
+    Hello,
+    LinkDown,
+    LinkUp,
+    Publish,
+    Subscribe,
+    Took,
+    Unadvertise,
+)
 from broker.routing.acl import Policy
 from broker.routing.router import Router
 from broker.transport import persistence
-from broker.transport.codec import Hello
 from broker.transport.link import Link
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI

@@ -18,8 +18,7 @@ import wfm.certs
 from broker.client import Client, ConnectError
 from broker.clock import ManualClock
 from broker.errors import LinkClosed, LocalError
-from broker.messages import Refuse
-from broker.transport.codec import Hello, Ping, Pong
+from broker.messages import Hello, Ping, Pong, Refuse
 from broker.transport.link import Link
 from broker.transport.revocation import CRL, RevocationError, Revocations
 from broker.transport.tls import Identity

@@ -14,8 +14,7 @@ import pytest
 import wfm.certs
 from broker.client import Client, ConnectError, RefusedError
 from broker.errors import LocalError
-from broker.messages import LinkUp, Refuse
-from broker.transport.codec import Hello
+from broker.messages import Hello, LinkUp, Refuse
 from broker.transport.link import Link
 from broker.transport.server import RouterService
 from broker.transport.tls import Identity, client_id
