@@ -74,6 +74,10 @@ WITHHELD = "tables, sessions and neighbour addresses are shown to roles deployer
 _DETAIL = ("away", "epoch")  # what a summary leaves out: who is away, the custody epoch
 
 
+def _nothing_more(full: bool) -> dict[str, Any]:
+    return {}
+
+
 class Router:
     def __init__(
         self,
@@ -97,6 +101,9 @@ class Router:
         self.sessions = Sessions(self.tables, self.composites, self.custody, self.counters, session_grace)
         self.owned = self.sessions.owned  # client hop -> ids of its advertisements and subscriptions
         self.stand_ins = StandIns(broker_id, self.tables, self.custody, self.counters)
+        # what the process around the router adds to each status it answers (its address, its
+        # links' counters), given whether the asker may see detail; not part of the state
+        self.process_status: Callable[[bool], dict[str, Any]] = _nothing_more
 
     # the one entry point ------------------------------------------------------------------------
 
@@ -183,6 +190,7 @@ class Router:
             if ours != theirs:
                 raise LocalError(f"{where} was written with {name} {ours!r}, not {theirs!r}: start it so")
         self.policy = fresh.policy
+        self.process_status = fresh.process_status
         self.sessions.grace = fresh.sessions.grace
         self.composites.detector_limits = fresh.composites.detector_limits  # for detectors placed from now
 
@@ -194,7 +202,23 @@ class Router:
 
     def status(self, detail: bool = False) -> dict[str, Any]:
         """Counts and counters; with ``detail``, also the first DETAIL_LIMIT entries of the SRT,
-        the PRT and the composite detections, each as ``{"entries": [...], "total": N}``."""
+        the PRT and the composite detections, each as ``{"entries": [...], "total": N}``; and
+        what the process adds (``process_status``)."""
+        return self._with_process(self._own_status(detail), full=True)
+
+    def summary(self) -> dict[str, Any]:
+        """What any client may see: the status without its detail (``_DETAIL``, the tables), and
+        ``withheld`` saying so."""
+        status = self._own_status(detail=False)
+        summary = {key: value for key, value in status.items() if key not in _DETAIL}
+        return self._with_process(summary | {"withheld": WITHHELD}, full=False)
+
+    def _with_process(self, status: dict[str, Any], full: bool) -> dict[str, Any]:
+        added = dict(self.process_status(full))
+        counters = added.pop("counters", {})
+        return {**status, **added, "counters": {**status["counters"], **counters}}
+
+    def _own_status(self, detail: bool) -> dict[str, Any]:
         return {
             "id": self.id,
             "neighbors": sorted(self.tables.neighbors - self.sessions.away.keys()),  # linked now
@@ -210,12 +234,6 @@ class Router:
             "counters": dict(sorted(self.counters.items())),
             **(self._tables() if detail else {}),
         }
-
-    def summary(self) -> dict[str, Any]:
-        """What any client may see: the status without its detail (``_DETAIL``, the tables), and
-        ``withheld`` saying so."""
-        status = self.status()
-        return {key: value for key, value in status.items() if key not in _DETAIL} | {"withheld": WITHHELD}
 
     def _tables(self) -> dict[str, Any]:
         def bounded(entries: list[dict[str, Any]], total: int) -> dict[str, Any]:

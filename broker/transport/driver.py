@@ -14,12 +14,11 @@ import asyncio
 import logging
 import secrets
 from collections import Counter
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from broker.clock import Clock
 from broker.errors import LocalError, ProtocolError
-from broker.messages import Carry, Hello, LinkDown, Message, StatusReply, Tick, Took
+from broker.messages import Carry, Hello, LinkDown, Message, Tick, Took
 from broker.routing.router import Router
 from broker.routing.tables import Output
 from broker.throttle import LogThrottle
@@ -39,7 +38,6 @@ class RouterDriver:
         router: Router,
         links: Mapping[str, Link],
         log_file: RouterLog | None,
-        describe: Callable[[dict[str, Any]], dict[str, object]],
         counters: Counter[str],
         log: logging.LoggerAdapter[logging.Logger],
         clock: Clock,
@@ -47,7 +45,6 @@ class RouterDriver:
         self.router = router
         self.links = links
         self.log_file = log_file
-        self.describe = describe  # a status the router answered, with what only the process knows
         self.counters = counters
         self.log = log
         self.clock = clock
@@ -114,8 +111,6 @@ class RouterDriver:
                     # in the log: a hello may say so (never less: a restore's LinkDowns may have
                     # released a Took that says less than the one ``restore`` found)
                     self._taken[target] = (channel.name, out.seq)
-            elif kind is StatusReply:
-                out = StatusReply(out.ref, self.describe(out.status))  # type: ignore[union-attr]
             link = self.links.get(target)
             if (kind is Carry or kind is Took) and link is not links.get(target):
                 # a Took too: on the new link it could overtake what we resend there (our answers

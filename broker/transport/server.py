@@ -111,11 +111,10 @@ class RouterService:
             epoch or secrets.token_hex(8),  # a broker without its log starts a new custody epoch
             policy,
         )
+        router.process_status = self._process_status
         # opened: one broker per directory
         self.log_file = None if data is None else RouterLog(data, fsync, checkpoint_every)
-        self.driver = RouterDriver(
-            router, self.links, self.log_file, self.status, self.counters, self.log, clock
-        )
+        self.driver = RouterDriver(router, self.links, self.log_file, self.counters, self.log, clock)
         self.peers = Peers(self.links, self.driver, heartbeat, dead_after, self.counters, self.log, clock)
         self.gate = Gate(
             tls, queue_limit, self.counters, self.log, clock, max_handshakes, max_handshakes_per_address
@@ -179,17 +178,19 @@ class RouterService:
             self.counters["task_errors"] += 1
             self.log.error("%s failed: %r", task.get_coro(), error, exc_info=error)
 
-    def status(self, reported: dict[str, Any] | None = None) -> dict[str, object]:
-        """The router's status (``reported``: one it answered already) with what only the process
-        knows: its URI, the URIs of the neighbours it dials (so a dashboard can walk the overlay
-        from one broker to the next; not in a summary for a client that may not see detail) and
-        the link counters."""
-        status = self.router.status() if reported is None else dict(reported)
-        status["uri"] = str(self.uri)
-        if "withheld" not in status:  # a summary (``Router.summary``): not where the neighbours are
-            status["neighbor_uris"] = {neighbor.id: str(neighbor) for neighbor in self.neighbors}
-        status["counters"] = {**status["counters"], **{f"link.{k}": v for k, v in self.counters.items()}}
-        return status
+    def status(self) -> dict[str, Any]:
+        """The broker's status as a deployer asking for it sees it."""
+        return self.router.status()
+
+    def _process_status(self, full: bool) -> dict[str, Any]:
+        """What only the process knows, added to every status the router answers: its URI, the
+        URIs of the neighbours it dials (``full``: so a dashboard can walk the overlay from one
+        broker to the next; not for a client that may not see detail) and the link counters."""
+        added: dict[str, Any] = {"uri": str(self.uri)}
+        if full:
+            added["neighbor_uris"] = {neighbor.id: str(neighbor) for neighbor in self.neighbors}
+        added["counters"] = {f"link.{k}": v for k, v in self.counters.items()}
+        return added
 
     # links --------------------------------------------------------------------------------------
 
