@@ -71,6 +71,7 @@ class Link:
         self.closed: str | None = None
         self.last_received = self.last_sent = self.clock.monotonic()
         self.sent_frames = 0
+        self.received_frames = 0  # (with sent_frames: a link's rates, as a dashboard shows them)
         self.discarded_frames = 0  # queued but never written: the link was aborted first
         self._writer_task = asyncio.get_running_loop().create_task(self._write_loop())
 
@@ -117,6 +118,7 @@ class Link:
                     items.append(decode(payload))
                 except BadMessage as error:
                     items.append(error)
+            self.received_frames += len(items)
             if items:
                 return items
 

@@ -184,11 +184,17 @@ class RouterService:
 
     def _process_status(self, full: bool) -> dict[str, Any]:
         """What only the process knows, added to every status the router answers: its URI, the
-        URIs of the neighbours it dials (``full``: so a dashboard can walk the overlay from one
-        broker to the next; not for a client that may not see detail) and the link counters."""
+        URIs of the neighbours it dials and the frames each broker link carried (``full``: so a
+        dashboard can walk the overlay from one broker to the next and show each link's rates; not
+        for a client that may not see detail) and the link counters."""
         added: dict[str, Any] = {"uri": str(self.uri)}
         if full:
             added["neighbor_uris"] = {neighbor.id: str(neighbor) for neighbor in self.neighbors}
+            added["link_frames"] = {  # per neighbour: frames received, frames sent
+                hop: [link.received_frames, link.sent_frames]
+                for hop, link in self.links.items()
+                if link.peer is not None and link.peer.kind == "broker"
+            }
         added["counters"] = {f"link.{k}": v for k, v in self.counters.items()}
         return added
 

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -155,9 +155,11 @@ class OverlayWatcher:
             to_visit += [u for u in dict(status.get("neighbor_uris") or {}).values() if u not in visited]
         now = time.monotonic()
         for name, status in statuses.items():
-            counters = dict(status.get("counters") or {})
+            sent = {hop: frames[1] for hop, frames in dict(status.get("link_frames") or {}).items()}
+            counters = {**dict(status.get("counters") or {}), **{SENT + hop: n for hop, n in sent.items()}}
             before = self.last.get(name)
             status["rates"] = rates(before, (now, counters))
+            status["link_rates"] = rates(before, (now, counters), {hop: SENT + hop for hop in sent})
             self.last[name] = (now, counters)
         return overlay_view(statuses, errors)
 
@@ -200,20 +202,32 @@ def overlay_view(statuses: dict[str, dict[str, Any]], errors: dict[str, str]) ->
         for name in sorted(named - statuses.keys())
     ]
     links = sorted({tuple(sorted((name, n))) for name, s in statuses.items() for n in s.get("neighbors", ())})
-    return {"brokers": found, "links": [list(link) for link in links]}
+    speeds = []  # [a, b, frames a sent b, frames b sent a] per second, once an end was seen twice
+    for a, b in links:
+        ab = dict(statuses.get(a, {}).get("link_rates") or {}).get(b)
+        ba = dict(statuses.get(b, {}).get("link_rates") or {}).get(a)
+        if ab is not None or ba is not None:
+            speeds.append([a, b, ab, ba])
+    return {"brokers": found, "links": [list(link) for link in links], "link_rates": speeds}
 
 
 RATED = {"publications": "in.Publish", "deliveries": "delivered", "carried": "in.Carry"}
+SENT = "sent to "  # before a neighbour's id: the frames a broker sent it, among its counters
 
 
-def rates(before: tuple[float, dict[str, int]] | None, now: tuple[float, dict[str, int]]) -> dict[str, float]:
-    """Messages per second of each RATED counter between two walks ({} at the first)."""
+def rates(
+    before: tuple[float, dict[str, int]] | None,
+    now: tuple[float, dict[str, int]],
+    rated: Mapping[str, str] = RATED,
+) -> dict[str, float]:
+    """Per second, each counter ``rated`` names (name -> counter) between two walks ({} at the
+    first; a counter that went back, a broker restarted, counts 0)."""
     if before is None or now[0] <= before[0]:
         return {}
     seconds = now[0] - before[0]
     return {
         name: round(max(now[1].get(key, 0) - before[1].get(key, 0), 0) / seconds, 2)
-        for name, key in RATED.items()
+        for name, key in rated.items()
     }
 
 
