@@ -121,13 +121,15 @@ def _undeploy(agent: Agent, command: Undeploy) -> Applied:
     control = command.control
     workflow = control.workflow
     versions = [v for (w, v) in agent.deployments if w == workflow]
-    if command.retire is None:
+    if command.order is None:
         agent.retired -= {(workflow, v) for v in versions}
         effects = [e for v in versions for e in _remove(agent, workflow, v)]
         return ("OK" if versions else "UNCHANGED"), effects
+    if command.order is True:
+        return _withdraw(agent, workflow, control.version)
     if control.version in versions:
         raise ValueError(f"{workflow} version {control.version} is deployed here: not retired by it")
-    orders = [agent.deployments[workflow, v].order for v in command.retire if v in versions]
+    orders = [agent.deployments[workflow, v].order for v in command.order if v in versions]
     newest = max(orders, default=0)  # (orders count from 1)
     older = {(workflow, v) for v in versions if agent.deployments[workflow, v].order <= newest}
     newly = older - agent.retired
@@ -141,6 +143,20 @@ def _undeploy(agent: Agent, command: Undeploy) -> Applied:
         control.version,
     )
     return "OK", collect(agent, workflow)
+
+
+def _withdraw(agent: Agent, workflow: str, version: str) -> Applied:
+    """UNDEPLOY ``{"withdraw": true}``: a deployment of ``version`` that did not reach every agent
+    takes it back from those it reached, so the versions deployed before go on as if it never
+    came. Refused once a generation here runs on it: then it did start, and only a new
+    deployment (or an UNDEPLOY of every version) may replace it."""
+    if (workflow, version) not in agent.deployments:
+        return "UNCHANGED", []
+    if any(w == workflow and g.version == version for (w, _), g in agent.generations.items()):
+        raise ValueError(f"{workflow} version {version} runs a generation here: not withdrawn")
+    agent.retired.discard((workflow, version))
+    log.info("withdrew %s version %s: its deployment did not complete", workflow, version)
+    return "OK", _remove(agent, workflow, version)
 
 
 def _deploy(agent: Agent, command: Deploy) -> Applied:

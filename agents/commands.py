@@ -11,6 +11,7 @@ agent changes anything, which acknowledges the envelope ERROR.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from agents.envelope import (
     Control,
@@ -23,7 +24,7 @@ from agents.envelope import (
     parse_registration,
 )
 from broker.language import Publication
-from workflow_messages import check_gid, retired_versions
+from workflow_messages import check_gid, undeploy_order
 from workflow_messages.operations import CANCEL, RERUN, decode_content
 
 __all__ = [
@@ -66,11 +67,11 @@ class Deploy:
 
 @dataclass(frozen=True, slots=True)
 class Undeploy:
-    """UNDEPLOY: remove every version now (``retire`` None), or retire the named versions and those
-    installed before them."""
+    """UNDEPLOY: remove every version now (``order`` None), retire the named versions and those
+    installed before them (a tuple of versions), or withdraw the envelope's version (True)."""
 
     control: Control
-    retire: tuple[str, ...] | None
+    order: tuple[str, ...] | Literal[True] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +109,7 @@ def read_command(control: Control) -> Command:
     if command == "DEPLOY":
         return Deploy(control, parse_deploy(control))
     if command == "UNDEPLOY":
-        return Undeploy(control, tuple(retired_versions(control.content)) if control.content else None)
+        return Undeploy(control, undeploy_order(control.content))
     if command in (CANCEL, RERUN):
         return _operation(control)
     return WantRegistration(control, parse_registration(control))

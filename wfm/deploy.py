@@ -31,7 +31,7 @@ from broker.client import Brokers, Client, RefusedError, Subscription
 from broker.language import Publication
 from wfm.operations import Deployed, NoReply, Session
 from wfm.workflow import Plan
-from workflow_messages import AGENT_CTL, ack_subscription, envelope_digest, retire_content
+from workflow_messages import AGENT_CTL, ack_subscription, envelope_digest, retire_content, withdraw_content
 
 __all__ = [
     "AgentReport",
@@ -40,6 +40,8 @@ __all__ = [
     "retire_publications",
     "silent_agents",
     "undeploy_publications",
+    "withdraw",
+    "withdraw_publications",
 ]
 
 Key = tuple[str, str]  # agent, digest of the signed envelope (its signature)
@@ -85,6 +87,11 @@ def retire_publications(plan: Plan, held: Mapping[str, Iterable[str]]) -> list[P
     the workflow it holds), which ``plan`` leaves out: each finishes its generations of those
     versions in flight, starts none, then removes them."""
     return [_undeploy(plan, agent, retire_content(versions)) for agent, versions in held.items()]
+
+
+def withdraw_publications(plan: Plan, agents: Iterable[str]) -> list[Publication]:
+    """One UNDEPLOY ``{"withdraw": true}`` of ``plan``'s version per agent of ``agents``."""
+    return [_undeploy(plan, agent, withdraw_content()) for agent in agents]
 
 
 def _undeploy(plan: Plan, agent: str, content: str) -> Publication:
@@ -209,6 +216,25 @@ async def deploy(
             finding.cancel()
             await asyncio.gather(finding, return_exceptions=True)
     return list(reports.values())
+
+
+async def withdraw(
+    uri: Brokers,
+    plan: Plan,
+    reports: Sequence[AgentReport],
+    timeout: float,
+    sign: Callable[[Publication], Publication],
+    say: Callable[[str], None] = lambda _: None,
+) -> list[AgentReport]:
+    """Roll back a deployment of ``plan`` that did not complete (``reports``: what :func:`deploy`
+    said): every agent that installed an envelope of it is asked to withdraw the version, so the
+    versions deployed before go on as if it never came (``agents.catalogue``). Not the retired
+    ones (nothing of the plan went to them) nor the silent ones (they cannot answer; what they
+    hold of it stays inert without the rest). The agents' answers, as :func:`deploy` gives them."""
+    reached = [r.agent for r in reports if not r.retired and r.results.get("OK")]
+    if not reached:
+        return []
+    return await deploy(uri, plan, [withdraw_publications(plan, reached)], timeout, sign, say)
 
 
 async def silent_agents(uri: Brokers, agents: Iterable[str], timeout: float) -> list[str]:

@@ -25,7 +25,8 @@ from workflow_messages.agent_ctl import (
     digest,
     envelope_digest,
     retire_content,
-    retired_versions,
+    undeploy_order,
+    withdraw_content,
 )
 from workflow_messages.calendars import DAILY, DAYS, WORDS, Calendar, parse_weekdays, weekday_words
 from workflow_messages.generation import Graph, decide_end, end_of, outcome, skipped_jobs
@@ -104,7 +105,6 @@ __all__ = [
     "parse_job_status",
     "parse_weekdays",
     "retire_content",
-    "retired_versions",
     "skipped_jobs",
     "start_subscription",
     "status_advertisement",
@@ -113,5 +113,7 @@ __all__ = [
     "trigger_advertisement",
     "trigger_atom",
     "trigger_date",
+    "undeploy_order",
     "weekday_words",
+    "withdraw_content",
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from typing import Literal
 
 from broker.language import Filter, Publication, Value
 from workflow_messages._build import filter_of, text_value
@@ -23,7 +24,8 @@ __all__ = [
     "digest",
     "envelope_digest",
     "retire_content",
-    "retired_versions",
+    "undeploy_order",
+    "withdraw_content",
 ]
 
 ACK_FIELDS = ("applname", "version", "jobname", "command", "digest", "result", "detail")
@@ -85,12 +87,26 @@ def retire_content(versions: Iterable[str]) -> str:
     return json.dumps({"retire": sorted(set(versions))})
 
 
-def retired_versions(content: str) -> list[str]:
-    """The versions :func:`retire_content` names; ValueError (one line) for anything else."""
+def withdraw_content() -> str:
+    """The content of an UNDEPLOY that takes back the envelope's version from an agent: a
+    deployment that did not complete is rolled back (see ``agents.catalogue``)."""
+    return json.dumps({"withdraw": True})
+
+
+def undeploy_order(content: str) -> tuple[str, ...] | Literal[True] | None:
+    """What an UNDEPLOY's content asks: None (empty: remove every version), the versions
+    :func:`retire_content` names, or True (:func:`withdraw_content`); ValueError (one line) for
+    anything else."""
+    if not content:
+        return None
     try:
         data = decode_content(content)
     except ValueError as error:
-        raise ValueError(f"UNDEPLOY content must be empty or name the versions to retire: {error}") from None
+        raise ValueError(
+            f"UNDEPLOY content must be empty or a retire list or a withdrawal: {error}"
+        ) from None
+    if data == {"withdraw": True}:
+        return True
     named = data.get("retire")
     if (
         set(data) != {"retire"}
@@ -100,6 +116,7 @@ def retired_versions(content: str) -> list[str]:
     ):
         shown = content[:80]
         raise ValueError(
-            f"UNDEPLOY content must be empty or a retire list of 1 to {MAX_RETIRED} versions, not {shown!r}"
+            f"UNDEPLOY content must be empty or a retire list of 1 to {MAX_RETIRED} versions or a"
+            f" withdrawal, not {shown!r}"
         )
-    return named
+    return tuple(named)

@@ -6,7 +6,7 @@ import pytest
 
 from agents.commands import Cancel, Rerun, Undeploy, WantRegistration, read_command, read_envelope
 from agents.envelope import Control
-from workflow_messages import retire_content
+from workflow_messages import retire_content, withdraw_content
 from workflow_messages.operations import CANCEL, RERUN, operation
 
 
@@ -19,12 +19,24 @@ def test_an_operation_is_read_with_its_content_checked() -> None:
         read_envelope(operation("a1", "W", CANCEL, {"gid": "g1"}), "a2")
 
 
-@pytest.mark.parametrize(("content", "retire"), [("", None), (retire_content(["v2", "v1"]), ("v1", "v2"))])
-def test_an_undeploy_removes_everything_or_retires_the_versions_it_names(
-    content: str, retire: tuple[str, ...] | None
+@pytest.mark.parametrize(
+    ("content", "order"),
+    [("", None), (retire_content(["v2", "v1"]), ("v1", "v2")), (withdraw_content(), True)],
+)
+def test_an_undeploy_removes_everything_retires_the_versions_it_names_or_withdraws_its_own(
+    content: str, order: tuple[str, ...] | bool | None
 ) -> None:
     command = read_command(Control("W", "v3", "UNDEPLOY", "*", content))
-    assert command == Undeploy(Control("W", "v3", "UNDEPLOY", "*", content), retire)
+    assert command == Undeploy(Control("W", "v3", "UNDEPLOY", "*", content), order)
+
+
+@pytest.mark.parametrize(
+    "content", ['{"withdraw": false}', '{"withdraw": true, "retire": ["v1"]}', '{"x": 1}']
+)
+def test_an_undeploy_that_asks_for_something_else_is_refused_in_one_line(content: str) -> None:
+    with pytest.raises(ValueError, match="must be empty or a retire list") as refused:
+        read_command(Control("W", "v3", "UNDEPLOY", "*", content))
+    assert "\n" not in str(refused.value)
 
 
 def test_a_registration_is_read_into_its_filter() -> None:

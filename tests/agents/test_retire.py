@@ -11,7 +11,7 @@ from broker.language import Publication
 from tests.agents.test_operations import ack_of
 from tests.agents.test_state import MONDAY, install, key, published, runs
 from tests.signing import DEPLOYER, signed, signed_trigger
-from wfm.deploy import retire_publications, undeploy_publications
+from wfm.deploy import retire_publications, undeploy_publications, withdraw_publications
 from wfm.workflow import After, Job, Plan, Workflow, translate
 from workflow_messages import job_status
 
@@ -137,3 +137,27 @@ def test_a_generation_of_a_retired_workflow_forgotten_by_the_sweep_releases_its_
     effects = agent.handle(Delivered("nothing", ()), 10 * SWEEP_EVERY)
     assert "CO starts" in {e.key for e in effects if isinstance(e, Withdraw)}
     assert agent.deployments == {} and agent.generations == {}
+
+
+def test_a_withdrawn_version_goes_and_the_one_before_goes_on() -> None:
+    """A deployment of NEW that did not complete is rolled back: b, which installed its part,
+    withdraws it, and OLD is the version its generations run on again."""
+    agent = Agent("b")
+    install(agent, OLD)
+    install(agent, NEW)
+    assert {v for _, v in agent.deployments} == {OLD.version, NEW.version}
+    effects = agent.handle(Incoming(DEPLOYER.sign(withdraw_publications(NEW, ["b"])[0])), 2.0)
+    assert ack_of(effects) == ("OK", "")
+    assert {v for _, v in agent.deployments} == {OLD.version}
+    assert {e.key for e in effects if isinstance(e, Withdraw)} and "CO starts" in agent.owners
+    again = agent.handle(Incoming(DEPLOYER.sign(withdraw_publications(NEW, ["b"])[0])), 3.0)
+    assert ack_of(again) == ("UNCHANGED", "")
+
+
+def test_a_version_a_generation_runs_on_is_not_withdrawn() -> None:
+    agent = Agent("a")
+    install(agent, OLD)
+    start(agent, "g1", 1.0)
+    effects = agent.handle(Incoming(DEPLOYER.sign(withdraw_publications(OLD, ["a"])[0])), 2.0)
+    assert ack_of(effects) == ("ERROR", f"CO version {OLD.version} runs a generation here: not withdrawn")
+    assert ("CO", OLD.version) in agent.deployments

@@ -407,6 +407,41 @@ def test_a_deployment_whose_agent_is_not_up_sends_nothing_and_names_it(
     assert lines(wfm(overlay, "workflows", "-o", "json")) == []  # agentB has nothing of it
 
 
+def test_a_deployment_whose_agent_dies_once_envelopes_are_out_is_rolled_back(
+    overlay: Overlay, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator's agent answers that it is up, then dies on its DEPLOY (after agentB
+    installed its part): the version is withdrawn from agentB, and the error says so."""
+    overlay.agents["agentA"].kill()
+    overlay.agents["agentA"].wait(10)
+    monkeypatch.setenv("WFM_FAILPOINTS", "agent.journaled.DEPLOY")
+    overlay.start("agentA")
+    monkeypatch.delenv("WFM_FAILPOINTS")
+    quiet(overlay.uris)
+    half = tmp_path / "half.xml"
+    half.write_text(
+        """<workflow name="HALF">
+  <job name="Start" agent="agentA"><command>true</command></job>
+  <job name="Work" agent="agentB"><after job="Start"/><command>true</command></job>
+</workflow>"""
+    )
+    done = wfm(overlay, "deploy", str(half), "--timeout", "3")
+    assert done.returncode == 3, done.stderr
+    assert "agentB: 1 OK" in done.stdout
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("wfm: error: HALF ") and last.endswith(
+        ": no answer within 3 s from agentA (are they running?); rolled back: withdrawn from agentB;"
+        " agentA may hold part of it: deploy again once back"
+    )
+    assert overlay.agents["agentA"].wait(10) == -signal.SIGKILL  # died where the failpoint is
+    assert lines(wfm(overlay, "workflows", "-o", "json")) == []  # agentB has nothing of it
+    overlay.start("agentA")  # back, with the DEPLOY it journaled: deployed again, whole
+    quiet(overlay.uris)
+    assert "agentB: 1 OK" in overlay.deploy(half)  # withdrawn from it: installed anew
+    [deployed] = lines(wfm(overlay, "workflows", "-o", "json"))
+    assert deployed["agents"] == {"agentA": ["Start"], "agentB": ["Work"]}
+
+
 def test_undeploy_takes_the_workflows_name(overlay: Overlay) -> None:
     overlay.deploy(WORKFLOWS / "payroll.xml")
     done = wfm(overlay, "undeploy", "PAYROLL", "-o", "json")

@@ -20,12 +20,14 @@ from broker.transport.tls import Identity
 from wfm.cli import TimedOut
 from wfm.cli.options import broker_uri_option, output_option
 from wfm.cli.progress import progress
+from wfm.deploy import AgentReport, ordered_batches, silent_agents, undeploy_publications, withdraw
 from wfm.deploy import deploy as deploy_plan
-from wfm.deploy import ordered_batches, silent_agents, undeploy_publications
 from wfm.operations import Deployed, NoReply, Session
 from wfm.signing import Deployer, signer_of
 from wfm.triggers import check_workflow
 from wfm.workflow import DefinitionError, Plan, Problem, Workflow, load, translate
+
+Sign = Callable[[Publication], Publication]
 
 workflow_file = click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 timeout_option = click.option(
@@ -112,8 +114,11 @@ def deploy(
     acknowledgement, showing progress on stderr (exit status 1 naming the agents that failed or
     refused, 3 naming those that did not answer). First every agent the file names is asked
     whether it is up: if one does not answer within --timeout, nothing is sent (exit status 3,
-    naming it), so no workflow is left half-deployed. Agents that hold the workflow but are not in
-    the new version are then retired: they finish the generations they are in and start none.
+    naming it), so no workflow is left half-deployed. If one fails or stops answering once
+    envelopes are out, the new version is withdrawn from the agents that installed it (rolled
+    back: the version deployed before goes on), and the error says so. Agents that hold the
+    workflow but are not in the new version are then retired: they finish the generations they
+    are in and start none.
     --dry-run prints the plan (-o json: the envelopes as signed now)."""
     workflow = load_workflow(file)
     plan = translate(workflow)
@@ -190,7 +195,7 @@ def _send(
     """Send ``batches`` and report each agent's answers. With ``replace`` (a deployment), first
     make sure every agent addressed answers, and retire the holders the plan leaves out."""
     uri = _needed(broker_uri)
-    sign = deployer().sign
+    sign: Sign = deployer().sign
     what = f"{plan.workflow} {plan.version}"
     try:
         with progress(f"{verb}ing {what} through {uri}") as say:
@@ -229,11 +234,33 @@ def _send(
     failed = [r.agent for r in reports if r.errors]
     silent = [r.agent for r in reports if r.missing]
     no_answer = f"no answer within {timeout:g} s from {', '.join(silent)}"
+    rolled = _rolled_back(uri, plan, reports, timeout, sign) if replace and (failed or silent) else ""
     if failed:
         also = f"; {no_answer}" if silent else ""
-        raise click.ClickException(f"{what}: agents reported errors: {', '.join(failed)}{also}")
+        raise click.ClickException(f"{what}: agents reported errors: {', '.join(failed)}{also}{rolled}")
     if silent:
-        raise TimedOut(f"{what}: {no_answer} (are they running?)")
+        raise TimedOut(f"{what}: {no_answer} (are they running?){rolled}")
+
+
+def _rolled_back(uri: Brokers, plan: Plan, reports: list[AgentReport], timeout: float, sign: Sign) -> str:
+    """A deployment that did not complete is rolled back (``wfm.deploy.withdraw``): what became
+    of it, as the end of the error's line."""
+    try:
+        with progress(f"withdrawing {plan.workflow} {plan.version}") as say:
+            answers = asyncio.run(withdraw(uri, plan, reports, timeout, sign, say))
+    except (ConnectError, OSError, RefusedError, LinkClosed) as error:
+        return f"; not rolled back ({error}): deploy again"
+    if not answers:
+        return "; nothing of it was installed elsewhere"
+    withdrawn = [a.agent for a in answers if a.ok]
+    kept = [a.agent for a in answers if not a.ok]
+    said = f"; rolled back: withdrawn from {', '.join(withdrawn)}" if withdrawn else "; not rolled back"
+    if kept:
+        said += f" (not from {', '.join(kept)}, which did not withdraw it: deploy again)"
+    silent = [r.agent for r in reports if r.missing]
+    if silent:
+        said += f"; {', '.join(silent)} may hold part of it: deploy again once back"
+    return said
 
 
 def load_workflow(file: Path) -> Workflow:
