@@ -313,7 +313,8 @@ def log_tail(
 ) -> dict[str, object]:
     """The last ``limit`` bytes of the log of ``job``'s ``attempt`` (0: the latest) in generation
     ``gid``, as text (bytes that are not UTF-8 replaced), with the attempts there are, the log's
-    size and whether it was cut. ValueError (one line) if there is no such log."""
+    size, whether it was cut and when it started (None if not recorded). ValueError (one line) if
+    there is no such log."""
     folder = generation_dir(state_dir, workflow, gid)
     _inside_logs(state_dir, folder / job)
     attempts = sorted(
@@ -339,6 +340,7 @@ def log_tail(
         "size": size,
         "truncated": size > limit,
         "ended": _ended(str(path)),
+        "started": supervisor.started_at(str(path)),
         "text": data.decode("utf-8", errors="replace"),
     }
 

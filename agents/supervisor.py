@@ -24,7 +24,7 @@ was recorded of its end), ``{"id", "run": "lost"}`` or ``{"id", "error"}`` (noth
 malformed line closes its connection with one line on stderr (``STATE_DIR/supervisor.log``).
 
 **Records.** Each generation's folder (``logs/W/GID``) has one append-only file, ``runs.jsonl``,
-the daemon's record of its runs: a line ``{"log", "pid", "boot"}`` when it starts one (the
+the daemon's record of its runs: a line ``{"log", "pid", "boot", "started"}`` when it starts one (the
 process group ``wfm cancel`` signals, :func:`agents.runner.stop`, while the machine is in the
 same boot; not synced) and a line ``{"log", "outcome"}`` when it ended, synced (``fdatasync``,
 then the folder, which makes the logs created there durable too) before anyone is answered; the
@@ -160,18 +160,29 @@ def recorded(log: str) -> tuple[object, dict[str, object] | None]:
     """The process group (if recorded in this boot of the machine) and the outcome recorded for
     the run of ``log`` (None where there is none), for readers other than the daemon; ValueError
     if they cannot be read."""
+    record = _record(log)
+    if record is None:
+        return _legacy_pid(log), _legacy_outcome(log)
+    return (record.get("pid") if record.get("boot") == BOOT else None), _checked(record, log)
+
+
+def started_at(log: str) -> float | None:
+    """When the run of ``log`` started (epoch seconds, as the daemon recorded it), None if not
+    recorded; ValueError if the record cannot be read."""
+    started = (_record(log) or {}).get("started")
+    return float(started) if isinstance(started, int | float) and not isinstance(started, bool) else None
+
+
+def _record(log: str) -> dict[str, object] | None:
     folder, name = os.path.split(log)
     path = os.path.join(folder, RUNS)
     try:
         with open(path, "rb") as file:
-            record = parse_runs(file.read())[0].get(name)
+            return parse_runs(file.read())[0].get(name)
     except FileNotFoundError:
-        record = None
+        return None
     except OSError as error:
         raise ValueError(f"{path} cannot be read: {error.strerror}") from None
-    if record is None:
-        return _legacy_pid(log), _legacy_outcome(log)
-    return (record.get("pid") if record.get("boot") == BOOT else None), _checked(record, log)
 
 
 def _checked(record: dict[str, object], log: str) -> dict[str, object] | None:
@@ -605,7 +616,9 @@ class Daemon:
             os.close(output)
         folder, name = os.path.split(request.log)
         try:
-            self.records.append(folder, [{"log": name, "pid": pid, "boot": BOOT}], sync=False)
+            # when: for the dashboard, how long a running job has run
+            record = {"log": name, "pid": pid, "boot": BOOT, "started": round(started, 3)}
+            self.records.append(folder, [record], sync=False)
         except OSError as error:
             _complain(f"cannot record the process group of {request.log} (not cancellable): {error.strerror}")
         command = Command(request.log, pid, started, request.timeout)

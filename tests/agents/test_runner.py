@@ -21,7 +21,7 @@ import pytest
 
 from agents import runner, supervisor
 from agents.journal import Journal
-from agents.runner import Retention, SupervisorClient, generation_dir, log_path, prune
+from agents.runner import Retention, SupervisorClient, generation_dir, log_path, log_tail, prune
 from agents.state import Agent, Finished, Result, Run, TimePassed
 from tests.processes import WFM, wait_for
 
@@ -123,9 +123,12 @@ def test_a_run_gets_its_environment_and_a_log(tmp_path: Path, monkeypatch: pytes
         'echo "$WFM_WORKFLOW $WFM_JOB $WFM_GID $WFM_DATE $(pwd) $AGENT_VARIABLE"; echo oops >&2',
         cwd=str(tmp_path),
     )
+    before = time.time()
     result = supervised(job, tmp_path / "state", Path("/"))
     assert result is not None and result.ok and result.detail.startswith("exit 0 after ")
     log = log_path(tmp_path / "state", job)
+    started = log_tail(tmp_path / "state", "W", "g1", "Job", 0)["started"]  # what a dashboard asks
+    assert isinstance(started, float) and before - 0.001 <= started <= time.time()
     assert log == tmp_path / "state" / "logs" / "W" / "g1" / "Job.1.log"
     assert log.read_text() == f"W Job g1 2026-11-23 {tmp_path} passed on\noops\n"
     assert supervisor.recorded(str(log))[1]["code"] == 0  # type: ignore[index]

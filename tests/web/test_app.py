@@ -358,9 +358,10 @@ def test_cancel_and_rerun_as_a_deployer_sign_and_say_what_the_agents_answered(
 class Running(Agents):
     """Agents asked while generation g1 runs: JobA done, JobB running (its second attempt)."""
 
-    def __init__(self) -> None:
+    def __init__(self, started: float | None = None) -> None:
         super().__init__()
         self.asked: list[tuple[str, str]] = []
+        self.started = started  # when JobB's attempt started, as its agent recorded it
 
     async def runs(self, workflow: str, limit: int, gid: str = "", into: Monitor | None = None) -> Monitor:
         assert into is not None
@@ -370,15 +371,26 @@ class Running(Agents):
 
     async def logs(self, workflow: str, job: str, gid: str, attempt: int) -> dict[str, Any]:
         self.asked.append(("logs", job))
-        return {"agent": "agentB", "attempts": [1, 2], "attempt": 2, "ended": False, "text": ""}
+        return {
+            "agent": "agentB",
+            "attempts": [1, 2],
+            "attempt": 2,
+            "ended": False,
+            "text": "",
+            "started": self.started,
+        }
 
 
+@pytest.mark.parametrize(
+    ("started", "since"),
+    [(102.25, "102.250"), (None, "101.500")],  # the attempt's own start; else since it was ready
+)
 def test_a_running_job_is_asked_about_and_shown_running_with_its_attempt_agent_and_elapsed_time(
-    tmp_path: Path,
+    tmp_path: Path, started: float | None, since: str
 ) -> None:
     board = dashboard(tmp_path)
     board.runs_error = None
-    agents = Running()
+    agents = Running(started)
     asyncio.run(board.ask_agents(agents, {"PAYROLL"}))  # deployed (its remembered runs asked already)
     board.monitor.receive({"class": "Trigger", "applname": "PAYROLL", "GID": "g1", "schedule": "2026.11.23"})
     board.monitor.receive(status("APPL_START", "SUCCESS", started=100.0))
@@ -386,12 +398,12 @@ def test_a_running_job_is_asked_about_and_shown_running_with_its_attempt_agent_a
     board.monitor.receive({"class": "Trigger", "applname": "NOSUCH", "GID": "g9", "schedule": "2026.11.23"})
     asyncio.run(board.ask_running(agents))
     assert agents.asked == [("runs", "PAYROLL"), ("logs", "JobB")]  # not NOSUCH: nobody has it
-    assert board.attempts == {("PAYROLL", "g1", "JobB"): 2}
+    assert board.attempts == {("PAYROLL", "g1", "JobB"): (2, started)}
     assert 'class="cell state-RUNNING" data-job="JobB"' in client(board).get("/fragment/runs").text
     page = client(board).get("/fragment/run", params={"workflow": "PAYROLL", "gid": "g1"}).text
     assert 'data-job="JobB" data-state="RUNNING"' in page  # on the DAG
     assert 'class="row state-RUNNING" data-job="JobB"' in page  # and the timeline, from JobA's end
-    assert 'data-since="101.500" data-rest=" · attempt 2 · agentB"' in page
+    assert f'data-since="{since}" data-rest=" · attempt 2 · agentB"' in page
     asyncio.run(board.ask_running(agents))  # the attempt is asked once
     assert agents.asked.count(("logs", "JobB")) == 1
     board.monitor.receive(status("JobB", "SUCCESS", started=101.6, duration=3.0, attempt=2))

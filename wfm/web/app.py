@@ -121,8 +121,9 @@ class Dashboard:
     session: Any = None  # the open Session, when connected
     deployed: list[Deployed] | None = None  # what the agents said last (None: not answered yet)
     agents_error: str | None = "asking the agents ..."
-    # (workflow, gid, job) -> the attempt a RUNNING job is at (its agent's log says)
-    attempts: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # (workflow, gid, job) -> the attempt a RUNNING job is at and when it started (its agent's
+    # log and runs record say)
+    attempts: dict[tuple[str, str, str], tuple[int, float | None]] = field(default_factory=dict)
     first_seen: dict[tuple[str, str], float] = field(default_factory=dict)  # (workflow, gid) -> when
     _signer: Deployer | None = None
 
@@ -261,7 +262,11 @@ class Dashboard:
                 except (NoReply, UnknownWorkflow, RemoteError) as error:  # no log yet, say
                     log.debug("the attempt of %s %s %s: %s", workflow, gid, job, error)
                     continue
-                self.attempts[workflow, gid, job] = int(found["attempt"])
+                started = found.get("started")
+                self.attempts[workflow, gid, job] = (
+                    int(found["attempt"]),
+                    float(started) if isinstance(started, int | float) else None,
+                )
                 after[gid, job] = (RUNNING, -1)  # a change: the page shows the attempt
             if after != before:
                 self.changed("runs")

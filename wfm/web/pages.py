@@ -52,11 +52,12 @@ NOT_STARTED_AFTER = 30.0
 @dataclass(frozen=True)
 class Live:
     """What the Runs page shows beyond the monitor's statuses: the time ``now`` (epoch seconds),
-    the attempt of each running job ((workflow, gid, job) -> attempt), and when the dashboard
-    first saw each generation ((workflow, gid) -> epoch seconds)."""
+    the attempt of each running job and when that attempt started, as its agent recorded it
+    ((workflow, gid, job) -> (attempt, epoch seconds or None)), and when the dashboard first saw
+    each generation ((workflow, gid) -> epoch seconds)."""
 
     now: float = 0.0
-    attempts: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    attempts: Mapping[tuple[str, str, str], tuple[int, float | None]] = field(default_factory=dict)
     seen: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
     def outcome(self, generation: Generation) -> str:
@@ -506,11 +507,12 @@ def run(
         if state.status != RUNNING:
             bars.append(Bar(job, state.status, state.started, state.duration))
             continue
-        attempt = live.attempts.get((g.workflow, g.gid, job))
-        ready = ready_at(g, definition, job)
+        attempt, started = live.attempts.get((g.workflow, g.gid, job), (0, None))
+        if started is None:  # not asked yet, or an agent that records no start: since it was ready
+            started = ready_at(g, definition, job)
         facts = [*([f"attempt {attempt}"] if attempt else []), agents.get(job, "?")]
-        running[job] = (ready, "".join(f" · {fact}" for fact in facts))
-        bars.append(Bar(job, RUNNING, ready, None if ready is None else max(now - ready, 0.0)))
+        running[job] = (started, "".join(f" · {fact}" for fact in facts))
+        bars.append(Bar(job, RUNNING, started, None if started is None else max(now - started, 0.0)))
     outcome = live.outcome(g)
     detail = f" ({g.end.detail})" if g.end is not None and g.end.detail else ""
     return (
