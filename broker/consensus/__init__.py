@@ -19,6 +19,7 @@ from broker.consensus.messages import (
     VoteRequest,
 )
 from broker.consensus.node import Config, Node, NotLeader, Ready, Role
+from broker.consensus.storage import SiteLog
 
 __all__ = [
     "Append",
@@ -32,6 +33,7 @@ __all__ = [
     "NotLeader",
     "Ready",
     "Role",
+    "SiteLog",
     "VoteReply",
     "VoteRequest",
 ]

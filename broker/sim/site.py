@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from broker.consensus import Config, ConsensusMessage, Entry, HardState, Node, NotLeader
 
-__all__ = ["Disk", "SiteSim", "Violation"]
+__all__ = ["Disk", "SiteSim", "Storage", "Violation"]
 
 TICK = 0.01  # seconds between two ticks of a broker
 
@@ -33,7 +34,8 @@ class Violation(AssertionError):
 
 @dataclass
 class Disk:
-    """What a broker's crash leaves: its term, its vote, its entries."""
+    """What a broker's crash leaves: its term, its vote, its entries (``SiteLog``'s interface:
+    ``recover`` gives them back after a restart)."""
 
     state: HardState = field(default_factory=HardState)
     entries: list[Entry] = field(default_factory=list)
@@ -45,11 +47,22 @@ class Disk:
             del self.entries[entries[0].index - 1 :]
             self.entries.extend(entries)
 
+    def recover(self) -> tuple[HardState, list[Entry]]:
+        return self.state, list(self.entries)
+
+
+class Storage(Protocol):
+    """A broker's disk as the site uses it: ``Disk``, or ``broker.consensus.SiteLog``."""
+
+    def write(self, state: HardState | None, entries: list[Entry]) -> None: ...
+
+    def recover(self) -> tuple[HardState, list[Entry]]: ...
+
 
 @dataclass
 class _Broker:
     name: str
-    disk: Disk
+    disk: Storage
     node: Node | None = None  # None while crashed
     frozen_until: float = 0.0
     applied: int = 0  # in this incarnation
@@ -62,7 +75,9 @@ class SiteSim:
     it, so messages between two brokers overtake one another, as they cannot on one TCP link:
     the harder case). ``sudden``: the chance a broker is killed right after it has written and
     said something, and restarted a moment later (FoundationDB's "buggify": the crash lands
-    where the protocol is most fragile, between a promise and what follows it)."""
+    where the protocol is most fragile, between a promise and what follows it). ``disks``: each
+    broker's disk by name (in memory by default; a test gives files, read again at each
+    restart)."""
 
     def __init__(
         self,
@@ -74,13 +89,14 @@ class SiteSim:
         election_timeout: float = 0.3,
         heartbeat: float = 0.05,
         sudden: float = 0.0,
+        disks: Callable[[str], Storage] = lambda _: Disk(),
     ) -> None:
         self.random = random.Random(seed)
         self.now = 0.0
         self.loss, self.duplicates, self.latency, self.sudden = loss, duplicates, latency, sudden
         names = tuple(f"b{i}" for i in range(1, members + 1))
         self.configs = {n: Config(n, names, election_timeout, heartbeat) for n in names}
-        self.brokers = {n: _Broker(n, Disk()) for n in names}
+        self.brokers = {n: _Broker(n, disks(n)) for n in names}
         self.cut: set[frozenset[str]] = set()  # pairs that cannot reach one another
         self.events: list[tuple[float, int, str, Any]] = []
         self._order = 0
@@ -101,8 +117,8 @@ class SiteSim:
 
     def restart(self, name: str) -> None:
         broker = self.brokers[name]
-        disk = broker.disk
-        broker.node = Node(self.configs[name], self.now, self.random.random, disk.state, disk.entries)
+        state, entries = broker.disk.recover()
+        broker.node = Node(self.configs[name], self.now, self.random.random, state, entries)
         broker.applied = 0
 
     def freeze(self, name: str, seconds: float) -> None:
