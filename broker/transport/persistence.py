@@ -8,7 +8,7 @@ router answers until the commit that covers the input, so nothing leaves the bro
 to a publisher, a ``Took`` to a neighbour: custody taken) that a crash could undo.
 
 An input that came off a link is logged as its wire frame (:func:`broker.transport.codec.encode`,
-a third of a pickle's cost, and the broker logs every input), the router's own (``LinkUp``,
+cheaper than a pickle, and the broker logs every input), the router's own (``LinkUp``,
 ``LinkDown``, ``Tick``) as pickles: the log is this process's own, in a directory only it may
 read (0700), written and read by the same code. A pickle starts with byte 0x80, a wire record
 with ``W``.
