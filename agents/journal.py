@@ -15,7 +15,7 @@ state (:meth:`agents.state.Agent.snapshot`, as JSON) becomes the log's checkpoin
 lose nothing and replay nothing twice whenever a crash comes (:mod:`broker.durable.log`).
 
 The log lives in ``journal/`` of the agent's state directory. A state directory that still holds
-the journal of the versions before (``snapshot.json`` and ``journal.jsonl``:
+the journal in its older layout (``snapshot.json`` and ``journal.jsonl``:
 :mod:`agents.old_journal`) is converted on the first start: read, checkpointed into the log, and
 deleted once the checkpoint is durable (a crash in between reads it again, or deletes it).
 """

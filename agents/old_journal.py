@@ -1,5 +1,5 @@
 """The journal as agents kept it before it stood on :class:`broker.durable.WriteAheadLog`: read
-once, on the first start of this version, and converted (:meth:`agents.journal.Journal.recover`).
+once, on the first start on the write-ahead log, and converted (:meth:`agents.journal.Journal.recover`).
 
 In the agent's state directory, ``snapshot.json`` held ``{"sequence": N, "state":
 Agent.snapshot()}`` and ``journal.jsonl`` one record a line (:mod:`agents.journal_records`, with
@@ -30,7 +30,7 @@ FILES = ("snapshot.json", "journal.jsonl", ".lock")  # what it left in the state
 
 
 def in_use(state_dir: Path) -> bool:
-    """Whether an agent of the version before runs on ``state_dir`` (it holds ``.lock``): a
+    """Whether an agent that keeps the older journal runs on ``state_dir`` (it holds ``.lock``): a
     killed ``wfm up`` leaves its agents running, and two agents on one journal run jobs twice."""
     try:
         fd = os.open(state_dir / ".lock", os.O_RDWR | os.O_CLOEXEC)

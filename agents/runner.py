@@ -144,7 +144,7 @@ class SupervisorClient:
         if answer["run"] == "lost":
             return None
         outcome = answer.get("outcome")
-        if outcome is None:  # a daemon of the version before, still running its commands
+        if outcome is None:  # a daemon of the per-run layout, still running its commands
             outcome = supervisor.recorded(str(log_file))[1]
         return None if outcome is None else _outcome(outcome, log_file)
 
@@ -280,7 +280,7 @@ def _answer(line: bytes) -> tuple[int, dict[str, Any]]:
 
 
 def _ran(answer: dict[str, Any]) -> bool:
-    """Lost, or ended with its outcome (or without: a daemon of the version before)."""
+    """Lost, or ended with its outcome (or without: a daemon of the per-run layout)."""
     if answer in ({"run": "ended"}, {"run": "lost"}):
         return True
     return (

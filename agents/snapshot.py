@@ -72,7 +72,7 @@ def restore(agent: Agent, saved_state: dict[str, Any]) -> None:
         if deployment is not None:
             deployment.order, deployment.ended = saved["order"], saved["ended"]
     agent.installs = saved_state["installs"]
-    # snapshots from before the age bound have no times: their entries get the first sweep's
+    # snapshots without times (written before generations had an age bound) get the first sweep's
     for workflow, gid, version, jobs, statuses, ended, *later in saved_state["generations"]:
         agent.generations[workflow, gid] = GenerationState(version, jobs, statuses, ended, *later)
     agent.pending = [Pending(Run(**run), at) for run, at in saved_state["pending"]]
@@ -81,7 +81,7 @@ def restore(agent: Agent, saved_state: dict[str, Any]) -> None:
     for workflow, gid, *at in saved_state["ended"]:
         agent.ended[workflow, gid] = at[0] if at else None
     agent.swept = saved_state.get("swept", 0.0)
-    if "trust" in saved_state:  # a snapshot from before signed envelopes: trust on first use again
+    if "trust" in saved_state:  # without it (an older snapshot): trust on first use again
         agent.trust.restore(saved_state["trust"])
     agent.outcomes = OrderedDict(((w, g), record) for w, g, record in saved_state.get("outcomes", []))
     # after the deployments, whose envelopes (applied again) would end the retirements

@@ -30,8 +30,7 @@ same boot; not synced) and a line ``{"log", "outcome"}`` when it ended, synced (
 then the folder, which makes the logs created there durable too) before anyone is answered; the
 ends reaped together are synced together. A runs file the daemon did not write itself (an earlier
 daemon's, which may have died before its sync) is synced before it answers from it.
-A file per run and per fact cost three inodes and two fsyncs per job, which is what the 1,000-job
-benchmark spent most of its time on: creating a file on ext4 costs about as much CPU as running
+One file per generation, not per run: creating a file on ext4 costs about as much CPU as running
 the job's ``/bin/sh``. The daemon, the only writer, keeps what the files of its last folders hold
 (:class:`Records`), checked against the file's inode and size before each use.
 
@@ -49,8 +48,8 @@ by its log, ``logs/W/GID/JOB.ATTEMPT.log``) it answers, in this order:
   output to the log; record the group's id; at its end record the outcome, then answer everyone
   waiting for it.
 
-A folder written by the version before has a ``JOB.ATTEMPT.status`` and a ``JOB.ATTEMPT.pid`` file
-per run instead: they are read when the runs file has nothing of a run.
+A folder in the per-run layout (a ``JOB.ATTEMPT.status`` and a ``JOB.ATTEMPT.pid`` file per run)
+is read when the runs file has nothing of a run.
 
 **Modes.** The state directory is its user's only (0700, made so by the agent), and what the
 daemon creates is 0600 besides: a run's log and the runs files hold commands' output, and
@@ -69,8 +68,8 @@ ended; requests for runs it did not start stay unanswered until then, and the ag
 the next daemon when the connection closes. An agent that stops only closes its connection: its
 commands run on, and the agent restarted re-attaches to them.
 
-Only built-in modules, imported at the start (no site packages: ``-S -I``): the daemon starts in
-about 20 ms, once per state directory rather than once per job attempt as before.
+Only built-in modules, imported at the start (no site packages: ``-S -I``): the daemon starts
+quickly, and once per state directory, not per job attempt.
 """
 
 from __future__ import annotations
@@ -193,7 +192,7 @@ def _checked(record: dict[str, object], log: str) -> dict[str, object] | None:
 
 
 def _legacy_outcome(log: str) -> dict[str, object] | None:
-    """The outcome in the run's ``.status`` file (the version before); None if there is none;
+    """The outcome in the run's ``.status`` file (the per-run layout); None if there is none;
     ValueError if it cannot be read (a daemon killed while writing it)."""
     path = beside(log, ".status")
     try:

@@ -13,8 +13,8 @@ As in h11, errors are split by whose fault they are:
 
 Errors that explain themselves with numbers keep them as attributes (``FrameTooLarge.size`` and
 ``.limit``), so callers and tests need not parse messages. Errors about bad values also derive from
-``ValueError`` and errors about connections from ``ConnectionError``, which is what code written
-before this family (and the standard library's habits) already catches.
+``ValueError`` and errors about connections from ``ConnectionError``, which is what code that does
+not know this family (and the standard library's habits) catches.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ Queries read and change nothing, so they are a class of their own, ``AGENT_QUERY
 
 Every agent subscribes to every query and answers those addressed to it or to ``*``; the asker
 subscribes to the answers of its own request id. CANCEL and RERUN change what agents run, so they
-are AGENT_CTL envelopes, signed by a deployer like a deployment and acknowledged with AGENT_ACK;
-their version and job are ``*`` (they act on a generation, whatever version it runs on).
+are AGENT_CTL envelopes, signed by a deployer or an operator (``agents.trust.OPERATOR_ROLES``) and
+acknowledged with AGENT_ACK; their version and job are ``*`` (they act on a generation, whatever
+version it runs on).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def answer(agent: str, request: str, result: str, content: dict[str, Any]) -> Pu
 
 
 def operation(agent: str, workflow: str, command: str, content: dict[str, Any]) -> Publication:
-    """An unsigned CANCEL or RERUN envelope for ``agent`` (the deployer signs it)."""
+    """An unsigned CANCEL or RERUN envelope for ``agent`` (a deployer or an operator signs it)."""
     return Publication(
         AGENT_CTL,
         {

@@ -3,11 +3,9 @@ fast, in a thread once one is slow.
 
 A thread's hand-over is not free: the loop wakes a worker (a futex), the worker wakes the loop
 back (its self-pipe), and each side takes the GIL from the other. With a commit every few hundred
-microseconds, as a workflow's chain of small messages makes, that hand-over cost more CPU than
-the fsync it carried: a sixth of a broker's interpreter time went to ``ThreadPoolExecutor.submit``
-alone, and in the 1,000-job run of ``benchmarks/workflows.py`` the brokers', outboxes' and
-journals' commits on the loop make a third fewer context switches (73,000 to 49,000) and about 7%
-less CPU (docs/performance.md). An fsync of a fraction of a millisecond blocks the loop for no
+microseconds, as a workflow's chain of small messages makes, that hand-over can cost more CPU
+than the sub-millisecond fsync it carries, so fast commits stay on the loop (figures:
+docs/performance.md, Workflows). An fsync of a fraction of a millisecond blocks the loop for no
 longer than decoding a few frames does, and what arrives meanwhile waits in the socket's buffer
 for the next group commit, as it would wait for the commit in the thread.
 
@@ -32,7 +30,7 @@ __all__ = ["Offload"]
 
 T = TypeVar("T")
 
-FAST = 0.002  # seconds: calls this quick on average stay on the loop (an fsync here: 0.1-0.5 ms)
+FAST = 0.002  # seconds: calls this quick on average stay on the loop (a local SSD's fsync is well under it)
 STALL = 0.1  # seconds: one call this slow sends the next ones to a thread at once...
 CALM = 5.0  # ...for this long, doubled at each further stall...
 MAX_CALM = 3600.0  # ...up to this

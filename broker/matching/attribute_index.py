@@ -238,8 +238,8 @@ class AttributeIndex:
             for texts in self.texts.values():
                 texts.collect(value, found)
         else:
-            # The keys are floats, and bisect compares a float with a float about twice as fast as
-            # an int with a float (measured); exact, since every accepted number is a float64.
+            # The keys are floats, and bisect compares a float with a float faster than an int
+            # with a float; exact, since every accepted number is a float64.
             self.numbers.collect(float(value), found)
             if self.integers and isinstance(value, int):
                 found.pos.append(self.integers.view())

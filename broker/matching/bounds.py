@@ -27,7 +27,7 @@ import numpy as np
 __all__ = ["Bounds"]
 
 _NO_SLOTS = np.empty(0, dtype=np.int64)
-STRING_COST = 16  # a string entry's merge costs about as much as this many numbers' (measured)
+STRING_COST = 16  # a string entry's merge costs about as much as this many numbers' (docs/matching.md)
 
 
 class Bounds:
@@ -145,7 +145,7 @@ class Bounds:
             hit = test(np.frombuffer(self.pending_keys), value)
         elif test is _is_in:
             hit = np.array([key in value for key in self.pending_keys], dtype=bool)
-        else:  # NumPy's loop over objects: twice as fast as a comprehension. The value goes in
+        else:  # NumPy's loop over objects: faster than a comprehension. The value goes in
             # as an object too: as a NumPy string it would lose trailing NULs ("a\0" == "a")
             hit = test(np.array(self.pending_keys, dtype=object), np.array(value, dtype=object))
         sat.append(slots[hit])

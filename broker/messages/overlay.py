@@ -155,7 +155,7 @@ def publication_weight(publication: Publication) -> int:
     """What a publication costs, roughly, without writing it out: custody bounds what it holds
     by this and a cumulative firing what it gathers, and it runs for every message sent."""
     size = 64
-    for name, v in publication.fields.items():  # a loop, not sum() of a generator: half the time
+    for name, v in publication.fields.items():  # a loop, not sum() of a generator: faster
         size += len(name) + (len(v) if isinstance(v, str) else 8)
     return size
 

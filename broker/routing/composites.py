@@ -8,8 +8,8 @@ routing tables under the hop ``DETECTOR``, and the parts it leaves to neighbours
 from here like any other composite. A detection is placed once, where its sources are when it is
 requested; one made before an advertisement of one of its atoms stays where it is when the
 advertisement comes, and that atom's subscription is routed to the new source like any other.
-Moving it then lost publications: those the new source had already sent this way, which reach
-a broker that no longer detects it and pass the new place before it was set up (a Trigger
+Moving it then would lose publications: those the new source had already sent this way would
+reach a broker that no longer detects it, and pass the new place before it is set up (a Trigger
 carried on by a stand-in, see ``standins``, behind its advertisement after a restart). It is
 placed again only when the neighbour that held it goes for good. The waiting state under a
 binding is dropped when a publication matches the detection's clear condition: one subscription

@@ -10,7 +10,7 @@ In distributed detection a subtree of the composite may be detected by another b
 depth-first walk meets them; without remote subtrees, leaf ``i`` is atom ``i`` of
 ``composite.atoms()``. A path is the operand indexes from the root (a ``Times``' operand is 0).
 
-Semantics (INTERFACE.md section 1, issue 5):
+Semantics (docs/composites.md, Semantics):
 
 * an atom's match binds its variables to the publication's values;
 * ``||`` passes on every match of any operand, so it fires once per matching publication;

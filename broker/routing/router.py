@@ -68,7 +68,7 @@ SEEN_PUBLICATIONS = 65536  # ids remembered to drop a publication that comes rou
 DETAIL_LIMIT = 300  # entries per table in a detailed status: the reply must fit in one frame
 # The roles that see a broker's detail (its tables, who is away, where its neighbours are); a
 # client of any other role gets the counts and counters only. A client with no certificate (a
-# plain developer link) sees all, as before roles existed.
+# plain developer link) sees all.
 STATUS_DETAIL_ROLES = ("deployer", "operator")
 WITHHELD = "tables, sessions and neighbour addresses are shown to roles deployer and operator only"
 _DETAIL = ("away", "epoch")  # what a summary leaves out: who is away, the custody epoch

@@ -8,7 +8,7 @@ router answers until the commit that covers the input, so nothing leaves the bro
 to a publisher, a ``Took`` to a neighbour: custody taken) that a crash could undo.
 
 An input that came off a link is logged as its wire frame (:func:`broker.transport.codec.encode`,
-a third of a pickle's cost, and the broker logs every input), the router's own (``LinkUp``,
+cheaper than a pickle, and the broker logs every input), the router's own (``LinkUp``,
 ``LinkDown``, ``Tick``) as pickles: the log is this process's own, in a directory only it may
 read (0700), written and read by the same code. A pickle starts with byte 0x80, a wire record
 with ``W``.
@@ -18,14 +18,14 @@ part's attributes by name (:mod:`broker.routing.snapshots`), not the router obje
 ``SNAPSHOT_FORMAT`` is raised whenever that state changes shape or replaying the same records
 would send something else (a peer's custody seqs would be out of step).
 
-**Which formats are read.** This version reads its own format and the one before it
+**Which formats are read.** A broker reads its own format and the one before it
 (``READABLE``); a snapshot of any other is refused, in one line naming its format and what to do
 (move the directory away: the broker then starts afresh, and its neighbours and clients resend
-what it had). A log of the format before is replayed as it was written and checkpointed in this
-version's format at once, so the version before never reads this one's records. The version that
-raises the format next reads this one and drops the one before: one upgrade at a time keeps a
-broker's state. Format 10 (until this version) pickled the router object whole; 11 is its
-snapshot.
+what it had). A log of the format before is replayed as it was written and checkpointed in the
+current format at once, so a broker that reads only the older format never meets records of the
+newer. A release that raises the format reads the one it replaces and drops the one before that:
+one upgrade at a time keeps a broker's state. Format 10 pickled the router object whole; 11 is its
+snapshot (``Router.snapshot()``).
 
 A pickle names each class by its module, so a class that moves would make every log written
 before the move unreadable: ``MOVED`` maps the modules a readable format may name to where their
@@ -122,7 +122,7 @@ class RouterLog:
             len(records),
             time.monotonic() - started,
         )
-        if written != SNAPSHOT_FORMAT:  # at once: the version before would misread this one's records
+        if written != SNAPSHOT_FORMAT:  # at once: an older broker would misread these records
             self.checkpoint(router)
         return router
 

@@ -168,8 +168,8 @@ def broker(
     except ValueError as error:
         raise click.ClickException(str(error)) from None
     # Messages make short-lived objects by the thousand a second, nearly all freed by their
-    # count; the default threshold (700) ran the cycle collector every few dozen publications
-    # over the tables: 12% of a broker's CPU under load (docs/performance.md).
+    # count; the default threshold (700) would run the cycle collector every few dozen
+    # publications over the tables (docs/performance.md, Overlay).
     gc.set_threshold(50_000, 20, 100)
     try:
         serve(Running(node, logging.getLogger("broker")))

@@ -121,11 +121,11 @@ def _check_deployed(uri: Brokers, workflow: str) -> None:
     try:
         asyncio.run(ask())
     except RefusedError:
-        return  # this identity may not ask the agents (a scheduler's): unchecked, as before
+        return  # this identity may not ask the agents (a scheduler's): publish unchecked
     except UnknownWorkflow as error:
         raise click.ClickException(f"cannot trigger {workflow}: {error}; nothing published") from None
     except NoReply as error:  # a TimeoutError, hence an OSError: before those
-        # nobody to tell: as before the check (a coordinator that is away may get it later)
+        # nobody answered: publish anyway (a coordinator that is away may get it later)
         click.echo(f"wfm: warning: {error}: cannot tell whether {workflow} is deployed", err=True)
     except (ConnectError, OSError) as error:
         raise click.ClickException(f"cannot trigger {workflow}: {error}") from None

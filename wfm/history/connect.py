@@ -1,6 +1,6 @@
 """A warm Spark Connect server beside a history store, so a query does not pay for starting a JVM.
 
-A command that opens a store in local mode starts Spark first: 5-10 s before the first answer, paid
+A command that opens a store in local mode starts Spark first: seconds before the first answer, paid
 again by every ``wfm history --store`` and ``wfm report``. A Spark Connect server started once (by
 ``wfm up``, or by hand with ``wfm spark-connect``) keeps one JVM warm; it announces itself in the
 store (``STORE/.spark-connect.json``: its URL, host and process id) once it listens, and commands that

@@ -99,7 +99,7 @@ def job_report(
             )
             .orderBy("workflow", "job", "period")
             # one JSON text per row: PySpark turns nested Rows into Python objects slowly, and a
-            # year by day is 365,000 of them (collecting them took 27 s, these texts 16.5 s)
+            # year by day is 365,000 of them
             .select(F.to_json(F.struct("*")))
             .collect()
         )
@@ -199,8 +199,8 @@ def _landed_jobs(store: HistoryStore) -> DataFrame | None:
     """The landing log's rows as :func:`job_rows` makes them, those the table lacks; None when
     nothing is landing. A landing log under ``python_landing_bytes`` (the minutes since the last
     compaction) is read in Python and handed to Spark as a few rows of the report's plan: parsing
-    it with Spark cost a report a job of its own (the columns and days it covers) and JSON parsing
-    in the next, 2-4 s of a 5-13 s report through a warm Spark Connect server."""
+    it with Spark would cost a report a job of its own (the columns and days it covers) and JSON
+    parsing in the next, seconds even through a warm Spark Connect server (docs/performance.md)."""
     paths = segments(store.landing)
     if not paths:
         return None

@@ -1,6 +1,7 @@
 """Daily JOBSTATUS rollups: what ``wfm report`` needs per (day, workflow, job), kept beside the table.
 
-Why: a yearly report re-read ten million rows and took about 40 s on two cores. Counts, sums, KLL
+Why: a yearly report would otherwise re-read every row of the year (ten million for a 1,000-job
+estate). Counts, sums, KLL
 sketches (DataSketches, for the p95) and the k slowest runs all merge, so a week or a year is the
 merge of its days: about 365,000 small rows for a 1,000-job estate's year instead of ten million.
 

@@ -78,7 +78,7 @@ def driver_settings(master: str, shuffle_partitions: int = 8) -> dict[str, str]:
     }
     if master.startswith("local"):
         # listing a local table's day folders one by one takes milliseconds; the parallel
-        # listing Spark starts past 32 folders takes seconds (measured: 4-7 s for 365 days)
+        # listing Spark starts past 32 folders takes seconds
         settings["spark.sql.sources.parallelPartitionDiscovery.threshold"] = "100000"
         # the driver's RPC and block manager ports (the block manager binds the driver's address):
         # left alone, Spark binds the host name's address, or the first non-loopback one when the

@@ -4,8 +4,8 @@ For workflow W at version V, each agent gets one DEPLOY envelope (more only when
 would not fit in one message, see :data:`PART_LIMIT`): JSON naming its jobs as the definition says
 them (what to run, when, after what). The agent derives from them the filters and composites it
 advertises and subscribes (:mod:`workflow_messages`, the same functions for every agent), so
-nothing in the envelope is parsed but JSON, and one envelope, one signature check and one
-acknowledgement per agent replace three per job. The coordinator (the agent of the first start
+nothing in the envelope is parsed but JSON, and an agent costs one envelope, one signature check
+and one acknowledgement, whatever its number of jobs. The coordinator (the agent of the first start
 job) also runs the virtual jobs: APPL_START fires on the trigger; APPL_END on the statuses of the
 end jobs (every job publishes one in every generation, a skip status on a branch not taken), and
 its entry carries the graph from which the coordinator names the failed and skipped jobs.
@@ -150,7 +150,7 @@ def _parts(base: dict[str, Any], entries: list[dict[str, Any]]) -> list[str]:
             size = overhead
         parts[-1].append(entry)
         size += length
-    if len(parts) == 1:  # a content without numbers is whole, as before parts were numbered
+    if len(parts) == 1:  # a content without part numbers is whole
         return [encode({**base, "jobs": parts[0]})]
     split = digest(encode({"jobs": [[entry["job"] for entry in part] for part in parts]}))
     numbered = {"parts": len(parts), "split": split}
