@@ -9,7 +9,9 @@ node.advance(now)
 """
 
 from broker.consensus.entries import Entries
-from broker.consensus.messages import (
+from broker.consensus.node import Config, Node, NotLeader, Ready, Role
+from broker.consensus.storage import SiteLog
+from broker.messages.consensus import (
     Append,
     AppendReply,
     ConsensusMessage,
@@ -18,8 +20,6 @@ from broker.consensus.messages import (
     VoteReply,
     VoteRequest,
 )
-from broker.consensus.node import Config, Node, NotLeader, Ready, Role
-from broker.consensus.storage import SiteLog
 
 __all__ = [
     "Append",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from broker.consensus.messages import Entry
+from broker.messages.consensus import Entry
 
 __all__ = ["Entries"]
 

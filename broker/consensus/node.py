@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from broker.consensus.entries import Entries
-from broker.consensus.messages import (
+from broker.errors import LocalError
+from broker.messages.consensus import (
     Append,
     AppendReply,
     ConsensusMessage,
@@ -44,7 +45,6 @@ from broker.consensus.messages import (
     VoteReply,
     VoteRequest,
 )
-from broker.errors import LocalError
 
 __all__ = ["Config", "Node", "NotLeader", "Ready", "Role"]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import msgpack
 
-from broker.consensus.messages import Entry, HardState
 from broker.durable.log import Fsync, LogCorrupt, WriteAheadLog
+from broker.messages.consensus import Entry, HardState
 
 __all__ = ["SiteLog"]
 

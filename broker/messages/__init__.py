@@ -3,9 +3,19 @@
 This floor sits below routing, transport and the client, and imports only the language model:
 a client process gets the messages without the router (and its matcher's NumPy). Each message
 is a frozen, slotted dataclass whose fields are its wire fields in order, so a codec can be
-derived from these definitions alone.
+derived from these definitions alone: the overlay's messages (``overlay``), a link's session
+(``session``), the ids inside them (``ids``) and a site's consensus (``consensus``).
 """
 
+from broker.messages.consensus import (
+    Append,
+    AppendReply,
+    ConsensusMessage,
+    Entry,
+    HardState,
+    VoteReply,
+    VoteRequest,
+)
 from broker.messages.ids import DETECTOR, Hop, Local, LocalId, OverlayId, PartId, PublicationId
 from broker.messages.overlay import (
     CARRIED,
@@ -42,11 +52,16 @@ __all__ = [
     "DETECTOR",
     "Ack",
     "Advertise",
+    "Append",
+    "AppendReply",
     "Bye",
     "Carry",
     "ClientMessage",
     "CompositeSubscribe",
+    "ConsensusMessage",
     "Deliver",
+    "Entry",
+    "HardState",
     "Hello",
     "Hop",
     "LinkDown",
@@ -70,6 +85,8 @@ __all__ = [
     "Took",
     "Unadvertise",
     "Unsubscribe",
+    "VoteReply",
+    "VoteRequest",
     "WireMessage",
     "publication_weight",
     "request_ref",

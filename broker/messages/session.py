@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from broker.messages.consensus import ConsensusMessage
 from broker.messages.overlay import LinkMessage, Took
 
 __all__ = ["Hello", "Ping", "Pong", "WireMessage"]
@@ -54,4 +55,4 @@ class Pong:
     """The answer to ``Ping``."""
 
 
-WireMessage = LinkMessage | Hello | Ping | Pong
+WireMessage = LinkMessage | Hello | Ping | Pong | ConsensusMessage

@@ -22,7 +22,13 @@ Carry                 ``carry``       seq, the carried message's array (one of t
 Took                  ``took``        seq: custody of everything carried up to it is taken
 Hello                 ``hello``       kind, id, version[, epoch, peer epoch, seq]: custody, if any
 Ping / Pong           ``ping/pong``   (none)
+VoteRequest           ``vote``        term, candidate, last index, last term, pre-vote
+VoteReply             ``voted``       term, voter, granted, pre-vote
+Append                ``append``      term, leader, prev index, prev term, [[term, index, data], ...], commit
+AppendReply           ``appended``    term, follower, success, match
 ====================  ==============  =====================================================
+
+The last four are a site's consensus (``broker.consensus``), between the brokers of one site.
 
 A composite is ``["atom", filter]``, ``["and" | "or" | "seq", [composites]]`` or ``["times",
 composite, count, attribute, step]``. A publication is ``[class, [[name, value], ...]]`` and a
@@ -54,10 +60,13 @@ from broker.messages import (
     CARRIED,
     Ack,
     Advertise,
+    Append,
+    AppendReply,
     Bye,
     Carry,
     CompositeSubscribe,
     Deliver,
+    Entry,
     Hello,
     Notify,
     Ping,
@@ -70,6 +79,8 @@ from broker.messages import (
     Took,
     Unadvertise,
     Unsubscribe,
+    VoteReply,
+    VoteRequest,
     WireMessage,
 )
 
@@ -157,6 +168,18 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     ],
     Ping: lambda m: ["ping"],
     Pong: lambda m: ["pong"],
+    VoteRequest: lambda m: ["vote", m.term, m.candidate, m.last_index, m.last_term, m.pre_vote],
+    VoteReply: lambda m: ["voted", m.term, m.voter, m.granted, m.pre_vote],
+    Append: lambda m: [
+        "append",
+        m.term,
+        m.leader,
+        m.prev_index,
+        m.prev_term,
+        [[e.term, e.index, e.data] for e in m.entries],
+        m.commit,
+    ],
+    AppendReply: lambda m: ["appended", m.term, m.follower, m.success, m.match],
 }
 
 
@@ -351,7 +374,20 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "hello": ("Hello", 7, lambda a: Hello(*a[1:])),  # 4 without custody: see _OTHER_LENGTH
     "ping": ("Ping", 1, lambda a: Ping()),
     "pong": ("Pong", 1, lambda a: Pong()),
+    "vote": ("VoteRequest", 6, lambda a: VoteRequest(*a[1:])),
+    "voted": ("VoteReply", 5, lambda a: VoteReply(*a[1:])),
+    "append": ("Append", 7, lambda a: Append(a[1], a[2], a[3], a[4], _to_entries(a[5]), a[6])),
+    "appended": ("AppendReply", 5, lambda a: AppendReply(*a[1:])),
 }
+
+
+def _to_entries(array: object) -> tuple[Entry, ...]:
+    entries = []
+    for item in _array(array, "the entries"):
+        if type(item) is not list or len(item) != 3:
+            raise ValueError("an entry must be an array [term, index, data]")
+        entries.append(Entry(*item))
+    return tuple(entries)
 
 
 # The other length a message's array may have: a Hello without custody, a CompositeSubscribe with

@@ -15,13 +15,26 @@ from collections import Counter
 
 from broker.clock import Clock
 from broker.errors import BadMessage, LinkClosed, ProtocolError
-from broker.messages import Hello, LinkDown, LinkUp, Ping, Pong, Refuse
+from broker.messages import (
+    Append,
+    AppendReply,
+    Hello,
+    LinkDown,
+    LinkUp,
+    Ping,
+    Pong,
+    Refuse,
+    VoteReply,
+    VoteRequest,
+)
 from broker.throttle import LogThrottle
 from broker.transport.driver import RouterDriver
 from broker.transport.link import SLOW_CONSUMER, Link
 from broker.transport.tls import Peer
 
 __all__ = ["Peers"]
+
+CONSENSUS = (VoteRequest, VoteReply, Append, AppendReply)  # a site's, never a router's
 
 
 class Peers:
@@ -102,6 +115,11 @@ class Peers:
         elif isinstance(item, Hello):
             self.counters["bad_messages"] += 1
             link.send(Refuse("", "unexpected hello on an established link"))
+        elif isinstance(item, CONSENSUS):  # not for a router: between the brokers of a site only
+            self.counters["bad_messages"] += 1
+            link.send(
+                Refuse("", f"a {type(item).__name__} is for the brokers of a site, and this link is not")
+            )
         else:
             self.driver.feed(item, hop)  # type: ignore[arg-type]
 

@@ -213,7 +213,7 @@ def test_messages_from_outside_the_site_are_refused() -> None:
         (lambda: Entry(0, 1), "entries are numbered from 1, in terms from 1"),
         (lambda: Entry(1, 1, "text"), "an entry's data must be bytes, not str"),
         (lambda: Append(1, "a", 0, 0, (Entry(1, 2),), 0), "must follow its previous index"),
-        (lambda: Append(1, "a", 0, 0, (Entry(2, 1),), 0), "in terms up to its own"),
+        (lambda: Append(1, "a", 0, 0, (Entry(2, 1),), 0), "of terms up to its own"),
         (lambda: VoteRequest(-1, "a", 0, 0), "term must be a non-negative integer, not -1"),
         (lambda: Config("a", ("b", "c")), "a must be one of the site's members"),
         (lambda: Config("a", ("a",), 1.0, 0.5), "shorter than half the election timeout"),

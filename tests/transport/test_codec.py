@@ -19,9 +19,12 @@ from broker.language.values import MAX_EXACT, MAX_TIME_OFFSET
 from broker.messages import (
     Ack,
     Advertise,
+    Append,
+    AppendReply,
     Bye,
     Carry,
     Deliver,
+    Entry,
     Hello,
     LinkDown,
     LinkUp,
@@ -35,6 +38,8 @@ from broker.messages import (
     Took,
     Unadvertise,
     Unsubscribe,
+    VoteReply,
+    VoteRequest,
 )
 from broker.transport import MAX_FRAME, BadMessage, FrameDecoder, FrameTooLarge, ProtocolError, decode, encode
 
@@ -55,6 +60,10 @@ WIRE_TYPES = (
     Hello,
     Ping,
     Pong,
+    VoteRequest,
+    VoteReply,
+    Append,
+    AppendReply,
 )
 
 PUBLICATION = parse_publication("[class,stock],[price,100.25],[symbol,IBM],[volume,12000],[note,'Zürich ✓']")
@@ -113,6 +122,11 @@ EXAMPLES = [
     Took(2**63 - 1),
     Ping(),
     Pong(),
+    VoteRequest(3, "S1-b", 10, 2, pre_vote=True),
+    VoteReply(3, "S1-c", True),
+    Append(3, "S1-a", 7, 2, (Entry(3, 8, b"\x95entry"), Entry(3, 9)), 6),
+    Append(3, "S1-a", 9, 3, (), 9),
+    AppendReply(3, "S1-b", False, 4),
 ]
 
 
@@ -363,6 +377,18 @@ GOOD_FILTER = ["stock", [["price", ">", 1]]]
         (pack(["PING"]), "unknown message type 'PING'"),
         (pack(["x" * 1000]), "unknown message type 'xxxxxx"),
         (pack(["ping", 1]), "bad Ping: expected 0 fields, got 1"),
+        (pack(["vote", 1, "b", 0, 0, "yes"]), "bad VoteRequest: pre-vote must be true or false"),
+        (pack(["voted", -1, "b", True, False]), "bad VoteReply: term must be a non-negative integer"),
+        (pack(["voted", 1, "", True, False]), "bad VoteReply: voter must be a member's name"),
+        (pack(["append", 2, "a", 0, 0, [[2, 2, b""]], 0]), "bad Append: an Append's entries must follow"),
+        (
+            pack(["append", 2, "a", 0, 0, [[3, 1, b""]], 0]),
+            "bad Append: an Append's entries must be of terms up to its own (2)",
+        ),
+        (pack(["append", 2, "a", 0, 0, [[2, 1, "text"]], 0]), "bad Append: an entry's data must be bytes"),
+        (pack(["append", 2, "a", 0, 0, [[2, 1]], 0]), "bad Append: an entry must be an array"),
+        (pack(["append", 2, "a", 0, 0, {}, 0]), "bad Append: the entries must be an array"),
+        (pack(["appended", 1, "b", 1, 0]), "bad AppendReply: success must be true or false"),
         (pack(["pub", "p1", GOOD_PUB]), "bad Publish: expected 5 fields, got 2"),
         (pack(["pub", "p1", GOOD_PUB, 5, True]), "bad Publish: expected 5 fields, got 4"),
         (pack(["pub", "p1", GOOD_PUB, 5, 1, None]), "bad Publish: ack must be true or false"),

@@ -17,6 +17,16 @@ def _count(value: object, what: str) -> None:
         raise ValueError(f"{what} must be a non-negative integer, not {value!r}")
 
 
+def _member(value: object, what: str) -> None:
+    if type(value) is not str or not 0 < len(value) <= 64:
+        raise ValueError(f"{what} must be a member's name (1 to 64 characters), not {value!r:.80}")
+
+
+def _flag(value: object, what: str) -> None:
+    if type(value) is not bool:
+        raise ValueError(f"{what} must be true or false, not {value!r:.80}")
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One record of the site's log: the term of the leader that wrote it, its position, and
@@ -60,12 +70,11 @@ class VoteRequest:
     pre_vote: bool = False
 
     def __post_init__(self) -> None:
-        for value, what in (
-            (self.term, "term"),
-            (self.last_index, "last index"),
-            (self.last_term, "last term"),
-        ):
-            _count(value, what)
+        _count(self.term, "term")
+        _member(self.candidate, "candidate")
+        _count(self.last_index, "last index")
+        _count(self.last_term, "last term")
+        _flag(self.pre_vote, "pre-vote")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +89,9 @@ class VoteReply:
 
     def __post_init__(self) -> None:
         _count(self.term, "term")
+        _member(self.voter, "voter")
+        _flag(self.granted, "granted")
+        _flag(self.pre_vote, "pre-vote")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,19 +107,17 @@ class Append:
     commit: int
 
     def __post_init__(self) -> None:
-        for value, what in (
-            (self.term, "term"),
-            (self.prev_index, "previous index"),
-            (self.commit, "commit"),
-        ):
-            _count(value, what)
+        _count(self.term, "term")
+        _member(self.leader, "leader")
+        _count(self.prev_index, "previous index")
         _count(self.prev_term, "previous term")
+        _count(self.commit, "commit")
         expected = self.prev_index + 1
         for entry in self.entries:
-            if type(entry) is not Entry or entry.index != expected or entry.term > self.term:
-                raise ValueError(
-                    "an Append's entries must follow its previous index, one by one, in terms up to its own"
-                )
+            if type(entry) is not Entry or entry.index != expected:
+                raise ValueError("an Append's entries must follow its previous index, one by one")
+            if entry.term > self.term:
+                raise ValueError(f"an Append's entries must be of terms up to its own ({self.term})")
             expected += 1
 
 
@@ -124,6 +134,8 @@ class AppendReply:
 
     def __post_init__(self) -> None:
         _count(self.term, "term")
+        _member(self.follower, "follower")
+        _flag(self.success, "success")
         _count(self.match, "match")
 
 
