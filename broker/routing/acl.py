@@ -40,13 +40,13 @@ from broker.matching.oracle import matches
 from broker.messages import Advertise, CompositeSubscribe, Publish, Subscribe
 from broker.routing.relations import predicate_overlaps, subscription_covers
 
-__all__ = ["ANY", "Policy", "PolicyError", "Rules", "refusal"]
+__all__ = ["ANY", "AccessPolicy", "AccessPolicyError", "Rules", "refusal"]
 
 ANY = "*"
 _LISTS = ("publish", "subscribe", "deny_publish", "deny_subscribe")
 
 
-class PolicyError(LocalError):
+class AccessPolicyError(LocalError):
     """An ACL that cannot be used: which file, which key, what is wrong."""
 
 
@@ -61,7 +61,7 @@ class Rules:
     deny_subscribe: tuple[str, ...] = ()
 
 
-class Policy:
+class AccessPolicy:
     def __init__(self, roles: Mapping[str, Rules], identities: Mapping[str, Rules] = {}) -> None:
         self.roles = dict(roles)
         self.identities = dict(identities)
@@ -70,15 +70,15 @@ class Policy:
                 _filters(getattr(rules, name), "x", f"{rules.where}.{name}")
 
     @classmethod
-    def parse(cls, text: str, source: str = "ACL") -> Policy:
+    def parse(cls, text: str, source: str = "ACL") -> AccessPolicy:
         """From TOML text; ParseError naming ``source`` and the key for anything wrong."""
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
-            raise PolicyError(f"{source}: {error}") from None
+            raise AccessPolicyError(f"{source}: {error}") from None
         unknown = set(data) - {"roles", "identities"}
         if unknown:
-            raise PolicyError(f"{source}: unknown section {sorted(unknown)[0]!r} (roles, identities)")
+            raise AccessPolicyError(f"{source}: unknown section {sorted(unknown)[0]!r} (roles, identities)")
         tables = {kind: _table(data.get(kind, {}), f"{source}: {kind}") for kind in ("roles", "identities")}
         try:
             roles, identities = (
@@ -86,12 +86,12 @@ class Policy:
                 for kind in ("roles", "identities")
             )
             return cls(roles, identities)
-        except PolicyError as error:
-            raise PolicyError(f"{source}: {error}") from None
+        except AccessPolicyError as error:
+            raise AccessPolicyError(f"{source}: {error}") from None
 
-    def merged(self, other: Policy) -> Policy:
+    def merged(self, other: AccessPolicy) -> AccessPolicy:
         """This policy with ``other``'s roles and identities in place of its own of the same name."""
-        return Policy({**self.roles, **other.roles}, {**self.identities, **other.identities})
+        return AccessPolicy({**self.roles, **other.roles}, {**self.identities, **other.identities})
 
     def _rules(self, identity: str, role: str) -> Rules | None:
         return self.identities.get(identity) or self.roles.get(role)
@@ -146,7 +146,7 @@ def _intersect(a: Filter, b: Filter) -> bool:
 
 def _table(value: object, where: str) -> dict[str, object]:
     if not isinstance(value, dict):
-        raise PolicyError(f"{where} must be a table")
+        raise AccessPolicyError(f"{where} must be a table")
     return value
 
 
@@ -154,14 +154,16 @@ def _rules(value: object, where: str) -> Rules:
     table = _table(value, where)
     unknown = set(table) - set(_LISTS)
     if unknown:
-        raise PolicyError(f"{where}: unknown key {sorted(unknown)[0]!r} ({', '.join(_LISTS)})")
+        raise AccessPolicyError(f"{where}: unknown key {sorted(unknown)[0]!r} ({', '.join(_LISTS)})")
     lists: dict[str, tuple[str, ...]] = {}
     for name in _LISTS:
         items = table.get(name, [])
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-            raise PolicyError(f"{where}.{name} must be a list of filter strings")
+            raise AccessPolicyError(f"{where}.{name} must be a list of filter strings")
         if name.startswith("deny") and ANY in items:
-            raise PolicyError(f"{where}.{name}: {ANY!r} is for what is allowed (leave the list out instead)")
+            raise AccessPolicyError(
+                f"{where}.{name}: {ANY!r} is for what is allowed (leave the list out instead)"
+            )
         lists[name] = tuple(items)
     return Rules(where, **lists)
 
@@ -176,12 +178,12 @@ def _filters(texts: Iterable[str], identity: str, where: str) -> tuple[Filter, .
         try:
             found.append(parse_filter(text.replace("$IDENTITY", format_string(identity))))
         except ParseError as error:
-            raise PolicyError(f"{where}[{i}]: {error}") from None
+            raise AccessPolicyError(f"{where}[{i}]: {error}") from None
     return tuple(found)
 
 
 def refusal(
-    policy: Policy | None,
+    policy: AccessPolicy | None,
     peer: tuple[str, str],
     message: Advertise | Subscribe | CompositeSubscribe | Publish,
     now: float,

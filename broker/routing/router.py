@@ -51,7 +51,7 @@ from broker.messages import (
     Unsubscribe,
     request_ref,
 )
-from broker.routing.acl import Policy, refusal
+from broker.routing.acl import AccessPolicy, refusal
 from broker.routing.composites import Composites
 from broker.routing.custody import Custody
 from broker.routing.sessions import Sessions, request_key
@@ -88,7 +88,7 @@ class Router:
         composite_max_age: float | None = None,
         session_grace: float = 0.0,
         epoch: str = "",
-        policy: Policy | None = None,
+        policy: AccessPolicy | None = None,
     ) -> None:
         self.id = broker_id
         self.policy = policy  # who may do what (``acl``); None: everyone everything

@@ -28,7 +28,7 @@ from typing import Any
 from broker.clock import SYSTEM, Clock
 from broker.errors import ConnectError, LocalError
 from broker.messages import Hello
-from broker.routing.acl import Policy
+from broker.routing.acl import AccessPolicy
 from broker.routing.router import Router
 from broker.transport.admission import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS
 from broker.transport.backoff import Backoff
@@ -76,7 +76,7 @@ class RouterService:
         data: Path | None = None,
         fsync: Fsync = "group",
         checkpoint_every: int = CHECKPOINT_RECORDS,
-        policy: Policy | None = None,
+        policy: AccessPolicy | None = None,
         tls: Identity | None = None,
         insecure: bool = False,
         max_handshakes: int = MAX_HANDSHAKES,

@@ -7,7 +7,7 @@ import pytest
 
 from broker.language import parse_composite, parse_filter, parse_publication
 from broker.messages import Advertise, Carry, CompositeSubscribe, LinkUp, Publish, Refuse, Subscribe
-from broker.routing.acl import Policy, PolicyError
+from broker.routing.acl import AccessPolicy, AccessPolicyError
 from broker.routing.router import Router
 
 RULES = """
@@ -29,7 +29,7 @@ subscribe = ["*"]
 
 def router(*peers: tuple[str, str, str]) -> Router:
     """B1 with the rules above and clients (hop, identity, role) linked."""
-    r = Router("B1", policy=Policy.parse(RULES))
+    r = Router("B1", policy=AccessPolicy.parse(RULES))
     for hop, identity, role in peers:
         r.handle(LinkUp(broker=False, identity=identity, role=role), hop, 0.0)
     return r
@@ -122,5 +122,5 @@ def test_a_neighbour_forwards_only_what_was_advertised_from_its_side() -> None:
     ],
 )
 def test_a_bad_acl_is_refused_naming_where(text: str, error: str) -> None:
-    with pytest.raises(PolicyError, match=error.replace("[", r"\[").replace("*", r"\*")):
-        Policy.parse(text, "ACL")
+    with pytest.raises(AccessPolicyError, match=error.replace("[", r"\[").replace("*", r"\*")):
+        AccessPolicy.parse(text, "ACL")

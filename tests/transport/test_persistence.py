@@ -32,7 +32,7 @@ from broker.messages import (
     Took,
     Unadvertise,
 )
-from broker.routing.acl import Policy
+from broker.routing.acl import AccessPolicy
 from broker.routing.router import Router
 from broker.transport import persistence
 from broker.transport.link import Link
@@ -350,7 +350,7 @@ def test_a_restarted_broker_runs_with_the_settings_it_is_started_with(tmp_path: 
         first = RouterService(address, session_grace=600.0, data=tmp_path / "a")
         await first.start()
         await first.stop()
-        policy = Policy.parse('[roles.client]\npublish = ["*"]\n')
+        policy = AccessPolicy.parse('[roles.client]\npublish = ["*"]\n')
         again = RouterService(address, session_grace=5.0, data=tmp_path / "a", policy=policy)
         await again.start()
         assert again.router.sessions.grace == 5.0 and again.router.policy is policy  # not the log's

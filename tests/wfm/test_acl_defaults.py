@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from broker.language import parse_filter, parse_publication
-from broker.routing.acl import PolicyError
+from broker.routing.acl import AccessPolicyError
 from wfm.security.acl import load_policy
 
 
@@ -32,7 +32,7 @@ def test_an_acl_file_replaces_the_roles_it_names(tmp_path: Path) -> None:
     assert policy.may_subscribe("m", "monitor", parse_filter("[class,eq,Trigger]")) is not None
     assert policy.may_subscribe("a1", "agent", parse_filter("[class,eq,Trigger]")) is None  # default kept
     acl.write_text("[roles.monitor]\nsubscribe = 3\n")
-    with pytest.raises(PolicyError, match=f"{acl}: roles.monitor.subscribe must be a list"):
+    with pytest.raises(AccessPolicyError, match=f"{acl}: roles.monitor.subscribe must be a list"):
         load_policy(acl)
 
 

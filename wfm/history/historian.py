@@ -48,7 +48,7 @@ from broker.clock import SYSTEM, Clock
 from broker.durable.log import private_directory
 from broker.errors import LinkClosed
 from broker.language import Filter, Publication
-from broker.routing.acl import Policy
+from broker.routing.acl import AccessPolicy
 from broker.throttle import LogThrottle
 from broker.transport.revocation import Revocations
 from wfm.history.connect import master_for
@@ -120,7 +120,7 @@ class RecorderService:
         compact_every: float = 300.0,
         name: str = "historian",
         heartbeat: float = HEARTBEAT,
-        policy: Policy | None = None,
+        policy: AccessPolicy | None = None,
         clock: Clock = SYSTEM,
     ) -> None:
         self.clock = clock  # what the landing log, trust checks and throttles read

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.routing.acl import Policy, PolicyError
+from broker.routing.acl import AccessPolicy, AccessPolicyError
 from workflow_messages.names import (
     AGENT_ACK,
     AGENT_ANSWER,
@@ -104,14 +104,14 @@ deny_subscribe = [
 """.replace("'", '"')
 
 
-def load_policy(path: Path | None = None) -> Policy:
+def load_policy(path: Path | None = None) -> AccessPolicy:
     """The default rules, with the roles and identities of the TOML file at ``path`` in place of
-    theirs. PolicyError naming the file for anything wrong."""
-    policy = Policy.parse(DEFAULT_ACL, "the default ACL")
+    theirs. AccessPolicyError naming the file for anything wrong."""
+    policy = AccessPolicy.parse(DEFAULT_ACL, "the default ACL")
     if path is None:
         return policy
     try:
         text = path.read_text()
     except OSError as error:
-        raise PolicyError(f"cannot read ACL {path}: {error.strerror or error}") from None
-    return policy.merged(Policy.parse(text, str(path)))
+        raise AccessPolicyError(f"cannot read ACL {path}: {error.strerror or error}") from None
+    return policy.merged(AccessPolicy.parse(text, str(path)))
