@@ -22,9 +22,10 @@ is paid on the loop: a disk that hangs for longer than a heartbeat's dead time c
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from broker.clock import SYSTEM, Clock
 
 __all__ = ["Offload"]
 
@@ -40,7 +41,10 @@ WEIGHT = 0.2  # of the newest call in the average
 class Offload:
     """Where one owner's blocking disk calls run."""
 
-    def __init__(self, fast: float = FAST, stall: float = STALL, calm: float = CALM) -> None:
+    def __init__(
+        self, fast: float = FAST, stall: float = STALL, calm: float = CALM, clock: Clock = SYSTEM
+    ) -> None:
+        self.clock = clock
         self.fast = fast
         self.stall = stall
         self.calm = calm
@@ -50,18 +54,18 @@ class Offload:
 
     async def run(self, call: Callable[[], T]) -> T:
         """``call()``, on the loop or in a thread; its exception is raised here either way."""
-        if self.average > self.fast or time.monotonic() < self._threaded_until:
+        if self.average > self.fast or self.clock.monotonic() < self._threaded_until:
             self.threaded += 1
             return await asyncio.to_thread(self._timed, call)
         return self._timed(call)
 
     def _timed(self, call: Callable[[], T]) -> T:
         """The call's own time decides, not the thread's hand-over (which load lengthens)."""
-        start = time.monotonic()
+        start = self.clock.monotonic()
         try:
             return call()
         finally:
-            end = time.monotonic()
+            end = self.clock.monotonic()
             self.average += WEIGHT * (end - start - self.average)
             if end - start > self.stall:
                 self._threaded_until = max(self._threaded_until, end + self.calm)

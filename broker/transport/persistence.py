@@ -38,10 +38,10 @@ import io
 import logging
 import pickle
 import struct
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from broker.clock import SYSTEM, Clock
 from broker.durable.log import Fsync, WriteAheadLog
 from broker.errors import BadMessage, FrameTooLarge, LocalError
 from broker.messages import Message
@@ -77,8 +77,13 @@ def _load(data: bytes) -> object:
 
 class RouterLog:
     def __init__(
-        self, directory: Path, fsync: Fsync = "group", checkpoint_every: int = CHECKPOINT_RECORDS
+        self,
+        directory: Path,
+        fsync: Fsync = "group",
+        checkpoint_every: int = CHECKPOINT_RECORDS,
+        clock: Clock = SYSTEM,
     ) -> None:
+        self.clock = clock  # for how long a restore took, in its log line
         self.wal = WriteAheadLog(directory, fsync)
         self.directory = directory
         self.checkpoint_every = checkpoint_every
@@ -86,7 +91,7 @@ class RouterLog:
     def restore(self, fresh: Callable[[], Router]) -> Router:
         """The router as the log left it, or ``fresh()`` for an empty log (snapshotted at once,
         so the custody epoch it starts is the one a restart comes back with)."""
-        started = time.monotonic()
+        started = self.clock.monotonic()
         snapshot, records = self.wal.recover()
         if snapshot is None and not records:
             router = fresh()
@@ -120,7 +125,7 @@ class RouterLog:
             router.id,
             self.directory,
             len(records),
-            time.monotonic() - started,
+            self.clock.monotonic() - started,
         )
         if written != SNAPSHOT_FORMAT:  # at once: an older broker would misread these records
             self.checkpoint(router)

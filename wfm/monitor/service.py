@@ -9,12 +9,12 @@ followed by ``wfm monitor --gid G`` shows the whole generation even if it has en
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 from broker.client import Brokers, Client
+from broker.clock import SYSTEM, Clock
 from broker.errors import LinkClosed
 from broker.language import Filter
 from wfm.history.asker import HistoryError, ask
@@ -32,7 +32,8 @@ class MonitorService:
     """A :class:`Monitor` fed by one connection subscribed to a workflow's (or every workflow's)
     Triggers and job statuses. Open it with :meth:`connect`."""
 
-    def __init__(self, client: Client, uri: Brokers, gids: Sequence[str]) -> None:
+    def __init__(self, client: Client, uri: Brokers, gids: Sequence[str], clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.client = client
         self.uri = uri
         self.monitor = Monitor(gids)
@@ -58,7 +59,7 @@ class MonitorService:
         subscriptions comes live, and a status received twice changes nothing. None, or a line
         saying why the past is missing (no historian answered within ``timeout``)."""
         asked = [
-            ask(self.client, uuid.uuid4().hex, wanted, None, time.time(), timeout)
+            ask(self.client, uuid.uuid4().hex, wanted, None, self.clock.time(), timeout)
             for wanted in self.subscriptions
         ]
         try:
