@@ -30,18 +30,20 @@ import dataclasses
 import itertools
 import logging
 import ssl
-import time
 import uuid
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from broker import failpoints
 from broker.client.outbox import Outbox, OutboxError
-from broker.client.queues import DeliveryQueue, Seen, client_session
+from broker.client.queues import DeliveryQueue, Seen
 from broker.client.receipts import DELAY, Receipts
 from broker.client.reconnect import JITTER, Backoff, Brokers, ConnectionEvent, brokers, dial_any
+from broker.client.requests import Requests
+from broker.client.storing import Storing
+from broker.client.streams import Delivery, Queue, Stream, Subscription
+from broker.clock import SYSTEM, Clock
 from broker.errors import BadMessage, ConnectError, LinkClosed, LocalError, NoAnswer, RefusedError
 from broker.language import (
     Composite,
@@ -69,6 +71,7 @@ from broker.routing import (
     Unadvertise,
     Unsubscribe,
 )
+from broker.routing.ids import ClientRef, client_session
 from broker.transport.codec import Ping, Pong, WireMessage, encode
 from broker.transport.link import Link
 from broker.transport.tls import Identity
@@ -87,7 +90,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Request = Advertise | Subscribe | CompositeSubscribe
 DEFAULT_BACKOFF = Backoff()
 REFUSALS_KEPT = 1000  # the last refusals a client keeps to show; every one is counted
 
@@ -111,105 +113,7 @@ class TooManyUnacknowledged(LocalError):
         super().__init__(f"{count} publications are waiting for the broker's acknowledgement")
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """A publication for a subscription; for a composite subscription, ``publications`` holds
-    every publication of the firing and ``publication`` is the first of them."""
-
-    subscription: str
-    publication: Publication
-    publications: tuple[Publication, ...] = ()
-    id: str = ""  # the publication's overlay-wide id (who published it), for a plain delivery
-    time: float = 0.0  # when its edge broker accepted it
-    seq: int = dataclasses.field(default=0, compare=False, repr=False)  # in the broker's custody
-    channel: str = dataclasses.field(default="", compare=False, repr=False)  # whose seq it is
-
-
-Queue = DeliveryQueue[Delivery]
-
-
-class _Stream:
-    """Deliveries from one queue: ``await next(timeout)`` or ``async for``; ends when the client
-    is closed or gives up reconnecting."""
-
-    _queue: Queue
-    _client: Client
-    _handling: Delivery | None = None  # the delivery last returned: done when the next is asked for
-
-    async def next(self, timeout: float | None = None) -> Delivery:
-        """The next delivery; ``TimeoutError`` after ``timeout`` seconds, ``LinkClosed`` at the end."""
-        if self._handling is not None and not self._client.manual_done:
-            self._client._done(self._handling, self._queue.queue.empty())
-        self._handling = None
-        item = await self._queue.get(timeout)
-        if item is None:
-            self._queue.put(None)  # the end marker stays for every later reader
-            raise LinkClosed("connection closed")
-        self._handling = item
-        return item
-
-    def __aiter__(self) -> AsyncIterator[Delivery]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Delivery]:
-        while True:
-            try:
-                yield await self.next()
-            except LinkClosed:
-                return
-
-
-class Subscription(_Stream):
-    """A live subscription: its overlay-wide id (the first it got: it stays valid across
-    reconnections) and its own stream of deliveries."""
-
-    def __init__(
-        self, client: Client, sub_id: str, request: Subscribe | CompositeSubscribe, queue: Queue
-    ) -> None:
-        self.client = self._client = client
-        self.id = sub_id
-        self.request = request  # what was asked for: its filter or composite
-        self._queue = queue
-
-    @property
-    def dropped(self) -> int:
-        """Deliveries this (lossy) subscription dropped for a consumer that fell behind."""
-        return self._queue.dropped
-
-    async def next(self, timeout: float | None = None) -> Delivery:
-        if self._queue is self.client._queue:
-            raise RuntimeError("this subscription delivers to the client's merged stream: use client.next()")
-        return await super().next(timeout)
-
-    async def unsubscribe(self) -> None:
-        await self.client.unsubscribe(self.id)
-
-    async def __aenter__(self) -> Subscription:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if not self.client.closed:
-            await self.unsubscribe()
-
-
-@dataclass(slots=True)
-class _Live:
-    """An advertisement or subscription to re-send after a reconnection: the request (under its
-    ref), the id the caller knows (the first it got) and the id it has at the current broker."""
-
-    message: Request
-    first: str = ""
-    current: str = ""
-    subscription: Subscription | None = None
-
-
-@dataclass(slots=True)
-class _Pending:
-    message: WireMessage
-    future: asyncio.Future[object] | None  # None: nobody waits (publish_nowait)
-
-
-class Client(_Stream):
+class Client(Stream):
     def __init__(
         self,
         targets: tuple[BrokerURI, ...],
@@ -227,8 +131,10 @@ class Client(_Stream):
         manual_done: bool = False,
         outbox: Path | None = None,
         tls: Identity | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.targets = targets
+        self.clock = clock
         # publications kept on disk until acknowledged, across restarts of this process
         self._outbox = None if outbox is None else Outbox(outbox, client_id)
         self.id = self._outbox.client if self._outbox else client_id or f"c-{uuid.uuid4().hex[:10]}"
@@ -243,14 +149,9 @@ class Client(_Stream):
         self._rng, self._sleep = rng, sleep
         self.counters: Counter[str] = Counter()
         self.refusals: deque[Refuse] = deque(maxlen=REFUSALS_KEPT)  # counted in full in counters
-        self.subscriptions: dict[str, Subscription] = {}  # by the id the caller knows
         self._full: set[Queue] = set()  # queues the reader waits on before reading on
         self._queue: Queue = self._new_queue(lossy=False)
-        self._live: dict[str, _Live] = {}  # by ref, in the order made
-        self._refs_by_id: dict[str, str] = {}  # id the caller knows -> ref
-        self._by_current: dict[str, Subscription] = {}  # id at the current broker -> subscription
-        self._pending: dict[str, _Pending] = {}  # by ref, in the order sent
-        self._unacked = 0  # publications among them
+        self.requests: Requests[asyncio.Future[object], Subscription] = Requests()
         self._acked = asyncio.Event()
         self._seen = Seen()
         self._client = self
@@ -259,13 +160,20 @@ class Client(_Stream):
         # a session of our own: publication ids survive a reconnection (see docs/overlay.md), and
         # with an outbox a restart too; this run's own for what is published past the outbox,
         # whose numbers the outbox does not count: a later run must not give them again
-        self._volatile = client_session(time.time(), JITTER.getrandbits(32))
+        self._volatile = client_session(clock.time(), JITTER.getrandbits(32))
         self._stamp = self._outbox.session if self._outbox else self._volatile
         self._refs = itertools.count(self._outbox.next if self._outbox else 1)
-        # what an earlier run left in the outbox, re-sent by resend_outbox() or the first publication
-        self._left: list[Publish] = self._outbox.recovered if self._outbox else []
-        self._storing: deque[tuple[Publish, asyncio.Future[object] | None]] = deque()  # to the outbox
-        self._storer: asyncio.Task[None] | None = None
+        self._storing = (
+            None
+            if self._outbox is None
+            else Storing(
+                self._outbox,
+                self.id,
+                lambda m, f: self._send(m.id, m, f),
+                lambda: self._closing,
+                self.counters,
+            )
+        )
         self._closing = False
         self._paused = False
         self.index = 0
@@ -343,11 +251,16 @@ class Client(_Stream):
         return {
             **dict.fromkeys(STATS, 0),
             **self.counters,
-            "unacknowledged": self._unacked,
-            "pending": len(self._pending),
+            "unacknowledged": self.requests.unacked,
+            "pending": len(self.requests.pending),
             "outbox": len(self._outbox.pending) if self._outbox else 0,
             "queued": self._queue.queue.qsize() + sum(s._queue.queue.qsize() for s in self._own_queues()),
         }
+
+    @property
+    def subscriptions(self) -> dict[str, Subscription]:
+        """The live subscriptions, by the id the caller knows."""
+        return self.requests.subscriptions
 
     def _own_queues(self) -> list[Subscription]:
         return [s for s in self.subscriptions.values() if s._queue is not self._queue]
@@ -373,16 +286,15 @@ class Client(_Stream):
             self.link.send(message)  # False: it just went down, and this goes again at the reconnection
         else:
             encode(message)  # what cannot be sent must fail here, not in the middle of a reconnection
-        self._pending[ref] = _Pending(message, future)
-        if isinstance(message, Publish):
-            self._unacked += 1
+        self.requests.sent(ref, message, future)
 
     async def _request(self, message: WireMessage, ref: str) -> object:
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         kept = self._outbox is not None and isinstance(message, Publish)
         if kept:
             assert isinstance(message, Publish)
-            self._store(message, future)
+            assert self._storing is not None
+            self._storing.store(message, future)
         else:
             self._send(ref, message, future)
         try:
@@ -393,8 +305,7 @@ class Client(_Stream):
             raise
         except TimeoutError:
             self._give_up(ref, kept)
-            number = ref.split("@")[0]  # a publication's ref adds this client's session
-            what = f"{type(message).__name__} {number} within {self.request_timeout:g} s"
+            what = f"{type(message).__name__} {ClientRef.parse(ref).name} within {self.request_timeout:g} s"
             still = (
                 f" (kept in the outbox {self._outbox.directory} until it is)" if self._outbox and kept else ""
             )
@@ -405,12 +316,12 @@ class Client(_Stream):
         acknowledgement registers nothing the caller was told had failed. A publication in the
         outbox (``kept``) is still sent until acknowledged: it is on disk, and a restart would."""
         if kept:
-            pending = self._pending.get(ref)
+            pending = self.requests.pending.get(ref)
             if pending is not None:
-                pending.future = None
+                pending.waiter = None
             return
         self._answered(ref, None)
-        self._live.pop(ref, None)
+        self.requests.forget(ref)
 
     def _ref(self, name: str | None) -> str:
         """The client's own next number, or the caller's ``name`` for a request it will make
@@ -426,15 +337,14 @@ class Client(_Stream):
     async def advertise(self, advertisement: Filter | str, name: str | None = None) -> str:
         ref = self._ref(name)
         message = Advertise(ref, _filter(advertisement))
-        self._live[ref] = _Live(message)
+        self.requests.make(ref, message)
         return str(await self._request(message, ref))
 
     async def unadvertise(self, adv_id: str) -> None:
         await self._withdraw(adv_id, Unadvertise)
 
     async def _withdraw(self, known_id: str, kind: type[Unadvertise] | type[Unsubscribe]) -> None:
-        ref = self._refs_by_id.pop(known_id, None)
-        live = self._live.pop(ref, None) if ref is not None else None
+        live = self.requests.withdraw(known_id)
         current = live.current if live is not None else known_id
         try:
             if live is None or self.connected or self._closing:  # else the next session never hears of it
@@ -442,8 +352,7 @@ class Client(_Stream):
         finally:
             sub = live.subscription if live is not None else None
             if sub is not None:  # what came before the answer still went to its queue
-                self._by_current.pop(current, None)
-                self.subscriptions.pop(known_id, None)
+                self.requests.withdrawn(current, known_id)
                 self._full.discard(sub._queue)
                 sub._queue.space.set()  # nobody may read it any more: the reader must not wait on it
 
@@ -476,7 +385,7 @@ class Client(_Stream):
         sub = Subscription(self, "", message, queue)
         # registered when the ack is read, not when this coroutine resumes: deliveries that came
         # in the same read as the ack must already find their subscription
-        self._live[ref] = _Live(message, subscription=sub)
+        self.requests.make(ref, message, sub)
         await self._request(message, ref)
         return sub
 
@@ -511,7 +420,7 @@ class Client(_Stream):
         first while ``max_unacked`` publications are unacknowledged. With an outbox, it is on
         disk before it is sent (``OutboxError`` if the disk refuses), and stays there until
         acknowledged or refused, even if this wait ends first."""
-        while self._unacked + len(self._storing) >= self.max_unacked and not self._closing:
+        while self._waiting >= self.max_unacked and not self._closing:
             self._acked.clear()
             await self._acked.wait()
         ref = self._publication_ref()
@@ -523,78 +432,31 @@ class Client(_Stream):
         it is sent once on disk, in a group commit with those made meanwhile; a disk that
         refuses it is logged and counted (``lost.outbox``). Not ``durable``: past the outbox,
         kept in memory only (an answer its asker asks again for if this process ends)."""
-        if self._unacked + len(self._storing) >= self.max_unacked:
+        if self._waiting >= self.max_unacked:
             self.counters["refused.unacknowledged"] += 1
-            raise TooManyUnacknowledged(self._unacked + len(self._storing))
+            raise TooManyUnacknowledged(self._waiting)
         message = Publish(self._publication_ref(durable), _publication(publication))
-        if self._outbox is not None and durable:
-            self._store(message, None)
+        if self._storing is not None and durable:
+            self._storing.store(message, None)
         else:
             self._send(message.id, message, None)
 
+    @property
+    def _waiting(self) -> int:
+        """Publications not acknowledged yet, those on their way through the outbox included."""
+        return self.requests.unacked + (len(self._storing) if self._storing is not None else 0)
+
     async def stored(self) -> None:
         """Until every publication made so far is on disk in the outbox (nothing without one)."""
-        if self._outbox is not None and self._storing:
-            await self._outbox.flush()
+        if self._storing is not None:
+            await self._storing.stored()
 
     def resend_outbox(self) -> int:
         """Send what an earlier run of this client left unacknowledged in its outbox, under the
         ids it had (a broker or subscriber drops the copies that got through): call it once the
         advertisements they fit are made again. The first publication of this run sends them
         first otherwise. Returns how many."""
-        left, self._left = self._left, []
-        for message in left:
-            self._send(message.id, message, None)
-        self.counters["resent.outbox"] += len(left)
-        if self._outbox is not None and left:
-            log.info(
-                "client %s: re-sent %d publications from outbox %s",
-                self.id,
-                len(left),
-                self._outbox.directory,
-            )
-        return len(left)
-
-    def _store(self, message: Publish, future: asyncio.Future[object] | None) -> None:
-        """Into the outbox; sent once on disk (``_store_and_send``), in the order made."""
-        assert self._outbox is not None
-        if self._closing:
-            raise LinkClosed("client closed")
-        self.resend_outbox()
-        self._outbox.add(message)
-        self._storing.append((message, future))
-        if self._storer is None or self._storer.done():
-            self._storer = asyncio.get_running_loop().create_task(self._store_and_send())
-
-    async def _store_and_send(self) -> None:
-        """Send what is on disk, one group commit at a time. What the disk refused is taken out
-        of the outbox (its caller is told) so that a later commit does not bring it back."""
-        assert self._outbox is not None
-        while self._storing and not self._closing:
-            count = len(self._storing)
-            try:
-                await self._outbox.flush()
-            except OSError as error:
-                refused = OutboxError(
-                    f"cannot store a publication in outbox {self._outbox.directory}: {error}"
-                )
-                for _ in range(count):
-                    message, future = self._storing.popleft()
-                    self._outbox.remove(message.id)
-                    if future is None:
-                        self.counters["lost.outbox"] += 1
-                        log.error(
-                            "client %s: publication lost: %s: %s", self.id, refused, message.publication
-                        )
-                    elif not future.done():
-                        future.set_exception(refused)
-                continue
-            failpoints.reach("outbox.stored")  # on disk, and not sent
-            for _ in range(count):
-                if self._closing:
-                    return  # on disk: the next run sends it
-                message, future = self._storing.popleft()
-                self._send(message.id, message, None if future is None or future.done() else future)
+        return 0 if self._storing is None else self._storing.resend()
 
     async def status(self, detail: bool = False) -> dict[str, object]:
         """The broker's status; with ``detail``, its routing tables too (see ``Router.status``)."""
@@ -609,15 +471,15 @@ class Client(_Stream):
         """Take a fresh link: re-send what is live, then what is unanswered, in order."""
         self.index, self.link, self.broker_id = index, link, self.targets[index].id
         self._receipts.start(self.broker_id, link.peer.epoch if link.peer is not None else "")
-        for live in self._live.values():
-            if live.current:  # made in an earlier session: goes again; the others are pending
-                link.send(live.message)
-                self.counters["resent.requests"] += 1
-        for pending in self._pending.values():
-            link.send(pending.message)
+        again, pending = self.requests.to_send()
+        for live in again:
+            link.send(live)
+            self.counters["resent.requests"] += 1
+        for message in pending:
+            link.send(message)
             if self.counters["reconnects"]:
                 self.counters[
-                    "resent.publications" if isinstance(pending.message, Publish) else "resent.requests"
+                    "resent.publications" if isinstance(message, Publish) else "resent.requests"
                 ] += 1
         for item in leftovers:
             self._handle(item)
@@ -673,13 +535,9 @@ class Client(_Stream):
         """The link ended: withdrawals in flight are done (the next session never hears of what
         they withdraw); everything else waits for the reconnection."""
         self._event(ConnectionEvent("disconnected", self.broker_id, reason))
-        for ref, pending in list(self._pending.items()):
-            if isinstance(pending.message, Unadvertise | Unsubscribe):
-                del self._pending[ref]
-                if pending.future is not None and not pending.future.done():
-                    pending.future.set_result(None)
-        # _by_current is kept: a broker that kept our session delivers what it queued for us
-        # under the ids we had, before it acknowledges our re-sent subscriptions
+        for future in self.requests.lost():
+            if not future.done():
+                future.set_result(None)
 
     def _event(self, event: ConnectionEvent) -> None:
         level = logging.INFO if event.kind == "reconnected" else logging.WARNING
@@ -702,18 +560,16 @@ class Client(_Stream):
 
     def _end(self, reason: str) -> None:
         self._closing = True
-        waiting = [p.future for p in self._pending.values()] + [future for _, future in self._storing]
-        for future in waiting:
-            if future is not None and not future.done():
+        waiting, unacked = self.requests.end()
+        for future in waiting + (self._storing.waiters() if self._storing is not None else []):
+            if not future.done():
                 future.set_exception(LinkClosed(reason))
-        if self._unacked:
-            self.counters["abandoned.publications"] += self._unacked
+        if unacked:
+            self.counters["abandoned.publications"] += unacked
             kept = f", kept in outbox {self._outbox.directory}" if self._outbox else ""
             log.warning(
-                "client %s: %d publications never acknowledged (%s%s)", self.id, self._unacked, reason, kept
+                "client %s: %d publications never acknowledged (%s%s)", self.id, unacked, reason, kept
             )
-        self._pending.clear()
-        self._unacked = 0
         self._acked.set()
         self._queue.put(None)
         for sub in self._own_queues():
@@ -728,7 +584,7 @@ class Client(_Stream):
             link = self.link
             if link is None or link.closed is not None:
                 continue
-            silent = time.monotonic() - link.last_received
+            silent = self.clock.monotonic() - link.last_received
             if self._paused or silent > self.dead_after / 2:
                 link.send(Ping())  # answered by a Pong
             if not self._paused and silent > self.dead_after:
@@ -752,7 +608,7 @@ class Client(_Stream):
         elif isinstance(item, Deliver | Notify):
             self._deliver(item, 0)
         elif isinstance(item, Ack):
-            self._answered(item.ref, self._acknowledged(item.ref, item.id))
+            self._answered(item.ref, self.requests.acknowledged(item.ref, item.id))
         elif isinstance(item, StatusReply):
             self._answered(item.ref, item.status)
         elif isinstance(item, Refuse):
@@ -768,7 +624,7 @@ class Client(_Stream):
         """Into the queues of its subscriptions: how many deliveries it made."""
         channel = self._receipts.channel if seq else ""
         if isinstance(item, Notify):
-            sub = self._by_current.get(item.subscription)
+            sub = self.requests.subscription(item.subscription)
             name = sub.id if sub else item.subscription
             delivery = Delivery(name, item.publications[0], item.publications, seq=seq, channel=channel)
             (sub._queue if sub is not None else self._queue).put(delivery)
@@ -777,7 +633,7 @@ class Client(_Stream):
             self.counters["dropped.duplicates"] += 1
             return 0
         for sub_id in item.subscriptions:
-            sub = self._by_current.get(sub_id)
+            sub = self.requests.subscription(sub_id)
             delivery = Delivery(
                 sub.id if sub else sub_id, item.publication, (), item.id, item.time, seq, channel
             )
@@ -817,51 +673,29 @@ class Client(_Stream):
             assert self.link is not None
             self.link.send(Took(taken))
 
-    def _acknowledged(self, ref: str, broker_id: str) -> str:
-        """The id to answer with: for an advertisement or subscription, the first it got."""
-        live = self._live.get(ref)
-        if live is None:
-            return broker_id
-        if live.current != broker_id:  # ids at another broker come with its acks
-            self._by_current.pop(live.current, None)
-        live.current = broker_id
-        if not live.first:
-            live.first = broker_id
-            self._refs_by_id[broker_id] = ref
-            if live.subscription is not None:
-                live.subscription.id = broker_id
-                self.subscriptions[broker_id] = live.subscription
-        if live.subscription is not None:
-            self._by_current[broker_id] = live.subscription
-        return live.first
-
     def _answered(self, ref: str, result: object, error: Exception | None = None) -> bool:
-        pending = self._pending.pop(ref, None)
+        pending = self.requests.answered(ref)
         if pending is None:
             return False
         if isinstance(pending.message, Publish):
-            self._unacked -= 1
             self._acked.set()
             if self._outbox is not None:  # acknowledged or refused: re-sending it cannot help
                 failpoints.reach("outbox.acknowledged")  # taken by the broker, still in the outbox
                 self._outbox.remove(ref)
-        if pending.future is not None and not pending.future.done():
+        if pending.waiter is not None and not pending.waiter.done():
             if error is None:
-                pending.future.set_result(result)
+                pending.waiter.set_result(result)
             else:
-                pending.future.set_exception(error)
+                pending.waiter.set_exception(error)
             return True
         return error is None
 
     def _refused(self, item: Refuse) -> None:
-        live = self._live.get(item.ref)
-        if live is not None:
-            if live.first:  # a re-sent request the new session refuses: it is no longer live,
-                self.counters["refused.resent"] += 1  # and whoever made it must hear so
-                log.warning("broker %s refused to restore %s: %s", self.broker_id, live.first, item.reason)
-                self._tell(ConnectionEvent("refused", self.broker_id, item.reason, live.first))
-            del self._live[item.ref]
-            self._refs_by_id.pop(live.first, None)
+        live = self.requests.refused(item.ref)
+        if live is not None and live.first:  # a re-sent request the new session refuses: it is
+            self.counters["refused.resent"] += 1  # no longer live, and whoever made it must hear so
+            log.warning("broker %s refused to restore %s: %s", self.broker_id, live.first, item.reason)
+            self._tell(ConnectionEvent("refused", self.broker_id, item.reason, live.first))
         if not self._answered(item.ref, None, RefusedError(item.reason)):
             self.counters["refusals"] += 1
             self.refusals.append(item)
@@ -884,10 +718,8 @@ class Client(_Stream):
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if not self._tasks:
             self._end("client closed")
-        if self._storer is not None:
-            await asyncio.gather(self._storer, return_exceptions=True)
-        if self._outbox is not None:
-            await self._outbox.close()
+        if self._storing is not None:
+            await self._storing.close()
 
     async def __aenter__(self) -> Client:
         return self

@@ -29,7 +29,7 @@ from broker.matching import matcher
 from broker.routing.acl import Policy, refusal
 from broker.routing.composites import Composites
 from broker.routing.custody import Custody
-from broker.routing.ids import OverlayId, PublicationId
+from broker.routing.ids import ClientRef, OverlayId, PublicationId
 from broker.routing.messages import (
     DEFAULT_TTL,
     Ack,
@@ -276,8 +276,8 @@ class Router:
             return denied
         # a ref "<n>@<session>" names the client's own session, which outlives a reconnection:
         # a re-sent publication keeps its id, and a copy that got through already is not routed again
-        ref, _, session = message.id.partition("@")
-        pub_id = str(PublicationId(self.id, hop, ref, session or self.sessions.started[hop]))
+        ref = ClientRef.parse(message.id)
+        pub_id = str(PublicationId(self.id, hop, ref.name, ref.session or self.sessions.started[hop]))
         if pub_id in self.seen:
             self.counters["dropped.duplicate"] += 1
             return [(hop, Ack(message.id, pub_id))] if message.ack else []
