@@ -36,9 +36,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from broker import failpoints
+from broker.client.deliveries import Deliveries
 from broker.client.outbox import Outbox, OutboxError
-from broker.client.queues import DeliveryQueue, Seen
-from broker.client.receipts import DELAY, Receipts
+from broker.client.queues import DeliveryQueue
 from broker.client.reconnect import JITTER, Backoff, Brokers, ConnectionEvent, brokers, dial_any
 from broker.client.requests import Requests
 from broker.client.storing import Storing
@@ -153,10 +153,8 @@ class Client(Stream):
         self._queue: Queue = self._new_queue(lossy=False)
         self.requests: Requests[asyncio.Future[object], Subscription] = Requests()
         self._acked = asyncio.Event()
-        self._seen = Seen()
         self._client = self
-        self._receipts = Receipts()
-        self._took_timer: asyncio.TimerHandle | None = None  # a Took is due when it fires (``_say_took``)
+        self.deliveries = Deliveries(self.requests, self._queue, self.counters, self._took)
         # a session of our own: publication ids survive a reconnection (see docs/overlay.md), and
         # with an outbox a restart too; this run's own for what is published past the outbox,
         # whose numbers the outbox does not count: a later run must not give them again
@@ -218,7 +216,7 @@ class Client(Stream):
                 0,
                 client._rng,
                 client._sleep,
-                client._receipts.greeting,
+                client.deliveries.receipts.greeting,
                 tls=client._tls_context,
             )
         except BaseException:
@@ -272,7 +270,7 @@ class Client(Stream):
             self._full.add,
             lossy,
             name,
-            on_drop=lambda d: self._done(d, False),
+            on_drop=lambda d: self.deliveries.done(d, False),
         )
 
     # requests -----------------------------------------------------------------------------------
@@ -470,7 +468,7 @@ class Client(Stream):
     def _adopt(self, index: int, link: Link, leftovers: list[WireMessage]) -> None:
         """Take a fresh link: re-send what is live, then what is unanswered, in order."""
         self.index, self.link, self.broker_id = index, link, self.targets[index].id
-        self._receipts.start(self.broker_id, link.peer.epoch if link.peer is not None else "")
+        self.deliveries.receipts.start(self.broker_id, link.peer.epoch if link.peer is not None else "")
         again, pending = self.requests.to_send()
         for live in again:
             link.send(live)
@@ -502,7 +500,7 @@ class Client(Stream):
                         self.index,
                         self._rng,
                         self._sleep,
-                        self._receipts.greeting,
+                        self.deliveries.receipts.greeting,
                         self.backoff.failover_after,
                         self._tls_context,
                     )
@@ -595,18 +593,9 @@ class Client(Stream):
 
     def _handle(self, item: object) -> None:
         if isinstance(item, Carry):
-            if item.seq <= self._receipts.received:  # sent again: our Took was lost on the way
-                self.counters["dropped.resent"] += 1
-                self._receipts.again()
-                self._say_took(True)
-            elif isinstance(item.message, Deliver | Notify):
-                self._receipts.arrived(item.seq, self._deliver(item.message, item.seq))
-                self._say_took(False)
-            else:
-                self.counters["bad_messages"] += 1
-                log.warning("the broker carried a %s to a client", type(item.message).__name__)
+            self.deliveries.carried(item)
         elif isinstance(item, Deliver | Notify):
-            self._deliver(item, 0)
+            self.deliveries.deliver(item)
         elif isinstance(item, Ack):
             self._answered(item.ref, self.requests.acknowledged(item.ref, item.id))
         elif isinstance(item, StatusReply):
@@ -620,58 +609,16 @@ class Client(Stream):
             self.counters["bad_messages"] += 1
             log.warning("bad message from the broker: %s", item)
 
-    def _deliver(self, item: Deliver | Notify, seq: int) -> int:
-        """Into the queues of its subscriptions: how many deliveries it made."""
-        channel = self._receipts.channel if seq else ""
-        if isinstance(item, Notify):
-            sub = self.requests.subscription(item.subscription)
-            name = sub.id if sub else item.subscription
-            delivery = Delivery(name, item.publications[0], item.publications, seq=seq, channel=channel)
-            (sub._queue if sub is not None else self._queue).put(delivery)
-            return 1
-        if self._seen.again(item.id):
-            self.counters["dropped.duplicates"] += 1
-            return 0
-        for sub_id in item.subscriptions:
-            sub = self.requests.subscription(sub_id)
-            delivery = Delivery(
-                sub.id if sub else sub_id, item.publication, (), item.id, item.time, seq, channel
-            )
-            (sub._queue if sub is not None else self._queue).put(delivery)
-        return len(item.subscriptions)
-
-    def _done(self, delivery: Delivery, caught_up: bool) -> None:
-        """A stream's consumer is done with a delivery (or a lossy queue dropped it)."""
-        if delivery.seq:
-            self._receipts.done(delivery.channel, delivery.seq)
-            self._say_took(caught_up)
-
     def done(self, delivery: Delivery) -> None:
         """With ``manual_done``: the application is done with ``delivery`` (say, it is in its own
         journal), so its broker may forget it. Without, asking for the next delivery of a stream
         says so for the last one. In the client's event loop, like every other call."""
-        self._done(delivery, self._queue.queue.empty())
+        self.deliveries.done(delivery, self._queue.queue.empty())
 
-    def _say_took(self, caught_up: bool) -> None:
-        """Took, now (every ``BATCH`` deliveries while behind) or ``DELAY`` later. Caught up, it
-        waits: a consumer is caught up after nearly every delivery of a steady stream, and one
-        Took covers all it took meanwhile (it is cumulative; one per delivery cost the broker a
-        message each, see ``receipts``)."""
-        if not caught_up:
-            self._send_took(self._receipts.due(False))
-        elif self._took_timer is None:
-            self._took_timer = asyncio.get_running_loop().call_later(DELAY, self._took_caught_up)
-
-    def _took_caught_up(self) -> None:
-        if self._took_timer is not None:
-            self._took_timer.cancel()
-            self._took_timer = None
-        self._send_took(self._receipts.due(True))
-
-    def _send_took(self, taken: int | None) -> None:
-        if taken is not None and self.connected:
+    def _took(self, seq: int) -> None:
+        if self.connected:
             assert self.link is not None
-            self.link.send(Took(taken))
+            self.link.send(Took(seq))
 
     def _answered(self, ref: str, result: object, error: Exception | None = None) -> bool:
         pending = self.requests.answered(ref)
@@ -705,8 +652,7 @@ class Client(Stream):
         """Say goodbye (the broker then ends this client's session at once instead of keeping it
         for a reconnection) and close. ``bye=False``: a process that stops to start again (an
         agent restarted) leaves its session to its broker for the grace period."""
-        if self._took_timer is not None:  # a Took waiting: the broker must have it before the Bye
-            self._took_caught_up()
+        self.deliveries.took_now()  # a Took waiting: the broker must have it before the Bye
         self._closing = True
         if self.link is not None:
             if self.link.closed is None and (not bye or self.link.send(Bye())):

@@ -52,7 +52,7 @@ class Stream:
     async def next(self, timeout: float | None = None) -> Delivery:
         """The next delivery; ``TimeoutError`` after ``timeout`` seconds, ``LinkClosed`` at the end."""
         if self._handling is not None and not self._client.manual_done:
-            self._client._done(self._handling, self._queue.queue.empty())
+            self._client.deliveries.done(self._handling, self._queue.queue.empty())
         self._handling = None
         item = await self._queue.get(timeout)
         if item is None:
