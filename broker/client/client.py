@@ -410,6 +410,23 @@ class Client(Stream):
     async def unsubscribe(self, sub_id: str) -> None:
         await self._withdraw(sub_id, Unsubscribe)
 
+    async def withdraw(self, known_id: str) -> None:
+        """Unadvertise or unsubscribe ``known_id``, whichever this client made it as."""
+        name = self.requests.name_of(known_id)
+        live = None if name is None else self.requests.live.get(name)
+        advertised = live is not None and isinstance(live.message, Advertise)
+        await self._withdraw(known_id, Unadvertise if advertised else Unsubscribe)
+
+    def name_of(self, known_id: str) -> str | None:
+        """The ref (the ``name`` it was given, or its number) of the live advertisement or
+        subscription known as ``known_id``; known from its Ack on, before its request returns."""
+        return self.requests.name_of(known_id)
+
+    def known_id(self, name: str) -> str | None:
+        """The id of the live advertisement or subscription made under ``name``, once acknowledged."""
+        live = self.requests.live.get(name)
+        return live.first if live is not None and live.first else None
+
     def _publication_ref(self, durable: bool = True) -> str:
         return f"{next(self._refs)}@{self._stamp if durable else self._volatile}"
 
@@ -638,11 +655,12 @@ class Client(Stream):
         return error is None
 
     def _refused(self, item: Refuse) -> None:
-        live = self.requests.refused(item.ref)
+        live = self.requests.live.get(item.ref)
         if live is not None and live.first:  # a re-sent request the new session refuses: it is
             self.counters["refused.resent"] += 1  # no longer live, and whoever made it must hear so
             log.warning("broker %s refused to restore %s: %s", self.broker_id, live.first, item.reason)
             self._tell(ConnectionEvent("refused", self.broker_id, item.reason, live.first))
+        self.requests.refused(item.ref)  # after the event: its handler may still ask for its name
         if not self._answered(item.ref, None, RefusedError(item.reason)):
             self.counters["refusals"] += 1
             self.refusals.append(item)

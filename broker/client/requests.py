@@ -119,13 +119,12 @@ class Requests(Generic[W, S]):
             self.unacked -= 1
         return pending
 
-    def refused(self, ref: str) -> Live[S] | None:
-        """The live request ``ref`` was refused: no longer live. With ``first`` set, it was a
-        request made again after a reconnection, and whoever made it must hear so."""
+    def refused(self, ref: str) -> None:
+        """The live request ``ref`` was refused: no longer live. One with ``first`` set was made
+        again after a reconnection, and whoever made it must hear so (before this forgets it)."""
         live = self.live.pop(ref, None)
         if live is not None:
             self._refs_by_id.pop(live.first, None)
-        return live
 
     def subscription(self, current: str) -> S | None:
         """The subscription that has the id ``current`` at the broker (or had, at the last)."""
