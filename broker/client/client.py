@@ -29,17 +29,17 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-import ssl
 import uuid
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from broker import failpoints
+from broker.client.connection import Connection, Dialling
 from broker.client.deliveries import Deliveries
 from broker.client.outbox import Outbox, OutboxError
 from broker.client.queues import DeliveryQueue
-from broker.client.reconnect import JITTER, Backoff, Brokers, ConnectionEvent, brokers, dial_any
+from broker.client.reconnect import JITTER, Backoff, Brokers, ConnectionEvent, brokers
 from broker.client.requests import Requests
 from broker.client.storing import Storing
 from broker.client.streams import Delivery, Queue, Stream, Subscription
@@ -134,19 +134,15 @@ class Client(Stream):
         clock: Clock = SYSTEM,
     ) -> None:
         self.targets = targets
-        self.clock = clock
         # publications kept on disk until acknowledged, across restarts of this process
         self._outbox = None if outbox is None else Outbox(outbox, client_id)
         self.id = self._outbox.client if self._outbox else client_id or f"c-{uuid.uuid4().hex[:10]}"
         self.tls = tls
         if tls is not None:  # the broker takes no id but the certificate's name, or NAME:SUFFIX
             self.id = client_id_of(tls.name, self.id)
-        self.queue_limit = queue_limit
-        self.timeout, self.backoff, self.on_event = timeout, backoff, on_event
-        self.heartbeat, self.dead_after, self.max_unacked = heartbeat, dead_after, max_unacked
+        self.queue_limit, self.max_unacked = queue_limit, max_unacked
         self.request_timeout = request_timeout  # seconds to wait for the broker to answer a request
         self.manual_done = manual_done  # deliveries are done when the application says (``done``)
-        self._rng, self._sleep = rng, sleep
         self.counters: Counter[str] = Counter()
         self.refusals: deque[Refuse] = deque(maxlen=REFUSALS_KEPT)  # counted in full in counters
         self._full: set[Queue] = set()  # queues the reader waits on before reading on
@@ -173,10 +169,17 @@ class Client(Stream):
             )
         )
         self._closing = False
-        self._paused = False
-        self.index = 0
-        self.link: Link | None = None
-        self.broker_id = ""
+        dialling = Dialling(targets, self.id, timeout, backoff, rng, sleep, tls)
+        self.connection = Connection(
+            dialling,
+            self.deliveries.receipts.greeting,
+            heartbeat,
+            dead_after,
+            clock,
+            self.counters,
+            self._full,
+            on_event,
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
@@ -202,36 +205,36 @@ class Client(Stream):
         targets = brokers(uri)
         options.setdefault("tls", targets.tls)
         client = cls(targets, client_id, queue_limit, timeout, **options)  # type: ignore[arg-type]
-        first = (
-            client.backoff
-            if retry_on_failed_connect
-            else dataclasses.replace(client.backoff, attempts=len(targets))
-        )
+        backoff = client.connection.dialling.backoff
+        first = backoff if retry_on_failed_connect else dataclasses.replace(backoff, attempts=len(targets))
         try:
-            index, link, leftovers = await dial_any(
-                targets,
-                client.id,
-                timeout,
-                first,
-                0,
-                client._rng,
-                client._sleep,
-                client.deliveries.receipts.greeting,
-                tls=client._tls_context,
-            )
+            index, link, leftovers = await client.connection.dial(first)
         except BaseException:
             if client._outbox is not None:
                 await client._outbox.close()
             raise
-        client._adopt(index, link, leftovers)
+        client.connection.take(index, link)
+        client._adopt(link, leftovers)
         loop = asyncio.get_running_loop()
-        client._tasks = [loop.create_task(client._run()), loop.create_task(client._watch())]
+        client._tasks = [
+            loop.create_task(client.connection.run(client)),
+            loop.create_task(client.connection.watch()),
+        ]
         return client
 
     @property
     def connected(self) -> bool:
         """Whether the link is up now; requests made while it is down wait for the reconnection."""
-        return self.link is not None and self.link.closed is None and not self._closing
+        return self.connection.up and not self._closing
+
+    @property
+    def link(self) -> Link | None:
+        return self.connection.link
+
+    @property
+    def broker_id(self) -> str:
+        """The id of the broker the link is to (or was, the last)."""
+        return self.connection.broker_id
 
     @property
     def closed(self) -> bool:
@@ -353,11 +356,6 @@ class Client(Stream):
                 self.requests.withdrawn(current, known_id)
                 self._full.discard(sub._queue)
                 sub._queue.space.set()  # nobody may read it any more: the reader must not wait on it
-
-    @property
-    def _tls_context(self) -> ssl.SSLContext | None:
-        """The identity's client context as of now: each dial sees the revocation list's latest."""
-        return None if self.tls is None else self.tls.client
 
     async def subscribe(
         self, subscription: Filter | str, own_queue: bool = True, lossy: bool = False, name: str | None = None
@@ -482,9 +480,8 @@ class Client(Stream):
 
     # the connection -----------------------------------------------------------------------------
 
-    def _adopt(self, index: int, link: Link, leftovers: list[WireMessage]) -> None:
+    def _adopt(self, link: Link, leftovers: list[WireMessage]) -> None:
         """Take a fresh link: re-send what is live, then what is unanswered, in order."""
-        self.index, self.link, self.broker_id = index, link, self.targets[index].id
         self.deliveries.receipts.start(self.broker_id, link.peer.epoch if link.peer is not None else "")
         again, pending = self.requests.to_send()
         for live in again:
@@ -499,79 +496,13 @@ class Client(Stream):
         for item in leftovers:
             self._handle(item)
 
-    async def _run(self) -> None:
-        """Read the link; when it ends, reconnect (or give up), until the client is closed."""
-        try:
-            while True:
-                assert self.link is not None
-                await self._read(self.link)
-                if self._closing:
-                    return
-                self._lost(self.link.closed or "closed")
-                try:
-                    index, link, leftovers = await dial_any(
-                        self.targets,
-                        self.id,
-                        self.timeout,
-                        self.backoff,
-                        self.index,
-                        self._rng,
-                        self._sleep,
-                        self.deliveries.receipts.greeting,
-                        self.backoff.failover_after,
-                        self._tls_context,
-                    )
-                except ConnectError as error:
-                    self._event(ConnectionEvent("closed", self.broker_id, str(error)))
-                    return
-                if self._closing:
-                    await link.wait_closed()
-                    return
-                self.counters["reconnects"] += 1
-                self._adopt(index, link, leftovers)
-                self._event(ConnectionEvent("reconnected", self.broker_id))
-        finally:
-            self._end("client closed" if self._closing else "gave up reconnecting")
-
-    async def _read(self, link: Link) -> None:
-        try:
-            while True:
-                for item in await link.receive():
-                    self._handle(item)
-                while self._full:  # back-pressure: read on when every full queue has room again
-                    self._paused = True
-                    queue = self._full.pop()
-                    await queue.space.wait()
-                self._paused = False
-        except (LinkClosed, ValueError) as error:
-            link.close(str(error) or "closed")
-
     def _lost(self, reason: str) -> None:
         """The link ended: withdrawals in flight are done (the next session never hears of what
         they withdraw); everything else waits for the reconnection."""
-        self._event(ConnectionEvent("disconnected", self.broker_id, reason))
+        self.connection.event(ConnectionEvent("disconnected", self.broker_id, reason))
         for future in self.requests.lost():
             if not future.done():
                 future.set_result(None)
-
-    def _event(self, event: ConnectionEvent) -> None:
-        level = logging.INFO if event.kind == "reconnected" else logging.WARNING
-        log.log(
-            level,
-            "client %s %s %s%s",
-            self.id,
-            event.kind,
-            event.broker,
-            f": {event.reason}" * bool(event.reason),
-        )
-        self._tell(event)
-
-    def _tell(self, event: ConnectionEvent) -> None:
-        if self.on_event is not None:
-            try:
-                self.on_event(event)
-            except Exception:  # the caller's logging must not stop the reconnections
-                log.exception("connection event callback failed")
 
     def _end(self, reason: str) -> None:
         self._closing = True
@@ -589,22 +520,6 @@ class Client(Stream):
         self._queue.put(None)
         for sub in self._own_queues():
             sub._queue.put(None)
-
-    async def _watch(self) -> None:
-        """Keep a paused link alive (the broker hears from us though we read nothing), ask a quiet
-        broker for a sign of life (its own heartbeat may be slower than ``dead_after``), and close
-        a link on which the broker fell silent, so that the reconnection starts."""
-        while True:
-            await asyncio.sleep(self.heartbeat)
-            link = self.link
-            if link is None or link.closed is not None:
-                continue
-            silent = self.clock.monotonic() - link.last_received
-            if self._paused or silent > self.dead_after / 2:
-                link.send(Ping())  # answered by a Pong
-            if not self._paused and silent > self.dead_after:
-                self.counters["heartbeat_timeouts"] += 1
-                link.close(f"no traffic from {self.broker_id} for {self.dead_after:g} s", abort=True)
 
     # what the broker sends ----------------------------------------------------------------------
 
@@ -659,7 +574,7 @@ class Client(Stream):
         if live is not None and live.first:  # a re-sent request the new session refuses: it is
             self.counters["refused.resent"] += 1  # no longer live, and whoever made it must hear so
             log.warning("broker %s refused to restore %s: %s", self.broker_id, live.first, item.reason)
-            self._tell(ConnectionEvent("refused", self.broker_id, item.reason, live.first))
+            self.connection.tell(ConnectionEvent("refused", self.broker_id, item.reason, live.first))
         self.requests.refused(item.ref)  # after the event: its handler may still ask for its name
         if not self._answered(item.ref, None, RefusedError(item.reason)):
             self.counters["refusals"] += 1
