@@ -30,21 +30,20 @@ import dataclasses
 import itertools
 import logging
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from broker import failpoints
+from broker.client.asking import Asking
 from broker.client.connection import Connection, Dialling
 from broker.client.deliveries import Deliveries
 from broker.client.outbox import Outbox, OutboxError
 from broker.client.queues import DeliveryQueue
+from broker.client.receipts import Receipts
 from broker.client.reconnect import JITTER, Backoff, Brokers, ConnectionEvent, brokers
-from broker.client.requests import Requests
-from broker.client.storing import Storing
 from broker.client.streams import Delivery, Queue, Stream, Subscription
 from broker.clock import SYSTEM, Clock
-from broker.errors import BadMessage, ConnectError, LinkClosed, LocalError, NoAnswer, RefusedError
+from broker.errors import BadMessage, ConnectError, LocalError, RefusedError
 from broker.language import (
     Composite,
     Filter,
@@ -71,8 +70,8 @@ from broker.routing import (
     Unadvertise,
     Unsubscribe,
 )
-from broker.routing.ids import ClientRef, client_session
-from broker.transport.codec import Ping, Pong, WireMessage, encode
+from broker.routing.ids import client_session
+from broker.transport.codec import Ping, Pong, WireMessage
 from broker.transport.link import Link
 from broker.transport.tls import Identity
 from broker.transport.tls import client_id as client_id_of
@@ -91,7 +90,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_BACKOFF = Backoff()
-REFUSALS_KEPT = 1000  # the last refusals a client keeps to show; every one is counted
 
 STATS = (
     "dropped.lossy",
@@ -141,45 +139,29 @@ class Client(Stream):
         if tls is not None:  # the broker takes no id but the certificate's name, or NAME:SUFFIX
             self.id = client_id_of(tls.name, self.id)
         self.queue_limit, self.max_unacked = queue_limit, max_unacked
-        self.request_timeout = request_timeout  # seconds to wait for the broker to answer a request
         self.manual_done = manual_done  # deliveries are done when the application says (``done``)
         self.counters: Counter[str] = Counter()
-        self.refusals: deque[Refuse] = deque(maxlen=REFUSALS_KEPT)  # counted in full in counters
         self._full: set[Queue] = set()  # queues the reader waits on before reading on
         self._queue: Queue = self._new_queue(lossy=False)
-        self.requests: Requests[asyncio.Future[object], Subscription] = Requests()
-        self._acked = asyncio.Event()
         self._client = self
-        self.deliveries = Deliveries(self.requests, self._queue, self.counters, self._took)
+        self._closing = False
+        receipts = Receipts()
+        dialling = Dialling(targets, self.id, timeout, backoff, rng, sleep, tls)
+        self.connection = Connection(
+            dialling, receipts.greeting, heartbeat, dead_after, clock, self.counters, self._full, on_event
+        )
+        self.asking = Asking(
+            self.id, self.connection, self.counters, request_timeout, lambda: self._closing, self._outbox
+        )
+        self.requests = self.asking.requests
+        self.refusals = self.asking.refusals  # the last REFUSALS_KEPT, counted in full in counters
+        self.deliveries = Deliveries(self.requests, receipts, self._queue, self.counters, self._took)
         # a session of our own: publication ids survive a reconnection (see docs/overlay.md), and
         # with an outbox a restart too; this run's own for what is published past the outbox,
         # whose numbers the outbox does not count: a later run must not give them again
         self._volatile = client_session(clock.time(), JITTER.getrandbits(32))
         self._stamp = self._outbox.session if self._outbox else self._volatile
         self._refs = itertools.count(self._outbox.next if self._outbox else 1)
-        self._storing = (
-            None
-            if self._outbox is None
-            else Storing(
-                self._outbox,
-                self.id,
-                lambda m, f: self._send(m.id, m, f),
-                lambda: self._closing,
-                self.counters,
-            )
-        )
-        self._closing = False
-        dialling = Dialling(targets, self.id, timeout, backoff, rng, sleep, tls)
-        self.connection = Connection(
-            dialling,
-            self.deliveries.receipts.greeting,
-            heartbeat,
-            dead_after,
-            clock,
-            self.counters,
-            self._full,
-            on_event,
-        )
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
@@ -278,52 +260,6 @@ class Client(Stream):
 
     # requests -----------------------------------------------------------------------------------
 
-    def _send(self, ref: str, message: WireMessage, future: asyncio.Future[object] | None) -> None:
-        """Send now if the link is up, else at the reconnection; the answer settles ``future``."""
-        if self._closing:
-            raise LinkClosed("client closed")
-        if self.connected:
-            assert self.link is not None
-            self.link.send(message)  # False: it just went down, and this goes again at the reconnection
-        else:
-            encode(message)  # what cannot be sent must fail here, not in the middle of a reconnection
-        self.requests.sent(ref, message, future)
-
-    async def _request(self, message: WireMessage, ref: str) -> object:
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        kept = self._outbox is not None and isinstance(message, Publish)
-        if kept:
-            assert isinstance(message, Publish)
-            assert self._storing is not None
-            self._storing.store(message, future)
-        else:
-            self._send(ref, message, future)
-        try:
-            async with asyncio.timeout(self.request_timeout):
-                return await future
-        except asyncio.CancelledError:
-            self._give_up(ref, kept)
-            raise
-        except TimeoutError:
-            self._give_up(ref, kept)
-            what = f"{type(message).__name__} {ClientRef.parse(ref).name} within {self.request_timeout:g} s"
-            still = (
-                f" (kept in the outbox {self._outbox.directory} until it is)" if self._outbox and kept else ""
-            )
-            raise NoAnswer(f"{self.broker_id or 'the broker'} did not answer {what}{still}") from None
-
-    def _give_up(self, ref: str, kept: bool) -> None:
-        """The caller stopped waiting: the request is not re-sent at a reconnection, and a late
-        acknowledgement registers nothing the caller was told had failed. A publication in the
-        outbox (``kept``) is still sent until acknowledged: it is on disk, and a restart would."""
-        if kept:
-            pending = self.requests.pending.get(ref)
-            if pending is not None:
-                pending.waiter = None
-            return
-        self._answered(ref, None)
-        self.requests.forget(ref)
-
     def _ref(self, name: str | None) -> str:
         """The client's own next number, or the caller's ``name`` for a request it will make
         again after a restart of its process: a broker that kept this client's session (durable
@@ -339,7 +275,7 @@ class Client(Stream):
         ref = self._ref(name)
         message = Advertise(ref, _filter(advertisement))
         self.requests.make(ref, message)
-        return str(await self._request(message, ref))
+        return str(await self.asking.ask(message, ref))
 
     async def unadvertise(self, adv_id: str) -> None:
         await self._withdraw(adv_id, Unadvertise)
@@ -349,7 +285,7 @@ class Client(Stream):
         current = live.current if live is not None else known_id
         try:
             if live is None or self.connected or self._closing:  # else the next session never hears of it
-                await self._request(kind(current), current)
+                await self.asking.ask(kind(current), current)
         finally:
             sub = live.subscription if live is not None else None
             if sub is not None:  # what came before the answer still went to its queue
@@ -382,7 +318,7 @@ class Client(Stream):
         # registered when the ack is read, not when this coroutine resumes: deliveries that came
         # in the same read as the ack must already find their subscription
         self.requests.make(ref, message, sub)
-        await self._request(message, ref)
+        await self.asking.ask(message, ref)
         return sub
 
     async def subscribe_composite(
@@ -433,11 +369,11 @@ class Client(Stream):
         first while ``max_unacked`` publications are unacknowledged. With an outbox, it is on
         disk before it is sent (``OutboxError`` if the disk refuses), and stays there until
         acknowledged or refused, even if this wait ends first."""
-        while self._waiting >= self.max_unacked and not self._closing:
-            self._acked.clear()
-            await self._acked.wait()
+        while self.asking.unacknowledged >= self.max_unacked and not self._closing:
+            self.asking.acked.clear()
+            await self.asking.acked.wait()
         ref = self._publication_ref()
-        return str(await self._request(Publish(ref, _publication(publication)), ref))
+        return str(await self.asking.ask(Publish(ref, _publication(publication)), ref))
 
     def publish_nowait(self, publication: Publication | str, durable: bool = True) -> None:
         """Publish without waiting: kept until acknowledged and re-sent after a reconnection.
@@ -445,36 +381,32 @@ class Client(Stream):
         it is sent once on disk, in a group commit with those made meanwhile; a disk that
         refuses it is logged and counted (``lost.outbox``). Not ``durable``: past the outbox,
         kept in memory only (an answer its asker asks again for if this process ends)."""
-        if self._waiting >= self.max_unacked:
+        if self.asking.unacknowledged >= self.max_unacked:
             self.counters["refused.unacknowledged"] += 1
-            raise TooManyUnacknowledged(self._waiting)
+            raise TooManyUnacknowledged(self.asking.unacknowledged)
         message = Publish(self._publication_ref(durable), _publication(publication))
-        if self._storing is not None and durable:
-            self._storing.store(message, None)
+        storing = self.asking.storing
+        if storing is not None and durable:
+            storing.store(message, None)
         else:
-            self._send(message.id, message, None)
-
-    @property
-    def _waiting(self) -> int:
-        """Publications not acknowledged yet, those on their way through the outbox included."""
-        return self.requests.unacked + (len(self._storing) if self._storing is not None else 0)
+            self.asking.send(message.id, message, None)
 
     async def stored(self) -> None:
         """Until every publication made so far is on disk in the outbox (nothing without one)."""
-        if self._storing is not None:
-            await self._storing.stored()
+        if self.asking.storing is not None:
+            await self.asking.storing.stored()
 
     def resend_outbox(self) -> int:
         """Send what an earlier run of this client left unacknowledged in its outbox, under the
         ids it had (a broker or subscriber drops the copies that got through): call it once the
         advertisements they fit are made again. The first publication of this run sends them
         first otherwise. Returns how many."""
-        return 0 if self._storing is None else self._storing.resend()
+        return 0 if self.asking.storing is None else self.asking.storing.resend()
 
     async def status(self, detail: bool = False) -> dict[str, object]:
         """The broker's status; with ``detail``, its routing tables too (see ``Router.status``)."""
         ref = str(next(self._refs))
-        reply = await self._request(StatusRequest(ref, detail), ref)
+        reply = await self.asking.ask(StatusRequest(ref, detail), ref)
         assert isinstance(reply, dict)
         return reply
 
@@ -483,16 +415,7 @@ class Client(Stream):
     def _adopt(self, link: Link, leftovers: list[WireMessage]) -> None:
         """Take a fresh link: re-send what is live, then what is unanswered, in order."""
         self.deliveries.receipts.start(self.broker_id, link.peer.epoch if link.peer is not None else "")
-        again, pending = self.requests.to_send()
-        for live in again:
-            link.send(live)
-            self.counters["resent.requests"] += 1
-        for message in pending:
-            link.send(message)
-            if self.counters["reconnects"]:
-                self.counters[
-                    "resent.publications" if isinstance(message, Publish) else "resent.requests"
-                ] += 1
+        self.asking.resend(link)
         for item in leftovers:
             self._handle(item)
 
@@ -500,23 +423,11 @@ class Client(Stream):
         """The link ended: withdrawals in flight are done (the next session never hears of what
         they withdraw); everything else waits for the reconnection."""
         self.connection.event(ConnectionEvent("disconnected", self.broker_id, reason))
-        for future in self.requests.lost():
-            if not future.done():
-                future.set_result(None)
+        self.asking.lost()
 
     def _end(self, reason: str) -> None:
         self._closing = True
-        waiting, unacked = self.requests.end()
-        for future in waiting + (self._storing.waiters() if self._storing is not None else []):
-            if not future.done():
-                future.set_exception(LinkClosed(reason))
-        if unacked:
-            self.counters["abandoned.publications"] += unacked
-            kept = f", kept in outbox {self._outbox.directory}" if self._outbox else ""
-            log.warning(
-                "client %s: %d publications never acknowledged (%s%s)", self.id, unacked, reason, kept
-            )
-        self._acked.set()
+        self.asking.end(reason)
         self._queue.put(None)
         for sub in self._own_queues():
             sub._queue.put(None)
@@ -529,11 +440,11 @@ class Client(Stream):
         elif isinstance(item, Deliver | Notify):
             self.deliveries.deliver(item)
         elif isinstance(item, Ack):
-            self._answered(item.ref, self.requests.acknowledged(item.ref, item.id))
+            self.asking.answered(item.ref, self.requests.acknowledged(item.ref, item.id))
         elif isinstance(item, StatusReply):
-            self._answered(item.ref, item.status)
+            self.asking.answered(item.ref, item.status)
         elif isinstance(item, Refuse):
-            self._refused(item)
+            self.asking.refused(item)
         elif isinstance(item, Ping):
             if self.link is not None:
                 self.link.send(Pong())
@@ -552,35 +463,6 @@ class Client(Stream):
             assert self.link is not None
             self.link.send(Took(seq))
 
-    def _answered(self, ref: str, result: object, error: Exception | None = None) -> bool:
-        pending = self.requests.answered(ref)
-        if pending is None:
-            return False
-        if isinstance(pending.message, Publish):
-            self._acked.set()
-            if self._outbox is not None:  # acknowledged or refused: re-sending it cannot help
-                failpoints.reach("outbox.acknowledged")  # taken by the broker, still in the outbox
-                self._outbox.remove(ref)
-        if pending.waiter is not None and not pending.waiter.done():
-            if error is None:
-                pending.waiter.set_result(result)
-            else:
-                pending.waiter.set_exception(error)
-            return True
-        return error is None
-
-    def _refused(self, item: Refuse) -> None:
-        live = self.requests.live.get(item.ref)
-        if live is not None and live.first:  # a re-sent request the new session refuses: it is
-            self.counters["refused.resent"] += 1  # no longer live, and whoever made it must hear so
-            log.warning("broker %s refused to restore %s: %s", self.broker_id, live.first, item.reason)
-            self.connection.tell(ConnectionEvent("refused", self.broker_id, item.reason, live.first))
-        self.requests.refused(item.ref)  # after the event: its handler may still ask for its name
-        if not self._answered(item.ref, None, RefusedError(item.reason)):
-            self.counters["refusals"] += 1
-            self.refusals.append(item)
-            log.warning("broker refused %s: %s", item.ref or "a message", item.reason)
-
     async def close(self, bye: bool = True) -> None:
         """Say goodbye (the broker then ends this client's session at once instead of keeping it
         for a reconnection) and close. ``bye=False``: a process that stops to start again (an
@@ -597,8 +479,8 @@ class Client(Stream):
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if not self._tasks:
             self._end("client closed")
-        if self._storing is not None:
-            await self._storing.close()
+        if self.asking.storing is not None:
+            await self.asking.storing.close()
 
     async def __aenter__(self) -> Client:
         return self

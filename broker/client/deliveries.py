@@ -33,12 +33,13 @@ class Deliveries:
     def __init__(
         self,
         requests: Requests[asyncio.Future[object], Subscription],
+        receipts: Receipts,
         merged: Queue,
         counters: Counter[str],
         took: Callable[[int], None],
     ) -> None:
         self.requests, self.merged, self.counters = requests, merged, counters
-        self.receipts = Receipts()
+        self.receipts = receipts
         self._took = took
         self._seen = Seen()
         self._took_timer: asyncio.TimerHandle | None = None  # a Took is due when it fires
