@@ -100,8 +100,8 @@ class AgentService:
         self.retention = retention or Retention()
         self.journal = Journal(state_dir)
         self.supervisor = SupervisorClient(state_dir)
-        # only the reader waits for room: finished runs (at most max_jobs) and early deliveries
-        # (at most EARLY_LIMIT) are put at once, however full the queue
+        # only the reader waits for room: finished runs (at most max_jobs) are put at once,
+        # however full the queue
         self.events: DeliveryQueue[Event] = DeliveryQueue(EVENTS_LIMIT, Counter(), lambda _: None)
         self.client: Client | None = None
         self.registering = Registering(agent)

@@ -12,8 +12,8 @@ The client reconnects by itself (see ``reconnect``): when the link drops it dial
 again with backoff, re-sends every live advertisement, subscription and composite subscription,
 then every request not yet answered, publications included. The caller's ids stay valid across a
 reconnection, even to another broker: a subscription keeps the id it got first, and the client
-translates. Publications carry a session the client chose itself (``<n>@<session>``, see
-``queues.client_session``), so a re-sent publication keeps its overlay-wide id: its edge broker,
+translates. Publications carry a session the client chose itself (``<n>@<session>``, a
+``ClientRef``), so a re-sent publication keeps its overlay-wide id: its edge broker,
 or the subscriber's client after a failover, drops the copy that got through twice. The broker
 keeps each delivery in custody until the client has taken it (``receipts``): one in flight when
 the link dropped comes again after the reconnection, from a broker that kept the session.
@@ -112,6 +112,10 @@ class TooManyUnacknowledged(LocalError):
 
 
 class Client(Stream):
+    """A connection to the overlay through one broker at a time (see the module's docstring);
+    made by :meth:`connect`. Its parts: ``connection`` (the link), ``asking`` (requests and
+    their answers, over the pure ``requests``), ``deliveries`` (what the broker delivers)."""
+
     def __init__(
         self,
         targets: tuple[BrokerURI, ...],
@@ -131,7 +135,6 @@ class Client(Stream):
         tls: Identity | None = None,
         clock: Clock = SYSTEM,
     ) -> None:
-        self.targets = targets
         # publications kept on disk until acknowledged, across restarts of this process
         self._outbox = None if outbox is None else Outbox(outbox, client_id)
         self.id = self._outbox.client if self._outbox else client_id or f"c-{uuid.uuid4().hex[:10]}"

@@ -29,6 +29,15 @@ def subscribed(book: Book, ref: str = "1") -> tuple[Sub, Subscribe]:
     return sub, message
 
 
+def acknowledged() -> Book:
+    """A book with one subscription, ref 1, acknowledged as B1/c/1."""
+    book: Book = Requests()
+    subscribed(book)
+    book.acknowledged("1", "B1/c/1")
+    book.answered("1")
+    return book
+
+
 def test_a_subscription_keeps_its_first_id_and_is_found_by_its_current_one() -> None:
     book: Book = Requests()
     sub, message = subscribed(book)
@@ -59,10 +68,7 @@ def test_publications_are_counted_until_answered() -> None:
 
 
 def test_a_withdrawal_forgets_the_request_and_a_lost_link_ends_it() -> None:
-    book: Book = Requests()
-    subscribed(book)
-    book.acknowledged("1", "B1/c/1")
-    book.answered("1")
+    book = acknowledged()
     live = book.withdraw("B1/c/1")
     assert live is not None and live.current == "B1/c/1" and book.live == {}
     book.sent("B1/c/1", Unsubscribe("B1/c/1"), "withdrawing")
@@ -74,9 +80,7 @@ def test_a_withdrawal_forgets_the_request_and_a_lost_link_ends_it() -> None:
 
 
 def test_a_refused_request_is_no_longer_live() -> None:
-    book: Book = Requests()
-    subscribed(book)
-    book.acknowledged("1", "B1/c/1")
+    book = acknowledged()
     book.refused("1")
     assert book.live == {} and book.name_of("B1/c/1") is None
 
