@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import logging
 import uuid
 from collections import Counter
@@ -41,6 +40,7 @@ from broker.client.outbox import Outbox, OutboxError
 from broker.client.queues import DeliveryQueue
 from broker.client.receipts import Receipts
 from broker.client.reconnect import JITTER, Backoff, Brokers, ConnectionEvent, brokers
+from broker.client.requests import Refs
 from broker.client.streams import Delivery, Queue, Stream, Subscription
 from broker.clock import SYSTEM, Clock
 from broker.errors import BadMessage, ConnectError, LocalError, RefusedError
@@ -160,11 +160,10 @@ class Client(Stream):
         self.refusals = self.asking.refusals  # the last REFUSALS_KEPT, counted in full in counters
         self.deliveries = Deliveries(self.requests, receipts, self._queue, self.counters, self._took)
         # a session of our own: publication ids survive a reconnection (see docs/overlay.md), and
-        # with an outbox a restart too; this run's own for what is published past the outbox,
-        # whose numbers the outbox does not count: a later run must not give them again
-        self._volatile = client_session(clock.time(), JITTER.getrandbits(32))
-        self._stamp = self._outbox.session if self._outbox else self._volatile
-        self._refs = itertools.count(self._outbox.next if self._outbox else 1)
+        # with an outbox a restart too
+        volatile = client_session(clock.time(), JITTER.getrandbits(32))
+        box = self._outbox
+        self.refs = Refs(box.next, box.session, volatile) if box else Refs(1, volatile, volatile)
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
@@ -263,19 +262,8 @@ class Client(Stream):
 
     # requests -----------------------------------------------------------------------------------
 
-    def _ref(self, name: str | None) -> str:
-        """The client's own next number, or the caller's ``name`` for a request it will make
-        again after a restart of its process: a broker that kept this client's session (durable
-        sessions) then recognises it as the one it holds, where a counted ref could name another
-        request after the restart."""
-        if name is None:
-            return str(next(self._refs))
-        if not name or name.isdigit() or any(c in name for c in "/@ "):
-            raise ValueError(f"a request name has no /, @ or space and is not a number: {name!r}")
-        return name
-
     async def advertise(self, advertisement: Filter | str, name: str | None = None) -> str:
-        ref = self._ref(name)
+        ref = self.refs.next(name)
         message = Advertise(ref, _filter(advertisement))
         self.requests.make(ref, message)
         return str(await self.asking.ask(message, ref))
@@ -314,7 +302,7 @@ class Client(Stream):
     ) -> Subscription:
         if lossy and not own_queue:
             raise ValueError("a lossy subscription needs its own queue: the merged stream never drops")
-        ref = self._ref(name)
+        ref = self.refs.next(name)
         message = request(ref)
         queue = self._new_queue(lossy, f"{self.id}:{ref}") if own_queue else self._queue
         sub = Subscription(self, "", message, queue)
@@ -364,9 +352,6 @@ class Client(Stream):
         live = self.requests.live.get(name)
         return live.first if live is not None and live.first else None
 
-    def _publication_ref(self, durable: bool = True) -> str:
-        return f"{next(self._refs)}@{self._stamp if durable else self._volatile}"
-
     async def publish(self, publication: Publication | str) -> str:
         """Publish and wait for the broker's acknowledgement (through reconnections); waits
         first while ``max_unacked`` publications are unacknowledged. With an outbox, it is on
@@ -375,7 +360,7 @@ class Client(Stream):
         while self.asking.unacknowledged >= self.max_unacked and not self._closing:
             self.asking.acked.clear()
             await self.asking.acked.wait()
-        ref = self._publication_ref()
+        ref = self.refs.publication()
         return str(await self.asking.ask(Publish(ref, _publication(publication)), ref))
 
     def publish_nowait(self, publication: Publication | str, durable: bool = True) -> None:
@@ -387,7 +372,7 @@ class Client(Stream):
         if self.asking.unacknowledged >= self.max_unacked:
             self.counters["refused.unacknowledged"] += 1
             raise TooManyUnacknowledged(self.asking.unacknowledged)
-        message = Publish(self._publication_ref(durable), _publication(publication))
+        message = Publish(self.refs.publication(durable), _publication(publication))
         storing = self.asking.storing
         if storing is not None and durable:
             storing.store(message, None)
@@ -408,7 +393,7 @@ class Client(Stream):
 
     async def status(self, detail: bool = False) -> dict[str, object]:
         """The broker's status; with ``detail``, its routing tables too (see ``Router.status``)."""
-        ref = str(next(self._refs))
+        ref = self.refs.next()
         reply = await self.asking.ask(StatusRequest(ref, detail), ref)
         assert isinstance(reply, dict)
         return reply

@@ -14,15 +14,41 @@ answer is an opaque ``waiter`` to it, and a subscription any object with an ``id
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from broker.routing import Advertise, CompositeSubscribe, Publish, Subscribe, Unadvertise, Unsubscribe
+from broker.routing.ids import ClientRef
 from broker.transport.codec import WireMessage
 
-__all__ = ["Live", "Pending", "Requests", "Standing"]
+__all__ = ["Live", "Pending", "Refs", "Requests", "Standing"]
 
 Standing = Advertise | Subscribe | CompositeSubscribe  # the requests that stay live until withdrawn
+
+
+class Refs:
+    """The refs a client gives its requests: its own numbers, counted from ``first``, or the
+    caller's names; a publication's adds a session the client named itself (see ``ClientRef``):
+    ``stamp``, or for one not kept in the outbox ``volatile``, whose numbers the outbox does not
+    count (a later run, which counts on from the outbox, must not give them again)."""
+
+    def __init__(self, first: int, stamp: str, volatile: str) -> None:
+        self.stamp, self.volatile = stamp, volatile
+        self._numbers = itertools.count(first)
+
+    def next(self, name: str | None = None) -> str:
+        """The next number, or the caller's ``name`` for a request it will make again after a
+        restart of its process: a broker that kept this client's session (durable sessions) then
+        recognises it as the one it holds, where a counted ref could name another request."""
+        if name is None:
+            return str(next(self._numbers))
+        if not name or name.isdigit() or any(c in name for c in "/@ "):
+            raise ValueError(f"a request name has no /, @ or space and is not a number: {name!r}")
+        return name
+
+    def publication(self, durable: bool = True) -> str:
+        return str(ClientRef(self.next(), self.stamp if durable else self.volatile))
 
 
 class Named(Protocol):

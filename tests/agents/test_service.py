@@ -281,7 +281,7 @@ def test_a_restarted_agent_resends_a_status_that_was_never_acknowledged(tmp_path
             lambda: len(registered.issued) == len(first.agent.wanted) > 0, what="the agent registered"
         )
         assert first.client is not None
-        stamp = first.client._stamp
+        stamp = first.client.refs.stamp
         await b.stop()
         await until(lambda: first.client is not None and not first.client.connected, what="the link lost")
         first._publish(status)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from broker.client.requests import Requests
+from broker.client.requests import Refs, Requests
 from broker.language import parse_filter, parse_publication
 from broker.routing import Advertise, Publish, StatusRequest, Subscribe, Unsubscribe
 from broker.routing.ids import CLIENT_SESSION_DIGITS, ClientRef, OverlayId, client_session
@@ -115,3 +115,16 @@ def test_a_session_the_client_named_is_told_from_a_brokers_stamp() -> None:
     assert not ClientRef("3", "18c0ffee000").named_by_client and not ClientRef("3").named_by_client
     assert ClientRef.parse(f"12@{session}").number == 12
     assert OverlayId.parse(f"B1/c/12@{session}") == OverlayId("B1", "c", "12")
+
+
+def test_refs_count_take_names_and_print_a_publications_session() -> None:
+    refs = Refs(7, "s" * CLIENT_SESSION_DIGITS, "v" * CLIENT_SESSION_DIGITS)
+    assert refs.next() == "7" and refs.next("acks") == "acks"
+    assert refs.publication() == f"8@{'s' * CLIENT_SESSION_DIGITS}"
+    assert ClientRef.parse(refs.publication(durable=False)) == ClientRef("9", "v" * CLIENT_SESSION_DIGITS)
+
+
+@pytest.mark.parametrize("name", ["", "12", "a/b", "a@b", "a b"])
+def test_a_request_name_is_no_number_and_has_no_separator(name: str) -> None:
+    with pytest.raises(ValueError, match="a request name"):
+        Refs(1, "", "").next(name)
