@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/report.py
 	$(BIN)/python benchmarks/reliability.py
 	$(BIN)/python benchmarks/soak.py
+	$(BIN)/python benchmarks/sites.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check broker workflow_messages agents wfm tests benchmarks

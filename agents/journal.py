@@ -1,40 +1,38 @@
-"""The agent's journal: a snapshot plus a tail of fsync'd JSON lines, recovered on restart.
+"""The agent's journal: the events its state machine consumed, on :class:`broker.durable.WriteAheadLog`.
 
-The tail (``journal.jsonl``) is an append-only log of the events the state machine consumed
-(envelopes, deliveries, finished or lost runs, ticks that started retries); each record is fsync'd
-before its effects happen, so nothing acted on is missing after a crash. Records that arrive
-together are fsync'd together (one ``sync`` per batch), which keeps a busy agent off the disk's
-latency. Feeding them back to :meth:`agents.state.Agent.handle` rebuilds the same state, so a job
-that finished is not run again and a job that was started is known to be in a supervisor's hands.
+Each record is an event (envelopes, deliveries, finished or lost runs, ticks that started
+retries; :mod:`agents.journal_records`) fsync'd before its effects happen, so nothing acted on is
+missing after a crash. Records that arrive together are fsync'd together (one ``fsync`` per
+batch), which keeps a busy agent off the disk's latency; the adapter may leave a batch flushed
+and not synced when losing it to a crash of the machine costs nothing (``_ends_only`` in
+:mod:`agents.service`). Feeding them back to :meth:`agents.state.Agent.handle` rebuilds the same state,
+so a job that finished is not run again and a job that was started is known to be in a
+supervisor's hands.
 
 So that neither the disk nor the restart time grows with history, the journal is compacted once
-the tail holds ``max_records`` records or ``max_bytes`` bytes: the agent's state
-(:meth:`agents.state.Agent.snapshot`) goes to ``snapshot.json``, then the tail is emptied. Every
-record carries a sequence number and the snapshot the number of the last record it includes, so a
-crash at any point of compaction loses nothing and replays nothing twice:
+it holds ``max_records`` records or ``max_bytes`` bytes since the last snapshot: the agent's
+state (:meth:`agents.state.Agent.snapshot`, as JSON) becomes the log's checkpoint, whose steps
+lose nothing and replay nothing twice whenever a crash comes (:mod:`broker.durable.log`).
 
-1. the snapshot is written to a temporary file and fsync'd: a crash leaves the old snapshot and the
-   whole tail (the temporary file is ignored);
-2. it is renamed over ``snapshot.json`` and the folder fsync'd: from then on, the tail records it
-   includes are skipped when read;
-3. the tail is truncated and fsync'd.
+The log lives in ``journal/`` of the agent's state directory. A state directory that still holds
+the journal of the versions before (``snapshot.json`` and ``journal.jsonl``:
+:mod:`agents.old_journal`) is converted on the first start: read, checkpointed into the log, and
+deleted once the checkpoint is durable (a crash in between reads it again, or deletes it).
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
-import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from agents.state import Agent, Delivered, Event, Finished, Incoming, Lost, Result, Run, Tick
-from agents.supervisor import write_atomically
-from broker.durable.log import private_directory
+from agents import old_journal
+from agents.journal_records import decode, encode
+from agents.state import Agent, Event
+from broker.durable.log import LogInUse, WriteAheadLog, private_directory
 from broker.errors import LocalError
-from broker.language import ParseError, Publication, parse_publication
+from broker.language import ParseError
 
 __all__ = ["Journal"]
 
@@ -45,152 +43,95 @@ MAX_BYTES = 16 << 20
 
 
 class Journal:
-    """``snapshot.json`` and ``journal.jsonl`` in the agent's state directory, which it makes
-    its user's only (0700, :func:`broker.durable.log.private_directory`): the journal, the
-    supervisor's files and the runs' logs hold every envelope, commands included."""
+    """The log in ``journal/`` of the agent's state directory, which it makes its user's only
+    (0700, :func:`broker.durable.log.private_directory`): the journal, the supervisor's files and
+    the runs' logs hold every envelope, commands included."""
 
     def __init__(self, state_dir: Path, max_records: int = MAX_RECORDS, max_bytes: int = MAX_BYTES) -> None:
-        private_directory(state_dir)
-        self.path = state_dir / "journal.jsonl"
-        self.snapshot_path = state_dir / "snapshot.json"
+        self.state_dir = private_directory(state_dir)
+        self.directory = state_dir / "journal"
         self.max_records, self.max_bytes = max_records, max_bytes
-        # one agent per state directory: two would interleave their records, and one's compaction
-        # would truncate the other's (a killed wfm up leaves its agents running)
-        self._lock = os.open(state_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        # one agent per state directory: two would interleave their records, and one's
+        # checkpoint would cut the other's (a killed wfm up leaves its agents running)
         try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock)
+            self.wal = WriteAheadLog(self.directory)
+        except LogInUse:
             raise LocalError(f"{state_dir} is in use by another agent") from None
-        self.path.touch(mode=0o600)
-        self._file = self.path.open("r+b")
-        self._file.seek(0, os.SEEK_END)
-        self.sequence = 0  # the number of the last record written (or read)
-        self.tail = 0  # records in the tail, included in the snapshot or not
+        if old_journal.in_use(state_dir):
+            self.wal.close()
+            raise LocalError(f"{state_dir} is in use by another agent")
+        # read at once, so records written before :meth:`recover` go after these
+        self._found: tuple[bytes | None, list[bytes]] | None = self.wal.recover()
 
     def recover(self, agent: Agent) -> int:
-        """Give ``agent`` (new) the journaled state: the snapshot, then the tail records after it.
-        A torn last line (a crash mid-write) is cut off, so the next record starts on a line of its
-        own. Returns how many tail records were replayed."""
-        snapshot = self._read_snapshot()
-        included = 0
+        """Give ``agent`` (new) the journaled state: the snapshot, then the records after it.
+        Returns how many records were replayed."""
+        if self._found is None:
+            raise RuntimeError(f"{self.directory}: recover() is called once")
+        (snapshot, records), self._found = self._found, None
+        if snapshot is None and not records:
+            converted = old_journal.replay(self.state_dir, agent)
+            if converted is None:
+                return 0
+            self.compact(agent.snapshot())
+            log.info(
+                "%s: converted the journal of an earlier version into %s", self.state_dir, self.directory
+            )
+            self._remove_old()
+            return converted
+        self._remove_old()  # a conversion cut short after its checkpoint
         if snapshot is not None:
-            agent.restore(snapshot["state"])
-            included = self.sequence = int(snapshot["sequence"])
-        replayed, end = 0, 0
-        self._file.seek(0)
-        for number, line in enumerate(self._file, 1):
-            if not line.endswith(b"\n"):
-                log.warning("%s:%d: cut off a torn record", self.path, number)
-                break
-            end += len(line)
-            self.tail += 1
+            agent.restore(self._state(snapshot))
+        replayed = 0
+        for number, record in enumerate(records, 1):
             try:
-                record = json.loads(line)
-                sequence = int(record.get("n", number))  # journals from before compaction: by line
-                event, now = _decode(record), float(record["t"])
+                event, now = decode(json.loads(record))
             except (ValueError, KeyError, TypeError, ParseError) as error:
-                log.warning("%s:%d: skipped a bad record: %s", self.path, number, error)
+                log.warning(
+                    "%s: record %d after the snapshot: skipped a bad record: %s",
+                    self.directory,
+                    number,
+                    error,
+                )
                 continue
-            self.sequence = max(self.sequence, sequence)
-            if sequence > included:
-                agent.handle(event, now)
-                replayed += 1
-        self._file.truncate(end)
-        self._file.seek(end)
+            agent.handle(event, now)
+            replayed += 1
         return replayed
 
-    def _read_snapshot(self) -> dict[str, Any] | None:
+    def _state(self, snapshot: bytes) -> dict[str, Any]:
         try:
-            text = self.snapshot_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        try:
-            snapshot: dict[str, Any] = json.loads(text)
-            int(snapshot["sequence"]), snapshot["state"]["installs"]
-        except (ValueError, KeyError, TypeError) as error:  # written atomically: not a torn write
-            raise LocalError(f"{self.snapshot_path}: not an agent snapshot ({error})") from None
-        return snapshot
+            state: dict[str, Any] = json.loads(snapshot)
+            state["installs"]
+        except (ValueError, KeyError, TypeError) as error:  # checksummed: not a torn write
+            raise LocalError(f"{self.directory}: not an agent snapshot ({error})") from None
+        return state
+
+    def _remove_old(self) -> None:
+        for name in old_journal.FILES:
+            (self.state_dir / name).unlink(missing_ok=True)
 
     def write(self, event: Event, now: float) -> None:
-        """Buffer one record; it is durable after the next :meth:`sync`."""
-        self.sequence += 1
-        self.tail += 1
-        record = {"n": self.sequence, "t": now, **_encode(event)}
-        self._file.write(json.dumps(record, ensure_ascii=False).encode() + b"\n")
-
-    def sync(self) -> None:
-        self.flush()
-        self.fsync()
+        """Buffer one record; it is durable after the next :meth:`fsync`."""
+        self.wal.append(encode(event, now))
 
     def flush(self) -> None:
         """Hand the buffered records to the kernel (they survive the process, not the machine)."""
-        self._file.flush()
+        self.wal.flush()
 
     def fsync(self) -> None:
-        """Make what :meth:`flush` handed over durable. It touches no Python state, so an asyncio
-        owner can run it in a thread while its loop goes on (and nothing else writes meanwhile)."""
-        os.fsync(self._file.fileno())
+        """Make the records written so far durable, flushed or not. An asyncio owner may run it in
+        a thread while its loop goes on (:class:`broker.durable.offload.Offload`)."""
+        self.wal.commit()
+
+    sync = fsync  # flush and fsync in one call: the same, since fsync writes what is not flushed
 
     def due(self) -> bool:
-        """Whether the tail is long enough to compact."""
-        return self.tail >= self.max_records or self._file.tell() >= self.max_bytes
+        """Whether the journal is long enough to compact."""
+        return self.wal.records_since_checkpoint >= self.max_records or self.wal.log_bytes >= self.max_bytes
 
     def compact(self, state: dict[str, Any]) -> None:
-        """Replace the synced tail by ``state`` (:meth:`Agent.snapshot` after every record written)."""
-        self.sync()
-        write_atomically(self.snapshot_path, {"sequence": self.sequence, "state": state})  # steps 1, 2
-        self._file.truncate(0)  # step 3
-        self._file.seek(0)
-        os.fsync(self._file.fileno())
-        self.tail = 0
+        """Replace the records by ``state`` (:meth:`Agent.snapshot` after every record written)."""
+        self.wal.checkpoint(json.dumps(state, ensure_ascii=False).encode())
 
     def close(self) -> None:
-        self._file.close()
-        os.close(self._lock)
-
-
-def _encode(event: Event) -> dict[str, Any]:
-    if isinstance(event, Incoming):
-        return {"event": "incoming", "pub": _structure(event.publication)}
-    if isinstance(event, Delivered):
-        return {"event": "delivery", "key": event.key, "pubs": [_structure(p) for p in event.publications]}
-    if isinstance(event, Finished):
-        return {"event": "finished", "run": asdict(event.run), "result": asdict(event.result)}
-    if isinstance(event, Lost):
-        return {"event": "lost", "run": asdict(event.run)}
-    return {"event": "tick"}
-
-
-def _structure(publication: Publication) -> list[Any]:
-    """A publication as JSON keeps it: ``[class, {attribute: value}]``. Not its text, which a
-    restart would have to parse again (about 0.2 ms each with the grammar: seconds for a tail of
-    10,000 records, so a restart's time grew with the tail; built from this, 3 µs)."""
-    return [publication.cls, dict(publication.fields)]
-
-
-def _publication(data: Any) -> Publication:
-    """The publication of a journal record: ``[class, {attribute: value}]``, checked by the
-    constructor as any other; or its text, as journals written before the structure have it."""
-    if isinstance(data, str):
-        return parse_publication(data)
-    cls, attributes = data
-    if not isinstance(cls, str) or not isinstance(attributes, dict):
-        raise ValueError(f"not a publication: {data!r:.80}")
-    return Publication(cls, attributes)
-
-
-def _decode(record: dict[str, Any]) -> Event:
-    kind = record["event"]
-    if kind == "incoming":
-        return Incoming(_publication(record["pub"] if "pub" in record else record["publication"]))
-    if kind == "delivery":
-        publications = record["pubs"] if "pubs" in record else record["publications"]
-        return Delivered(record["key"], tuple(map(_publication, publications)))
-    if kind == "finished":
-        return Finished(Run(**record["run"]), Result(**record["result"]))
-    if kind == "lost":
-        return Lost(Run(**record["run"]))
-    if kind == "tick":
-        return Tick()
-    raise ValueError(f"unknown event {kind!r}")
+        self.wal.close()

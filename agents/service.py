@@ -42,11 +42,11 @@ from agents.state import (
     Finished,
     Incoming,
     Lost,
-    Request,
+    Register,
     Run,
     Start,
     Stop,
-    Tick,
+    TimePassed,
     Withdraw,
 )
 from broker import failpoints
@@ -134,7 +134,7 @@ class AgentService:
         log.info("agent %s recovered its journal (%d records after the snapshot)", self.agent.name, replayed)
         failed = self.registering.failed = asyncio.get_running_loop().create_future()
         self._act(self.agent.resume())
-        await self._handle(Tick())
+        await self._handle(TimePassed())
         connection = asyncio.create_task(self._keep_connected())
         stopping = asyncio.create_task(self.stopping.wait())
         pruning = asyncio.create_task(self._prune_regularly())
@@ -154,7 +154,7 @@ class AgentService:
                     await asyncio.sleep(0)  # a burst of envelopes must not starve the link's heartbeats
                 else:
                     getter.cancel()
-                    await self._handle(Tick())
+                    await self._handle(TimePassed())
         finally:
             stopping.cancel()
             connection.cancel()
@@ -193,10 +193,10 @@ class AgentService:
                 if delivery is not None and self.client is not None:  # raise it again, and so
                     self.client.done(delivery)  # would the broker's delivering it again
                 continue
-            if caused or not isinstance(event, Tick):
+            if caused or not isinstance(event, TimePassed):
                 self.journal.write(event, now)
             effects += caused
-        requests = [effect.key for effect in effects if isinstance(effect, Request | Withdraw)]
+        requests = [effect.key for effect in effects if isinstance(effect, Register | Withdraw)]
         for key in requests:
             self.registering.register(key)
         if requests:  # one turn of the loop puts them on the link before what is published next

@@ -100,7 +100,6 @@ __all__ = [
     "parse_runs",
     "peer_credentials",
     "recorded",
-    "write_atomically",
 ]
 
 MAX_TIMEOUT = 1e9  # seconds (31 years); a longer timeout is none
@@ -130,20 +129,6 @@ def _boot_id() -> str:
 
 
 BOOT = _boot_id()
-
-
-def write_atomically(path: str | os.PathLike[str], data: dict[str, object]) -> None:
-    """``path`` holds either nothing or all of ``data``, whenever the machine stops."""
-    path = os.fspath(path)
-    temporary = path + ".tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, json.dumps(data).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    _fsync_folder(path)
 
 
 def _fsync_folder(path: str) -> None:
@@ -315,7 +300,7 @@ def beside(log: str, suffix: str) -> str:
     return log[: -len(".log")] + suffix
 
 
-class Request:
+class RunRequest:
     """One "run R" request, checked (:func:`parse_request`)."""
 
     __slots__ = ("command", "cwd", "env", "log", "number", "timeout")
@@ -371,7 +356,7 @@ def parse_environment(value: object) -> dict[str, str]:
     return env
 
 
-def parse_request(message: object, state_dir: str, folders: dict[str, str] | None = None) -> Request:
+def parse_request(message: object, state_dir: str, folders: dict[str, str] | None = None) -> RunRequest:
     """The request in ``message``, its log resolved and checked to be inside ``logs/`` of
     ``state_dir``; ValueError (one line) if it is not one. ``folders`` caches what folders
     resolved to (a daemon's): resolving walks every component with a system call, and a
@@ -392,7 +377,7 @@ def parse_request(message: object, state_dir: str, folders: dict[str, str] | Non
         raise ValueError(f"log {given!r} is not a .log file inside {logs}")
     seconds = None if timeout is None or not 0 < timeout < MAX_TIMEOUT else float(timeout)
     command, cwd = _text(message["command"], "command"), _text(message["cwd"], "cwd")
-    return Request(
+    return RunRequest(
         number, os.path.join(folder, name), command, cwd, seconds, parse_environment(message["env"])
     )
 
@@ -582,7 +567,7 @@ class Daemon:
 
     # runs -----------------------------------------------------------------------------------
 
-    def _decide(self, connection: Connection, request: Request) -> None:
+    def _decide(self, connection: Connection, request: RunRequest) -> None:
         """Attach, answer from the files, or start: see the module's docstring."""
         waiter = (connection, request.number)
         command = self.commands.get(request.log)
@@ -603,7 +588,7 @@ class Daemon:
             assert connection.env is not None
             self._start(waiter, request, {**connection.env, **request.env})
 
-    def _start(self, waiter: Waiter, request: Request, env: dict[str, str]) -> None:
+    def _start(self, waiter: Waiter, request: RunRequest, env: dict[str, str]) -> None:
         try:  # the log is the mark that the command may have started: created first, once
             output = os.open(request.log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         except OSError as error:
@@ -675,7 +660,7 @@ class Daemon:
                     self._answer(waiter, answer)
 
 
-def _spawn(request: Request, env: dict[str, str], output: int) -> int:
+def _spawn(request: RunRequest, env: dict[str, str], output: int) -> int:
     """``/bin/sh -c COMMAND`` in its cwd, in a session and process group of its own."""
     os.chdir(request.cwd)  # posix_spawn has no cwd; the loop is single-threaded
     try:

@@ -20,7 +20,7 @@ compares the sequences of different deployers: their clocks must agree to within
 two deployments of one workflow. CANCEL and RERUN may also be signed by an ``operator``.
 
 A firing is acted on only if every publication in it is admitted (:meth:`Trust.admit_trigger`,
-:meth:`Trust.admit_status`; the firing's shape is :mod:`agents.state`'s to check), so a broker can
+:meth:`Trust.admit_status`; the firing's shape is :mod:`agents.firing`'s to check), so a broker can
 neither start a generation nor end a job early:
 
 - a **Trigger** must be signed by a deployer, an operator or a scheduler of the CA (without a CA:

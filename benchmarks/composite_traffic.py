@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 
 from agents.envelope import Registration, parse_control, parse_deploy, registrations
 from broker.language import Filter, Predicate, Var
+from broker.messages import Deliver
 from broker.routing.detection import Detector
-from broker.routing.messages import Deliver
 from broker.sim import Overlay
 from broker.sim.overlay import SimClient
 from wfm.workflow import After, Job, Workflow, translate

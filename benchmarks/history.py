@@ -37,8 +37,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from broker.language import parse_filter, parse_publication
-from wfm.history import HistoryStore, Landing, spark_session
+from wfm.history.landing import Landing
 from wfm.history.report import job_report
+from wfm.history.spark import spark_session
+from wfm.history.store import HistoryStore
 
 T = TypeVar("T")
 YEAR = datetime(2025, 1, 1, tzinfo=UTC).timestamp()

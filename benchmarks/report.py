@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from broker.language import Publication
-from wfm.history import Landing
+from wfm.history.landing import Landing
 
 WFM = str(Path(sys.executable).with_name("wfm"))
 JOBS = ("APPL_START", "JobA", "JobB", "JobC", "JobD", "Alert", "APPL_END")

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agents.trust import Trust, identity_author, load_ca
-from broker.routing import Publish
+from broker.messages import Publish
 from broker.transport.codec import decode, encode
 from wfm.certs import init, issue
 from workflow_messages import job_status

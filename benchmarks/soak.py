@@ -56,6 +56,7 @@ from typing import Any
 from reliability import Observed, interrupted, relinked, wait_for, watch
 
 from broker.client import BlockingClient, ConnectError
+from broker.durable.log import read_snapshot
 from broker.errors import WfmError
 from broker.transport.uri import BrokerURI
 from wfm.triggers import TriggerPublisher
@@ -109,9 +110,14 @@ def agent_parts(state: Path) -> dict[str, int]:
     """What can grow in an agent's state directory: the journal's tail and snapshot, what the
     snapshot remembers (generations in progress, ended ones kept as duplicates' filter for
     ``--keep-days``), and the run-log folders (one per generation, pruned by retention)."""
-    parts = {"journal_bytes": size(state / "journal.jsonl"), "snapshot_bytes": size(state / "snapshot.json")}
-    with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
-        snapshot = json.loads((state / "snapshot.json").read_text())["state"]
+    journal = state / "journal"
+    snapshots = sorted(journal.glob("snap-*"), key=lambda p: int(p.name[len("snap-") :]))
+    parts = {
+        "journal_bytes": sum(map(size, journal.glob("log-*"))),
+        "snapshot_bytes": size(snapshots[-1]) if snapshots else 0,
+    }
+    with contextlib.suppress(FileNotFoundError, IndexError, TypeError, ValueError, KeyError):
+        snapshot = json.loads(read_snapshot(snapshots[-1]) or b"")  # a checkpoint may remove it
         parts["snapshot_generations"] = len(snapshot["generations"])
         parts["snapshot_ended"] = len(snapshot["ended"])
     logs = state / "logs"

@@ -92,14 +92,19 @@ def test_the_workflow_vocabulary_and_the_agents_import_no_heavy_libraries(packag
     assert [(file, module) for file, module in imported_modules(package) if not allowed(module)] == []
 
 
-def test_a_client_process_loads_neither_the_matcher_nor_spark() -> None:
-    """``broker.routing`` and ``wfm.history`` import their heavy names when first used
-    (``broker.lazy``): a publisher, an agent or ``wfm deploy`` must not pay NumPy's or PySpark's
-    start-up for a router or a store it never builds."""
+def test_a_client_process_loads_neither_the_router_nor_the_matcher_nor_spark() -> None:
+    """The wire vocabulary is a floor of its own (``broker.messages``) and ``wfm.history`` imports
+    nothing itself: a publisher, an agent or ``wfm deploy`` must not pay for a router (NumPy) or a
+    store (PySpark) it never builds."""
     probe = (
         "import sys, broker.client, agents.service, wfm.deploy, wfm.monitor.service; "
-        "print(sorted({'numpy', 'pyspark'} & set(sys.modules)))"
+        "print(sorted(m for m in sys.modules if m in ('numpy', 'pyspark') or m.startswith('broker.routing')))"
     )
     command = [sys.executable, "-c", probe]
     loaded = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
     assert loaded.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("floor", ["broker/messages", "broker/client"])
+def test_the_wire_vocabulary_and_the_client_import_no_router_module(floor: str) -> None:
+    assert [(f, m) for f, m in imported_modules(floor) if m.startswith("broker.routing")] == []

@@ -8,14 +8,14 @@ P-256; nothing existing is overwritten without ``force``, so a second ``init`` c
 every issued identity off its CA. ``revoke(DIR, NAME)`` adds NAME's certificate to ``DIR/ca.crl``,
 a CRL signed by the CA that every process re-reads (``broker.transport.revocation``).
 
-Modes are explicit, whatever the umask (``_write_file``): keys 0600, certificates and the CRL
-0644 (public, and read by processes that may run as another user once copied to their host),
-the directory 0700 when it is made here: it holds ``ca.key`` and every identity's key, whose
-names and presence are nobody else's business, and nothing in it is of use to another user of
-this machine (they cannot read the keys; the public files are copied to where they run). A
-directory that already exists keeps its mode. Every file is written to a temporary name with its
-mode set before a byte is written, then renamed over the old one: a reader sees the old file or
-the new, never half of one, and a key is never readable by others, not even for an instant.
+Modes are explicit, whatever the umask (:func:`broker.durable.log.replace_atomically`): keys 0600,
+certificates and the CRL 0644 (public, and read by processes that may run as another user once
+copied to their host), the directory 0700 when it is made here: it holds ``ca.key`` and every
+identity's key, whose names and presence are nobody else's business, and nothing in it is of use to
+another user of this machine (they cannot read the keys; the public files are copied to where they
+run). A directory that already exists keeps its mode. Every file is written to a temporary name
+with its mode set before a byte is written, then renamed over the old one: a reader sees the old
+file or the new, never half of one, and a key is never readable by others, not even for an instant.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import datetime
 import ipaddress
 import os
 import re
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from broker.durable.log import replace_atomically
 from broker.errors import LocalError
 from broker.transport.revocation import CRL, Entry, RevocationError, name_extension, read
 
@@ -324,7 +324,7 @@ def _write_crl(
         )
     pem = builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
     try:
-        _write_file(directory / CRL, pem, PUBLIC_MODE)
+        replace_atomically(directory / CRL, pem, mode=PUBLIC_MODE)
     except OSError as error:
         raise CertError(f"cannot write {directory / CRL}: {error.strerror or error}") from None
 
@@ -343,8 +343,8 @@ def _write(
         private = key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
-        _write_file(key_file, private, KEY_MODE)
-        _write_file(crt, cert.public_bytes(serialization.Encoding.PEM), PUBLIC_MODE)
+        replace_atomically(key_file, private, mode=KEY_MODE)
+        replace_atomically(crt, cert.public_bytes(serialization.Encoding.PEM), mode=PUBLIC_MODE)
     except OSError as error:
         raise CertError(f"cannot write {what} in {directory}: {error.strerror or error}") from None
     return crt
@@ -361,25 +361,3 @@ def _make_directory(directory: Path) -> None:
     except FileExistsError:  # made meanwhile by someone else: theirs
         return
     os.chmod(directory, DIRECTORY_MODE)  # the umask may have taken bits off (or left them, at 000)
-
-
-def _write_file(path: Path, data: bytes, mode: int) -> None:
-    """``data`` in ``path`` with ``mode``, whatever the umask: written to a temporary file made
-    with that mode (fchmod'ed: the umask only takes bits away), synced, renamed over ``path``."""
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        with os.fdopen(descriptor, "wb") as out:
-            os.fchmod(out.fileno(), mode)
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)

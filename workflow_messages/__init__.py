@@ -31,6 +31,7 @@ from workflow_messages.calendars import DAILY, DAYS, WORDS, Calendar, parse_week
 from workflow_messages.generation import Graph, decide_end, end_of, outcome, skipped_jobs
 from workflow_messages.graph import find_cycles, topological_order
 from workflow_messages.jobstatus import (
+    JobStatus,
     blocked,
     end_condition,
     ended,
@@ -39,6 +40,7 @@ from workflow_messages.jobstatus import (
     job_condition,
     job_status,
     monitor_subscriptions,
+    parse_job_status,
     start_subscription,
     status_advertisement,
 )
@@ -77,13 +79,13 @@ __all__ = [
     "WORDS",
     "Calendar",
     "Graph",
+    "JobStatus",
     "ack",
     "ack_advertisement",
     "ack_subscription",
     "blocked",
     "check_gid",
     "check_name",
-    "cleanup_subscription",
     "control_subscription",
     "decide_end",
     "deployer_advertisement",
@@ -99,6 +101,7 @@ __all__ = [
     "job_status",
     "monitor_subscriptions",
     "outcome",
+    "parse_job_status",
     "parse_weekdays",
     "retire_content",
     "retired_versions",

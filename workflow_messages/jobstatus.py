@@ -6,6 +6,7 @@ monitor).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from broker.language import Atom, Composite, Filter, Publication, Value, Var
 from broker.language.model import combine
@@ -14,6 +15,7 @@ from workflow_messages.names import ACCEPTS, APPL_END, APPL_START, GID, JOBSTATU
 from workflow_messages.trigger import trigger_atom
 
 __all__ = [
+    "JobStatus",
     "blocked",
     "end_condition",
     "ended",
@@ -22,6 +24,7 @@ __all__ = [
     "job_condition",
     "job_status",
     "monitor_subscriptions",
+    "parse_job_status",
     "start_subscription",
     "status_advertisement",
 ]
@@ -82,6 +85,58 @@ def job_status(
         "cancelled": int(cancelled),
     }
     return Publication(JOBSTATUS, values)
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """A JOBSTATUS read back (:func:`parse_job_status`): what agents and monitors decide on.
+    ``version`` is None if the status does not say (the history holds statuses of older agents);
+    ``started`` and ``duration`` likewise; ``attempt`` is 0 for a status published without
+    running anything."""
+
+    workflow: str
+    job: str
+    gid: str
+    status: str
+    detail: str = ""
+    version: str | None = None
+    attempt: int = 0
+    started: float | None = None
+    duration: float | None = None
+    skipped: bool = False  # ``[skipped,1]``: a NORUN on a branch not taken
+    cancelled: bool = False  # ``[cancelled,1]``: published in a cancelled generation
+
+
+def parse_job_status(attributes: Mapping[str, Value]) -> JobStatus | None:
+    """The job status ``attributes`` (a publication's, whose class the caller knows) carry, or
+    None if they carry none: anyone may publish, so a status without a string workflow, job, GID
+    and status is ignored rather than an error; a field of the wrong type reads as not given."""
+    workflow, job, gid, status = (attributes.get(name) for name in ("applname", "jobname", "GID", "status"))
+    if not (
+        isinstance(workflow, str)
+        and isinstance(job, str)
+        and isinstance(gid, str)
+        and isinstance(status, str)
+    ):
+        return None
+    version = attributes.get("version")
+    return JobStatus(
+        workflow,
+        job,
+        gid,
+        status,
+        str(attributes.get("detail", "")),
+        version if isinstance(version, str) else None,
+        int(_number(attributes.get("attempt")) or 0),
+        _number(attributes.get("started")),
+        _number(attributes.get("duration")),
+        attributes.get("skipped") == 1,
+        attributes.get("cancelled") == 1,
+    )
+
+
+def _number(value: Value | None) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def job_condition(workflow: str, after: Iterable[str]) -> Composite:

@@ -22,9 +22,8 @@ from broker.client.requests import Requests
 from broker.client.storing import Storing
 from broker.client.streams import Subscription
 from broker.errors import LinkClosed, NoAnswer, RefusedError
-from broker.routing import Publish, Refuse
-from broker.routing.ids import ClientRef
-from broker.transport.codec import WireMessage, encode
+from broker.messages import ClientRef, Publish, Refuse, WireMessage
+from broker.transport.codec import encode
 from broker.transport.link import Link
 
 __all__ = ["REFUSALS_KEPT", "Asking"]

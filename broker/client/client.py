@@ -53,7 +53,7 @@ from broker.language import (
     parse_filter,
     parse_publication,
 )
-from broker.routing import (
+from broker.messages import (
     Ack,
     Advertise,
     Bye,
@@ -61,6 +61,8 @@ from broker.routing import (
     CompositeSubscribe,
     Deliver,
     Notify,
+    Ping,
+    Pong,
     Publish,
     Refuse,
     StatusReply,
@@ -69,9 +71,9 @@ from broker.routing import (
     Took,
     Unadvertise,
     Unsubscribe,
+    WireMessage,
+    client_session,
 )
-from broker.routing.ids import client_session
-from broker.transport.codec import Ping, Pong, WireMessage
 from broker.transport.link import Link
 from broker.transport.tls import Identity
 from broker.transport.tls import client_id as client_id_of

@@ -20,7 +20,7 @@ from broker.client.queues import DeliveryQueue
 from broker.client.reconnect import Backoff, ConnectionEvent, Greeting, dial_any
 from broker.clock import Clock
 from broker.errors import ConnectError, LinkClosed
-from broker.transport.codec import Ping, WireMessage
+from broker.messages import Ping, WireMessage
 from broker.transport.link import Link
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
@@ -91,7 +91,17 @@ class Connection:
         d = self.dialling
         tls = None if d.tls is None else d.tls.client  # as of now: each dial sees the latest revocations
         return await dial_any(
-            d.targets, d.name, d.timeout, backoff, self.index, d.rng, d.sleep, self.greeting, stay, tls
+            d.targets,
+            d.name,
+            d.timeout,
+            backoff,
+            self.index,
+            d.rng,
+            d.sleep,
+            self.greeting,
+            stay,
+            tls,
+            self.clock,
         )
 
     def take(self, index: int, link: Link) -> None:

@@ -19,7 +19,7 @@ from broker.client.queues import Seen
 from broker.client.receipts import DELAY, Receipts
 from broker.client.requests import Requests
 from broker.client.streams import Delivery, Queue, Subscription
-from broker.routing import Carry, Deliver, Notify
+from broker.messages import Carry, Deliver, Notify
 
 __all__ = ["Deliveries"]
 

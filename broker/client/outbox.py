@@ -3,7 +3,7 @@
 ``Client(..., outbox=DIR)`` stores each publication here (one group commit for all those made
 meanwhile) before sending it, and removes it when its edge broker acknowledges or refuses it. The
 outbox also keeps what makes the publication's overlay-wide id: the client's name, its session
-(``broker.routing.ids.client_session``) and the highest number given, so a client started again on the same
+(``broker.messages.client_session``) and the highest number given, so a client started again on the same
 outbox re-sends what it holds under the same ids (the broker, or the subscriber after a failover,
 drops a copy that got through before the crash) and numbers its new publications after them.
 
@@ -29,8 +29,7 @@ from broker.durable import WriteAheadLog
 from broker.durable.log import Fsync
 from broker.durable.offload import Offload
 from broker.errors import BadMessage, LocalError, ProtocolError
-from broker.routing import Publish
-from broker.routing.ids import ClientRef, client_session
+from broker.messages import ClientRef, Publish, client_session
 from broker.transport.codec import decode, encode
 
 __all__ = ["Outbox", "OutboxError"]

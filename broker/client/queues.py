@@ -20,7 +20,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from broker.routing.ids import ClientRef
+from broker.messages import ClientRef
 
 __all__ = ["DeliveryQueue", "Seen", "dedup_key"]
 

@@ -18,9 +18,16 @@ import itertools
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from broker.routing import Advertise, CompositeSubscribe, Publish, Subscribe, Unadvertise, Unsubscribe
-from broker.routing.ids import ClientRef
-from broker.transport.codec import WireMessage
+from broker.messages import (
+    Advertise,
+    ClientRef,
+    CompositeSubscribe,
+    Publish,
+    Subscribe,
+    Unadvertise,
+    Unsubscribe,
+    WireMessage,
+)
 
 __all__ = ["Live", "Pending", "Refs", "Requests", "Standing"]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from broker import failpoints
 from broker.client.outbox import Outbox, OutboxError
 from broker.errors import LinkClosed
-from broker.routing import Publish
+from broker.messages import Publish
 
 __all__ = ["Send", "Storing"]
 

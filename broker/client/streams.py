@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from broker.client.queues import DeliveryQueue
 from broker.errors import LinkClosed
 from broker.language import Publication
-from broker.routing import CompositeSubscribe, Subscribe
+from broker.messages import CompositeSubscribe, Subscribe
 
 if TYPE_CHECKING:
     from broker.client.client import Client

@@ -26,7 +26,9 @@ A crash in the middle of a commit leaves a torn last record: recovery cuts the l
 warning naming the file and offset. A commit that fails (a full disk, EIO) raises the ``OSError``,
 cuts the file back to what was committed before, and keeps the records it did not write: the next
 commit writes them again. ``fsync="each"`` syncs after every record (to measure what group commit
-saves), ``"off"`` never syncs (survives the process dying, not the machine).
+saves), ``"off"`` never syncs (survives the process dying, not the machine). ``flush`` writes
+what is appended without syncing it, for an owner that decides record by record which must be
+durable before it acts (the next ``commit`` or checkpoint syncs it).
 
 No asyncio here: ``commit`` blocks; an asyncio owner runs it through ``offload.Offload``, on its
 loop while commits are fast and in a thread (its loop going on appending) while they are not.
@@ -40,6 +42,7 @@ import fcntl
 import logging
 import os
 import re
+import secrets
 import stat
 import struct
 import threading
@@ -50,7 +53,14 @@ from typing import Literal
 from broker import failpoints
 from broker.errors import LocalError
 
-__all__ = ["LogCorrupt", "LogInUse", "WriteAheadLog", "private_directory", "replace_atomically"]
+__all__ = [
+    "LogCorrupt",
+    "LogInUse",
+    "WriteAheadLog",
+    "private_directory",
+    "read_snapshot",
+    "replace_atomically",
+]
 
 log = logging.getLogger(__name__)
 
@@ -123,21 +133,45 @@ def _sync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def replace_atomically(path: Path, data: bytes, sync: bool = True) -> None:
-    """``path`` holds its old content or all of ``data``, whenever the machine stops."""
-    temporary = path.with_name(path.name + ".tmp")
-    fd = _open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+def replace_atomically(path: Path, data: bytes, *, mode: int = 0o600, sync: bool = True) -> None:
+    """``path`` holds its old content or all of ``data``, with ``mode`` whatever the umask: the
+    one way this project replaces a file (snapshots, certificates, keys, a puppet's state).
+
+    ``data`` goes to a temporary file of its own beside ``path`` (a unique name: two writers never
+    share one; a crash leaves it behind, ending in ``.tmp``), which is renamed over ``path``.
+    ``sync`` fsyncs the file before the rename and the directory after it, so the machine
+    stopping leaves one or the other; without it, the process dying does (the rename is atomic),
+    and the kernel writes the data back when it will."""
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = _open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
+        try:
+            os.fchmod(fd, mode)  # the umask only takes bits away
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     if sync:
         _sync_directory(path.parent)
+
+
+def read_snapshot(path: Path) -> bytes | None:
+    """The blob of the snapshot file ``path``, or None if it is not whole. Reading needs no lock:
+    a snapshot file is never changed once renamed into place (a tool may read a live log's)."""
+    data = path.read_bytes()
+    if len(data) >= _SNAPSHOT.size:
+        magic, length, crc = _SNAPSHOT.unpack_from(data)
+        blob = data[_SNAPSHOT.size :]
+        if magic == _MAGIC and length == len(blob) and zlib.crc32(blob) == crc:
+            return blob
+    return None
 
 
 class _Segment:
@@ -148,6 +182,7 @@ class _Segment:
         self.file = open(_open(path, os.O_RDWR | os.O_CREAT), "r+b", buffering=0)  # noqa: SIM115
         self.size = size
         self.dirty = False  # bytes past ``size`` may be on disk: cut them before writing more
+        self.unsynced = False  # bytes up to ``size`` written and not fsync'd (:meth:`WriteAheadLog.flush`)
 
     def write(self, data: bytes, sync: bool) -> None:
         if self.dirty:
@@ -165,6 +200,11 @@ class _Segment:
             os.fsync(self.file.fileno())
         self.size += len(data)
         self.dirty = False
+        self.unsynced = not sync
+
+    def sync(self) -> None:
+        os.fsync(self.file.fileno())
+        self.unsynced = False
 
     def close(self) -> None:
         self.file.close()
@@ -215,14 +255,10 @@ class WriteAheadLog:
     def _read_snapshot(self, generation: int) -> bytes | None:
         """The blob of ``snap-<generation>``, or None (with a warning) if it is not whole."""
         path = self._path("snap", generation)
-        data = path.read_bytes()
-        if len(data) >= _SNAPSHOT.size:
-            magic, length, crc = _SNAPSHOT.unpack_from(data)
-            blob = data[_SNAPSHOT.size :]
-            if magic == _MAGIC and length == len(blob) and zlib.crc32(blob) == crc:
-                return blob
-        log.warning("%s: corrupt snapshot (%d bytes), falling back to the one before", path, len(data))
-        return None
+        blob = read_snapshot(path)
+        if blob is None:
+            log.warning("%s: corrupt snapshot, falling back to the one before", path)
+        return blob
 
     def recover(self) -> tuple[bytes | None, list[bytes]]:
         """The last good snapshot (None: the empty state) and the records committed after it,
@@ -288,18 +324,22 @@ class WriteAheadLog:
             self._buffer[:0] = batch
             self._buffered += sum(map(len, batch))
 
-    def _write(self, segment: _Segment, batch: list[bytes], each: bool = True) -> None:
-        """Write ``batch``; on an error, give back what was not written, and raise. ``each``
-        False writes it with one sync even under ``fsync="each"``."""
+    def _write(self, segment: _Segment, batch: list[bytes], each: bool = True, sync: bool = True) -> None:
+        """Write ``batch`` and (``sync``, unless ``fsync="off"``) sync it with what was flushed
+        before; on an error, give back what was not written, and raise. ``each`` False writes it
+        with one sync even under ``fsync="each"``."""
+        sync = sync and self.fsync != "off"
         done = 0
         try:
-            if self.fsync == "each" and each:
+            if self.fsync == "each" and each and sync:
                 for framed in batch:
                     segment.write(framed, sync=True)
                     done += 1
             elif batch:
-                segment.write(b"".join(batch), sync=self.fsync != "off")
+                segment.write(b"".join(batch), sync=sync)
                 done = len(batch)
+            if sync and segment.unsynced:  # flushed before, nothing new to write
+                segment.sync()
         finally:
             if done < len(batch):
                 self._put_back(batch[done:])
@@ -315,11 +355,22 @@ class WriteAheadLog:
         return self._segment
 
     def commit(self) -> int:
-        """Write and sync every record appended before the call: how many. Blocking."""
+        """Write and sync every record appended before the call (how many), and those
+        :meth:`flush` wrote. Blocking."""
         with self._io:
             segment = self._current()
             batch = self._take()
             self._write(segment, batch)
+            return len(batch)
+
+    def flush(self) -> int:
+        """Write every record appended before the call (how many) and sync none: they survive
+        the process dying, not the machine, until the next :meth:`commit` or checkpoint. For an
+        owner whose records need not all be durable at once (an agent's runs' ends). Blocking."""
+        with self._io:
+            segment = self._current()
+            batch = self._take()
+            self._write(segment, batch, sync=False)
             return len(batch)
 
     def checkpoint(self, snapshot: bytes) -> None:
@@ -334,7 +385,7 @@ class WriteAheadLog:
             sync = self.fsync != "off"
             generation = self.generation + 1
             header = _SNAPSHOT.pack(_MAGIC, len(snapshot), zlib.crc32(snapshot))
-            replace_atomically(self._path("snap", generation), header + snapshot, sync)
+            replace_atomically(self._path("snap", generation), header + snapshot, sync=sync)
             failpoints.reach("wal.checkpoint.snapshot")  # the new snapshot, and no log after it
             fresh = _Segment(self._path("log", generation), 0)
             fresh.file.truncate(0)

@@ -37,7 +37,7 @@ from broker.language import parse_filter
 from broker.language.model import Composite, Filter, Publication
 from broker.language.values import format_string
 from broker.matching.oracle import matches
-from broker.routing.messages import Advertise, CompositeSubscribe, Publish, Subscribe
+from broker.messages import Advertise, CompositeSubscribe, Publish, Subscribe
 from broker.routing.relations import predicate_overlaps, subscription_covers
 
 __all__ = ["ANY", "Policy", "PolicyError", "Rules", "refusal"]

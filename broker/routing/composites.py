@@ -29,10 +29,10 @@ from typing import Any
 from broker.errors import ParseError
 from broker.language.model import Atom, Composite, Filter, Policy, Publication, composite_variables
 from broker.language.values import Var
+from broker.messages import DEFAULT_TTL, DETECTOR, CompositeSubscribe, LocalId, Notify, PartId, Unsubscribe
 from broker.routing.detection import Bindings, Detector
-from broker.routing.ids import DETECTOR, LocalId, PartId
-from broker.routing.messages import DEFAULT_TTL, CompositeSubscribe, Notify, Unsubscribe
 from broker.routing.placement import Placement, node_at, place
+from broker.routing.snapshots import Stateful
 from broker.routing.tables import Output, Tables
 
 __all__ = ["Composites", "Detection", "Requester"]
@@ -55,7 +55,9 @@ class Detection:
     subscriptions: tuple[str, ...] = ()  # of its atoms detected here
 
 
-class Composites:
+class Composites(Stateful):
+    STATE = ("detections", "shared", "requests", "parts", "clears", "clear_subscriptions", "_numbers")
+
     def __init__(
         self, broker_id: str, tables: Tables, max_waiting: int = 10_000, max_age: float | None = None
     ) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.language.model import Publication
-from broker.routing.messages import (
+from broker.messages import (
     CARRIED,
     Advertise,
     Carry,
@@ -42,6 +42,7 @@ from broker.routing.messages import (
     Took,
     publication_weight,
 )
+from broker.routing.snapshots import Stateful
 from broker.routing.tables import Output
 from broker.throttle import LogThrottle
 
@@ -77,14 +78,6 @@ class Channel:
     # what a stand-in holds back (``standins``)
     acked: int = 0
 
-    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
-        """A channel pickled by format 7 or before has no ``acked``: it said it took all it got."""
-        slots = state[1]
-        for name, value in slots.items():
-            object.__setattr__(self, name, value)
-        if "acked" not in slots:
-            self.acked = self.received
-
 
 def weight(message: Message) -> int:
     kind = type(message)
@@ -95,10 +88,8 @@ def weight(message: Message) -> int:
     return 256  # routing state: a filter or a composite
 
 
-class Custody:
-    # while ``RouterLog.restore`` replays a log of format 8 or before, which dropped what
-    # ``stranded`` now sends again: the replay must send what was sent then
-    as_format_8 = False
+class Custody(Stateful):
+    STATE = ("channels", "taken_adverts", "opened")
 
     def __init__(self, epoch: str, counters: Counter[str]) -> None:
         self.epoch = epoch
@@ -109,11 +100,6 @@ class Custody:
         self.max_held = MAX_HELD
         self.max_bytes = MAX_HELD_BYTES
         self.full_log = LogThrottle(burst=1)  # what a full channel could not hold, by peer
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """A state pickled before full channels were logged has no ``full_log``."""
-        self.__dict__.update(state)
-        self.__dict__.setdefault("full_log", LogThrottle(burst=1))
 
     def open(self, hop: str, peer_epoch: str = "", client: bool = False, name: str = "") -> None:
         """A new channel, under the ``name`` our hello gave it (the adapter's choice, which comes
@@ -141,7 +127,7 @@ class Custody:
         ``advertised`` to it any longer (withdrawn meanwhile) would be refused there: it stays,
         to be dropped with the channel."""
         channel = self.channels.get(hop)
-        if channel is None or channel.client or self.as_format_8:
+        if channel is None or channel.client:
             return []
         out: Output = []
         for seq, (message, cost) in list(channel.held.items()):

@@ -45,7 +45,7 @@ from itertools import count
 
 from broker.language.model import Atom, Composite, Or, Policy, Publication, Sequence, Times
 from broker.language.values import Value, Var
-from broker.routing.messages import publication_weight
+from broker.messages import publication_weight
 
 __all__ = ["Bindings", "Detector", "Match", "Path", "operands"]
 

@@ -159,7 +159,7 @@ class Twins:
 @dataclass(frozen=True, slots=True)
 class StandInGroup:
     """The key of a group of stand-ins in ``Twins`` (a lasting subscription's group is keyed by
-    its filter, as a snapshot of format 9 or before has them all)."""
+    its filter itself, as snapshots keep them)."""
 
     filter: Filter
 

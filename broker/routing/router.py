@@ -26,22 +26,21 @@ from typing import Any
 from broker.errors import LocalError
 from broker.language.model import Publication
 from broker.matching import matcher
-from broker.routing.acl import Policy, refusal
-from broker.routing.composites import Composites
-from broker.routing.custody import Custody
-from broker.routing.ids import ClientRef, OverlayId, PublicationId
-from broker.routing.messages import (
+from broker.messages import (
     DEFAULT_TTL,
     Ack,
     Advertise,
     Bye,
     Carry,
+    ClientRef,
     CompositeSubscribe,
     Deliver,
     LinkDown,
     LinkUp,
     Message,
     Notify,
+    OverlayId,
+    PublicationId,
     Publish,
     Refuse,
     StatusReply,
@@ -53,6 +52,9 @@ from broker.routing.messages import (
     Unsubscribe,
     request_ref,
 )
+from broker.routing.acl import Policy, refusal
+from broker.routing.composites import Composites
+from broker.routing.custody import Custody
 from broker.routing.sessions import Sessions, request_key
 from broker.routing.standins import StandIns
 from broker.routing.tables import Output, Tables
@@ -71,6 +73,10 @@ DETAIL_LIMIT = 300  # entries per table in a detailed status: the reply must fit
 STATUS_DETAIL_ROLES = ("deployer", "operator")
 WITHHELD = "tables, sessions and neighbour addresses are shown to roles deployer and operator only"
 _DETAIL = ("away", "epoch")  # what a summary leaves out: who is away, the custody epoch
+
+
+def _nothing_more(full: bool) -> dict[str, Any]:
+    return {}
 
 
 class Router:
@@ -96,6 +102,9 @@ class Router:
         self.sessions = Sessions(self.tables, self.composites, self.custody, self.counters, session_grace)
         self.owned = self.sessions.owned  # client hop -> ids of its advertisements and subscriptions
         self.stand_ins = StandIns(broker_id, self.tables, self.custody, self.counters)
+        # what the process around the router adds to each status it answers (its address, its
+        # links' counters), given whether the asker may see detail; not part of the state
+        self.process_status: Callable[[bool], dict[str, Any]] = _nothing_more
 
     # the one entry point ------------------------------------------------------------------------
 
@@ -139,6 +148,38 @@ class Router:
         log.warning("%s: message from unknown hop %r dropped", self.id, hop)
         return []
 
+    def snapshot(self) -> dict[str, Any]:
+        """The router's state: what it was made with, its own state and each stateful part's
+        (:class:`broker.routing.snapshots.Stateful`), by name; :meth:`restore` makes the same
+        router of it. ``broker.transport.persistence`` keeps it, under a format number."""
+        max_waiting, max_age = self.composites.detector_limits
+        return {
+            "id": self.id,
+            "settings": {
+                "covering": self.tables.subscriptions.mode,
+                "advertisement_covering": self.tables.advertisements.mode != "off",
+                "composite_max_waiting": max_waiting,
+                "composite_max_age": max_age,
+                "session_grace": self.sessions.grace,
+                "epoch": self.custody.epoch,
+                "policy": self.policy,
+            },
+            "seen": list(self.seen),
+            "counters": dict(self.counters),
+            **{part: getattr(self, part).snapshot() for part in _PARTS},
+        }
+
+    @classmethod
+    def restore(cls, state: dict[str, Any]) -> Router:
+        """The router whose :meth:`snapshot` ``state`` is."""
+        router = cls(state["id"], **state["settings"])
+        router.seen = OrderedDict.fromkeys(state["seen"])
+        router.counters.update(state["counters"])  # the parts count into this one
+        for part in _PARTS:
+            getattr(router, part).restore(state[part])
+        router.owned = router.sessions.owned
+        return router
+
     def configure_like(self, fresh: Router, where: str) -> None:
         """Take ``fresh``'s settings (what the process was started with now, not what it was
         started with when its log began): access rules, grace, composite limits. A covering
@@ -150,6 +191,7 @@ class Router:
             if ours != theirs:
                 raise LocalError(f"{where} was written with {name} {ours!r}, not {theirs!r}: start it so")
         self.policy = fresh.policy
+        self.process_status = fresh.process_status
         self.sessions.grace = fresh.sessions.grace
         self.composites.detector_limits = fresh.composites.detector_limits  # for detectors placed from now
 
@@ -161,7 +203,23 @@ class Router:
 
     def status(self, detail: bool = False) -> dict[str, Any]:
         """Counts and counters; with ``detail``, also the first DETAIL_LIMIT entries of the SRT,
-        the PRT and the composite detections, each as ``{"entries": [...], "total": N}``."""
+        the PRT and the composite detections, each as ``{"entries": [...], "total": N}``; and
+        what the process adds (``process_status``)."""
+        return self._with_process(self._own_status(detail), full=True)
+
+    def summary(self) -> dict[str, Any]:
+        """What any client may see: the status without its detail (``_DETAIL``, the tables), and
+        ``withheld`` saying so."""
+        status = self._own_status(detail=False)
+        summary = {key: value for key, value in status.items() if key not in _DETAIL}
+        return self._with_process(summary | {"withheld": WITHHELD}, full=False)
+
+    def _with_process(self, status: dict[str, Any], full: bool) -> dict[str, Any]:
+        added = dict(self.process_status(full))
+        counters = added.pop("counters", {})
+        return {**status, **added, "counters": {**status["counters"], **counters}}
+
+    def _own_status(self, detail: bool) -> dict[str, Any]:
         return {
             "id": self.id,
             "neighbors": sorted(self.tables.neighbors - self.sessions.away.keys()),  # linked now
@@ -177,12 +235,6 @@ class Router:
             "counters": dict(sorted(self.counters.items())),
             **(self._tables() if detail else {}),
         }
-
-    def summary(self) -> dict[str, Any]:
-        """What any client may see: the status without its detail (``_DETAIL``, the tables), and
-        ``withheld`` saying so."""
-        status = self.status()
-        return {key: value for key, value in status.items() if key not in _DETAIL} | {"withheld": WITHHELD}
 
     def _tables(self) -> dict[str, Any]:
         def bounded(entries: list[dict[str, Any]], total: int) -> dict[str, Any]:
@@ -388,6 +440,7 @@ class Router:
 
 
 Handler = Callable[[Router, Any, str, float], Output]
+_PARTS = ("tables", "composites", "custody", "sessions", "stand_ins")  # the stateful ones
 _COUNTED: dict[type, str] = {}  # message type -> the name of its counter, made once
 
 

@@ -20,9 +20,10 @@ from collections import Counter
 from functools import partial
 from typing import Any
 
+from broker.messages import Advertise, CompositeSubscribe, LinkUp, Subscribe
 from broker.routing.composites import Composites
 from broker.routing.custody import Custody
-from broker.routing.messages import Advertise, CompositeSubscribe, LinkUp, Subscribe
+from broker.routing.snapshots import Stateful
 from broker.routing.tables import Output, Tables
 
 __all__ = ["RequestKey", "Sessions", "request_key"]
@@ -40,10 +41,12 @@ def request_key(message: Advertise | Subscribe | CompositeSubscribe) -> RequestK
     return (type(message), message.filter)
 
 
-class Sessions:
+class Sessions(Stateful):
     """The router's clients, what each owns and asked for, and the peers (clients and
     neighbours) whose link is down and whose grace period is not over. ``grace`` 0 means none:
     a peer's entries are withdrawn as soon as its link goes."""
+
+    STATE = ("owned", "requests", "started", "away", "peers")
 
     def __init__(
         self, tables: Tables, composites: Composites, custody: Custody, counters: Counter[str], grace: float

@@ -40,10 +40,11 @@ sent to a neighbour newly linked, or back new, or back after we forgot it, answe
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from broker.messages import DEFAULT_TTL, Advertise, Carry, LinkDown, LinkUp, Message, Unadvertise
 from broker.routing.custody import Channel, Custody
-from broker.routing.messages import DEFAULT_TTL, Advertise, Carry, LinkDown, LinkUp, Message, Unadvertise
+from broker.routing.snapshots import Stateful
 from broker.routing.tables import Output, Tables
 
 __all__ = ["ANSWER_WAIT", "StandIns"]
@@ -60,10 +61,8 @@ class StandIn(NamedTuple):
     hold: Hold | None  # the Took it holds back (only one kept here does)
 
 
-class StandIns:
-    # while ``RouterLog.restore`` replays a log of format 9 or before, whose stand-ins subscribed
-    # their advertisement's filter (``_make``): the replay must send and route what was then
-    as_format_9 = False
+class StandIns(Stateful):
+    STATE = ("made", "holding", "released")
 
     def __init__(self, broker_id: str, tables: Tables, custody: Custody, counters: Counter[str]) -> None:
         self.broker_id = broker_id
@@ -74,20 +73,6 @@ class StandIns:
         # the stand-ins (neighbour, advertisement id) that hold back our Took of it)), in seq order
         self.holding: dict[str, tuple[Channel, dict[int, tuple[float, set[tuple[str, str]]]]]] = {}
         self.released: set[str] = set()  # upstream neighbours whose Took may say more now
-        # while ``RouterLog.restore`` replays a log of format 7 or before: every stand-in for an
-        # advertisement from a neighbour goes upstream, as then, so the seqs it replays are the
-        # ones the neighbours got
-        self.as_format_7 = False
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """A state of format 7 or before: its stand-ins held nothing back."""
-        self.__dict__.update(state)
-        if "holding" not in state:
-            self.holding, self.released, self.as_format_7 = {}, set(), False
-            self.made = {
-                n: (then, {adv_id: StandIn(entry[0], entry[1], None) for adv_id, entry in made.items()})
-                for n, (then, made) in self.made.items()
-            }
 
     def update(self, message: Message, hop: str, out: Output, now: float) -> Output:
         """What the router's output ``out`` for ``message`` from ``hop`` changes: stand-ins for
@@ -164,9 +149,9 @@ class StandIns:
         _, made = self.made.setdefault(hop, (channel, {}))
         # "~" is in no peer id, so this id is no client's ("<broker>/<client>/<ref>") nor another's
         sub_id = f"{self.broker_id}~stand-in~{hop}~{adv_id}"
-        upstream = None if hold is None or self.as_format_7 else self.custody.channels.get(hold[0])
+        upstream = None if hold is None else self.custody.channels.get(hold[0])
         from_neighbour = entry.hop in self.tables.neighbors
-        late = send_on or self.as_format_7 or (hold is not None and upstream is None)
+        late = send_on or (hold is not None and upstream is None)
         sent_on = not channel.up or (from_neighbour and late)
         if sent_on or hold is None or upstream is None:
             hold = None
@@ -176,9 +161,6 @@ class StandIns:
         made[adv_id] = StandIn(sub_id, sent_on, hold)
         self.counters["stand_ins.made"] += 1
         self.counters["stand_ins.sent_on"] += sent_on
-        if self.as_format_9:  # the advertisement's filter as a subscription, which missed what
-            # left out an attribute it names: replayed as sent, so the seqs it replays are the same
-            return self.tables.subscribe(sub_id, entry.filter, hop, DEFAULT_TTL, forward=sent_on)
         return self.tables.stand_in(sub_id, entry.filter, hop, DEFAULT_TTL, forward=sent_on)
 
     def _send_on(self, hop: str, adv_id: str, now: float) -> Output:

@@ -14,16 +14,16 @@ the hop ``DETECTOR``. Kept apart so that each of the three reads on its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from broker.language.model import Filter, Publication
 from broker.matching.matcher import CountingMatcher
+from broker.messages import DETECTOR, Advertise, Hop, Message, Subscribe, Unadvertise, Unsubscribe
 from broker.routing.filter_index import FilterIndex
 from broker.routing.forwarding import Action, Forwarding, Twins
-from broker.routing.ids import DETECTOR, Hop
-from broker.routing.messages import Advertise, Message, Subscribe, Unadvertise, Unsubscribe
 from broker.routing.placement import HERE, Source
 from broker.routing.relations import Fit, advertisement_covers, overlaps, subscription_covers
+from broker.routing.snapshots import Stateful
 
 __all__ = ["Output", "Tables"]
 
@@ -40,16 +40,23 @@ class Entry(Generic[H]):
     # a stand-in (see ``stand_in``): what fits this advertisement matches it here, not ``filter``
     fit: Fit | None = None
 
-    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
-        """An entry pickled by snapshot format 9 or before has no ``fit``: it matched by filter."""
-        slots = state[1]
-        for name, value in slots.items():
-            object.__setattr__(self, name, value)
-        if "fit" not in slots:
-            self.fit = None
 
+class Tables(Stateful):
+    STATE = (
+        "neighbors",
+        "clients",
+        "srt",
+        "prt",
+        "matcher",
+        "srt_index",
+        "prt_index",
+        "fit_index",
+        "hop_adverts",
+        "last_fit",
+        "subscriptions",
+        "advertisements",
+    )
 
-class Tables:
     def __init__(self, covering: str = "off", advertisement_covering: bool = False) -> None:
         self.neighbors: set[str] = set()
         self.clients: set[str] = set()
@@ -66,11 +73,6 @@ class Tables:
         self.last_fit: dict[str, tuple[str, Fit]] = {}
         self.subscriptions = Twins() if covering == "off" else Forwarding(covering, subscription_covers)
         self.advertisements = Forwarding("lazy" if advertisement_covering else "off", advertisement_covers)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """Tables of snapshot format 9 or before have no stand-ins matched by fit."""
-        self.__dict__.update(state)
-        self.__dict__.setdefault("fit_index", FilterIndex())
 
     # links --------------------------------------------------------------------------------------
 
@@ -131,15 +133,12 @@ class Tables:
                     out += self._want(hop, sub_id, entry)
         return out
 
-    def subscribe(
-        self, sub_id: str, subscription: Filter, hop: Hop, ttl: int, forward: bool = True
-    ) -> Output:
-        """Into the tables, and towards the advertisements it overlaps unless ``forward`` is
-        False (a stand-in kept here, as a log of format 9 or before replays one: ``standins``)."""
-        self.prt[sub_id] = Entry(subscription, hop, ttl, forward)
+    def subscribe(self, sub_id: str, subscription: Filter, hop: Hop, ttl: int) -> Output:
+        """Into the tables, and towards the advertisements it overlaps."""
+        self.prt[sub_id] = Entry(subscription, hop, ttl)
         self.prt_index.add(sub_id, subscription)
         self.matcher.add(sub_id, subscription)
-        return self._send_on(sub_id) if forward else []
+        return self._send_on(sub_id)
 
     def stand_in(self, sub_id: str, advertisement: Filter, hop: str, ttl: int, forward: bool) -> Output:
         """A subscription under ``hop`` for every publication that fits ``advertisement`` (see

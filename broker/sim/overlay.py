@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from broker.errors import RefusedError
 from broker.language import Policy, parse_composite, parse_filter, parse_publication
 from broker.language.model import Composite, Filter, Publication
-from broker.routing import (
+from broker.messages import (
     Ack,
     Advertise,
     Carry,
@@ -39,13 +39,13 @@ from broker.routing import (
     Notify,
     Publish,
     Refuse,
-    Router,
     Subscribe,
     Tick,
     Took,
     Unadvertise,
     Unsubscribe,
 )
+from broker.routing.router import Router
 
 __all__ = ["Overlay", "RefusedError", "SimClient"]
 
@@ -228,7 +228,7 @@ class Overlay:
         brings it back from its log."""
         self.queue = deque(item for item in self.queue if broker_id not in item[:2])
         self._took = {link: took for link, took in self._took.items() if broker_id not in link}
-        self._logs[broker_id] = pickle.dumps(self.routers.pop(broker_id))  # all it took is logged
+        self._logs[broker_id] = pickle.dumps(self.routers.pop(broker_id).snapshot())  # all it took is logged
         for other in self._neighbours(broker_id):
             self._send(broker_id, other, LinkDown())
         self.run()
@@ -237,7 +237,8 @@ class Overlay:
         """The crashed broker restarts from its log: every link it had went down, then its
         neighbours and clients reconnect and each side resends what the other had not taken.
         ``neighbours`` False: only its clients do, and each neighbour when ``connect``ed."""
-        router: Router = pickle.loads(self._logs.pop(broker_id))
+        router = Router.restore(pickle.loads(self._logs.pop(broker_id)))
+        router.custody.max_held = self.session_max_queued  # a setting, as ``add_broker`` gave it
         self.routers[broker_id] = router
         for hop in [hop for hop, channel in router.custody.channels.items() if channel.up]:
             router.handle(LinkDown(), hop, self.now)  # before any link is back, as ``RouterService``

@@ -1,4 +1,5 @@
-"""Broker links on the wire: the frame codec (pure) and its errors.
+"""Broker links on the wire: the frame codec (pure) and its errors; the frames themselves are
+:mod:`broker.messages`.
 
 ```python
 frame = encode(Publish("p1", publication))
@@ -8,18 +9,14 @@ for payload in FrameDecoder().feed(frame):
 """
 
 from broker.errors import BadMessage, FrameTooLarge, ProtocolError
-from broker.transport.codec import MAX_FRAME, FrameDecoder, Hello, Ping, Pong, WireMessage, decode, encode
+from broker.transport.codec import MAX_FRAME, FrameDecoder, decode, encode
 
 __all__ = [
     "MAX_FRAME",
     "BadMessage",
     "FrameDecoder",
     "FrameTooLarge",
-    "Hello",
-    "Ping",
-    "Pong",
     "ProtocolError",
-    "WireMessage",
     "decode",
     "encode",
 ]

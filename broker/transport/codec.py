@@ -38,11 +38,9 @@ Decoding trusts nothing: whatever the bytes, ``decode`` returns a valid message 
 from __future__ import annotations
 
 import math
-import re
 import struct
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -52,7 +50,7 @@ from broker.errors import BadMessage, FrameTooLarge
 from broker.language import MAX_DEPTH, Policy
 from broker.language.model import And, Atom, Composite, Filter, Or, Predicate, Publication, Sequence, Times
 from broker.language.values import TimeRef, Var
-from broker.routing.messages import (
+from broker.messages import (
     CARRIED,
     Ack,
     Advertise,
@@ -60,8 +58,10 @@ from broker.routing.messages import (
     Carry,
     CompositeSubscribe,
     Deliver,
-    LinkMessage,
+    Hello,
     Notify,
+    Ping,
+    Pong,
     Publish,
     Refuse,
     StatusReply,
@@ -70,15 +70,12 @@ from broker.routing.messages import (
     Took,
     Unadvertise,
     Unsubscribe,
+    WireMessage,
 )
 
 __all__ = [
     "MAX_FRAME",
     "FrameDecoder",
-    "Hello",
-    "Ping",
-    "Pong",
-    "WireMessage",
     "decode",
     "encode",
 ]
@@ -87,50 +84,8 @@ MAX_FRAME = 1 << 20  # bytes of payload; a larger prefix means a broken or hosti
 
 _HEADER = struct.Struct(">I")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_PEER_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,64}\Z")
 _STATUS_DEPTH = 32  # nesting allowed inside a status reply; also stops a cyclic dict on encode
 _MAX_ERROR = 200  # characters of an error message: a hostile frame must not echo a megabyte back
-
-
-@dataclass(frozen=True, slots=True)
-class Hello:
-    """The first frame each side sends: who is speaking, so the adapter knows client from broker;
-    and where custody stands (see ``broker.routing.custody``): the speaker's ``epoch`` (a
-    client's is empty), the listener's epoch it knows (``peer_epoch``, empty if none) and the last
-    seq it took from the listener in that epoch (``took``)."""
-
-    kind: str
-    id: str
-    version: int = 1
-    epoch: str = ""
-    peer_epoch: str = ""
-    took: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("client", "broker"):
-            raise ValueError(f"hello kind must be 'client' or 'broker', not {self.kind!r}")
-        if not isinstance(self.id, str) or not _PEER_ID.match(self.id):
-            raise ValueError(f"{self.id!r} is not a valid peer id (1 to 64 of A-Z a-z 0-9 _ . : -)")
-        version = self.version
-        if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= 0xFFFF:
-            raise ValueError(f"protocol version must be an integer from 1 to 65535, not {version!r}")
-        for epoch in (self.epoch, self.peer_epoch):
-            if not isinstance(epoch, str) or len(epoch) > 64:
-                raise ValueError("an epoch must be a string of at most 64 characters")
-        Took(self.took)  # the same range as a seq
-
-
-@dataclass(frozen=True, slots=True)
-class Ping:
-    """Heartbeat: a link that carries no traffic still proves the peer is alive."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pong:
-    """The answer to ``Ping``."""
-
-
-WireMessage = LinkMessage | Hello | Ping | Pong
 
 
 # ---------------------------------------------------------------------------------------- encoding

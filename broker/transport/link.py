@@ -6,6 +6,9 @@ from the socket). A peer that cannot keep up lets the backlog grow; once the byt
 (our queue plus asyncio's transport buffer) pass ``queue_limit`` the link is closed with a logged
 reason. That is the slow-consumer policy: one slow client never stalls the others or eats the
 broker's memory.
+
+A link reads and writes through two small protocols, not asyncio's classes, so a test runs one
+over an in-memory stream pair (``broker.transport.memory``) as well as over a socket.
 """
 
 from __future__ import annotations
@@ -13,35 +16,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from typing import Protocol
+from typing import Any, Protocol
 
+from broker.clock import SYSTEM, Clock
 from broker.errors import BadMessage, LinkClosed
-from broker.transport.codec import FrameDecoder, Hello, WireMessage, decode, encode
+from broker.messages import Hello, WireMessage
+from broker.transport.codec import FrameDecoder, decode, encode
 
-__all__ = ["SLOW_CONSUMER", "Link"]
+__all__ = ["SLOW_CONSUMER", "Link", "Reader", "Writer"]
 
 SLOW_CONSUMER = "slow consumer"  # how the reason for closing a link too slow to read begins
 
 log = logging.getLogger(__name__)
 
 
-class _Writer(Protocol):
+class Reader(Protocol):
+    """What a link reads from: ``asyncio.StreamReader``, or a memory stream's end."""
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class Writer(Protocol):
+    """What a link writes to: ``asyncio.StreamWriter``, or a memory stream's end."""
+
     def write(self, data: bytes) -> None: ...
     async def drain(self) -> None: ...
     def close(self) -> None: ...
     def is_closing(self) -> bool: ...
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
 
 
 class Link:
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: _Writer,
+        reader: Reader,
+        writer: Writer,
         name: str = "?",
         queue_limit: int = 64 << 20,
         frame_limit: int | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
+        self.clock = clock
         self.reader = reader
         self.writer = writer
         self.name = name
@@ -54,8 +69,9 @@ class Link:
         self.peer: Hello | None = None  # the peer's hello, once the handshake is done
         self._wakeup = asyncio.Event()
         self.closed: str | None = None
-        self.last_received = self.last_sent = time.monotonic()
+        self.last_received = self.last_sent = self.clock.monotonic()
         self.sent_frames = 0
+        self.received_frames = 0  # (with sent_frames: a link's rates, as a dashboard shows them)
         self.discarded_frames = 0  # queued but never written: the link was aborted first
         self._writer_task = asyncio.get_running_loop().create_task(self._write_loop())
 
@@ -95,13 +111,14 @@ class Link:
             if not data:
                 self.close("closed by peer")
                 raise LinkClosed("closed by peer")
-            self.last_received = time.monotonic()
+            self.last_received = self.clock.monotonic()
             items: list[WireMessage | BadMessage] = []
             for payload in self.decoder.feed(data):
                 try:
                     items.append(decode(payload))
                 except BadMessage as error:
                     items.append(error)
+            self.received_frames += len(items)
             if items:
                 return items
 
@@ -115,7 +132,7 @@ class Link:
                 frames, self._queue, self._queued_bytes = self._queue, [], 0
                 self.writer.write(b"".join(frames))
                 self.sent_frames += len(frames)
-                self.last_sent = time.monotonic()
+                self.last_sent = self.clock.monotonic()
                 self._transport_bytes = self._transport_backlog()
                 await self.writer.drain()
         except (ConnectionError, OSError) as error:

@@ -1,4 +1,4 @@
-"""A broker's state on disk: the router's inputs in a write-ahead log, its whole state in snapshots.
+"""A broker's state on disk: the router's inputs in a write-ahead log, its state in snapshots.
 
 The router is a deterministic state machine (``handle(message, hop, now)``, nothing else changes
 it), so the log holds its inputs, not its tables: replaying them through the last snapshot gives
@@ -9,13 +9,32 @@ to a publisher, a ``Took`` to a neighbour: custody taken) that a crash could und
 
 An input that came off a link is logged as its wire frame (:func:`broker.transport.codec.encode`,
 a third of a pickle's cost, and the broker logs every input), the router's own (``LinkUp``,
-``LinkDown``, ``Tick``) and snapshots as pickles: the log is this process's own, in a directory
-only it may read (0700), written and read by the same code. A pickle starts with byte 0x80, a wire
-record with ``W``: a log of either kind replays.
+``LinkDown``, ``Tick``) as pickles: the log is this process's own, in a directory only it may
+read (0700), written and read by the same code. A pickle starts with byte 0x80, a wire record
+with ``W``.
+
+A snapshot is ``(format, state)``, pickled: the state is :meth:`Router.snapshot`, each stateful
+part's attributes by name (:mod:`broker.routing.snapshots`), not the router object.
+``SNAPSHOT_FORMAT`` is raised whenever that state changes shape or replaying the same records
+would send something else (a peer's custody seqs would be out of step).
+
+**Which formats are read.** This version reads its own format and the one before it
+(``READABLE``); a snapshot of any other is refused, in one line naming its format and what to do
+(move the directory away: the broker then starts afresh, and its neighbours and clients resend
+what it had). A log of the format before is replayed as it was written and checkpointed in this
+version's format at once, so the version before never reads this one's records. The version that
+raises the format next reads this one and drops the one before: one upgrade at a time keeps a
+broker's state. Format 10 (until this version) pickled the router object whole; 11 is its
+snapshot.
+
+A pickle names each class by its module, so a class that moves would make every log written
+before the move unreadable: ``MOVED`` maps the modules a readable format may name to where their
+classes live now, and everything this module reads goes through it.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import pickle
 import struct
@@ -25,31 +44,35 @@ from pathlib import Path
 
 from broker.durable.log import Fsync, WriteAheadLog
 from broker.errors import BadMessage, FrameTooLarge, LocalError
-from broker.routing import Router
-from broker.routing.messages import Message
+from broker.messages import Message
+from broker.routing.router import Router
 from broker.transport.codec import decode, encode
 
 __all__ = ["CHECKPOINT_RECORDS", "Fsync", "RouterLog"]
 
 log = logging.getLogger("broker")
 
-SNAPSHOT_FORMAT = 10  # raised whenever the router's state changes shape, or what replaying its log sends
-# (a peer's custody seqs would be out of step), or the records change: 4: detections stay where
-# placed; 5: stand-ins go upstream; 6: inputs from links logged as wire frames; 7: equal
-# subscriptions travel once (``forwarding.Twins``); 8: stand-ins kept here hold back our Took; 9:
-# publications held for a neighbour back on a new channel go again (``Custody.stranded``); 10: a
-# stand-in matches what fits its advertisement, and travels as the advertisement's class
-# (``Tables.stand_in``). 5's records are pickles, which 6 to 10 replay too; a 5 or 6 state keeps
-# forwarding each equal subscription on its own, as its neighbours were told, until the broker
-# starts without its log; the records of 5 to 7 are replayed sending stand-ins upstream, those of
-# 5 to 8 dropping such publications, and those of 5 to 9 with stand-ins that subscribe their
-# advertisement's filter, as those versions did
-READABLE = (5, 6, 7, 8, 9, 10)
+SNAPSHOT_FORMAT = 11
+READABLE = (10, 11)  # the format before, and this one (see the module's docstring)
 _WIRE = b"W"  # a record of an input from a link: this, the clock and the hop's length, the hop, a frame
 _WIRE_HEAD = struct.Struct(">dH")
 _FRAME_AT = len(_WIRE) + _WIRE_HEAD.size
 CHECKPOINT_RECORDS = 20_000  # inputs between two snapshots: what a restart may have to replay
 CHECKPOINT_BYTES = 32 << 20
+MOVED = {  # module a readable log may name -> where its classes are now
+    "broker.routing.messages": "broker.messages.overlay",
+    "broker.routing.ids": "broker.messages.ids",
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> object:
+        return super().find_class(MOVED.get(module, module), name)
+
+
+def _load(data: bytes) -> object:
+    """A pickle of this broker's log, its classes found where they are now (``MOVED``)."""
+    return _Unpickler(io.BytesIO(data)).load()
 
 
 class RouterLog:
@@ -79,21 +102,15 @@ class RouterLog:
         level = quiet.level
         quiet.setLevel(logging.ERROR)  # what it logged then, it does not log again
         failed = 0
-        router.stand_ins.as_format_7 = written < 8
-        router.custody.as_format_8 = written < 9
-        router.stand_ins.as_format_9 = written < 10
         try:
             for record in records:
                 hop, now, message = _input(record)
                 try:
                     router.handle(message, hop, now)
-                except Exception:  # as when it was live (RouterService._feed): one message, not the broker
+                except Exception:  # as when it was live (RouterDriver.feed): one message, not the broker
                     failed += 1
         finally:
             quiet.setLevel(level)
-            router.stand_ins.as_format_7 = False
-            router.custody.as_format_8 = False
-            router.stand_ins.as_format_9 = False
         if failed:
             log.warning(
                 "%s: %d logged inputs failed again in the router, as they did live", self.directory, failed
@@ -125,17 +142,20 @@ class RouterLog:
         )
 
     def checkpoint(self, router: Router) -> None:
-        self.wal.checkpoint(pickle.dumps((SNAPSHOT_FORMAT, router), pickle.HIGHEST_PROTOCOL))
+        self.wal.checkpoint(pickle.dumps((SNAPSHOT_FORMAT, router.snapshot()), pickle.HIGHEST_PROTOCOL))
 
     def _router(self, snapshot: bytes) -> tuple[Router, int]:
         """The router in a snapshot of a format this version reads, and that format; LocalError
         for another's, which would fail on every message (its state lacks what this code expects)."""
         try:
-            loaded = pickle.loads(snapshot)
+            loaded = _load(snapshot)
         except Exception as error:  # a class or attribute this code no longer has
             loaded = error
         if isinstance(loaded, tuple) and len(loaded) == 2 and loaded[0] in READABLE:
-            return loaded[1], loaded[0]
+            written, state = loaded
+            if written == 10:  # the router object itself
+                state = state.snapshot()
+            return Router.restore(state), written
         found = loaded[0] if isinstance(loaded, tuple) and loaded else "an older one"
         raise LocalError(
             f"{self.directory}: the snapshot was written by another version of the broker (format "
@@ -150,7 +170,7 @@ class RouterLog:
 def _input(record: bytes) -> tuple[str, float, Message]:
     """The hop, the clock and the input in a record."""
     if record[:1] != _WIRE:
-        return pickle.loads(record)  # type: ignore[no-any-return]
+        return _load(record)  # type: ignore[return-value]
     now, size = _WIRE_HEAD.unpack_from(record, len(_WIRE))
     hop = record[_FRAME_AT : _FRAME_AT + size].decode()
     return hop, now, decode(memoryview(record)[_FRAME_AT + size + 4 :])  # type: ignore[return-value]

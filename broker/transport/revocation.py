@@ -25,14 +25,13 @@ import datetime
 import logging
 import os
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from broker.clock import SYSTEM, Clock
 from broker.errors import LocalError
 
 __all__ = [
@@ -184,9 +183,7 @@ class Revocations:
 
     Thread-safe: one lock around re-reading."""
 
-    def __init__(
-        self, directory: Path, recheck: float = RECHECK, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, directory: Path, recheck: float = RECHECK, clock: Clock = SYSTEM) -> None:
         self.directory = directory
         self.path = directory / CRL
         self.recheck = recheck
@@ -197,7 +194,7 @@ class Revocations:
         self._version = _version(self.path)
         self._current = read(directory, self.ca)
         self._serials = frozenset[int]() if self._current is None else self._current.serials
-        self._looked = clock()
+        self._looked = clock.monotonic()
 
     @property
     def current(self) -> RevocationList | None:
@@ -218,10 +215,10 @@ class Revocations:
     def check(self, force: bool = True) -> bool:
         """Look at the file (now, or unless ``force`` only if not looked at for ``recheck``
         seconds); re-read it if it changed. Whether the revoked serials changed."""
-        if not force and self.clock() - self._looked < self.recheck:
+        if not force and self.clock.monotonic() - self._looked < self.recheck:
             return False
         with self._lock:
-            self._looked = self.clock()
+            self._looked = self.clock.monotonic()
             version = _version(self.path)
             if version == self._version:
                 return False

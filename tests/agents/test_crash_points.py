@@ -3,13 +3,13 @@ end: what a restart finds there must lose nothing and run nothing twice."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.agents.test_journal import records
 from tests.agents.test_processes import HOMES, LINE, STEP, Overlay
 from tests.processes import WFM, brokers, quiet
 
@@ -69,9 +69,10 @@ def test_an_agent_killed_between_the_parts_of_its_deployment_completes_it_after_
             assert world.agents["agentB"].wait(20) == -signal.SIGKILL
             log = (tmp_path / "agentB.log").read_text()
             assert "failpoint agent.journaled.DEPLOY (pass 1): killed" in log
-            records = map(json.loads, (tmp_path / "agentB" / "journal.jsonl").read_text().splitlines())
             journaled = sum(
-                1 for r in records if r["event"] == "incoming" and r["pub"][1]["command"] == "DEPLOY"
+                1
+                for r in records(tmp_path / "agentB")
+                if r["event"] == "incoming" and r["pub"][1]["command"] == "DEPLOY"
             )
             world.start("agentB")
             out, err = deploying.communicate(timeout=60)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from agents.journal import Journal
 from agents.runner import log_path
-from agents.state import Agent, Tick
+from agents.state import Agent, TimePassed
 from tests.agents.test_runner import run, supervised
 from tests.modes import files, mode
 from tests.processes import WFM, wait_for
@@ -20,13 +20,19 @@ from tests.transport.harness import free_port
 def test_the_state_directory_journal_and_snapshot_are_private(tmp_path: Path, umask_zero: None) -> None:
     state = tmp_path / "agents" / "a1"
     journal = Journal(state)
-    journal.write(Tick(), 1.0)
+    journal.write(TimePassed(), 1.0)
     journal.compact(Agent("a1").snapshot())  # the snapshot: written atomically through a temporary
-    journal.write(Tick(), 2.0)
+    journal.write(TimePassed(), 2.0)
     journal.sync()
     journal.close()
     assert mode(state) == 0o700
-    assert files(state) == {".lock": 0o600, "journal.jsonl": 0o600, "snapshot.json": 0o600}
+    assert mode(state / "journal") == 0o700
+    assert files(state) == {
+        "journal/lock": 0o600,
+        "journal/log-0": 0o600,
+        "journal/log-1": 0o600,
+        "journal/snap-1": 0o600,
+    }
 
 
 def test_a_jobs_log_and_the_supervisors_files_are_private_and_the_jobs_own_files_are_not_touched(
@@ -66,7 +72,7 @@ def test_a_wfm_agent_narrows_a_state_directory_open_to_others(tmp_path: Path, um
         text=True,
     )
     try:
-        wait_for(lambda: (state / ".lock").exists(), "the agent's journal")
+        wait_for(lambda: (state / "journal" / "lock").exists(), "the agent's journal")
         assert mode(state) == 0o700
     finally:
         agent.send_signal(signal.SIGTERM)

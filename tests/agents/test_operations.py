@@ -321,7 +321,7 @@ def test_rerun_refuses_to_reuse_a_job_whose_outcome_it_no_longer_keeps(
 ) -> None:
     """An agent that dropped the old generation's outcomes must not answer OK: the job it cannot
     republish would run again in the rerun, which was to reuse it."""
-    monkeypatch.setattr("agents.state.MAX_OUTCOMES", 2)
+    monkeypatch.setattr("agents.publishing.MAX_OUTCOMES", 2)
     agent = Agent("agentB")
     install(agent)
     for gid in ("g1", "g2", "g3"):  # JobC: NORUN (not on Mondays), recorded; g1's dropped at g3

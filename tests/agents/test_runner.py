@@ -22,7 +22,7 @@ import pytest
 from agents import runner, supervisor
 from agents.journal import Journal
 from agents.runner import Retention, SupervisorClient, generation_dir, log_path, prune
-from agents.state import Agent, Finished, Result, Run, Tick
+from agents.state import Agent, Finished, Result, Run, TimePassed
 from tests.processes import WFM, wait_for
 
 # an agent process that asks for one run (a pickled Run) in a state dir, for tests that kill it
@@ -620,18 +620,18 @@ def test_the_journal_round_trips_and_cuts_a_torn_line(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     event = Finished(run("true"), Result(True, "exit 0 after 0.010 s", 1.5, 0.01))
     journal.write(event, 2.0)
-    journal.write(Tick(), 3.0)
+    journal.write(TimePassed(), 3.0)
     journal.sync()  # one fsync for both
     journal.close()
-    with (tmp_path / "journal.jsonl").open("a") as torn:
-        torn.write('{"t": 4.0, "event": "deliv')
+    with (tmp_path / "journal" / "log-0").open("ab") as torn:
+        torn.write(b'\x00\x00\x00\x30\x12\x34\x56\x78{"t": 4.0, "event": "deliv')
     seen: list[object] = []
     agent = Agent("agentB")
     agent.handle = lambda event, now: seen.append((event, now)) or []  # type: ignore[method-assign]
     reopened = Journal(tmp_path)
     assert reopened.recover(agent) == 2
-    assert seen == [(event, 2.0), (Tick(), 3.0)]
-    reopened.write(Tick(), 5.0)  # on a line of its own, not glued to the torn one
+    assert seen == [(event, 2.0), (TimePassed(), 3.0)]
+    reopened.write(TimePassed(), 5.0)  # on a line of its own, not glued to the torn one
     reopened.sync()
     reopened.close()
     last = Journal(tmp_path)

@@ -18,14 +18,16 @@ import pytest
 import agents.service
 from agents import supervisor
 from agents.envelope import Registration
+from agents.generations import GenerationState
 from agents.runner import Retention, log_path
 from agents.service import AgentService
-from agents.state import Agent, Delivered, Finished, GenerationState, Incoming, Result, Run, Tick
+from agents.state import Agent, Delivered, Finished, Incoming, Result, Run, TimePassed
 from broker.client import Backoff, Client, Delivery, RefusedError
 from broker.clock import ManualClock
 from broker.language import Publication, parse_filter, parse_publication
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
+from tests.agents.test_journal import records
 from tests.agents.test_operations import busy_agent
 from tests.agents.test_runner import start_agent
 from tests.agents.test_state import PLAN, install
@@ -225,13 +227,13 @@ def test_an_error_in_handling_one_message_is_counted_and_the_agent_goes_on(
 
     handle = service.agent.handle
     monkeypatch.setattr(
-        service.agent, "handle", lambda e, now: handle(e, now) if isinstance(e, Tick) else 1 / 0
+        service.agent, "handle", lambda e, now: handle(e, now) if isinstance(e, TimePassed) else 1 / 0
     )
-    asyncio.run(service._handle(Delivered("key", (FIRST,)), Tick()))
+    asyncio.run(service._handle(Delivered("key", (FIRST,)), TimePassed()))
     assert service.errors == {"reading a delivery": 1, "handling an event": 1}
     assert caplog.text.count("unexpected error") == 2
     service.journal.close()
-    assert service.journal.path.read_text() == ""  # not journaled: a replay would raise it again
+    assert records(tmp_path) == []  # not journaled: a replay would raise it again
 
 
 def refuse_control(after: int) -> Callable[[int, Request], str | None]:
@@ -418,7 +420,7 @@ def test_the_records_of_runs_ends_wait_for_the_next_fsync(
     ended = Result(True, "exit 0", 999.0, 0.1)
 
     asyncio.run(service._handle(Finished(jobs[0], ended)))
-    assert fsyncs == [] and service.journal.path.read_text().count("\n") == 1  # flushed, not synced
+    assert fsyncs == [] and len(records(tmp_path)) == 1  # flushed, not synced
     clock.advance(agents.service.SYNC_LAG)
     asyncio.run(service._handle(Finished(jobs[1], ended)))
     assert len(fsyncs) == 1  # the oldest waited SYNC_LAG: synced with the second

@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 
-import agents.state
+import agents.forgetting
+from agents.forgetting import DAY, SWEEP_EVERY
 from agents.journal import Journal
+from agents.run_queue import LOST
 from agents.state import (
-    DAY,
-    LOST,
-    SWEEP_EVERY,
     Agent,
     Delivered,
     Effect,
@@ -26,7 +25,7 @@ from agents.state import (
     Result,
     Run,
     Start,
-    Tick,
+    TimePassed,
 )
 from broker.language import Publication
 from tests.signing import DEPLOYER, signed, signed_trigger
@@ -171,12 +170,12 @@ def test_retries_with_backoff_then_failure() -> None:
     failed = Result(False, "exit 1 after 0.1 s", 1.0, 0.1)
     assert agent.handle(Finished(run, failed), 10.0) == []
     assert agent.next_wakeup() == 12.0
-    assert agent.handle(Tick(), 11.9) == []
-    [second] = runs(agent.handle(Tick(), 12.0))
+    assert agent.handle(TimePassed(), 11.9) == []
+    [second] = runs(agent.handle(TimePassed(), 12.0))
     assert second.attempt == 2
     assert agent.handle(Finished(second, failed), 20.0) == []
     assert agent.next_wakeup() == 24.0  # doubled
-    [third] = runs(agent.handle(Tick(), 24.0))
+    [third] = runs(agent.handle(TimePassed(), 24.0))
     [failure] = published(agent.handle(Finished(third, failed), 30.0))
     assert (failure["status"], failure["attempt"], failure["detail"]) == ("FAILURE", 3, "exit 1 after 0.1 s")
 
@@ -256,7 +255,7 @@ def test_a_restart_resumes_from_the_journal(tmp_path: Path) -> None:
     assert restarted.wanted == agent.wanted and restarted.snapshot() == agent.snapshot()
     assert restarted.handle(Delivered(key(restarted, "JobB"), g1), 5.0) == []  # finished: not again
     assert list(restarted.running.values()) == [running]  # in its supervisor's hands: not started again
-    assert restarted.handle(Tick(), 6.0) == []
+    assert restarted.handle(TimePassed(), 6.0) == []
     [success] = published(restarted.handle(Finished(running, Result(True, "exit 0", 3.0, 4.0)), 10.0))
     assert (success["GID"], success["status"], success["attempt"]) == ("g2", "SUCCESS", 1)
 
@@ -278,7 +277,7 @@ def test_a_lost_run_fails_and_is_never_retried() -> None:
     [failure] = published(agent.handle(Lost(run), 5.0))
     assert (failure["status"], failure["detail"], failure["attempt"]) == ("FAILURE", LOST, 1)
     assert agent.next_wakeup() is None and agent.running == {}
-    assert agent.handle(Tick(), 100.0) == []
+    assert agent.handle(TimePassed(), 100.0) == []
     assert agent.handle(Lost(run), 6.0) == []  # a repeat changes nothing
 
 
@@ -326,14 +325,14 @@ def test_a_generation_whose_appl_end_was_lost_is_forgotten_after_its_retention(
     agent.handle(Delivered("PAYROLL starts", (status("APPL_START", "lost"),)), T0)  # its APPL_END never comes
     [running] = runs(fire(agent, "JobB", "busy", "JobA", now=T0))
     later = T0 + 2 * DAY + SWEEP_EVERY
-    assert agent.handle(Tick(), later) == []
+    assert agent.handle(TimePassed(), later) == []
     assert agent.in_progress() == {("PAYROLL", "busy")}  # a run of its own still runs
     assert "forgot PAYROLL lost: not seen to end within 2 days" in caplog.text
     assert fire(agent, "JobB", "lost", "JobA", now=later) == []  # a late firing is a duplicate
     agent.handle(Finished(running, Result(True, "exit 0", T0, 1.0)), later + 1)
-    agent.handle(Tick(), later + SWEEP_EVERY)
+    agent.handle(TimePassed(), later + SWEEP_EVERY)
     assert agent.generations == {} and list(agent.ended) == [("PAYROLL", "lost"), ("PAYROLL", "busy")]
-    agent.handle(Tick(), later + 2 * DAY + 2 * SWEEP_EVERY)
+    agent.handle(TimePassed(), later + 2 * DAY + 2 * SWEEP_EVERY)
     assert agent.ended == {}  # remembered as long, then forgotten too
 
 
@@ -349,7 +348,7 @@ def test_an_ended_generation_stays_a_duplicate_however_many_end_after_it() -> No
 
 def test_ended_generations_are_remembered_up_to_a_count(monkeypatch: pytest.MonkeyPatch) -> None:
     """Bounded by age and by count: at a high rate, a day's worth would not fit in memory."""
-    monkeypatch.setattr(agents.state, "MAX_ENDED", 3)
+    monkeypatch.setattr(agents.forgetting, "MAX_ENDED", 3)
     agent = Agent("agentB", forget_after=DAY)
     install(agent)
     for n in range(4):
@@ -367,7 +366,7 @@ def test_replaying_the_journal_forgets_the_same_as_the_live_agent(tmp_path: Path
             journaled(agent, journal, Incoming(publication), T0)
     journaled(agent, journal, Delivered("PAYROLL starts", (status("APPL_START", "old"),)), T0)
     journaled(agent, journal, Delivered("PAYROLL starts", (status("APPL_START", "new"),)), T0 + 90)
-    assert agent.handle(Tick(), T0 + DAY + 61) == []  # not journaled: forgets "old", not "new"
+    assert agent.handle(TimePassed(), T0 + DAY + 61) == []  # not journaled: forgets "old", not "new"
     journaled(agent, journal, Delivered("PAYROLL starts", (status("APPL_START", "next"),)), T0 + DAY + 100)
     journal.close()
     assert set(agent.generations) == {("PAYROLL", "new"), ("PAYROLL", "next")}
@@ -388,7 +387,7 @@ def test_a_snapshot_from_before_the_age_bound_is_restored_and_timed_at_the_first
     del snapshot["swept"]
     restored = Agent("agentB")
     restored.restore(snapshot)
-    restored.handle(Tick(), T0 + 5)
+    restored.handle(TimePassed(), T0 + 5)
     assert restored.ended == {("PAYROLL", "g0"): T0} and restored.generations["PAYROLL", "g1"].since == T0
 
 

@@ -13,7 +13,7 @@ from broker.client import outbox as outbox_module
 from broker.client.client import OutboxError
 from broker.durable import LogInUse
 from broker.language import Publication
-from broker.routing import Ack
+from broker.messages import Ack
 from broker.transport import MAX_FRAME
 from broker.transport.server import RouterService
 from tests.durable.test_log import SlowFile

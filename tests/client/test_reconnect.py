@@ -19,7 +19,7 @@ from broker.client import (
 )
 from broker.client.reconnect import dial, dial_any
 from broker.language import Publication
-from broker.routing import Ack
+from broker.messages import Ack
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 from tests.transport.harness import ScriptedBroker, free_port, run, until, uri

@@ -8,8 +8,17 @@ import pytest
 
 from broker.client.requests import Refs, Requests
 from broker.language import parse_filter, parse_publication
-from broker.routing import Advertise, Publish, StatusRequest, Subscribe, Unsubscribe
-from broker.routing.ids import CLIENT_SESSION_DIGITS, ClientRef, OverlayId, client_session
+from broker.messages import (
+    CLIENT_SESSION_DIGITS,
+    Advertise,
+    ClientRef,
+    OverlayId,
+    Publish,
+    StatusRequest,
+    Subscribe,
+    Unsubscribe,
+    client_session,
+)
 
 FILTER = parse_filter("[class,eq,a]")
 

@@ -338,3 +338,48 @@ def test_misuse_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="once"):
         wal.recover()
     wal.close()
+
+
+def test_flushed_records_survive_the_process_and_the_next_commit_syncs_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flush`` writes without an fsync (an owner whose records need not all be durable at
+    once); the next ``commit`` syncs them even with nothing new to write, and so does a
+    checkpoint."""
+    synced: list[int] = []
+    fsync = wal_module.os.fsync
+    monkeypatch.setattr(wal_module.os, "fsync", lambda fd: synced.append(fd) or fsync(fd))
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.recover()
+    synced.clear()
+    wal.append(b"flushed")
+    assert wal.flush() == 1 and synced == []
+    assert reopened_copy(tmp_path) == (None, [b"flushed"])  # on disk: the process may die now
+    synced.clear()  # (the copy's recovery syncs it)
+    assert wal.commit() == 0 and len(synced) == 1
+    assert wal.commit() == 0 and len(synced) == 1  # nothing flushed since
+    wal.append(b"again")
+    wal.flush()
+    synced.clear()
+    wal.checkpoint(b"flushed,again")
+    assert synced  # the log before the snapshot first, then the snapshot
+    wal.close()
+    assert reopened(tmp_path / "wal") == (b"flushed,again", [])
+
+
+def reopened_copy(tmp_path: Path) -> tuple[bytes | None, list[bytes]]:
+    """What a restart would find in ``tmp_path / "wal"``, while its owner still holds it."""
+    shutil.rmtree(tmp_path / "copy", ignore_errors=True)
+    shutil.copytree(tmp_path / "wal", tmp_path / "copy")
+    return reopened(tmp_path / "copy")
+
+
+def test_a_replaced_file_has_its_mode_whatever_the_umask_and_no_temporary_is_left(tmp_path: Path) -> None:
+    target = tmp_path / "cert.pem"
+    wal_module.replace_atomically(target, b"old")
+    wal_module.replace_atomically(target, b"public", mode=0o644, sync=False)
+    assert target.read_bytes() == b"public" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(IsADirectoryError):
+        wal_module.replace_atomically(tmp_path / "folder", b"x")  # the rename fails: nothing is left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cert.pem", "folder"]

@@ -9,7 +9,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from broker.language import Publication
-from wfm.history import HistoryStore, Landing, spark_session
+from wfm.history.landing import Landing
+from wfm.history.spark import spark_session
+from wfm.history.store import HistoryStore
 
 
 @pytest.fixture(scope="session")

@@ -33,9 +33,10 @@ from tests.history.ports import is_loopback, listening, unauthenticated_rpc
 from tests.processes import WFM
 from tests.transport.harness import free_port
 from wfm.cli import cli
-from wfm.history import HistoryStore, Landing
 from wfm.history.connect import ANNOUNCEMENT, LOG, TOKEN, serve_connect, warm_url
+from wfm.history.landing import Landing
 from wfm.history.spark import with_token_file
+from wfm.history.store import HistoryStore
 
 SPARK_HOME = Path(pyspark.__file__).parent
 JAVA = os.environ.get("JAVA_HOME") or shutil.which("java")

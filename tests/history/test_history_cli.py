@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from broker.language import parse_publication
 from tests.processes import WFM
 from wfm.cli import main
-from wfm.history import Landing
+from wfm.history.landing import Landing
 
 T0 = 1_780_000_000.0
 JOBS = [

@@ -12,9 +12,9 @@ from broker.language import Publication, parse_composite
 from broker.language.values import Var
 from broker.matching.oracle import matches
 from tests.history.conftest import land
-from wfm.history import HistoryStore
 from wfm.history.groups import join, joinable_atoms, plain_filter
 from wfm.history.joins import query_composite
+from wfm.history.store import HistoryStore
 
 T0 = 1_780_000_000.0
 

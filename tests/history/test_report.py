@@ -8,9 +8,9 @@ from pathlib import Path
 
 from broker.language import Publication
 from tests.history.conftest import land
-from wfm.history import HistoryStore
 from wfm.history.html import render_html
 from wfm.history.report import job_report, job_summary
+from wfm.history.store import HistoryStore
 
 MONDAY = datetime(2026, 3, 2, 8, tzinfo=UTC).timestamp()
 DAY = 86400

@@ -13,8 +13,8 @@ from broker.language.operators import ALL_OPERATORS, TIME_ATTRIBUTE
 from broker.matching.oracle import matches
 from tests.history.conftest import land
 from tests.matching.random_messages import random_filter, random_publication
-from wfm.history import HistoryStore, compile_filter
-from wfm.history.store import PYTHON_LANDING_BYTES
+from wfm.history.spark_filter import compile_filter
+from wfm.history.store import PYTHON_LANDING_BYTES, HistoryStore
 
 # Just before a UTC midnight, so the data spans two date partitions.
 NOW = datetime(2026, 3, 1, 0, 30, tzinfo=UTC).timestamp()

@@ -13,8 +13,8 @@ from pyspark.sql import functions as F
 
 from broker.language import Filter, parse_filter, parse_publication
 from tests.history.conftest import land
-from wfm.history import HistoryStore, Landing
-from wfm.history.landing import segments
+from wfm.history.landing import Landing, segments
+from wfm.history.store import HistoryStore
 
 DAY = 86400.0
 T0 = 1_780_000_000.0

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from broker.language import parse_composite, parse_filter, parse_publication
-from broker.routing import Advertise, Carry, CompositeSubscribe, LinkUp, Publish, Refuse, Router, Subscribe
+from broker.messages import Advertise, Carry, CompositeSubscribe, LinkUp, Publish, Refuse, Subscribe
 from broker.routing.acl import Policy, PolicyError
+from broker.routing.router import Router
 
 RULES = """
 [roles.agent]

@@ -10,8 +10,8 @@ import pytest
 
 from broker.language import parse_composite, parse_publication
 from broker.matching import matches
+from broker.messages import CompositeSubscribe
 from broker.routing.detection import Detector
-from broker.routing.messages import CompositeSubscribe
 from broker.sim import Overlay
 from broker.sim.overlay import SimClient
 from tests.routing.test_detection import WORKFLOW

@@ -1,5 +1,6 @@
-"""One routing suite, three back ends: the in-process simulator, real ``wfm broker`` processes,
-and the same processes over mutual TLS (clients with their own certificates).
+"""One routing suite, four back ends: the in-process simulator, the real brokers
+(``RouterService``) over in-memory streams with no socket, real ``wfm broker`` processes, and the
+same processes over mutual TLS (clients with their own certificates).
 
 The topology is PADRES's five-broker star (B1 in the centre). Scenarios use their own class names,
 so they can share one overlay of processes.
@@ -7,16 +8,39 @@ so they can share one overlay of processes.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pytest
 
 from broker.client import BlockingClient
 from broker.client import RefusedError as ClientRefused
+from broker.errors import LinkClosed
+from broker.language import parse_filter, parse_publication
+from broker.messages import (
+    Ack,
+    Advertise,
+    Carry,
+    Deliver,
+    Hello,
+    Message,
+    Publish,
+    Refuse,
+    Subscribe,
+    Took,
+    Unsubscribe,
+    WireMessage,
+)
 from broker.sim import Overlay, RefusedError, SimClient
+from broker.transport.dialer import greet
+from broker.transport.link import Link
+from broker.transport.memory import MemoryNetwork
+from broker.transport.server import RouterService
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 from tests.processes import brokers, quiet, status, watcher
@@ -50,6 +74,116 @@ class SimBackend:
 
     def received(self, client: Any) -> list[str]:
         return client.take()  # type: ignore[no-any-return]
+
+
+T = TypeVar("T")
+
+
+class MemoryBackend:
+    """The brokers of a process (``RouterService``, links, handshakes, the driver) in one event
+    loop of their own, linked by memory stream pairs: no socket, no port, no process. Its clients
+    speak frames as ``Client`` does: a hello, requests answered by ref, a Took for what is carried."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="memory overlay", daemon=True)
+        self.thread.start()
+        self.network = MemoryNetwork()
+        self.uris = {name: BrokerURI("127.0.0.1", 7001 + n, name) for n, name in enumerate(STAR)}
+        self.brokers = [
+            RouterService(uri, [self.uris[n] for n in STAR[name]], covering="active", network=self.network)
+            for name, uri in self.uris.items()
+        ]
+        for broker in self.brokers:
+            self.run(broker.start())
+        self.run(self._linked())
+        self.clients: list[MemoryClient] = []
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=10)
+
+    async def _linked(self) -> None:
+        while sorted(self.brokers[0].links) != ["B2", "B3", "B4", "B5"]:
+            await asyncio.sleep(0.01)
+
+    def client(self, broker: str) -> MemoryClient:
+        client = MemoryClient(self, self.uris[broker])
+        self.clients.append(client)
+        return client
+
+    def settle(self) -> None:
+        self.run(asyncio.sleep(0.1))
+
+    def received(self, client: Any) -> list[str]:
+        self.settle()
+        texts, client.delivered = client.delivered, []
+        return sorted(set(texts), key=texts.index)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        for client in self.clients:
+            self.run(client.close())
+        for broker in self.brokers:
+            self.run(broker.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+class MemoryClient:
+    def __init__(self, backend: MemoryBackend, broker: BrokerURI) -> None:
+        self.run = backend.run
+        self.refs = itertools.count(1)
+        self.delivered: list[str] = []
+        self.answers: dict[str, asyncio.Future[Ack | Refuse]] = {}
+        self.link = self.run(self._connect(backend.network, broker))
+
+    async def _connect(self, network: MemoryNetwork, broker: BrokerURI) -> Link:
+        reader, writer = await network.open(broker)
+        link = Link(reader, writer, broker.id)
+        leftovers = await greet(link, broker, Hello("client", f"c{next(_names)}"), timeout=5.0)
+        self.reading = asyncio.create_task(self._read(link, leftovers))
+        return link
+
+    async def _read(self, link: Link, items: list[Any]) -> None:
+        with contextlib.suppress(LinkClosed):
+            while True:
+                for item in items:
+                    if isinstance(item, Carry):
+                        link.send(Took(item.seq))
+                        item = item.message
+                    if isinstance(item, Deliver):
+                        self.delivered.append(str(item.publication))
+                    elif isinstance(item, Ack | Refuse) and (answer := self.answers.pop(item.ref, None)):
+                        answer.set_result(item)
+                items = await link.receive()
+
+    async def close(self) -> None:
+        await self.link.wait_closed()
+        await self.reading
+
+    async def _ask(self, ref: str, message: WireMessage) -> str:
+        self.answers[ref] = answer = asyncio.get_running_loop().create_future()
+        self.link.send(message)
+        said = await asyncio.wait_for(answer, 5.0)
+        if isinstance(said, Refuse):
+            raise ClientRefused(said.reason)
+        return said.id
+
+    def _request(self, make: Callable[[str], Message]) -> str:
+        ref = f"r{next(self.refs)}"
+        return self.run(self._ask(ref, make(ref)))  # type: ignore[arg-type]
+
+    def advertise(self, text: str) -> str:
+        return self._request(lambda ref: Advertise(ref, parse_filter(text)))
+
+    def subscribe(self, text: str) -> str:
+        return self._request(lambda ref: Subscribe(ref, parse_filter(text)))
+
+    def unsubscribe(self, sub_id: str) -> None:
+        self.run(self._ask(sub_id, Unsubscribe(sub_id)))
+
+    def publish(self, text: str) -> str:
+        return self._request(lambda ref: Publish(ref, parse_publication(text)))
 
 
 class ProcessBackend:
@@ -89,10 +223,15 @@ def tls_processes(certs: Path) -> Iterator[dict[str, BrokerURI]]:
         yield uris
 
 
-@pytest.fixture(params=["sim", "processes", "tls"])
+@pytest.fixture(params=["sim", "memory", "processes", "tls"])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "sim":
         yield SimBackend()
+        return
+    if request.param == "memory":
+        memory = MemoryBackend()
+        yield memory
+        memory.close()
         return
     if request.param == "tls":
         certs = request.getfixturevalue("certs")
@@ -162,6 +301,19 @@ def test_nonconforming_publication_is_refused(backend: Backend) -> None:
     pub.advertise(f"[class,eq,{cls}],[price,<,100]")
     with pytest.raises((RefusedError, ClientRefused), match="fits no advertisement"):
         pub.publish(f"[class,{cls}],[price,100]")
+
+
+def test_the_memory_overlay_is_the_real_brokers_with_no_socket() -> None:
+    """Guard: the memory back end runs ``RouterService`` itself, linked over memory streams."""
+    memory = MemoryBackend()
+    try:
+        status = memory.brokers[0].status()
+        assert status["neighbors"] == ["B2", "B3", "B4", "B5"]
+        assert all(
+            broker._server is not None and not hasattr(broker._server, "sockets") for broker in memory.brokers
+        )
+    finally:
+        memory.close()
 
 
 def test_processes_really_ran(processes: dict[str, BrokerURI]) -> None:

@@ -9,7 +9,8 @@ import random
 import pytest
 
 from broker.language import parse_publication
-from broker.routing import Carry, Deliver, LinkUp, Publish, Router, Took
+from broker.messages import Carry, Deliver, LinkUp, Publish, Took
+from broker.routing.router import Router
 from broker.sim import Overlay
 from tests.routing.test_sessions import JOIN
 from tests.routing.test_sessions import line as sessions_line

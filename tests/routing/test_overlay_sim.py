@@ -11,7 +11,8 @@ import random
 import pytest
 
 from broker.language import parse_filter, parse_publication
-from broker.routing import Ack, Advertise, Carry, LinkUp, Message, Notify, Publish, Refuse, Router, Subscribe
+from broker.messages import Ack, Advertise, Carry, LinkUp, Message, Notify, Publish, Refuse, Subscribe
+from broker.routing.router import Router
 from broker.sim import Overlay, RefusedError
 
 MODES = ["off", "lazy", "active"]

@@ -10,8 +10,9 @@ import pytest
 
 from broker.errors import ParseError, RefusedError
 from broker.language import Policy, parse_composite, parse_composite_subscription, parse_publication
+from broker.messages import CompositeSubscribe, Notify
 from broker.routing import detection
-from broker.routing.messages import CompositeSubscribe, Notify
+from broker.routing.router import Router
 from broker.sim import Overlay
 from broker.transport.codec import MAX_FRAME, decode, encode
 from tests.routing.test_detection import WORKFLOW, Feeder, status
@@ -222,7 +223,7 @@ def test_a_crashed_broker_recovers_its_detections_with_their_policy() -> None:
     overlay.recover("B1")
     stock.publish("[class,stock],[price,70],[number,0]")
     assert sub.fired()[-1] == [FIRST, "[class,stock],[number,0],[price,70]"]
-    restored = pickle.loads(pickle.dumps(overlay.routers["B1"]))  # a snapshot, as RouterLog takes it
+    restored = Router.restore(pickle.loads(pickle.dumps(overlay.routers["B1"].snapshot())))  # as RouterLog
     assert {d.policy for d in restored.composites.detections.values()} == {Policy.UNRESTRICTED}
     logged = ("B2", 1.0, CompositeSubscribe("B2/1", parse_composite(STOCK), None, 5, Policy.RECENT))
     assert pickle.loads(pickle.dumps(logged)) == logged  # an input, as RouterLog records it

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from broker.language import parse_composite, parse_filter
-from broker.routing import CompositeSubscribe, Subscribe
+from broker.messages import CompositeSubscribe, Subscribe
 from broker.sim import Overlay
 from broker.sim.overlay import RefusedError
 

@@ -16,7 +16,8 @@ from collections.abc import Callable
 import pytest
 
 from broker.language import parse_filter, parse_publication
-from broker.routing import Advertise, Carry, LinkDown, LinkUp, Message, Publish, Router
+from broker.messages import Advertise, Carry, LinkDown, LinkUp, Message, Publish
+from broker.routing.router import Router
 from broker.routing.standins import ANSWER_WAIT
 from broker.sim import Overlay
 
@@ -126,7 +127,7 @@ def test_a_neighbour_back_from_its_log_keeps_its_stand_in_until_its_answers_are_
     step(overlay, lambda target, message: target == "B1" and isinstance(message, Carry))
     overlay.crash("B1")  # its answer and its Took to B2 were in flight: lost
     late.publish("[class,t],[g,held]")  # held for B1 under the stand-in
-    router: Router = pickle.loads(overlay._logs.pop("B1"))  # B1 back from its log
+    router = Router.restore(pickle.loads(overlay._logs.pop("B1")))  # B1 back from its log
     overlay.routers["B1"] = router
     for hop, channel in router.custody.channels.items():
         if channel.up:

@@ -10,17 +10,19 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from broker.errors import LinkClosed
-from broker.routing import (
+from broker.messages import (
     Ack,
     Advertise,
     CompositeSubscribe,
+    Hello,
+    Ping,
+    Pong,
     Publish,
     Refuse,
     Subscribe,
     Unadvertise,
     Unsubscribe,
 )
-from broker.transport.codec import Hello, Ping, Pong
 from broker.transport.link import Link
 from broker.transport.uri import BrokerURI
 

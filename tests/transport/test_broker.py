@@ -13,10 +13,10 @@ import pytest
 
 from broker.client import Client, ConnectError, RefusedError
 from broker.language import Publication, parse_filter
-from broker.routing import Refuse, Subscribe
+from broker.messages import Hello, Refuse, Subscribe
 from broker.routing.custody import Channel
-from broker.transport import server
-from broker.transport.codec import Hello, decode, encode
+from broker.transport import driver
+from broker.transport.codec import decode, encode
 from broker.transport.server import RouterService
 from tests.transport.harness import run, until, uri
 
@@ -325,7 +325,7 @@ def _pending(service: RouterService) -> int:
 def test_a_quiet_broker_builds_the_index_a_bulk_add_left_pending(monkeypatch: pytest.MonkeyPatch) -> None:
     """A deployment's subscriptions are indexed while the broker is quiet, not by the
     publications after it; what matches does not change."""
-    monkeypatch.setattr(server, "QUIET", 0.5)  # the check right after the adds comes well before
+    monkeypatch.setattr(driver, "QUIET", 0.5)  # the check right after the adds comes well before
 
     async def scenario() -> None:
         b = RouterService(uri("B1"))
@@ -354,7 +354,7 @@ def test_a_quiet_broker_ticks_only_while_a_took_is_held_back_or_a_peer_is_away(
     must hear Ticks while a stand-in holds back a Took (grace or not: a neighbour that takes
     nothing, its disk full, would keep it held back for ever) or a peer is away. Otherwise none:
     each Tick is an input, logged like any other (one a second, all day, on an idle broker)."""
-    monkeypatch.setattr(server, "TICK", 0.02)
+    monkeypatch.setattr(driver, "TICK", 0.02)
 
     async def main() -> None:
         broker = RouterService(uri("B1"), session_grace=grace)

@@ -11,7 +11,8 @@ import pytest
 
 from broker.client import BlockingClient, Client, NoAnswer
 from broker.errors import RemoteError
-from broker.transport.codec import Hello, encode
+from broker.messages import Hello
+from broker.transport.codec import encode
 from broker.transport.uri import BrokerURI
 from tests.transport.harness import run, uri
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 import struct
+from dataclasses import MISSING, fields
 from datetime import UTC, datetime
 
 import msgpack
@@ -15,14 +16,17 @@ from hypothesis import strategies as st
 from broker.language import Filter, Predicate, Publication, TimeRef, Var, parse_filter, parse_publication
 from broker.language.operators import NUMERIC_OPERATORS, PRESENT, STRING_OPERATORS, TIME_OPERATORS
 from broker.language.values import MAX_EXACT, MAX_TIME_OFFSET
-from broker.routing.messages import (
+from broker.messages import (
     Ack,
     Advertise,
     Bye,
     Carry,
     Deliver,
+    Hello,
     LinkDown,
     LinkUp,
+    Ping,
+    Pong,
     Publish,
     Refuse,
     StatusReply,
@@ -32,18 +36,7 @@ from broker.routing.messages import (
     Unadvertise,
     Unsubscribe,
 )
-from broker.transport import (
-    MAX_FRAME,
-    BadMessage,
-    FrameDecoder,
-    FrameTooLarge,
-    Hello,
-    Ping,
-    Pong,
-    ProtocolError,
-    decode,
-    encode,
-)
+from broker.transport import MAX_FRAME, BadMessage, FrameDecoder, FrameTooLarge, ProtocolError, decode, encode
 
 WIRE_TYPES = (
     Advertise,
@@ -146,6 +139,22 @@ def test_every_message_type_round_trips(message: object) -> None:
 
 def test_examples_cover_every_wire_type() -> None:
     assert {type(m) for m in EXAMPLES} == set(WIRE_TYPES)
+
+
+@pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: type(m).__name__)
+def test_a_frame_is_its_message_s_fields_in_order_trailing_defaults_left_out(message: object) -> None:
+    """What lets a codec be generated from the definitions in ``broker.messages`` (a compiled
+    serialiser's tagged structs): after its tag, a frame's array holds the message's fields in
+    the order the dataclass declares them (scalars as they are), and leaves out only trailing
+    fields that hold their defaults."""
+    array = msgpack.unpackb(payload_of(encode(message)), raw=False)  # type: ignore[arg-type]
+    declared = fields(message)  # type: ignore[arg-type]
+    sent, left_out = array[1:], declared[len(array) - 1 :]
+    assert len(sent) <= len(declared)
+    assert all(getattr(message, f.name) == f.default for f in left_out if f.default is not MISSING)
+    for field, value in zip(declared, sent, strict=False):
+        if type(getattr(message, field.name)) in (str, int, float, bool, type(None)):
+            assert value == getattr(message, field.name), field.name
 
 
 def test_exact_bytes_of_small_frames() -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from broker.errors import BadMessage
 from broker.language import parse_composite, parse_filter, parse_publication
-from broker.routing import CompositeSubscribe, Notify
+from broker.messages import CompositeSubscribe, Notify
 from broker.transport.codec import decode, encode
 from tests.routing.test_detection import WORKFLOW
 

@@ -9,7 +9,8 @@ import socket
 import struct
 from pathlib import Path
 
-from broker.transport.server import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS, RouterService
+from broker.transport.admission import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS
+from broker.transport.server import RouterService
 from tests.transport.harness import run, until
 from tests.transport.test_tls import still_serving, tls_broker
 
@@ -55,13 +56,13 @@ def test_half_open_handshakes_are_capped_per_address_and_in_all(certs: Path) -> 
         many = [s for n in range(3, 7) for s in await half_open(b, f"127.0.0.{n}", 16)]
         await until(lambda: b.counters["handshake_refused"] == 24 + 16, what="room made")
         closed = await asyncio.gather(*(closed_soon(stream) for stream in one[:16] + many))
-        assert sum(closed) == 16 and b._handshaking == 64
-        held = sorted(map(len, b._handshakes.values()))
+        assert sum(closed) == 16 and b.gate.admission.count == 64
+        held = sorted(map(len, b.gate.admission.by_address.values()))
         assert len(held) == 5 and held[0] >= 12 and held[-1] <= 14, held
         await still_serving(b, certs)  # a client that shakes hands in milliseconds still gets in
         assert b.status()["counters"]["link.handshake_refused"] >= 24 + 16 + 1
         close(one + many)
-        await until(lambda: b._handshaking == 0 and not b._handshakes, what="all ended")
+        await until(lambda: b.gate.admission.count == 0 and not b.gate.admission.by_address, what="all ended")
         await b.stop()
 
     run(scenario(), timeout=60)

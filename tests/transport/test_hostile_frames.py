@@ -12,9 +12,9 @@ import msgpack
 import pytest
 
 from broker.client import Client
-from broker.routing import Refuse, StatusReply
+from broker.messages import Hello, Refuse, StatusReply
 from broker.throttle import LogThrottle
-from broker.transport.codec import FrameDecoder, Hello, decode, encode
+from broker.transport.codec import FrameDecoder, decode, encode
 from broker.transport.server import RouterService
 from tests.transport.harness import run, uri
 from tests.transport.test_codec_composite import nested

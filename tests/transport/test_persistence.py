@@ -20,23 +20,21 @@ from broker.client import Client
 from broker.durable.log import WriteAheadLog
 from broker.errors import LinkClosed, LocalError
 from broker.language import Publication, parse_filter
-from broker.routing import (
+from broker.messages import (
     Advertise,
     Carry,
     Deliver,
+    Hello,
+    LinkDown,
+    LinkUp,
     Publish,
-    Router,
     Subscribe,
     Took,
     Unadvertise,
-    Unsubscribe,
 )
 from broker.routing.acl import Policy
-from broker.routing.forwarding import Forwarding, Twins
-from broker.routing.messages import LinkDown, LinkUp
-from broker.routing.relations import subscription_covers
+from broker.routing.router import Router
 from broker.transport import persistence
-from broker.transport.codec import Hello
 from broker.transport.link import Link
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
@@ -261,7 +259,7 @@ async def _carried(link: Link, wait: float, kind: type[Carry | Took] = Carry) ->
 
 def _slow_commits(broker: RouterService, seconds: float) -> None:
     """A disk that has been slow for a while: each commit takes ``seconds``, in a thread."""
-    broker._offload.average = seconds
+    broker.driver.commits.offload.average = seconds  # type: ignore[union-attr]
     wal = broker.log_file.wal  # type: ignore[union-attr]
     commit = wal.commit
 
@@ -402,7 +400,7 @@ def test_a_snapshot_of_another_format_is_refused_in_one_line(tmp_path: Path) -> 
 
 
 def _fed(log: persistence.RouterLog, router: Router, inputs: list[tuple[object, str]]) -> None:
-    """What ``RouterService._feed`` does: each input logged, then handled."""
+    """What ``RouterDriver.feed`` does: each input logged, then handled."""
     for now, (message, hop) in enumerate(inputs, start=1):
         log.record(message, hop, float(now))  # type: ignore[arg-type]
         router.handle(message, hop, float(now))  # type: ignore[arg-type]
@@ -418,151 +416,33 @@ INPUTS: list[tuple[object, str]] = [
 
 
 def _written_by_format(
-    directory: Path, written: int, router: Router, inputs: list[tuple[object, str]]
+    directory: Path, written: int, state: object, inputs: list[tuple[object, str]]
 ) -> None:
-    """A log as an older broker left it: its snapshot format, and its inputs as pickles (5's records)."""
+    """A log as a broker of format ``written`` left it: its snapshot (up to format 10 the
+    router itself, then its state), and its inputs as pickles (5's records)."""
     wal = WriteAheadLog(directory)
     wal.recover()
-    wal.checkpoint(pickle.dumps((written, router), pickle.HIGHEST_PROTOCOL))
+    wal.checkpoint(pickle.dumps((written, state), pickle.HIGHEST_PROTOCOL))
     for now, (message, hop) in enumerate(inputs, start=1):
         wal.append(pickle.dumps((hop, float(now), message), pickle.HIGHEST_PROTOCOL))
     wal.commit()
     wal.close()
 
 
-def test_a_state_of_format_6_goes_on_forwarding_each_equal_subscription_on_its_own(tmp_path: Path) -> None:
-    """Format 6's state forwarded every subscription on its own, and its neighbours know them so:
-    restored, it goes on that way (each withdrawal retracts its own), not with format 7's groups."""
-    old = Router("B1")
-    old.tables.subscriptions = Forwarding("off", subscription_covers)  # as format 6 pickled it
-    assert isinstance(Router("B1").tables.subscriptions, Twins)  # what format 7 pickles
-    _written_by_format(tmp_path, 6, old, [])
+@pytest.mark.parametrize("written", [5, 6, 7, 8, 9])
+def test_a_log_older_than_the_format_before_is_refused_in_one_line_naming_its_format(
+    tmp_path: Path, written: int
+) -> None:
+    """The formats before 10 are no longer read (the module's policy): the broker says which
+    format it found and which it reads, in one line, instead of replaying the log otherwise than
+    it was sent."""
+    _written_by_format(tmp_path, written, Router("B1"), INPUTS)
     log = persistence.RouterLog(tmp_path)
-    router = log.restore(lambda: Router("B9"))
-    stock = parse_filter("[class,eq,stock]")
-    sent: list[object] = []
-    for now, (message, hop) in enumerate(
-        [
-            (LinkUp(True, epoch="B2-1"), "B2"),
-            (Carry(1, Advertise("a1", parse_filter("[class,eq,stock],[n,>,-1]"))), "B2"),
-            (LinkUp(False), "sub"),
-            (Subscribe("s1", stock), "sub"),
-            (Subscribe("s2", stock), "sub"),
-            (Unsubscribe("B1/sub/s1"), "sub"),
-        ],
-        start=1,
-    ):
-        sent += [out.message for target, out in router.handle(message, hop, float(now)) if type(out) is Carry]
-    routed = [(type(m).__name__, m.id) for m in sent if isinstance(m, Subscribe | Unsubscribe)]
-    assert routed == [("Subscribe", "B1/sub/s1"), ("Subscribe", "B1/sub/s2"), ("Unsubscribe", "B1/sub/s1")]
+    with pytest.raises(LocalError) as refused:
+        log.restore(lambda: Router("B9"))
     log.close()
-
-
-def _as_format_7(router: Router) -> Router:
-    """The router's state in the shape format 7 pickled: stand-ins held nothing back (no holds,
-    entries of two), channels had no ``acked``."""
-    stand_ins = router.stand_ins
-    stand_ins.made = {  # type: ignore[assignment]
-        n: (then, {adv_id: entry[:2] for adv_id, entry in made.items()})
-        for n, (then, made) in stand_ins.made.items()
-    }
-    for name in ("holding", "released", "as_format_7"):
-        del stand_ins.__dict__[name]
-    for channel in router.custody.channels.values():
-        del channel.acked
-    return router
-
-
-def test_a_log_of_format_7_replays_its_stand_ins_upstream_and_then_holds_back_tooks(tmp_path: Path) -> None:
-    """B2 between B1 and B3. Format 7 sent its stand-in for B3 upstream to B1 (a carry, under the
-    next seq on B1's channel): replayed, it goes upstream again, so the seqs B1 was given stay.
-    From then on a stand-in stays here and holds back the Took of the advertisement instead."""
-    old = Router("B2")
-    inputs: list[tuple[object, str]] = [
-        (LinkUp(True, epoch="B1-1"), "B1"),
-        (LinkUp(True, epoch="B3-1"), "B3"),
-        (Carry(1, Advertise("a1", parse_filter("[class,eq,t],[n,>,-1]"))), "B1"),
-    ]
-    _written_by_format(tmp_path, 7, _as_format_7(old), inputs)
-    log = persistence.RouterLog(tmp_path)
-    router = log.restore(lambda: Router("B9"))
-    to_b1 = router.custody.channels["B1"]
-    assert [type(m).__name__ for m, _ in to_b1.held.values()] == ["Subscribe"]  # seq 1, as then
-    assert to_b1.acked == 1 and router.status()["tooks_held_back"] == 0
-    out = router.handle(Carry(2, Advertise("a2", parse_filter("[class,eq,u],[n,>,-1]"))), "B1", 10.0)
-    assert [(hop, type(m).__name__) for hop, m in out] == [("B3", "Carry")]  # no Took to B1, no stand-in
-    assert router.status()["tooks_held_back"] == 1 and list(to_b1.held) == [1]
-    out = router.handle(Took(2), "B3", 11.0)  # B3 took both advertisements
-    assert [(hop, type(m).__name__) for hop, m in out] == [("B1", "Carry"), ("B1", "Took")]  # unsubscribed
-    assert out[-1][1] == Took(2) and router.status()["stand_ins"] == 0
-    log.close()
-
-
-def test_a_state_of_format_7_restored_ends_its_stand_ins_as_before() -> None:
-    """A stand-in of format 7 (sent upstream while B3 was away) and a channel without ``acked``
-    come back in this version's shape: the hello says what was taken, and B3's Took ends it."""
-    router = Router("B2", session_grace=600)
-    router.handle(LinkUp(True, epoch="B1-1"), "B1", 1.0)
-    router.handle(LinkUp(True, epoch="B3-1"), "B3", 1.0)
-    router.handle(LinkDown(), "B3", 2.0)
-    router.handle(Carry(1, Advertise("a1", parse_filter("[class,eq,t],[n,>,-1]"))), "B1", 3.0)
-    assert router.status()["stand_ins"] == 1
-    restored: Router = pickle.loads(pickle.dumps(_as_format_7(router)))
-    assert restored.custody.greeting("B1")[2] == 1  # acked: all it received, as format 7 said
-    resume = restored.custody.greeting("B3")[1]
-    restored.handle(LinkUp(True, epoch=resume, resume=0), "B3", 4.0)
-    out = restored.handle(Took(1), "B3", 5.0)
-    assert [(hop, type(m).__name__) for hop, m in out] == [("B1", "Carry")]  # its Unsubscribe
-    assert restored.status()["stand_ins"] == 0
-
-
-def _as_format_9(router: Router) -> Router:
-    """The router's state in the shape format 9 pickled: no stand-ins matched by fit (entries
-    without ``fit``, tables without ``fit_index``), nor a log throttle for full channels."""
-    for entry in [*router.tables.srt.values(), *router.tables.prt.values()]:
-        assert entry.fit is None
-        del entry.fit
-    del router.tables.__dict__["fit_index"], router.custody.__dict__["full_log"]
-    return router
-
-
-def test_a_log_of_format_9_replays_its_stand_ins_as_the_advertisements_filters(tmp_path: Path) -> None:
-    """Format 9's stand-in subscribed its advertisement's own filter (which missed a publication
-    that left out an attribute the advertisement names) and sent it so upstream when its
-    neighbour was away: replayed, it goes so again, so what B1 was given under each seq stays,
-    and it goes on matching by that filter. One made once the log is replayed matches by fit and
-    travels as the advertisement's class."""
-    old = Router("B2", session_grace=600)
-    for hop in ("B1", "B3"):
-        old.handle(LinkUp(True, epoch=f"{hop}-1"), hop, 0.0)
-    old.handle(LinkUp(False), "sub", 0.0)
-    old.handle(Subscribe("s", parse_filter("[class,eq,t]")), "sub", 0.0)
-    advertisement = parse_filter("[class,eq,t],[n,>,-1]")
-    inputs: list[tuple[object, str]] = [
-        (LinkDown(), "B3"),  # away: the stand-in for it goes upstream, to B1
-        (Carry(1, Advertise("a1", advertisement)), "B1"),
-    ]
-    _written_by_format(tmp_path, 9, _as_format_9(old), inputs)
-    log = persistence.RouterLog(tmp_path)
-    router = log.restore(lambda: Router("B9"))
-    held = [(seq, m) for seq, (m, _) in router.custody.channels["B1"].held.items()]
-    assert held == [  # as then, under the seqs B1 was given
-        (1, Subscribe("B2/sub/s", parse_filter("[class,eq,t]"), 31)),
-        (2, Subscribe("B2~stand-in~B3~a1", advertisement, 31)),
-    ]
-    assert router.tables.prt["B2~stand-in~B3~a1"].fit is None and not router.stand_ins.as_format_9
-    out = router.handle(Carry(2, Publish("B1/p/1", Publication("t", {"n": 1}))), "B1", 10.0)
-    delivered = [hop for hop, m in out if isinstance(m, Carry) and isinstance(m.message, Deliver)]
-    assert delivered == ["sub"]
-    assert [m for m, _ in router.custody.channels["B3"].held.values() if isinstance(m, Publish)]  # by filter
-    out = router.handle(Carry(3, Advertise("a2", parse_filter("[class,eq,u],[n,>,-1]"))), "B1", 11.0)
-    sent = [m.message for hop, m in out if hop == "B1" and isinstance(m, Carry)]
-    assert sent == [Subscribe("B2~stand-in~B3~a2", parse_filter("[class,eq,u]"), 31)]
-    assert router.tables.prt["B2~stand-in~B3~a2"].fit is not None
-    router.custody.max_held = 0  # what B3's channel cannot hold now is counted and logged
-    router.handle(Carry(4, Publish("B1/p/2", Publication("t", {"n": 2}))), "B1", 12.0)
-    assert router.counters["dropped.link_full"] == 1
-    log.close()
+    assert f"(format {written}, this one reads 10 or 11)" in str(refused.value)
+    assert "\n" not in str(refused.value)
 
 
 STRANDED: list[tuple[object, str]] = [  # a publication held for B2, which comes back having forgotten B1
@@ -577,20 +457,19 @@ STRANDED: list[tuple[object, str]] = [  # a publication held for B2, which comes
 ]
 
 
-@pytest.mark.parametrize("written", [8, 9])
-def test_a_log_of_format_8_replays_dropping_what_was_held_for_a_neighbour_back_new(
+@pytest.mark.parametrize("written", [10, persistence.SNAPSHOT_FORMAT])
+def test_a_log_replays_sending_again_what_was_held_for_a_neighbour_back_new(
     tmp_path: Path, written: int
 ) -> None:
-    """Format 8 dropped the publications held for a neighbour back on a new channel, and gave
-    the next seqs there to what came after: replayed, it drops them again, so the seqs B2 was
-    given stay; format 9 sends them again after the tables."""
-    _written_by_format(tmp_path, written, Router("B1", session_grace=60), STRANDED)
+    """The publications held for a neighbour back on a new channel go again after the tables,
+    whether the log's snapshot is the router pickled whole (format 10) or its state (11)."""
+    router = Router("B1", session_grace=60)
+    _written_by_format(tmp_path, written, router.snapshot() if written == 11 else router, STRANDED)
     log = persistence.RouterLog(tmp_path)
     router = log.restore(lambda: Router("B9"))
     held = [type(m).__name__ for m, _ in router.custody.channels["B2"].held.values()]
-    assert held == (["Advertise"] if written == 8 else ["Advertise", "Publish"])
-    assert router.counters["dropped.link_closed"] == (written == 8)
-    assert not router.custody.as_format_8
+    assert held == ["Advertise", "Publish"]
+    assert router.counters["dropped.link_closed"] == 0
     log.close()
 
 
@@ -633,7 +512,7 @@ def test_a_restored_brokers_hello_says_the_last_took_it_gave(tmp_path: Path) -> 
         try:
             await until(lambda: broker.router.counters["link.log_commits"] or broker.counters["log_commits"])
             assert broker.router.custody.channels["B3"].acked == 2
-            assert broker._hello("B3").took == 2
+            assert broker.driver.hello("B3").took == 2
         finally:
             await broker.stop()
 
@@ -655,15 +534,17 @@ def test_inputs_from_links_are_logged_as_wire_frames_and_replay(tmp_path: Path) 
 
 
 def test_a_log_of_the_format_before_replays_and_is_rewritten_at_once(tmp_path: Path) -> None:
-    """Format 5 logged every input as a pickle: an upgraded broker replays it, then checkpoints,
-    so the version before never reads this one's records (it refuses the snapshot instead)."""
-    _written_by_format(tmp_path, 5, Router("B1"), INPUTS)
+    """Format 10 pickled the router whole: an upgraded broker restores it through its snapshot,
+    replays the log, then checkpoints, so the version before never reads this one's records (it
+    refuses the snapshot instead)."""
+    _written_by_format(tmp_path, 10, Router("B1"), INPUTS)
     log = persistence.RouterLog(tmp_path)
     router = log.restore(lambda: Router("B9"))
     assert router.id == "B1" and router.status()["subscriptions"] == 1
     log.close()
     snapshot, records = reopened(tmp_path)
-    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 10
+    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 11
+    assert isinstance(pickle.loads(snapshot)[1], dict)  # the router's state, not the router
     assert records == []
 
 
@@ -789,3 +670,36 @@ def test_memory_and_data_exclude_each_other(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == "wfm: error: --memory and --data exclude each other: give one\n"
     assert list(tmp_path.iterdir()) == []
+
+
+BEFORE = Path(__file__).with_name("broker_before")  # written by the version before this format
+
+
+def test_a_log_the_version_before_wrote_is_restored_whole_and_checkpointed_in_this_format(
+    tmp_path: Path,
+) -> None:
+    """A real log of the previous version (format 10, its classes where they lived then: the
+    router pickled whole, its messages from broker.routing.messages): a snapshot and inputs after
+    it. Restored, the router has what it had (its id, subscriptions, advertisement, counters),
+    delivers a new publication, and the log is checkpointed in this version's format."""
+    directory = tmp_path / "B1"
+    directory.mkdir(mode=0o700)
+    for file in BEFORE.iterdir():
+        (directory / file.name).write_bytes(file.read_bytes())
+    log = persistence.RouterLog(directory)
+    router = log.restore(lambda: Router("B9"))
+    log.close()
+    status = router.status()
+    assert (router.id, status["subscriptions"], status["advertisements"]) == ("B1", 3, 1)
+    assert (router.counters["delivered"], router.counters["in.Publish"]) == (2, 2)
+    output = router.handle(Publish("3", Publication("stock", {"n": 9}), ack=False), "pub", 8.0)
+    carried = [(target, m.message) for target, m in output if isinstance(m, Carry)]
+    assert [(target, type(m).__name__) for target, m in carried] == [("sub", "Deliver")]
+    again = persistence.RouterLog(directory)
+    restored = again.restore(lambda: Router("B9"))
+    again.close()
+    assert restored.status()["subscriptions"] == 3
+    written = WriteAheadLog(directory)
+    snapshot, _ = written.recover()
+    written.close()
+    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT

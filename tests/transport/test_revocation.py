@@ -16,9 +16,9 @@ from cryptography import x509
 
 import wfm.certs
 from broker.client import Client, ConnectError
+from broker.clock import ManualClock
 from broker.errors import LinkClosed, LocalError
-from broker.routing import Refuse
-from broker.transport.codec import Hello, Ping, Pong
+from broker.messages import Hello, Ping, Pong, Refuse
 from broker.transport.link import Link
 from broker.transport.revocation import CRL, RevocationError, Revocations
 from broker.transport.tls import Identity
@@ -120,13 +120,13 @@ def test_a_running_broker_refuses_a_revoked_client_and_cuts_its_link(directory: 
 
 
 def test_revocations_answers_for_any_certificate_and_follows_the_file(directory: Path) -> None:
-    clock = [0.0]
-    revocations = Revocations(directory, recheck=1.0, clock=lambda: clock[0])
+    clock = ManualClock()
+    revocations = Revocations(directory, recheck=1.0, clock=clock)
     alice, monitor = certificate(directory, "alice"), certificate(directory, "monitor")
     assert revocations.current is None and not revocations.revoked(alice)  # no list: nothing revoked
     wfm.certs.revoke(directory, "alice")
     assert not revocations.revoked(alice)  # looked less than a second ago
-    clock[0] = 1.0
+    clock.advance(1.0)
     assert revocations.revoked(alice) and not revocations.revoked(monitor)
     assert revocations.current is not None and [e.name for e in revocations.current.entries] == ["alice"]
     assert Revocations(directory).revoked(alice)  # a new process reads it at start

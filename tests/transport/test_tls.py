@@ -14,8 +14,7 @@ import pytest
 import wfm.certs
 from broker.client import Client, ConnectError, RefusedError
 from broker.errors import LocalError
-from broker.routing import LinkUp, Refuse
-from broker.transport.codec import Hello
+from broker.messages import Hello, LinkUp, Refuse
 from broker.transport.link import Link
 from broker.transport.server import RouterService
 from broker.transport.tls import Identity, client_id
@@ -73,8 +72,8 @@ def test_clients_and_brokers_link_over_tls_with_their_certificates(certs: Path) 
         await b2.start()
         await until(lambda: "B2" in b1.links and "B1" in b2.links, what="linked over TLS")
         seen: list[tuple[str, LinkUp]] = []
-        feed = b1._feed
-        b1._feed = lambda message, hop: (  # type: ignore[method-assign]
+        feed = b1.driver.feed
+        b1.driver.feed = lambda message, hop: (  # type: ignore[method-assign]
             seen.append((hop, message)) if isinstance(message, LinkUp) else None,
             feed(message, hop),
         )

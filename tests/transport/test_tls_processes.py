@@ -12,8 +12,7 @@ import pytest
 
 import wfm.certs
 from broker.client import Client, ConnectError, RefusedError
-from broker.routing import Refuse
-from broker.transport.codec import Hello
+from broker.messages import Hello, Refuse
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 from tests.processes import brokers

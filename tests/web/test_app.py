@@ -470,3 +470,24 @@ def test_the_overlay_shows_the_clients_of_each_broker_its_rates_and_what_each_re
     assert "2 in/s · 3 out/s" in page and "<td>agentB, deployer</td>" in page
     assert '<tr data-counter="refused.acl"><td><code>refused.acl</code></td><td>a client' in page
     assert '<tr data-counter="dropped.ttl">' in page and 'class="number">1</td></tr>' in page
+
+
+def test_each_link_shows_its_frames_per_second_each_way() -> None:
+    """Each end reports the frames it sent the other; two walks make a rate, drawn at the link's
+    middle (a to b, then b to a) with a hover naming the directions."""
+    from wfm.web.sources import SENT, rates
+
+    before = (10.0, {SENT + "B2": 100})
+    assert rates(before, (12.0, {SENT + "B2": 130}), {"B2": SENT + "B2"}) == {"B2": 15.0}
+    assert rates(before, (12.0, {SENT + "B2": 3}), {"B2": SENT + "B2"}) == {"B2": 0.0}  # B2 relinked
+    statuses = {
+        "B1": {"id": "B1", "neighbors": ["B2"], "link_rates": {"B2": 15.0}},
+        "B2": {"id": "B2", "neighbors": ["B1", "B3"], "link_rates": {"B1": 2.5}},
+        "B3": {"id": "B3", "neighbors": ["B2"]},  # seen once: no rate yet
+    }
+    view = overlay_view(statuses, {})
+    assert view["link_rates"] == [["B1", "B2", 15.0, 2.5]]
+    page = pages.overlay(view)
+    assert '<text class="link-rate" data-link="B1-B2"' in page and "15 ⇄ 2.5 /s" in page
+    assert "<title>B1 → B2: 15 frames/s; B2 → B1: 2.5 frames/s</title>" in page
+    assert 'class="link-rate" data-link="B2-B3"' not in page

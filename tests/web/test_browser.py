@@ -134,6 +134,8 @@ def test_trigger_payroll_from_the_page_and_watch_it_succeed_on_the_dag(
     for agent in ("agentA", "agentB", "agentC"):  # hanging off their brokers, from the tables
         page.wait_for_selector(f'svg.overlay g.client[data-client="{agent}"]', state="attached")
     page.wait_for_selector("svg.overlay text.rate", state="attached")  # the second walk: rates
+    page.wait_for_selector("svg.overlay text.link-rate", state="attached")  # and each link's, live
+    assert "⇄" in (page.text_content("svg.overlay text.link-rate >> nth=0") or "")
     assert page.locator('table.counters tr[data-counter="refused.acl"]').count() == 1
     page.evaluate(  # in one step: the live rates redraw the page every walk (2 s)
         """document.querySelector('svg.overlay [data-broker="B2"]')

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from broker.client import BlockingClient
-from broker.routing import Publish
+from broker.messages import Publish
 from broker.transport.server import RouterService
 from tests.processes import WFM
 from tests.transport.harness import uri

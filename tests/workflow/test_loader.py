@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.routing import Publish
+from broker.messages import Publish
 from broker.transport import MAX_FRAME, encode
 from wfm.workflow import After, DefinitionError, Job, Workflow, load, loads, translate
 from wfm.workflow.checks import MAX_COMMAND

@@ -17,7 +17,7 @@ from broker.client import Brokers, Client, Delivery, RefusedError
 from broker.durable import LogInUse
 from broker.errors import LinkClosed
 from broker.language import ParseError
-from broker.routing import COVERING_MODES
+from broker.routing.forwarding import COVERING_MODES
 from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync
 from broker.transport.server import RouterService
 from broker.transport.tls import Identity

@@ -32,7 +32,7 @@ from broker.client import Client, Delivery, Subscription
 from broker.errors import ParseError, RemoteError
 from broker.language import Filter, Predicate, Publication, TimeRef
 from broker.language.operators import TIME_ATTRIBUTE, holds
-from broker.routing.ids import OverlayId
+from broker.messages import OverlayId
 from broker.transport.revocation import Revocations
 from wfm.history.protocol import (
     STALL,

@@ -29,7 +29,6 @@ import math
 import os
 import socket
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,6 +44,7 @@ from broker.client import (
     TooManyUnacknowledged,
     brokers,
 )
+from broker.clock import SYSTEM, Clock
 from broker.durable.log import private_directory
 from broker.errors import LinkClosed
 from broker.language import Filter, Publication
@@ -121,7 +121,9 @@ class RecorderService:
         name: str = "historian",
         heartbeat: float = HEARTBEAT,
         policy: Policy | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
+        self.clock = clock  # what the landing log, trust checks and throttles read
         self.uri, self.path, self.keep = uri, store, tuple(dict.fromkeys(keep))
         self.spark_master = spark_master
         self.compact_every = compact_every
@@ -144,7 +146,7 @@ class RecorderService:
         self._answered = Recent(ANSWERED_LIMIT)
         tls = brokers(uri).tls
         self.ca = None if tls is None else load_ca(tls.directory)  # whose signed queries it answers
-        self.revocations = None if tls is None else Revocations(tls.directory)
+        self.revocations = None if tls is None else Revocations(tls.directory, clock=clock)
         self.trust = Trust(ca=self.ca, revocations=self.revocations)  # whose Triggers and statuses it keeps
         self.refused: Counter[str] = Counter()  # publications not kept, by kind of refusal
         self._refusals = LogThrottle(burst=1)
@@ -204,7 +206,7 @@ class RecorderService:
         forged = self._forged(delivery.publication)
         if forged is not None:
             self.refused[forged.kind] += 1
-            unlogged = self._refusals.admit(f"{forged.kind} {forged.who}", time.monotonic())
+            unlogged = self._refusals.admit(f"{forged.kind} {forged.who}", self.clock.monotonic())
             if unlogged is not None:
                 log.warning(
                     "not kept: a %s from %s: %s (%d %s refusals%s)",
@@ -217,7 +219,7 @@ class RecorderService:
                 )
             return
         self.recorder.record(delivery.publication, delivery.time, delivery.id)
-        self.landing.maybe_flush(time.time())
+        self.landing.maybe_flush(self.clock.time())
 
     def _forged(self, publication: Publication) -> Refusal | None:
         """With TLS, a Trigger or a job status not signed by whom agents would take it from: not
@@ -226,9 +228,9 @@ class RecorderService:
             return None  # without TLS statuses are not signed
         try:
             if publication.cls == TRIGGER:
-                self.trust.admit_trigger(publication, time.time(), math.inf)
+                self.trust.admit_trigger(publication, self.clock.time(), math.inf)
             elif publication.cls == JOBSTATUS:
-                self.trust.admit_status(publication, time.time(), None)
+                self.trust.admit_status(publication, self.clock.time(), None)
         except Refusal as refusal:
             return refusal
         return None
@@ -237,7 +239,7 @@ class RecorderService:
         """A quiet stream still gets its last batch on disk within ``batch_seconds``."""
         while True:
             await asyncio.sleep(self.landing.batch_seconds)
-            self.landing.maybe_flush(time.time())
+            self.landing.maybe_flush(self.clock.time())
 
     async def _compact_timer(self) -> None:
         while True:
@@ -284,7 +286,7 @@ class RecorderService:
         if self.ca is None:
             return None  # a developer's plain set-up: the brokers check nobody either
         try:
-            asker = signed_by(publication, self.ca, time.time(), None, self.revocations)
+            asker = signed_by(publication, self.ca, self.clock.time(), None, self.revocations)
         except Refusal as refusal:
             return f"access denied: {refusal.reason}"
         if asker.name != query.asker:

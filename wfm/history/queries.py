@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from wfm.history.connect import master_for
-from wfm.history.spark import SparkRefused, first_line, resolve_master, spark_session
+from wfm.history.spark import SparkTokenRejected, first_line, resolve_master, spark_session
 from wfm.history.store import HistoryStore, StoreError, require_store
 
 __all__ = ["open_store"]
@@ -22,7 +22,7 @@ def open_store(path: Path, master: str | None) -> HistoryStore:
     master = master_for(path, master)
     try:
         spark = spark_session(master)
-    except SparkRefused as error:  # says which server and which token file
+    except SparkTokenRejected as error:  # says which server and which token file
         raise StoreError(f"cannot start Spark: {error}") from None
     except Exception as error:  # Spark's many start-up errors
         shown = resolve_master(master).split(";")[0]  # never a ;token=... a user wrote in the URL

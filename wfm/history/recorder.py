@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from broker.errors import ParseError
 from broker.language import Publication
-from broker.routing.ids import OverlayId
+from broker.messages import OverlayId
 from wfm.history.landing import Landing
 
 __all__ = ["SEEN_LIMIT", "Recent", "Recorder", "publisher_of"]

@@ -35,7 +35,7 @@ __all__ = [
     "LOOPBACK",
     "MASTER_ENV",
     "TOKEN_FILE",
-    "SparkRefused",
+    "SparkTokenRejected",
     "driver_settings",
     "first_line",
     "resolve_master",
@@ -58,7 +58,7 @@ _SQL_CONF = {
 _SELF_SECRET = re.compile(r"local(\[(\d+|\*)(\s*,\s*\d+)?\])?")
 
 
-class SparkRefused(LocalError):
+class SparkTokenRejected(LocalError):
     """A Spark Connect server refused this client: a wrong token, or none."""
 
 
@@ -114,7 +114,7 @@ def with_token_file(url: str, path: Path) -> str:
 
 
 def _connect(url: str) -> SparkSession:
-    """A Spark Connect session, its token read from the URL's ``token_file``; SparkRefused (one
+    """A Spark Connect session, its token read from the URL's ``token_file``; SparkTokenRejected (one
     line, no token in it) if the server refuses it."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
@@ -157,9 +157,11 @@ def _read_token(path: Path) -> str:
     try:
         token = path.read_text().strip()
     except OSError as error:
-        raise SparkRefused(f"cannot read the Spark Connect token {path}: {error.strerror or error}") from None
+        raise SparkTokenRejected(
+            f"cannot read the Spark Connect token {path}: {error.strerror or error}"
+        ) from None
     if not token:
-        raise SparkRefused(f"the Spark Connect token file {path} is empty")
+        raise SparkTokenRejected(f"the Spark Connect token file {path} is empty")
     return token
 
 
@@ -193,7 +195,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _refusal(channel: Any, token_file: Path | None, error: Exception) -> SparkRefused | None:
+def _refusal(channel: Any, token_file: Path | None, error: Exception) -> SparkTokenRejected | None:
     import grpc
 
     code = getattr(error, "getGrpcStatusCode", lambda: None)()
@@ -203,12 +205,12 @@ def _refusal(channel: Any, token_file: Path | None, error: Exception) -> SparkRe
     found = re.search(r'details = "([^"]*)"', str(error))
     details = found.group(1) if found else "unauthenticated"
     if token_file is not None:
-        return SparkRefused(f"{server} refused the token in {token_file}: {details}")
+        return SparkTokenRejected(f"{server} refused the token in {token_file}: {details}")
     if channel.token is not None:
-        return SparkRefused(
+        return SparkTokenRejected(
             f"{server} refused the token of $SPARK_CONNECT_AUTHENTICATE_TOKEN or the URL: {details}"
         )
-    return SparkRefused(f"{server} wants a token ({details}): add ;{TOKEN_FILE}=FILE to the URL")
+    return SparkTokenRejected(f"{server} wants a token ({details}): add ;{TOKEN_FILE}=FILE to the URL")
 
 
 def first_line(error: BaseException) -> str:

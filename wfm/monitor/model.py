@@ -16,7 +16,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from broker.language import Value
-from workflow_messages import APPL_END, JOBSTATUS, NORUN, SUCCESS, TRIGGER, skipped_jobs, trigger_date
+from workflow_messages import (
+    APPL_END,
+    JOBSTATUS,
+    NORUN,
+    SUCCESS,
+    TRIGGER,
+    parse_job_status,
+    skipped_jobs,
+    trigger_date,
+)
 
 __all__ = ["Generation", "JobState", "Monitor", "StatusEvent"]
 
@@ -92,22 +101,21 @@ class Monitor:
         if attributes.get("class") == TRIGGER:
             self._trigger(self._generation(workflow, gid), attributes.get("schedule"))
             return None
-        job, status = attributes.get("jobname"), attributes.get("status")
-        if attributes.get("class") != JOBSTATUS or not isinstance(job, str) or not isinstance(status, str):
+        parsed = parse_job_status(attributes)
+        if attributes.get("class") != JOBSTATUS or parsed is None:
             return None
-        detail = str(attributes.get("detail", ""))
         state = JobState(
-            status,
-            detail,
-            _number(attributes.get("started")),
-            _number(attributes.get("duration")),
-            int(_number(attributes.get("attempt")) or 0),
-            status == NORUN and attributes.get("skipped") == 1,  # a branch not taken says so
+            parsed.status,
+            parsed.detail,
+            parsed.started,
+            parsed.duration,
+            parsed.attempt,
+            parsed.status == NORUN and parsed.skipped,  # a branch not taken says so
         )
-        if not self._status(self._generation(workflow, gid), job, state):
+        if not self._status(self._generation(workflow, gid), parsed.job, state):
             return None
         extras = {k: v for k, v in attributes.items() if k not in _CORE}
-        return StatusEvent(workflow, gid, job, status, detail, extras)
+        return StatusEvent(workflow, gid, parsed.job, parsed.status, parsed.detail, extras)
 
     def _generation(self, workflow: str, gid: str) -> Generation:
         key = (workflow, gid)
@@ -164,7 +172,3 @@ class Monitor:
             for g in self.watched()
             if g.end is not None and g.end.status != SUCCESS
         ]
-
-
-def _number(value: Value | None) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 
 from broker.client import Backoff, Client, Delivery, NoAnswer, RefusedError, brokers
+from broker.durable.log import replace_atomically
 from broker.errors import LinkClosed
 from wfm.puppet import topics
 
@@ -55,7 +55,7 @@ class Worker:
             await self.subscribe(pattern, restored=True)
 
     def _save_topics(self) -> None:
-        _write(self._topics_file(), json.dumps(sorted(self.subscribed)))
+        replace_atomically(self._topics_file(), json.dumps(sorted(self.subscribed)).encode(), sync=False)
 
     async def subscribe(self, pattern: str, restored: bool = False) -> None:
         name = topics.request_name("sub", pattern)
@@ -83,7 +83,7 @@ class Worker:
         """The next sequence number, recorded as used before it is."""
         file = self.state / "next_seq"
         seq = int(file.read_text()) if file.exists() else 1
-        _write(file, str(seq + 1))
+        replace_atomically(file, str(seq + 1).encode(), sync=False)
         return seq
 
     async def advertise(self, topic: str, answer: bool = False) -> None:
@@ -145,13 +145,6 @@ class Worker:
 def _event(delivery: Delivery) -> dict[str, object]:
     p = delivery.publication
     return {"publisher": p.get("publisher"), "topic": p.get("topic"), "seq": p.get("seq")}
-
-
-def _write(file: Path, text: str) -> None:
-    """Replace ``file`` atomically: a SIGKILL leaves the old content or the new, never half."""
-    temporary = file.with_suffix(".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, file)
 
 
 async def run(args: argparse.Namespace) -> None:

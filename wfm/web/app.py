@@ -48,9 +48,9 @@ from wfm.web.guard import Guard, Guarded
 from wfm.web.headers import SecurityHeaders
 from wfm.web.pages import RUNNING
 from wfm.web.sources import (
+    Declined,
     HistoryReader,
     OverlayWatcher,
-    Refused,
     deployer,
     described,
     require_operator,
@@ -335,7 +335,7 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
         async def show(request: Request) -> HTMLResponse:
             try:
                 return HTMLResponse(await build(request))
-            except (Refused, ValueError) as error:
+            except (Declined, ValueError) as error:
                 return HTMLResponse(pages.problem(str(error)), status_code=400)
 
         return show
@@ -350,7 +350,7 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
         try:
             return await dashboard.watcher.detail(request.path_params["broker"])
         except (ConnectError, OSError, TimeoutError) as error:
-            raise Refused(f"broker {request.path_params['broker']} did not answer: {error}") from None
+            raise Declined(f"broker {request.path_params['broker']} did not answer: {error}") from None
 
     async def workflows_fragment(request: Request) -> str:
         return pages.workflows(dashboard.definitions(), dashboard.agents_error)
@@ -378,7 +378,7 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
     async def api_broker(request: Request) -> JSONResponse:
         try:
             return JSONResponse(await _detail(request))
-        except Refused as error:
+        except Declined as error:
             return JSONResponse({"error": str(error)}, status_code=404)
 
     async def api_workflows(request: Request) -> JSONResponse:
@@ -547,7 +547,7 @@ def failure(error: Exception) -> tuple[int, str]:
 
 
 FAILURES: tuple[tuple[type[Exception], int], ...] = (
-    (Refused, 403),
+    (Declined, 403),
     (Unavailable, 503),
     (NoReply, 504),
     (UnknownWorkflow, 404),

@@ -159,6 +159,7 @@ def overlay(view: Mapping[str, Any]) -> str:
         [(a, b) for a, b in view.get("links", [])],
         hosted={b["id"]: b.get("hosted") or [] for b in brokers if b["reached"]},
         notes={b["id"]: _rates(b.get("rates") or {}) for b in brokers if b["reached"]},
+        link_rates={(a, b): (ab, ba) for a, b, ab, ba in view.get("link_rates") or ()},
     )
     head = "".join(
         f"<th>{h}</th>" for h in ("broker", "uri", "clients here", *COUNTS, *COUNTERS, "in/s", "delivered/s")

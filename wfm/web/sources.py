@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -30,9 +30,9 @@ from wfm.triggers import TriggerPublisher, check_workflow, new_gid
 from wfm.workflow import DefinitionError, Workflow, load
 
 __all__ = [
+    "Declined",
     "HistoryReader",
     "OverlayWatcher",
-    "Refused",
     "deployer",
     "described",
     "require_operator",
@@ -44,7 +44,7 @@ __all__ = [
 STATUS_TIMEOUT = 3.0  # seconds for a broker to answer a status: a stuck broker must not stall the page
 
 
-class Refused(WfmError):
+class Declined(WfmError):
     """What the dashboard will not do for this user, in one line (shown on the page)."""
 
 
@@ -155,9 +155,11 @@ class OverlayWatcher:
             to_visit += [u for u in dict(status.get("neighbor_uris") or {}).values() if u not in visited]
         now = time.monotonic()
         for name, status in statuses.items():
-            counters = dict(status.get("counters") or {})
+            sent = {hop: frames[1] for hop, frames in dict(status.get("link_frames") or {}).items()}
+            counters = {**dict(status.get("counters") or {}), **{SENT + hop: n for hop, n in sent.items()}}
             before = self.last.get(name)
             status["rates"] = rates(before, (now, counters))
+            status["link_rates"] = rates(before, (now, counters), {hop: SENT + hop for hop in sent})
             self.last[name] = (now, counters)
         return overlay_view(statuses, errors)
 
@@ -177,11 +179,11 @@ class OverlayWatcher:
             raise
 
     async def detail(self, broker_id: str) -> dict[str, Any]:
-        """One broker's status with its tables (Refused if the broker is unknown)."""
+        """One broker's status with its tables (Declined if the broker is unknown)."""
         for uri in list(self.clients):
             if uri.rsplit("/", 1)[-1] == broker_id:
                 return await self.status(uri, detail=True)
-        raise Refused(f"broker {broker_id} is not reached by the dashboard")
+        raise Declined(f"broker {broker_id} is not reached by the dashboard")
 
     async def close(self) -> None:
         clients, self.clients = list(self.clients.values()), {}
@@ -200,20 +202,32 @@ def overlay_view(statuses: dict[str, dict[str, Any]], errors: dict[str, str]) ->
         for name in sorted(named - statuses.keys())
     ]
     links = sorted({tuple(sorted((name, n))) for name, s in statuses.items() for n in s.get("neighbors", ())})
-    return {"brokers": found, "links": [list(link) for link in links]}
+    speeds = []  # [a, b, frames a sent b, frames b sent a] per second, once an end was seen twice
+    for a, b in links:
+        ab = dict(statuses.get(a, {}).get("link_rates") or {}).get(b)
+        ba = dict(statuses.get(b, {}).get("link_rates") or {}).get(a)
+        if ab is not None or ba is not None:
+            speeds.append([a, b, ab, ba])
+    return {"brokers": found, "links": [list(link) for link in links], "link_rates": speeds}
 
 
 RATED = {"publications": "in.Publish", "deliveries": "delivered", "carried": "in.Carry"}
+SENT = "sent to "  # before a neighbour's id: the frames a broker sent it, among its counters
 
 
-def rates(before: tuple[float, dict[str, int]] | None, now: tuple[float, dict[str, int]]) -> dict[str, float]:
-    """Messages per second of each RATED counter between two walks ({} at the first)."""
+def rates(
+    before: tuple[float, dict[str, int]] | None,
+    now: tuple[float, dict[str, int]],
+    rated: Mapping[str, str] = RATED,
+) -> dict[str, float]:
+    """Per second, each counter ``rated`` names (name -> counter) between two walks ({} at the
+    first; a counter that went back, a broker restarted, counts 0)."""
     if before is None or now[0] <= before[0]:
         return {}
     seconds = now[0] - before[0]
     return {
         name: round(max(now[1].get(key, 0) - before[1].get(key, 0), 0) / seconds, 2)
-        for name, key in RATED.items()
+        for name, key in rated.items()
     }
 
 
@@ -269,12 +283,12 @@ def role_of(tls: Identity | None) -> str | None:
 
 
 def require_operator(tls: Identity | None, doing: str) -> None:
-    """Refused, naming the dashboard's identity and role, unless it is a deployer or an operator
+    """Declined, naming the dashboard's identity and role, unless it is a deployer or an operator
     (with TLS on): the roles whose Triggers, CANCELs and RERUNs agents act on."""
     role = role_of(tls)
     if role is not None and role not in OPERATOR_ROLES:
         assert tls is not None
-        raise Refused(
+        raise Declined(
             f"the dashboard runs as {tls.name} (role {role or 'none'}): {doing} needs role"
             f" {' or '.join(OPERATOR_ROLES)}; start wfm web with --identity of a deployer or an operator"
         )
@@ -288,13 +302,13 @@ def deployer(tls: Identity | None) -> Deployer:
 
 def trigger(uri: BrokerList, tls: Identity | None, workflow: str, today: date | None = None) -> str:
     """Publish a Trigger for ``workflow`` (today's date, a new gid) as the dashboard's identity; its
-    gid. Refused, before anything is sent, if that identity is not a deployer (with TLS on) or the
+    gid. Declined, before anything is sent, if that identity is not a deployer (with TLS on) or the
     workflow name is not one; a broker that does not take it raises as ``TriggerPublisher`` does."""
     require_operator(tls, "triggering")
     try:
         check_workflow(workflow)
     except ValueError as error:
-        raise Refused(str(error)) from None
+        raise Declined(str(error)) from None
     gid = new_gid(datetime.now())
     with TriggerPublisher(uri.secured(tls)) as publisher:
         publisher.publish(workflow, gid, today or date.today())

@@ -167,12 +167,14 @@ def graph_svg(
     size: int = 420,
     hosted: Mapping[str, Sequence[str]] | None = None,
     notes: Mapping[str, str] | None = None,
+    link_rates: Mapping[tuple[str, str], tuple[float | None, float | None]] | None = None,
 ) -> str:
     """Brokers in a line (up to three) or on a circle, and their links: ``nodes``
     are (id, css class: ``reached`` or ``unreached``), ``links`` pairs of ids; ``hosted``: the
     clients hanging off each broker (drawn as small boxes below it, or outward on a circle),
-    ``notes``: a line under a broker's name (its rates)."""
-    hosted, notes = hosted or {}, notes or {}
+    ``notes``: a line under a broker's name (its rates); ``link_rates``: frames per second each
+    way of a link (a to b, b to a), written at its middle."""
+    hosted, notes, link_rates = hosted or {}, notes or {}, link_rates or {}
     count = len(nodes)
     most = max((len(hosted.get(name, ())) for name, _ in nodes), default=0)
     if count <= 3:  # a line reads better: left to right, in the order given
@@ -198,6 +200,8 @@ def graph_svg(
                 f'<line class="link" data-link="{_attr(a)}-{_attr(b)}" x1="{x1:.0f}" y1="{y1:.0f}"'
                 f' x2="{x2:.0f}" y2="{y2:.0f}"/>'
             )
+            if (a, b) in link_rates:
+                out.append(_link_rate(a, b, link_rates[a, b], ((x1 + x2) / 2, (y1 + y2) / 2)))
     for name, _ in nodes:
         x, y = where[name]
         dx, dy = away[name]
@@ -225,6 +229,17 @@ def graph_svg(
         )
     out.append("</svg>")
     return "".join(out)
+
+
+def _link_rate(a: str, b: str, rates: tuple[float | None, float | None], middle: tuple[float, float]) -> str:
+    """A link's frames per second each way, at its middle; the hover names the directions."""
+    ab, ba = (f"{rate:g}" if rate is not None else "?" for rate in rates)
+    return (
+        f'<text class="link-rate" data-link="{_attr(a)}-{_attr(b)}" x="{middle[0]:.0f}"'
+        f' y="{middle[1] - 6:.0f}" text-anchor="middle">{ab} ⇄ {ba} /s'
+        f"<title>{escape(a)} → {escape(b)}: {ab} frames/s; {escape(b)} → {escape(a)}: {ba} frames/s"
+        "</title></text>"
+    )
 
 
 @dataclass(frozen=True, slots=True)

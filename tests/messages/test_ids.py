@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker.language import ParseError
-from broker.routing.ids import LocalId, OverlayId, PartId, PublicationId
+from broker.messages import LocalId, OverlayId, PartId, PublicationId
 
 PRINTED = [
     (OverlayId("B1", "agent-1", "7"), "B1/agent-1/7"),

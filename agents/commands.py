@@ -1,0 +1,131 @@
+"""The command of an AGENT_CTL envelope, read once, at the edge, into a typed record.
+
+:func:`read_envelope` checks the envelope (:func:`agents.envelope.parse_control`), then its
+content as its command says; the agent looks the record's type up in a table of handlers and acts
+on it without reading the envelope again. Every record keeps the :class:`Control` it was read
+from: a deployment is snapshot as the envelopes that built it (:mod:`agents.snapshot`), and
+:func:`read_command` reads those again on a restore. Every check raises ``ValueError`` before the
+agent changes anything, which acknowledges the envelope ERROR.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agents.envelope import (
+    Control,
+    DeployPart,
+    JobInfo,
+    Registration,
+    parse_control,
+    parse_deploy,
+    parse_jobinfo,
+    parse_registration,
+)
+from broker.language import Publication
+from workflow_messages import check_gid, retired_versions
+from workflow_messages.operations import CANCEL, RERUN, decode_content
+
+__all__ = [
+    "Cancel",
+    "Command",
+    "DefineJob",
+    "Deploy",
+    "DeploymentCommand",
+    "Rerun",
+    "Undeploy",
+    "WantRegistration",
+    "read_command",
+    "read_envelope",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DefineJob:
+    """JOBINFO: one job's definition (the per-job commands)."""
+
+    control: Control
+    info: JobInfo
+
+
+@dataclass(frozen=True, slots=True)
+class WantRegistration:
+    """ADVERTISE, SUBSCRIBE or COMPOSITESUBSCRIBE: keep ``registration`` at the broker."""
+
+    control: Control
+    registration: Registration
+
+
+@dataclass(frozen=True, slots=True)
+class Deploy:
+    """DEPLOY: one part of this agent's jobs of a version."""
+
+    control: Control
+    part: DeployPart
+
+
+@dataclass(frozen=True, slots=True)
+class Undeploy:
+    """UNDEPLOY: remove every version now (``retire`` None), or retire the named versions and those
+    installed before them."""
+
+    control: Control
+    retire: tuple[str, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """CANCEL generation ``gid``."""
+
+    control: Control
+    gid: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """RERUN ``gid`` as generation ``new``, reusing the outcomes of the ``reuse`` jobs."""
+
+    control: Control
+    gid: str
+    new: str
+    reuse: tuple[str, ...]
+
+
+DeploymentCommand = DefineJob | WantRegistration | Deploy | Undeploy  # what changes the catalogue
+Command = DeploymentCommand | Cancel | Rerun
+
+
+def read_envelope(publication: Publication, agent: str) -> Command:
+    """The command of an AGENT_CTL envelope addressed to ``agent``, its content checked."""
+    return read_command(parse_control(publication, agent))
+
+
+def read_command(control: Control) -> Command:
+    """The command ``control`` carries, its content checked as its command says."""
+    command = control.command
+    if command == "JOBINFO":
+        return DefineJob(control, parse_jobinfo(control))
+    if command == "DEPLOY":
+        return Deploy(control, parse_deploy(control))
+    if command == "UNDEPLOY":
+        return Undeploy(control, tuple(retired_versions(control.content)) if control.content else None)
+    if command in (CANCEL, RERUN):
+        return _operation(control)
+    return WantRegistration(control, parse_registration(control))
+
+
+def _operation(control: Control) -> Cancel | Rerun:
+    data = decode_content(control.content)
+    gid = data.get("gid")
+    if not isinstance(gid, str) or not gid:
+        raise ValueError(f"{control.command} needs a gid")
+    check_gid(gid)
+    if control.command == CANCEL:
+        return Cancel(control, gid)
+    new, reuse = data.get("new"), data.get("reuse")
+    if not isinstance(new, str) or not new or new == gid:
+        raise ValueError("RERUN needs a new gid, other than the gid it reruns")
+    check_gid(new)
+    if not isinstance(reuse, list) or not all(isinstance(job, str) for job in reuse):
+        raise ValueError("RERUN needs reuse, a list of job names")
+    return Rerun(control, gid, new, tuple(reuse))

@@ -1,0 +1,184 @@
+"""Firings: the publications delivered for a job's condition (its Trigger and its predecessors'
+statuses, joined by the brokers), and what the job does about them: run (queued), or publish a
+status decided without running (:func:`_report`: a skip, NORUN, a bad trigger, APPL_START,
+APPL_END). Deliveries for plain subscriptions are statuses, the :mod:`agents.coordinator`'s to follow.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from agents import coordinator, publishing, refusals, run_queue
+from agents.envelope import JobInfo, firing_date
+from agents.events import Delivered, Effect, Emit, Run
+from agents.generations import NOT_RUN, GenerationState
+from broker.language import Publication
+from workflow_messages import (
+    APPL_END,
+    APPL_START,
+    CANCELLED,
+    FAILURE,
+    JOBSTATUS,
+    NORUN,
+    SUCCESS,
+    TRIGGER,
+    blocked,
+    check_gid,
+    end_of,
+    failures,
+)
+
+if TYPE_CHECKING:
+    from agents.state import Agent
+
+__all__ = ["delivered"]
+
+log = logging.getLogger(__name__)
+
+
+def delivered(agent: Agent, event: Delivered, now: float) -> list[Effect]:
+    """What was delivered for a registration: the firing of a job's condition, or statuses."""
+    owner = agent.owners.get(event.key)
+    if owner is None:
+        return []  # withdrawn meanwhile
+    if agent.wanted[event.key].command == "SUBSCRIBE":
+        return [e for p in event.publications for e in coordinator.status(agent, p, now)]
+    info = agent.deployments[owner.workflow, owner.version].jobs.get(owner.job)
+    if info is None:
+        log.warning("%s %s fired before its JOBINFO arrived: ignored", owner.workflow, owner.job)
+        return []
+    return _fired(agent, info, event.publications, now)
+
+
+def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], now: float) -> list[Effect]:
+    gid = next((p.get("GID") for p in publications), None)
+    if not isinstance(gid, str) or (info.workflow, gid) in agent.ended:
+        return []
+    try:
+        check_gid(gid)  # it names the folder of the run logs; anyone may publish a Trigger
+    except ValueError as error:
+        refusals.refuse_firing(agent, info, str(error), now)
+        return []
+    misshapen = _misshapen(info, gid, publications)
+    if misshapen is not None:
+        refusals.refuse_firing(agent, info, misshapen, now)
+        return []
+    unsigned = refusals.unsigned(agent, publications, info.agents, now)
+    if unsigned is not None:
+        refusals.refuse_firing(agent, info, unsigned.reason, now, unsigned.who)
+        return []
+    versions = {p.get("version") for p in publications if p.cls == JOBSTATUS}
+    if info.job == APPL_START:
+        if info.version != agent.current(info.workflow):
+            return []  # a generation starts on the latest version only
+    elif versions != {info.version}:
+        return []  # this generation runs on another version
+    elif not (deployment := agent.deployments[info.workflow, info.version]).complete:
+        parts = f"{len(deployment.parts_in)} of its {deployment.parts} parts"
+        refusals.refuse_firing(agent, info, f"version {info.version} has only {parts} here", now)
+        return []
+    generation = agent.generations.setdefault((info.workflow, gid), GenerationState(info.version, since=now))
+    if generation.version is None:
+        generation.version = info.version
+    if info.job in generation.jobs:
+        return []  # a duplicate firing
+    statuses = {str(p.get("jobname")): p for p in publications if p.cls == JOBSTATUS}
+    generation.cancelled_upstream |= any(p.get("cancelled") == 1 for p in statuses.values())
+    upstream = failures(statuses.values())
+    if info.job == APPL_END:  # DEPLOY's: the end jobs' statuses came
+        assert info.graph is not None
+        status, detail = end_of(info.graph, upstream)
+        if generation.halted:
+            status, detail = CANCELLED, "; ".join(part for part in (NOT_RUN, detail) if part)
+        generation.ended = True
+        return _report(agent, info, gid, status, detail, now)
+    reason = blocked(info.after, statuses)
+    if reason is not None:
+        return _report(agent, info, gid, NORUN, f"skipped: {reason}", now, upstream, skipped=True)
+    try:
+        date = firing_date(publications)
+    except ValueError as error:
+        return _report(agent, info, gid, FAILURE, str(error), now, upstream)
+    publishing.outcome(agent, info.workflow, gid)["date"] = date.isoformat()
+    if info.job == APPL_START:
+        return _report(agent, info, gid, SUCCESS, f"trigger for {date.isoformat()}", now)
+    # every status carries on the failures before it: APPL_END knows of them only that way
+    if generation.halted:
+        return _report(agent, info, gid, NORUN, NOT_RUN, now, upstream)
+    if info.job in generation.reused:
+        status, detail = generation.reused[info.job]
+        return _report(agent, info, gid, status, detail, now, upstream)
+    if not info.calendar.allows(date):
+        detail = f"not scheduled on {date.strftime('%A')} {date}"
+        return _report(agent, info, gid, NORUN, detail, now, upstream)
+    generation.jobs[info.job] = "queued"
+    run = Run(
+        info.workflow,
+        info.version,
+        gid,
+        info.job,
+        1,
+        info.command,
+        info.cwd,
+        date.isoformat(),
+        info.timeout,
+        " ".join(sorted(upstream)),
+    )
+    agent.pending.append(run_queue.Pending(run))
+    return run_queue.pump(agent, now)
+
+
+def _report(
+    agent: Agent,
+    info: JobInfo,
+    gid: str,
+    status: str,
+    detail: str,
+    now: float,
+    upstream: Iterable[str] = (),
+    skipped: bool = False,
+) -> list[Effect]:
+    """A status decided without running anything: APPL_START, APPL_END, NORUN, a skip, a bad
+    trigger. ``upstream``: the failures the predecessors' statuses named."""
+    generation = agent.generations[info.workflow, gid]
+    generation.jobs[info.job] = "done"
+    failed = [*upstream, *([info.job] if status == FAILURE and info.job != APPL_END else [])]
+    emitted = publishing.publication(
+        agent,
+        info.workflow,
+        info.version,
+        info.job,
+        gid,
+        status,
+        detail,
+        started=now,
+        skipped=skipped,
+        failed=failed,
+    )
+    if info.job == APPL_START:
+        generation.statuses[APPL_START] = status
+        return [Emit(emitted), *coordinator.end_if_over(agent, info.workflow, gid, generation, now)]
+    return [Emit(emitted), *publishing.over_here(agent, info.workflow, gid, now)]
+
+
+def _misshapen(info: JobInfo, gid: str, publications: tuple[Publication, ...]) -> str | None:
+    """Why a firing is not what the job's condition asks for, or None: every publication of the
+    job's workflow and generation, one Trigger (none for APPL_END, which fires on the end jobs),
+    and one status of each job it waits for, no more. Brokers join the condition; one that makes
+    up a firing (a job's status left out, another generation's, another workflow's Trigger) must
+    not make a job run early, whatever each publication's signature."""
+    for publication in publications:
+        if publication.get("applname") != info.workflow or publication.get("GID") != gid:
+            return f"a {publication.cls} of {publication.get('applname')} {publication.get('GID')} in it"
+    triggers = sum(p.cls == TRIGGER for p in publications)
+    statuses = sorted(str(p.get("jobname")) for p in publications if p.cls == JOBSTATUS)
+    if triggers + len(statuses) != len(publications):
+        return "a publication that is neither a Trigger nor a status in it"
+    if triggers != (0 if info.job == APPL_END else 1):
+        return f"{triggers} Triggers in it"
+    wanted = sorted(job for job, _ in info.after)
+    if statuses != wanted:
+        return f"the statuses of {', '.join(statuses) or 'no job'}, not of {', '.join(wanted) or 'none'}"
+    return None

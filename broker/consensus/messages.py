@@ -1,0 +1,130 @@
+"""What the brokers of one site say to each other to keep one replicated log.
+
+Every message carries its sender's ``term``: that number is the fence. A broker that was frozen
+or cut off wakes up with an old term; the first message it sends is answered with the newer one
+and it steps down, and nothing it says in the old term is taken (``Node.handle``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Append", "AppendReply", "ConsensusMessage", "Entry", "HardState", "VoteReply", "VoteRequest"]
+
+
+def _count(value: object, what: str) -> None:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{what} must be a non-negative integer, not {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One record of the site's log: the term of the leader that wrote it, its position, and
+    what the site applies (empty for the no-op a new leader commits before it serves)."""
+
+    term: int
+    index: int
+    data: bytes = b""
+
+    def __post_init__(self) -> None:
+        _count(self.term, "an entry's term")
+        _count(self.index, "an entry's index")
+        if self.index == 0 or self.term == 0:
+            raise ValueError("entries are numbered from 1, in terms from 1")
+        if type(self.data) is not bytes:
+            raise ValueError(f"an entry's data must be bytes, not {type(self.data).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class HardState:
+    """What must be on disk before a broker says anything that depends on it: the term it is in
+    and whom it voted for in that term (a vote forgotten in a crash could be given twice)."""
+
+    term: int = 0
+    vote: str | None = None
+
+    def __post_init__(self) -> None:
+        _count(self.term, "a term")
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    """A candidate asks for a vote in ``term``. A ``pre_vote`` asks only whether the voter would
+    vote (the candidate has not moved to ``term``): a broker cut off from its site asks in vain
+    and so never raises the site's term, and never disrupts a leader when it comes back."""
+
+    term: int
+    candidate: str
+    last_index: int
+    last_term: int
+    pre_vote: bool = False
+
+    def __post_init__(self) -> None:
+        for value, what in (
+            (self.term, "term"),
+            (self.last_index, "last index"),
+            (self.last_term, "last term"),
+        ):
+            _count(value, what)
+
+
+@dataclass(frozen=True, slots=True)
+class VoteReply:
+    """The answer to a ``VoteRequest``: for a granted pre-vote, the term asked about; otherwise
+    the voter's term, so a candidate behind it steps down."""
+
+    term: int
+    voter: str
+    granted: bool
+    pre_vote: bool = False
+
+    def __post_init__(self) -> None:
+        _count(self.term, "term")
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """The leader's entries after ``prev_index`` (none: a heartbeat), and how far the site has
+    committed. A follower takes them only if its entry at ``prev_index`` has ``prev_term``."""
+
+    term: int
+    leader: str
+    prev_index: int
+    prev_term: int
+    entries: tuple[Entry, ...]
+    commit: int
+
+    def __post_init__(self) -> None:
+        for value, what in (
+            (self.term, "term"),
+            (self.prev_index, "previous index"),
+            (self.commit, "commit"),
+        ):
+            _count(value, what)
+        _count(self.prev_term, "previous term")
+        expected = self.prev_index + 1
+        for entry in self.entries:
+            if type(entry) is not Entry or entry.index != expected or entry.term > self.term:
+                raise ValueError(
+                    "an Append's entries must follow its previous index, one by one, in terms up to its own"
+                )
+            expected += 1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendReply:
+    """A follower's answer, sent once what it took is on its disk: ``success`` with the last
+    index it now holds as the leader's (``match``), or a refusal with a hint of where its log and
+    the leader's may agree (``match``: the leader goes back to it at once, not one by one)."""
+
+    term: int
+    follower: str
+    success: bool
+    match: int
+
+    def __post_init__(self) -> None:
+        _count(self.term, "term")
+        _count(self.match, "match")
+
+
+ConsensusMessage = VoteRequest | VoteReply | Append | AppendReply

@@ -1,0 +1,36 @@
+"""How a stateful part of the router says what its state is, for the broker's snapshot.
+
+A part lists its state in ``STATE``: the attributes that the messages it handled built up, and
+nothing else. Not the parts it works with (the router wires those when it makes the part), its
+settings (the router's :meth:`~broker.routing.router.Router.snapshot` keeps them once, and the
+process's own may replace some: ``configure_like``), nor log throttles. :meth:`Stateful.snapshot`
+returns those attributes by name; :meth:`Stateful.restore` puts them into a part made afresh.
+
+The values are the part's own records and indexes (``Entry``, ``Channel``, ``Detection``, a
+``FilterIndex``), the language's filters and publications and the routing messages held for
+custody: ``RouterLog`` pickles the router's snapshot in one piece, so a record two parts share (a
+``Channel`` that a stand-in was made on) is still one record once restored. What a version
+changes in a part's ``STATE``, or in the shape of one of those records, changes the snapshot's
+format (``broker.transport.persistence``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = ["Stateful"]
+
+
+class Stateful:
+    STATE: ClassVar[tuple[str, ...]]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The part's state, by attribute."""
+        return {name: getattr(self, name) for name in self.STATE}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take ``state`` (a :meth:`snapshot`'s) as this part's, made afresh."""
+        if state.keys() != set(self.STATE):
+            raise ValueError(f"{type(self).__name__}: a state of {sorted(state)}, not {sorted(self.STATE)}")
+        for name in self.STATE:
+            setattr(self, name, state[name])

@@ -1,0 +1,118 @@
+"""A broker's established links, by peer: each served until it ends, pinged while quiet, dropped
+when silent.
+
+Frames go to the router (through its driver) except the link's own: ``Ping`` is answered here,
+and a frame that is not a message is answered with ``Refuse``, counted and logged (once a minute
+per peer), while the link goes on. A peer that breaks framing cannot be trusted any more and is
+disconnected; one too slow to read what it is sent too (``link.SLOW_CONSUMER``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+
+from broker.clock import Clock
+from broker.errors import BadMessage, LinkClosed, ProtocolError
+from broker.messages import Hello, LinkDown, LinkUp, Ping, Pong, Refuse
+from broker.throttle import LogThrottle
+from broker.transport.driver import RouterDriver
+from broker.transport.link import SLOW_CONSUMER, Link
+from broker.transport.tls import Peer
+
+__all__ = ["Peers"]
+
+
+class Peers:
+    def __init__(
+        self,
+        links: dict[str, Link],
+        driver: RouterDriver,
+        heartbeat: float,
+        dead_after: float,
+        counters: Counter[str],
+        log: logging.LoggerAdapter[logging.Logger],
+        clock: Clock,
+    ) -> None:
+        self.links = links
+        self.driver = driver
+        self.heartbeat = heartbeat
+        self.dead_after = dead_after
+        self.counters = counters
+        self.log = log
+        self.clock = clock
+        self.bad_message_log = LogThrottle()
+
+    async def serve(self, link: Link, hop: str, hello: Hello, sent: Hello, who: Peer | None) -> None:
+        """Run an established link until it ends; the router hears of it coming and going (with
+        the peer's certificate name and role over TLS)."""
+        if hop in self.links:
+            await link.wait_closed()
+            return
+        ours = self.driver.channel(hop)
+        if ours != sent.epoch:  # our channel changed since the hello went: it named the wrong one
+            await link.flush_and_close("the channel changed during the handshake")
+            await link.wait_closed()
+            return
+        link.name = hop
+        self.links[hop] = link
+        self.log.info("%s %s connected", hello.kind, hop)
+        resume = hello.took if hello.peer_epoch == ours else None
+        identity, role = (who.name, who.role) if who is not None else ("", "")
+        self.driver.feed(LinkUp(hello.kind == "broker", hello.epoch, resume, identity, role, name=ours), hop)
+        try:
+            for item in link.pending:
+                self._handle(link, hop, item)
+            link.pending.clear()
+            while True:
+                for item in await link.receive():
+                    self._handle(link, hop, item)
+        except LinkClosed:
+            pass
+        except ProtocolError as error:  # framing is broken: the stream cannot be trusted any more
+            self.counters["bad_frames"] += 1
+            self.log.warning("%s broke framing: %s", hop, error)
+            link.send(Refuse("", str(error)))
+            await link.flush_and_close(str(error))
+        finally:
+            await link.wait_closed()
+            if link.closed is not None and link.closed.startswith(SLOW_CONSUMER):
+                self.counters["slow_consumers"] += 1
+                self.log.warning("%s disconnected: %s", hop, link.closed)
+            self.counters["dropped.unsent"] += link.discarded_frames
+            if self.links.get(hop) is link:
+                del self.links[hop]
+                self.log.info("%s disconnected: %s", hop, link.closed)
+                self.driver.feed(LinkDown(), hop)
+                self.driver.forget_gone()
+
+    def _handle(self, link: Link, hop: str, item: object) -> None:
+        if isinstance(item, BadMessage):
+            self.counters["bad_messages"] += 1
+            unlogged = self.bad_message_log.admit(hop, self.clock.monotonic())
+            if unlogged is not None:
+                more = f" ({unlogged} more not logged since the last)" if unlogged else ""
+                self.log.warning("bad message from %s: %s%s", hop, item, more)
+            link.send(Refuse("", f"bad message: {item}"))
+        elif isinstance(item, Ping):
+            link.send(Pong())
+        elif isinstance(item, Pong):
+            pass
+        elif isinstance(item, Hello):
+            self.counters["bad_messages"] += 1
+            link.send(Refuse("", "unexpected hello on an established link"))
+        else:
+            self.driver.feed(item, hop)  # type: ignore[arg-type]
+
+    async def heartbeats(self) -> None:
+        """Ping links that were quiet for ``heartbeat`` seconds; close those silent for ``dead_after``."""
+        while True:
+            await asyncio.sleep(self.heartbeat / 2)
+            now = self.clock.monotonic()
+            for link in list(self.links.values()):
+                if now - link.last_received > self.dead_after:
+                    self.counters["heartbeat_timeouts"] += 1
+                    link.close(f"no traffic for {self.dead_after:g} s", abort=True)
+                elif now - link.last_sent >= self.heartbeat or now - link.last_received >= self.heartbeat:
+                    link.send(Ping())  # also to a peer that only receives: its Pong is its sign of life

@@ -1,0 +1,235 @@
+"""One site's log under the cases Raft's paper and the mature systems' bugs single out, each
+driven message by message."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.consensus import (
+    Append,
+    AppendReply,
+    Config,
+    Entry,
+    HardState,
+    Node,
+    NotLeader,
+    Role,
+    VoteReply,
+    VoteRequest,
+)
+from tests.consensus.cluster import Cluster, E, H
+
+
+def test_a_site_of_one_leads_itself_and_commits_what_it_wrote() -> None:
+    node = Node(Config("a", ("a",), E, H), 0.0, lambda: 0.0)
+    node.tick(E + 0.01)
+    assert node.leads and node.term == 1
+    node.propose(b"x", E + 0.02)
+    ready = node.ready()
+    assert [e.data for e in ready.entries] == [b"", b"x"] and ready.hard_state == HardState(1, "a")
+    node.advance(E + 0.02)
+    assert [e.data for e in node.ready().committed] == [b"", b"x"]
+
+
+def test_one_leader_whose_no_op_and_entries_every_member_applies_in_order() -> None:
+    site = Cluster()
+    site.elect("a")
+    assert [n for n, node in site.nodes.items() if node.leads] == ["a"]
+    assert {node.term for node in site.nodes.values()} == {1}
+    for data in (b"1", b"2", b"3"):
+        site.propose("a", data)
+    site.deliver_all()
+    site.heartbeat()
+    for name in site.names:
+        assert [(e.index, e.data) for e in site.applied[name]] == [(1, b""), (2, b"1"), (3, b"2"), (4, b"3")]
+
+
+def test_a_burst_of_proposals_goes_out_as_one_append_per_follower() -> None:
+    site = Cluster()
+    site.elect("a")
+    for number in range(100):
+        site.nodes["a"].propose(b"%d" % number, site.now)
+    site.carry_out("a")
+    appends = [m for _, _, m in site.wire if isinstance(m, Append)]
+    assert [len(a.entries) for a in appends] == [100, 100]
+
+
+def test_nothing_is_said_before_what_it_promises_is_written() -> None:
+    """A vote goes out in the same batch as the vote written, and a follower's acknowledgement
+    with the entries it acknowledges: the adapter writes a batch before it sends any of it."""
+    node = Node(Config("b", ("a", "b", "c"), E, H), 0.0, lambda: 0.0)
+    node.handle("a", VoteRequest(1, "a", 0, 0), 2 * E)
+    ready = node.ready()
+    assert ready.messages == [("a", VoteReply(1, "b", True))]
+    assert ready.hard_state == HardState(1, "a")
+    node.advance(2 * E)
+    node.handle("a", Append(1, "a", 0, 0, (Entry(1, 1),), 0), 2 * E)
+    ready = node.ready()
+    assert ready.entries == [Entry(1, 1)] and ready.messages == [("a", AppendReply(1, "b", True, 1))]
+
+
+def test_a_vote_survives_a_crash() -> None:
+    site = Cluster()
+    site.now = 2 * E
+    site.nodes["b"].handle("a", VoteRequest(1, "a", 0, 0), site.now)
+    site.carry_out("b")
+    site.start("b")  # killed -9 and back, from its disk
+    site.nodes["b"].handle("c", VoteRequest(1, "c", 0, 0), site.now)
+    site.carry_out("b")
+    assert site.wire[-1] == ("b", "c", VoteReply(1, "b", False))
+
+
+def test_an_old_leader_is_fenced_by_the_term_and_steps_down() -> None:
+    site = Cluster()
+    site.elect("a")
+    site.now += 0.01
+    site.nodes["a"].propose(b"stale", site.now)  # said by a leader that is about to be deposed
+    site.carry_out("a")
+    stale = [m for m in site.wire if m[0] == "a"]
+    site.wire = []
+    site.cut = {"a"}
+    site.elect("b")  # a is cut off meanwhile; b wins term 2 with c
+    site.cut = set()
+    assert site.nodes["b"].term == 2 and site.nodes["a"].leads
+    for source, target, message in stale:  # a's term-1 Append arrives late at c
+        site.nodes[target].handle(source, message, site.now)
+        site.carry_out(target)
+    assert all(e.data != b"stale" for e in site.nodes["c"].log.between(1, site.nodes["c"].log.last_index))
+    site.deliver(target="a", sender="c")  # c's answer names term 2
+    assert site.nodes["a"].role is Role.FOLLOWER and site.nodes["a"].term == 2
+
+
+def test_a_frozen_leader_that_wakes_steps_down_before_it_acts() -> None:
+    """It hears nothing while frozen; the first thing it does on waking is see that no majority
+    answered it for half an election timeout, so it takes no entry as a leader."""
+    site = Cluster()
+    site.elect("a")
+    site.now += E / 2 + 0.01
+    with pytest.raises(NotLeader, match="a does not lead its site; no leader is known"):
+        site.nodes["a"].propose(b"x", site.now)
+    assert site.nodes["a"].role is Role.FOLLOWER
+
+
+def test_a_leader_that_hears_its_majority_keeps_leading() -> None:
+    site = Cluster()
+    site.elect("a")
+    for _ in range(30):
+        site.heartbeat()
+    assert site.nodes["a"].leads and site.nodes["a"].term == 1
+
+
+def test_a_broker_cut_off_does_not_raise_the_term_nor_depose_the_leader() -> None:
+    site = Cluster()
+    site.elect("a")
+    site.cut = {"c"}
+    for _ in range(60):  # six election timeouts: c asks for pre-votes again and again, in vain
+        site.heartbeat()
+    assert site.nodes["c"].term == 1 and site.nodes["c"].role is Role.PRE_CANDIDATE
+    site.cut = set()
+    site.heartbeat()  # c is back
+    assert site.nodes["a"].leads and {n.term for n in site.nodes.values()} == {1}
+    assert site.nodes["c"].role is Role.FOLLOWER
+
+
+def test_a_follower_that_hears_its_leader_refuses_to_vote_and_keeps_its_term() -> None:
+    site = Cluster()
+    site.elect("a")
+    site.nodes["b"].handle("c", VoteRequest(5, "c", 9, 9), site.now)
+    site.carry_out("b")
+    assert site.wire[-1] == ("b", "c", VoteReply(1, "b", False))
+    assert site.nodes["b"].term == 1
+
+
+def test_a_candidate_with_an_older_log_is_refused() -> None:
+    site = Cluster()
+    site.elect("a")
+    site.propose("a", b"x")
+    site.deliver_all()
+    site.now += 3 * E  # the leader is gone
+    site.nodes["c"].handle("b", VoteRequest(3, "b", 1, 1), site.now)  # b lacks entry 2
+    site.carry_out("c")
+    assert site.wire[-1] == ("c", "b", VoteReply(3, "c", False))
+
+
+def test_entries_of_an_older_term_are_not_committed_by_counting_replicas() -> None:
+    """Raft's figure 8: a leader of term 3 finds its entry 2, of term 1, on a majority; it must
+    not count it committed (a broker holding an entry 2 of term 2 could still be elected and
+    overwrite it), only through an entry of its own term after it."""
+    members = ("a", "b", "c", "d", "e")
+    node = Node(
+        Config("a", members, E, H), 0.0, lambda: 0.0, HardState(2), [Entry(1, 1), Entry(1, 2, b"two")]
+    )
+    now = 2 * E + 0.01
+    node.tick(now)  # pre-votes for term 3
+    for voter in ("b", "c"):
+        node.handle(voter, VoteReply(3, voter, True, pre_vote=True), now)
+    for voter in ("b", "c"):
+        node.handle(voter, VoteReply(3, voter, True), now)
+    assert node.leads and node.term == 3 and node.log.term_at(3) == 3  # its no-op
+    node.ready()
+    node.advance(now)
+    for follower in ("b", "c"):
+        node.handle(follower, AppendReply(3, follower, True, 2), now)
+    assert node.commit == 0  # entry 2 is on a, b and c, and still not committed
+    for follower in ("b", "c"):
+        node.handle(follower, AppendReply(3, follower, True, 3), now)
+    assert node.commit == 3
+    assert [e.data for e in node.ready().committed] == [b"", b"two", b""]
+
+
+def test_a_follower_that_diverged_is_repaired_skipping_a_term_at_a_time() -> None:
+    site = Cluster()
+    site.elect("a")
+    site.now += 0.01
+    for number in range(50):  # 50 entries that only a holds, in term 1
+        site.nodes["a"].propose(b"lost%d" % number, site.now)
+    site.carry_out("a")
+    site.wire = []
+    site.elect("b")  # b leads term 2 with c: entries 2.. differ from a's
+    site.wire = []
+    site.propose("b", b"kept")
+    site.wire = [m for m in site.wire if m[1] == "c"]
+    site.deliver_all()
+    refusals_before = 0
+    site.heartbeat()  # a hears b, its log is cut back to entry 1 and brought level
+    refusals = [m for s, t, m in site.wire if isinstance(m, AppendReply) and not m.success]
+    assert refusals == [] and refusals_before == 0
+    for _ in range(3):
+        site.heartbeat()
+    a, b = site.nodes["a"], site.nodes["b"]
+    assert a.log.between(1, a.log.last_index) == b.log.between(1, b.log.last_index)
+    assert [e.data for e in site.applied["a"]][-1] == b"kept"
+
+
+def test_messages_from_outside_the_site_are_refused() -> None:
+    node = Node(Config("a", ("a", "b", "c"), E, H), 0.0, lambda: 0.0)
+    with pytest.raises(ValueError, match="z is not a member of the site of a"):
+        node.handle("z", VoteRequest(1, "z", 0, 0), 0.0)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Entry(0, 1), "entries are numbered from 1, in terms from 1"),
+        (lambda: Entry(1, 1, "text"), "an entry's data must be bytes, not str"),
+        (lambda: Append(1, "a", 0, 0, (Entry(1, 2),), 0), "must follow its previous index"),
+        (lambda: Append(1, "a", 0, 0, (Entry(2, 1),), 0), "in terms up to its own"),
+        (lambda: VoteRequest(-1, "a", 0, 0), "term must be a non-negative integer, not -1"),
+        (lambda: Config("a", ("b", "c")), "a must be one of the site's members"),
+        (lambda: Config("a", ("a",), 1.0, 0.5), "shorter than half the election timeout"),
+    ],
+)
+def test_malformed_messages_and_settings_are_refused(build: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        build()  # type: ignore[operator]
+
+
+def test_a_restart_with_applied_state_hands_out_only_what_follows() -> None:
+    entries = [Entry(1, 1), Entry(1, 2, b"x"), Entry(1, 3, b"y")]
+    node = Node(Config("a", ("a",), E, H), 0.0, lambda: 0.0, HardState(1, "a"), entries, applied=2)
+    node.tick(2 * E)
+    node.ready()
+    node.advance(2 * E)
+    assert [e.data for e in node.ready().committed] == [b"y", b""]
+    with pytest.raises(ValueError, match="applied up to 4, but the log ends at 3"):
+        Node(Config("a", ("a",), E, H), 0.0, lambda: 0.0, HardState(1, "a"), entries, applied=4)
