@@ -22,18 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import signal
-import time
 from collections import Counter
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agents.envelope import Registration
 from agents.journal import Journal
 from agents.queries import LogRequest, answer_query
+from agents.registering import CONTROL, OWN, QUERY, Registering
 from agents.runner import Retention, SupervisorClient, log_tail, prune, stop
 from agents.state import (
     Agent,
@@ -62,6 +60,7 @@ from broker.client import (
     TooManyUnacknowledged,
 )
 from broker.client.queues import DeliveryQueue
+from broker.clock import SYSTEM, Clock
 from broker.durable.offload import Offload
 from broker.errors import LinkClosed
 from broker.language import Publication
@@ -75,14 +74,9 @@ __all__ = ["AgentService"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-CONTROL = "\0control"  # the key of the agent's own AGENT_CTL subscription
-QUERY = "\0query"  # the key of its AGENT_QUERY subscription
-ACKS, CONTROLS = "advertisement of its acknowledgements", "control subscription"  # its own requests
-ANSWERS, QUERIES = "advertisement of its answers", "query subscription"
 STOP_GRACE = 5.0  # seconds a cancelled run's command has between SIGTERM and SIGKILL
 BATCH = 32  # events handled (and fsync'd) together before the event loop gets a turn
 PRUNE_EVERY = 60.0  # seconds between prunings of run logs, at the most
-EARLY_LIMIT = 10_000  # deliveries held for subscriptions whose id is not known yet
 EVENTS_LIMIT = 10_000  # events waiting for the loop; past it, the reader waits (back-pressure)
 SYNC_LAG = 1.0  # seconds the records of runs' ends may wait for an fsync (``_ends_only``)
 
@@ -98,23 +92,19 @@ class AgentService:
         workdir: Path,
         retention: Retention | None = None,
         author: Author | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.agent, self.uri, self.state_dir, self.workdir = agent, uri, state_dir, workdir
+        self.clock = clock
         self.author = author  # with TLS, signs the job statuses: agents act on no one else's
         self.retention = retention or Retention()
         self.journal = Journal(state_dir)
         self.supervisor = SupervisorClient(state_dir)
-        # only the reader waits for room: finished runs (at most max_jobs) and early deliveries
-        # (at most EARLY_LIMIT) are put at once, however full the queue
+        # only the reader waits for room: finished runs (at most max_jobs) are put at once,
+        # however full the queue
         self.events: DeliveryQueue[Event] = DeliveryQueue(EVENTS_LIMIT, Counter(), lambda _: None)
         self.client: Client | None = None
-        self.issued: dict[str, tuple[str, str]] = {}  # key -> (broker id, command)
-        self.keys: dict[str, str] = {}  # broker id -> key
-        self.own: dict[str, str] = {}  # broker id -> which of the agent's own requests it is
-        self.requesting: dict[str, asyncio.Task[None]] = {}  # key -> its request or withdrawal under way
-        # deliveries read before the subscription's id was known: its acknowledgement and its
-        # first deliveries can come in one read, and the reader runs before the request returns
-        self.early: dict[str, list[Delivery]] = {}
+        self.registering = Registering(agent)
         # the delivery behind each queued event: done (its broker may forget it) once journaled
         self.behind: dict[int, Delivery] = {}
         self.outbox: list[Publication] = []  # publications made before the first connection
@@ -127,7 +117,6 @@ class AgentService:
         self.started_since_prune = 0
         self.prune_due = asyncio.Event()
         self.stopping = asyncio.Event()
-        self.failed: asyncio.Future[None] | None = None  # set when the broker drops the agent's own requests
         self.errors: Counter[str] = Counter()  # unexpected exceptions in handling one message, by where
         self._errors_logged = LogThrottle(burst=1)
 
@@ -143,7 +132,7 @@ class AgentService:
         publishes how they ended."""
         replayed = self.journal.recover(self.agent)
         log.info("agent %s recovered its journal (%d records after the snapshot)", self.agent.name, replayed)
-        self.failed = asyncio.get_running_loop().create_future()
+        failed = self.registering.failed = asyncio.get_running_loop().create_future()
         self._act(self.agent.resume())
         await self._handle(TimePassed())
         connection = asyncio.create_task(self._keep_connected())
@@ -152,13 +141,13 @@ class AgentService:
         try:
             while not self.stopping.is_set():
                 wakeup = self.agent.next_wakeup()
-                timeout = 1.0 if wakeup is None else max(0.0, min(1.0, wakeup - time.time()))
+                timeout = 1.0 if wakeup is None else max(0.0, min(1.0, wakeup - self.clock.time()))
                 getter = asyncio.create_task(self._batch())
-                waits: set[asyncio.Future[Any]] = {getter, stopping, connection, self.failed}
+                waits: set[asyncio.Future[Any]] = {getter, stopping, connection, failed}
                 done, _ = await asyncio.wait(waits, timeout=timeout, return_when="FIRST_COMPLETED")
-                if connection in done or self.failed in done:  # the broker refused or ignored the
+                if connection in done or failed in done:  # the broker refused or ignored the
                     getter.cancel()  # agent's own requests: end with that error, not up and deaf
-                    (self.failed if self.failed.done() else connection).result()
+                    (failed if failed.done() else connection).result()
                     break
                 if getter in done:
                     await self._handle(*getter.result())
@@ -170,11 +159,10 @@ class AgentService:
             stopping.cancel()
             connection.cancel()
             pruning.cancel()
-            for task in (*self.runs, *self.requesting.values()):
-                task.cancel()  # runs: only the waiting; the supervisor goes on, a restart re-attaches
-            await asyncio.gather(
-                connection, pruning, *self.runs, *self.requesting.values(), return_exceptions=True
-            )
+            for task in self.runs:
+                task.cancel()  # only the waiting; the supervisor goes on, a restart re-attaches
+            requests = self.registering.cancel()
+            await asyncio.gather(connection, pruning, *self.runs, *requests, return_exceptions=True)
             await self.supervisor.close()
             if self.client is not None:
                 await self.client.close(bye=False)  # it comes back: its broker keeps its place
@@ -194,7 +182,7 @@ class AgentService:
         disk), then the events into the journal, then the runs they start. A crash between the
         outbox and the journal sends a status twice (the event comes again: its delivery is done
         only once journaled), never loses one."""
-        now = time.time()
+        now = self.clock.time()
         effects: list[Effect] = []
         for event in events:
             try:
@@ -210,7 +198,7 @@ class AgentService:
             effects += caused
         requests = [effect.key for effect in effects if isinstance(effect, Register | Withdraw)]
         for key in requests:
-            self._register(key)
+            self.registering.register(key)
         if requests:  # one turn of the loop puts them on the link before what is published next
             await asyncio.sleep(0)  # (an envelope's acknowledgement): the broker has them first
         published = False
@@ -292,7 +280,7 @@ class AgentService:
             self.started_since_prune = 0
             self.prune_due.clear()
             busy = self.agent.in_progress()
-            deleted = await asyncio.to_thread(prune, self.state_dir, self.retention, busy, time.time())
+            deleted = await asyncio.to_thread(prune, self.state_dir, self.retention, busy, self.clock.time())
             if deleted:
                 log.debug("pruned the run logs of %d generations", deleted)
             with contextlib.suppress(TimeoutError):
@@ -316,70 +304,6 @@ class AgentService:
         except (LinkClosed, TooManyUnacknowledged) as error:
             log.error("publication lost: %s: %s", error, publication)
 
-    def _register(self, key: str) -> None:
-        """Start the request or withdrawal that brings the broker in line with what the state
-        machine wants for ``key``, unless one is under way: when it ends, it looks again. Without
-        a link, nothing: the (re)connection does it."""
-        client = self.client
-        if client is None or not client.connected or key in self.requesting:
-            return
-        registration = self.agent.wanted.get(key)
-        if registration is not None and key not in self.issued:
-            task = asyncio.create_task(self._request(client, key, registration))
-        elif registration is None and key in self.issued:
-            broker_id, command = self.issued.pop(key)
-            self.keys.pop(broker_id, None)
-            self.early.pop(broker_id, None)
-            task = asyncio.create_task(self._withdraw(client, key, broker_id, command))
-        else:
-            return
-        self.requesting[key] = task
-        task.add_done_callback(lambda _: self._settled(key, registration is not None))
-
-    def _settled(self, key: str, requested: bool) -> None:
-        """The request (or withdrawal) of ``key`` ended: if the state machine changed its mind
-        meanwhile, the other one. A refused request is not made again here (it would be refused
-        again at once); a reconnection tries it again."""
-        del self.requesting[key]
-        if (key in self.agent.wanted) != requested:
-            self._register(key)
-
-    async def _request(self, client: Client, key: str, registration: Registration) -> None:
-        try:
-            if registration.command == "ADVERTISE":
-                assert registration.filter is not None
-                broker_id = await client.advertise(registration.filter, name=_name(key))
-            elif registration.command == "SUBSCRIBE":
-                assert registration.filter is not None
-                broker_id = (await client.subscribe(registration.filter, own_queue=False, name=_name(key))).id
-            else:
-                assert registration.composite is not None
-                sub = await client.subscribe_composite(
-                    registration.composite,
-                    registration.clear,
-                    own_queue=False,
-                    name=_name(key),
-                    policy=registration.policy,
-                )
-                broker_id = sub.id
-        except LinkClosed:
-            return  # requested again at the reconnection
-        except Exception as error:
-            log.warning("broker refused %s: %s", key.split(" ", 4)[:4], error)
-            return
-        self.issued[key] = (broker_id, registration.command)
-        self.keys[broker_id] = key
-        for delivery in self.early.pop(broker_id, ()):
-            self._deliver(key, delivery)
-
-    async def _withdraw(self, client: Client, key: str, broker_id: str, command: str) -> None:
-        try:
-            await (client.unadvertise if command == "ADVERTISE" else client.unsubscribe)(broker_id)
-        except LinkClosed:
-            pass  # the broker's next session never hears of it
-        except Exception as error:
-            log.warning("broker refused to withdraw %s: %s", key.split(" ", 4)[:4], error)
-
     # connection -----------------------------------------------------------------------------
 
     async def _keep_connected(self) -> None:
@@ -395,26 +319,16 @@ class AgentService:
             outbox=self.state_dir / "outbox",  # statuses not yet acknowledged survive a restart
             manual_done=True,  # a delivery is done once its event is journaled, not when read
         )
-        acks = await self._own(
-            client, ACKS, client.advertise(ack_advertisement(self.agent.name), name="acks")
-        )
-        control = await self._own(
-            client,
-            CONTROLS,
-            client.subscribe(control_subscription(self.agent.name), own_queue=False, name="control"),
-        )
-        answers = await self._own(
-            client, ANSWERS, client.advertise(answer_advertisement(self.agent.name), name="answers")
-        )
-        queries = await self._own(
-            client, QUERIES, client.subscribe(query_subscription(), own_queue=False, name="queries")
-        )
-        self.own = {acks: ACKS, control.id: CONTROLS, answers: ANSWERS, queries.id: QUERIES}
-        self.keys[control.id] = CONTROL
-        self.keys[queries.id] = QUERY
-        self.client = client
+        await self._own(client, "acks", client.advertise(ack_advertisement(self.agent.name), name="acks"))
+        control = control_subscription(self.agent.name)
+        await self._own(client, "control", client.subscribe(control, own_queue=False, name="control"))
+        answers = answer_advertisement(self.agent.name)
+        await self._own(client, "answers", client.advertise(answers, name="answers"))
+        queries = query_subscription()
+        await self._own(client, "queries", client.subscribe(queries, own_queue=False, name="queries"))
+        self.client = self.registering.client = client
         log.info("agent %s connected to %s", self.agent.name, client.broker_id)
-        self._reconcile()
+        self.registering.reconcile()
         await asyncio.sleep(0)  # the requests go on the link first: publications need their advertisements
         client.resend_outbox()  # what the last run left unacknowledged, now that it is advertised
         outbox, self.outbox = self.outbox, []
@@ -422,48 +336,24 @@ class AgentService:
             self._publish(publication)
         await self._read(client)
 
-    async def _own(self, client: Client, what: str, request: Awaitable[T]) -> T:
+    async def _own(self, client: Client, name: str, request: Awaitable[T]) -> T:
         """One of the agent's own requests: a refusal says which, and whose."""
         try:
             return await request
         except RefusedError as error:
             raise RefusedError(
-                f"broker {client.broker_id} refused agent {self.agent.name}'s {what}: {error}"
+                f"broker {client.broker_id} refused agent {self.agent.name}'s {OWN[name]}: {error}"
             ) from None
 
     def _connection_event(self, event: ConnectionEvent) -> None:
         if event.kind == "reconnected":
-            self._reconcile()
+            self.registering.reconcile()
         elif event.kind == "refused":
-            self._unrestored(event.request, event.broker, event.reason)
-
-    def _reconcile(self) -> None:
-        """Issue what the state machine wants and is not issued, withdraw what it no longer wants."""
-        for key in [*self.issued, *self.agent.wanted]:
-            self._register(key)
-
-    def _unrestored(self, broker_id: str, broker: str, reason: str) -> None:
-        """The broker refused a request the client re-sent after a reconnection."""
-        own = self.own.get(broker_id)
-        if own is not None:
-            error = RefusedError(
-                f"broker {broker} refused to restore agent {self.agent.name}'s {own}: {reason}"
-            )
-            if self.failed is not None and not self.failed.done():
-                self.failed.set_exception(error)
-            return
-        key = self.keys.pop(broker_id, None)
-        if key is None or self.issued.get(key, ("",))[0] != broker_id:
-            return  # withdrawn meanwhile
-        del self.issued[key]
-        log.warning(
-            "broker %s refused to restore %s: %s; requesting it again", broker, key.split(" ", 4)[:4], reason
-        )
-        self._register(key)
+            self.registering.unrestored(event.request, event.broker, event.reason)
 
     async def _read(self, client: Client) -> None:
         async for delivery in client:
-            key = self.keys.get(delivery.subscription)
+            key = self.registering.key_of(client, delivery.subscription)
             if key is not None:
                 try:
                     self._deliver(key, delivery)
@@ -471,10 +361,11 @@ class AgentService:
                     self._unexpected("reading a delivery", error)  # must live on, or the agent
                     client.done(delivery)  # is deaf (anyone may publish a query)
                 await self.events.space.wait()  # back-pressure: read on once the loop made room
-            elif sum(map(len, self.early.values())) < EARLY_LIMIT:
-                self.early.setdefault(delivery.subscription, []).append(delivery)
-            else:
-                log.error("delivery for unknown subscription %s dropped", delivery.subscription)
+            else:  # withdrawn: its last deliveries may still come
+                log.info(
+                    "delivery for subscription %s, which the agent no longer holds, dropped",
+                    delivery.subscription,
+                )
                 client.done(delivery)
 
     def _deliver(self, key: str, delivery: Delivery) -> None:
@@ -512,7 +403,7 @@ class AgentService:
         traceback once a minute per ``where`` (whoever can send the message could otherwise fill
         the log), and the agent goes on with the next message."""
         self.errors[where] += 1
-        unlogged = self._errors_logged.admit(where, time.time())
+        unlogged = self._errors_logged.admit(where, self.clock.time())
         if unlogged is not None:
             log.error(
                 "agent %s: unexpected error %s (%d so far%s), going on",
@@ -536,9 +427,3 @@ def _ends_only(events: tuple[Event, ...], effects: list[Effect]) -> bool:
     return all(type(event) is Finished for event in events) and all(
         type(effect) is Emit for effect in effects
     )
-
-
-def _name(key: str) -> str:
-    """The ref a registration is requested under, the same in every run of the agent: a broker
-    that kept the agent's session through a restart recognises the request it already holds."""
-    return "k" + hashlib.sha256(key.encode()).hexdigest()[:24]

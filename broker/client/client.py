@@ -12,8 +12,8 @@ The client reconnects by itself (see ``reconnect``): when the link drops it dial
 again with backoff, re-sends every live advertisement, subscription and composite subscription,
 then every request not yet answered, publications included. The caller's ids stay valid across a
 reconnection, even to another broker: a subscription keeps the id it got first, and the client
-translates. Publications carry a session the client chose itself (``<n>@<session>``, see
-``queues.client_session``), so a re-sent publication keeps its overlay-wide id: its edge broker,
+translates. Publications carry a session the client chose itself (``<n>@<session>``, a
+``ClientRef``), so a re-sent publication keeps its overlay-wide id: its edge broker,
 or the subscriber's client after a failover, drops the copy that got through twice. The broker
 keeps each delivery in custody until the client has taken it (``receipts``): one in flight when
 the link dropped comes again after the reconnection, from a broker that kept the session.
@@ -27,22 +27,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import logging
-import ssl
-import time
 import uuid
-from collections import Counter, deque
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from broker import failpoints
+from broker.client.asking import Asking
+from broker.client.connection import Connection, Dialling
+from broker.client.deliveries import Deliveries
 from broker.client.outbox import Outbox, OutboxError
-from broker.client.queues import DeliveryQueue, Seen, client_session
-from broker.client.receipts import DELAY, Receipts
-from broker.client.reconnect import JITTER, Backoff, Brokers, ConnectionEvent, brokers, dial_any
-from broker.errors import BadMessage, ConnectError, LinkClosed, LocalError, NoAnswer, RefusedError
+from broker.client.queues import DeliveryQueue
+from broker.client.receipts import Receipts
+from broker.client.reconnect import JITTER, Backoff, Brokers, ConnectionEvent, brokers
+from broker.client.requests import Refs
+from broker.client.streams import Delivery, Queue, Stream, Subscription
+from broker.clock import SYSTEM, Clock
+from broker.errors import BadMessage, ConnectError, LocalError, RefusedError
 from broker.language import (
     Composite,
     Filter,
@@ -71,8 +72,8 @@ from broker.messages import (
     Unadvertise,
     Unsubscribe,
     WireMessage,
+    client_session,
 )
-from broker.transport.codec import encode
 from broker.transport.link import Link
 from broker.transport.tls import Identity
 from broker.transport.tls import client_id as client_id_of
@@ -90,9 +91,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Request = Advertise | Subscribe | CompositeSubscribe
 DEFAULT_BACKOFF = Backoff()
-REFUSALS_KEPT = 1000  # the last refusals a client keeps to show; every one is counted
 
 STATS = (
     "dropped.lossy",
@@ -114,105 +113,11 @@ class TooManyUnacknowledged(LocalError):
         super().__init__(f"{count} publications are waiting for the broker's acknowledgement")
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """A publication for a subscription; for a composite subscription, ``publications`` holds
-    every publication of the firing and ``publication`` is the first of them."""
+class Client(Stream):
+    """A connection to the overlay through one broker at a time (see the module's docstring);
+    made by :meth:`connect`. Its parts: ``connection`` (the link), ``asking`` (requests and
+    their answers, over the pure ``requests``), ``deliveries`` (what the broker delivers)."""
 
-    subscription: str
-    publication: Publication
-    publications: tuple[Publication, ...] = ()
-    id: str = ""  # the publication's overlay-wide id (who published it), for a plain delivery
-    time: float = 0.0  # when its edge broker accepted it
-    seq: int = dataclasses.field(default=0, compare=False, repr=False)  # in the broker's custody
-    channel: str = dataclasses.field(default="", compare=False, repr=False)  # whose seq it is
-
-
-Queue = DeliveryQueue[Delivery]
-
-
-class _Stream:
-    """Deliveries from one queue: ``await next(timeout)`` or ``async for``; ends when the client
-    is closed or gives up reconnecting."""
-
-    _queue: Queue
-    _client: Client
-    _handling: Delivery | None = None  # the delivery last returned: done when the next is asked for
-
-    async def next(self, timeout: float | None = None) -> Delivery:
-        """The next delivery; ``TimeoutError`` after ``timeout`` seconds, ``LinkClosed`` at the end."""
-        if self._handling is not None and not self._client.manual_done:
-            self._client._done(self._handling, self._queue.queue.empty())
-        self._handling = None
-        item = await self._queue.get(timeout)
-        if item is None:
-            self._queue.put(None)  # the end marker stays for every later reader
-            raise LinkClosed("connection closed")
-        self._handling = item
-        return item
-
-    def __aiter__(self) -> AsyncIterator[Delivery]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Delivery]:
-        while True:
-            try:
-                yield await self.next()
-            except LinkClosed:
-                return
-
-
-class Subscription(_Stream):
-    """A live subscription: its overlay-wide id (the first it got: it stays valid across
-    reconnections) and its own stream of deliveries."""
-
-    def __init__(
-        self, client: Client, sub_id: str, request: Subscribe | CompositeSubscribe, queue: Queue
-    ) -> None:
-        self.client = self._client = client
-        self.id = sub_id
-        self.request = request  # what was asked for: its filter or composite
-        self._queue = queue
-
-    @property
-    def dropped(self) -> int:
-        """Deliveries this (lossy) subscription dropped for a consumer that fell behind."""
-        return self._queue.dropped
-
-    async def next(self, timeout: float | None = None) -> Delivery:
-        if self._queue is self.client._queue:
-            raise RuntimeError("this subscription delivers to the client's merged stream: use client.next()")
-        return await super().next(timeout)
-
-    async def unsubscribe(self) -> None:
-        await self.client.unsubscribe(self.id)
-
-    async def __aenter__(self) -> Subscription:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if not self.client.closed:
-            await self.unsubscribe()
-
-
-@dataclass(slots=True)
-class _Live:
-    """An advertisement or subscription to re-send after a reconnection: the request (under its
-    ref), the id the caller knows (the first it got) and the id it has at the current broker."""
-
-    message: Request
-    first: str = ""
-    current: str = ""
-    subscription: Subscription | None = None
-
-
-@dataclass(slots=True)
-class _Pending:
-    message: WireMessage
-    future: asyncio.Future[object] | None  # None: nobody waits (publish_nowait)
-
-
-class Client(_Stream):
     def __init__(
         self,
         targets: tuple[BrokerURI, ...],
@@ -230,50 +135,37 @@ class Client(_Stream):
         manual_done: bool = False,
         outbox: Path | None = None,
         tls: Identity | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
-        self.targets = targets
         # publications kept on disk until acknowledged, across restarts of this process
         self._outbox = None if outbox is None else Outbox(outbox, client_id)
         self.id = self._outbox.client if self._outbox else client_id or f"c-{uuid.uuid4().hex[:10]}"
         self.tls = tls
         if tls is not None:  # the broker takes no id but the certificate's name, or NAME:SUFFIX
             self.id = client_id_of(tls.name, self.id)
-        self.queue_limit = queue_limit
-        self.timeout, self.backoff, self.on_event = timeout, backoff, on_event
-        self.heartbeat, self.dead_after, self.max_unacked = heartbeat, dead_after, max_unacked
-        self.request_timeout = request_timeout  # seconds to wait for the broker to answer a request
+        self.queue_limit, self.max_unacked = queue_limit, max_unacked
         self.manual_done = manual_done  # deliveries are done when the application says (``done``)
-        self._rng, self._sleep = rng, sleep
         self.counters: Counter[str] = Counter()
-        self.refusals: deque[Refuse] = deque(maxlen=REFUSALS_KEPT)  # counted in full in counters
-        self.subscriptions: dict[str, Subscription] = {}  # by the id the caller knows
         self._full: set[Queue] = set()  # queues the reader waits on before reading on
         self._queue: Queue = self._new_queue(lossy=False)
-        self._live: dict[str, _Live] = {}  # by ref, in the order made
-        self._refs_by_id: dict[str, str] = {}  # id the caller knows -> ref
-        self._by_current: dict[str, Subscription] = {}  # id at the current broker -> subscription
-        self._pending: dict[str, _Pending] = {}  # by ref, in the order sent
-        self._unacked = 0  # publications among them
-        self._acked = asyncio.Event()
-        self._seen = Seen()
         self._client = self
-        self._receipts = Receipts()
-        self._took_timer: asyncio.TimerHandle | None = None  # a Took is due when it fires (``_say_took``)
-        # a session of our own: publication ids survive a reconnection (see docs/overlay.md), and
-        # with an outbox a restart too; this run's own for what is published past the outbox,
-        # whose numbers the outbox does not count: a later run must not give them again
-        self._volatile = client_session(time.time(), JITTER.getrandbits(32))
-        self._stamp = self._outbox.session if self._outbox else self._volatile
-        self._refs = itertools.count(self._outbox.next if self._outbox else 1)
-        # what an earlier run left in the outbox, re-sent by resend_outbox() or the first publication
-        self._left: list[Publish] = self._outbox.recovered if self._outbox else []
-        self._storing: deque[tuple[Publish, asyncio.Future[object] | None]] = deque()  # to the outbox
-        self._storer: asyncio.Task[None] | None = None
         self._closing = False
-        self._paused = False
-        self.index = 0
-        self.link: Link | None = None
-        self.broker_id = ""
+        receipts = Receipts()
+        dialling = Dialling(targets, self.id, timeout, backoff, rng, sleep, tls)
+        self.connection = Connection(
+            dialling, receipts.greeting, heartbeat, dead_after, clock, self.counters, self._full, on_event
+        )
+        self.asking = Asking(
+            self.id, self.connection, self.counters, request_timeout, lambda: self._closing, self._outbox
+        )
+        self.requests = self.asking.requests
+        self.refusals = self.asking.refusals  # the last REFUSALS_KEPT, counted in full in counters
+        self.deliveries = Deliveries(self.requests, receipts, self._queue, self.counters, self._took)
+        # a session of our own: publication ids survive a reconnection (see docs/overlay.md), and
+        # with an outbox a restart too
+        volatile = client_session(clock.time(), JITTER.getrandbits(32))
+        box = self._outbox
+        self.refs = Refs(box.next, box.session, volatile) if box else Refs(1, volatile, volatile)
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
@@ -299,36 +191,36 @@ class Client(_Stream):
         targets = brokers(uri)
         options.setdefault("tls", targets.tls)
         client = cls(targets, client_id, queue_limit, timeout, **options)  # type: ignore[arg-type]
-        first = (
-            client.backoff
-            if retry_on_failed_connect
-            else dataclasses.replace(client.backoff, attempts=len(targets))
-        )
+        backoff = client.connection.dialling.backoff
+        first = backoff if retry_on_failed_connect else dataclasses.replace(backoff, attempts=len(targets))
         try:
-            index, link, leftovers = await dial_any(
-                targets,
-                client.id,
-                timeout,
-                first,
-                0,
-                client._rng,
-                client._sleep,
-                client._receipts.greeting,
-                tls=client._tls_context,
-            )
+            index, link, leftovers = await client.connection.dial(first)
         except BaseException:
             if client._outbox is not None:
                 await client._outbox.close()
             raise
-        client._adopt(index, link, leftovers)
+        client.connection.take(index, link)
+        client._adopt(link, leftovers)
         loop = asyncio.get_running_loop()
-        client._tasks = [loop.create_task(client._run()), loop.create_task(client._watch())]
+        client._tasks = [
+            loop.create_task(client.connection.run(client)),
+            loop.create_task(client.connection.watch()),
+        ]
         return client
 
     @property
     def connected(self) -> bool:
         """Whether the link is up now; requests made while it is down wait for the reconnection."""
-        return self.link is not None and self.link.closed is None and not self._closing
+        return self.connection.up and not self._closing
+
+    @property
+    def link(self) -> Link | None:
+        return self.connection.link
+
+    @property
+    def broker_id(self) -> str:
+        """The id of the broker the link is to (or was, the last)."""
+        return self.connection.broker_id
 
     @property
     def closed(self) -> bool:
@@ -346,11 +238,16 @@ class Client(_Stream):
         return {
             **dict.fromkeys(STATS, 0),
             **self.counters,
-            "unacknowledged": self._unacked,
-            "pending": len(self._pending),
+            "unacknowledged": self.requests.unacked,
+            "pending": len(self.requests.pending),
             "outbox": len(self._outbox.pending) if self._outbox else 0,
             "queued": self._queue.queue.qsize() + sum(s._queue.queue.qsize() for s in self._own_queues()),
         }
+
+    @property
+    def subscriptions(self) -> dict[str, Subscription]:
+        """The live subscriptions, by the id the caller knows."""
+        return self.requests.subscriptions
 
     def _own_queues(self) -> list[Subscription]:
         return [s for s in self.subscriptions.values() if s._queue is not self._queue]
@@ -362,98 +259,32 @@ class Client(_Stream):
             self._full.add,
             lossy,
             name,
-            on_drop=lambda d: self._done(d, False),
+            on_drop=lambda d: self.deliveries.done(d, False),
         )
 
     # requests -----------------------------------------------------------------------------------
 
-    def _send(self, ref: str, message: WireMessage, future: asyncio.Future[object] | None) -> None:
-        """Send now if the link is up, else at the reconnection; the answer settles ``future``."""
-        if self._closing:
-            raise LinkClosed("client closed")
-        if self.connected:
-            assert self.link is not None
-            self.link.send(message)  # False: it just went down, and this goes again at the reconnection
-        else:
-            encode(message)  # what cannot be sent must fail here, not in the middle of a reconnection
-        self._pending[ref] = _Pending(message, future)
-        if isinstance(message, Publish):
-            self._unacked += 1
-
-    async def _request(self, message: WireMessage, ref: str) -> object:
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        kept = self._outbox is not None and isinstance(message, Publish)
-        if kept:
-            assert isinstance(message, Publish)
-            self._store(message, future)
-        else:
-            self._send(ref, message, future)
-        try:
-            async with asyncio.timeout(self.request_timeout):
-                return await future
-        except asyncio.CancelledError:
-            self._give_up(ref, kept)
-            raise
-        except TimeoutError:
-            self._give_up(ref, kept)
-            number = ref.split("@")[0]  # a publication's ref adds this client's session
-            what = f"{type(message).__name__} {number} within {self.request_timeout:g} s"
-            still = (
-                f" (kept in the outbox {self._outbox.directory} until it is)" if self._outbox and kept else ""
-            )
-            raise NoAnswer(f"{self.broker_id or 'the broker'} did not answer {what}{still}") from None
-
-    def _give_up(self, ref: str, kept: bool) -> None:
-        """The caller stopped waiting: the request is not re-sent at a reconnection, and a late
-        acknowledgement registers nothing the caller was told had failed. A publication in the
-        outbox (``kept``) is still sent until acknowledged: it is on disk, and a restart would."""
-        if kept:
-            pending = self._pending.get(ref)
-            if pending is not None:
-                pending.future = None
-            return
-        self._answered(ref, None)
-        self._live.pop(ref, None)
-
-    def _ref(self, name: str | None) -> str:
-        """The client's own next number, or the caller's ``name`` for a request it will make
-        again after a restart of its process: a broker that kept this client's session (durable
-        sessions) then recognises it as the one it holds, where a counted ref could name another
-        request after the restart."""
-        if name is None:
-            return str(next(self._refs))
-        if not name or name.isdigit() or any(c in name for c in "/@ "):
-            raise ValueError(f"a request name has no /, @ or space and is not a number: {name!r}")
-        return name
-
     async def advertise(self, advertisement: Filter | str, name: str | None = None) -> str:
-        ref = self._ref(name)
+        ref = self.refs.next(name)
         message = Advertise(ref, _filter(advertisement))
-        self._live[ref] = _Live(message)
-        return str(await self._request(message, ref))
+        self.requests.make(ref, message)
+        return str(await self.asking.ask(message, ref))
 
     async def unadvertise(self, adv_id: str) -> None:
         await self._withdraw(adv_id, Unadvertise)
 
     async def _withdraw(self, known_id: str, kind: type[Unadvertise] | type[Unsubscribe]) -> None:
-        ref = self._refs_by_id.pop(known_id, None)
-        live = self._live.pop(ref, None) if ref is not None else None
+        live = self.requests.withdraw(known_id)
         current = live.current if live is not None else known_id
         try:
             if live is None or self.connected or self._closing:  # else the next session never hears of it
-                await self._request(kind(current), current)
+                await self.asking.ask(kind(current), current)
         finally:
             sub = live.subscription if live is not None else None
             if sub is not None:  # what came before the answer still went to its queue
-                self._by_current.pop(current, None)
-                self.subscriptions.pop(known_id, None)
+                self.requests.withdrawn(current, known_id)
                 self._full.discard(sub._queue)
                 sub._queue.space.set()  # nobody may read it any more: the reader must not wait on it
-
-    @property
-    def _tls_context(self) -> ssl.SSLContext | None:
-        """The identity's client context as of now: each dial sees the revocation list's latest."""
-        return None if self.tls is None else self.tls.client
 
     async def subscribe(
         self, subscription: Filter | str, own_queue: bool = True, lossy: bool = False, name: str | None = None
@@ -473,14 +304,14 @@ class Client(_Stream):
     ) -> Subscription:
         if lossy and not own_queue:
             raise ValueError("a lossy subscription needs its own queue: the merged stream never drops")
-        ref = self._ref(name)
+        ref = self.refs.next(name)
         message = request(ref)
         queue = self._new_queue(lossy, f"{self.id}:{ref}") if own_queue else self._queue
         sub = Subscription(self, "", message, queue)
         # registered when the ack is read, not when this coroutine resumes: deliveries that came
         # in the same read as the ack must already find their subscription
-        self._live[ref] = _Live(message, subscription=sub)
-        await self._request(message, ref)
+        self.requests.make(ref, message, sub)
+        await self.asking.ask(message, ref)
         return sub
 
     async def subscribe_composite(
@@ -506,19 +337,33 @@ class Client(_Stream):
     async def unsubscribe(self, sub_id: str) -> None:
         await self._withdraw(sub_id, Unsubscribe)
 
-    def _publication_ref(self, durable: bool = True) -> str:
-        return f"{next(self._refs)}@{self._stamp if durable else self._volatile}"
+    async def withdraw(self, known_id: str) -> None:
+        """Unadvertise or unsubscribe ``known_id``, whichever this client made it as."""
+        name = self.requests.name_of(known_id)
+        live = None if name is None else self.requests.live.get(name)
+        advertised = live is not None and isinstance(live.message, Advertise)
+        await self._withdraw(known_id, Unadvertise if advertised else Unsubscribe)
+
+    def name_of(self, known_id: str) -> str | None:
+        """The ref (the ``name`` it was given, or its number) of the live advertisement or
+        subscription known as ``known_id``; known from its Ack on, before its request returns."""
+        return self.requests.name_of(known_id)
+
+    def known_id(self, name: str) -> str | None:
+        """The id of the live advertisement or subscription made under ``name``, once acknowledged."""
+        live = self.requests.live.get(name)
+        return live.first if live is not None and live.first else None
 
     async def publish(self, publication: Publication | str) -> str:
         """Publish and wait for the broker's acknowledgement (through reconnections); waits
         first while ``max_unacked`` publications are unacknowledged. With an outbox, it is on
         disk before it is sent (``OutboxError`` if the disk refuses), and stays there until
         acknowledged or refused, even if this wait ends first."""
-        while self._unacked + len(self._storing) >= self.max_unacked and not self._closing:
-            self._acked.clear()
-            await self._acked.wait()
-        ref = self._publication_ref()
-        return str(await self._request(Publish(ref, _publication(publication)), ref))
+        while self.asking.unacknowledged >= self.max_unacked and not self._closing:
+            self.asking.acked.clear()
+            await self.asking.acked.wait()
+        ref = self.refs.publication()
+        return str(await self.asking.ask(Publish(ref, _publication(publication)), ref))
 
     def publish_nowait(self, publication: Publication | str, durable: bool = True) -> None:
         """Publish without waiting: kept until acknowledged and re-sent after a reconnection.
@@ -526,240 +371,70 @@ class Client(_Stream):
         it is sent once on disk, in a group commit with those made meanwhile; a disk that
         refuses it is logged and counted (``lost.outbox``). Not ``durable``: past the outbox,
         kept in memory only (an answer its asker asks again for if this process ends)."""
-        if self._unacked + len(self._storing) >= self.max_unacked:
+        if self.asking.unacknowledged >= self.max_unacked:
             self.counters["refused.unacknowledged"] += 1
-            raise TooManyUnacknowledged(self._unacked + len(self._storing))
-        message = Publish(self._publication_ref(durable), _publication(publication))
-        if self._outbox is not None and durable:
-            self._store(message, None)
+            raise TooManyUnacknowledged(self.asking.unacknowledged)
+        message = Publish(self.refs.publication(durable), _publication(publication))
+        storing = self.asking.storing
+        if storing is not None and durable:
+            storing.store(message, None)
         else:
-            self._send(message.id, message, None)
+            self.asking.send(message.id, message, None)
 
     async def stored(self) -> None:
         """Until every publication made so far is on disk in the outbox (nothing without one)."""
-        if self._outbox is not None and self._storing:
-            await self._outbox.flush()
+        if self.asking.storing is not None:
+            await self.asking.storing.stored()
 
     def resend_outbox(self) -> int:
         """Send what an earlier run of this client left unacknowledged in its outbox, under the
         ids it had (a broker or subscriber drops the copies that got through): call it once the
         advertisements they fit are made again. The first publication of this run sends them
         first otherwise. Returns how many."""
-        left, self._left = self._left, []
-        for message in left:
-            self._send(message.id, message, None)
-        self.counters["resent.outbox"] += len(left)
-        if self._outbox is not None and left:
-            log.info(
-                "client %s: re-sent %d publications from outbox %s",
-                self.id,
-                len(left),
-                self._outbox.directory,
-            )
-        return len(left)
-
-    def _store(self, message: Publish, future: asyncio.Future[object] | None) -> None:
-        """Into the outbox; sent once on disk (``_store_and_send``), in the order made."""
-        assert self._outbox is not None
-        if self._closing:
-            raise LinkClosed("client closed")
-        self.resend_outbox()
-        self._outbox.add(message)
-        self._storing.append((message, future))
-        if self._storer is None or self._storer.done():
-            self._storer = asyncio.get_running_loop().create_task(self._store_and_send())
-
-    async def _store_and_send(self) -> None:
-        """Send what is on disk, one group commit at a time. What the disk refused is taken out
-        of the outbox (its caller is told) so that a later commit does not bring it back."""
-        assert self._outbox is not None
-        while self._storing and not self._closing:
-            count = len(self._storing)
-            try:
-                await self._outbox.flush()
-            except OSError as error:
-                refused = OutboxError(
-                    f"cannot store a publication in outbox {self._outbox.directory}: {error}"
-                )
-                for _ in range(count):
-                    message, future = self._storing.popleft()
-                    self._outbox.remove(message.id)
-                    if future is None:
-                        self.counters["lost.outbox"] += 1
-                        log.error(
-                            "client %s: publication lost: %s: %s", self.id, refused, message.publication
-                        )
-                    elif not future.done():
-                        future.set_exception(refused)
-                continue
-            failpoints.reach("outbox.stored")  # on disk, and not sent
-            for _ in range(count):
-                if self._closing:
-                    return  # on disk: the next run sends it
-                message, future = self._storing.popleft()
-                self._send(message.id, message, None if future is None or future.done() else future)
+        return 0 if self.asking.storing is None else self.asking.storing.resend()
 
     async def status(self, detail: bool = False) -> dict[str, object]:
         """The broker's status; with ``detail``, its routing tables too (see ``Router.status``)."""
-        ref = str(next(self._refs))
-        reply = await self._request(StatusRequest(ref, detail), ref)
+        ref = self.refs.next()
+        reply = await self.asking.ask(StatusRequest(ref, detail), ref)
         assert isinstance(reply, dict)
         return reply
 
     # the connection -----------------------------------------------------------------------------
 
-    def _adopt(self, index: int, link: Link, leftovers: list[WireMessage]) -> None:
+    def _adopt(self, link: Link, leftovers: list[WireMessage]) -> None:
         """Take a fresh link: re-send what is live, then what is unanswered, in order."""
-        self.index, self.link, self.broker_id = index, link, self.targets[index].id
-        self._receipts.start(self.broker_id, link.peer.epoch if link.peer is not None else "")
-        for live in self._live.values():
-            if live.current:  # made in an earlier session: goes again; the others are pending
-                link.send(live.message)
-                self.counters["resent.requests"] += 1
-        for pending in self._pending.values():
-            link.send(pending.message)
-            if self.counters["reconnects"]:
-                self.counters[
-                    "resent.publications" if isinstance(pending.message, Publish) else "resent.requests"
-                ] += 1
+        self.deliveries.receipts.start(self.broker_id, link.peer.epoch if link.peer is not None else "")
+        self.asking.resend(link)
         for item in leftovers:
             self._handle(item)
-
-    async def _run(self) -> None:
-        """Read the link; when it ends, reconnect (or give up), until the client is closed."""
-        try:
-            while True:
-                assert self.link is not None
-                await self._read(self.link)
-                if self._closing:
-                    return
-                self._lost(self.link.closed or "closed")
-                try:
-                    index, link, leftovers = await dial_any(
-                        self.targets,
-                        self.id,
-                        self.timeout,
-                        self.backoff,
-                        self.index,
-                        self._rng,
-                        self._sleep,
-                        self._receipts.greeting,
-                        self.backoff.failover_after,
-                        self._tls_context,
-                    )
-                except ConnectError as error:
-                    self._event(ConnectionEvent("closed", self.broker_id, str(error)))
-                    return
-                if self._closing:
-                    await link.wait_closed()
-                    return
-                self.counters["reconnects"] += 1
-                self._adopt(index, link, leftovers)
-                self._event(ConnectionEvent("reconnected", self.broker_id))
-        finally:
-            self._end("client closed" if self._closing else "gave up reconnecting")
-
-    async def _read(self, link: Link) -> None:
-        try:
-            while True:
-                for item in await link.receive():
-                    self._handle(item)
-                while self._full:  # back-pressure: read on when every full queue has room again
-                    self._paused = True
-                    queue = self._full.pop()
-                    await queue.space.wait()
-                self._paused = False
-        except (LinkClosed, ValueError) as error:
-            link.close(str(error) or "closed")
 
     def _lost(self, reason: str) -> None:
         """The link ended: withdrawals in flight are done (the next session never hears of what
         they withdraw); everything else waits for the reconnection."""
-        self._event(ConnectionEvent("disconnected", self.broker_id, reason))
-        for ref, pending in list(self._pending.items()):
-            if isinstance(pending.message, Unadvertise | Unsubscribe):
-                del self._pending[ref]
-                if pending.future is not None and not pending.future.done():
-                    pending.future.set_result(None)
-        # _by_current is kept: a broker that kept our session delivers what it queued for us
-        # under the ids we had, before it acknowledges our re-sent subscriptions
-
-    def _event(self, event: ConnectionEvent) -> None:
-        level = logging.INFO if event.kind == "reconnected" else logging.WARNING
-        log.log(
-            level,
-            "client %s %s %s%s",
-            self.id,
-            event.kind,
-            event.broker,
-            f": {event.reason}" * bool(event.reason),
-        )
-        self._tell(event)
-
-    def _tell(self, event: ConnectionEvent) -> None:
-        if self.on_event is not None:
-            try:
-                self.on_event(event)
-            except Exception:  # the caller's logging must not stop the reconnections
-                log.exception("connection event callback failed")
+        self.connection.event(ConnectionEvent("disconnected", self.broker_id, reason))
+        self.asking.lost()
 
     def _end(self, reason: str) -> None:
         self._closing = True
-        waiting = [p.future for p in self._pending.values()] + [future for _, future in self._storing]
-        for future in waiting:
-            if future is not None and not future.done():
-                future.set_exception(LinkClosed(reason))
-        if self._unacked:
-            self.counters["abandoned.publications"] += self._unacked
-            kept = f", kept in outbox {self._outbox.directory}" if self._outbox else ""
-            log.warning(
-                "client %s: %d publications never acknowledged (%s%s)", self.id, self._unacked, reason, kept
-            )
-        self._pending.clear()
-        self._unacked = 0
-        self._acked.set()
+        self.asking.end(reason)
         self._queue.put(None)
         for sub in self._own_queues():
             sub._queue.put(None)
-
-    async def _watch(self) -> None:
-        """Keep a paused link alive (the broker hears from us though we read nothing), ask a quiet
-        broker for a sign of life (its own heartbeat may be slower than ``dead_after``), and close
-        a link on which the broker fell silent, so that the reconnection starts."""
-        while True:
-            await asyncio.sleep(self.heartbeat)
-            link = self.link
-            if link is None or link.closed is not None:
-                continue
-            silent = time.monotonic() - link.last_received
-            if self._paused or silent > self.dead_after / 2:
-                link.send(Ping())  # answered by a Pong
-            if not self._paused and silent > self.dead_after:
-                self.counters["heartbeat_timeouts"] += 1
-                link.close(f"no traffic from {self.broker_id} for {self.dead_after:g} s", abort=True)
 
     # what the broker sends ----------------------------------------------------------------------
 
     def _handle(self, item: object) -> None:
         if isinstance(item, Carry):
-            if item.seq <= self._receipts.received:  # sent again: our Took was lost on the way
-                self.counters["dropped.resent"] += 1
-                self._receipts.again()
-                self._say_took(True)
-            elif isinstance(item.message, Deliver | Notify):
-                self._receipts.arrived(item.seq, self._deliver(item.message, item.seq))
-                self._say_took(False)
-            else:
-                self.counters["bad_messages"] += 1
-                log.warning("the broker carried a %s to a client", type(item.message).__name__)
+            self.deliveries.carried(item)
         elif isinstance(item, Deliver | Notify):
-            self._deliver(item, 0)
+            self.deliveries.deliver(item)
         elif isinstance(item, Ack):
-            self._answered(item.ref, self._acknowledged(item.ref, item.id))
+            self.asking.answered(item.ref, self.requests.acknowledged(item.ref, item.id))
         elif isinstance(item, StatusReply):
-            self._answered(item.ref, item.status)
+            self.asking.answered(item.ref, item.status)
         elif isinstance(item, Refuse):
-            self._refused(item)
+            self.asking.refused(item)
         elif isinstance(item, Ping):
             if self.link is not None:
                 self.link.send(Pong())
@@ -767,115 +442,22 @@ class Client(_Stream):
             self.counters["bad_messages"] += 1
             log.warning("bad message from the broker: %s", item)
 
-    def _deliver(self, item: Deliver | Notify, seq: int) -> int:
-        """Into the queues of its subscriptions: how many deliveries it made."""
-        channel = self._receipts.channel if seq else ""
-        if isinstance(item, Notify):
-            sub = self._by_current.get(item.subscription)
-            name = sub.id if sub else item.subscription
-            delivery = Delivery(name, item.publications[0], item.publications, seq=seq, channel=channel)
-            (sub._queue if sub is not None else self._queue).put(delivery)
-            return 1
-        if self._seen.again(item.id):
-            self.counters["dropped.duplicates"] += 1
-            return 0
-        for sub_id in item.subscriptions:
-            sub = self._by_current.get(sub_id)
-            delivery = Delivery(
-                sub.id if sub else sub_id, item.publication, (), item.id, item.time, seq, channel
-            )
-            (sub._queue if sub is not None else self._queue).put(delivery)
-        return len(item.subscriptions)
-
-    def _done(self, delivery: Delivery, caught_up: bool) -> None:
-        """A stream's consumer is done with a delivery (or a lossy queue dropped it)."""
-        if delivery.seq:
-            self._receipts.done(delivery.channel, delivery.seq)
-            self._say_took(caught_up)
-
     def done(self, delivery: Delivery) -> None:
         """With ``manual_done``: the application is done with ``delivery`` (say, it is in its own
         journal), so its broker may forget it. Without, asking for the next delivery of a stream
         says so for the last one. In the client's event loop, like every other call."""
-        self._done(delivery, self._queue.queue.empty())
+        self.deliveries.done(delivery, self._queue.queue.empty())
 
-    def _say_took(self, caught_up: bool) -> None:
-        """Took, now (every ``BATCH`` deliveries while behind) or ``DELAY`` later. Caught up, it
-        waits: a consumer is caught up after nearly every delivery of a steady stream, and one
-        Took covers all it took meanwhile (it is cumulative; one per delivery cost the broker a
-        message each, see ``receipts``)."""
-        if not caught_up:
-            self._send_took(self._receipts.due(False))
-        elif self._took_timer is None:
-            self._took_timer = asyncio.get_running_loop().call_later(DELAY, self._took_caught_up)
-
-    def _took_caught_up(self) -> None:
-        if self._took_timer is not None:
-            self._took_timer.cancel()
-            self._took_timer = None
-        self._send_took(self._receipts.due(True))
-
-    def _send_took(self, taken: int | None) -> None:
-        if taken is not None and self.connected:
+    def _took(self, seq: int) -> None:
+        if self.connected:
             assert self.link is not None
-            self.link.send(Took(taken))
-
-    def _acknowledged(self, ref: str, broker_id: str) -> str:
-        """The id to answer with: for an advertisement or subscription, the first it got."""
-        live = self._live.get(ref)
-        if live is None:
-            return broker_id
-        if live.current != broker_id:  # ids at another broker come with its acks
-            self._by_current.pop(live.current, None)
-        live.current = broker_id
-        if not live.first:
-            live.first = broker_id
-            self._refs_by_id[broker_id] = ref
-            if live.subscription is not None:
-                live.subscription.id = broker_id
-                self.subscriptions[broker_id] = live.subscription
-        if live.subscription is not None:
-            self._by_current[broker_id] = live.subscription
-        return live.first
-
-    def _answered(self, ref: str, result: object, error: Exception | None = None) -> bool:
-        pending = self._pending.pop(ref, None)
-        if pending is None:
-            return False
-        if isinstance(pending.message, Publish):
-            self._unacked -= 1
-            self._acked.set()
-            if self._outbox is not None:  # acknowledged or refused: re-sending it cannot help
-                failpoints.reach("outbox.acknowledged")  # taken by the broker, still in the outbox
-                self._outbox.remove(ref)
-        if pending.future is not None and not pending.future.done():
-            if error is None:
-                pending.future.set_result(result)
-            else:
-                pending.future.set_exception(error)
-            return True
-        return error is None
-
-    def _refused(self, item: Refuse) -> None:
-        live = self._live.get(item.ref)
-        if live is not None:
-            if live.first:  # a re-sent request the new session refuses: it is no longer live,
-                self.counters["refused.resent"] += 1  # and whoever made it must hear so
-                log.warning("broker %s refused to restore %s: %s", self.broker_id, live.first, item.reason)
-                self._tell(ConnectionEvent("refused", self.broker_id, item.reason, live.first))
-            del self._live[item.ref]
-            self._refs_by_id.pop(live.first, None)
-        if not self._answered(item.ref, None, RefusedError(item.reason)):
-            self.counters["refusals"] += 1
-            self.refusals.append(item)
-            log.warning("broker refused %s: %s", item.ref or "a message", item.reason)
+            self.link.send(Took(seq))
 
     async def close(self, bye: bool = True) -> None:
         """Say goodbye (the broker then ends this client's session at once instead of keeping it
         for a reconnection) and close. ``bye=False``: a process that stops to start again (an
         agent restarted) leaves its session to its broker for the grace period."""
-        if self._took_timer is not None:  # a Took waiting: the broker must have it before the Bye
-            self._took_caught_up()
+        self.deliveries.took_now()  # a Took waiting: the broker must have it before the Bye
         self._closing = True
         if self.link is not None:
             if self.link.closed is None and (not bye or self.link.send(Bye())):
@@ -887,10 +469,8 @@ class Client(_Stream):
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if not self._tasks:
             self._end("client closed")
-        if self._storer is not None:
-            await asyncio.gather(self._storer, return_exceptions=True)
-        if self._outbox is not None:
-            await self._outbox.close()
+        if self.asking.storing is not None:
+            await self.asking.storing.close()
 
     async def __aenter__(self) -> Client:
         return self

@@ -3,7 +3,7 @@
 ``Client(..., outbox=DIR)`` stores each publication here (one group commit for all those made
 meanwhile) before sending it, and removes it when its edge broker acknowledges or refuses it. The
 outbox also keeps what makes the publication's overlay-wide id: the client's name, its session
-(``queues.client_session``) and the highest number given, so a client started again on the same
+(``broker.messages.client_session``) and the highest number given, so a client started again on the same
 outbox re-sends what it holds under the same ids (the broker, or the subscriber after a failover,
 drops a copy that got through before the crash) and numbers its new publications after them.
 
@@ -24,13 +24,12 @@ from pathlib import Path
 
 import msgpack
 
-from broker.client.queues import client_session
 from broker.client.reconnect import JITTER
 from broker.durable import WriteAheadLog
 from broker.durable.log import Fsync
 from broker.durable.offload import Offload
 from broker.errors import BadMessage, LocalError, ProtocolError
-from broker.messages import Publish
+from broker.messages import ClientRef, Publish, client_session
 from broker.transport.codec import decode, encode
 
 __all__ = ["Outbox", "OutboxError"]
@@ -89,7 +88,7 @@ class Outbox:
         if kind == b"+":
             ref = self._message(record).id
             self.pending[ref] = record
-            self.next = max(self.next, _number(ref) + 1)
+            self.next = max(self.next, ClientRef.parse(ref).number + 1)
         elif kind == b"-":
             self.pending.pop(body.decode(), None)
         elif kind == b"I":
@@ -133,7 +132,7 @@ class Outbox:
             ) from None
         self._append(record)
         self.pending[message.id] = record
-        self.next = max(self.next, _number(message.id) + 1)
+        self.next = max(self.next, ClientRef.parse(message.id).number + 1)
 
     def remove(self, ref: str) -> None:
         """The publication ``ref`` needs no re-sending; written to disk with the next commit, or
@@ -216,7 +215,3 @@ class Outbox:
             log.warning("outbox %s: cannot write to disk: %s", self.directory, error)
         finally:
             await asyncio.to_thread(self._wal.close)
-
-
-def _number(ref: str) -> int:
-    return int(ref.partition("@")[0])

@@ -20,14 +20,15 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["DeliveryQueue", "Seen", "client_session", "dedup_key"]
+from broker.messages import ClientRef
+
+__all__ = ["DeliveryQueue", "Seen", "dedup_key"]
 
 log = logging.getLogger("broker.client")
 
 T = TypeVar("T")
 LOG_EVERY = 5.0  # seconds between two warnings about drops of one queue
 SEEN = 65536  # publication ids a client remembers to drop a duplicate
-CLIENT_SESSION = 20  # hex digits of a session a client names itself
 
 
 class DeliveryQueue(Generic[T]):
@@ -100,19 +101,12 @@ class DeliveryQueue(Generic[T]):
         return item
 
 
-def client_session(now: float, salt: int) -> str:
-    """A session a client names itself: 12 hex digits of its start (ms) and 8 of ``salt`` (random),
-    unique in the overlay. A broker's own session stamps are its clients' connection times, at
-    most 12 hex digits for 8,000 years, so the length alone tells the two apart."""
-    return f"{round(now * 1000):012x}{salt & 0xFFFFFFFF:08x}"
-
-
 def dedup_key(publication_id: str) -> str:
     """What identifies a publication across brokers. An id in a session the client named itself
     (``<broker>/<client>/<n>@<client_session>``) is the same whichever broker routed it, so the
     broker part is left out; any other id is kept whole."""
     _, _, rest = publication_id.partition("/")
-    return rest if len(publication_id.rpartition("@")[2]) == CLIENT_SESSION else publication_id
+    return rest if ClientRef.parse(publication_id.rpartition("/")[2]).named_by_client else publication_id
 
 
 class Seen:

@@ -16,7 +16,18 @@ from broker.messages.consensus import (
     VoteReply,
     VoteRequest,
 )
-from broker.messages.ids import DETECTOR, Hop, Local, LocalId, OverlayId, PartId, PublicationId
+from broker.messages.ids import (
+    CLIENT_SESSION_DIGITS,
+    DETECTOR,
+    ClientRef,
+    Hop,
+    Local,
+    LocalId,
+    OverlayId,
+    PartId,
+    PublicationId,
+    client_session,
+)
 from broker.messages.overlay import (
     CARRIED,
     DEFAULT_TTL,
@@ -48,6 +59,7 @@ from broker.messages.session import Hello, Ping, Pong, WireMessage
 
 __all__ = [
     "CARRIED",
+    "CLIENT_SESSION_DIGITS",
     "DEFAULT_TTL",
     "DETECTOR",
     "Ack",
@@ -57,6 +69,7 @@ __all__ = [
     "Bye",
     "Carry",
     "ClientMessage",
+    "ClientRef",
     "CompositeSubscribe",
     "ConsensusMessage",
     "Deliver",
@@ -88,6 +101,7 @@ __all__ = [
     "VoteReply",
     "VoteRequest",
     "WireMessage",
+    "client_session",
     "publication_weight",
     "request_ref",
 ]

@@ -6,7 +6,8 @@ ref, a publication that arrives from elsewhere. The ids it makes itself it keeps
 prints when they go into a message, so nothing in the router splits a string to learn what it
 names; the one it must recognise when it comes back (a neighbour notifies one of its detections)
 is parsed once, where the message arrives. Hops are the adapter's text, but for one: ``DETECTOR``,
-the broker itself as the subscriber of its detections' atoms.
+the broker itself as the subscriber of its detections' atoms. A client's refs are ``ClientRef``
+records, printed by the client and parsed by the broker that receives them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ from typing import Final
 
 from broker.errors import ParseError
 
-__all__ = ["DETECTOR", "Hop", "Local", "LocalId", "OverlayId", "PartId", "PublicationId"]
+__all__ = [
+    "CLIENT_SESSION_DIGITS",
+    "DETECTOR",
+    "ClientRef",
+    "Hop",
+    "Local",
+    "LocalId",
+    "OverlayId",
+    "PartId",
+    "PublicationId",
+    "client_session",
+]
 
 
 class Local(Enum):
@@ -31,6 +43,45 @@ class Local(Enum):
 
 DETECTOR: Final = Local.DETECTOR
 Hop = str | Local
+CLIENT_SESSION_DIGITS: Final = 20  # hex digits of a session a client names itself
+
+
+def client_session(now: float, salt: int) -> str:
+    """A session a client names itself: 12 hex digits of its start (ms) and 8 of ``salt`` (random),
+    unique in the overlay. A broker's own session stamps are its clients' connection times, at
+    most 12 hex digits for 8,000 years, so the length alone tells the two apart."""
+    return f"{round(now * 1000):012x}{salt & 0xFFFFFFFF:08x}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRef:
+    """A client's ref for one of its requests: its number (or the name it gives a request it makes
+    again after a restart) and, for a publication, the session the client named itself
+    (``<n>@<session>``). That session outlives a reconnection, so a re-sent publication keeps its
+    overlay-wide id and a copy that got through twice is recognised."""
+
+    name: str
+    session: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.session}" if self.session else self.name
+
+    @classmethod
+    def parse(cls, text: str) -> ClientRef:
+        """The parts of ``<name>`` or ``<name>@<session>``; a name holds no ``@``."""
+        name, _, session = text.partition("@")
+        return cls(name, session)
+
+    @property
+    def number(self) -> int:
+        """The name as the number the client counted (ValueError for a name it was given)."""
+        return int(self.name)
+
+    @property
+    def named_by_client(self) -> bool:
+        """Whether the session is one the client named itself (``client_session``), not the
+        broker's stamp of when the client connected, which a broker puts in its place."""
+        return len(self.session) == CLIENT_SESSION_DIGITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +104,7 @@ class OverlayId:
         client, _, ref = rest.rpartition("/")
         if not (broker and client and ref):
             raise ParseError("expected <broker>/<client>/<ref>", 1, text)
-        return cls(broker, client, ref.partition("@")[0])
+        return cls(broker, client, ClientRef.parse(ref).name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +112,8 @@ class PublicationId:
     """A publication's overlay-wide id. ``session`` is when its client connected (ms, hex): a
     client that reconnects under the same name counts its refs from 1 again, and the historians
     and the history/live seam tell publications apart by id. A client that re-sends after a
-    reconnection names a session of its own in its ref (``<n>@<20 hex digits>``, see
-    ``broker.client.queues``), so the copy keeps the id of the first."""
+    reconnection names a session of its own in its ref (a ``ClientRef``), so the copy keeps the
+    id of the first."""
 
     broker: str
     client: str

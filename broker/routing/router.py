@@ -32,6 +32,7 @@ from broker.messages import (
     Advertise,
     Bye,
     Carry,
+    ClientRef,
     CompositeSubscribe,
     Deliver,
     LinkDown,
@@ -327,8 +328,8 @@ class Router:
             return denied
         # a ref "<n>@<session>" names the client's own session, which outlives a reconnection:
         # a re-sent publication keeps its id, and a copy that got through already is not routed again
-        ref, _, session = message.id.partition("@")
-        pub_id = str(PublicationId(self.id, hop, ref, session or self.sessions.started[hop]))
+        ref = ClientRef.parse(message.id)
+        pub_id = str(PublicationId(self.id, hop, ref.name, ref.session or self.sessions.started[hop]))
         if pub_id in self.seen:
             self.counters["dropped.duplicate"] += 1
             return [(hop, Ack(message.id, pub_id))] if message.ack else []

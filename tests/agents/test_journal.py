@@ -14,7 +14,7 @@ import pytest
 
 from agents.journal import Journal
 from agents.journal_records import fields
-from agents.state import Agent, Delivered, Event, Finished, Incoming, Result, Tick
+from agents.state import Agent, Delivered, Event, Finished, Incoming, Result, TimePassed
 from broker.durable import log as wal_module
 from broker.durable.log import WriteAheadLog
 from broker.errors import LocalError
@@ -277,9 +277,9 @@ def test_a_record_that_is_not_an_event_is_skipped_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     journal = Journal(tmp_path)
-    journal.write(Tick(), 1.0)
+    journal.write(TimePassed(), 1.0)
     journal.wal.append(b'{"t": 2.0, "event": "incoming", "pub": ["AGENT_CTL", ["not", "a dict"]]}')
-    journal.write(Tick(), 3.0)
+    journal.write(TimePassed(), 3.0)
     journal.sync()
     journal.close()
     assert recovered(tmp_path)[1] == 2

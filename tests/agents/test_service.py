@@ -20,9 +20,10 @@ from agents import supervisor
 from agents.envelope import Registration
 from agents.generations import GenerationState
 from agents.runner import Retention, log_path
-from agents.service import QUERY, AgentService
+from agents.service import AgentService
 from agents.state import Agent, Delivered, Finished, Incoming, Result, Run, TimePassed
 from broker.client import Backoff, Client, Delivery, RefusedError
+from broker.clock import ManualClock
 from broker.language import Publication, parse_filter, parse_publication
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
@@ -50,10 +51,15 @@ class RacingClient:
     def __init__(self) -> None:
         self.acked = asyncio.Event()
         self.read = asyncio.Event()
+        self.name: str | None = None
 
     async def subscribe(self, subscription: object, own_queue: bool, name: str) -> SimpleNamespace:
+        self.name = name  # acknowledged: the client knows the id's name from here on
         await self.read.wait()  # the reader has taken the delivery before this request returns
         return SimpleNamespace(id="B1/agentA/7")
+
+    def name_of(self, known_id: str) -> str | None:
+        return self.name if known_id == "B1/agentA/7" else None
 
     async def __aiter__(self) -> AsyncIterator[Delivery]:
         yield Delivery("B1/agentA/7", FIRST, id="id1")
@@ -68,7 +74,7 @@ def test_a_delivery_read_before_its_subscription_id_is_known_is_kept_in_order(tm
 
     async def scenario() -> None:
         reader = asyncio.create_task(service._read(client))  # type: ignore[arg-type]
-        await service._request(client, "key", Registration("SUBSCRIBE", FILTER))  # type: ignore[arg-type]
+        await service.registering.request(client, "key", Registration("SUBSCRIBE", FILTER))  # type: ignore[arg-type]
         client.acked.set()
         await reader
 
@@ -87,11 +93,16 @@ class SlowBroker:
     def __init__(self) -> None:
         self.answer = asyncio.Event()
         self.calls: list[str] = []
+        self.known: dict[str, str] = {}
 
     async def _request(self, name: str) -> SimpleNamespace:
         self.calls.append(f"request {name}")  # sent at once; the answer is what takes time
         await self.answer.wait()
-        return SimpleNamespace(id=f"B1/agentB/{name}")
+        self.known[name] = f"B1/agentB/{name}"
+        return SimpleNamespace(id=self.known[name])
+
+    def known_id(self, name: str) -> str | None:
+        return self.known.get(name)
 
     async def advertise(self, advertisement: object, name: str) -> str:
         return str((await self._request(name)).id)
@@ -116,17 +127,18 @@ def test_the_event_loop_never_waits_for_the_broker(tmp_path: Path) -> None:
     finished run are handled meanwhile (they used to wait behind each request's answer)."""
     service = AgentService(Agent("agentB"), BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path)
     broker = SlowBroker()
-    service.client = broker  # type: ignore[assignment]
+    service.client = service.registering.client = broker  # type: ignore[assignment]
     envelopes = [Incoming(p) for p in signed(PLAN.publications()) if p["agentname"] == "agentB"]
 
     async def scenario() -> None:
         await asyncio.wait_for(service._handle(*envelopes), 2)
         assert broker.calls.count("publish AGENT_ACK") == len(envelopes)
         assert broker.calls[0].startswith("request")  # on the link before its acknowledgement
-        assert service.issued == {} and set(service.requesting) == set(service.agent.wanted)
+        registering = service.registering
+        assert registering.issued == {} and set(registering.requesting) == set(service.agent.wanted)
         broker.answer.set()
-        await until(lambda: not service.requesting, what="the requests answered")
-        assert set(service.issued) == set(service.agent.wanted)
+        await until(lambda: not registering.requesting, what="the requests answered")
+        assert set(registering.issued) == set(service.agent.wanted)
 
     asyncio.run(scenario())
     service.journal.close()
@@ -144,13 +156,16 @@ class FloodingClient:
             self.taken += 1
             yield Delivery("B1/agentA/7", parse_publication(f"[class,JOBSTATUS],[jobname,A],[n,{n}]"))
 
+    def name_of(self, known_id: str) -> str:
+        return "kflood"
+
 
 def test_a_flood_of_deliveries_waits_for_room_and_loses_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("agents.service.EVENTS_LIMIT", 10)
     service = AgentService(Agent("agentA"), BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path)
-    service.keys["B1/agentA/7"] = "key"
+    service.registering.by_name["kflood"] = "key"
     client = FloodingClient(100)
 
     async def scenario() -> list[object]:
@@ -184,6 +199,9 @@ class QueryingClient:
     def done(self, delivery: Delivery) -> None:
         self.done_ids.append(str(delivery.id))
 
+    def name_of(self, known_id: str) -> str:
+        return "queries"  # the agent's own query subscription
+
     async def stored(self) -> None:
         """No outbox here."""
 
@@ -196,7 +214,6 @@ def test_an_error_in_handling_one_message_is_counted_and_the_agent_goes_on(
     service = AgentService(Agent("agentB"), BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path)
     client = QueryingClient()
     service.client = client  # type: ignore[assignment]
-    service.keys["B1/agentB/q"] = QUERY
     answer_query = agents.service.answer_query
 
     def first_raises(agent: Agent, publication: Publication) -> object:
@@ -261,9 +278,12 @@ def test_a_restarted_agent_resends_a_status_that_was_never_acknowledged(tmp_path
         statuses = await watch.subscribe("[class,eq,JOBSTATUS],[jobname,eq,JobB]")
         first = AgentService(agent_b(), b.uri, tmp_path / "agentB", tmp_path)
         running = asyncio.create_task(first.run())
-        await until(lambda: len(first.issued) == len(first.agent.wanted) > 0, what="the agent registered")
+        registered = first.registering
+        await until(
+            lambda: len(registered.issued) == len(first.agent.wanted) > 0, what="the agent registered"
+        )
         assert first.client is not None
-        stamp = first.client._stamp
+        stamp = first.client.refs.stamp
         await b.stop()
         await until(lambda: first.client is not None and not first.client.connected, what="the link lost")
         first._publish(status)
@@ -393,16 +413,15 @@ def test_the_records_of_runs_ends_wait_for_the_next_fsync(
     for job in jobs:
         agent.running[job.workflow, job.gid, job.job] = job
     agent.generations["W", "g1"] = GenerationState("v1", {"A": "running", "B": "running"})
-    service = AgentService(agent, BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path)
+    clock = ManualClock(wall=1000.0)
+    service = AgentService(agent, BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path, clock=clock)
     fsyncs: list[float] = []
     monkeypatch.setattr(service.journal, "fsync", lambda: fsyncs.append(1))
-    clock = [1000.0]
-    monkeypatch.setattr("agents.service.time.time", lambda: clock[0])
     ended = Result(True, "exit 0", 999.0, 0.1)
 
     asyncio.run(service._handle(Finished(jobs[0], ended)))
     assert fsyncs == [] and len(records(tmp_path)) == 1  # flushed, not synced
-    clock[0] += agents.service.SYNC_LAG
+    clock.advance(agents.service.SYNC_LAG)
     asyncio.run(service._handle(Finished(jobs[1], ended)))
     assert len(fsyncs) == 1  # the oldest waited SYNC_LAG: synced with the second
     asyncio.run(service._handle(Delivered("key", (FIRST,))))

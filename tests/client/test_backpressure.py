@@ -8,8 +8,9 @@ from collections import Counter
 from collections.abc import AsyncIterator
 
 from broker.client import Client
-from broker.client.queues import DeliveryQueue, Seen, client_session, dedup_key
+from broker.client.queues import DeliveryQueue, Seen, dedup_key
 from broker.language import Publication
+from broker.messages import client_session
 from broker.transport.server import RouterService
 from tests.transport.harness import run, until, uri
 

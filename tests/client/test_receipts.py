@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from broker.client import Client, Delivery
-from broker.client import client as client_module
+from broker.client import deliveries as deliveries_module
 from broker.language import Publication
 from broker.transport.server import RouterService
 from tests.client.test_reconnect import ADV, FAST
@@ -95,7 +95,7 @@ def test_deliveries_done_in_turns_close_together_are_taken_with_one_took(
     """A consumer that keeps up with a steady stream is caught up after each delivery, in a turn
     of its own: its Took waits ``DELAY`` to cover those that follow (a Took each was a third of
     what a broker handled in a busy workflow)."""
-    monkeypatch.setattr(client_module, "DELAY", 0.5)  # a slow machine's turns stay well inside it
+    monkeypatch.setattr(deliveries_module, "DELAY", 0.5)  # a slow machine's turns stay well inside it
 
     async def scenario() -> None:
         async with _three_held() as (b, sub, got):

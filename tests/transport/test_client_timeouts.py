@@ -50,7 +50,8 @@ def test_every_request_of_the_async_client_times_out_with_a_clear_error() -> Non
             for what, request in requests:
                 with pytest.raises(NoAnswer, match=f"^B1 did not answer {what} within 0.2 s$"):
                     await request
-            assert client._pending == {} and client._unacked == 0 and client._live == {}
+            left = client.requests
+            assert left.pending == {} and left.unacked == 0 and left.live == {}
             await client.close()
 
     run(scenario(), timeout=10)

@@ -1,0 +1,105 @@
+"""What a client hands its caller: deliveries, and the streams they are read from.
+
+Each delivery lands on exactly one bounded queue: its subscription's own (``async for delivery in
+sub``) or the client's merged stream (``async for delivery in client``). Asking a stream for its
+next delivery says the consumer is done with the last one, which lets its broker forget it (see
+``receipts``), unless the client was made with ``manual_done``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from broker.client.queues import DeliveryQueue
+from broker.errors import LinkClosed
+from broker.language import Publication
+from broker.messages import CompositeSubscribe, Subscribe
+
+if TYPE_CHECKING:
+    from broker.client.client import Client
+
+__all__ = ["Delivery", "Queue", "Stream", "Subscription"]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A publication for a subscription; for a composite subscription, ``publications`` holds
+    every publication of the firing and ``publication`` is the first of them."""
+
+    subscription: str
+    publication: Publication
+    publications: tuple[Publication, ...] = ()
+    id: str = ""  # the publication's overlay-wide id (who published it), for a plain delivery
+    time: float = 0.0  # when its edge broker accepted it
+    seq: int = dataclasses.field(default=0, compare=False, repr=False)  # in the broker's custody
+    channel: str = dataclasses.field(default="", compare=False, repr=False)  # whose seq it is
+
+
+Queue = DeliveryQueue[Delivery]
+
+
+class Stream:
+    """Deliveries from one queue: ``await next(timeout)`` or ``async for``; ends when the client
+    is closed or gives up reconnecting."""
+
+    _queue: Queue
+    _client: Client
+    _handling: Delivery | None = None  # the delivery last returned: done when the next is asked for
+
+    async def next(self, timeout: float | None = None) -> Delivery:
+        """The next delivery; ``TimeoutError`` after ``timeout`` seconds, ``LinkClosed`` at the end."""
+        if self._handling is not None and not self._client.manual_done:
+            self._client.deliveries.done(self._handling, self._queue.queue.empty())
+        self._handling = None
+        item = await self._queue.get(timeout)
+        if item is None:
+            self._queue.put(None)  # the end marker stays for every later reader
+            raise LinkClosed("connection closed")
+        self._handling = item
+        return item
+
+    def __aiter__(self) -> AsyncIterator[Delivery]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Delivery]:
+        while True:
+            try:
+                yield await self.next()
+            except LinkClosed:
+                return
+
+
+class Subscription(Stream):
+    """A live subscription: its overlay-wide id (the first it got: it stays valid across
+    reconnections) and its own stream of deliveries."""
+
+    def __init__(
+        self, client: Client, sub_id: str, request: Subscribe | CompositeSubscribe, queue: Queue
+    ) -> None:
+        self.client = self._client = client
+        self.id = sub_id
+        self.request = request  # what was asked for: its filter or composite
+        self._queue = queue
+
+    @property
+    def dropped(self) -> int:
+        """Deliveries this (lossy) subscription dropped for a consumer that fell behind."""
+        return self._queue.dropped
+
+    async def next(self, timeout: float | None = None) -> Delivery:
+        if self._queue is self.client._queue:
+            raise RuntimeError("this subscription delivers to the client's merged stream: use client.next()")
+        return await super().next(timeout)
+
+    async def unsubscribe(self) -> None:
+        await self.client.unsubscribe(self.id)
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self.client.closed:
+            await self.unsubscribe()
