@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from agents import old_journal
+from agents.events import Event
 from agents.journal_records import decode, encode
-from agents.state import Agent, Event
+from agents.state import Agent
 from broker.durable.log import LogInUse, WriteAheadLog, private_directory
 from broker.errors import LocalError
 from broker.language import ParseError

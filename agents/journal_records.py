@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from agents.state import Delivered, Event, Finished, Incoming, Lost, Result, Run, TimePassed
+from agents.events import Delivered, Event, Finished, Incoming, Lost, Result, Run, TimePassed
 from broker.language import Publication, parse_publication
 
 __all__ = ["decode", "encode", "fields"]

@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from agents import supervisor
-from agents.state import DAY, FORGET_AFTER, Result, Run
+from agents.events import Result, Run
+from agents.forgetting import DAY, FORGET_AFTER
 from broker.durable.log import private_directory
 
 __all__ = [

@@ -29,12 +29,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agents.journal import Journal
-from agents.queries import LogRequest, answer_query
-from agents.registering import CONTROL, OWN, QUERY, Registering
-from agents.runner import Retention, SupervisorClient, log_tail, prune, stop
-from agents.state import (
-    Agent,
+from agents.events import (
     Delivered,
     Effect,
     Emit,
@@ -49,6 +44,11 @@ from agents.state import (
     TimePassed,
     Withdraw,
 )
+from agents.journal import Journal
+from agents.queries import LogRequest, answer_query
+from agents.registering import CONTROL, OWN, QUERY, Registering
+from agents.runner import Retention, SupervisorClient, log_tail, prune, stop
+from agents.state import Agent
 from broker import failpoints
 from broker.client import (
     DAEMON_BACKOFF,

@@ -45,15 +45,12 @@ from agents.events import (
     Finished,
     Incoming,
     Lost,
-    Register,
-    Result,
     Run,
     Start,
     Stop,
     TimePassed,
-    Withdraw,
 )
-from agents.forgetting import DAY, FORGET_AFTER
+from agents.forgetting import FORGET_AFTER
 from agents.generations import GenerationState
 from agents.run_queue import Pending
 from agents.trust import Refusal, Trust
@@ -61,25 +58,7 @@ from broker.language import Publication
 from broker.throttle import LogThrottle
 from workflow_messages import ack
 
-__all__ = [
-    "DAY",
-    "FORGET_AFTER",
-    "Agent",
-    "Delivered",
-    "Effect",
-    "Emit",
-    "Event",
-    "Finished",
-    "Incoming",
-    "Lost",
-    "Register",
-    "Result",
-    "Run",
-    "Start",
-    "Stop",
-    "TimePassed",
-    "Withdraw",
-]
+__all__ = ["Agent"]
 
 log = logging.getLogger(__name__)
 

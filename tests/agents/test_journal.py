@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from agents.events import Delivered, Event, Finished, Incoming, Result, TimePassed
 from agents.journal import Journal
 from agents.journal_records import fields
-from agents.state import Agent, Delivered, Event, Finished, Incoming, Result, TimePassed
+from agents.state import Agent
 from broker.durable import log as wal_module
 from broker.durable.log import WriteAheadLog
 from broker.errors import LocalError

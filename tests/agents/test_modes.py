@@ -8,9 +8,10 @@ import signal
 import subprocess
 from pathlib import Path
 
+from agents.events import TimePassed
 from agents.journal import Journal
 from agents.runner import log_path
-from agents.state import Agent, TimePassed
+from agents.state import Agent
 from tests.agents.test_runner import run, supervised
 from tests.modes import files, mode
 from tests.processes import WFM, wait_for

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from agents.events import Delivered, Finished, Incoming, Result, Start, Stop
 from agents.queries import ANSWER_BUDGET, LogRequest, answer_query
 from agents.runner import log_tail
-from agents.state import Agent, Delivered, Finished, Incoming, Result, Start, Stop
+from agents.state import Agent
 from broker.language import Publication
 from tests.agents.test_state import (
     FRIDAY,
@@ -275,6 +276,7 @@ def test_a_logs_query_is_checked_before_anything_is_read(tmp_path: Path) -> None
         "size": 16,
         "truncated": True,
         "ended": False,
+        "started": None,  # no runs record: logs written by hand
         "text": "xx\ufffd end\n",
     }
     assert log_tail(tmp_path, "PAYROLL", "g1", "JobB", 1)["text"] == "first\n"

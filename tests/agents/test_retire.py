@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
+from agents.events import Delivered, Finished, Incoming, Result, Withdraw
 from agents.forgetting import SWEEP_EVERY
-from agents.state import Agent, Delivered, Finished, Incoming, Result, Withdraw
+from agents.state import Agent
 from broker.language import Publication
 from tests.agents.test_operations import ack_of
 from tests.agents.test_state import MONDAY, install, key, published, runs

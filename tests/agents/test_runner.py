@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from agents import runner, supervisor
+from agents.events import Finished, Result, Run, TimePassed
 from agents.journal import Journal
 from agents.runner import Retention, SupervisorClient, generation_dir, log_path, log_tail, prune
-from agents.state import Agent, Finished, Result, Run, TimePassed
+from agents.state import Agent
 from tests.processes import WFM, wait_for
 
 # an agent process that asks for one run (a pickled Run) in a state dir, for tests that kill it

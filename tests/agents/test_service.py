@@ -18,10 +18,11 @@ import pytest
 import agents.service
 from agents import supervisor
 from agents.envelope import Registration
+from agents.events import Delivered, Finished, Incoming, Result, Run, TimePassed
 from agents.generations import GenerationState
 from agents.runner import Retention, log_path
 from agents.service import AgentService
-from agents.state import Agent, Delivered, Finished, Incoming, Result, Run, TimePassed
+from agents.state import Agent
 from broker.client import Backoff, Client, Delivery, RefusedError
 from broker.clock import ManualClock
 from broker.language import Publication, parse_filter, parse_publication

@@ -10,11 +10,7 @@ from typing import Any
 import pytest
 
 import agents.forgetting
-from agents.forgetting import DAY, SWEEP_EVERY
-from agents.journal import Journal
-from agents.run_queue import LOST
-from agents.state import (
-    Agent,
+from agents.events import (
     Delivered,
     Effect,
     Emit,
@@ -27,6 +23,10 @@ from agents.state import (
     Start,
     TimePassed,
 )
+from agents.forgetting import DAY, SWEEP_EVERY
+from agents.journal import Journal
+from agents.run_queue import LOST
+from agents.state import Agent
 from broker.language import Publication
 from tests.signing import DEPLOYER, signed, signed_trigger
 from wfm.workflow import After, Job, Plan, Workflow, load, translate

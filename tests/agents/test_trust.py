@@ -14,7 +14,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from agents.state import Agent, Delivered, Emit, Incoming
+from agents.events import Delivered, Emit, Incoming
+from agents.state import Agent
 from agents.trust import Refusal, Trust, load_ca
 from broker.language import Publication
 from broker.transport.revocation import Revocations

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from agents.state import Agent, Delivered, Emit, Incoming, Start
+from agents.events import Delivered, Emit, Incoming, Start
+from agents.state import Agent
 from agents.trust import Trust
 from broker.language import Publication
 from tests.agents.test_state import PLAN, key

@@ -386,19 +386,24 @@ def test_cancel_of_a_gid_no_agent_knows_sends_nothing_unless_forced(overlay: Ove
     assert {a["result"] for a in over} == {"UNCHANGED"}  # known: sent, and over already
 
 
+def half_on(tmp_path: Path, coordinator: str) -> Path:
+    """HALF: its first job (so its coordinator) on ``coordinator``, the second on agentB."""
+    half = tmp_path / "half.xml"
+    half.write_text(
+        f"""<workflow name="HALF">
+  <job name="Start" agent="{coordinator}"><command>true</command></job>
+  <job name="Work" agent="agentB"><after job="Start"/><command>true</command></job>
+</workflow>"""
+    )
+    return half
+
+
 def test_a_deployment_whose_agent_is_not_up_sends_nothing_and_names_it(
     overlay: Overlay, tmp_path: Path
 ) -> None:
     """The coordinator's agent down: agentB took its jobs, and the workflow stayed half-deployed
     (coordinator "?"), every trigger of it starting nothing."""
-    half = tmp_path / "half.xml"
-    half.write_text(
-        """<workflow name="HALF">
-  <job name="Start" agent="agentZ"><command>true</command></job>
-  <job name="Work" agent="agentB"><after job="Start"/><command>true</command></job>
-</workflow>"""
-    )
-    done = wfm(overlay, "deploy", str(half), "--timeout", "2")
+    done = wfm(overlay, "deploy", str(half_on(tmp_path, "agentZ")), "--timeout", "2")
     assert (done.returncode, done.stdout) == (3, "")
     last = done.stderr.splitlines()[-1]
     assert last.startswith("wfm: error: HALF ") and last.endswith(
@@ -418,13 +423,7 @@ def test_a_deployment_whose_agent_dies_once_envelopes_are_out_is_rolled_back(
     overlay.start("agentA")
     monkeypatch.delenv("WFM_FAILPOINTS")
     quiet(overlay.uris)
-    half = tmp_path / "half.xml"
-    half.write_text(
-        """<workflow name="HALF">
-  <job name="Start" agent="agentA"><command>true</command></job>
-  <job name="Work" agent="agentB"><after job="Start"/><command>true</command></job>
-</workflow>"""
-    )
+    half = half_on(tmp_path, "agentA")
     done = wfm(overlay, "deploy", str(half), "--timeout", "3")
     assert done.returncode == 3, done.stderr
     assert "agentB: 1 OK" in done.stdout

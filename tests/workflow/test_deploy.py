@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from agents.events import Effect, Event, Incoming
 from agents.service import AgentService
-from agents.state import Agent, Effect, Event, Incoming
+from agents.state import Agent
 from agents.trust import Trust
 from broker.client import Client
 from broker.transport.server import RouterService

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
+from agents.forgetting import DAY
 from agents.runner import KEEP_DAYS, KEEP_RUNS, Retention
 from agents.service import AgentService
-from agents.state import DAY, Agent
+from agents.state import Agent
 from agents.trust import Trust, identity_author, load_ca, load_public_key
 from broker.client import Brokers
 from broker.client.reconnect import BrokerList
