@@ -51,6 +51,13 @@ class Disk:
         return self.state, list(self.entries)
 
 
+class Machine(Protocol):
+    """What a site's members apply its committed entries to (``broker.sites.SiteState``): the
+    same entries in the same order must give the same output on every member."""
+
+    def apply(self, entry: bytes) -> object: ...
+
+
 class Storage(Protocol):
     """A broker's disk as the site uses it: ``Disk``, or ``broker.consensus.SiteLog``."""
 
@@ -66,6 +73,7 @@ class _Broker:
     node: Node | None = None  # None while crashed
     frozen_until: float = 0.0
     applied: int = 0  # in this incarnation
+    machine: Machine | None = None  # what it applies the entries to, in this incarnation
     inbox: list[tuple[str, ConsensusMessage]] = field(default_factory=list)  # held while frozen
 
 
@@ -77,7 +85,9 @@ class SiteSim:
     said something, and restarted a moment later (FoundationDB's "buggify": the crash lands
     where the protocol is most fragile, between a promise and what follows it). ``disks``: each
     broker's disk by name (in memory by default; a test gives files, read again at each
-    restart)."""
+    restart). ``machines``: a fresh state machine for each member at each (re)start, to which it
+    applies the committed entries (a restarted member applies the log again from its start);
+    every member's output for an index must be the output the first one gave."""
 
     def __init__(
         self,
@@ -90,10 +100,13 @@ class SiteSim:
         heartbeat: float = 0.05,
         sudden: float = 0.0,
         disks: Callable[[str], Storage] = lambda _: Disk(),
+        machines: Callable[[], Machine] | None = None,
     ) -> None:
         self.random = random.Random(seed)
         self.now = 0.0
         self.loss, self.duplicates, self.latency, self.sudden = loss, duplicates, latency, sudden
+        self.machines = machines
+        self.outputs: dict[int, object] = {}  # index -> what applying it gave (with ``machines``)
         names = tuple(f"b{i}" for i in range(1, members + 1))
         self.configs = {n: Config(n, names, election_timeout, heartbeat) for n in names}
         self.brokers = {n: _Broker(n, disks(n)) for n in names}
@@ -120,6 +133,7 @@ class SiteSim:
         state, entries = broker.disk.recover()
         broker.node = Node(self.configs[name], self.now, self.random.random, state, entries)
         broker.applied = 0
+        broker.machine = self.machines() if self.machines is not None else None
 
     def freeze(self, name: str, seconds: float) -> None:
         """Stopped (SIGSTOP, a long GC pause): it hears and says nothing until it wakes, then
@@ -174,10 +188,14 @@ class SiteSim:
                 self._deliver(*payload)
         self.now = end
 
-    def chaos(self, seconds: float, proposals_per_second: float = 50.0) -> None:
+    def chaos(
+        self, seconds: float, proposals_per_second: float = 50.0, make: Callable[[int], bytes] | None = None
+    ) -> None:
         """Random faults and proposals for ``seconds``: each step crashes, restarts, freezes or
-        partitions someone now and then, and proposes at whoever leads."""
-        step, count = 0.05, 0
+        partitions someone now and then, and proposes at whoever leads (``make(n)``: the entry
+        of the n-th proposal the site takes; one refused is offered again; by default a random
+        text)."""
+        step, count, pending = 0.05, 0, b""
         for _ in range(int(seconds / step)):
             roll = self.random.random()
             names = sorted(self.brokers)
@@ -193,8 +211,11 @@ class SiteSim:
             elif roll < 0.13:
                 self.heal()
             for _ in range(self.random.randrange(int(proposals_per_second * step * 2) + 1)):
-                count += 1
-                self.propose(f"{self.random.random():.6f}-{count}".encode())
+                data = pending or (
+                    make(count + 1) if make else f"{self.random.random():.6f}-{count + 1}".encode()
+                )
+                taken = self.propose(data) is not None
+                count, pending = (count + 1, b"") if taken else (count, data)  # refused: offered again
             self.run(step)
 
     def settle(self, seconds: float = 5.0) -> None:
@@ -289,6 +310,10 @@ class SiteSim:
         known = self.applied.setdefault(entry.index, entry)
         if known != entry:
             raise Violation(f"{broker.name} applied {entry} where another applied {known}")
+        if broker.machine is not None:
+            output = broker.machine.apply(entry.data)
+            if self.outputs.setdefault(entry.index, output) != output:
+                raise Violation(f"{broker.name} computed another output for entry {entry.index}")
         data = self.proposed.pop((broker.name, entry.index), None)
         if data is not None and data == entry.data:
             self.acknowledged[entry.index] = data

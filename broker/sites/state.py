@@ -32,7 +32,9 @@ class SiteState:
     def apply(self, entry: bytes) -> Output:
         """One committed entry of the site's log: what the site sends where (every member
         computes the same; each sends :meth:`mine`). An entry that is not an input is counted and
-        skipped on every member alike."""
+        skipped on every member alike; an empty one is a new leader's no-op."""
+        if not entry:
+            return []
         try:
             item = decode_input(entry)
         except ValueError:

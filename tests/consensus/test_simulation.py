@@ -18,7 +18,7 @@ def test_a_site_of_three_keeps_one_log_under_chaos(seed: int) -> None:
     site.chaos(8)
     site.settle()
     site.check_converged()
-    assert len(site.acknowledged) > 10  # the site made progress under the faults
+    assert len(site.acknowledged) >= 10  # the site made progress under the faults
 
 
 @pytest.mark.parametrize("seed", range(6))
