@@ -27,9 +27,10 @@ newer. A release that raises the format reads the one it replaces and drops the 
 one upgrade at a time keeps a broker's state. Format 10 pickled the router object whole; 11 is its
 snapshot (``Router.snapshot()``).
 
-A pickle names each class by its module, so a class that moves would make every log written
-before the move unreadable: ``MOVED`` maps the modules a readable format may name to where their
-classes live now, and everything this module reads goes through it.
+A pickle names each class by its module and name, so a class that moves or is renamed would
+make every log written before unreadable: ``MOVED`` and ``RENAMED`` map what a readable format
+may name to where and what the classes are now, and everything this module reads goes through
+them.
 """
 
 from __future__ import annotations
@@ -63,15 +64,19 @@ MOVED = {  # module a readable log may name -> where its classes are now
     "broker.routing.messages": "broker.messages.overlay",
     "broker.routing.ids": "broker.messages.ids",
 }
+RENAMED = {  # (module, class) a readable log may name -> the class's name now
+    ("broker.routing.acl", "Policy"): "AccessPolicy",
+}
 
 
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> object:
-        return super().find_class(MOVED.get(module, module), name)
+        return super().find_class(MOVED.get(module, module), RENAMED.get((module, name), name))
 
 
 def _load(data: bytes) -> object:
-    """A pickle of this broker's log, its classes found where they are now (``MOVED``)."""
+    """A pickle of this broker's log, its classes found where they are now (``MOVED``,
+    ``RENAMED``)."""
     return _Unpickler(io.BytesIO(data)).load()
 
 

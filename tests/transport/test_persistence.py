@@ -678,10 +678,11 @@ BEFORE = Path(__file__).with_name("broker_before")  # written by the version bef
 def test_a_log_the_version_before_wrote_is_restored_whole_and_checkpointed_in_this_format(
     tmp_path: Path,
 ) -> None:
-    """A real log of the previous version (format 10, its classes where they lived then: the
-    router pickled whole, its messages from broker.routing.messages): a snapshot and inputs after
-    it. Restored, the router has what it had (its id, subscriptions, advertisement, counters),
-    delivers a new publication, and the log is checkpointed in this version's format."""
+    """A real log of the previous version (format 10, its classes where and as they were then:
+    the router pickled whole with its ACL's Policy, its messages from broker.routing.messages):
+    a snapshot and inputs after it. Restored, the router has what it had (its id, subscriptions,
+    advertisement, counters, access rules), delivers a new publication, and the log is
+    checkpointed in this version's format."""
     directory = tmp_path / "B1"
     directory.mkdir(mode=0o700)
     for file in BEFORE.iterdir():
@@ -691,7 +692,8 @@ def test_a_log_the_version_before_wrote_is_restored_whole_and_checkpointed_in_th
     log.close()
     status = router.status()
     assert (router.id, status["subscriptions"], status["advertisements"]) == ("B1", 3, 1)
-    assert (router.counters["delivered"], router.counters["in.Publish"]) == (2, 2)
+    assert (router.counters["delivered"], router.counters["in.Publish"]) == (2, 3)
+    assert router.policy is not None and "client" in router.policy.roles
     output = router.handle(Publish("3", Publication("stock", {"n": 9}), ack=False), "pub", 8.0)
     carried = [(target, m.message) for target, m in output if isinstance(m, Carry)]
     assert [(target, type(m).__name__) for target, m in carried] == [("sub", "Deliver")]
