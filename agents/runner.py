@@ -146,7 +146,7 @@ class SupervisorClient:
             return None
         outcome = answer.get("outcome")
         if outcome is None:  # a daemon of the per-run layout, still running its commands
-            outcome = supervisor.recorded(str(log_file))[1]
+            outcome = supervisor.recorded(str(log_file)).outcome
         return None if outcome is None else _outcome(outcome, log_file)
 
     async def close(self) -> None:
@@ -300,7 +300,7 @@ def stop(run: Run, state_dir: Path, signal_number: int) -> bool:
     command's group and not a process that reused the number (but for the instant between the
     reaping and the record)."""
     try:
-        group, outcome = supervisor.recorded(str(log_path(state_dir, run)))
+        group, outcome, _ = supervisor.recorded(str(log_path(state_dir, run)))
         if outcome is not None or type(group) is not int:
             return False
         os.killpg(group, signal_number)
@@ -340,19 +340,19 @@ def log_tail(
         "attempt": chosen,
         "size": size,
         "truncated": size > limit,
-        "ended": _ended(str(path)),
-        "started": supervisor.started_at(str(path)),
+        **_ended_and_started(str(path)),
         "text": data.decode("utf-8", errors="replace"),
     }
 
 
-def _ended(log: str) -> bool:
-    """Whether the run of ``log`` ended: its outcome is recorded (one that cannot be read is of
-    a run that ended lost)."""
+def _ended_and_started(log: str) -> dict[str, object]:
+    """Whether the run of ``log`` ended (its outcome is recorded; one that cannot be read is of a
+    run that ended lost), and when it started (None if not recorded)."""
     try:
-        return supervisor.recorded(log)[1] is not None
+        record = supervisor.recorded(log)
     except ValueError:
-        return True
+        return {"ended": True, "started": None}
+    return {"ended": record.outcome is not None, "started": record.started}
 
 
 def _outcome(data: dict[str, Any], log_file: Path) -> Result:

@@ -87,6 +87,7 @@ import struct
 import sys
 import time
 from collections.abc import Mapping
+from typing import NamedTuple
 
 __all__ = [
     "RUNS",
@@ -155,33 +156,35 @@ def parse_runs(data: bytes) -> tuple[dict[str, dict[str, object]], int]:
     return runs, end
 
 
-def recorded(log: str) -> tuple[object, dict[str, object] | None]:
-    """The process group (if recorded in this boot of the machine) and the outcome recorded for
-    the run of ``log`` (None where there is none), for readers other than the daemon; ValueError
-    if they cannot be read."""
-    record = _record(log)
-    if record is None:
-        return _legacy_pid(log), _legacy_outcome(log)
-    return (record.get("pid") if record.get("boot") == BOOT else None), _checked(record, log)
+class Recorded(NamedTuple):
+    """What the runs file says of one run: its process group (if recorded in this boot of the
+    machine), its outcome and when it started (None where there is none)."""
+
+    group: object
+    outcome: dict[str, object] | None
+    started: float | None
 
 
-def started_at(log: str) -> float | None:
-    """When the run of ``log`` started (epoch seconds, as the daemon recorded it), None if not
-    recorded; ValueError if the record cannot be read."""
-    started = (_record(log) or {}).get("started")
-    return float(started) if isinstance(started, int | float) and not isinstance(started, bool) else None
-
-
-def _record(log: str) -> dict[str, object] | None:
+def recorded(log: str) -> Recorded:
+    """What is recorded of the run of ``log``, for readers other than the daemon; ValueError if
+    it cannot be read."""
     folder, name = os.path.split(log)
     path = os.path.join(folder, RUNS)
     try:
         with open(path, "rb") as file:
-            return parse_runs(file.read())[0].get(name)
+            record = parse_runs(file.read())[0].get(name)
     except FileNotFoundError:
-        return None
+        record = None
     except OSError as error:
         raise ValueError(f"{path} cannot be read: {error.strerror}") from None
+    if record is None:
+        return Recorded(_legacy_pid(log), _legacy_outcome(log), None)
+    started = record.get("started")
+    return Recorded(
+        record.get("pid") if record.get("boot") == BOOT else None,
+        _checked(record, log),
+        float(started) if isinstance(started, int | float) and not isinstance(started, bool) else None,
+    )
 
 
 def _checked(record: dict[str, object], log: str) -> dict[str, object] | None:

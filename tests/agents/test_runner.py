@@ -132,7 +132,7 @@ def test_a_run_gets_its_environment_and_a_log(tmp_path: Path, monkeypatch: pytes
     assert isinstance(started, float) and before - 0.001 <= started <= time.time()
     assert log == tmp_path / "state" / "logs" / "W" / "g1" / "Job.1.log"
     assert log.read_text() == f"W Job g1 2026-11-23 {tmp_path} passed on\noops\n"
-    assert supervisor.recorded(str(log))[1]["code"] == 0  # type: ignore[index]
+    assert supervisor.recorded(str(log)).outcome["code"] == 0  # type: ignore[index]
 
 
 def test_an_exit_status_is_a_failure(tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_a_process_the_job_leaves_behind_blocks_nothing(tmp_path: Path) -> None:
     began = time.monotonic()
     first = supervised(job, tmp_path, tmp_path)
     assert first is not None and first.ok and time.monotonic() - began < 5
-    group, _ = supervisor.recorded(str(log_path(tmp_path, job)))
+    group = supervisor.recorded(str(log_path(tmp_path, job))).group
     assert type(group) is int
     try:
         daemon = daemon_of(tmp_path)
@@ -243,6 +243,9 @@ def test_a_runs_file_that_cannot_be_read_answers_its_run_lost_and_the_daemon_goe
     with pytest.raises(ValueError, match="cannot be read"):
         supervisor.recorded(str(log_path(tmp_path, blocked)))
     assert not runner.stop(blocked, tmp_path, signal.SIGKILL)
+    log_path(tmp_path, blocked).write_bytes(b"")  # a log whose record cannot be read, asked for:
+    tail = log_tail(tmp_path, "W", "g1", "Blocked", 0)  # a run that ended lost, its start unknown
+    assert (tail["ended"], tail["started"]) == (True, None)
 
 
 def test_a_process_group_recorded_in_another_boot_is_never_signalled(tmp_path: Path) -> None:
@@ -255,7 +258,7 @@ def test_a_process_group_recorded_in_another_boot_is_never_signalled(tmp_path: P
         log.parent.mkdir(parents=True)
         record = {"log": log.name, "pid": sleeper.pid, "boot": "another boot"}
         (log.parent / supervisor.RUNS).write_bytes(supervisor.encode(record))
-        assert supervisor.recorded(str(log)) == (None, None)
+        assert supervisor.recorded(str(log)) == (None, None, None)
         assert not runner.stop(job, tmp_path, signal.SIGKILL)
         assert sleeper.poll() is None
         record["boot"] = supervisor.BOOT
@@ -299,7 +302,7 @@ def test_a_record_that_cannot_be_made_durable_leaves_the_runs_file_as_it_was(
     assert records.outcome(str(tmp_path / "A.1.log")) is None
     monkeypatch.undo()
     records.append(str(tmp_path), [{"log": "A.1.log", "outcome": {"code": 0}}], sync=True)
-    assert supervisor.recorded(str(tmp_path / "A.1.log")) == (7, {"code": 0})
+    assert supervisor.recorded(str(tmp_path / "A.1.log")) == (7, {"code": 0}, None)
 
 
 @pytest.mark.parametrize(

@@ -324,7 +324,9 @@ def test_a_cancelled_run_is_stopped_again_after_a_restart(
     service = AgentService(agent, BrokerURI("127.0.0.1", 1, "B1"), tmp_path, tmp_path)
 
     async def scenario() -> None:
-        await until(lambda: supervisor.recorded(log)[0] is not None, timeout=10, what="the command started")
+        await until(
+            lambda: supervisor.recorded(log).group is not None, timeout=10, what="the command started"
+        )
         died.send_signal(signal.SIGKILL)
         died.wait(5)
         running = asyncio.create_task(service.run())
@@ -340,7 +342,7 @@ def test_a_cancelled_run_is_stopped_again_after_a_restart(
         died.kill()
         died.wait(5)
         with contextlib.suppress(ProcessLookupError):  # the command, if it was not stopped
-            os.killpg(int(supervisor.recorded(log)[0]), signal.SIGKILL)  # type: ignore[call-overload]
+            os.killpg(int(supervisor.recorded(log).group), signal.SIGKILL)  # type: ignore[call-overload]
     [status] = service.outbox
     assert status["status"] == "FAILURE" and str(status["detail"]).startswith("cancelled: exit -9")
 
