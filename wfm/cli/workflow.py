@@ -234,7 +234,7 @@ def _send(
     failed = [r.agent for r in reports if r.errors]
     silent = [r.agent for r in reports if r.missing]
     no_answer = f"no answer within {timeout:g} s from {', '.join(silent)}"
-    rolled = _rolled_back(uri, plan, reports, timeout, sign) if replace and (failed or silent) else ""
+    rolled = _rolled_back(uri, plan, reports, silent, timeout, sign) if replace and (failed or silent) else ""
     if failed:
         also = f"; {no_answer}" if silent else ""
         raise click.ClickException(f"{what}: agents reported errors: {', '.join(failed)}{also}{rolled}")
@@ -242,9 +242,11 @@ def _send(
         raise TimedOut(f"{what}: {no_answer} (are they running?){rolled}")
 
 
-def _rolled_back(uri: Brokers, plan: Plan, reports: list[AgentReport], timeout: float, sign: Sign) -> str:
+def _rolled_back(
+    uri: Brokers, plan: Plan, reports: list[AgentReport], silent: list[str], timeout: float, sign: Sign
+) -> str:
     """A deployment that did not complete is rolled back (``wfm.deploy.withdraw``): what became
-    of it, as the end of the error's line."""
+    of it, as the end of the error's line (``silent``: the agents that did not answer)."""
     try:
         with progress(f"withdrawing {plan.workflow} {plan.version}") as say:
             answers = asyncio.run(withdraw(uri, plan, reports, timeout, sign, say))
@@ -257,7 +259,6 @@ def _rolled_back(uri: Brokers, plan: Plan, reports: list[AgentReport], timeout: 
     said = f"; rolled back: withdrawn from {', '.join(withdrawn)}" if withdrawn else "; not rolled back"
     if kept:
         said += f" (not from {', '.join(kept)}, which did not withdraw it: deploy again)"
-    silent = [r.agent for r in reports if r.missing]
     if silent:
         said += f"; {', '.join(silent)} may hold part of it: deploy again once back"
     return said
