@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from broker.messages.ids import PEER_ID
+
 __all__ = ["Append", "AppendReply", "ConsensusMessage", "Entry", "HardState", "VoteReply", "VoteRequest"]
 
 
@@ -18,8 +20,11 @@ def _count(value: object, what: str) -> None:
 
 
 def _member(value: object, what: str) -> None:
-    if type(value) is not str or not 0 < len(value) <= 64:
-        raise ValueError(f"{what} must be a member's name (1 to 64 characters), not {value!r:.80}")
+    """A member names itself in its hello: its name in a vote or an Append is checked the same."""
+    if type(value) is not str or not PEER_ID.match(value):
+        raise ValueError(
+            f"{what} must be a member's name (1 to 64 of A-Z a-z 0-9 _ . : -), not {value!r:.80}"
+        )
 
 
 def _flag(value: object, what: str) -> None:

@@ -22,6 +22,7 @@ from broker.errors import ParseError
 __all__ = [
     "CLIENT_SESSION_DIGITS",
     "DETECTOR",
+    "PEER_ID",
     "ClientRef",
     "Hop",
     "Local",
@@ -31,6 +32,9 @@ __all__ = [
     "PublicationId",
     "client_session",
 ]
+
+# what a peer (a broker, a client, a site member) may call itself: in its hello, in a site's votes
+PEER_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,64}\Z")
 
 
 class Local(Enum):

@@ -6,15 +6,13 @@ Sent on every link and never handed to a router: ``Hello`` opens a link (both si
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from broker.messages.consensus import ConsensusMessage
+from broker.messages.ids import PEER_ID
 from broker.messages.overlay import LinkMessage, Took
 
 __all__ = ["Hello", "Ping", "Pong", "WireMessage"]
-
-_PEER_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,64}\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +32,7 @@ class Hello:
     def __post_init__(self) -> None:
         if self.kind not in ("client", "broker"):
             raise ValueError(f"hello kind must be 'client' or 'broker', not {self.kind!r}")
-        if not isinstance(self.id, str) or not _PEER_ID.match(self.id):
+        if not isinstance(self.id, str) or not PEER_ID.match(self.id):
             raise ValueError(f"{self.id!r} is not a valid peer id (1 to 64 of A-Z a-z 0-9 _ . : -)")
         version = self.version
         if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= 0xFFFF:
