@@ -152,7 +152,7 @@ def _withdraw(agent: Agent, workflow: str, version: str) -> Applied:
     deployment (or an UNDEPLOY of every version) may replace it."""
     if (workflow, version) not in agent.deployments:
         return "UNCHANGED", []
-    if any(w == workflow and g.version == version for (w, _), g in agent.generations.items()):
+    if version in _in_use(agent, workflow):
         raise ValueError(f"{workflow} version {version} runs a generation here: not withdrawn")
     agent.retired.discard((workflow, version))
     log.info("withdrew %s version %s: its deployment did not complete", workflow, version)
@@ -259,7 +259,7 @@ def collect(agent: Agent, workflow: str) -> list[Effect]:
     published its APPL_START after those of every older generation, so by then this agent has
     seen (through its APPL_START subscription) every generation still running on an older one."""
     latest = current(agent, workflow)
-    used = {g.version for (w, _), g in agent.generations.items() if w == workflow}
+    used = _in_use(agent, workflow)
     old = [
         v
         for (w, v), d in agent.deployments.items()
@@ -267,6 +267,11 @@ def collect(agent: Agent, workflow: str) -> list[Effect]:
     ]  # (not a newer one whose parts are still coming, unless retired)
     agent.retired -= {(workflow, v) for v in old}
     return [e for v in old for e in _remove(agent, workflow, v)] + _starts(agent, workflow)
+
+
+def _in_use(agent: Agent, workflow: str) -> set[str]:
+    """The versions of ``workflow`` a generation here runs on."""
+    return {g.version for (w, _), g in agent.generations.items() if w == workflow}
 
 
 def retiring(agent: Agent, workflow: str) -> bool:
