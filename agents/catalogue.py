@@ -269,7 +269,7 @@ def collect(agent: Agent, workflow: str) -> list[Effect]:
     return [e for v in old for e in _remove(agent, workflow, v)] + _starts(agent, workflow)
 
 
-def _in_use(agent: Agent, workflow: str) -> set[str]:
+def _in_use(agent: Agent, workflow: str) -> set[str | None]:
     """The versions of ``workflow`` a generation here runs on."""
     return {g.version for (w, _), g in agent.generations.items() if w == workflow}
 
