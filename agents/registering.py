@@ -121,7 +121,7 @@ class Registering:
         except LinkClosed:
             return  # requested again at the reconnection
         except Exception as error:
-            log.warning("broker refused %s: %s", key.split(" ", 4)[:4], error)
+            log.warning("broker refused %s: %s", _named(key), error)
 
     async def _withdraw(self, client: Client, key: str, known: str) -> None:
         try:
@@ -129,7 +129,7 @@ class Registering:
         except LinkClosed:
             pass  # the broker's next session never hears of it
         except Exception as error:
-            log.warning("broker refused to withdraw %s: %s", key.split(" ", 4)[:4], error)
+            log.warning("broker refused to withdraw %s: %s", _named(key), error)
 
     def unrestored(self, known: str, broker: str, reason: str) -> None:
         """The broker refused a request the client re-sent after a reconnection (the client
@@ -147,9 +147,7 @@ class Registering:
         key = self.by_name.get(name)
         if key is None:
             return  # withdrawn meanwhile
-        log.warning(
-            "broker %s refused to restore %s: %s; requesting it again", broker, key.split(" ", 4)[:4], reason
-        )
+        log.warning("broker %s refused to restore %s: %s; requesting it again", broker, _named(key), reason)
         asyncio.get_running_loop().call_soon(self.register, key)  # once the client has let it go
 
     def cancel(self) -> list[asyncio.Task[None]]:
@@ -164,3 +162,9 @@ def _name(key: str) -> str:
     """The ref a registration is requested under, the same in every run of the agent: a broker
     that kept the agent's session through a restart recognises the request it already holds."""
     return "k" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def _named(key: str) -> str:
+    """A registration's key as a log line names it: workflow, version, command and job, without
+    the filter a per-job command's key ends with (``agents.catalogue.Owner.key``)."""
+    return " ".join(key.split(" ", 4)[:4])
