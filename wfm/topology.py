@@ -11,10 +11,13 @@ Ordering FIFO                 # optional: NO | FIFO | TOTAL
 LoggingLevel light            # optional: full | light
 ```
 
-Our overlay must be a tree of brokers, so the links are: the first broker of each site dials the
-first broker of its parent site, and any other broker of a site dials its site's first broker. A
-client (publisher, subscriber, agent) connects to its site's brokers, first listed first, and
-fails over along them. A broker's id is its process name; the URL gives its host and port (port
+A site of one broker is that broker. A site of several (three, so that it survives the loss of
+any one; five survive two) is **replicated**: its brokers keep one log and serve the site one at
+a time (``docs/sites.md``). The links form a tree of sites: every broker of a site dials every
+broker of its parent site (of a replicated site only the serving one dials, and only the serving
+one answers), and the brokers of a replicated site link to each other. A client (publisher,
+subscriber, agent) connects to its site's brokers, first listed first, and fails over along
+them. A broker's id is its process name; the URL gives its host and port (port
 0: any free port, for ``wfm puppet``, which picks them). The URL of a client is not used (ours
 dial out; they serve nothing). Keywords are case-insensitive; ``#`` starts a comment.
 
@@ -38,6 +41,7 @@ from typing import Any
 
 from broker.client.reconnect import BrokerList
 from broker.errors import LocalError
+from broker.sites.member import SiteConfig
 from broker.transport.uri import BrokerURI
 
 __all__ = [
@@ -123,13 +127,18 @@ class Topology:
         return BrokerURI(process.host, process.port, process.name)
 
     def neighbours(self, broker: str) -> list[BrokerURI]:
-        """The brokers ``broker`` dials: see the module's docstring."""
+        """The brokers of other sites ``broker`` dials: its parent site's."""
         site = self.process(broker).site
-        first = self.brokers_on(site)[0]
-        if first.name != broker:
-            return [self.uri(first.name)]
         parent = next(s.parent for s in self.sites if s.name == site)
-        return [] if parent is None else [self.uri(self.brokers_on(parent)[0].name)]
+        return [] if parent is None else [self.uri(b.name) for b in self.brokers_on(parent)]
+
+    def site_of(self, broker: str) -> SiteConfig | None:
+        """The replicated site ``broker`` is one of the brokers of; None on a site of one."""
+        site = self.process(broker).site
+        members = self.brokers_on(site)
+        if len(members) == 1:
+            return None
+        return SiteConfig(site, tuple(self.uri(b.name) for b in members))
 
     def brokers_for(self, client: str) -> BrokerList:
         """The brokers a client of the topology connects to: its site's, first listed first."""

@@ -117,8 +117,11 @@ class Connection:
                 if user.closed:
                     return
                 user._lost(self.link.closed or "closed")
+                # the brokers of a site share its sessions: the next one serves us at once
+                lost = self.link.peer
+                stay = 0.0 if lost is not None and lost.site else backoff.failover_after
                 try:
-                    index, link, leftovers = await self.dial(backoff, backoff.failover_after)
+                    index, link, leftovers = await self.dial(backoff, stay)
                 except ConnectError as error:
                     self.event(ConnectionEvent("closed", self.broker_id, str(error)))
                     return

@@ -14,6 +14,12 @@ was a third of what a broker handled in a busy workflow, for nothing the broker 
 A client that fails over keeps what it knows of each broker's channel: back at the first broker
 (whose session kept what it held for it), its hello says how far it took, and deliveries of the
 first broker still in its queues are reckoned to that broker's channel, not the new one's.
+
+The brokers of a replicated site share one channel with each client (``docs/sites.md``): a
+client that moves to another broker of its site greets it with the channel it has (the broker it
+dials for the first time gets the current one, which a broker of another site does not know and
+ignores), and the new broker's hello names the same channel, so the count goes on: what it sends
+again that the client had is dropped here, as from the broker before.
 """
 
 from __future__ import annotations
@@ -43,10 +49,16 @@ class Receipts:
         self._current = _Channel("")
 
     def start(self, broker: str, name: str) -> None:
-        """A link to ``broker``, whose hello named its channel ``name``: a new name, a new count."""
+        """A link to ``broker``, whose hello named its channel ``name``: the count of that channel
+        goes on (another broker of the same site may have named it before); a new name, a new
+        count."""
         channel = self._channels.get(broker)
         if channel is None or channel.name != name:
-            channel = self._channels[broker] = _Channel(name)
+            if name and self._current.name == name:  # the site's channel, from another of its brokers
+                channel = self._current
+            else:
+                channel = _Channel(name)
+            self._channels[broker] = channel
         self._current = channel
 
     @property
@@ -58,9 +70,10 @@ class Receipts:
         return self._current.received
 
     def greeting(self, broker: str) -> tuple[str, int]:
-        """What our hello to ``broker`` says: its channel we know and the last seq we took."""
-        channel = self._channels.get(broker)
-        return ("", 0) if channel is None else (channel.name, channel.taken())
+        """What our hello to ``broker`` says: its channel we know and the last seq we took; to a
+        broker never reached, the current channel's (the same site's brokers share it)."""
+        channel = self._channels.get(broker, self._current)
+        return (channel.name, channel.taken())
 
     def arrived(self, seq: int, deliveries: int) -> bool:
         """A carried message with ``deliveries`` put in queues; False if it came before."""

@@ -20,6 +20,7 @@ from broker.errors import ConnectError
 from broker.messages import Hello, WireMessage
 from broker.transport.backoff import JITTER, Backoff
 from broker.transport.dialer import dial as connect
+from broker.transport.handshake import ServedElsewhere
 from broker.transport.link import Link
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
@@ -92,6 +93,8 @@ class ConnectionEvent:
 
 
 STAY_RETRY = 0.25  # seconds between two attempts at the broker a client stays with, at most
+SENT_ON_RETRY = 0.05  # seconds before the next broker of a site, after one sent us on
+SENT_ON_ROUNDS = 40  # refusals by brokers of a site (a site electing) that count as one failure
 Greeting = Callable[[str], tuple[str, int]]  # broker id -> (its custody epoch we know, last seq taken)
 
 
@@ -135,23 +138,32 @@ async def dial_any(
     attempt, until one answers: its index, link and leftovers; while the waits add up to less
     than ``stay`` seconds, the attempts are all at ``start``. ConnectError naming every broker
     once ``backoff.attempts`` attempts have failed."""
-    failures = moved = 0
+    failures = moved = sent_on = 0
     waited = 0.0
     errors: dict[BrokerURI, ConnectError] = {}
     while backoff.attempts is None or failures < backoff.attempts:
         delay = backoff.delay(failures, rng)
-        if waited < stay:  # staying: try it often, so it is found soon after it is back
+        if sent_on:  # a broker of a site sent us on: the next, soon (its site elects a leader)
+            delay = min(delay, SENT_ON_RETRY)
+        elif waited < stay:  # staying: try it often, so it is found soon after it is back
             delay = min(delay, STAY_RETRY, stay - waited)
         await sleep(delay)
         waited += delay
-        if failures and waited >= stay:
+        if sent_on or (failures and waited >= stay):
             moved += 1
         index = (start + moved) % len(targets)
         try:
             link, leftovers = await dial(targets[index], name, timeout, greeting, tls, clock)
+        except ServedElsewhere as error:  # not a failure while its site elects, within reason
+            errors[targets[index]] = error
+            sent_on += 1
+            if sent_on % SENT_ON_ROUNDS == 0:
+                failures += 1
+            continue
         except ConnectError as error:
             errors[targets[index]] = error
             failures += 1
+            sent_on = 0
             continue
         return index, link, leftovers
     if failures == 1:

@@ -20,7 +20,9 @@ class Hello:
     """The first frame each side sends: who is speaking, so the adapter knows client from broker;
     and where custody stands (see ``broker.routing.custody``): the speaker's ``epoch`` (a
     client's is empty), the listener's epoch it knows (``peer_epoch``, empty if none) and the last
-    seq it took from the listener in that epoch (``took``)."""
+    seq it took from the listener in that epoch (``took``). A broker of a replicated site names
+    its ``site``: its peers know it by the site's name, whichever of the site's brokers serves
+    (``docs/sites.md``)."""
 
     kind: str
     id: str
@@ -28,6 +30,7 @@ class Hello:
     epoch: str = ""
     peer_epoch: str = ""
     took: int = 0
+    site: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in ("client", "broker"):
@@ -41,6 +44,8 @@ class Hello:
             if not isinstance(epoch, str) or len(epoch) > 64:
                 raise ValueError("an epoch must be a string of at most 64 characters")
         Took(self.took)  # the same range as a seq
+        if self.site and (self.kind != "broker" or not isinstance(self.site, str) or not PEER_ID.match(self.site)):
+            raise ValueError(f"{self.site!r} is not a valid site name (a broker's: 1 to 64 of A-Z a-z 0-9 _ . : -)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ StatusReply           ``status``      ref, {str: msgpack-native value}
 Bye                   ``bye``         (none): a client leaves for good
 Carry                 ``carry``       seq, the carried message's array (one of the above)
 Took                  ``took``        seq: custody of everything carried up to it is taken
-Hello                 ``hello``       kind, id, version[, epoch, peer epoch, seq]: custody, if any
+Hello                 ``hello``       kind, id, version[, epoch, peer epoch, seq[, site]]: custody, a site
 Ping / Pong           ``ping/pong``   (none)
 VoteRequest           ``vote``        term, candidate, last index, last term, pre-vote
 VoteReply             ``voted``       term, voter, granted, pre-vote
@@ -164,7 +164,8 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
         m.kind,
         m.id,
         m.version,
-        *((m.epoch, m.peer_epoch, m.took) if m.took or m.epoch or m.peer_epoch else ()),
+        *((m.epoch, m.peer_epoch, m.took) if m.took or m.epoch or m.peer_epoch or m.site else ()),
+        *((m.site,) if m.site else ()),
     ],
     Ping: lambda m: ["ping"],
     Pong: lambda m: ["pong"],
@@ -366,12 +367,12 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "deliver": ("Deliver", 5, _to_deliver),
     "ack": ("Ack", 3, lambda a: Ack(a[1], a[2])),
     "refuse": ("Refuse", 3, lambda a: Refuse(a[1], a[2])),
-    "statreq": ("StatusRequest", 3, lambda a: StatusRequest(*a[1:])),  # 2 without detail: see _OTHER_LENGTH
+    "statreq": ("StatusRequest", 3, lambda a: StatusRequest(*a[1:])),  # 2 without detail: see _OTHER_LENGTHS
     "bye": ("Bye", 1, lambda a: Bye()),
     "status": ("StatusReply", 3, lambda a: StatusReply(a[1], _check_status(a[2]))),
     "carry": ("Carry", 3, lambda a: Carry(a[1], _carried(a[2]))),
     "took": ("Took", 2, lambda a: Took(a[1])),
-    "hello": ("Hello", 7, lambda a: Hello(*a[1:])),  # 4 without custody: see _OTHER_LENGTH
+    "hello": ("Hello", 7, lambda a: Hello(*a[1:])),  # 4 without custody, 8 with a site: _OTHER_LENGTHS
     "ping": ("Ping", 1, lambda a: Ping()),
     "pong": ("Pong", 1, lambda a: Pong()),
     "vote": ("VoteRequest", 6, lambda a: VoteRequest(*a[1:])),
@@ -390,10 +391,10 @@ def _to_entries(array: object) -> tuple[Entry, ...]:
     return tuple(entries)
 
 
-# The other length a message's array may have: a Hello without custody, a CompositeSubscribe with
-# a policy (the default one is left out, so such a frame reads as it did before policies), a
-# StatusRequest without detail.
-_OTHER_LENGTH = {"hello": 4, "csub": 6, "statreq": 2}
+# The other lengths a message's array may have: a Hello without custody or with a site, a
+# CompositeSubscribe with a policy (the default one is left out, so such a frame reads as it did
+# before policies), a StatusRequest without detail.
+_OTHER_LENGTHS: dict[str, tuple[int, ...]] = {"hello": (4, 8), "csub": (6,), "statreq": (2,)}
 
 
 def _carried(array: object) -> Any:
@@ -403,7 +404,7 @@ def _carried(array: object) -> Any:
             "a carried message must be an advertisement, subscription, publication or notification"
         )
     name, length, build = _DECODERS[array[0]]
-    if len(array) != length and len(array) != _OTHER_LENGTH.get(array[0]):
+    if len(array) != length and len(array) not in _OTHER_LENGTHS.get(array[0], ()):
         raise ValueError(f"the carried {name} has {len(array) - 1} fields, not {length - 1}")
     return build(array)
 
@@ -429,7 +430,7 @@ def decode(payload: bytes | bytearray | memoryview) -> WireMessage:
     if entry is None:
         raise BadMessage(f"unknown message type {_describe(ValueError(repr(array[0])))}")
     name, length, build = entry
-    if len(array) != length and len(array) != _OTHER_LENGTH.get(array[0]):
+    if len(array) != length and len(array) not in _OTHER_LENGTHS.get(array[0], ()):
         raise BadMessage(f"bad {name}: expected {length - 1} fields, got {len(array) - 1}")
     try:
         return build(array)

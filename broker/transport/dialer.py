@@ -76,7 +76,7 @@ async def greet(
         failure = Misconfigured if isinstance(error, ProtocolError) else ConnectError
         reason = unanswered(error, timeout, tls)
         raise failure(f"{target} did not answer the handshake: {reason}") from None
-    except Misconfigured:
+    except ConnectError:  # refused (by a broker of a site that does not serve it now, routinely)
         await link.wait_closed()
         raise
     return leftovers

@@ -43,6 +43,8 @@ class RouterDriver:
         clock: Clock,
     ) -> None:
         self.router = router
+        self.name = router.id  # how our hellos name us: a site's broker, by its own name
+        self.site = ""  # and its site, if it is one (``broker.sites.member``)
         self.links = links
         self.log_file = log_file
         self.counters = counters
@@ -146,7 +148,7 @@ class RouterDriver:
         elif self.log_file is not None:
             logged, seq = self._taken.get(hop, ("", 0))
             took = seq if logged == name else 0
-        return Hello("broker", self.router.id, epoch=name, peer_epoch=peer_epoch, took=took)
+        return Hello("broker", self.name, epoch=name, peer_epoch=peer_epoch, took=took, site=self.site)
 
     def channel(self, hop: str) -> str:
         """The name of our channel with ``hop`` as the hello that linked it gave it."""

@@ -19,9 +19,11 @@ from broker.transport.tls import Peer
 from broker.transport.uri import BrokerURI
 
 __all__ = [
+    "ELSEWHERE",
     "HANDSHAKE_TIMEOUT",
     "X509_V_ERR_CERT_REVOKED",
     "Misconfigured",
+    "ServedElsewhere",
     "answer",
     "impostor",
     "not_the_broker",
@@ -33,6 +35,9 @@ __all__ = [
 
 HANDSHAKE_TIMEOUT = 5.0  # seconds for the TLS handshake, and again for the hello after it
 X509_V_ERR_CERT_REVOKED = 23  # OpenSSL's verify code for a certificate a CRL revokes
+# How a refusal begins that sends the peer on to another broker of the same site: routine while a
+# site's leader changes, not a misconfiguration (``broker.sites.member``)
+ELSEWHERE = "served elsewhere: "
 
 Received = Sequence[WireMessage | BadMessage]
 
@@ -41,6 +46,11 @@ class Misconfigured(ConnectError):
     """The peer was reached, but this handshake cannot succeed as things are set up: it refused,
     it is someone else, its certificate does not fit, it does not speak our protocol. Trying
     again fails the same way, so it is worth a warning where a peer that is down is not."""
+
+
+class ServedElsewhere(ConnectError):
+    """A broker of a replicated site that does not serve it now sent us on (``ELSEWHERE``): its
+    site's leader, or the next one elected, takes us."""
 
 
 def opening(received: Received) -> tuple[Hello, list[WireMessage | BadMessage]]:
@@ -58,7 +68,8 @@ def answer(target: BrokerURI, received: Received) -> tuple[Hello, list[WireMessa
     if isinstance(first, BadMessage):
         raise first
     if isinstance(first, Refuse):
-        raise Misconfigured(f"{target} refused the connection: {first.reason}")
+        failure = ServedElsewhere if first.reason.startswith(ELSEWHERE) else Misconfigured
+        raise failure(f"{target} refused the connection: {first.reason}")
     if not isinstance(first, Hello) or first.kind != "broker" or first.id != target.id:
         said = f"{first.kind} {first.id!r}" if isinstance(first, Hello) else repr(first)
         raise Misconfigured(f"{target} answered as {said}, not broker {target.id!r}")

@@ -11,7 +11,8 @@ even a bug in the router costs one message, not the broker.
 
 With a data directory (``persistence``) a broker killed and restarted comes back from its log
 (``group_commit``). Without an identity (``tls``) it listens on loopback only, unless told it is
-``insecure``.
+``insecure``. One of the brokers of a replicated ``site`` keeps the site's log with the others
+and serves while it leads (``broker.sites.member``); its peers know it by the site's name.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from broker.errors import ConnectError, LocalError
 from broker.messages import Hello
 from broker.routing.acl import AccessPolicy
 from broker.routing.router import Router
+from broker.sites.member import SiteConfig, SiteDriver, SiteMember
 from broker.transport.admission import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS
 from broker.transport.backoff import Backoff
 from broker.transport.dialer import dial
@@ -82,6 +84,7 @@ class RouterService:
         max_handshakes: int = MAX_HANDSHAKES,
         max_handshakes_per_address: int = MAX_HANDSHAKES_PER_ADDRESS,
         network: Network = TCP,
+        site: SiteConfig | None = None,
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
@@ -92,6 +95,13 @@ class RouterService:
             )
         if tls is not None and tls.name != uri.id:
             raise LocalError(f"broker {uri.id} needs an identity of its own name, not {tls.name}")
+        if site is not None and data is None:
+            raise LocalError(
+                f"broker {uri.id} of site {site.name} must keep its log on disk (--data): a broker"
+                " that forgot its vote could let two brokers lead the site at once"
+            )
+        if site is not None and uri.id not in {m.id for m in site.members}:
+            raise LocalError(f"broker {uri.id} is not one of the brokers of site {site.name}")
         self.tls = tls
         self.network = network  # where it listens and dials: TCP, or memory in tests
         self.uri = uri
@@ -102,19 +112,30 @@ class RouterService:
         self.counters: Counter[str] = Counter()
         self.log = logging.LoggerAdapter(logging.getLogger("broker"), {"broker": uri.id})
         router = Router(
-            uri.id,
+            uri.id if site is None else site.name,  # the brokers of a site are one router
             covering,
             advertisement_covering,
             composite_max_waiting,
             composite_max_age,
             session_grace,
-            epoch or secrets.token_hex(8),  # a broker without its log starts a new custody epoch
+            # a broker without its log starts a new custody epoch; a site's brokers share theirs
+            epoch or (secrets.token_hex(8) if site is None else site.name),
             policy,
         )
         router.process_status = self._process_status
-        # opened: one broker per directory
-        self.log_file = None if data is None else RouterLog(data, fsync, checkpoint_every)
-        self.driver = RouterDriver(router, self.links, self.log_file, self.counters, self.log, clock)
+        self.hops: dict[str, str] = {}  # a broker of a replicated site -> the site, as its hello said
+        self.site: SiteMember | None = None
+        if site is None:
+            # opened: one broker per directory
+            self.log_file = None if data is None else RouterLog(data, fsync, checkpoint_every)
+            self.driver = RouterDriver(router, self.links, self.log_file, self.counters, self.log, clock)
+        else:
+            assert data is not None
+            self.log_file = None
+            self.driver = SiteDriver(router, self.links, None, self.counters, self.log, clock)
+            self.site = SiteMember(
+                site, uri.id, self.driver, self.links, data / "site", self.counters, self.log, clock, self._step_down
+            )
         self.peers = Peers(self.links, self.driver, heartbeat, dead_after, self.counters, self.log, clock)
         self.gate = Gate(
             tls, queue_limit, self.counters, self.log, clock, max_handshakes, max_handshakes_per_address
@@ -138,6 +159,12 @@ class RouterService:
         self.log.info("%s listening, its state %s", self.uri, kept)
         for neighbor in self.neighbors:
             self._spawn(self._dial(neighbor))
+        if self.site is not None:
+            self._spawn(self.site.run())
+            self._spawn(self.site.ticks())
+            for member in self.site.config.others(self.uri.id):
+                if member.id > self.uri.id:  # one link per pair: the lesser name dials
+                    self._spawn(self._dial_member(member))
         self._spawn(self.peers.heartbeats())
         self._spawn(self.driver.settle_when_quiet())
         self._spawn(self.driver.ticks())
@@ -165,6 +192,8 @@ class RouterService:
         if self.log_file is not None:
             self.log_file.checkpoint(self.router)  # a clean stop: the restart replays nothing
             self.log_file.close()
+        if self.site is not None:
+            self.site.close()
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -196,6 +225,8 @@ class RouterService:
                 if link.peer is not None and link.peer.kind == "broker"
             }
         added["counters"] = {f"link.{k}": v for k, v in self.counters.items()}
+        if self.site is not None:
+            added["site"] = self.site.status()
         return added
 
     # links --------------------------------------------------------------------------------------
@@ -209,24 +240,45 @@ class RouterService:
         if shaken is not None:
             link, hello, sent, who = shaken
             try:
-                await self.peers.serve(link, hello.id, hello, sent, who)
+                if self.site is not None and hello.kind == "broker" and self.site.is_member(hello.id):
+                    await self.site.serve_member(link, hello.id)
+                else:
+                    await self.peers.serve(link, self._hop(hello), hello, sent, who)
             finally:
                 self.gate.verified.pop(link, None)
 
+    def _hop(self, hello: Hello) -> str:
+        """How the router knows a peer: a broker of a replicated site by its site's name."""
+        if hello.site:
+            self.hops[hello.id] = hello.site
+            return hello.site
+        return hello.id
+
     def _answer(self, hello: Hello) -> Hello | str:
         """Our hello to a peer that said ``hello``, or why it may not connect."""
-        if hello.id == self.uri.id or hello.id in self.links:
-            return f"{hello.kind} id {hello.id!r} is already connected"
-        return self.driver.hello(hello.id)
+        if self.site is not None and (ours := self.site.answer(hello)) is not None:
+            return ours
+        hop = hello.site or hello.id
+        if hello.id == self.uri.id or hop == self.router.id or hop in self.links:
+            return f"{hello.kind} id {hop!r} is already connected"
+        return self.driver.hello(hop)
+
+    def _step_down(self, reason: str) -> None:
+        """This broker no longer serves its site: its clients and site links move to the leader."""
+        for link in list(self.links.values()):
+            link.close(reason)
 
     async def _dial(self, neighbor: BrokerURI) -> None:
         """Keep a link to ``neighbor``: dial it while it has none (it may have dialled us), again
-        after each failure or loss on the ``REDIAL`` schedule."""
+        after each failure or loss on the ``REDIAL`` schedule. A broker of a replicated site
+        dials only while it serves; the brokers of another replicated site that do not serve
+        refuse, and the one that does is linked under the site's name."""
         failures = 0
         while True:
-            if neighbor.id not in self.links:
+            hop = self.hops.get(neighbor.id, neighbor.id)
+            if hop not in self.links and (self.site is None or self.site.serving):
                 try:
-                    sent = self.driver.hello(neighbor.id)
+                    sent = self.driver.hello(hop)
                     context = None if self.tls is None else self.tls.client
                     link, leftovers, who = await dial(
                         neighbor, sent, HANDSHAKE_TIMEOUT, context, self.queue_limit, self.clock, self.network
@@ -246,7 +298,33 @@ class RouterService:
                     if who is not None:
                         self.gate.verify(link, who)
                     try:
-                        await self.peers.serve(link, neighbor.id, link.peer or sent, sent, who)
+                        await self.peers.serve(link, self._hop(link.peer or sent), link.peer or sent, sent, who)
+                    finally:
+                        self.gate.verified.pop(link, None)
+            failures += 1
+            await asyncio.sleep(REDIAL.delay(failures))
+
+    async def _dial_member(self, member: BrokerURI) -> None:
+        """Keep a link to ``member``, another broker of our site, as ``_dial`` keeps neighbours."""
+        assert self.site is not None
+        failures = 0
+        while True:
+            if member.id not in self.site.links:
+                hello = Hello("broker", self.uri.id, site=self.site.config.name)
+                context = None if self.tls is None else self.tls.client
+                try:
+                    link, leftovers, who = await dial(
+                        member, hello, HANDSHAKE_TIMEOUT, context, self.queue_limit, self.clock, self.network
+                    )
+                except ConnectError as error:
+                    self.log.debug("cannot link to %s: %s", member, error)
+                else:
+                    failures = 0
+                    link.pending = leftovers
+                    if who is not None:
+                        self.gate.verify(link, who)
+                    try:
+                        await self.site.serve_member(link, member.id)
                     finally:
                         self.gate.verified.pop(link, None)
             failures += 1

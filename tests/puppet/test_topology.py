@@ -57,8 +57,13 @@ def test_the_sesdad_format() -> None:
 def test_links_form_a_tree() -> None:
     topology = parse_topology(SESDAD)
     dials = {b.name: [u.id for u in topology.neighbours(b.name)] for b in topology.of_role("broker")}
-    # first broker of a site -> first broker of its parent site; others -> their site's first
-    assert dials == {"broker0": [], "broker1": ["broker0"], "broker1b": ["broker1"], "broker2": ["broker0"]}
+    # every broker of a site -> every broker of its parent site (site1's: while it serves site1)
+    assert dials == {"broker0": [], "broker1": ["broker0"], "broker1b": ["broker0"], "broker2": ["broker0"]}
+    # the brokers of site1 keep one log; a site of one broker is that broker
+    site1 = topology.site_of("broker1b")
+    assert site1 is not None and site1 == topology.site_of("broker1")
+    assert (site1.name, [m.id for m in site1.members]) == ("site1", ["broker1", "broker1b"])
+    assert topology.site_of("broker0") is None
     assert (
         str(topology.brokers_for("publisher0"))
         == "socket://127.0.0.1:3334/broker1,socket://127.0.0.1:3335/broker1b"

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from broker.durable import LogInUse
 from broker.errors import LinkClosed
 from broker.language import ParseError
 from broker.routing.forwarding import COVERING_MODES
+from broker.sites.member import SiteConfig
 from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync
 from broker.transport.server import RouterService
 from broker.transport.tls import Identity
@@ -40,6 +42,21 @@ from wfm.topology import load_topology
     "broker's address and the neighbours it dials come from it, in place of --uri.",
 )
 @click.option("--name", default=None, help="With --topology: the process name of this broker in it.")
+@click.option(
+    "--site",
+    default=None,
+    help="The replicated site this broker is one of (with --member for each other broker of it; "
+    "from --topology, a site with several brokers): they keep one log and serve the site one at "
+    "a time, so it survives the loss of any one (docs/sites.md).",
+)
+@click.option("--member", "members", type=URI, multiple=True, help="Another broker of --site (repeatable).")
+@click.option(
+    "--election-timeout",
+    type=click.FloatRange(0.05, 60),
+    default=0.5,
+    show_default=True,
+    help="With a site: seconds without its leader after which its other brokers elect another.",
+)
 @click.option(
     "--covering",
     type=click.Choice(COVERING_MODES),
@@ -120,6 +137,9 @@ def broker(
     neighbors: tuple[BrokerURI, ...],
     topology: Path | None,
     name: str | None,
+    site: str | None,
+    members: tuple[BrokerURI, ...],
+    election_timeout: float,
     covering: str,
     advertisement_covering: bool,
     heartbeat: float,
@@ -139,7 +159,20 @@ def broker(
     nothing it acknowledged; --memory keeps it in memory only. With --tls and --identity (a broker
     certificate whose name is the URI's ID) every link is mutual TLS; without, it listens on
     loopback only."""
-    uri, neighbors = _placed(uri, neighbors, topology, name)
+    uri, neighbors, replicated = _placed(uri, neighbors, topology, name)
+    if site is not None or members:
+        if replicated is not None or site is None or not members:
+            raise click.UsageError("--site and --member go together, and not with --topology (it says)")
+        replicated = SiteConfig(site, (uri, *members))
+    if replicated is not None:
+        replicated = replace(
+            replicated, election_timeout=election_timeout, heartbeat=min(heartbeat, election_timeout) / 5
+        )
+        if memory:
+            raise click.UsageError(
+                f"a broker of site {replicated.name} must keep its log on disk: a broker that "
+                "forgot its vote could let two brokers lead the site at once (drop --memory)"
+            )
     data = _data_directory(uri, data, memory)
     _log_with_prefix(uri.id)
     try:
@@ -159,6 +192,7 @@ def broker(
             policy=load_policy(acl),
             tls=tls,
             insecure=insecure,
+            site=replicated,
         )
     except LogInUse as error:
         raise click.ClickException(
@@ -195,22 +229,24 @@ def _data_directory(uri: BrokerURI, data: Path | None, memory: bool) -> Path | N
 
 def _placed(
     uri: BrokerURI | None, neighbors: tuple[BrokerURI, ...], topology: Path | None, name: str | None
-) -> tuple[BrokerURI, tuple[BrokerURI, ...]]:
-    """This broker's address and neighbours: from --uri, or from --topology and --name."""
+) -> tuple[BrokerURI, tuple[BrokerURI, ...], SiteConfig | None]:
+    """This broker's address, neighbours and replicated site: from --uri, or from --topology and
+    --name."""
     if (topology is None) != (name is None):
         raise click.UsageError("--topology and --name go together")
     if (uri is None) == (topology is None):
         raise click.UsageError("give --uri, or --topology FILE --name NAME (not both)")
     if uri is not None:
-        return uri, neighbors
+        return uri, neighbors, None
     assert topology is not None and name is not None
     placed = load_topology(topology)
-    here, dials = placed.uri(name), tuple(placed.neighbours(name))
-    if any(broker.port == 0 for broker in (here, *dials)):
+    here, dials, site = placed.uri(name), tuple(placed.neighbours(name)), placed.site_of(name)
+    if any(broker.port == 0 for broker in (here, *dials, *(site.members if site else ()))):
         raise click.UsageError(
-            f"{topology}: {name} and the brokers it dials need fixed ports (port 0 is for wfm up)"
+            f"{topology}: {name}, its site's brokers and the brokers it dials need fixed ports "
+            "(port 0 is for wfm up)"
         )
-    return here, (*dials, *neighbors)
+    return here, (*dials, *neighbors), site
 
 
 def _log_with_prefix(name: str) -> None:

@@ -1,0 +1,323 @@
+"""A broker of a replicated site: the process around a consensus ``Node`` and the site's state.
+
+The brokers of a site keep one log (``broker.consensus``) and apply it to one router state
+(``SiteState``), so that any of them can serve the site. One of them serves at a time: the
+leader. It alone accepts clients and links to other sites; the others answer a hello with a
+refusal that sends the peer on to the next broker of the site (``handshake.ELSEWHERE``). What the
+leader's links read becomes an ``Input``, proposed to the log; each ``Ready`` is written and
+fsync'd (through an ``Offload``: the loop goes on meanwhile, and what is proposed during the
+write goes into the next one), then its messages are sent to the other members, then its
+committed entries are applied, in order, on every member alike, and the leader sends its share of
+their output. Nothing is said to a client or another site before it is committed.
+
+A new leader serves once the no-op of its term is applied (it then holds everything the site
+committed before it), and first proposes ``MemberDown`` for every member that still has hops
+attached (the old leader's clients and site links: their sessions wait for them to come back,
+now through this broker). A leader that stops leading closes every client and site link at once,
+so their peers move to the new one. A frozen leader that wakes up steps down before it acts
+(``Node`` checks its quorum first) and its old term fences every frame it still sends.
+
+A hop's output goes only to the link whose ``LinkUp`` the site has applied (``bound``): a client
+that reconnects to the same broker gets nothing on its new link meant for the old one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker.clock import Clock
+from broker.consensus import Config, Entry, Node, NotLeader, SiteLog
+from broker.durable.offload import Offload
+from broker.errors import LinkClosed, ProtocolError
+from broker.messages import (
+    Append,
+    AppendReply,
+    Hello,
+    LinkDown,
+    LinkUp,
+    Message,
+    Ping,
+    Pong,
+    Refuse,
+    VoteReply,
+    VoteRequest,
+)
+from broker.routing.router import Router
+from broker.sites.inputs import Input, MemberDown, decode_input, encode_input
+from broker.sites.state import SiteState
+from broker.transport.driver import RouterDriver
+from broker.transport.handshake import ELSEWHERE
+from broker.transport.link import Link
+from broker.transport.uri import BrokerURI
+
+__all__ = ["SiteConfig", "SiteDriver", "SiteMember"]
+
+CONSENSUS = frozenset({VoteRequest, VoteReply, Append, AppendReply})
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    """A replicated site as one of its brokers sees it: the site's ``name`` (its brokers' router
+    id, and how every peer knows them) and its ``members`` (every broker of the site, this one
+    included). Times in seconds: a follower that hears no leader for ``election_timeout`` to
+    twice it starts an election; a leader speaks at least every ``heartbeat``."""
+
+    name: str
+    members: tuple[BrokerURI, ...]
+    election_timeout: float = 0.6
+    heartbeat: float = 0.1
+    batch: int = 64  # entries per Append: a frame must hold them
+
+    def __post_init__(self) -> None:
+        names = [m.id for m in self.members]
+        if len(set(names)) != len(names):
+            raise ValueError(f"site {self.name}: a broker is named twice in {names}")
+        if self.name in names:
+            raise ValueError(f"site {self.name} cannot be named as one of its brokers")
+
+    def others(self, me: str) -> list[BrokerURI]:
+        return [m for m in self.members if m.id != me]
+
+
+@dataclass
+class _Binding:
+    """The leader's links by hop, as the site's applied state has them (see the module)."""
+
+    live: Mapping[str, Link]  # every link the process holds, by hop
+    bound: dict[str, Link] = field(default_factory=dict)  # hop -> the link its applied LinkUp came by
+    pending: dict[tuple[str, str], Link] = field(default_factory=dict)  # (hop, channel) -> link
+
+
+class SiteDriver(RouterDriver):
+    """The router driver of a site's broker: an input is proposed to the site's log instead of
+    handled at once (the member applies it once committed), and output goes to bound links."""
+
+    member: SiteMember
+
+    def feed(self, message: Message, hop: str) -> None:
+        self.member.propose(message, hop)
+
+    def applied(self) -> None:
+        """An entry was applied: the router's index entries are merged once the site is quiet."""
+        self._input_seen.set()
+
+
+class SiteMember:
+    def __init__(
+        self,
+        config: SiteConfig,
+        me: str,
+        driver: SiteDriver,
+        live: Mapping[str, Link],
+        directory: Path,
+        counters: Counter[str],
+        log: logging.LoggerAdapter[logging.Logger],
+        clock: Clock,
+        step_down: Callable[[str], None],
+    ) -> None:
+        self.config = config
+        self.me = me
+        self.driver = driver
+        self.counters = counters
+        self.log = log
+        self.clock = clock
+        self.step_down = step_down  # closes every client and site link, with a reason
+        self.links: dict[str, Link] = {}  # member -> its link
+        self.binding = _Binding(live)
+        driver.links = self.binding.bound
+        driver.member = self
+        driver.name, driver.site = me, config.name
+        self.state = SiteState(driver.router)
+        self.disk = SiteLog(directory)
+        hard_state, entries = self.disk.recover()
+        members = tuple(m.id for m in config.members)
+        node_config = Config(me, members, config.election_timeout, config.heartbeat, config.batch)
+        self.node = Node(node_config, clock.monotonic(), random.random, hard_state, entries)
+        self.serving = False
+        self.offload = Offload(clock=clock)
+        self._wake = asyncio.Event()
+
+    # what the process asks --------------------------------------------------------------------
+
+    def is_member(self, name: str) -> bool:
+        return any(m.id == name for m in self.config.members)
+
+    def answer(self, hello: Hello) -> Hello | str | None:
+        """Our hello to a member (None if ``hello`` is not a member's), or why a client or another
+        site may not connect here now: only the serving leader takes them."""
+        if hello.kind == "broker" and self.is_member(hello.id):
+            if hello.id in self.links:
+                return f"broker {hello.id} is already connected"
+            return Hello("broker", self.me, site=self.config.name)
+        if self.serving:
+            return None
+        leader = self.node.leader
+        where = f"{leader} leads it" if leader and leader != self.me else "it is electing a leader"
+        return f"{ELSEWHERE}{self.me} does not serve site {self.config.name} now: {where}"
+
+    def status(self) -> dict[str, Any]:
+        node = self.node
+        return {
+            "name": self.config.name,
+            "member": self.me,
+            "members": [m.id for m in self.config.members],
+            "role": node.role.value,
+            "serving": self.serving,
+            "term": node.term,
+            "leader": node.leader,
+            "commit": node.commit,
+            "applied": node.applied,
+            "linked": sorted(self.links),
+        }
+
+    # inputs -------------------------------------------------------------------------------------
+
+    def propose(self, message: Message, hop: str) -> None:
+        """What a link of this broker read (or its LinkUp/LinkDown, or a Tick): proposed to the
+        site's log if this broker serves, else dropped (its links are closing: their peers move
+        to the leader, and say there what they took)."""
+        if not self.serving:
+            return
+        if type(message) is LinkUp:
+            link = self.binding.live.get(hop)
+            if link is not None:
+                self.binding.pending[(hop, message.name)] = link
+        self._propose(Input(self.me, hop, self.clock.time(), message))
+
+    def _propose(self, item: Input) -> None:
+        try:
+            self.node.propose(encode_input(item), self.clock.monotonic())
+        except NotLeader:
+            self.counters["site.not_leader"] += 1
+        self._changed()
+
+    # the member links ----------------------------------------------------------------------------
+
+    async def serve_member(self, link: Link, name: str) -> None:
+        """Carry consensus messages with member ``name`` until the link ends."""
+        if name in self.links:
+            await link.flush_and_close(f"broker {name} is already connected")
+            await link.wait_closed()
+            return
+        link.name = name
+        self.links[name] = link
+        self.log.info("site %s: member %s linked", self.config.name, name)
+        try:
+            for item in link.pending:
+                self._from_member(link, name, item)
+            link.pending.clear()
+            while True:
+                for item in await link.receive():
+                    self._from_member(link, name, item)
+        except LinkClosed:
+            pass
+        except ProtocolError as error:
+            self.counters["bad_frames"] += 1
+            self.log.warning("member %s broke framing: %s", name, error)
+            await link.flush_and_close(str(error))
+        finally:
+            await link.wait_closed()
+            if self.links.get(name) is link:
+                del self.links[name]
+                self.log.info("site %s: member %s unlinked: %s", self.config.name, name, link.closed)
+
+    def _from_member(self, link: Link, name: str, item: object) -> None:
+        if type(item) in CONSENSUS:
+            try:
+                self.node.handle(name, item, self.clock.monotonic())  # type: ignore[arg-type]
+            except ValueError as error:
+                self.counters["bad_messages"] += 1
+                link.send(Refuse("", f"bad consensus message: {error}"))
+            self._changed()
+        elif type(item) is Ping:
+            link.send(Pong())
+        elif type(item) is not Pong:
+            self.counters["bad_messages"] += 1
+            link.send(Refuse("", f"a {type(item).__name__} is not for a member link"))
+
+    # the log --------------------------------------------------------------------------------------
+
+    async def ticks(self) -> None:
+        """Time for the node: heartbeats, elections, a leader that lost its quorum stepping down."""
+        while True:
+            await asyncio.sleep(self.config.heartbeat / 2)
+            self.node.tick(self.clock.monotonic())
+            self._changed()
+
+    async def run(self) -> None:
+        """Carry out each ``Ready`` in order: write and fsync, send, apply, advance."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self.node.has_ready():
+                ready = self.node.ready()
+                if ready.hard_state is not None or ready.entries:
+                    hard_state, entries = ready.hard_state, ready.entries
+                    await self.offload.run(lambda: self.disk.write(hard_state, entries))
+                for member, message in ready.messages:
+                    link = self.links.get(member)
+                    if link is not None:
+                        link.send(message)
+                for entry in ready.committed:
+                    self._apply(entry)
+                self.node.advance(self.clock.monotonic())
+                self._roles()
+
+    def close(self) -> None:
+        self.serving = False
+        self.disk.close()
+
+    def _changed(self) -> None:
+        self._roles()
+        if self.node.has_ready():
+            self._wake.set()
+
+    def _roles(self) -> None:
+        if self.serving and not self.node.leads:
+            self.serving = False
+            self.counters["site.stepped_down"] += 1
+            self.log.warning("site %s: %s no longer leads (term %d)", self.config.name, self.me, self.node.term)
+            self.binding.bound.clear()
+            self.binding.pending.clear()
+            self.step_down(f"{ELSEWHERE}{self.me} no longer serves site {self.config.name}")
+
+    def _apply(self, entry: Entry) -> None:
+        if not entry.data:
+            if self.node.leads and entry.term == self.node.term and not self.serving:
+                self._serve()
+            return
+        try:
+            item = decode_input(entry.data)
+        except ValueError:
+            self.counters["site.bad_entries"] += 1
+            return
+        output = self.state.take(item)
+        self.driver.applied()
+        kind = type(item.message)
+        if item.member == self.me and kind is LinkUp:
+            link = self.binding.pending.pop((item.hop, item.message.name), None)  # type: ignore[union-attr]
+            if link is not None and self.state.attached.get(item.hop) == self.me:
+                self.binding.bound[item.hop] = link
+        elif kind is LinkDown or kind is MemberDown or kind is LinkUp:
+            bound = self.binding.bound
+            for hop in [h for h in bound if self.state.attached.get(h) != self.me]:
+                del bound[hop]
+        if output and self.binding.bound:
+            self.driver.send(self.state.mine(output, self.me), self.binding.bound)
+
+    def _serve(self) -> None:
+        """The no-op of our term is applied: we hold all the site committed. The hops attached to
+        any member are gone (ours too: this process has no link yet); then we take links."""
+        for member in sorted(set(self.state.attached.values())):
+            self._propose(Input(self.me, "", self.clock.time(), MemberDown(member)))
+        self.serving = True
+        self.counters["site.led"] += 1
+        self.log.warning("site %s: %s leads (term %d)", self.config.name, self.me, self.node.term)
+

@@ -1,0 +1,115 @@
+"""Brokers of a replicated site as processes see them: three ``RouterService``s on loopback in one
+event loop, real clients given the site's brokers. The leader serves; stopping it moves every
+client to the next leader, and the streams go on with nothing lost, repeated or reordered."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from broker.client import Client
+from broker.client.reconnect import BrokerList
+from broker.errors import LocalError
+from broker.sites.member import SiteConfig
+from broker.transport.server import RouterService
+from broker.transport.uri import BrokerURI
+from tests.transport.harness import run, until, uri
+
+FAST = {"heartbeat": 0.2, "dead_after": 0.8}
+
+
+def site(tmp_path: Path, name: str = "S", brokers: tuple[str, ...] = ("b1", "b2", "b3")) -> list[RouterService]:
+    config = SiteConfig(name, tuple(uri(b) for b in brokers), election_timeout=0.3, heartbeat=0.05)
+    return [
+        RouterService(member, site=config, data=tmp_path / member.id, session_grace=30.0, **FAST)  # type: ignore[arg-type]
+        for member in config.members
+    ]
+
+
+def serving(services: list[RouterService]) -> RouterService | None:
+    leaders = [s for s in services if s.site is not None and s.site.serving]
+    assert len(leaders) <= 1, "two brokers serve the site at once"
+    return leaders[0] if leaders else None
+
+
+def brokers_of(services: list[RouterService]) -> BrokerList:
+    return BrokerList(s.uri for s in services)
+
+
+def test_a_site_needs_its_log_on_disk_and_its_own_brokers(tmp_path: Path) -> None:
+    config = SiteConfig("S", (uri("b1"), uri("b2")))
+    with pytest.raises(LocalError, match="must keep its log on disk"):
+        RouterService(config.members[0], site=config)
+    with pytest.raises(LocalError, match="not one of the brokers of site S"):
+        RouterService(uri("b9"), site=config, data=tmp_path)
+    with pytest.raises(ValueError, match="cannot be named as one of its brokers"):
+        SiteConfig("b1", (BrokerURI("127.0.0.1", 1, "b1"),))
+
+
+def test_one_broker_serves_and_the_others_send_clients_on_to_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        services = site(tmp_path)
+        for service in services:
+            await service.start()
+        try:
+            await until(lambda: serving(services) is not None, what="a leader that serves")
+            leader = serving(services)
+            assert leader is not None
+            statuses = [s.status()["site"] for s in services]
+            assert {s["leader"] for s in statuses} == {leader.uri.id}
+            assert all(s["id"] == "S" for s in (svc.status() for svc in services))
+            # a client given the followers first ends up at the leader
+            others = [s for s in services if s is not leader]
+            client = await Client.connect(BrokerList([others[0].uri, others[1].uri, leader.uri]), "c1")
+            async with client:
+                assert client.broker_id == leader.uri.id
+        finally:
+            for service in services:
+                await service.stop()
+
+    run(scenario())
+
+
+def test_the_leader_stopped_mid_stream_loses_repeats_and_reorders_nothing(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        services = site(tmp_path)
+        for service in services:
+            await service.start()
+        try:
+            await until(lambda: serving(services) is not None, what="a leader that serves")
+            everyone = brokers_of(services)
+            subscriber = await Client.connect(everyone, "sub", **FAST)  # type: ignore[arg-type]
+            publisher = await Client.connect(everyone, "pub", **FAST)  # type: ignore[arg-type]
+            stream = await subscriber.subscribe("[class,eq,'t']")
+            await publisher.advertise("[class,eq,'t'],[n,>,0]")
+            got: list[int] = []
+
+            async def read() -> None:
+                async for delivery in stream:
+                    got.append(int(delivery.publication["n"]))
+
+            reading = asyncio.get_running_loop().create_task(read())
+            for n in range(1, 41):
+                await publisher.publish(f"[class,'t'],[n,{n}]")
+            first = serving(services)
+            assert first is not None
+            await first.stop()
+            for n in range(41, 81):
+                await publisher.publish(f"[class,'t'],[n,{n}]")
+            await until(lambda: len(got) >= 80, timeout=10, what="every publication")
+            await asyncio.sleep(0.3)  # nothing more comes
+            assert got == list(range(1, 81))
+            second = serving(services)
+            assert second is not None and second is not first
+            assert subscriber.broker_id == publisher.broker_id == second.uri.id
+            reading.cancel()
+            await publisher.close()
+            await subscriber.close()
+        finally:
+            for service in services:
+                if service._server is not None:
+                    await service.stop()
+
+    run(scenario(), timeout=60)
