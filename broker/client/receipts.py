@@ -54,11 +54,8 @@ class Receipts:
         count."""
         channel = self._channels.get(broker)
         if channel is None or channel.name != name:
-            if name and self._current.name == name:  # the site's channel, from another of its brokers
-                channel = self._current
-            else:
-                channel = _Channel(name)
-            self._channels[broker] = channel
+            shared = name and self._current.name == name  # the site's, from another of its brokers
+            channel = self._channels[broker] = self._current if shared else _Channel(name)
         self._current = channel
 
     @property

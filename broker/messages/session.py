@@ -44,8 +44,9 @@ class Hello:
             if not isinstance(epoch, str) or len(epoch) > 64:
                 raise ValueError("an epoch must be a string of at most 64 characters")
         Took(self.took)  # the same range as a seq
-        if self.site and (self.kind != "broker" or not isinstance(self.site, str) or not PEER_ID.match(self.site)):
-            raise ValueError(f"{self.site!r} is not a valid site name (a broker's: 1 to 64 of A-Z a-z 0-9 _ . : -)")
+        site = self.site
+        if site and (self.kind != "broker" or not isinstance(site, str) or not PEER_ID.match(site)):
+            raise ValueError(f"{site!r} is not a site name (a broker's: 1 to 64 of A-Z a-z 0-9 _ . : -)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,6 @@ from broker.messages import (
     VoteReply,
     VoteRequest,
 )
-from broker.routing.router import Router
 from broker.sites.inputs import Input, MemberDown, decode_input, encode_input
 from broker.sites.state import SiteState
 from broker.transport.driver import RouterDriver
@@ -259,8 +259,7 @@ class SiteMember:
             while self.node.has_ready():
                 ready = self.node.ready()
                 if ready.hard_state is not None or ready.entries:
-                    hard_state, entries = ready.hard_state, ready.entries
-                    await self.offload.run(lambda: self.disk.write(hard_state, entries))
+                    await self.offload.run(partial(self.disk.write, ready.hard_state, ready.entries))
                 for member, message in ready.messages:
                     link = self.links.get(member)
                     if link is not None:
@@ -283,7 +282,8 @@ class SiteMember:
         if self.serving and not self.node.leads:
             self.serving = False
             self.counters["site.stepped_down"] += 1
-            self.log.warning("site %s: %s no longer leads (term %d)", self.config.name, self.me, self.node.term)
+            term = self.node.term
+            self.log.warning("site %s: %s no longer leads (term %d)", self.config.name, self.me, term)
             self.binding.bound.clear()
             self.binding.pending.clear()
             self.step_down(f"{ELSEWHERE}{self.me} no longer serves site {self.config.name}")
@@ -320,4 +320,3 @@ class SiteMember:
         self.serving = True
         self.counters["site.led"] += 1
         self.log.warning("site %s: %s leads (term %d)", self.config.name, self.me, self.node.term)
-

@@ -134,7 +134,15 @@ class RouterService:
             self.log_file = None
             self.driver = SiteDriver(router, self.links, None, self.counters, self.log, clock)
             self.site = SiteMember(
-                site, uri.id, self.driver, self.links, data / "site", self.counters, self.log, clock, self._step_down
+                site,
+                uri.id,
+                self.driver,
+                self.links,
+                data / "site",
+                self.counters,
+                self.log,
+                clock,
+                self._step_down,
             )
         self.peers = Peers(self.links, self.driver, heartbeat, dead_after, self.counters, self.log, clock)
         self.gate = Gate(
@@ -297,8 +305,9 @@ class RouterService:
                     link.pending = leftovers
                     if who is not None:
                         self.gate.verify(link, who)
+                    answered = link.peer or sent
                     try:
-                        await self.peers.serve(link, self._hop(link.peer or sent), link.peer or sent, sent, who)
+                        await self.peers.serve(link, self._hop(answered), answered, sent, who)
                     finally:
                         self.gate.verified.pop(link, None)
             failures += 1

@@ -20,8 +20,8 @@ from tests.transport.harness import run, until, uri
 FAST = {"heartbeat": 0.2, "dead_after": 0.8}
 
 
-def site(tmp_path: Path, name: str = "S", brokers: tuple[str, ...] = ("b1", "b2", "b3")) -> list[RouterService]:
-    config = SiteConfig(name, tuple(uri(b) for b in brokers), election_timeout=0.3, heartbeat=0.05)
+def site(tmp_path: Path, brokers: tuple[str, ...] = ("b1", "b2", "b3")) -> list[RouterService]:
+    config = SiteConfig("S", tuple(uri(b) for b in brokers), election_timeout=0.3, heartbeat=0.05)
     return [
         RouterService(member, site=config, data=tmp_path / member.id, session_grace=30.0, **FAST)  # type: ignore[arg-type]
         for member in config.members
