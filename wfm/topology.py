@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 import socket
 import tomllib
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -139,6 +140,28 @@ class Topology:
         if len(members) == 1:
             return None
         return SiteConfig(site, tuple(self.uri(b.name) for b in members))
+
+    def routers(self) -> dict[str, tuple[BrokerList, frozenset[str]]]:
+        """Every router of the overlay by the name its peers know it by (a replicated site's, or
+        its one broker's), with the brokers that serve it and the routers it links with once
+        the tree is up: its parent site's and its child sites'."""
+
+        def name(site: str) -> str:
+            brokers = self.brokers_on(site)
+            return site if len(brokers) > 1 else brokers[0].name
+
+        linked: dict[str, set[str]] = {name(s.name): set() for s in self.sites}
+        for site in self.sites:
+            if site.parent is not None:
+                linked[name(site.name)].add(name(site.parent))
+                linked[name(site.parent)].add(name(site.name))
+        return {
+            name(s.name): (
+                BrokerList(self.uri(b.name) for b in self.brokers_on(s.name)),
+                frozenset(linked[name(s.name)]),
+            )
+            for s in self.sites
+        }
 
     def brokers_for(self, client: str) -> BrokerList:
         """The brokers a client of the topology connects to: its site's, first listed first."""
@@ -326,8 +349,13 @@ def _checked(
                     f"{where(process.line)}: {process.name} has the address of {addresses[address]}"
                 )
             addresses[address] = process.name
-    with_brokers = {p.site for p in processes if p.role == "broker"}
+    with_brokers = Counter(p.site for p in processes if p.role == "broker")
     for site in sites:
         if site.name not in with_brokers:
             raise TopologyError(f"{where(site.line)}: site {site.name} has no broker")
+        if with_brokers[site.name] > 1 and site.name in process_at:  # its brokers go by its name
+            raise TopologyError(
+                f"{where(site.line)}: site {site.name} has several brokers, so it needs a name no "
+                f"process has (process {site.name} is at {where(process_at[site.name])})"
+            )
     return Topology(tuple(sites), tuple(processes), **settings, source=source)

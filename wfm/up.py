@@ -28,13 +28,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from broker.client import BlockingClient, ConnectError
+from broker.client import BlockingClient, Brokers, ConnectError
 from broker.errors import LocalError
+from broker.sites.member import SiteConfig
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 from wfm.certs import ensure
@@ -87,12 +88,19 @@ class Layout:
 
     dials: dict[BrokerURI, tuple[BrokerURI, ...]]  # every broker, in start order
     agents: dict[str, str]  # agent -> its --broker list, for the agents the topology places
+    # every router by name: the brokers that serve it and the routers it links with, once up
+    routers: Mapping[str, tuple[tuple[BrokerURI, ...], frozenset[str]]]
+    sites: dict[str, SiteConfig] = field(default_factory=dict)  # broker id -> its replicated site
 
     @classmethod
     def line(cls, port: int) -> Layout:
         """B1 - B2 - B3 on ports P, P+1, P+2, each dialling the one before it."""
         uris = [BrokerURI(HOST, port + i, broker_id) for i, broker_id in enumerate(BROKER_IDS)]
-        return cls({uri: tuple(uris[i - 1 : i]) for i, uri in enumerate(uris)}, {})
+        routers = {
+            uri.id: ((uri,), frozenset(other.id for other in uris[max(0, i - 1) : i + 2] if other != uri))
+            for i, uri in enumerate(uris)
+        }
+        return cls({uri: tuple(uris[i - 1 : i]) for i, uri in enumerate(uris)}, {}, routers)
 
     @classmethod
     def of(cls, topology: Topology) -> Layout:
@@ -107,16 +115,18 @@ class Layout:
         placed = topology.with_ports()
         brokers = [p.name for p in placed.of_role("broker")]
         agents = {p.name: str(placed.brokers_for(p.name)) for p in placed.of_role("agent")}
-        return cls({placed.uri(b): tuple(placed.neighbours(b)) for b in brokers}, agents)
+        sites = {b: site for b in brokers if (site := placed.site_of(b)) is not None}
+        routers = {name: (tuple(uris), linked) for name, (uris, linked) in placed.routers().items()}
+        return cls({placed.uri(b): tuple(placed.neighbours(b)) for b in brokers}, agents, routers, sites)
 
     @property
     def uris(self) -> list[BrokerURI]:
         return list(self.dials)
 
-    def neighbours(self, uri: BrokerURI) -> set[str]:
-        """The ids of the brokers ``uri`` is linked with, either way."""
-        dialled = {n.id for n in self.dials[uri]}
-        return dialled | {other.id for other, dials in self.dials.items() if uri in dials}
+    @property
+    def entries(self) -> list[str]:
+        """How a client reaches each router (``--broker``): a replicated site by all its brokers."""
+        return [",".join(str(uri) for uri in serving) for serving, _ in self.routers.values()]
 
 
 def _address(host: str) -> str:
@@ -168,12 +178,29 @@ def broker_children(
                 "--data",
                 str(state / "brokers" / uri.id),
                 *(arg for neighbour in dials for arg in ("--neighbor", str(neighbour))),
+                *_site(layout, uri),
                 *_as(certs, uri.id),
             ),
         )
         for uri, dials in layout.dials.items()
     ]
     return layout.uris, children
+
+
+def _site(layout: Layout, uri: BrokerURI) -> tuple[str, ...]:
+    """The options that make the broker at ``uri`` one of the brokers of its site, and name the
+    sites of the brokers it dials."""
+    dialled = (
+        ("--neighbor-site", f"{n.id}={layout.sites[n.id].name}")
+        for n in layout.dials[uri]
+        if n.id in layout.sites
+    )
+    options = tuple(arg for pair in dialled for arg in pair)
+    site = layout.sites.get(uri.id)
+    if site is None:
+        return options
+    members = (arg for member in site.others(uri.id) for arg in ("--member", str(member)))
+    return (*options, "--site", site.name, *members)
 
 
 def agent_names(workflows: Iterable[Workflow]) -> list[str]:
@@ -183,7 +210,7 @@ def agent_names(workflows: Iterable[Workflow]) -> list[str]:
 
 def agent_children(
     agents: Sequence[str],
-    uris: Sequence[BrokerURI],
+    uris: Sequence[BrokerURI | str],
     state: Path,
     certs: Path | None = None,
     placed: Mapping[str, str] | None = None,
@@ -270,8 +297,10 @@ class Processes:
                 process.wait()
 
 
-def linked(uri: BrokerURI, neighbours: set[str], tls: Identity | None = None) -> bool:
-    """Whether the broker at ``uri`` answers and is linked to exactly ``neighbours`` (ids)."""
+def linked(uri: Brokers, neighbours: Set[str], tls: Identity | None = None) -> bool:
+    """Whether the broker at ``uri`` (or the one of them that serves their site) answers and is
+    linked to exactly ``neighbours`` (the names of routers: a broker's id, a replicated site's
+    name)."""
     try:
         with BlockingClient(uri, timeout=2, tls=tls) as client:
             report = client.status()
@@ -292,11 +321,16 @@ class Started:
     spark: str | None
     web: str | None
     certs: Path
+    entry: str = ""  # how a client reaches the first router: its brokers (a site's), else the first
+
+    @property
+    def first(self) -> str:
+        return self.entry or str(self.brokers[0])
 
     def lines(self) -> list[str]:
         """What to paste and try: the exports, and a trigger followed by a monitor that catches up
         with it (a monitor started after the trigger sees its generation from the history)."""
-        first = self.brokers[0]
+        first = self.first
         example = self.deployed[0] if self.deployed else "WORKFLOW"
         return [
             f"brokers  {' '.join(str(uri) for uri in self.brokers)}",
@@ -311,7 +345,7 @@ class Started:
         ]
 
     def environment(self) -> dict[str, str]:
-        return {"WFM_TLS": str(self.certs), "WFM_IDENTITY": DEPLOYER, "WFM_BROKER": str(self.brokers[0])}
+        return {"WFM_TLS": str(self.certs), "WFM_IDENTITY": DEPLOYER, "WFM_BROKER": self.first}
 
     def record(self) -> dict[str, object]:
         return {
@@ -400,15 +434,14 @@ def serve(
         for child in brokers:
             processes.start(child)
         deadline = time.monotonic() + link_timeout
-        for uri in uris:
-            expected = layout.neighbours(uri)
-            while not linked(uri, expected, watcher):
+        for name, (serving, expected) in layout.routers.items():
+            while not linked(serving, expected, watcher):
                 processes.check()
                 if stop.wait(0.1):
                     return
                 if time.monotonic() > deadline:
                     raise UpError(
-                        f"{uri.id} did not link to {', '.join(sorted(expected))} within {link_timeout:g} s"
+                        f"{name} did not link to {', '.join(sorted(expected))} within {link_timeout:g} s"
                     )
         say("brokers linked; starting the historian and the agents")
         history: tuple[str, ...] = ("--store", str(home / "history"))
@@ -417,7 +450,8 @@ def serve(
             spark = ("spark-connect", *history, "--port", str(spark_port), "--nice", str(SPARK_NICE))
             processes.start(Child("spark-connect", (*WFM, *spark), optional=True))
             history += ("--spark-master", f"sc://{HOST}:{spark_port}")
-        historian = ("historian", "--broker", str(uris[0]), *history, *_as(certs, HISTORIAN))
+        entries = layout.entries  # the first is the root site's
+        historian = ("historian", "--broker", entries[0], *history, *_as(certs, HISTORIAN))
         processes.start(Child("historian", (*WFM, *historian)))
         token = secrets.token_urlsafe(32)  # the dashboard's, given to it and printed with its URL
         if web_port is not None and not _bindable(web_port):
@@ -430,11 +464,11 @@ def serve(
             secret = (("WFM_WEB_TOKEN", token),)
             dashboard = Child("web", (*WFM, *web, *_as(certs, DEPLOYER)), optional=True, environment=secret)
             processes.start(dashboard)
-        for child in agent_children(agents, uris, home / "agents", certs, layout.agents):
+        for child in agent_children(agents, entries, home / "agents", certs, layout.agents):
             processes.start(child)
         for name, file in workflows:
             say(f"deploying {name}")
-            _deploy(name, file, (str(uris[0]), *_as(certs, DEPLOYER)), deploy_timeout, processes, stop)
+            _deploy(name, file, (entries[0], *_as(certs, DEPLOYER)), deploy_timeout, processes, stop)
             if stop.is_set():
                 return
         spark_uri = None if spark_port is None else f"sc://{HOST}:{spark_port}"
@@ -442,7 +476,8 @@ def serve(
         if web_port is not None and _serving(dashboard, web_port, processes, stop, warn):
             web_url = f"http://{HOST}:{web_port}/?token={token}"
         names = [name for name, _ in workflows]
-        ready(Started(uris, list(agents), processes.logs, names, home / "history", spark_uri, web_url, certs))
+        started = (uris, list(agents), processes.logs, names, home / "history", spark_uri, web_url, certs)
+        ready(Started(*started, entries[0]))
         while not stop.wait(0.2):
             processes.check()
     finally:

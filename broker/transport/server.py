@@ -22,7 +22,7 @@ import ipaddress
 import logging
 import secrets
 from collections import Counter
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,7 @@ class RouterService:
         max_handshakes_per_address: int = MAX_HANDSHAKES_PER_ADDRESS,
         network: Network = TCP,
         site: SiteConfig | None = None,
+        neighbor_sites: Mapping[str, str] | None = None,
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
@@ -123,7 +124,10 @@ class RouterService:
             policy,
         )
         router.process_status = self._process_status
-        self.hops: dict[str, str] = {}  # a broker of a replicated site -> the site, as its hello said
+        # a broker of a replicated site -> the site: known before the first dial, for our hello
+        # names the channel of the site's (a guess would be a new channel, and the site would
+        # drop what it holds for us); also learnt from hellos
+        self.hops: dict[str, str] = dict(neighbor_sites or {})
         self.site: SiteMember | None = None
         if site is None:
             # opened: one broker per directory
@@ -163,7 +167,10 @@ class RouterService:
             self.driver.restore(self.log_file)
             self._spawn(self.driver.commits.run())
         self._server = await self.network.listen(self.uri, self._accept)
-        kept = "in memory only" if self.log_file is None else f"in {self.log_file.directory}"
+        if self.site is not None:
+            kept = f"with site {self.site.config.name}'s log in {self.site.disk.directory}"
+        else:
+            kept = "in memory only" if self.log_file is None else f"in {self.log_file.directory}"
         self.log.info("%s listening, its state %s", self.uri, kept)
         for neighbor in self.neighbors:
             self._spawn(self._dial(neighbor))

@@ -113,3 +113,68 @@ def test_the_leader_stopped_mid_stream_loses_repeats_and_reorders_nothing(tmp_pa
                     await service.stop()
 
     run(scenario(), timeout=60)
+
+
+def two_sites(tmp_path: Path) -> tuple[list[RouterService], list[RouterService]]:
+    """site R (the root) and site C below it, three brokers each; every broker of C dials every
+    broker of R (only C's leader does, and only R's answers)."""
+    root = SiteConfig("R", tuple(uri(f"r{i}") for i in (1, 2, 3)), election_timeout=0.3, heartbeat=0.05)
+    child = SiteConfig("C", tuple(uri(f"c{i}") for i in (1, 2, 3)), election_timeout=0.3, heartbeat=0.05)
+
+    def started(config: SiteConfig, dials: tuple[BrokerURI, ...]) -> list[RouterService]:
+        sites = {d.id: "R" for d in dials}
+        return [
+            RouterService(
+                m, dials, site=config, neighbor_sites=sites, data=tmp_path / m.id, session_grace=30.0, **FAST
+            )  # type: ignore[arg-type]
+            for m in config.members
+        ]
+
+    return started(root, ()), started(child, root.members)
+
+
+def test_a_publication_crosses_from_one_site_to_another_and_survives_both_leaders(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        root, child = two_sites(tmp_path)
+        for service in (*root, *child):
+            await service.start()
+        try:
+            await until(lambda: serving(root) is not None and serving(child) is not None, what="two leaders")
+            await until(
+                lambda: "R" in serving(child).links and "C" in serving(root).links, what="the site link"
+            )  # type: ignore[union-attr]
+            subscriber = await Client.connect(brokers_of(child), "sub", **FAST)  # type: ignore[arg-type]
+            publisher = await Client.connect(brokers_of(root), "pub", **FAST)  # type: ignore[arg-type]
+            stream = await subscriber.subscribe("[class,eq,'t']")
+            await publisher.advertise("[class,eq,'t'],[n,>,0]")
+            got: list[int] = []
+
+            async def read() -> None:
+                async for delivery in stream:
+                    got.append(int(delivery.publication["n"]))
+
+            reading = asyncio.get_running_loop().create_task(read())
+            await until(
+                lambda: serving(root).router.status()["subscriptions"] > 0, what="the subscription at R"
+            )  # type: ignore[union-attr]
+            for n in range(1, 21):
+                await publisher.publish(f"[class,'t'],[n,{n}]")
+            await until(lambda: len(got) >= 20, timeout=10, what="the first publications")
+            await serving(root).stop()  # type: ignore[union-attr]
+            for n in range(21, 41):
+                await publisher.publish(f"[class,'t'],[n,{n}]")
+            await serving(child).stop()  # type: ignore[union-attr]
+            for n in range(41, 61):
+                await publisher.publish(f"[class,'t'],[n,{n}]")
+            await until(lambda: len(got) >= 60, timeout=15, what=f"every publication, not {got}")
+            await asyncio.sleep(0.3)
+            assert got == list(range(1, 61))
+            reading.cancel()
+            await publisher.close()
+            await subscriber.close()
+        finally:
+            for service in (*root, *child):
+                if service.site is not None and service.site.disk is not None:
+                    await service.stop()
+
+    run(scenario(), timeout=60)

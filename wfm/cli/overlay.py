@@ -18,6 +18,7 @@ from broker.client import Brokers, Client, Delivery, RefusedError
 from broker.durable import LogInUse
 from broker.errors import LinkClosed
 from broker.language import ParseError
+from broker.messages.ids import PEER_ID
 from broker.routing.forwarding import COVERING_MODES
 from broker.sites.member import SiteConfig
 from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync
@@ -50,6 +51,15 @@ from wfm.topology import load_topology
     "a time, so it survives the loss of any one (docs/sites.md).",
 )
 @click.option("--member", "members", type=URI, multiple=True, help="Another broker of --site (repeatable).")
+@click.option(
+    "--neighbor-site",
+    "neighbor_sites",
+    metavar="ID=SITE",
+    multiple=True,
+    callback=lambda _ctx, _param, values: _sites_of(values),
+    help="The --neighbor ID is one of the brokers of replicated site SITE (repeatable; from "
+    "--topology, known): this broker links to whichever of them serves SITE.",
+)
 @click.option(
     "--election-timeout",
     type=click.FloatRange(0.05, 60),
@@ -139,6 +149,7 @@ def broker(
     name: str | None,
     site: str | None,
     members: tuple[BrokerURI, ...],
+    neighbor_sites: dict[str, str],
     election_timeout: float,
     covering: str,
     advertisement_covering: bool,
@@ -159,7 +170,8 @@ def broker(
     nothing it acknowledged; --memory keeps it in memory only. With --tls and --identity (a broker
     certificate whose name is the URI's ID) every link is mutual TLS; without, it listens on
     loopback only."""
-    uri, neighbors, replicated = _placed(uri, neighbors, topology, name)
+    uri, neighbors, replicated, placed_sites = _placed(uri, neighbors, topology, name)
+    neighbor_sites = {**placed_sites, **neighbor_sites}
     if site is not None or members:
         if replicated is not None or site is None or not members:
             raise click.UsageError("--site and --member go together, and not with --topology (it says)")
@@ -193,6 +205,7 @@ def broker(
             tls=tls,
             insecure=insecure,
             site=replicated,
+            neighbor_sites=neighbor_sites,
         )
     except LogInUse as error:
         raise click.ClickException(
@@ -227,17 +240,28 @@ def _data_directory(uri: BrokerURI, data: Path | None, memory: bool) -> Path | N
     return Path(".wfm", "brokers", uri.id).absolute()
 
 
+def _sites_of(values: tuple[str, ...]) -> dict[str, str]:
+    """``--neighbor-site ID=SITE`` values, checked."""
+    sites: dict[str, str] = {}
+    for value in values:
+        broker, equals, site = value.partition("=")
+        if not equals or not PEER_ID.match(broker) or not PEER_ID.match(site):
+            raise click.BadParameter(f"{value!r} is not ID=SITE (a broker's id, its site's name)")
+        sites[broker] = site
+    return sites
+
+
 def _placed(
     uri: BrokerURI | None, neighbors: tuple[BrokerURI, ...], topology: Path | None, name: str | None
-) -> tuple[BrokerURI, tuple[BrokerURI, ...], SiteConfig | None]:
-    """This broker's address, neighbours and replicated site: from --uri, or from --topology and
-    --name."""
+) -> tuple[BrokerURI, tuple[BrokerURI, ...], SiteConfig | None, dict[str, str]]:
+    """This broker's address, neighbours, replicated site and the sites of the neighbours that
+    are brokers of one: from --uri, or from --topology and --name."""
     if (topology is None) != (name is None):
         raise click.UsageError("--topology and --name go together")
     if (uri is None) == (topology is None):
         raise click.UsageError("give --uri, or --topology FILE --name NAME (not both)")
     if uri is not None:
-        return uri, neighbors, None
+        return uri, neighbors, None, {}
     assert topology is not None and name is not None
     placed = load_topology(topology)
     here, dials, site = placed.uri(name), tuple(placed.neighbours(name)), placed.site_of(name)
@@ -246,7 +270,8 @@ def _placed(
             f"{topology}: {name}, its site's brokers and the brokers it dials need fixed ports "
             "(port 0 is for wfm up)"
         )
-    return here, (*dials, *neighbors), site
+    sites = {d.id: placed.process(d.id).site for d in dials if placed.site_of(d.id) is not None}
+    return here, (*dials, *neighbors), site, sites
 
 
 def _log_with_prefix(name: str) -> None:
