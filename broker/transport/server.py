@@ -82,6 +82,7 @@ class RouterService:
         max_handshakes: int = MAX_HANDSHAKES,
         max_handshakes_per_address: int = MAX_HANDSHAKES_PER_ADDRESS,
         network: Network = TCP,
+        routing: str = "filter",
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
@@ -110,6 +111,7 @@ class RouterService:
             session_grace,
             epoch or secrets.token_hex(8),  # a broker without its log starts a new custody epoch
             policy,
+            routing,  # "filter" or "flooding" (SESDAD's RoutingPolicy)
         )
         router.process_status = self._process_status
         # opened: one broker per directory
