@@ -87,6 +87,7 @@ class Layout:
 
     dials: dict[BrokerURI, tuple[BrokerURI, ...]]  # every broker, in start order
     agents: dict[str, str]  # agent -> its --broker list, for the agents the topology places
+    routing: str = "filter"  # every broker's --routing: the topology's RoutingPolicy
 
     @classmethod
     def line(cls, port: int) -> Layout:
@@ -96,8 +97,8 @@ class Layout:
 
     @classmethod
     def of(cls, topology: Topology) -> Layout:
-        """The topology's brokers (a port 0 becomes a free one) and links; its agents connect to
-        their site's brokers, failing over along them."""
+        """The topology's brokers (a port 0 becomes a free one), links and RoutingPolicy; its
+        agents connect to their site's brokers, failing over along them."""
         for process in topology.of_role("broker"):
             if not ipaddress.ip_address(_address(process.host)).is_loopback:
                 raise UpError(
@@ -107,7 +108,8 @@ class Layout:
         placed = topology.with_ports()
         brokers = [p.name for p in placed.of_role("broker")]
         agents = {p.name: str(placed.brokers_for(p.name)) for p in placed.of_role("agent")}
-        return cls({placed.uri(b): tuple(placed.neighbours(b)) for b in brokers}, agents)
+        dials = {placed.uri(b): tuple(placed.neighbours(b)) for b in brokers}
+        return cls(dials, agents, placed.routing_policy)
 
     @property
     def uris(self) -> list[BrokerURI]:
@@ -168,6 +170,8 @@ def broker_children(
                 "--data",
                 str(state / "brokers" / uri.id),
                 *(arg for neighbour in dials for arg in ("--neighbor", str(neighbour))),
+                "--routing",
+                layout.routing,
                 *_as(certs, uri.id),
             ),
         )

@@ -17,7 +17,7 @@ from broker.client import Brokers, Client, Delivery, RefusedError
 from broker.durable import LogInUse
 from broker.errors import LinkClosed
 from broker.language import ParseError
-from broker.routing.forwarding import COVERING_MODES
+from broker.routing.forwarding import COVERING_MODES, ROUTING_MODES
 from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync
 from broker.transport.server import RouterService
 from broker.transport.tls import Identity
@@ -48,6 +48,14 @@ from wfm.topology import load_topology
     help="Subscription covering.",
 )
 @click.option("--advertisement-covering/--no-advertisement-covering", default=False, show_default=True)
+@click.option(
+    "--routing",
+    type=click.Choice(ROUTING_MODES),
+    default=None,
+    help="SESDAD's RoutingPolicy: filter sends a publication towards the subscriptions it matches, "
+    "flooding to every broker; every broker of an overlay must route alike [default: the "
+    "topology's RoutingPolicy with --topology, else filter].",
+)
 @click.option(
     "--heartbeat",
     type=click.FloatRange(0.05, 60),
@@ -122,6 +130,7 @@ def broker(
     name: str | None,
     covering: str,
     advertisement_covering: bool,
+    routing: str | None,
     heartbeat: float,
     composite_max_waiting: int,
     composite_max_age: float | None,
@@ -139,7 +148,7 @@ def broker(
     nothing it acknowledged; --memory keeps it in memory only. With --tls and --identity (a broker
     certificate whose name is the URI's ID) every link is mutual TLS; without, it listens on
     loopback only."""
-    uri, neighbors = _placed(uri, neighbors, topology, name)
+    uri, neighbors, routing = _placed(uri, neighbors, topology, name, routing)
     data = _data_directory(uri, data, memory)
     _log_with_prefix(uri.id)
     try:
@@ -159,6 +168,7 @@ def broker(
             policy=load_policy(acl),
             tls=tls,
             insecure=insecure,
+            routing=routing,
         )
     except LogInUse as error:
         raise click.ClickException(
@@ -194,15 +204,20 @@ def _data_directory(uri: BrokerURI, data: Path | None, memory: bool) -> Path | N
 
 
 def _placed(
-    uri: BrokerURI | None, neighbors: tuple[BrokerURI, ...], topology: Path | None, name: str | None
-) -> tuple[BrokerURI, tuple[BrokerURI, ...]]:
-    """This broker's address and neighbours: from --uri, or from --topology and --name."""
+    uri: BrokerURI | None,
+    neighbors: tuple[BrokerURI, ...],
+    topology: Path | None,
+    name: str | None,
+    routing: str | None,
+) -> tuple[BrokerURI, tuple[BrokerURI, ...], str]:
+    """This broker's address, neighbours and routing mode: from --uri (and --routing), or from
+    --topology and --name (its RoutingPolicy, which a --routing must agree with)."""
     if (topology is None) != (name is None):
         raise click.UsageError("--topology and --name go together")
     if (uri is None) == (topology is None):
         raise click.UsageError("give --uri, or --topology FILE --name NAME (not both)")
     if uri is not None:
-        return uri, neighbors
+        return uri, neighbors, routing or "filter"
     assert topology is not None and name is not None
     placed = load_topology(topology)
     here, dials = placed.uri(name), tuple(placed.neighbours(name))
@@ -210,7 +225,9 @@ def _placed(
         raise click.UsageError(
             f"{topology}: {name} and the brokers it dials need fixed ports (port 0 is for wfm up)"
         )
-    return here, (*dials, *neighbors)
+    if routing not in (None, placed.routing_policy):
+        raise click.UsageError(f"{topology} says RoutingPolicy {placed.routing_policy}, not {routing}")
+    return here, (*dials, *neighbors), placed.routing_policy
 
 
 def _log_with_prefix(name: str) -> None:
@@ -229,6 +246,7 @@ STATUS_KEYS = (
     "subscriptions",
     "advertisements",
     "covering",
+    "routing",
     "composite_subscriptions",
     "composite_detected",
     "composite_waiting",
