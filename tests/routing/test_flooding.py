@@ -18,8 +18,8 @@ PUBLISHERS = {"a": "B4", "b": "B5", "c": "B6", "d": "B1"}  # class -> the broker
 COMPOSITE = "{[class,eq,a],[x,eq,$S$X]}&{[class,eq,c],[x,eq,$S$X]}"
 
 
-def tree(routing: str, covering: str = "off") -> Overlay:
-    overlay = Overlay(covering=covering, routing=routing)
+def tree(routing: str, covering: str = "off", session_grace: float = 0.0) -> Overlay:
+    overlay = Overlay(covering=covering, routing=routing, session_grace=session_grace)
     for i in range(1, 8):
         overlay.add_broker(f"B{i}")
     for parent, child in LINKS:
@@ -152,3 +152,22 @@ def test_a_broker_crashed_and_recovered_from_its_log_still_floods() -> None:
     publisher.publish("[class,a],[n,1]")
     assert overlay.messages("Publish") == len(LINKS)
     assert subscriber.take() == ["[class,a],[n,1]"]
+
+
+def test_what_is_flooded_while_a_broker_is_down_is_held_for_it_and_delivered_once() -> None:
+    """Custody as under filter routing: B4 holds what it floods towards B2 while B2 is down (in
+    its grace period), and B2, back from its log, sends it on; the subscriber gets each once."""
+    overlay = tree("flooding", session_grace=60.0)
+    publisher = overlay.add_client("pub", "B4")
+    publisher.advertise("[class,eq,a],[n,isPresent,0]")
+    subscriber = overlay.add_client("sub", "B7")
+    subscriber.subscribe("[class,eq,a]")
+    publisher.publish("[class,a],[n,0]")
+    overlay.crash("B2")
+    for n in range(1, 4):
+        publisher.publish(f"[class,a],[n,{n}]")
+    assert subscriber.take() == ["[class,a],[n,0]"]
+    overlay.recover("B2")
+    assert subscriber.take() == [f"[class,a],[n,{n}]" for n in range(1, 4)]
+    publisher.publish("[class,a],[n,4]")
+    assert subscriber.take() == ["[class,a],[n,4]"]
