@@ -25,6 +25,7 @@ def brokers(
     heartbeat: float = 0.2,
     session_grace: float = 0.0,
     certs: Path | None = None,
+    routing: str = "filter",
 ) -> Iterator[dict[str, BrokerURI]]:
     """Start one ``wfm broker`` per key; ``links[b]`` are the neighbours ``b`` dials. Waits until
     every broker sees all its neighbours, and stops them all (checking they exit cleanly). A
@@ -40,6 +41,8 @@ def brokers(
                 str(uris[name]),
                 "--covering",
                 covering,
+                "--routing",
+                routing,
                 "--heartbeat",
                 str(heartbeat),
                 "--session-grace",

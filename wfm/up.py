@@ -91,6 +91,7 @@ class Layout:
     # every router by name: the brokers that serve it and the routers it links with, once up
     routers: Mapping[str, tuple[tuple[BrokerURI, ...], frozenset[str]]]
     sites: dict[str, SiteConfig] = field(default_factory=dict)  # broker id -> its replicated site
+    routing: str = "filter"  # every broker's --routing: the topology's RoutingPolicy
 
     @classmethod
     def line(cls, port: int) -> Layout:
@@ -104,8 +105,8 @@ class Layout:
 
     @classmethod
     def of(cls, topology: Topology) -> Layout:
-        """The topology's brokers (a port 0 becomes a free one) and links; its agents connect to
-        their site's brokers, failing over along them."""
+        """The topology's brokers (a port 0 becomes a free one), links and RoutingPolicy; its
+        agents connect to their site's brokers, failing over along them."""
         for process in topology.of_role("broker"):
             if not ipaddress.ip_address(_address(process.host)).is_loopback:
                 raise UpError(
@@ -117,7 +118,8 @@ class Layout:
         agents = {p.name: str(placed.brokers_for(p.name)) for p in placed.of_role("agent")}
         sites = {b: site for b in brokers if (site := placed.site_of(b)) is not None}
         routers = {name: (tuple(uris), linked) for name, (uris, linked) in placed.routers().items()}
-        return cls({placed.uri(b): tuple(placed.neighbours(b)) for b in brokers}, agents, routers, sites)
+        dials = {placed.uri(b): tuple(placed.neighbours(b)) for b in brokers}
+        return cls(dials, agents, routers, sites, placed.routing_policy)
 
     @property
     def uris(self) -> list[BrokerURI]:
@@ -179,6 +181,8 @@ def broker_children(
                 str(state / "brokers" / uri.id),
                 *(arg for neighbour in dials for arg in ("--neighbor", str(neighbour))),
                 *_site(layout, uri),
+                "--routing",
+                layout.routing,
                 *_as(certs, uri.id),
             ),
         )

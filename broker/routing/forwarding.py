@@ -24,9 +24,12 @@ from typing import Literal
 
 from broker.language.model import Filter
 
-__all__ = ["COVERING_MODES", "Forwarding", "Twins"]
+__all__ = ["COVERING_MODES", "ROUTING_MODES", "Forwarding", "Twins"]
 
 COVERING_MODES = ("off", "lazy", "active")
+# SESDAD's RoutingPolicy (``Tables``): "filter" forwards a publication towards the subscriptions it
+# matches; "flooding" forwards it to every neighbour, and no subscription is forwarded at all
+ROUTING_MODES = ("filter", "flooding")
 Action = tuple[Literal["send", "retract"], str, Filter]
 
 

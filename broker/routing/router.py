@@ -9,7 +9,10 @@ adapter (a link came up or went down, time passed), a client, or a neighbour bro
 means different things from a client and from a broker. This module is the edge of the broker: it
 turns a client's refs into overlay-wide ids, fixes relative times, checks publications against
 the client's advertisements, and answers. The routing itself is in ``tables`` (advertisements and
-subscriptions) and ``composites`` (composite subscriptions); a publication is routed here.
+subscriptions) and ``composites`` (composite subscriptions); a publication is routed here: towards
+the subscriptions it matches (routing "filter"), or to every neighbour but the one it came from
+("flooding", SESDAD's baseline: the overlay is a tree), delivered either way to the clients here
+it matches.
 What leaves is carried in custody (``custody``), and held for a peer away (``sessions``).
 
 Hops are opaque strings given by the adapter (a neighbour's broker id, a client's id); ``LinkUp``
@@ -90,11 +93,12 @@ class Router:
         session_grace: float = 0.0,
         epoch: str = "",
         policy: AccessPolicy | None = None,
+        routing: str = "filter",
     ) -> None:
         self.id = broker_id
         self.policy = policy  # who may do what (``acl``); None: everyone everything
         self.refusal_log = LogThrottle(burst=1)
-        self.tables = Tables(covering, advertisement_covering)
+        self.tables = Tables(covering, advertisement_covering, routing)  # "filter" or "flooding"
         self.composites = Composites(broker_id, self.tables, composite_max_waiting, composite_max_age)
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.counters: Counter[str] = Counter()
@@ -163,6 +167,7 @@ class Router:
                 "session_grace": self.sessions.grace,
                 "epoch": self.custody.epoch,
                 "policy": self.policy,
+                "routing": self.tables.routing,  # a snapshot without it (older) restores as "filter"
             },
             "seen": list(self.seen),
             "counters": dict(self.counters),
@@ -183,10 +188,12 @@ class Router:
     def configure_like(self, fresh: Router, where: str) -> None:
         """Take ``fresh``'s settings (what the process was started with now, not what it was
         started with when its log began): access rules, grace, composite limits. A covering
-        mode shapes the tables themselves: a different one is refused."""
+        mode shapes the tables themselves, and so does a routing mode (flooding forwards no
+        subscription): a different one is refused."""
         for name, ours, theirs in (
             ("covering", self.tables.subscriptions.mode, fresh.tables.subscriptions.mode),
             ("advertisement covering", self.tables.advertisements.mode, fresh.tables.advertisements.mode),
+            ("routing", self.tables.routing, fresh.tables.routing),
         ):
             if ours != theirs:
                 raise LocalError(f"{where} was written with {name} {ours!r}, not {theirs!r}: start it so")
@@ -228,6 +235,7 @@ class Router:
             "subscriptions": len(self.tables.prt),
             "advertisements": len(self.tables.srt),
             "covering": self.tables.subscriptions.mode,
+            "routing": self.tables.routing,
             "held_subscriptions": self.tables.subscriptions.held_count(),
             **self.composites.status(),
             **self.sessions.status(),
@@ -422,8 +430,10 @@ class Router:
         self, pub_id: str, publication: Publication, hop: str, ttl: int, now: float, accepted: float
     ) -> Output:
         """To the detectors here whose atoms it matches, the clients here it matches (one delivery
-        naming all their subscriptions), and one copy per neighbour, not back whence it came."""
+        naming all their subscriptions), and one copy per neighbour, not back whence it came:
+        each neighbour with a subscription it matches, or, flooding, every neighbour."""
         local, by_hop = self.tables.matching(publication, now)
+        flooding = self.tables.routing == "flooding"
         out: Output = []
         for part in local:
             out += self.composites.detect(part, publication, now)
@@ -431,7 +441,10 @@ class Router:
             if target in self.tables.clients:
                 self.counters["delivered"] += 1  # to a client here: what a dashboard shows beside in.Publish
                 out.append((target, Deliver(tuple(sorted(by_hop[target])), publication, pub_id, accepted)))
-            elif target != hop:
+            elif target != hop and not flooding:
+                out.append((target, Publish(pub_id, publication, ttl - 1, time=accepted)))
+        if flooding:
+            for target in sorted(self.tables.neighbors - {hop}):
                 out.append((target, Publish(pub_id, publication, ttl - 1, time=accepted)))
         self.seen[pub_id] = None  # last: a publication that failed here is routed if it comes again
         if len(self.seen) > SEEN_PUBLICATIONS:

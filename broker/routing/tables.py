@@ -6,6 +6,15 @@ withdrawals retrace the same paths, and covering (``forwarding``) holds back wha
 already covers. A link that comes up is sent everything it needs, which is how a restarted
 neighbour gets its routing state back; one that goes down takes everything learned through it.
 
+Under the routing mode "flooding" (SESDAD's RoutingPolicy, ``forwarding.ROUTING_MODES``) the router
+sends every publication to every neighbour, so no subscription is forwarded: a broker's
+subscriptions are its clients' and its detectors', matched here for local delivery. What does
+not route publications is kept: advertisements are still flooded (a neighbour's publications
+are checked against them, and a composite is placed by them), a subscription a neighbour sends
+is still learned, stand-ins are still made (kept here, as nothing is sent on). The whole overlay
+must use one mode: a filter broker sends a flooding one only what its subscriptions draw, and
+it has none.
+
 The tables know hops, entry ids and filters, nothing more: the router makes the ids and answers
 clients, and the composite detections (``composites``) subscribe here like anyone else, under
 the hop ``DETECTOR``. Kept apart so that each of the three reads on its own.
@@ -20,7 +29,7 @@ from broker.language.model import Filter, Publication
 from broker.matching.matcher import CountingMatcher
 from broker.messages import DETECTOR, Advertise, Hop, Message, Subscribe, Unadvertise, Unsubscribe
 from broker.routing.filter_index import FilterIndex
-from broker.routing.forwarding import Action, Forwarding, Twins
+from broker.routing.forwarding import ROUTING_MODES, Action, Forwarding, Twins
 from broker.routing.placement import HERE, Source
 from broker.routing.relations import Fit, advertisement_covers, overlaps, subscription_covers
 from broker.routing.snapshots import Stateful
@@ -57,7 +66,16 @@ class Tables(Stateful):
         "advertisements",
     )
 
-    def __init__(self, covering: str = "off", advertisement_covering: bool = False) -> None:
+    # a setting, not state: the class's value is what a router pickled whole before the setting
+    # was (a log of format 10, ``broker.transport.persistence``) routed by
+    routing = "filter"
+
+    def __init__(
+        self, covering: str = "off", advertisement_covering: bool = False, routing: str = "filter"
+    ) -> None:
+        if routing not in ROUTING_MODES:
+            raise ValueError(f"routing must be one of {', '.join(ROUTING_MODES)}, not {routing!r}")
+        self.routing = routing
         self.neighbors: set[str] = set()
         self.clients: set[str] = set()
         self.srt: dict[str, Entry[str]] = {}
@@ -165,7 +183,9 @@ class Tables(Stateful):
         return out
 
     def _want(self, neighbor: str, sub_id: str, entry: Entry[Hop]) -> Output:
-        """The subscription towards ``neighbor``, or held back (``forwarding``)."""
+        """The subscription towards ``neighbor``, or held back (``forwarding``); flooding, neither."""
+        if self.routing == "flooding":
+            return []
         apart = entry.fit is not None  # a stand-in
         return self._apply(neighbor, self.subscriptions.want(neighbor, sub_id, entry.filter, apart), False)
 

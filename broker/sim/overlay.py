@@ -135,6 +135,7 @@ class Overlay:
         session_grace: float = 0.0,
         session_max_queued: int = 10_000,
         prompt_tooks: bool = False,
+        routing: str = "filter",
     ) -> None:
         self.interleave = interleave
         self.prompt_tooks = prompt_tooks  # each Took in its place, as after a fast commit
@@ -142,6 +143,7 @@ class Overlay:
         self.session_max_queued = session_max_queued
         self.covering = covering
         self.advertisement_covering = advertisement_covering
+        self.routing = routing  # every broker's: "filter" or "flooding"
         self.routers: dict[str, Router] = {}
         self.clients: dict[str, SimClient] = {}
         self.links: set[frozenset[str]] = set()
@@ -164,6 +166,7 @@ class Overlay:
             self.advertisement_covering,
             session_grace=self.session_grace,
             epoch=f"{broker_id}.{self.epochs[broker_id]}",
+            routing=self.routing,
         )
         router.custody.max_held = self.session_max_queued
         self.routers[broker_id] = router

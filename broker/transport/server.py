@@ -86,6 +86,7 @@ class RouterService:
         network: Network = TCP,
         site: SiteConfig | None = None,
         neighbor_sites: Mapping[str, str] | None = None,
+        routing: str = "filter",
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
@@ -122,6 +123,7 @@ class RouterService:
             # a broker without its log starts a new custody epoch; a site's brokers share theirs
             epoch or (secrets.token_hex(8) if site is None else site.name),
             policy,
+            routing,  # "filter" or "flooding" (SESDAD's RoutingPolicy)
         )
         router.process_status = self._process_status
         # a broker of a replicated site -> the site: known before the first dial, for our hello

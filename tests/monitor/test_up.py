@@ -285,6 +285,7 @@ def test_up_places_brokers_and_agents_as_a_topology_file_says(tmp_path: Path) ->
         certs = tmp_path / ".wfm" / "certs"
         hub = BrokerURI.parse(brokers[0])
         assert sorted(status(hub, watcher(certs))["neighbors"]) == ["eastern", "western"]  # type: ignore[call-overload]
+        assert status(hub, watcher(certs))["routing"] == "flooding"  # the file names no RoutingPolicy
         agent_c = command_line("agentC", tmp_path)
         assert agent_c.split("--broker ")[1].split()[0] == brokers[2]  # western's site
     finally:

@@ -1,6 +1,7 @@
 """One routing suite, four back ends: the in-process simulator, the real brokers
 (``RouterService``) over in-memory streams with no socket, real ``wfm broker`` processes, and the
-same processes over mutual TLS (clients with their own certificates).
+same processes over mutual TLS (clients with their own certificates). The first two run the suite
+flooding too (SESDAD's RoutingPolicy): what is delivered is the same.
 
 The topology is PADRES's five-broker star (B1 in the centre). Scenarios use their own class names,
 so they can share one overlay of processes.
@@ -63,8 +64,8 @@ class Backend(Protocol):
 
 
 class SimBackend:
-    def __init__(self) -> None:
-        self.overlay = Overlay.star(4, covering="active")
+    def __init__(self, routing: str = "filter") -> None:
+        self.overlay = Overlay.star(4, covering="active", routing=routing)
 
     def client(self, broker: str) -> SimClient:
         return self.overlay.add_client(f"c{next(_names)}", broker)
@@ -84,14 +85,20 @@ class MemoryBackend:
     loop of their own, linked by memory stream pairs: no socket, no port, no process. Its clients
     speak frames as ``Client`` does: a hello, requests answered by ref, a Took for what is carried."""
 
-    def __init__(self) -> None:
+    def __init__(self, routing: str = "filter") -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="memory overlay", daemon=True)
         self.thread.start()
         self.network = MemoryNetwork()
         self.uris = {name: BrokerURI("127.0.0.1", 7001 + n, name) for n, name in enumerate(STAR)}
         self.brokers = [
-            RouterService(uri, [self.uris[n] for n in STAR[name]], covering="active", network=self.network)
+            RouterService(
+                uri,
+                [self.uris[n] for n in STAR[name]],
+                covering="active",
+                network=self.network,
+                routing=routing,
+            )
             for name, uri in self.uris.items()
         ]
         for broker in self.brokers:
@@ -223,13 +230,14 @@ def tls_processes(certs: Path) -> Iterator[dict[str, BrokerURI]]:
         yield uris
 
 
-@pytest.fixture(params=["sim", "memory", "processes", "tls"])
+@pytest.fixture(params=["sim", "sim-flooding", "memory", "memory-flooding", "processes", "tls"])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    if request.param == "sim":
-        yield SimBackend()
+    routing = "flooding" if request.param.endswith("-flooding") else "filter"
+    if request.param.startswith("sim"):
+        yield SimBackend(routing)
         return
-    if request.param == "memory":
-        memory = MemoryBackend()
+    if request.param.startswith("memory"):
+        memory = MemoryBackend(routing)
         yield memory
         memory.close()
         return
@@ -312,6 +320,28 @@ def test_the_memory_overlay_is_the_real_brokers_with_no_socket() -> None:
         assert all(
             broker._server is not None and not hasattr(broker._server, "sockets") for broker in memory.brokers
         )
+    finally:
+        memory.close()
+
+
+@pytest.mark.parametrize("routing", ["filter", "flooding"])
+def test_real_brokers_started_flooding_send_every_publication_everywhere(routing: str) -> None:
+    """A publication nobody subscribed to: flooding, every broker of the star routes it (and
+    says so in its status); filtering, only its publisher's broker does."""
+    memory = MemoryBackend(routing)
+    try:
+        cls = unique("stock")
+        pub, sub = memory.client("B2"), memory.client("B3")
+        pub.advertise(f"[class,eq,{cls}],[price,isPresent,0]")
+        sub.subscribe(f"[class,eq,{cls}],[price,>,10]")
+        memory.settle()
+        pub_id = pub.publish(f"[class,{cls}],[price,1]")  # matches no one
+        memory.settle()
+        routed = [broker.uri.id for broker in memory.brokers if pub_id in broker.router.seen]
+        assert routed == (list(STAR) if routing == "flooding" else ["B2"])
+        assert [broker.status()["routing"] for broker in memory.brokers] == [routing] * len(STAR)
+        pub.publish(f"[class,{cls}],[price,20]")
+        assert memory.received(sub) == [f"[class,{cls}],[price,20]"]
     finally:
         memory.close()
 

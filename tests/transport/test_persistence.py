@@ -694,6 +694,7 @@ def test_a_log_the_version_before_wrote_is_restored_whole_and_checkpointed_in_th
     assert (router.id, status["subscriptions"], status["advertisements"]) == ("B1", 3, 1)
     assert (router.counters["delivered"], router.counters["in.Publish"]) == (2, 3)
     assert router.policy is not None and "client" in router.policy.roles
+    assert router.tables.routing == "filter"  # a setting the version before did not have
     output = router.handle(Publish("3", Publication("stock", {"n": 9}), ack=False), "pub", 8.0)
     carried = [(target, m.message) for target, m in output if isinstance(m, Carry)]
     assert [(target, type(m).__name__) for target, m in carried] == [("sub", "Deliver")]

@@ -66,6 +66,14 @@ def test_clients_through_two_brokers() -> None:
         assert status["subscriptions"] == 0 and status["advertisements"] == 0  # both clients left
 
 
+def test_a_broker_started_flooding_says_so_in_its_status() -> None:
+    with brokers({"B1": []}, routing="flooding") as uris:
+        shown = wfm("status", "--broker", str(uris["B1"])).stdout.splitlines()
+        assert f"{'routing':24} flooding" in shown
+        report = json.loads(wfm("status", "--broker", str(uris["B1"]), "-o", "json").stdout)
+        assert report["routing"] == "flooding"
+
+
 def test_environment_variable_names_the_broker() -> None:
     with brokers({"B1": []}) as uris:
         done = subprocess.run(

@@ -19,7 +19,7 @@ from broker.durable import LogInUse
 from broker.errors import LinkClosed
 from broker.language import ParseError
 from broker.messages.ids import PEER_ID
-from broker.routing.forwarding import COVERING_MODES
+from broker.routing.forwarding import COVERING_MODES, ROUTING_MODES
 from broker.sites.member import SiteConfig
 from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync
 from broker.transport.server import RouterService
@@ -75,6 +75,14 @@ from wfm.topology import load_topology
     help="Subscription covering.",
 )
 @click.option("--advertisement-covering/--no-advertisement-covering", default=False, show_default=True)
+@click.option(
+    "--routing",
+    type=click.Choice(ROUTING_MODES),
+    default=None,
+    help="SESDAD's RoutingPolicy: filter sends a publication towards the subscriptions it matches, "
+    "flooding to every broker; every broker of an overlay must route alike [default: the "
+    "topology's RoutingPolicy with --topology, else filter].",
+)
 @click.option(
     "--heartbeat",
     type=click.FloatRange(0.05, 60),
@@ -153,6 +161,7 @@ def broker(
     election_timeout: float,
     covering: str,
     advertisement_covering: bool,
+    routing: str | None,
     heartbeat: float,
     composite_max_waiting: int,
     composite_max_age: float | None,
@@ -170,7 +179,7 @@ def broker(
     nothing it acknowledged; --memory keeps it in memory only. With --tls and --identity (a broker
     certificate whose name is the URI's ID) every link is mutual TLS; without, it listens on
     loopback only."""
-    uri, neighbors, replicated, placed_sites = _placed(uri, neighbors, topology, name)
+    uri, neighbors, routing, replicated, placed_sites = _placed(uri, neighbors, topology, name, routing)
     neighbor_sites = {**placed_sites, **neighbor_sites}
     if site is not None or members:
         if replicated is not None or site is None or not members:
@@ -206,6 +215,7 @@ def broker(
             insecure=insecure,
             site=replicated,
             neighbor_sites=neighbor_sites,
+            routing=routing,
         )
     except LogInUse as error:
         raise click.ClickException(
@@ -252,16 +262,21 @@ def _sites_of(values: tuple[str, ...]) -> dict[str, str]:
 
 
 def _placed(
-    uri: BrokerURI | None, neighbors: tuple[BrokerURI, ...], topology: Path | None, name: str | None
-) -> tuple[BrokerURI, tuple[BrokerURI, ...], SiteConfig | None, dict[str, str]]:
-    """This broker's address, neighbours, replicated site and the sites of the neighbours that
-    are brokers of one: from --uri, or from --topology and --name."""
+    uri: BrokerURI | None,
+    neighbors: tuple[BrokerURI, ...],
+    topology: Path | None,
+    name: str | None,
+    routing: str | None,
+) -> tuple[BrokerURI, tuple[BrokerURI, ...], str, SiteConfig | None, dict[str, str]]:
+    """This broker's address, neighbours, routing mode, replicated site and the sites of the
+    neighbours that are brokers of one: from --uri (and --routing), or from --topology and
+    --name (its RoutingPolicy, which a --routing must agree with)."""
     if (topology is None) != (name is None):
         raise click.UsageError("--topology and --name go together")
     if (uri is None) == (topology is None):
         raise click.UsageError("give --uri, or --topology FILE --name NAME (not both)")
     if uri is not None:
-        return uri, neighbors, None, {}
+        return uri, neighbors, routing or "filter", None, {}
     assert topology is not None and name is not None
     placed = load_topology(topology)
     here, dials, site = placed.uri(name), tuple(placed.neighbours(name)), placed.site_of(name)
@@ -270,8 +285,10 @@ def _placed(
             f"{topology}: {name}, its site's brokers and the brokers it dials need fixed ports "
             "(port 0 is for wfm up)"
         )
+    if routing not in (None, placed.routing_policy):
+        raise click.UsageError(f"{topology} says RoutingPolicy {placed.routing_policy}, not {routing}")
     sites = {d.id: placed.process(d.id).site for d in dials if placed.site_of(d.id) is not None}
-    return here, (*dials, *neighbors), site, sites
+    return here, (*dials, *neighbors), placed.routing_policy, site, sites
 
 
 def _log_with_prefix(name: str) -> None:
@@ -290,6 +307,7 @@ STATUS_KEYS = (
     "subscriptions",
     "advertisements",
     "covering",
+    "routing",
     "composite_subscriptions",
     "composite_detected",
     "composite_waiting",
