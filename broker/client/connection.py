@@ -44,6 +44,11 @@ class Dialling:
     tls: Identity | None
 
 
+# Seconds of silence after which a broker of a replicated site is taken for frozen: it pings a
+# quiet link every second, and another broker of its site takes over our session at once.
+SITE_DEAD_AFTER = 3.0
+
+
 class LinkUser(Protocol):
     """The client as its connection sees it: it takes a fresh link (with what came in its
     handshake), handles each message, hears of a link lost and of the end (with why)."""
@@ -117,9 +122,12 @@ class Connection:
                 if user.closed:
                     return
                 user._lost(self.link.closed or "closed")
-                # the brokers of a site share its sessions: the next one serves us at once
+                # the brokers of a site share its sessions: the next one serves us at once (and
+                # the one lost may be frozen: its handshake would take the whole timeout)
                 lost = self.link.peer
-                stay = 0.0 if lost is not None and lost.site else backoff.failover_after
+                stay = backoff.failover_after
+                if lost is not None and lost.site:
+                    stay, self.index = 0.0, (self.index + 1) % len(self.dialling.targets)
                 try:
                     index, link, leftovers = await self.dial(backoff, stay)
                 except ConnectError as error:
@@ -158,11 +166,14 @@ class Connection:
             if link is None or link.closed is not None:
                 continue
             silent = self.clock.monotonic() - link.last_received
-            if self.paused or silent > self.dead_after / 2:
+            dead_after = self.dead_after
+            if link.peer is not None and link.peer.site:  # another broker of the site serves at once
+                dead_after = min(dead_after, SITE_DEAD_AFTER)
+            if self.paused or silent > dead_after / 2:
                 link.send(Ping())  # answered by a Pong
-            if not self.paused and silent > self.dead_after:
+            if not self.paused and silent > dead_after:
                 self.counters["heartbeat_timeouts"] += 1
-                link.close(f"no traffic from {self.broker_id} for {self.dead_after:g} s", abort=True)
+                link.close(f"no traffic from {self.broker_id} for {dead_after:g} s", abort=True)
 
     def event(self, event: ConnectionEvent) -> None:
         """Log ``event`` and tell the client's caller."""
