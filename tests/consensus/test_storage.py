@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.consensus import Entry, HardState
+from broker.consensus import Entry, HardState, Recovered, Snapshot
 from broker.consensus.storage import SiteLog
 from broker.durable.log import LogCorrupt, WriteAheadLog
 from broker.sim.site import SiteSim
@@ -78,15 +78,18 @@ class FileDisk:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.log = SiteLog(directory, checkpoint_every=50)
-        self.log.recover()
+        self.log.load()
 
-    def write(self, state: HardState | None, entries: list[Entry]) -> None:
-        self.log.write(state, entries)
+    def write(self, state: HardState | None, entries: list[Entry], snapshot: Snapshot | None = None) -> None:
+        self.log.write(state, entries, snapshot)
 
-    def recover(self) -> tuple[HardState, list[Entry]]:
+    def compact(self, snapshot: Snapshot) -> None:
+        self.log.compact(snapshot)
+
+    def load(self) -> Recovered:
         self.log.close()
         self.log = SiteLog(self.directory, checkpoint_every=50)
-        return self.log.recover()
+        return self.log.load()
 
 
 @pytest.mark.parametrize("seed", range(3))
