@@ -9,6 +9,7 @@ from broker.consensus import (
     Append,
     AppendReply,
     Config,
+    ConsensusMessage,
     Entry,
     HardState,
     InstallSnapshot,
@@ -222,7 +223,7 @@ def test_messages_from_outside_the_site_are_refused() -> None:
         (lambda: Config("a", ("a",), snapshot_timeout=0), "a snapshot must be given time to arrive"),
         (lambda: Snapshot(0, 0, b""), "a snapshot stands for entries 1 to its index"),
         (lambda: InstallSnapshot(1, "a", 3, 2, b""), "last term must be at most the message's term"),
-        (lambda: InstallSnapshot(1, "a", 3, 1, "text"), "a snapshot's data must be bytes, not str"),
+        (lambda: InstallSnapshot(1, "a", 3, 1, "text"), "a snapshot's data must be bytes, not str"),  # type: ignore[arg-type]
     ],
 )
 def test_malformed_messages_and_settings_are_refused(build: object, message: str) -> None:
@@ -326,7 +327,7 @@ def test_a_leader_sends_one_snapshot_at_a_time_and_again_only_when_it_timed_out(
     assert [type(m) for s, t, m in site.wire if t == "c"] == [InstallSnapshot]
     site.wire = [m for m in site.wire if m[1] != "c"]
 
-    def said_to_c() -> list[object]:
+    def said_to_c() -> list[ConsensusMessage]:
         site.heartbeat_without("c")
         said = [m for s, t, m in site.wire if t == "c"]
         site.wire = [m for m in site.wire if m[1] != "c"]
