@@ -118,9 +118,7 @@ class SiteLog:
             return
         position = snapshot.index - self._offset
         if position > len(self.entries) or self.entries[position - 1].term != snapshot.term:
-            raise ValueError(
-                f"snapshot {snapshot.index} (term {snapshot.term}) is not of an entry this log holds"
-            )
+            raise ValueError(f"snapshot {snapshot.index} (term {snapshot.term}) is of no entry the log holds")
         self.snapshot, self.entries = snapshot, self.entries[position:]
         self._checkpoint()
 
@@ -131,9 +129,7 @@ class SiteLog:
         if entries:
             first, last = entries[0].index, self._offset + len(self.entries)
             if not self._offset < first <= last + 1:
-                raise ValueError(
-                    f"entries from {first} after a log of {last} (compacted up to {self._offset})"
-                )
+                raise ValueError(f"entries from {first} after a log of {last} (compacted to {self._offset})")
             del self.entries[entries[0].index - self._offset - 1 :]
             self.entries.extend(entries)
 
