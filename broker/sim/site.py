@@ -75,6 +75,9 @@ class Disk:
         return Recovered(self.state, self.snapshot, list(self.entries))
 
     def recover(self) -> tuple[HardState, list[Entry]]:
+        """As ``SiteLog.recover``: for a log never compacted."""
+        if self.snapshot is not None:
+            raise ValueError("the log is compacted: load() gives its snapshot too")
         return self.state, list(self.entries)
 
     @property
@@ -83,9 +86,10 @@ class Disk:
 
 
 class Machine(Protocol):
-    """What a site's members apply its committed entries to (``broker.sites.SiteState``): the
-    same entries in the same order must give the same output on every member. ``snapshot``:
-    its whole state, as bytes; ``restore``: that state again, in a fresh machine."""
+    """What a site's members apply its committed entries to (``broker.sites.SiteState`` and its
+    router's snapshot: ``tests/sites``' ``Replica``): the same entries in the same order must
+    give the same output on every member. ``snapshot``: its whole state, as bytes; ``restore``:
+    that state again, in a fresh machine."""
 
     def apply(self, entry: bytes) -> object: ...
 
@@ -162,13 +166,13 @@ class SiteSim:
         heartbeat: float = 0.05,
         sudden: float = 0.0,
         disks: Callable[[str], Storage] = lambda _: Disk(),
-        machines: Callable[[], Machine] = Chain,
+        machines: Callable[[], Machine] | None = None,
         compact_every: int = 0,
     ) -> None:
         self.random = random.Random(seed)
         self.now = 0.0
         self.loss, self.duplicates, self.latency, self.sudden = loss, duplicates, latency, sudden
-        self.machines = machines
+        self.machines = machines or Chain
         self.compact_every = compact_every
         self.outputs: dict[int, object] = {}  # index -> what applying it gave
         self.snapshots: dict[int, set[bytes]] = {}  # index -> the state machine's snapshots taken there
