@@ -179,7 +179,11 @@ class SiteSim:
         self.compactions = 0
         self.snapshots_sent = 0  # InstallSnapshot messages said
         names = tuple(f"b{i}" for i in range(1, members + 1))
-        self.configs = {n: Config(n, names, election_timeout, heartbeat) for n in names}
+        # a snapshot lost (or its answer) is sent again after a few election timeouts, not 5 s
+        self.configs = {
+            n: Config(n, names, election_timeout, heartbeat, snapshot_timeout=4 * election_timeout)
+            for n in names
+        }
         self.brokers = {n: _Broker(n, disks(n)) for n in names}
         self.cut: set[frozenset[str]] = set()  # pairs that cannot reach one another
         self.events: list[tuple[float, int, str, Any]] = []
