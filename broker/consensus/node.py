@@ -80,8 +80,8 @@ _NEVER_RAN = HardState()
 @dataclass(frozen=True, slots=True)
 class Config:
     """``members``: the site's brokers, this one (``me``) among them. Times in seconds: a follower
-        that hears no leader for a random time between ``election_timeout`` and twice it starts an
-        election; a leader sends at least every ``heartbeat``; a snapshot sent to a follower is sent
+    that hears no leader for a random time between ``election_timeout`` and twice it starts an
+    election; a leader sends at least every ``heartbeat``; a snapshot sent to a follower is sent
     again if it has not answered within ``snapshot_timeout``."""
 
     me: str
