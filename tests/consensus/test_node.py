@@ -343,6 +343,29 @@ def test_a_leader_sends_one_snapshot_at_a_time_and_again_only_when_it_timed_out(
     assert [m for m in said if isinstance(m, InstallSnapshot)] == [InstallSnapshot(1, "a", 4, 1, b"state@4")]
 
 
+def test_a_snapshot_whose_answer_is_lost_is_known_installed_from_the_next_heartbeat() -> None:
+    site = Cluster()
+    site.elect("a")
+    site.cut = {"c"}
+    for number in range(3):
+        site.propose("a", b"%d" % number)
+        site.deliver_all()
+    site.compact("a")
+    site.cut = set()
+    site.now += H
+    site.nodes["a"].tick(site.now)
+    site.carry_out("a")
+    site.deliver(target="c", sender="a")  # a heartbeat c refuses
+    site.deliver(target="a", sender="c")  # a sends its snapshot
+    site.deliver(target="c", sender="a")  # c installs it; its answer is lost
+    site.wire = []
+    site.heartbeat()  # the heartbeat after the snapshot's index: c holds it, and says so
+    site.propose("a", b"next")  # so entries flow to c at once, not after the snapshot timeout
+    site.deliver_all()
+    assert site.nodes["c"].log.last_index == 5 and site.nodes["a"].followers["c"].match == 5
+    assert len([m for _, _, m in site.said if isinstance(m, InstallSnapshot)]) == 1
+
+
 def test_a_snapshot_no_newer_than_the_commit_is_not_installed() -> None:
     """A late copy of a snapshot: what was committed and applied is never taken back."""
     node = follower([Entry(1, i, b"%d" % i) for i in range(1, 7)], commit=5)
