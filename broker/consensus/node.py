@@ -3,12 +3,19 @@
 The node never touches a disk, a socket or a clock: every call takes ``now``, and what it decides
 comes out of ``ready()`` as one batch the adapter carries out in this order (etcd's ``Ready``):
 
-1. write ``hard_state`` and ``entries`` (dropping what the disk holds from ``entries[0].index``
-   on) and fsync them;
+1. write ``hard_state``, ``snapshot`` (a leader's: it replaces the whole log) and ``entries``
+   (dropping what the disk holds from ``entries[0].index`` on) and fsync them;
 2. send ``messages``: a vote, a follower's acknowledgement, a leader's entries are said only once
    what they promise is on disk, so a crash can never take back something already said;
-3. apply ``committed`` in order: entries a majority holds, never to be undone;
+3. restore the state machine from ``snapshot`` if there is one, then apply ``committed`` in
+   order: entries a majority holds, never to be undone;
 4. call ``advance()``: now the node counts its own entries as held.
+
+The log does not grow forever: once the adapter has applied up to an index it may hand the node
+its state machine's snapshot there (``compact``); the entries up to it are dropped and the
+snapshot stands for them, on the node and on the disk (``SiteLog.compact``). A follower that
+lacks entries the leader no longer keeps is sent the snapshot instead (``InstallSnapshot``, one
+at a time, again only if unanswered for ``snapshot_timeout``).
 
 Safety beyond the paper's core, each against a failure the mature systems had:
 
@@ -42,6 +49,8 @@ from broker.messages.consensus import (
     ConsensusMessage,
     Entry,
     HardState,
+    InstallSnapshot,
+    Snapshot,
     VoteReply,
     VoteRequest,
 )
@@ -72,13 +81,15 @@ _NEVER_RAN = HardState()
 class Config:
     """``members``: the site's brokers, this one (``me``) among them. Times in seconds: a follower
     that hears no leader for a random time between ``election_timeout`` and twice it starts an
-    election; a leader sends at least every ``heartbeat``."""
+    election; a leader sends at least every ``heartbeat``; a snapshot sent to a follower is sent
+    again if it has not answered within ``snapshot_timeout``."""
 
     me: str
     members: tuple[str, ...]
     election_timeout: float = 1.0
     heartbeat: float = 0.1
     batch: int = 256  # entries per Append
+    snapshot_timeout: float = 5.0
 
     def __post_init__(self) -> None:
         if self.me not in self.members or len(set(self.members)) != len(self.members):
@@ -87,6 +98,8 @@ class Config:
             raise ValueError("the heartbeat must be shorter than half the election timeout")
         if self.batch < 1:
             raise ValueError("an Append must be able to carry an entry")
+        if self.snapshot_timeout <= 0:
+            raise ValueError("a snapshot must be given time to arrive")
 
     @property
     def peers(self) -> tuple[str, ...]:
@@ -105,27 +118,33 @@ class Ready:
     entries: list[Entry] = field(default_factory=list)
     messages: list[tuple[str, ConsensusMessage]] = field(default_factory=list)
     committed: list[Entry] = field(default_factory=list)
+    snapshot: Snapshot | None = None  # a leader's, installed: written first, restored before applying
 
     def __bool__(self) -> bool:
-        return bool(self.hard_state or self.entries or self.messages or self.committed)
+        return bool(self.hard_state or self.entries or self.messages or self.committed or self.snapshot)
 
 
 @dataclass(slots=True)
 class _Follower:
     """What a leader knows of one follower: the next index to send, the last it holds, when it
     last answered; ``streaming`` once it took an Append, so entries are sent without waiting for
-    each answer (until one is refused: then one at a time, going back, until they agree)."""
+    each answer (until one is refused: then one at a time, going back, until they agree).
+    While a snapshot sent to it (up to ``snapshot``) is unanswered, until ``snapshot_due``, it
+    is sent heartbeats only."""
 
     next: int
     match: int = 0
     heard: float = 0.0
     streaming: bool = False
+    snapshot: int = 0
+    snapshot_due: float = -float("inf")
 
 
 class Node:
-    """A member of a site. ``state`` and ``entries`` are what its disk held at start;
-    ``applied``, how far the site's state it restored already goes (those entries are not handed
-    out to apply again)."""
+    """A member of a site. ``state``, ``snapshot`` and ``entries`` (those after the snapshot)
+    are what its disk held at start; ``applied``, how far the site's state it restored already
+    goes (those entries are not handed out to apply again; at least the snapshot's index: the
+    adapter restores its state machine from the snapshot)."""
 
     def __init__(
         self,
@@ -135,11 +154,17 @@ class Node:
         state: HardState = _NEVER_RAN,
         entries: Sequence[Entry] = (),
         applied: int = 0,
+        snapshot: Snapshot | None = None,
     ) -> None:
         self.config = config
         self.random = random
         self.term, self.vote = state.term, state.vote
-        self.log = Entries(entries)
+        self.snapshot = snapshot  # the latest, standing for the entries up to its index
+        if snapshot is None:
+            self.log = Entries(entries)
+        else:
+            self.log = Entries(entries, snapshot.index, snapshot.term)
+            applied = max(applied, snapshot.index)
         if applied > self.log.last_index:
             raise ValueError(f"applied up to {applied}, but the log ends at {self.log.last_index}")
         self.role = Role.FOLLOWER
@@ -154,6 +179,8 @@ class Node:
         self._unstable_from = self.log.last_index + 1  # the first index the disk may not hold as we do
         self._written = self.log.last_index  # the last index the last ``ready()`` handed to write
         self._messages: list[tuple[str, ConsensusMessage]] = []
+        self._installed: Snapshot | None = None  # a leader's, for the next ``ready()`` to write
+        self._now = now  # the latest time an entry point was given
         self._reset_election(now)
 
     # -- what the adapter calls -----------------------------------------------------------------
@@ -162,6 +189,7 @@ class Node:
         """A message from ``sender``, a member of the site."""
         if sender not in self.config.peers:
             raise ValueError(f"{sender} is not a member of the site of {self.config.me}")
+        self._now = now
         self._check_quorum(now)
         if message.term > self.term and not self._ignores_newer(message, now):
             self._become_follower(message.term, None, now)
@@ -172,6 +200,7 @@ class Node:
 
     def tick(self, now: float) -> None:
         """Time passed: heartbeats, elections, stepping down."""
+        self._now = now
         self._check_quorum(now)
         if self.role is Role.LEADER:
             if now >= self.heartbeat_due:
@@ -181,6 +210,7 @@ class Node:
 
     def propose(self, data: bytes, now: float) -> Entry:
         """A new entry at the end of the site's log; NotLeader unless this broker leads."""
+        self._now = now
         self._check_quorum(now)
         if self.role is not Role.LEADER:
             raise NotLeader(self.config.me, self.leader)
@@ -198,7 +228,9 @@ class Node:
             entries=self.log.between(self._unstable_from, self.log.last_index),
             messages=self._messages,
             committed=self.log.between(self.applied + 1, self.commit),
+            snapshot=self._installed,
         )
+        self._installed = None
         self._hard_dirty = False
         self._unstable_from = self.log.last_index + 1
         self._messages = []
@@ -210,6 +242,7 @@ class Node:
         """Whether ``ready()`` has anything to hand out."""
         return bool(
             self._hard_dirty
+            or self._installed
             or self._messages
             or self._unstable_from <= self.log.last_index
             or self.commit > self.applied
@@ -219,10 +252,29 @@ class Node:
     def advance(self, now: float) -> None:
         """The last ``ready()`` is carried out: its entries are on disk (unless a leader has
         since replaced some of them: those are written by the next one)."""
+        self._now = now
         if self._unstable_from > self._written:
             self.stable = max(self.stable, self._written)
         if self.role is Role.LEADER:
             self._advance_commit(now)
+
+    def compact(self, index: int, data: bytes) -> Snapshot:
+        """The adapter's state machine, applied up to ``index``, is ``data``: the entries up to
+        ``index`` are dropped, the snapshot stands for them (and is what a follower behind them
+        is sent). The adapter then writes it (``SiteLog.compact``); nothing waits on that, as
+        nothing said depends on it. A snapshot no newer than the one held changes nothing (the
+        one held is returned)."""
+        if not 0 < index <= self.applied:
+            raise ValueError(
+                f"{self.config.me} cannot compact up to {index}: it applied up to {self.applied}"
+            )
+        if self.snapshot is not None and index <= self.snapshot.index:
+            return self.snapshot
+        term = self.log.term_at(index)
+        assert term is not None, f"entry {index}, applied, is not in the log"
+        self.snapshot = Snapshot(index, term, data)
+        self.log.compact(index, term)
+        return self.snapshot
 
     @property
     def leads(self) -> bool:
@@ -317,7 +369,7 @@ class Node:
 
     def _fence(self, sender: str, message: ConsensusMessage) -> None:
         """A message of an older term: its sender learns ours (and steps down); nothing else."""
-        if type(message) is Append:
+        if type(message) in (Append, InstallSnapshot):
             self._messages.append((sender, AppendReply(self.term, self.config.me, False, 0)))
         elif type(message) is VoteRequest:
             self._messages.append((sender, VoteReply(self.term, self.config.me, False)))
@@ -330,6 +382,15 @@ class Node:
             self._send_append(peer, follower)
 
     def _send_append(self, peer: str, follower: _Follower) -> None:
+        if self._now < follower.snapshot_due:  # a snapshot is on its way: a heartbeat only
+            heartbeat = Append(
+                self.term, self.config.me, self.log.snapshot_index, self.log.snapshot_term, (), self.commit
+            )
+            self._messages.append((peer, heartbeat))
+            return
+        if follower.next <= self.log.snapshot_index:  # what it lacks is compacted
+            self._send_snapshot(peer, follower)
+            return
         prev = follower.next - 1
         prev_term = self.log.term_at(prev)
         assert prev_term is not None, "a follower's next index is past the end of the leader's log"
@@ -340,31 +401,62 @@ class Node:
         if follower.streaming:
             follower.next += len(entries)
 
+    def _send_snapshot(self, peer: str, follower: _Follower) -> None:
+        snapshot = self.snapshot
+        assert snapshot is not None and snapshot.index == self.log.snapshot_index
+        message = InstallSnapshot(self.term, self.config.me, snapshot.index, snapshot.term, snapshot.data)
+        self._messages.append((peer, message))
+        follower.streaming = False
+        follower.snapshot, follower.snapshot_due = snapshot.index, self._now + self.config.snapshot_timeout
+
     def _on_append(self, sender: str, append: Append, now: float) -> None:
         if self.role is not Role.FOLLOWER or self.leader != sender:
             self._become_follower(self.term, sender, now)
         self.heard_leader = now
         self._reset_election(now)
-        if self.log.term_at(append.prev_index) != append.prev_term:
-            hint = min(append.prev_index - 1, self.log.last_index)
-            if self.log.term_at(append.prev_index) is not None:
-                hint = self.log.first_of_term(append.prev_index) - 1
+        prev_index, prev_term, entries = append.prev_index, append.prev_term, append.entries
+        if prev_index < self.log.snapshot_index:  # what it holds up to there is committed, so the leader's
+            entries = entries[self.log.snapshot_index - prev_index :]
+            prev_index, prev_term = self.log.snapshot_index, self.log.snapshot_term
+        if self.log.term_at(prev_index) != prev_term:
+            hint = min(prev_index - 1, self.log.last_index)
+            if self.log.term_at(prev_index) is not None:
+                hint = self.log.first_of_term(prev_index) - 1
             self._messages.append(
                 (sender, AppendReply(self.term, self.config.me, False, max(hint, self.commit)))
             )
             return
-        conflict = self.log.conflict(append.entries)
+        conflict = self.log.conflict(entries)
         if conflict is not None:
             if conflict <= self.commit:
                 raise AssertionError(f"leader {sender} contradicts committed entry {conflict}")
             self.log.truncate(conflict)
             self._unstable_from = min(self._unstable_from, conflict)
             self.stable = min(self.stable, conflict - 1)
-            for entry in append.entries[conflict - append.prev_index - 1 :]:
+            for entry in entries[conflict - prev_index - 1 :]:
                 self.log.append(entry)
-        match = append.prev_index + len(append.entries)
+        match = prev_index + len(entries)
         self.commit = max(self.commit, min(append.commit, match))
         self._messages.append((sender, AppendReply(self.term, self.config.me, True, match)))
+
+    def _on_install_snapshot(self, sender: str, message: InstallSnapshot, now: float) -> None:
+        """A leader's snapshot: taken only if it goes beyond what this broker committed (a
+        committed entry is never taken back, an applied one never undone); the entries after it
+        are kept if the log holds its last entry, else the whole log goes. Answered once on disk
+        (the next ``ready()`` hands it to write), as an Append would be."""
+        if self.role is not Role.FOLLOWER or self.leader != sender:
+            self._become_follower(self.term, sender, now)
+        self.heard_leader = now
+        self._reset_election(now)
+        if message.last_index <= self.commit:  # old news (a duplicate, a late copy): never go back
+            self._messages.append((sender, AppendReply(self.term, self.config.me, True, self.commit)))
+            return
+        self.log.compact(message.last_index, message.last_term)
+        self.snapshot = self._installed = message.snapshot
+        self.commit = self.applied = message.last_index
+        self._unstable_from = message.last_index + 1  # what is kept after it is written again with it
+        self.stable = message.last_index
+        self._messages.append((sender, AppendReply(self.term, self.config.me, True, message.last_index)))
 
     def _on_append_reply(self, sender: str, reply: AppendReply, now: float) -> None:
         if self.role is not Role.LEADER:
@@ -372,11 +464,15 @@ class Node:
         follower = self.followers[sender]
         follower.heard = now
         if reply.success:
-            follower.streaming = True
+            if reply.match >= follower.snapshot:  # the snapshot is there (or it did not need one)
+                follower.snapshot_due = -float("inf")
+            follower.streaming = now >= follower.snapshot_due
             if reply.match > follower.match:
                 follower.match = reply.match
                 follower.next = max(follower.next, reply.match + 1)
                 self._advance_commit(now)
+        elif now < follower.snapshot_due:
+            return  # refusing the heartbeats sent while its snapshot is on its way
         elif reply.match >= follower.match:  # (a refusal below what it took is an old answer)
             follower.streaming = False
             follower.next = max(follower.match + 1, min(follower.next - 1, reply.match + 1))
@@ -398,4 +494,5 @@ _HANDLERS: dict[type, Callable[[Node, str, ConsensusMessage, float], None]] = {
     VoteReply: Node._on_vote_reply,  # type: ignore[dict-item]
     Append: Node._on_append,  # type: ignore[dict-item]
     AppendReply: Node._on_append_reply,  # type: ignore[dict-item]
+    InstallSnapshot: Node._on_install_snapshot,  # type: ignore[dict-item]
 }

@@ -11,7 +11,17 @@ from dataclasses import dataclass
 
 from broker.messages.ids import PEER_ID
 
-__all__ = ["Append", "AppendReply", "ConsensusMessage", "Entry", "HardState", "VoteReply", "VoteRequest"]
+__all__ = [
+    "Append",
+    "AppendReply",
+    "ConsensusMessage",
+    "Entry",
+    "HardState",
+    "InstallSnapshot",
+    "Snapshot",
+    "VoteReply",
+    "VoteRequest",
+]
 
 
 def _count(value: object, what: str) -> None:
@@ -60,6 +70,25 @@ class HardState:
 
     def __post_init__(self) -> None:
         _count(self.term, "a term")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The site's state machine as it stood after applying the entries up to ``index`` (of
+    ``term``): it stands for those entries, which a member that holds it no longer keeps.
+    ``data`` is the state machine's own bytes (``Node`` never looks inside)."""
+
+    index: int
+    term: int
+    data: bytes
+
+    def __post_init__(self) -> None:
+        _count(self.index, "a snapshot's index")
+        _count(self.term, "a snapshot's term")
+        if self.index == 0 or self.term == 0:
+            raise ValueError("a snapshot stands for entries 1 to its index, in terms from 1")
+        if type(self.data) is not bytes:
+            raise ValueError(f"a snapshot's data must be bytes, not {type(self.data).__name__}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,4 +173,29 @@ class AppendReply:
         _count(self.match, "match")
 
 
-ConsensusMessage = VoteRequest | VoteReply | Append | AppendReply
+@dataclass(frozen=True, slots=True)
+class InstallSnapshot:
+    """The leader's snapshot, for a follower so far behind that the entries it lacks are no
+    longer kept (Raft's section 7). The follower takes it only if it goes beyond what it has
+    committed, and answers with an ``AppendReply`` whose ``match`` is ``last_index`` once the
+    snapshot is on its disk."""
+
+    term: int
+    leader: str
+    last_index: int
+    last_term: int
+    data: bytes
+
+    def __post_init__(self) -> None:
+        _count(self.term, "term")
+        _member(self.leader, "leader")
+        Snapshot(self.last_index, self.last_term, self.data)  # the same rules
+        if self.last_term > self.term:
+            raise ValueError(f"a snapshot's last term must be at most the message's term ({self.term})")
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.last_index, self.last_term, self.data)
+
+
+ConsensusMessage = VoteRequest | VoteReply | Append | AppendReply | InstallSnapshot

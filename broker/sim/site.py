@@ -3,27 +3,43 @@
 What FoundationDB and TigerBeetle do for theirs, in miniature: one seed decides every latency,
 loss, duplicate, crash, freeze and partition, so a run that breaks the log is replayed exactly.
 Each broker's disk is a record that survives its crashes; its applied state does not (a
-restarted broker applies the committed log again, as a broker restored from a snapshot replays
-the entries after it). Every step is checked against Raft's safety properties, and ``Violation``
-names the first one broken:
+restarted broker restores its state machine from its snapshot, if its log was compacted, and
+applies the committed entries after it again). With ``compact_every``, each broker compacts its
+log now and then (on average every that many entries applied, at seeded random points), so a
+broker that was down or cut off for long is caught up by the leader's snapshot. Every step is
+checked against Raft's safety properties, and ``Violation`` names the first one broken:
 
 - at most one leader per term;
-- every broker applies the same entry at the same index, in index order, none skipped;
+- every broker applies the same entry at the same index, in index order, none skipped but
+  those a snapshot stands for, and computes the same output of it;
+- a snapshot installed is one a broker took at its index (a leader's own, or one it installed),
+  and goes beyond what the installing broker applied;
 - an entry acknowledged to its proposer (applied by it) is never lost: after the faults stop
   every broker applies it at its index.
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from broker.consensus import Config, ConsensusMessage, Entry, HardState, Node, NotLeader
+from broker.consensus import (
+    Config,
+    ConsensusMessage,
+    Entry,
+    HardState,
+    InstallSnapshot,
+    Node,
+    NotLeader,
+    Recovered,
+    Snapshot,
+)
 
-__all__ = ["Disk", "SiteSim", "Storage", "Violation"]
+__all__ = ["Chain", "Disk", "Machine", "SiteSim", "Storage", "Violation"]
 
 TICK = 0.01  # seconds between two ticks of a broker
 
@@ -34,36 +50,82 @@ class Violation(AssertionError):
 
 @dataclass
 class Disk:
-    """What a broker's crash leaves: its term, its vote, its entries (``SiteLog``'s interface:
-    ``recover`` gives them back after a restart)."""
+    """What a broker's crash leaves: its term, its vote, its snapshot, its entries after it
+    (``SiteLog``'s interface: ``load`` gives them back after a restart)."""
 
     state: HardState = field(default_factory=HardState)
     entries: list[Entry] = field(default_factory=list)
+    snapshot: Snapshot | None = None
 
-    def write(self, state: HardState | None, entries: list[Entry]) -> None:
+    def write(self, state: HardState | None, entries: list[Entry], snapshot: Snapshot | None = None) -> None:
         if state is not None:
             self.state = state
+        if snapshot is not None:
+            self.snapshot, self.entries = snapshot, []
         if entries:
-            del self.entries[entries[0].index - 1 :]
+            del self.entries[entries[0].index - self._offset - 1 :]
             self.entries.extend(entries)
 
+    def compact(self, snapshot: Snapshot) -> None:
+        if snapshot.index > self._offset:
+            self.entries = self.entries[snapshot.index - self._offset :]
+            self.snapshot = snapshot
+
+    def load(self) -> Recovered:
+        return Recovered(self.state, self.snapshot, list(self.entries))
+
     def recover(self) -> tuple[HardState, list[Entry]]:
+        """As ``SiteLog.recover``: for a log never compacted."""
+        if self.snapshot is not None:
+            raise ValueError("the log is compacted: load() gives its snapshot too")
         return self.state, list(self.entries)
+
+    @property
+    def _offset(self) -> int:
+        return self.snapshot.index if self.snapshot is not None else 0
 
 
 class Machine(Protocol):
-    """What a site's members apply its committed entries to (``broker.sites.SiteState``): the
-    same entries in the same order must give the same output on every member."""
+    """What a site's members apply its committed entries to (``broker.sites.SiteState`` and its
+    router's snapshot: ``tests/sites``' ``Replica``): the same entries in the same order must
+    give the same output on every member. ``snapshot``: its whole state, as bytes; ``restore``:
+    that state again, in a fresh machine."""
 
     def apply(self, entry: bytes) -> object: ...
+
+    def snapshot(self) -> bytes: ...
+
+    def restore(self, data: bytes) -> None: ...
+
+
+class Chain:
+    """The state machine a site applies by default: a hash chain of the entries applied, so any
+    entry applied out of place, or a snapshot restored wrong, shows in every output after it."""
+
+    def __init__(self) -> None:
+        self.digest = b""
+
+    def apply(self, entry: bytes) -> object:
+        self.digest = hashlib.sha256(self.digest + entry).digest()
+        return self.digest
+
+    def snapshot(self) -> bytes:
+        return self.digest
+
+    def restore(self, data: bytes) -> None:
+        self.digest = data
 
 
 class Storage(Protocol):
     """A broker's disk as the site uses it: ``Disk``, or ``broker.consensus.SiteLog``."""
 
-    def write(self, state: HardState | None, entries: list[Entry]) -> None: ...
+    def write(
+        self, state: HardState | None, entries: list[Entry], snapshot: Snapshot | None = None
+    ) -> None: ...
 
-    def recover(self) -> tuple[HardState, list[Entry]]: ...
+    def compact(self, snapshot: Snapshot) -> None: ...
+
+    def load(self) -> Recovered: ...
 
 
 @dataclass
@@ -74,6 +136,8 @@ class _Broker:
     frozen_until: float = 0.0
     applied: int = 0  # in this incarnation
     machine: Machine | None = None  # what it applies the entries to, in this incarnation
+    compact_at: int = 0  # it compacts its log once it applied this far (with ``compact_every``)
+    installed: int = 0  # leaders' snapshots it installed, over its incarnations
     inbox: list[tuple[str, ConsensusMessage]] = field(default_factory=list)  # held while frozen
 
 
@@ -86,8 +150,10 @@ class SiteSim:
     where the protocol is most fragile, between a promise and what follows it). ``disks``: each
     broker's disk by name (in memory by default; a test gives files, read again at each
     restart). ``machines``: a fresh state machine for each member at each (re)start, to which it
-    applies the committed entries (a restarted member applies the log again from its start);
-    every member's output for an index must be the output the first one gave."""
+    applies the committed entries (a restarted member restores its snapshot and applies the log
+    after it again); every member's output for an index must be the output the first one gave
+    (by default a ``Chain``). ``compact_every``: each member compacts its log after applying,
+    on average, that many entries (0: never)."""
 
     def __init__(
         self,
@@ -101,14 +167,23 @@ class SiteSim:
         sudden: float = 0.0,
         disks: Callable[[str], Storage] = lambda _: Disk(),
         machines: Callable[[], Machine] | None = None,
+        compact_every: int = 0,
     ) -> None:
         self.random = random.Random(seed)
         self.now = 0.0
         self.loss, self.duplicates, self.latency, self.sudden = loss, duplicates, latency, sudden
-        self.machines = machines
-        self.outputs: dict[int, object] = {}  # index -> what applying it gave (with ``machines``)
+        self.machines = machines or Chain
+        self.compact_every = compact_every
+        self.outputs: dict[int, object] = {}  # index -> what applying it gave
+        self.snapshots: dict[int, set[bytes]] = {}  # index -> the state machine's snapshots taken there
+        self.compactions = 0
+        self.snapshots_sent = 0  # InstallSnapshot messages said
         names = tuple(f"b{i}" for i in range(1, members + 1))
-        self.configs = {n: Config(n, names, election_timeout, heartbeat) for n in names}
+        # a snapshot lost (or its answer) is sent again after a few election timeouts, not 5 s
+        self.configs = {
+            n: Config(n, names, election_timeout, heartbeat, snapshot_timeout=4 * election_timeout)
+            for n in names
+        }
         self.brokers = {n: _Broker(n, disks(n)) for n in names}
         self.cut: set[frozenset[str]] = set()  # pairs that cannot reach one another
         self.events: list[tuple[float, int, str, Any]] = []
@@ -130,10 +205,17 @@ class SiteSim:
 
     def restart(self, name: str) -> None:
         broker = self.brokers[name]
-        state, entries = broker.disk.recover()
-        broker.node = Node(self.configs[name], self.now, self.random.random, state, entries)
+        found = broker.disk.load()
+        config = self.configs[name]
+        broker.node = Node(
+            config, self.now, self.random.random, found.state, found.entries, snapshot=found.snapshot
+        )
+        broker.machine = self.machines()
         broker.applied = 0
-        broker.machine = self.machines() if self.machines is not None else None
+        if found.snapshot is not None:
+            broker.machine.restore(found.snapshot.data)
+            broker.applied = found.snapshot.index
+        self._schedule_compaction(broker)
 
     def freeze(self, name: str, seconds: float) -> None:
         """Stopped (SIGSTOP, a long GC pause): it hears and says nothing until it wakes, then
@@ -280,7 +362,7 @@ class SiteSim:
 
     def _carry_out_once(self, broker: _Broker, node: Node) -> None:
         ready = node.ready()
-        broker.disk.write(ready.hard_state, ready.entries)
+        broker.disk.write(ready.hard_state, ready.entries, ready.snapshot)
         if node.leads:
             known = self.leaders.setdefault(node.term, broker.name)
             if known != broker.name:
@@ -289,14 +371,50 @@ class SiteSim:
                 )
         for target, message in ready.messages:
             self._send(broker.name, target, message)
+        if ready.snapshot is not None:
+            self._install(broker, ready.snapshot)
         for entry in ready.committed:
             self._apply(broker, entry)
         node.advance(self.now)
+        if self.compact_every and broker.applied >= broker.compact_at:
+            self._compact(broker, node)
         if ready.messages and self.random.random() < self.sudden:
             self.crash(broker.name)
             self._at(self.now + self.random.random() * self.latency * 2, "restart", broker.name)
 
+    def _schedule_compaction(self, broker: _Broker) -> None:
+        if self.compact_every:
+            broker.compact_at = broker.applied + self.random.randint(1, 2 * self.compact_every)
+
+    def _compact(self, broker: _Broker, node: Node) -> None:
+        """The broker's state machine, applied up to where it is, becomes its log's snapshot."""
+        assert broker.machine is not None
+        data = broker.machine.snapshot()
+        self.snapshots.setdefault(broker.applied, set()).add(data)
+        snapshot = node.compact(broker.applied, data)
+        broker.disk.compact(snapshot)
+        self.compactions += 1
+        self._schedule_compaction(broker)
+
+    def _install(self, broker: _Broker, snapshot: Snapshot) -> None:
+        """A leader's snapshot, on disk: the broker's state machine is restored from it."""
+        if snapshot.index <= broker.applied:
+            raise Violation(
+                f"{broker.name} installed snapshot {snapshot.index} after applying {broker.applied}"
+            )
+        if snapshot.data not in self.snapshots.get(snapshot.index, ()):
+            raise Violation(
+                f"{broker.name} installed a snapshot of entry {snapshot.index} that no one took there"
+            )
+        broker.machine = self.machines()
+        broker.machine.restore(snapshot.data)
+        broker.applied = snapshot.index
+        broker.installed += 1
+        self._schedule_compaction(broker)
+
     def _send(self, sender: str, target: str, message: ConsensusMessage) -> None:
+        if type(message) is InstallSnapshot:
+            self.snapshots_sent += 1
         if frozenset((sender, target)) in self.cut or self.random.random() < self.loss:
             return
         copies = 2 if self.random.random() < self.duplicates else 1
@@ -310,10 +428,10 @@ class SiteSim:
         known = self.applied.setdefault(entry.index, entry)
         if known != entry:
             raise Violation(f"{broker.name} applied {entry} where another applied {known}")
-        if broker.machine is not None:
-            output = broker.machine.apply(entry.data)
-            if self.outputs.setdefault(entry.index, output) != output:
-                raise Violation(f"{broker.name} computed another output for entry {entry.index}")
+        assert broker.machine is not None
+        output = broker.machine.apply(entry.data)
+        if self.outputs.setdefault(entry.index, output) != output:
+            raise Violation(f"{broker.name} computed another output for entry {entry.index}")
         data = self.proposed.pop((broker.name, entry.index), None)
         if data is not None and data == entry.data:
             self.acknowledged[entry.index] = data

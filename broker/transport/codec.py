@@ -26,9 +26,10 @@ VoteRequest           ``vote``        term, candidate, last index, last term, pr
 VoteReply             ``voted``       term, voter, granted, pre-vote
 Append                ``append``      term, leader, prev index, prev term, [[term, index, data], ...], commit
 AppendReply           ``appended``    term, follower, success, match
+InstallSnapshot       ``install``     term, leader, last index, last term, data
 ====================  ==============  =====================================================
 
-The last four are a site's consensus (``broker.consensus``), between the brokers of one site.
+The last five are a site's consensus (``broker.consensus``), between the brokers of one site.
 
 A composite is ``["atom", filter]``, ``["and" | "or" | "seq", [composites]]`` or ``["times",
 composite, count, attribute, step]``. A publication is ``[class, [[name, value], ...]]`` and a
@@ -68,6 +69,7 @@ from broker.messages import (
     Deliver,
     Entry,
     Hello,
+    InstallSnapshot,
     Notify,
     Ping,
     Pong,
@@ -181,6 +183,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
         m.commit,
     ],
     AppendReply: lambda m: ["appended", m.term, m.follower, m.success, m.match],
+    InstallSnapshot: lambda m: ["install", m.term, m.leader, m.last_index, m.last_term, m.data],
 }
 
 
@@ -379,6 +382,7 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "voted": ("VoteReply", 5, lambda a: VoteReply(*a[1:])),
     "append": ("Append", 7, lambda a: Append(a[1], a[2], a[3], a[4], _to_entries(a[5]), a[6])),
     "appended": ("AppendReply", 5, lambda a: AppendReply(*a[1:])),
+    "install": ("InstallSnapshot", 6, lambda a: InstallSnapshot(*a[1:])),
 }
 
 

@@ -19,6 +19,7 @@ from broker.messages import (
     Append,
     AppendReply,
     Hello,
+    InstallSnapshot,
     LinkDown,
     LinkUp,
     Ping,
@@ -34,7 +35,8 @@ from broker.transport.tls import Peer
 
 __all__ = ["Peers"]
 
-SITE_ONLY = frozenset({VoteRequest, VoteReply, Append, AppendReply})  # a site's, never a router's
+# a site's, never a router's
+SITE_ONLY = frozenset({VoteRequest, VoteReply, Append, AppendReply, InstallSnapshot})
 
 
 class Peers:

@@ -9,11 +9,14 @@ from broker.consensus import (
     Append,
     AppendReply,
     Config,
+    ConsensusMessage,
     Entry,
     HardState,
+    InstallSnapshot,
     Node,
     NotLeader,
     Role,
+    Snapshot,
     VoteReply,
     VoteRequest,
 )
@@ -217,6 +220,10 @@ def test_messages_from_outside_the_site_are_refused() -> None:
         (lambda: VoteRequest(-1, "a", 0, 0), "term must be a non-negative integer, not -1"),
         (lambda: Config("a", ("b", "c")), "a must be one of the site's members"),
         (lambda: Config("a", ("a",), 1.0, 0.5), "shorter than half the election timeout"),
+        (lambda: Config("a", ("a",), snapshot_timeout=0), "a snapshot must be given time to arrive"),
+        (lambda: Snapshot(0, 0, b""), "a snapshot stands for entries 1 to its index"),
+        (lambda: InstallSnapshot(1, "a", 3, 2, b""), "last term must be at most the message's term"),
+        (lambda: InstallSnapshot(1, "a", 3, 1, "text"), "a snapshot's data must be bytes, not str"),  # type: ignore[arg-type]
     ],
 )
 def test_malformed_messages_and_settings_are_refused(build: object, message: str) -> None:
@@ -233,3 +240,205 @@ def test_a_restart_with_applied_state_hands_out_only_what_follows() -> None:
     assert [e.data for e in node.ready().committed] == [b"y", b""]
     with pytest.raises(ValueError, match="applied up to 4, but the log ends at 3"):
         Node(Config("a", ("a",), E, H), 0.0, lambda: 0.0, HardState(1, "a"), entries, applied=4)
+
+
+# -- compaction (Raft's section 7) -------------------------------------------------------------
+
+
+def follower(entries: list[Entry], commit: int = 0, term: int = 1) -> Node:
+    """``b``, a follower of ``a`` in ``term`` holding ``entries``, told ``commit`` by ``a``."""
+    node = Node(Config("b", ("a", "b", "c"), E, H), 0.0, lambda: 0.0, HardState(term, "a"), entries)
+    node.handle("a", Append(term, "a", len(entries), entries[-1].term if entries else 0, (), commit), 0.0)
+    node.ready()
+    node.advance(0.0)
+    return node
+
+
+def test_compacting_drops_the_applied_entries_and_keeps_the_rest() -> None:
+    site = Cluster()
+    site.elect("a")
+    for number in range(5):
+        site.propose("a", b"%d" % number)
+    site.deliver_all()
+    a = site.nodes["a"]
+    assert a.applied == 6 and a.log.last_index == 6
+    snapshot = site.compact("a")
+    assert snapshot == Snapshot(6, 1, b"state@6") and a.snapshot == snapshot
+    assert a.log.first_index == 7 and a.log.term_at(6) == 1 and a.log.term_at(5) is None
+    assert (a.log.last_index, a.log.last_term) == (6, 1)  # what a vote request says is unchanged
+    assert site.disks["a"].snapshot == snapshot and site.disks["a"].entries == []
+    assert a.compact(3, b"older") is snapshot  # no newer than the one held: nothing changes
+    with pytest.raises(ValueError, match="a cannot compact up to 7: it applied up to 6"):
+        a.compact(7, b"ahead")
+    site.propose("a", b"after")  # the log goes on after the snapshot
+    site.deliver_all()
+    site.heartbeat()
+    assert [e.data for e in site.applied["b"]][-1] == b"after" and a.commit == 7
+
+
+def test_a_follower_behind_the_compaction_point_installs_the_leader_s_snapshot() -> None:
+    site = Cluster()
+    site.elect("a")
+    site.cut = {"c"}
+    for number in range(5):
+        site.propose("a", b"%d" % number)
+        site.deliver_all()
+    site.heartbeat()
+    site.compact("a")  # entries 1..6 are gone from a; c holds only the no-op
+    site.cut = set()
+    site.heartbeat()  # c refuses a's heartbeat, a sends its snapshot, c installs it
+    assert site.installed["c"] == [Snapshot(6, 1, b"state@6")]
+    assert site.disks["c"].snapshot == Snapshot(6, 1, b"state@6")
+    assert site.nodes["c"].applied == 6 and site.nodes["c"].log.first_index == 7
+    site.propose("a", b"next")
+    site.deliver_all()
+    site.heartbeat()
+    assert [(e.index, e.data) for e in site.applied["c"]][-1] == (7, b"next")  # only what follows it
+    assert all(e.index > 6 for e in site.applied["c"][1:])
+    sent = [(s, t, m) for s, t, m in site.said if isinstance(m, InstallSnapshot)]
+    assert sent == [("a", "c", InstallSnapshot(1, "a", 6, 1, b"state@6"))]
+    assert ("c", "a", AppendReply(1, "c", True, 6)) in site.said
+
+
+def test_a_snapshot_is_answered_only_once_it_is_on_disk() -> None:
+    """The snapshot and the answer come out of one ``ready()``: written before it is said."""
+    node = follower([Entry(1, 1)])
+    node.handle("a", InstallSnapshot(1, "a", 5, 1, b"five"), 0.1)
+    ready = node.ready()
+    assert ready.snapshot == Snapshot(5, 1, b"five") and ready.committed == [] and ready.entries == []
+    assert ready.messages == [("a", AppendReply(1, "b", True, 5))]
+    assert node.applied == node.commit == 5 and node.log.last_index == 5
+
+
+def test_a_leader_sends_one_snapshot_at_a_time_and_again_only_when_it_timed_out() -> None:
+    site = Cluster()
+    site.elect("a")
+    site.cut = {"c"}
+    for number in range(3):
+        site.propose("a", b"%d" % number)
+        site.deliver_all()
+    site.compact("a")
+    site.cut = set()
+    site.now += H
+    site.nodes["a"].tick(site.now)
+    site.carry_out("a")
+    site.deliver(target="c", sender="a")  # a heartbeat c refuses: it lacks entries 2..4
+    site.deliver(target="a", sender="c")  # so a sends its snapshot, which is lost
+    assert [type(m) for s, t, m in site.wire if t == "c"] == [InstallSnapshot]
+    site.wire = [m for m in site.wire if m[1] != "c"]
+
+    def said_to_c() -> list[ConsensusMessage]:
+        site.heartbeat_without("c")
+        said = [m for s, t, m in site.wire if t == "c"]
+        site.wire = [m for m in site.wire if m[1] != "c"]
+        return said
+
+    timeout = site.nodes["a"].config.snapshot_timeout
+    said = [m for _ in range(int(timeout / H) - 1) for m in said_to_c()]  # c says nothing
+    assert len(said) > 10 and not any(isinstance(m, InstallSnapshot) for m in said)  # heartbeats only
+    assert {(m.prev_index, m.prev_term) for m in said if isinstance(m, Append)} == {(4, 1)}
+    site.nodes["a"].handle("c", AppendReply(1, "c", False, 1), site.now)  # c refuses one of them
+    assert site.nodes["a"].ready().messages == []  # answered by nothing: the snapshot is on its way
+    said = [m for _ in range(3) for m in said_to_c()]
+    assert [m for m in said if isinstance(m, InstallSnapshot)] == [InstallSnapshot(1, "a", 4, 1, b"state@4")]
+
+
+def test_a_snapshot_whose_answer_is_lost_is_known_installed_from_the_next_heartbeat() -> None:
+    site = Cluster()
+    site.elect("a")
+    site.cut = {"c"}
+    for number in range(3):
+        site.propose("a", b"%d" % number)
+        site.deliver_all()
+    site.compact("a")
+    site.cut = set()
+    site.now += H
+    site.nodes["a"].tick(site.now)
+    site.carry_out("a")
+    site.deliver(target="c", sender="a")  # a heartbeat c refuses
+    site.deliver(target="a", sender="c")  # a sends its snapshot
+    site.deliver(target="c", sender="a")  # c installs it; its answer is lost
+    site.wire = []
+    site.heartbeat()  # the heartbeat after the snapshot's index: c holds it, and says so
+    site.propose("a", b"next")  # so entries flow to c at once, not after the snapshot timeout
+    site.deliver_all()
+    assert site.nodes["c"].log.last_index == 5 and site.nodes["a"].followers["c"].match == 5
+    assert len([m for _, _, m in site.said if isinstance(m, InstallSnapshot)]) == 1
+
+
+def test_a_snapshot_no_newer_than_the_commit_is_not_installed() -> None:
+    """A late copy of a snapshot: what was committed and applied is never taken back."""
+    node = follower([Entry(1, i, b"%d" % i) for i in range(1, 7)], commit=5)
+    node.handle("a", InstallSnapshot(1, "a", 4, 1, b"four"), 0.1)
+    ready = node.ready()
+    assert ready.snapshot is None and node.snapshot is None
+    assert node.commit == 5 and node.log.first_index == 1 and node.log.last_index == 6
+    assert ready.messages == [("a", AppendReply(1, "b", True, 5))]
+
+
+def test_a_snapshot_of_an_older_term_is_answered_with_ours_and_ignored() -> None:
+    node = follower([Entry(1, 1), Entry(2, 2)], commit=1, term=2)
+    node.handle("a", InstallSnapshot(1, "a", 5, 1, b"stale"), 0.1)
+    ready = node.ready()
+    assert ready.snapshot is None and node.snapshot is None and node.log.last_index == 2
+    assert ready.messages == [("a", AppendReply(2, "b", False, 0))]
+
+
+def test_a_snapshot_keeps_the_entries_after_it_when_the_log_holds_its_last() -> None:
+    """Entries acknowledged past the snapshot may be part of a majority: kept (Raft's rule),
+    and written again with it, since the snapshot replaces the whole log on disk."""
+    node = follower([Entry(1, i, b"%d" % i) for i in range(1, 7)], commit=2)
+    node.handle("a", InstallSnapshot(1, "a", 4, 1, b"four"), 0.1)
+    ready = node.ready()
+    assert ready.snapshot == Snapshot(4, 1, b"four")
+    assert [e.index for e in ready.entries] == [5, 6] and node.log.last_index == 6
+    assert ready.messages == [("a", AppendReply(1, "b", True, 4))]
+
+
+def test_a_snapshot_whose_last_entry_the_log_lacks_replaces_the_whole_log() -> None:
+    node = follower([Entry(1, i) for i in range(1, 7)], commit=2)
+    node.handle("a", InstallSnapshot(2, "a", 4, 2, b"four"), 0.1)  # entry 4 is of term 2, not 1
+    ready = node.ready()
+    assert ready.snapshot == Snapshot(4, 2, b"four") and ready.entries == []
+    assert (node.log.last_index, node.log.last_term) == (4, 2)
+
+
+def test_an_append_from_before_the_snapshot_is_taken_from_the_snapshot_on() -> None:
+    node = follower([Entry(1, 1)])
+    node.handle("a", InstallSnapshot(1, "a", 5, 1, b"five"), 0.1)
+    node.ready()
+    node.advance(0.1)
+    late = Append(1, "a", 3, 1, tuple(Entry(1, i) for i in range(4, 8)), 7)  # 4, 5: compacted
+    node.handle("a", late, 0.2)
+    ready = node.ready()
+    assert [e.index for e in ready.entries] == [6, 7] and [e.index for e in ready.committed] == [6, 7]
+    assert ready.messages == [("a", AppendReply(1, "b", True, 7))]
+
+
+def test_a_restart_from_a_snapshot_starts_after_it() -> None:
+    snapshot = Snapshot(3, 1, b"three")
+    entries = [Entry(1, 4, b"four"), Entry(1, 5, b"five")]
+    node = Node(Config("a", ("a",), E, H), 0.0, lambda: 0.0, HardState(1, "a"), entries, snapshot=snapshot)
+    assert node.applied == 3 and node.log.first_index == 4 and node.snapshot == snapshot
+    node.tick(2 * E)
+    node.ready()
+    node.advance(2 * E)
+    assert [e.data for e in node.ready().committed] == [b"four", b"five", b""]
+    with pytest.raises(ValueError, match=r"entry 5 \(term 1\) does not follow entry 3"):
+        Node(Config("a", ("a",), E, H), 0.0, lambda: 0.0, HardState(1), entries[1:], snapshot=snapshot)
+
+
+def test_a_leader_restarted_from_a_snapshot_sends_it_to_a_member_that_lost_its_log() -> None:
+    site = Cluster()
+    site.elect("a")
+    site.propose("a", b"x")
+    site.deliver_all()
+    site.heartbeat()
+    site.compact("a")
+    site.start("a")  # from its snapshot
+    site.disks["c"].__init__()  # type: ignore[misc]  # c's disk replaced by an empty one
+    site.start("c")
+    site.elect("a")
+    assert site.installed["c"] == [Snapshot(2, 1, b"state@2")]
+    site.heartbeat()
+    assert site.nodes["c"].commit == site.nodes["a"].commit == 3

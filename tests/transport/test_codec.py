@@ -26,6 +26,7 @@ from broker.messages import (
     Deliver,
     Entry,
     Hello,
+    InstallSnapshot,
     LinkDown,
     LinkUp,
     Ping,
@@ -64,6 +65,7 @@ WIRE_TYPES = (
     VoteReply,
     Append,
     AppendReply,
+    InstallSnapshot,
 )
 
 PUBLICATION = parse_publication("[class,stock],[price,100.25],[symbol,IBM],[volume,12000],[note,'Zürich ✓']")
@@ -127,6 +129,7 @@ EXAMPLES = [
     Append(3, "S1-a", 7, 2, (Entry(3, 8, b"\x95entry"), Entry(3, 9)), 6),
     Append(3, "S1-a", 9, 3, (), 9),
     AppendReply(3, "S1-b", False, 4),
+    InstallSnapshot(3, "S1-a", 120, 2, b"\x00state\xff"),
 ]
 
 
@@ -389,6 +392,9 @@ GOOD_FILTER = ["stock", [["price", ">", 1]]]
         (pack(["append", 2, "a", 0, 0, [[2, 1]], 0]), "bad Append: an entry must be an array"),
         (pack(["append", 2, "a", 0, 0, {}, 0]), "bad Append: the entries must be an array"),
         (pack(["appended", 1, "b", 1, 0]), "bad AppendReply: success must be true or false"),
+        (pack(["install", 2, "a", 5, 1, "text"]), "bad InstallSnapshot: a snapshot's data must be bytes"),
+        (pack(["install", 2, "a", 0, 0, b""]), "bad InstallSnapshot: a snapshot stands for entries 1"),
+        (pack(["install", 2, "a", 5, 3, b""]), "bad InstallSnapshot: a snapshot's last term must be"),
         (pack(["pub", "p1", GOOD_PUB]), "bad Publish: expected 5 fields, got 2"),
         (pack(["pub", "p1", GOOD_PUB, 5, True]), "bad Publish: expected 5 fields, got 4"),
         (pack(["pub", "p1", GOOD_PUB, 5, 1, None]), "bad Publish: ack must be true or false"),
