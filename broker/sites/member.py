@@ -19,6 +19,12 @@ so their peers move to the new one. A frozen leader that wakes up steps down bef
 
 A hop's output goes only to the link whose ``LinkUp`` the site has applied (``bound``): a client
 that reconnects to the same broker gets nothing on its new link meant for the old one.
+
+Every ``COMPACT_EVERY`` applied entries a member snapshots its state (``SiteState.snapshot``) and
+its log keeps only the entries after it (``Node.compact``, ``SiteLog.compact``), so a restart
+restores the snapshot and replays a bounded tail. A leader compacts only once every other member
+holds what it applied, unless its log has grown past ``COMPACT_FORCE`` entries: a member behind
+the snapshot is sent the snapshot (``InstallSnapshot``), which must fit in one frame.
 """
 
 from __future__ import annotations
@@ -34,13 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from broker.clock import Clock
-from broker.consensus import Config, Entry, Node, NotLeader, SiteLog
+from broker.consensus import Config, ConsensusMessage, Entry, Node, NotLeader, SiteLog
 from broker.durable.offload import Offload
 from broker.errors import LinkClosed, ProtocolError
 from broker.messages import (
     Append,
     AppendReply,
     Hello,
+    InstallSnapshot,
     LinkDown,
     LinkUp,
     Message,
@@ -59,7 +66,9 @@ from broker.transport.uri import BrokerURI
 
 __all__ = ["SiteConfig", "SiteDriver", "SiteMember"]
 
-CONSENSUS = frozenset({VoteRequest, VoteReply, Append, AppendReply})
+CONSENSUS = frozenset({VoteRequest, VoteReply, Append, AppendReply, InstallSnapshot})
+COMPACT_EVERY = 10_000  # applied entries between two snapshots of a member's state
+COMPACT_FORCE = 100_000  # entries a leader keeps for a member behind, at most
 
 
 @dataclass(frozen=True)
@@ -136,10 +145,19 @@ class SiteMember:
         driver.name, driver.site = me, config.name
         self.state = SiteState(driver.router)
         self.disk = SiteLog(directory)
-        hard_state, entries = self.disk.recover()
+        recovered = self.disk.load()
+        if recovered.snapshot is not None:
+            self._restore(recovered.snapshot.data)
         members = tuple(m.id for m in config.members)
         node_config = Config(me, members, config.election_timeout, config.heartbeat, config.batch)
-        self.node = Node(node_config, clock.monotonic(), random.random, hard_state, entries)
+        self.node = Node(
+            node_config,
+            clock.monotonic(),
+            random.random,
+            recovered.state,
+            recovered.entries,
+            snapshot=recovered.snapshot,
+        )
         self.serving = False
         self.offload = Offload(clock=clock)
         self._wake = asyncio.Event()
@@ -258,16 +276,54 @@ class SiteMember:
             self._wake.clear()
             while self.node.has_ready():
                 ready = self.node.ready()
-                if ready.hard_state is not None or ready.entries:
-                    await self.offload.run(partial(self.disk.write, ready.hard_state, ready.entries))
+                if ready.hard_state is not None or ready.entries or ready.snapshot is not None:
+                    write = partial(self.disk.write, ready.hard_state, ready.entries, ready.snapshot)
+                    await self.offload.run(write)
                 for member, message in ready.messages:
-                    link = self.links.get(member)
-                    if link is not None:
-                        link.send(message)
+                    self._send(member, message)
+                if ready.snapshot is not None:  # the leader's state: ours was behind it
+                    self._restore(ready.snapshot.data)
                 for entry in ready.committed:
                     self._apply(entry)
                 self.node.advance(self.clock.monotonic())
                 self._roles()
+                await self._compact()
+
+    def _send(self, member: str, message: ConsensusMessage) -> None:
+        link = self.links.get(member)
+        if link is None:
+            return
+        try:
+            link.send(message)
+        except (ProtocolError, ValueError) as error:  # a snapshot too large for a frame
+            self.counters["site.unsendable"] += 1
+            self.log.error(
+                "site %s: cannot send %s to %s: %s", self.config.name, type(message).__name__, member, error
+            )
+
+    def _restore(self, data: bytes) -> None:
+        """The site's state from a snapshot (ours at start, or the leader's): the router is a new
+        object, configured as this process was started, and is the driver's from now on."""
+        before = self.state.router
+        self.state.restore(data)
+        self.state.router.configure_like(before, f"site {self.config.name}'s log")
+        self.driver.router = self.state.router
+        bound = self.binding.bound
+        for hop in [h for h in bound if self.state.attached.get(h) != self.me]:
+            del bound[hop]
+
+    async def _compact(self) -> None:
+        """A snapshot of the state for the log to stand for what was applied (see the module)."""
+        node = self.node
+        held = 0 if node.snapshot is None else node.snapshot.index
+        if node.applied - held < COMPACT_EVERY:
+            return
+        behind = any(f.match < node.applied for f in node.followers.values())
+        if node.leads and behind and node.log.last_index - held < COMPACT_FORCE:
+            return  # a member still needs entries we would drop
+        snapshot = node.compact(node.applied, self.state.snapshot())
+        await self.offload.run(partial(self.disk.compact, snapshot))
+        self.counters["site.compactions"] += 1
 
     def close(self) -> None:
         self.serving = False

@@ -16,9 +16,12 @@ the old link) is stale and dropped: only the member a hop is attached to speaks 
 
 from __future__ import annotations
 
+from typing import Any
+
 from broker.messages import LinkDown, LinkUp, Tick
 from broker.routing.router import Output, Router
 from broker.sites.inputs import Input, MemberDown, decode_input
+from broker.transport.persistence import dump_state, load_state
 
 __all__ = ["SiteState"]
 
@@ -66,6 +69,19 @@ class SiteState:
         if isinstance(message, LinkDown):
             del self.attached[hop]
         return self.router.handle(message, hop, now)
+
+    def snapshot(self) -> bytes:
+        """The whole state, for the site's log to stand for the entries applied so far."""
+        return dump_state((self.router.snapshot(), self.attached, self.stale))
+
+    def restore(self, data: bytes) -> None:
+        """The state a :meth:`snapshot` holds (this member's own, or its leader's); ValueError
+        if ``data`` is not one. The router is a new object: whoever holds the old one must take
+        ``self.router`` again."""
+        state: Any = load_state(data)
+        router, attached, stale = state
+        self.router = Router.restore(router)
+        self.attached, self.stale = dict(attached), int(stale)
 
     def mine(self, output: Output, member: str) -> Output:
         """The part of ``output`` that ``member`` sends: to the hops attached to it (its clients,

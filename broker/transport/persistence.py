@@ -49,7 +49,7 @@ from broker.messages import Message
 from broker.routing.router import Router
 from broker.transport.codec import decode, encode
 
-__all__ = ["CHECKPOINT_RECORDS", "Fsync", "RouterLog"]
+__all__ = ["CHECKPOINT_RECORDS", "Fsync", "RouterLog", "dump_state", "load_state"]
 
 log = logging.getLogger("broker")
 
@@ -78,6 +78,53 @@ def _load(data: bytes) -> object:
     """A pickle of this broker's log, its classes found where they are now (``MOVED``,
     ``RENAMED``)."""
     return _Unpickler(io.BytesIO(data)).load()
+
+
+# What a router's state is made of besides the broker's own classes: a state that names anything
+# else did not come from a broker (a site's brokers send theirs to each other, ``load_state``)
+_STATE_CLASSES = (
+    {("builtins", name) for name in ("set", "frozenset", "bytearray", "complex", "slice", "range")}
+    | {("collections", name) for name in ("OrderedDict", "Counter", "deque", "defaultdict")}
+    | {("datetime", name) for name in ("date", "datetime", "time", "timedelta", "timezone")}
+    | {("decimal", "Decimal"), ("copyreg", "_reconstructor"), ("builtins", "object"), ("itertools", "count")}
+    | {("array", "array"), ("array", "_array_reconstructor")}
+    | {
+        (module, name)  # the matcher's arrays
+        for module in (
+            "numpy",
+            "numpy.core.multiarray",
+            "numpy._core.multiarray",
+            "numpy.core.numeric",
+            "numpy._core.numeric",
+        )
+        for name in ("ndarray", "dtype", "_reconstruct", "scalar", "_frombuffer")
+    }
+)
+
+
+class _StateUnpickler(_Unpickler):
+    def find_class(self, module: str, name: str) -> object:
+        if not (module == "broker" or module.startswith("broker.")) and (module, name) not in _STATE_CLASSES:
+            raise pickle.UnpicklingError(f"a router's state holds no {module}.{name}")
+        return super().find_class(module, name)
+
+
+def dump_state(state: object) -> bytes:
+    """A router's state (``Router.snapshot`` and what goes with it) as bytes, under this format."""
+    return pickle.dumps((SNAPSHOT_FORMAT, state), pickle.HIGHEST_PROTOCOL)
+
+
+def load_state(data: bytes) -> object:
+    """What :func:`dump_state` made; ValueError for anything else, and for a pickle that names a
+    class a router's state is not made of (it may come from another broker: a pickle can call
+    anything it names)."""
+    try:
+        written, state = _StateUnpickler(io.BytesIO(data)).load()
+    except Exception as error:
+        raise ValueError(f"not a router's state: {error}") from None
+    if written != SNAPSHOT_FORMAT:
+        raise ValueError(f"a router's state of format {written}, not {SNAPSHOT_FORMAT}")
+    return state
 
 
 class RouterLog:

@@ -12,6 +12,7 @@ import pytest
 from broker.client import Client
 from broker.client.reconnect import BrokerList
 from broker.errors import LocalError
+from broker.sites import member
 from broker.sites.member import SiteConfig
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
@@ -175,6 +176,50 @@ def test_a_publication_crosses_from_one_site_to_another_and_survives_both_leader
         finally:
             for service in (*root, *child):
                 if service.site is not None and service.site.disk is not None:
+                    await service.stop()
+
+    run(scenario(), timeout=60)
+
+
+def test_a_member_back_behind_the_snapshot_is_sent_it_and_holds_the_same_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(member, "COMPACT_EVERY", 20)
+    monkeypatch.setattr(member, "COMPACT_FORCE", 30)
+
+    async def scenario() -> None:
+        services = site(tmp_path)
+        for service in services:
+            await service.start()
+        try:
+            await until(lambda: serving(services) is not None, what="a leader that serves")
+            leader = serving(services)
+            assert leader is not None
+            away = next(s for s in services if s is not leader)
+            assert away.site is not None and leader.site is not None
+            before = away.site.node.log.last_index
+            await away.stop()
+            client = await Client.connect(brokers_of(services), "pub", **FAST)  # type: ignore[arg-type]
+            await client.subscribe("[class,eq,'t']")
+            await client.advertise("[class,eq,'t'],[n,>,0]")
+            for n in range(1, 61):
+                await client.publish(f"[class,'t'],[n,{n}]")
+            held = leader.site.node.snapshot
+            assert held is not None and held.index > before  # what it missed is gone from every log
+            back = RouterService(away.uri, site=away.site.config, data=tmp_path / away.uri.id, **FAST)  # type: ignore[arg-type]
+            await back.start()
+            services[services.index(away)] = back
+            assert back.site is not None
+            await until(
+                lambda: back.site.node.applied >= leader.site.node.commit, what="the member caught up"
+            )  # type: ignore[union-attr]
+            assert back.site.node.snapshot is not None and back.site.node.snapshot.index >= held.index
+            assert back.router.status(detail=True)["prt"] == leader.router.status(detail=True)["prt"]
+            assert back.site.state.attached == leader.site.state.attached
+            await client.close()
+        finally:
+            for service in services:
+                if service.site is not None and service._server is not None:
                     await service.stop()
 
     run(scenario(), timeout=60)

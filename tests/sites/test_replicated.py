@@ -4,7 +4,6 @@ routing tables, sessions and custody."""
 
 from __future__ import annotations
 
-import pickle
 import random
 
 import pytest
@@ -18,20 +17,8 @@ from broker.sites import Input, SiteState, encode_input
 STOCK = parse_filter("[class,eq,stock]")
 
 
-class Replica(SiteState):
-    """A member's ``SiteState`` as the simulator's ``Machine``: its snapshot is the router's
-    (``Router.snapshot``) and the attachments, pickled."""
-
-    def snapshot(self) -> bytes:
-        return pickle.dumps((self.router.snapshot(), self.attached, self.stale), pickle.HIGHEST_PROTOCOL)
-
-    def restore(self, data: bytes) -> None:
-        router, self.attached, self.stale = pickle.loads(data)
-        self.router = Router.restore(router)
-
-
-def machine() -> Replica:
-    return Replica(Router("S1", session_grace=60))
+def machine() -> SiteState:  # the simulator's ``Machine``: snapshot and restore its own
+    return SiteState(Router("S1", session_grace=60))
 
 
 def inputs(seed: int) -> object:
@@ -119,7 +106,7 @@ def test_a_member_that_computes_otherwise_is_caught() -> None:
     """The checker's side: a member whose state machine is not the others' (here, a router with
     another id) gives another output for the same entry."""
     names = iter(["S1", "S1", "S2", "S1", "S2", "S2"] + ["S1"] * 100)
-    site = SiteSim(3, 1, machines=lambda: Replica(Router(next(names))))
+    site = SiteSim(3, 1, machines=lambda: SiteState(Router(next(names))))
     site.run(2)
     make = inputs(1)
     from broker.sim.site import Violation

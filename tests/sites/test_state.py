@@ -140,3 +140,25 @@ def test_members_fed_a_random_interleaving_of_attachments_agree() -> None:
     assert outputs[0] == outputs[1] == outputs[2]
     assert members[0].attached == members[1].attached == members[2].attached
     assert members[0].router.status(detail=True) == members[2].router.status(detail=True)
+
+
+def test_a_snapshot_restores_the_same_state_and_refuses_what_a_broker_did_not_write() -> None:
+    import pickle
+
+    site = SiteState(Router("S"))
+    site.take(Input("b1", "c1", 1.0, LinkUp(False, resume=0)))
+    site.take(Input("b1", "c1", 1.0, Subscribe("s1", parse_filter("[class,eq,t]"))))
+    copy = SiteState(Router("S"))
+    copy.restore(site.snapshot())
+    assert copy.attached == {"c1": "b1"}
+    assert copy.router.status()["subscriptions"] == site.router.status()["subscriptions"] == 1
+    assert copy.router.status(detail=True)["prt"] == site.router.status(detail=True)["prt"]
+
+    class Evil:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (print, ("owned",))
+
+    with pytest.raises(ValueError, match=r"holds no builtins\.print"):
+        copy.restore(pickle.dumps((11, Evil())))
+    with pytest.raises(ValueError, match="not a router's state"):
+        copy.restore(b"not a pickle")
