@@ -449,7 +449,7 @@ class Puppet:
             windows = [*self.windows, *(Window(s, p, t) for (s, p), t in self._open.items())]
             published, received = list(self.published), list(self.received)
         self._exited()
-        return check(published, received, windows, self.settings.settle)
+        return check(published, received, windows, self.settings.settle, self.topology.ordering)
 
     def _publishing(self, name: str) -> bool:
         member = self.members[name]
