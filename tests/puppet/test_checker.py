@@ -304,9 +304,9 @@ def test_a_hundred_thousand_deliveries_in_well_under_a_second() -> None:
         got += [Received(subscriber, p, seq, "/a/b", 5.0 + i / 1e5) for i, (p, seq) in enumerate(mine)]
     windows = [Window(s, "/a/*", 0.0) for s in ("s0", "s1", "s2", "s3", "s4")]
     assert len(got) == 100_000
-    began = time.perf_counter()
+    began = time.process_time()  # CPU time: other processes on a loaded machine do not count
     report = check(pubs, got, windows, ordering="TOTAL")
-    took = time.perf_counter() - began
+    took = time.process_time() - began
     assert report.lost == report.duplicated == report.out_of_order == 0
     assert [c.publications for c in report.cycles] == [(("d", 4000), ("e", 4000))]
     assert took < 1.0, f"{took:.2f} s"
