@@ -166,8 +166,8 @@ class Puppet:
         self._outstanding: dict[str, int] = defaultdict(int)  # Publish orders not done, per publisher
         self._lock = threading.Condition()
         self._start = time.monotonic()
-        self._last_delivery = self._start
-        self._last_progress = self._start
+        self._last_delivery = 0.0  # seconds since the start, as now() and the log
+        self._last_progress = 0.0
         self.members = {
             p.name: Member(p, self._argv(p), home / "logs" / f"{p.name}.log") for p in topology.processes
         }
