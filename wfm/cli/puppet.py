@@ -103,10 +103,10 @@ def puppet(
 
     \b
     Subscriber NAME Subscribe|Unsubscribe TOPIC     (TOPIC: /a/b, or /a/* for a prefix)
-    Publisher NAME Publish N Ontopic TOPIC Interval MS
+    Publisher NAME Publish N Ontopic TOPIC Interval MS [ms]
     Crash NAME    (SIGKILL)     Freeze NAME  (SIGSTOP)     Unfreeze NAME  (SIGCONT)
     Restart NAME  (start it again, same arguments and state)
-    Wait MS       Status
+    Wait MS [ms]  Status
 
     Every process of the topology is started first, and stopped at the end (or on Ctrl-C).
     With the topology's LoggingLevel full, the log has BroEvent lines too."""
@@ -139,7 +139,10 @@ def puppet(
         with Puppet(topology, where, emit, lambda text: click.echo(text, err=True), settings) as runner:
             runner.start()
             if from_stdin:
-                console(runner, topology, sys.stdin, lambda text: click.echo(text, err=True), _prompt())
+                prompt = _prompt()
+                console(runner, topology, sys.stdin, lambda text: click.echo(text, err=True), prompt)
+                if prompt is not None:
+                    click.echo(err=True)  # the summary on a line of its own, not after the last prompt
             else:
                 runner.run(commands)
             report = runner.finish()

@@ -12,11 +12,13 @@ Restart NAME      # start it again, same arguments and state directory
 Wait MS [ms]
 ```
 
-Keywords are case-insensitive; ``#`` starts a comment. :func:`parse_script` turns the text into
-commands that remember their line, and :func:`check_script` checks them against a topology (the
-names exist and have the right role), so that a script with a typo on line 40 fails before
-anything starts, naming that line. ``str(command)`` is the command as the log shows it: the
-script's own syntax, canonically spelled.
+These are the seed's words, as it spells them (``Interval x ms`` and ``Wait x ms`` with or without
+the ``ms``). Keywords are case-insensitive; ``#`` starts a comment. :func:`parse_script` turns the
+text into commands that remember their line, and :func:`check_script` checks them against a
+topology (the names exist and have the right role), so that a script with a typo on line 40 fails
+before anything starts, naming that line; the console does the same one line at a time
+(:func:`parse_line`, :func:`check_command`). ``str(command)`` is the command as the log shows it:
+the script's own syntax, canonically spelled.
 """
 
 from __future__ import annotations
