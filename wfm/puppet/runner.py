@@ -171,6 +171,11 @@ class Puppet:
         self.members = {
             p.name: Member(p, self._argv(p), home / "logs" / f"{p.name}.log") for p in topology.processes
         }
+        self._links: dict[str, set[str]] = defaultdict(set)  # broker -> the brokers it links to
+        for p in self.topology.of_role("broker"):
+            for uri in self.topology.neighbours(p.name):
+                self._links[p.name].add(uri.id)
+                self._links[uri.id].add(p.name)
         self._readers: list[threading.Thread] = []
         self._advertised: set[tuple[str, str]] = set()  # (publisher, topic) its broker acknowledged
         self.forwarding = Forwarding(self.topology) if self.topology.logging_level == "full" else None
@@ -227,14 +232,9 @@ class Puppet:
         brokers = [m for m in self.members.values() if m.process.role == "broker"]
         for member in brokers:
             self._launch(member)
-        expected: dict[str, set[str]] = defaultdict(set)
-        for member in brokers:
-            for uri in self.topology.neighbours(member.name):
-                expected[member.name].add(uri.id)
-                expected[uri.id].add(member.name)
         deadline = time.monotonic() + self.settings.start_timeout
         for member in brokers:
-            while not linked(self.topology.uri(member.name), expected[member.name]):
+            while not linked(self.topology.uri(member.name), self._links[member.name]):
                 self._exited(raise_error=True)
                 if time.monotonic() > deadline:
                     raise PuppetError(f"{member.name} did not link within {self.settings.start_timeout:g} s")
@@ -375,7 +375,7 @@ class Puppet:
         if (
             isinstance(command, Publish)
             and (command.name, command.topic) not in self._advertised
-            and self._publishing(command.name)
+            and self._live(command.name)
         ):
             if self._advertise(command.name, command.topic):
                 time.sleep(self.settings.settle)
@@ -442,6 +442,21 @@ class Puppet:
             self._launch(member)
             if member.worker and not member.ready.wait(ANSWER):
                 self.warn(f"warning: {member.name} was not ready within {ANSWER:g} s of its restart")
+            if member.process.role == "broker" and not self._relinked(member):
+                timeout = self.settings.start_timeout
+                self.warn(f"warning: {member.name} did not link again within {timeout:g} s")
+
+    def _relinked(self, member: Member) -> bool:
+        """Wait until a restarted broker is linked again to its neighbours that run (unfrozen),
+        as :meth:`start` waits for the tree: a broker's start can take seconds on a busy machine,
+        and a script that ended meanwhile would count what the broker still holds as lost."""
+        neighbours = {n for n in self._links[member.name] if self._live(n)}
+        deadline = time.monotonic() + self.settings.start_timeout
+        while not linked(self.topology.uri(member.name), neighbours):
+            if not member.running or time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _status(self) -> None:
         for member in self.members.values():
@@ -474,7 +489,7 @@ class Puppet:
         with self._lock:
             self._last_progress = self.now()
             while True:
-                busy = [n for n, k in self._outstanding.items() if k and self._publishing(n)]
+                busy = [n for n, k in self._outstanding.items() if k and self._live(n)]
                 if not busy or self.now() - self._last_progress > patience:
                     break
                 self._lock.wait(0.1)
@@ -488,6 +503,7 @@ class Puppet:
         self._exited()
         return check(published, received, windows, self.settings.settle, self.topology.ordering)
 
-    def _publishing(self, name: str) -> bool:
+    def _live(self, name: str) -> bool:
+        """Whether ``name`` runs and is not frozen: it can act on an order or answer a link."""
         member = self.members[name]
         return member.running and not member.frozen
