@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from wfm.puppet import ScriptError, check_script, parse_script
-from wfm.puppet.script import Publish, Signal, Status, Subscribe, Wait, load_script
+from wfm.puppet.script import Publish, Signal, Status, Subscribe, Wait, check_command, load_script, parse_line
 from wfm.topology import parse_topology
 
 TOPOLOGY = parse_topology(
@@ -95,3 +95,15 @@ def test_check_against_the_topology() -> None:
 def test_unreadable_script(tmp_path: object) -> None:
     with pytest.raises(ScriptError, match=r"cannot read script .*missing\.txt"):
         load_script(f"{tmp_path}/missing.txt")
+
+
+def test_one_line_at_a_time() -> None:
+    """The console's way in: the same words and errors as a file, one line at a time."""
+    assert parse_line("  # only a comment", 3) is None
+    assert parse_line("", 4) is None
+    assert parse_line("Wait 5 ms", 7, "<stdin>") == Wait(5, 7)
+    with pytest.raises(ScriptError, match=r"^<stdin>:8: expected: Status$"):
+        parse_line("Status please", 8, "<stdin>")
+    check_command(Wait(5, 7), TOPOLOGY, "<stdin>")
+    with pytest.raises(ScriptError, match=r"^<stdin>:2: no process 'ghost'"):
+        check_command(Signal("Freeze", "ghost", 2), TOPOLOGY, "<stdin>")

@@ -1,17 +1,21 @@
-"""``wfm puppet``: run a PuppetMaster script against a topology (thin over :mod:`wfm.puppet`)."""
+"""``wfm puppet``: run a PuppetMaster script, or its console, against a topology (thin over
+:mod:`wfm.puppet`)."""
 
 from __future__ import annotations
 
 import json
 import signal
+import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
 import click
 
 from wfm.cli.options import output_option
-from wfm.puppet import check_script, load_script
+from wfm.puppet import Command, check_script, load_script
+from wfm.puppet.console import PROMPT, console
 from wfm.puppet.runner import Entry, Puppet, Settings
 from wfm.topology import load_topology, parse_topology
 
@@ -30,7 +34,14 @@ Process subscriber1 Is subscriber On site1 URL tcp://127.0.0.1:0/sub
 
 
 @click.command()
-@click.argument("script", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("script", required=False, type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
+@click.option(
+    "--console",
+    "interactive",
+    is_flag=True,
+    help="Read commands from standard input, one at a time, each carried out as it comes "
+    "(the same as SCRIPT '-'); a bad one is an error line, not the end; end of input ends the run.",
+)
 @click.option(
     "--topology",
     "topology_file",
@@ -75,7 +86,8 @@ Process subscriber1 Is subscriber On site1 URL tcp://127.0.0.1:0/sub
 )
 @output_option
 def puppet(
-    script: Path,
+    script: Path | None,
+    interactive: bool,
     topology_file: Path | None,
     home: Path | None,
     heartbeat: float,
@@ -84,23 +96,33 @@ def puppet(
     linger: float,
     output: str,
 ) -> None:
-    """Run a SESDAD PuppetMaster SCRIPT and print the time-ordered log, then what was lost,
-    duplicated or out of order per publisher and subscriber; exit status 1 if anything was lost
-    or duplicated.
+    """Run a SESDAD PuppetMaster SCRIPT (or, with --console or '-', the commands typed on
+    standard input) and print the time-ordered log, then what was lost, duplicated, delivered
+    unasked or out of the topology's Ordering per publisher and subscriber; exit status 1 if the
+    checks of that Ordering found anything.
 
     \b
     Subscriber NAME Subscribe|Unsubscribe TOPIC     (TOPIC: /a/b, or /a/* for a prefix)
-    Publisher NAME Publish N Ontopic TOPIC Interval MS
+    Publisher NAME Publish N Ontopic TOPIC Interval MS [ms]
     Crash NAME    (SIGKILL)     Freeze NAME  (SIGSTOP)     Unfreeze NAME  (SIGCONT)
     Restart NAME  (start it again, same arguments and state)
-    Wait MS       Status
+    Wait MS [ms]  Status
 
-    Every process of the topology is started first, and stopped at the end (or on Ctrl-C)."""
+    Every process of the topology is started first, and stopped at the end (or on Ctrl-C).
+    With the topology's LoggingLevel full, the log has BroEvent lines too."""
+    from_stdin = interactive or script == Path("-")
+    if script is None and not from_stdin:
+        raise click.UsageError("give a SCRIPT, or --console (or '-') to type commands")
+    if interactive and script is not None and script != Path("-"):
+        raise click.UsageError("give a SCRIPT or --console, not both")
     topology = (
         load_topology(topology_file) if topology_file else parse_topology(DEFAULT_TOPOLOGY, "<default>")
     )
-    commands = load_script(script)
-    check_script(commands, topology, str(script))
+    commands: list[Command] = []
+    if not from_stdin:
+        assert script is not None
+        commands = load_script(script)
+        check_script(commands, topology, str(script))
     as_json = output == "json"
 
     def emit(entry: Entry) -> None:
@@ -116,7 +138,13 @@ def puppet(
         where = home or Path(temporary)
         with Puppet(topology, where, emit, lambda text: click.echo(text, err=True), settings) as runner:
             runner.start()
-            runner.run(commands)
+            if from_stdin:
+                prompt = _prompt()
+                console(runner, topology, sys.stdin, lambda text: click.echo(text, err=True), prompt)
+                if prompt is not None:
+                    click.echo(err=True)  # the summary on a line of its own, not after the last prompt
+            else:
+                runner.run(commands)
             report = runner.finish()
     if as_json:
         click.echo(json.dumps({"summary": report.as_dict()}))
@@ -125,3 +153,11 @@ def puppet(
             click.echo(line)
     if not report.ok:
         raise SystemExit(1)
+
+
+def _prompt() -> Callable[[], None] | None:
+    """A prompt on stderr before each command, if a person types them (stdin is a terminal);
+    none for piped input, whose output is a log to read or parse."""
+    if not sys.stdin.isatty():
+        return None
+    return lambda: click.echo(PROMPT, nl=False, err=True)

@@ -11,7 +11,11 @@ leaves no publisher running.
 The log is one list, appended under one lock with the time read under that lock, so it is in
 time order: the commands, with the script's syntax, and what the workers report
 (``PubEvent``, ``SubEvent`` in SESDAD's format, ``Status``, ``Error``), plus ``Exited NAME
-STATUS`` for a process that died without being told to.
+STATUS`` for a process that died without being told to. With the topology's ``LoggingLevel
+full``, ``BroEvent`` lines too, inferred from where publications went in and came out
+(:mod:`.events` says how, and what that cannot see).
+
+A script is run by :meth:`Puppet.run`; the console feeds :meth:`Puppet.do` one command at a time.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import IO
 from broker.client import BlockingClient, ConnectError, NoAnswer
 from broker.errors import LocalError
 from wfm.puppet.checker import Published, Received, Report, Window, check
+from wfm.puppet.events import Forwarding, bro_event, pub_event, sub_event
 from wfm.puppet.script import Command, Publish, Signal, Status, Subscribe, Wait
 from wfm.topology import Process, Topology
 from wfm.up import WFM, linked
@@ -161,12 +166,19 @@ class Puppet:
         self._outstanding: dict[str, int] = defaultdict(int)  # Publish orders not done, per publisher
         self._lock = threading.Condition()
         self._start = time.monotonic()
-        self._last_delivery = self._start
-        self._last_progress = self._start
+        self._last_delivery = 0.0  # seconds since the start, as now() and the log
+        self._last_progress = 0.0
         self.members = {
             p.name: Member(p, self._argv(p), home / "logs" / f"{p.name}.log") for p in topology.processes
         }
+        self._links: dict[str, set[str]] = defaultdict(set)  # broker -> the brokers it links to
+        for p in self.topology.of_role("broker"):
+            for uri in self.topology.neighbours(p.name):
+                self._links[p.name].add(uri.id)
+                self._links[uri.id].add(p.name)
         self._readers: list[threading.Thread] = []
+        self._advertised: set[tuple[str, str]] = set()  # (publisher, topic) its broker acknowledged
+        self.forwarding = Forwarding(self.topology) if self.topology.logging_level == "full" else None
 
     # the log --------------------------------------------------------------------------------------
 
@@ -220,14 +232,9 @@ class Puppet:
         brokers = [m for m in self.members.values() if m.process.role == "broker"]
         for member in brokers:
             self._launch(member)
-        expected: dict[str, set[str]] = defaultdict(set)
-        for member in brokers:
-            for uri in self.topology.neighbours(member.name):
-                expected[member.name].add(uri.id)
-                expected[uri.id].add(member.name)
         deadline = time.monotonic() + self.settings.start_timeout
         for member in brokers:
-            while not linked(self.topology.uri(member.name), expected[member.name]):
+            while not linked(self.topology.uri(member.name), self._links[member.name]):
                 self._exited(raise_error=True)
                 if time.monotonic() > deadline:
                     raise PuppetError(f"{member.name} did not link within {self.settings.start_timeout:g} s")
@@ -297,15 +304,19 @@ class Puppet:
                 member.ready.set()
             elif kind == "pub":
                 topic, seq = str(event["topic"]), int(event["seq"])  # type: ignore[call-overload]
-                t = self.record(
-                    f"PubEvent {name}, {name}, {topic}, {seq}", publisher=name, topic=topic, seq=seq
-                )
+                t = self.record(pub_event(name, topic, seq), publisher=name, topic=topic, seq=seq)
                 self.published.append(Published(name, seq, topic, t))
                 self._last_progress = t
+                if self.forwarding is not None and event.get("broker"):
+                    forwarded = self.forwarding.published(name, seq, str(event["broker"]))
+                    self._forwarded(forwarded, name, topic, seq)
             elif kind == "sub":
                 publisher, topic, seq = str(event["publisher"]), str(event["topic"]), int(event["seq"])  # type: ignore[call-overload]
+                if self.forwarding is not None and event.get("broker"):
+                    forwarded = self.forwarding.delivered(publisher, seq, str(event["broker"]))
+                    self._forwarded(forwarded, publisher, topic, seq)
                 t = self.record(
-                    f"SubEvent {name}, {publisher}, {topic}, {seq}",
+                    sub_event(name, publisher, topic, seq),
                     subscriber=name,
                     publisher=publisher,
                     topic=topic,
@@ -324,6 +335,11 @@ class Puppet:
             elif kind == "error":
                 self.record(f"Error {name}: {event['message']}")
             self._lock.notify_all()
+
+    def _forwarded(self, brokers: list[str], publisher: str, topic: str, seq: int) -> None:
+        for broker in brokers:
+            line = bro_event(broker, publisher, topic, seq)
+            self.record(line, broker=broker, publisher=publisher, topic=topic, seq=seq)
 
     def _await_answer(self, member: Member, kind: str, topic: str) -> bool:
         deadline = time.monotonic() + ANSWER
@@ -344,16 +360,37 @@ class Puppet:
         """Carry out ``commands``, once every publisher has advertised the topics it will
         publish on (so that subscriptions travel towards it before its first publication)."""
         for topic_of in dict.fromkeys((c.name, c.topic) for c in commands if isinstance(c, Publish)):
-            member = self.members[topic_of[0]]
-            if not member.order(f"advertise {topic_of[1]}") or not self._await_answer(
-                member, "advertised", topic_of[1]
-            ):
-                raise PuppetError(f"{member.name} did not advertise {topic_of[1]} within {ANSWER:g} s")
+            if not self._advertise(*topic_of):
+                raise PuppetError(f"{topic_of[0]} did not advertise {topic_of[1]} within {ANSWER:g} s")
         for command in commands:
-            self._exited()
-            self.record(str(command))
-            self._do(command)
+            self.do(command)
         self._exited()
+
+    def do(self, command: Command) -> None:
+        """Log ``command`` and carry it out. A publisher's first ``Publish`` on a topic no script
+        announced (the console's) first advertises it and waits ``settle`` seconds, the time the
+        checker allows a subscription to reach a publisher, so that it is not blamed for what
+        was published before its subscription could know of the publisher."""
+        self._exited()
+        if (
+            isinstance(command, Publish)
+            and (command.name, command.topic) not in self._advertised
+            and self._live(command.name)
+        ):
+            if self._advertise(command.name, command.topic):
+                time.sleep(self.settings.settle)
+            else:
+                self.warn(f"warning: line {command.line}: {command.name} did not advertise {command.topic}")
+        self.record(str(command))
+        self._do(command)
+
+    def _advertise(self, publisher: str, topic: str) -> bool:
+        """Have ``publisher`` advertise ``topic``; whether its broker acknowledged it in time."""
+        member = self.members[publisher]
+        if member.order(f"advertise {topic}") and self._await_answer(member, "advertised", topic):
+            self._advertised.add((publisher, topic))
+            return True
+        return False
 
     def _do(self, command: Command) -> None:
         if isinstance(command, Wait):
@@ -405,6 +442,21 @@ class Puppet:
             self._launch(member)
             if member.worker and not member.ready.wait(ANSWER):
                 self.warn(f"warning: {member.name} was not ready within {ANSWER:g} s of its restart")
+            if member.process.role == "broker" and not self._relinked(member):
+                timeout = self.settings.start_timeout
+                self.warn(f"warning: {member.name} did not link again within {timeout:g} s")
+
+    def _relinked(self, member: Member) -> bool:
+        """Wait until a restarted broker is linked again to its neighbours that run (unfrozen),
+        as :meth:`start` waits for the tree: a broker's start can take seconds on a busy machine,
+        and a script that ended meanwhile would count what the broker still holds as lost."""
+        neighbours = {n for n in self._links[member.name] if self._live(n)}
+        deadline = time.monotonic() + self.settings.start_timeout
+        while not linked(self.topology.uri(member.name), neighbours):
+            if not member.running or time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _status(self) -> None:
         for member in self.members.values():
@@ -437,7 +489,7 @@ class Puppet:
         with self._lock:
             self._last_progress = self.now()
             while True:
-                busy = [n for n, k in self._outstanding.items() if k and self._publishing(n)]
+                busy = [n for n, k in self._outstanding.items() if k and self._live(n)]
                 if not busy or self.now() - self._last_progress > patience:
                     break
                 self._lock.wait(0.1)
@@ -449,8 +501,9 @@ class Puppet:
             windows = [*self.windows, *(Window(s, p, t) for (s, p), t in self._open.items())]
             published, received = list(self.published), list(self.received)
         self._exited()
-        return check(published, received, windows, self.settings.settle)
+        return check(published, received, windows, self.settings.settle, self.topology.ordering)
 
-    def _publishing(self, name: str) -> bool:
+    def _live(self, name: str) -> bool:
+        """Whether ``name`` runs and is not frozen: it can act on an order or answer a link."""
         member = self.members[name]
         return member.running and not member.frozen

@@ -12,11 +12,13 @@ Restart NAME      # start it again, same arguments and state directory
 Wait MS [ms]
 ```
 
-Keywords are case-insensitive; ``#`` starts a comment. :func:`parse_script` turns the text into
-commands that remember their line, and :func:`check_script` checks them against a topology (the
-names exist and have the right role), so that a script with a typo on line 40 fails before
-anything starts, naming that line. ``str(command)`` is the command as the log shows it: the
-script's own syntax, canonically spelled.
+These are the seed's words, as it spells them (``Interval x ms`` and ``Wait x ms`` with or without
+the ``ms``). Keywords are case-insensitive; ``#`` starts a comment. :func:`parse_script` turns the
+text into commands that remember their line, and :func:`check_script` checks them against a
+topology (the names exist and have the right role), so that a script with a typo on line 40 fails
+before anything starts, naming that line; the console does the same one line at a time
+(:func:`parse_line`, :func:`check_command`). ``str(command)`` is the command as the log shows it:
+the script's own syntax, canonically spelled.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ __all__ = [
     "Status",
     "Subscribe",
     "Wait",
+    "check_command",
     "check_script",
     "load_script",
+    "parse_line",
     "parse_script",
 ]
 
@@ -118,15 +122,21 @@ def load_script(path: str | Path) -> list[Command]:
 
 
 def parse_script(text: str, source: str = "<script>") -> list[Command]:
-    commands: list[Command] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        words = raw.split("#", 1)[0].split()
-        if words:
-            try:
-                commands.append(_command(words, number))
-            except ValueError as error:
-                raise ScriptError(f"{source}:{number}: {error}") from None
-    return commands
+    """Every command of ``text``; ScriptError naming the first bad line."""
+    commands = (parse_line(raw, number, source) for number, raw in enumerate(text.splitlines(), 1))
+    return [command for command in commands if command is not None]
+
+
+def parse_line(raw: str, number: int, source: str = "<script>") -> Command | None:
+    """One line's command (None for a blank line or a comment), so that the console can take
+    commands one at a time with the same words and errors as a script file."""
+    words = raw.split("#", 1)[0].split()
+    if not words:
+        return None
+    try:
+        return _command(words, number)
+    except ValueError as error:
+        raise ScriptError(f"{source}:{number}: {error}") from None
 
 
 def _command(words: list[str], line: int) -> Command:
@@ -182,13 +192,17 @@ def _number(word: str, what: str, low: int, high: int) -> int:
 def check_script(commands: list[Command], topology: Topology, source: str = "<script>") -> None:
     """ScriptError naming the first command that names no process of ``topology``, or one of the
     wrong role (``Subscriber`` of a publisher)."""
-    roles = {p.name: p.role for p in topology.processes}
     for command in commands:
-        if isinstance(command, Wait | Status):
-            continue
-        role = roles.get(command.name)
-        if role is None:
-            raise ScriptError(f"{source}:{command.line}: no process {command.name!r} in {topology.source}")
-        wanted = ROLE_OF.get(str(command).split()[0])
-        if wanted is not None and role != wanted:
-            raise ScriptError(f"{source}:{command.line}: {command.name} is a {role}, not a {wanted}")
+        check_command(command, topology, source)
+
+
+def check_command(command: Command, topology: Topology, source: str = "<script>") -> None:
+    """:func:`check_script` for one command (the console checks each as it comes)."""
+    if isinstance(command, Wait | Status):
+        return
+    process = next((p for p in topology.processes if p.name == command.name), None)
+    if process is None:
+        raise ScriptError(f"{source}:{command.line}: no process {command.name!r} in {topology.source}")
+    wanted = ROLE_OF.get(str(command).split()[0])
+    if wanted is not None and process.role != wanted:
+        raise ScriptError(f"{source}:{command.line}: {command.name} is a {process.role}, not a {wanted}")

@@ -5,7 +5,8 @@ DIR`` reads the puppet's orders on stdin, one a line (``subscribe TOPIC``, ``uns
 ``advertise TOPIC``, ``publish N TOPIC MS``, ``status``) and reports on stdout, one JSON object a
 line: ``ready``, ``subscribed``/``unsubscribed``/``advertised`` (acknowledged by its broker),
 ``pub`` (a publication its broker acknowledged), ``done`` (a Publish order finished), ``sub`` (a
-delivery), ``status``, ``error``.
+delivery), ``status``, ``error``. ``pub`` and ``sub`` name the broker the client is linked to,
+from which the puppet infers the brokers that forwarded the publication (``LoggingLevel full``).
 It is a separate process so that the puppet can kill, freeze and restart it like any other.
 
 Its client id is its name, so its broker keeps its session while it is away (durable sessions).
@@ -75,7 +76,7 @@ class Worker:
 
     async def receive(self) -> None:
         async for delivery in self.client:
-            say("sub", **_event(delivery))
+            say("sub", **_event(delivery), broker=self.client.broker_id)
 
     # the publisher --------------------------------------------------------------------------------
 
@@ -108,7 +109,7 @@ class Worker:
                 except (NoAnswer, RefusedError) as error:
                     say("error", message=f"publication {seq} on {topic}: {error}")
                 else:
-                    say("pub", topic=topic, seq=seq)
+                    say("pub", topic=topic, seq=seq, broker=self.client.broker_id)
                 if i + 1 < count:
                     await asyncio.sleep(interval)
             say("done", topic=topic)
