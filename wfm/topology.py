@@ -141,6 +141,20 @@ class Topology:
             return None
         return SiteConfig(site, tuple(self.uri(b.name) for b in members))
 
+    def site_options(self, broker: str) -> tuple[str, ...]:
+        """The ``wfm broker`` options that make ``broker`` one of the brokers of its replicated
+        site (``--site``, ``--member``) and name the sites of the brokers it dials
+        (``--neighbor-site``): for processes started with ``--uri`` (``wfm up``, ``wfm puppet``)."""
+        options = [
+            ("--neighbor-site", f"{uri.id}={self.process(uri.id).site}")
+            for uri in self.neighbours(broker)
+            if self.site_of(uri.id) is not None
+        ]
+        site = self.site_of(broker)
+        if site is not None:
+            options += [("--site", site.name), *(("--member", str(m)) for m in site.others(broker))]
+        return tuple(arg for pair in options for arg in pair)
+
     def routers(self) -> dict[str, tuple[BrokerList, frozenset[str]]]:
         """Every router of the overlay by the name its peers know it by (a replicated site's, or
         its one broker's), with the brokers that serve it and the routers it links with once

@@ -35,7 +35,6 @@ from typing import TextIO
 
 from broker.client import BlockingClient, Brokers, ConnectError
 from broker.errors import LocalError
-from broker.sites.member import SiteConfig
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 from wfm.certs import ensure
@@ -90,8 +89,8 @@ class Layout:
     agents: dict[str, str]  # agent -> its --broker list, for the agents the topology places
     # every router by name: the brokers that serve it and the routers it links with, once up
     routers: Mapping[str, tuple[tuple[BrokerURI, ...], frozenset[str]]]
-    sites: dict[str, SiteConfig] = field(default_factory=dict)  # broker id -> its replicated site
     routing: str = "filter"  # every broker's --routing: the topology's RoutingPolicy
+    sites: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # broker id -> its site options
 
     @classmethod
     def line(cls, port: int) -> Layout:
@@ -116,10 +115,10 @@ class Layout:
         placed = topology.with_ports()
         brokers = [p.name for p in placed.of_role("broker")]
         agents = {p.name: str(placed.brokers_for(p.name)) for p in placed.of_role("agent")}
-        sites = {b: site for b in brokers if (site := placed.site_of(b)) is not None}
         routers = {name: (tuple(uris), linked) for name, (uris, linked) in placed.routers().items()}
         dials = {placed.uri(b): tuple(placed.neighbours(b)) for b in brokers}
-        return cls(dials, agents, routers, sites, placed.routing_policy)
+        sites = {b: placed.site_options(b) for b in brokers}
+        return cls(dials, agents, routers, placed.routing_policy, sites)
 
     @property
     def uris(self) -> list[BrokerURI]:
@@ -180,7 +179,7 @@ def broker_children(
                 "--data",
                 str(state / "brokers" / uri.id),
                 *(arg for neighbour in dials for arg in ("--neighbor", str(neighbour))),
-                *_site(layout, uri),
+                *layout.sites.get(uri.id, ()),
                 "--routing",
                 layout.routing,
                 *_as(certs, uri.id),
@@ -189,22 +188,6 @@ def broker_children(
         for uri, dials in layout.dials.items()
     ]
     return layout.uris, children
-
-
-def _site(layout: Layout, uri: BrokerURI) -> tuple[str, ...]:
-    """The options that make the broker at ``uri`` one of the brokers of its site, and name the
-    sites of the brokers it dials."""
-    dialled = (
-        ("--neighbor-site", f"{n.id}={layout.sites[n.id].name}")
-        for n in layout.dials[uri]
-        if n.id in layout.sites
-    )
-    options = tuple(arg for pair in dialled for arg in pair)
-    site = layout.sites.get(uri.id)
-    if site is None:
-        return options
-    members = (arg for member in site.others(uri.id) for arg in ("--member", str(member)))
-    return (*options, "--site", site.name, *members)
 
 
 def agent_names(workflows: Iterable[Workflow]) -> list[str]:

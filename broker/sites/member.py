@@ -149,7 +149,9 @@ class SiteMember:
         if recovered.snapshot is not None:
             self._restore(recovered.snapshot.data)
         members = tuple(m.id for m in config.members)
-        node_config = Config(me, members, config.election_timeout, config.heartbeat, config.batch)
+        # a snapshot sent while the member's link was down is sent again soon, not 5 s later
+        resend = max(1.0, 4 * config.election_timeout)
+        node_config = Config(me, members, config.election_timeout, config.heartbeat, config.batch, resend)
         self.node = Node(
             node_config,
             clock.monotonic(),
@@ -171,8 +173,9 @@ class SiteMember:
         """Our hello to a member (None if ``hello`` is not a member's), or why a client or another
         site may not connect here now: only the serving leader takes them."""
         if hello.kind == "broker" and self.is_member(hello.id):
-            if hello.id in self.links:
-                return f"broker {hello.id} is already connected"
+            old = self.links.get(hello.id)
+            if old is not None:  # it came back (a link to a dead host may linger): the new one wins
+                old.close(f"member {hello.id} linked again")
             return Hello("broker", self.me, site=self.config.name)
         if self.serving:
             return None
@@ -220,10 +223,10 @@ class SiteMember:
 
     async def serve_member(self, link: Link, name: str) -> None:
         """Carry consensus messages with member ``name`` until the link ends."""
-        if name in self.links:
-            await link.flush_and_close(f"broker {name} is already connected")
-            await link.wait_closed()
-            return
+        old = self.links.get(name)
+        if old is not None:
+            old.close(f"member {name} linked again")
+            await old.wait_closed()
         link.name = name
         self.links[name] = link
         self.log.info("site %s: member %s linked", self.config.name, name)
@@ -262,12 +265,21 @@ class SiteMember:
 
     # the log --------------------------------------------------------------------------------------
 
-    async def ticks(self) -> None:
-        """Time for the node: heartbeats, elections, a leader that lost its quorum stepping down."""
+    async def ticks(self, dead_after: float) -> None:
+        """Time for the node (heartbeats, elections, a leader that lost its quorum stepping down)
+        and for the member links: pinged while quiet, closed when silent for ``dead_after`` (a
+        member whose host vanished would otherwise hold its link, and its place, for ever)."""
         while True:
             await asyncio.sleep(self.config.heartbeat / 2)
-            self.node.tick(self.clock.monotonic())
+            now = self.clock.monotonic()
+            self.node.tick(now)
             self._changed()
+            for link in list(self.links.values()):
+                if now - link.last_received > dead_after:
+                    self.counters["heartbeat_timeouts"] += 1
+                    link.close(f"no traffic for {dead_after:g} s", abort=True)
+                elif now - link.last_sent >= self.config.heartbeat:
+                    link.send(Ping())
 
     async def run(self) -> None:
         """Carry out each ``Ready`` in order: write and fsync, send, apply, advance."""

@@ -178,7 +178,7 @@ class RouterService:
             self._spawn(self._dial(neighbor))
         if self.site is not None:
             self._spawn(self.site.run())
-            self._spawn(self.site.ticks())
+            self._spawn(self.site.ticks(self.peers.dead_after))
             for member in self.site.config.others(self.uri.id):
                 if member.id > self.uri.id:  # one link per pair: the lesser name dials
                     self._spawn(self._dial_member(member))
@@ -196,6 +196,8 @@ class RouterService:
             if task not in self._connections:
                 task.cancel()
         links = list(self.links.values())
+        if self.site is not None:
+            links += self.site.links.values()
         for link in links:
             link.close("broker stopping")
         await asyncio.gather(*(link.wait_closed() for link in links))

@@ -222,3 +222,62 @@ def test_a_bad_script_starts_nothing(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr.strip() == f"wfm: error: {tmp_path / 's.txt'}:2: no process 'nobody' in <default>"
     assert not (tmp_path / "run").exists()  # no process was started: none wrote a log
+
+
+SITES = "\n".join(
+    [
+        "Site site0 Parent none",
+        "Site site1 Parent site0",
+        "Site site2 Parent site0",
+        *(f"Process s{s}{m} Is broker On site{s} URL tcp://127.0.0.1:0/b" for s in range(3) for m in "abc"),
+        "Process publisher0 Is publisher On site1 URL tcp://127.0.0.1:0/p",
+        "Process subscriber0 Is subscriber On site2 URL tcp://127.0.0.1:0/s",
+        "RoutingPolicy filter",
+        "Ordering FIFO",
+    ]
+)
+SITE_BROKERS = [f"s{s}{m}" for s in range(3) for m in "abc"]
+
+
+def test_each_broker_of_each_site_killed_in_turn_loses_repeats_and_reorders_nothing(tmp_path: Path) -> None:
+    """Three sites of three brokers; the publisher on site1, the subscriber on site2, so every
+    publication crosses the root site. Every broker is killed -9 in turn while the stream runs
+    (each site's leader among them, whichever it is then) and restarted from its log."""
+    faults = "".join(f"Crash {b}\nWait 400\nRestart {b}\nWait 200\n" for b in SITE_BROKERS)
+    start = "Subscriber subscriber0 Subscribe /a/*\nWait 500\n"  # known at the publisher's site first
+    script = f"{start}Publisher publisher0 Publish 200 Ontopic /a/b Interval 20\n{faults}Wait 1000\n"
+    run = Run(tmp_path, script, SITES)
+    assert run.returncode == 0, (run.summary, run.stderr[-3000:])
+    pair = run.pairs()["publisher0", "subscriber0"]
+    assert (pair["received"], run.summary["lost"]) == (200, 0), pair
+
+
+def test_site_leaders_killed_two_at_once_and_frozen_past_the_heartbeat_timeout(tmp_path: Path) -> None:
+    """A site's name in a script is its leader at the time: the root's leader frozen for 1.5 s
+    (its site elects another, and it wakes up fenced), then the leaders of the publisher's and
+    the subscriber's sites killed at once, then the root's leader killed."""
+    script = """\
+Subscriber subscriber0 Subscribe /a/*
+Wait 500
+Publisher publisher0 Publish 150 Ontopic /a/b Interval 20
+Freeze site0
+Wait 1500
+Unfreeze site0
+Wait 300
+Crash site1
+Crash site2
+Wait 400
+Restart site1
+Restart site2
+Wait 300
+Crash site0
+Wait 400
+Restart site0
+Wait 1000
+"""
+    run = Run(tmp_path, script, SITES)
+    assert run.returncode == 0, (run.summary, run.stderr[-3000:])
+    leaders = [e["line"] for e in run.entries if e["line"].startswith("Leader ")]
+    assert [line.split()[1] for line in leaders] == ["site0", "site1", "site2", "site0"]
+    pair = run.pairs()["publisher0", "subscriber0"]
+    assert (pair["received"], run.summary["lost"]) == (150, 0), pair

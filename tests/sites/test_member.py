@@ -210,9 +210,8 @@ def test_a_member_back_behind_the_snapshot_is_sent_it_and_holds_the_same_state(
             await back.start()
             services[services.index(away)] = back
             assert back.site is not None
-            await until(
-                lambda: back.site.node.applied >= leader.site.node.commit, what="the member caught up"
-            )  # type: ignore[union-attr]
+            caught_up = back.site.node
+            await until(lambda: caught_up.applied >= leader.site.node.commit, what="the member caught up")  # type: ignore[union-attr]
             assert back.site.node.snapshot is not None and back.site.node.snapshot.index >= held.index
             assert back.router.status(detail=True)["prt"] == leader.router.status(detail=True)["prt"]
             assert back.site.state.attached == leader.site.state.attached

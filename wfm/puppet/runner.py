@@ -171,11 +171,9 @@ class Puppet:
         self.members = {
             p.name: Member(p, self._argv(p), home / "logs" / f"{p.name}.log") for p in topology.processes
         }
-        self._links: dict[str, set[str]] = defaultdict(set)  # broker -> the brokers it links to
-        for p in self.topology.of_role("broker"):
-            for uri in self.topology.neighbours(p.name):
-                self._links[p.name].add(uri.id)
-                self._links[uri.id].add(p.name)
+        # each router (a broker, or a replicated site) -> its brokers, and the routers it links to
+        self._routers = self.topology.routers()
+        self._hit: dict[str, str] = {}  # replicated site -> the broker its last Crash/Freeze hit
         self._readers: list[threading.Thread] = []
         self._advertised: set[tuple[str, str]] = set()  # (publisher, topic) its broker acknowledged
         self.forwarding = Forwarding(self.topology) if self.topology.logging_level == "full" else None
@@ -206,6 +204,9 @@ class Puppet:
                 "--uri",
                 str(self.topology.uri(p.name)),
                 *neighbours,
+                *self.topology.site_options(p.name),
+                "--routing",
+                self.topology.routing_policy,
                 *beat,
                 *grace,
                 *data,
@@ -233,11 +234,11 @@ class Puppet:
         for member in brokers:
             self._launch(member)
         deadline = time.monotonic() + self.settings.start_timeout
-        for member in brokers:
-            while not linked(self.topology.uri(member.name), self._links[member.name]):
+        for name, (serving, expected) in self._routers.items():
+            while not linked(serving, expected):
                 self._exited(raise_error=True)
                 if time.monotonic() > deadline:
-                    raise PuppetError(f"{member.name} did not link within {self.settings.start_timeout:g} s")
+                    raise PuppetError(f"{name} did not link within {self.settings.start_timeout:g} s")
                 time.sleep(0.05)
         others = [m for m in self.members.values() if m.process.role != "broker"]
         for member in others:
@@ -398,7 +399,7 @@ class Puppet:
         elif isinstance(command, Status):
             self._status()
         elif isinstance(command, Signal):
-            self._signal(command.action, self.members[command.name])
+            self._signal(command.action, self.members[self._target(command)])
         elif isinstance(command, Subscribe):
             self._subscribe(command)
         elif isinstance(command, Publish):
@@ -421,6 +422,22 @@ class Puppet:
             self.warn(f"warning: line {command.line}: {member.name} is not running")
         elif not member.frozen and not self._await_answer(member, f"{verb}d", command.topic):
             self.warn(f"warning: line {command.line}: {member.name} did not confirm within {ANSWER:g} s")
+
+    def _target(self, command: Signal) -> str:
+        """The process a signal is for: a replicated site's leader now (``Crash``, ``Freeze``)
+        or the one the site's last such command hit (``Restart``, ``Unfreeze``)."""
+        if command.name not in self._routers or len(self._routers[command.name][0]) == 1:
+            return command.name
+        if command.action in ("Restart", "Unfreeze"):
+            return self._hit.get(command.name, self._routers[command.name][0][0].id)
+        try:
+            with BlockingClient(self._routers[command.name][0], timeout=ANSWER) as client:
+                leader = str(client.status()["site"]["member"])  # type: ignore[index]
+        except (ConnectError, NoAnswer, OSError) as error:
+            raise PuppetError(f"line {command.line}: no broker of {command.name} answers: {error}") from None
+        self._hit[command.name] = leader
+        self.record(f"Leader {command.name} {leader}", site=command.name, broker=leader)
+        return leader
 
     def _signal(self, action: str, member: Member) -> None:
         if action == "Crash":
@@ -450,9 +467,12 @@ class Puppet:
         """Wait until a restarted broker is linked again to its neighbours that run (unfrozen),
         as :meth:`start` waits for the tree: a broker's start can take seconds on a busy machine,
         and a script that ended meanwhile would count what the broker still holds as lost."""
-        neighbours = {n for n in self._links[member.name] if self._live(n)}
+        serving, expected = next(r for r in self._routers.values() if member.name in (b.id for b in r[0]))
+        if len(serving) > 1:  # one of a site's: it catches up with its site, which serves meanwhile
+            return True
+        neighbours = {n for n in expected if any(self._live(b.id) for b in self._routers[n][0])}
         deadline = time.monotonic() + self.settings.start_timeout
-        while not linked(self.topology.uri(member.name), neighbours):
+        while not linked(serving, neighbours):
             if not member.running or time.monotonic() > deadline:
                 return False
             time.sleep(0.05)

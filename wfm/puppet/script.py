@@ -80,7 +80,9 @@ class Publish:
 
 @dataclass(frozen=True, slots=True)
 class Signal:
-    """``Crash``, ``Freeze``, ``Unfreeze`` or ``Restart`` of a process."""
+    """``Crash``, ``Freeze``, ``Unfreeze`` or ``Restart`` of a process; of a replicated site's
+    name, of the broker that leads it then (``Crash``, ``Freeze``) or that the last such command
+    hit (``Restart``, ``Unfreeze``)."""
 
     action: str
     name: str
@@ -200,6 +202,12 @@ def check_command(command: Command, topology: Topology, source: str = "<script>"
     """:func:`check_script` for one command (the console checks each as it comes)."""
     if isinstance(command, Wait | Status):
         return
+    if (
+        isinstance(command, Signal)
+        and command.name in topology.routers()
+        and len(topology.routers()[command.name][0]) > 1
+    ):
+        return  # a replicated site: its leader then (Crash, Freeze), the one so hit (Restart, Unfreeze)
     process = next((p for p in topology.processes if p.name == command.name), None)
     if process is None:
         raise ScriptError(f"{source}:{command.line}: no process {command.name!r} in {topology.source}")
