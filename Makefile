@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser test bench lint demo clean
+.PHONY: install browser test bench lint demo demo-sites clean
 
 install: $(STAMP)
 
@@ -68,6 +68,25 @@ demo: $(STAMP)
 	sleep 2; \
 	$(BIN)/wfm trigger PAYROLL --gid $$run-today --date $$(date +%F) > /dev/null; \
 	$(BIN)/wfm trigger PAYROLL --gid $$run-friday --date $$friday > /dev/null; \
+	wait $$monitor
+
+# Workflows on replicated sites (docs/sites.md): wfm up with workflows/sites.txt, three sites of
+# three brokers; PAYROLL triggered, then the root site's leader killed -9 while it runs; the
+# monitor (on agentC's site) shows the generation end all the same, each job once.
+demo-sites: $(STAMP)
+	@set -e; up_out=$$(mktemp); \
+	$(BIN)/wfm up --topology workflows/sites.txt --port $(DEMO_PORT) > $$up_out & up=$$!; \
+	trap 'kill -TERM $$up 2>/dev/null; wait $$up || true; rm -f $$up_out' EXIT; trap 'exit 130' INT TERM; \
+	until grep -q '^try:' $$up_out; do kill -0 $$up 2>/dev/null || { wait $$up; exit 1; }; sleep 0.2; done; \
+	cat $$up_out; \
+	eval "$$(grep '^export WFM_' $$up_out)"; \
+	run=$$(date +%Y%m%d-%H%M%S); \
+	$(BIN)/wfm monitor PAYROLL --gid $$run-sites --timeout 120 & monitor=$$!; \
+	sleep 2; \
+	leader=$$($(BIN)/wfm status -o json | $(BIN)/python -c 'import json, sys; print(json.load(sys.stdin)["site"]["member"])'); \
+	$(BIN)/wfm trigger PAYROLL --gid $$run-sites --date $$(date +%F) > /dev/null; \
+	pkill -KILL -f "broker --uri [^ ]*/$$leader "; \
+	echo "wfm: killed $$leader, the leader of site0, with SIGKILL as PAYROLL started" >&2; \
 	wait $$monitor
 
 clean:

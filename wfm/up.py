@@ -63,6 +63,7 @@ HISTORIAN = "historian"
 DEPLOYER = "deployer"  # wfm up's deployments, and the user's wfm trigger, deploy and monitor
 WATCHER = "monitor"  # wfm up's own checks of the brokers
 WEB_TIMEOUT = 30.0  # seconds the dashboard may take to listen before wfm up goes on without it
+RESTART_AFTER = 2.0  # seconds a child to restart must have run: one that dies sooner cannot start
 SPARK_NICE = 10  # the Spark Connect server's CPU priority below the rest: a standby for history queries
 
 
@@ -77,6 +78,9 @@ class Child:
     name: str
     argv: tuple[str, ...]
     optional: bool = False  # if it exits, wfm up warns and carries on without it
+    # if it exits, wfm up warns and starts it again (a broker of a replicated site: its site serves
+    # meanwhile, and it comes back from its log); one that exits within RESTART_AFTER is not
+    restart: bool = False
     environment: tuple[tuple[str, str], ...] = ()  # added to ours (a secret: not on the command line)
 
 
@@ -184,6 +188,7 @@ def broker_children(
                 layout.routing,
                 *_as(certs, uri.id),
             ),
+            restart="--site" in layout.sites.get(uri.id, ()),
         )
         for uri, dials in layout.dials.items()
     ]
@@ -232,6 +237,7 @@ class Processes:
         self.logs = logs
         self.warn = warn
         self.running: list[tuple[Child, subprocess.Popen[bytes]]] = []
+        self.started: dict[str, float] = {}  # child name -> when it was last started
 
     def start(self, child: Child) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -245,17 +251,25 @@ class Processes:
                 env={**os.environ, **dict(child.environment)},
             )
         self.running.append((child, process))
+        self.started[child.name] = time.monotonic()
 
     def log(self, child: Child) -> Path:
         return self.logs / f"{child.name}.log"
 
     def check(self) -> None:
         """UpError naming the first child that has exited, with the last line of its log; an
-        optional child that exited is named in a warning and forgotten."""
+        optional child that exited is named in a warning and forgotten, one to restart is started
+        again (unless it could not even stay up for ``RESTART_AFTER`` seconds)."""
         for child, process in list(self.running):
             if process.poll() is None:
                 continue
             exited = f"{child.name} exited with status {process.returncode}{self._last_line(child)}"
+            lasted = time.monotonic() - self.started.get(child.name, 0.0)
+            if child.restart and lasted >= RESTART_AFTER:
+                self.warn(f"warning: {exited}; starting it again")
+                self.running.remove((child, process))
+                self.start(child)
+                continue
             if not child.optional:
                 raise UpError(exited)
             self.warn(f"warning: {exited}; carrying on without it")

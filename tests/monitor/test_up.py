@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -18,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
+import wfm.up as up_module
 from broker.transport.uri import BrokerURI
 from tests.processes import WFM, status, watcher
 from tests.transport.harness import free_port
 from wfm.cli.serving import stop_event
-from wfm.up import Started, serve
+from wfm.up import Child, Processes, Started, UpError, serve
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
 
@@ -324,3 +326,25 @@ def test_up_refuses_a_topology_it_cannot_run_here(tmp_path: Path) -> None:
             timeout=60,
         )
         assert done.returncode == 1 and reason in done.stderr, done.stderr
+
+
+def test_a_child_to_restart_is_started_again_unless_it_cannot_stay_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker of a replicated site killed under wfm up is started again (its site serves
+    meanwhile); one that dies as soon as it starts is an error, not a loop."""
+    warnings: list[str] = []
+    processes = Processes(tmp_path, warnings.append)
+    child = Child("broker-s0a", (sys.executable, "-c", "raise SystemExit(3)"), restart=True)
+    processes.start(child)
+    processes.running[0][1].wait()
+    monkeypatch.setattr(up_module, "RESTART_AFTER", 0.0)
+    processes.check()
+    assert warnings == [
+        f"warning: broker-s0a exited with status 3 (log: {tmp_path / 'broker-s0a.log'}); starting it again"
+    ]
+    assert [c for c, _ in processes.running] == [child]
+    processes.running[0][1].wait()
+    monkeypatch.setattr(up_module, "RESTART_AFTER", 60.0)
+    with pytest.raises(UpError, match="broker-s0a exited with status 3"):
+        processes.check()

@@ -1,0 +1,233 @@
+"""Replicated sites on real links: throughput, copies per site link, and the delivery gap.
+
+Brokers are real ``RouterService``s on loopback TCP in one process (one event loop), each site's
+log on disk (``tempfile``, fsync per group), with real clients: a publisher on site1, a
+subscriber on site2, so every publication crosses the root site0 (two site links).
+
+1. Throughput: ``--count`` publications (64 in flight) until the subscriber has them all, on a
+   tree of three sites of three brokers, against the same tree of three unreplicated brokers in
+   the same run (the baseline).
+2. Copies per site link: the frames the root's leader received from site1 on its link, per
+   publication (1 is one copy; pings and custody answers go the other way or are few).
+3. Delivery gap: a publication every 10 ms; the root's leader is crashed (its links aborted,
+   its tasks cancelled, its log closed without a checkpoint: what kill -9 leaves); the gap is
+   the longest time between two deliveries at the subscriber. ``--kills`` runs, each on a fresh
+   tree; baseline: the election timeout.
+
+Usage: python benchmarks/sites_overlay.py [--count 2000] [--kills 8]. One RESULT line per figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import logging
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from broker.client import Client
+from broker.client.reconnect import BrokerList
+from broker.sites.member import SiteConfig
+from broker.transport.server import RouterService
+from tests.transport.harness import uri
+
+ELECTION_TIMEOUT = 0.5
+FAST = {"heartbeat": 0.2, "dead_after": 0.8}
+
+
+class Tree:
+    """site0 (root), site1 and site2 below it: of three brokers each, or of one (``replicated``
+    false)."""
+
+    def __init__(self, home: Path, replicated: bool) -> None:
+        self.services: dict[str, list[RouterService]] = {}
+        members = 3 if replicated else 1
+        names = "abc"[:members]
+        configs = {
+            name: SiteConfig(
+                name, tuple(uri(f"{name}{m}") for m in names), ELECTION_TIMEOUT, ELECTION_TIMEOUT / 5
+            )
+            for name in ("site0", "site1", "site2")
+        }
+        for name, config in configs.items():
+            dials = () if name == "site0" else configs["site0"].members
+            sites = {d.id: "site0" for d in dials} if replicated else {}
+            self.services[name] = [
+                RouterService(
+                    m,
+                    dials,
+                    site=config if replicated else None,
+                    neighbor_sites=sites,
+                    data=home / m.id,
+                    session_grace=60.0,
+                    **FAST,  # type: ignore[arg-type]
+                )
+                for m in config.members
+            ]
+
+    def brokers(self, site: str) -> BrokerList:
+        return BrokerList(s.uri for s in self.services[site])
+
+    def serving(self, site: str) -> RouterService:
+        for service in self.services[site]:
+            if service.site is None or service.site.serving:
+                return service
+        raise LookupError(site)
+
+    async def start(self) -> None:
+        for services in self.services.values():
+            for service in services:
+                await service.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                root = self.serving("site0")
+                if {"site1", "site2"} <= set(root.links) or {"site1a", "site2a"} <= set(root.links):
+                    return
+            except LookupError:
+                pass
+            await asyncio.sleep(0.05)
+        raise TimeoutError("the tree did not link")
+
+    async def stop(self) -> None:
+        for services in self.services.values():
+            for service in services:
+                if service._server is not None:
+                    await service.stop()
+
+
+async def crash(service: RouterService) -> None:
+    """What kill -9 leaves: links aborted, timers gone, the log closed as it is."""
+    links = list(service.links.values()) + (list(service.site.links.values()) if service.site else [])
+    for link in links:
+        link.close("killed", abort=True)
+    for task in list(service._tasks):
+        task.cancel()
+    assert service._server is not None
+    service._server.close()
+    service._server = None
+    if service.site is not None:
+        service.site.close()
+
+
+async def clients(tree: Tree) -> tuple[Client, Client, list[float], asyncio.Task[None]]:
+    subscriber = await Client.connect(tree.brokers("site2"), "sub", **FAST)  # type: ignore[arg-type]
+    publisher = await Client.connect(tree.brokers("site1"), "pub", **FAST)  # type: ignore[arg-type]
+    stream = await subscriber.subscribe("[class,eq,'t']")
+    await publisher.advertise("[class,eq,'t'],[n,>,0]")
+    arrivals: list[float] = []
+
+    async def read() -> None:
+        async for _ in stream:
+            arrivals.append(time.monotonic())
+
+    reading = asyncio.get_running_loop().create_task(read())
+    deadline = time.monotonic() + 10
+    while not tree.serving("site1").router.status()["subscriptions"]:  # known where it is published
+        if time.monotonic() > deadline:
+            raise TimeoutError("the subscription did not reach the publisher's site")
+        await asyncio.sleep(0.05)
+    return publisher, subscriber, arrivals, reading
+
+
+async def throughput(replicated: bool, count: int) -> tuple[float, float]:
+    """Publications per second through the tree, and copies per publication on site1's link."""
+    with tempfile.TemporaryDirectory() as home:
+        tree = Tree(Path(home), replicated)
+        await tree.start()
+        try:
+            publisher, subscriber, arrivals, reading = await clients(tree)
+            root = tree.serving("site0")
+            hop = "site1" if replicated else "site1a"
+            before = root.links[hop].received_frames
+            started = time.perf_counter()
+            in_flight: set[asyncio.Task[str]] = set()
+            for n in range(1, count + 1):
+                in_flight.add(asyncio.create_task(publisher.publish(f"[class,'t'],[n,{n}]")))
+                if len(in_flight) >= 64:
+                    _, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.gather(*in_flight)
+            while len(arrivals) < count:
+                await asyncio.sleep(0.002)
+            elapsed = time.perf_counter() - started
+            copies = (root.links[hop].received_frames - before) / count
+            reading.cancel()
+            await publisher.close()
+            await subscriber.close()
+            return count / elapsed, copies
+        finally:
+            await tree.stop()
+
+
+async def gap() -> float:
+    """The longest wait between two deliveries when the root's leader is crashed mid-stream."""
+    with tempfile.TemporaryDirectory() as home:
+        tree = Tree(Path(home), True)
+        await tree.start()
+        try:
+            publisher, subscriber, arrivals, reading = await clients(tree)
+            for n in range(1, 301):
+                if n == 100:
+                    await crash(tree.serving("site0"))
+                publisher.publish_nowait(f"[class,'t'],[n,{n}]")
+                await asyncio.sleep(0.01)
+            deadline = time.monotonic() + 15
+            while len(arrivals) < 300 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            if len(arrivals) < 300:
+                raise AssertionError(f"only {len(arrivals)} of 300 delivered")
+            reading.cancel()
+            await publisher.close()
+            await subscriber.close()
+            return max(b - a for a, b in itertools.pairwise(arrivals))
+        finally:
+            await tree.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--kills", type=int, default=8)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    cores = os.cpu_count()
+    replicated, copies = asyncio.run(throughput(True, args.count))
+    single, _ = asyncio.run(throughput(False, args.count))
+    print(
+        "RESULT",
+        json.dumps(
+            {
+                "benchmark": "sites-throughput",
+                "replicated_per_s": round(replicated),
+                "baseline_unreplicated_per_s": round(single),
+                "ratio": round(replicated / single, 2),
+                "cores": cores,
+            }
+        ),
+    )
+    copied = {"benchmark": "sites-copies-per-link", "copies": round(copies, 3), "baseline": 1}
+    print("RESULT", json.dumps(copied))
+    gaps = sorted(asyncio.run(gap()) for _ in range(args.kills))
+    print(
+        "RESULT",
+        json.dumps(
+            {
+                "benchmark": "sites-delivery-gap",
+                "kills": len(gaps),
+                "p50_s": round(statistics.median(gaps), 3),
+                "max_s": round(gaps[-1], 3),
+                "baseline_election_timeout_s": ELECTION_TIMEOUT,
+                "ratio_max": round(gaps[-1] / ELECTION_TIMEOUT, 2),
+                "cores": cores,
+            }
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()
