@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/reliability.py
 	$(BIN)/python benchmarks/soak.py
 	$(BIN)/python benchmarks/sites.py
+	$(BIN)/python benchmarks/sites_overlay.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check broker workflow_messages agents wfm tests benchmarks

@@ -34,10 +34,15 @@ from broker.client import Client
 from broker.client.reconnect import BrokerList
 from broker.sites.member import SiteConfig
 from broker.transport.server import RouterService
-from tests.transport.harness import uri
+from broker.transport.uri import BrokerURI
+from wfm.topology import free_port
 
 ELECTION_TIMEOUT = 0.5
 FAST = {"heartbeat": 0.2, "dead_after": 0.8}
+
+
+def uri(name: str) -> BrokerURI:
+    return BrokerURI("127.0.0.1", free_port("127.0.0.1"), name)
 
 
 class Tree:
