@@ -66,17 +66,21 @@ def test_a_wfm_agent_narrows_a_state_directory_open_to_others(tmp_path: Path, um
     state.mkdir(mode=0o755)
     (state / "journal.jsonl").touch(mode=0o644)
     nobody = f"socket://127.0.0.1:{free_port()}/B1"  # no broker: the agent keeps trying
-    agent = subprocess.Popen(
-        [WFM, "-v", "agent", "--name", "a1", "--broker", nobody, "--state-dir", str(state)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log = tmp_path / "agent.log"
+    with log.open("w") as stderr:  # the child keeps its own descriptor
+        agent = subprocess.Popen(
+            [WFM, "-v", "agent", "--name", "a1", "--broker", nobody, "--state-dir", str(state)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     try:
-        wait_for(lambda: (state / "journal" / "lock").exists(), "the agent's journal")
-        assert mode(state) == 0o700
+        # its journal, recovered once it runs: SIGTERM then stops it cleanly (its journal's lock
+        # is made before its SIGTERM handler, which killed an agent signalled in between)
+        wait_for(lambda: "recovered its journal" in log.read_text(), "the agent's journal")
+        assert (state / "journal" / "lock").exists() and mode(state) == 0o700
     finally:
         agent.send_signal(signal.SIGTERM)
-        _, err = agent.communicate(timeout=15)
+        agent.wait(15)
+    err = log.read_text()
     assert agent.returncode == 0, err
     assert err.count(f"{state} was open to other users (mode 0755): now 0700, owner only") == 1, err

@@ -18,10 +18,10 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, NamedTuple
 
 import pyspark
 import pytest
@@ -33,7 +33,7 @@ from tests.history.ports import is_loopback, listening, unauthenticated_rpc
 from tests.processes import WFM
 from tests.transport.harness import free_port
 from wfm.cli import cli
-from wfm.history.connect import ANNOUNCEMENT, LOG, TOKEN, serve_connect, warm_url
+from wfm.history.connect import ANNOUNCEMENT, LOG, TOKEN, warm_url
 from wfm.history.landing import Landing
 from wfm.history.spark import with_token_file
 from wfm.history.store import HistoryStore
@@ -185,33 +185,43 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             process.wait(30)
 
 
+class ConnectServer(NamedTuple):
+    """A ``wfm spark-connect`` command serving a store, and the line it printed once it listened."""
+
+    store: Path
+    url: str
+    line: str
+    process: subprocess.Popen[str]
+
+
 @pytest.fixture(scope="module")
-def connect_store(base_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    """A copy of the store with a warm Spark Connect server announced in it."""
+def connect_server(base_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """``wfm spark-connect`` on a copy of the store, started under umask 000, serving the whole
+    module (its JVM starts once); stopped by SIGTERM at the end, which must stop it cleanly: exit
+    status 0, its announcement removed and its JVM gone."""
     store = tmp_path_factory.mktemp("connect") / "store"
     shutil.copytree(base_store, store)
-    stop = threading.Event()
-    urls: list[str] = []
-    errors: list[BaseException] = []
-
-    def serve() -> None:
+    port = free_port()
+    with (store.parent / "spark-connect.err").open("w+") as err:
+        server, line = _spark_connect(store, port, umask=0, stderr=err, master="local[2]")
         try:
-            serve_connect(store, free_port(), "local[2]", stop.wait, urls.append)
-        except BaseException as error:  # handed to the test below
-            errors.append(error)
-
-    server = threading.Thread(target=serve, daemon=True)
-    server.start()
-    deadline = time.monotonic() + 120
-    while not urls and not errors and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert urls and not errors, errors or "Spark Connect did not start in 120 s"
-    try:
-        yield store, urls[0]
-    finally:
-        stop.set()
-        server.join(30)
+            assert line.startswith("Spark Connect"), (line, (store / LOG).read_text()[-2000:])
+            yield ConnectServer(store, f"sc://127.0.0.1:{port}", line, server)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.communicate(timeout=60)
+        err.seek(0)
+        errors = err.read()
+    assert server.returncode == 0 and "Traceback" not in errors, errors
+    assert not (store / ANNOUNCEMENT).exists()
     assert warm_url(store) is None, "a stopped server is no longer announced"
+    assert _closed(port, 10), "the JVM stopped with its command"
+
+
+@pytest.fixture(scope="module")
+def connect_store(connect_server: ConnectServer) -> tuple[Path, str]:
+    """The store with a warm Spark Connect server announced in it, and the server's URL."""
+    return connect_server.store, connect_server.url
 
 
 def test_standalone_cluster_answers_like_local_mode(
@@ -329,12 +339,26 @@ if __name__ == "__main__":  # python -m tests.history.test_cluster STORE MASTER:
     print(json.dumps(_run_in_process(Path(sys.argv[1]), sys.argv[2])))
 
 
-def _spark_connect(store: Path, port: int, umask: int = -1) -> tuple[subprocess.Popen[str], str]:
+def _spark_connect(
+    store: Path,
+    port: int,
+    umask: int = -1,
+    stderr: IO[str] | int = subprocess.PIPE,
+    master: str | None = None,
+) -> tuple[subprocess.Popen[str], str]:
     """``wfm spark-connect`` started and listening; returns the process and the line it printed."""
     server = subprocess.Popen(
-        [WFM, "spark-connect", "--store", str(store), "--port", str(port)],
+        [
+            WFM,
+            "spark-connect",
+            "--store",
+            str(store),
+            "--port",
+            str(port),
+            *(["--spark-master", master] if master else []),
+        ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         umask=umask,
     )
@@ -352,24 +376,14 @@ def _closed(port: int, timeout: float) -> bool:
     return False
 
 
-def test_spark_connect_command_announces_itself_and_stops_on_sigterm(tmp_path: Path) -> None:
-    """Started under umask 000, it still keeps its token to its owner."""
-    port = free_port()
-    server, line = _spark_connect(tmp_path / "store", port, umask=0)
-    token = tmp_path / "store" / TOKEN
-    try:
-        store = tmp_path / "store"
-        assert (
-            line == f"Spark Connect sc://127.0.0.1:{port} for {store} (token in {token}; Ctrl-C stops it)\n"
-        )
-        assert warm_url(tmp_path / "store") == f"sc://127.0.0.1:{port}"
-        assert stat.S_IMODE(token.stat().st_mode) == 0o600
-    finally:
-        server.send_signal(signal.SIGTERM)
-        _, err = server.communicate(timeout=60)
-    assert server.returncode == 0 and "Traceback" not in err, err
-    assert not (tmp_path / "store" / ".spark-connect.json").exists()
-    assert _closed(port, 10), "the JVM stopped with its command"
+def test_spark_connect_command_announces_itself(connect_server: ConnectServer) -> None:
+    """Started under umask 000, it still keeps its token to its owner. (It stops on SIGTERM, its
+    announcement removed and its JVM gone: checked when the module's ``connect_server`` stops.)"""
+    store, url = connect_server.store, connect_server.url
+    token = store / TOKEN
+    assert connect_server.line == f"Spark Connect {url} for {store} (token in {token}; Ctrl-C stops it)\n"
+    assert warm_url(store) == url
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
 
 
 def test_a_killed_spark_connect_command_takes_its_jvm_along(tmp_path: Path) -> None:
