@@ -141,11 +141,23 @@ class Topology:
             return None
         return SiteConfig(site, tuple(self.uri(b.name) for b in members))
 
-    def site_options(self, broker: str) -> tuple[str, ...]:
-        """The ``wfm broker`` options that make ``broker`` one of the brokers of its replicated
-        site (``--site``, ``--member``) and name the sites of the brokers it dials
-        (``--neighbor-site``): for processes started with ``--uri`` (``wfm up``, ``wfm puppet``)."""
-        options = [
+    def parent_of(self, broker: str) -> str:
+        """The name of the router towards the root from ``broker``'s site ("" at the root)."""
+        parent = next(s.parent for s in self.sites if s.name == self.process(broker).site)
+        if parent is None:
+            return ""
+        brokers = self.brokers_on(parent)
+        return parent if len(brokers) > 1 else brokers[0].name
+
+    def broker_options(self, broker: str) -> tuple[str, ...]:
+        """The ``wfm broker`` options, besides its address and the brokers it dials, that place
+        ``broker`` as the file says, for processes started with ``--uri`` (``wfm up``, ``wfm
+        puppet``): the routing and the ordering (and under TOTAL the parent), its replicated site
+        (``--site``, ``--member``) and the sites of the brokers it dials (``--neighbor-site``)."""
+        options = [("--routing", self.routing_policy), ("--ordering", self.ordering)]
+        if self.ordering == "TOTAL" and self.parent_of(broker):
+            options.append(("--parent", self.parent_of(broker)))
+        options += [
             ("--neighbor-site", f"{uri.id}={self.process(uri.id).site}")
             for uri in self.neighbours(broker)
             if self.site_of(uri.id) is not None

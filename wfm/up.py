@@ -94,7 +94,8 @@ class Layout:
     # every router by name: the brokers that serve it and the routers it links with, once up
     routers: Mapping[str, tuple[tuple[BrokerURI, ...], frozenset[str]]]
     routing: str = "filter"  # every broker's --routing: the topology's RoutingPolicy
-    sites: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # broker id -> its site options
+    # broker id -> its options from the topology (routing, ordering, replicated site)
+    options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def line(cls, port: int) -> Layout:
@@ -121,8 +122,8 @@ class Layout:
         agents = {p.name: str(placed.brokers_for(p.name)) for p in placed.of_role("agent")}
         routers = {name: (tuple(uris), linked) for name, (uris, linked) in placed.routers().items()}
         dials = {placed.uri(b): tuple(placed.neighbours(b)) for b in brokers}
-        sites = {b: placed.site_options(b) for b in brokers}
-        return cls(dials, agents, routers, placed.routing_policy, sites)
+        options = {b: placed.broker_options(b) for b in brokers}
+        return cls(dials, agents, routers, placed.routing_policy, options)
 
     @property
     def uris(self) -> list[BrokerURI]:
@@ -183,12 +184,10 @@ def broker_children(
                 "--data",
                 str(state / "brokers" / uri.id),
                 *(arg for neighbour in dials for arg in ("--neighbor", str(neighbour))),
-                *layout.sites.get(uri.id, ()),
-                "--routing",
-                layout.routing,
+                *layout.options.get(uri.id, ("--routing", layout.routing)),
                 *_as(certs, uri.id),
             ),
-            restart="--site" in layout.sites.get(uri.id, ()),
+            restart="--site" in layout.options.get(uri.id, ()),
         )
         for uri, dials in layout.dials.items()
     ]

@@ -68,6 +68,7 @@ __all__ = ["Output", "Router"]
 
 log = logging.getLogger(__name__)
 
+ORDERINGS = ("NO", "FIFO", "TOTAL")  # SESDAD's: one for the whole overlay
 SEEN_PUBLICATIONS = 65536  # ids remembered to drop a publication that comes round a cycle
 DETAIL_LIMIT = 300  # entries per table in a detailed status: the reply must fit in one frame
 # The roles that see a broker's detail (its tables, who is away, where its neighbours are); a
@@ -83,6 +84,10 @@ def _nothing_more(full: bool) -> dict[str, Any]:
 
 
 class Router:
+    # what a router pickled whole (a log's snapshot of format 10) has, that had no orderings
+    ordering = "FIFO"
+    parent = ""
+
     def __init__(
         self,
         broker_id: str,
@@ -94,8 +99,16 @@ class Router:
         epoch: str = "",
         policy: AccessPolicy | None = None,
         routing: str = "filter",
+        ordering: str = "FIFO",
+        parent: str = "",
     ) -> None:
+        if ordering not in ORDERINGS:
+            raise ValueError(f"ordering must be one of {', '.join(ORDERINGS)}, not {ordering!r}")
         self.id = broker_id
+        # TOTAL: every publication climbs to the root (the router with no ``parent``), which
+        # routes it; on FIFO links down a tree every subscriber then gets the root's order
+        self.ordering = ordering
+        self.parent = parent  # the hop towards the root; "" at the root
         self.policy = policy  # who may do what (``acl``); None: everyone everything
         self.refusal_log = LogThrottle(burst=1)
         self.tables = Tables(covering, advertisement_covering, routing)  # "filter" or "flooding"
@@ -168,6 +181,8 @@ class Router:
                 "epoch": self.custody.epoch,
                 "policy": self.policy,
                 "routing": self.tables.routing,  # a snapshot without it (older) restores as "filter"
+                "ordering": self.ordering,  # and without these, as FIFO at a root
+                "parent": self.parent,
             },
             "seen": list(self.seen),
             "counters": dict(self.counters),
@@ -198,6 +213,7 @@ class Router:
             if ours != theirs:
                 raise LocalError(f"{where} was written with {name} {ours!r}, not {theirs!r}: start it so")
         self.policy = fresh.policy
+        self.ordering, self.parent = fresh.ordering, fresh.parent  # the overlay's, as told now
         self.process_status = fresh.process_status
         self.sessions.grace = fresh.sessions.grace
         self.composites.detector_limits = fresh.composites.detector_limits  # for detectors placed from now
@@ -236,6 +252,7 @@ class Router:
             "advertisements": len(self.tables.srt),
             "covering": self.tables.subscriptions.mode,
             "routing": self.tables.routing,
+            "ordering": self.ordering,
             "held_subscriptions": self.tables.subscriptions.held_count(),
             **self.composites.status(),
             **self.sessions.status(),
@@ -341,7 +358,10 @@ class Router:
         if pub_id in self.seen:
             self.counters["dropped.duplicate"] += 1
             return [(hop, Ack(message.id, pub_id))] if message.ack else []
-        routed = self._route(pub_id, publication, hop, DEFAULT_TTL, now, now)
+        if self.ordering == "TOTAL" and self.parent:
+            routed = self._climb(pub_id, publication, DEFAULT_TTL, now)
+        else:
+            routed = self._route(pub_id, publication, hop, DEFAULT_TTL, now, now)
         return [(hop, Ack(message.id, pub_id)), *routed] if message.ack else routed
 
     def _denied(
@@ -406,11 +426,15 @@ class Router:
     def _forwarded(self, message: Publish, hop: str, now: float) -> Output:
         if message.id in self.seen:
             return self._drop("duplicate")
-        if not self.tables.conforms(hop, message.publication):  # a neighbour forwards what was advertised
+        if not self._conforms(hop, message.publication):  # a neighbour forwards what was advertised
             if self.counters["dropped.nonconforming"] % 1000 == 0:  # the first, then one in 1000
                 log.warning("%s: %s forwarded a publication no advertisement from it covers", self.id, hop)
             return self._drop("nonconforming")
         accepted = now if message.time is None else message.time
+        if self.ordering == "TOTAL" and hop != self.parent:  # climbing: on to the root, or it is here
+            if self.parent:
+                return self._climb(message.id, message.publication, message.ttl, accepted)
+            return self._route(message.id, message.publication, "", message.ttl, now, accepted)
         return self._route(message.id, message.publication, hop, message.ttl, now, accepted)
 
     def _refused(self, message: Refuse, hop: str, now: float) -> Output:
@@ -425,6 +449,19 @@ class Router:
         return []
 
     # routing ------------------------------------------------------------------------------------
+
+    def _conforms(self, hop: str, publication: Publication) -> bool:
+        """Whether a publication forwarded by ``hop`` fits an advertisement from its side; under
+        TOTAL one coming down from the root may be from our side (it climbed from here)."""
+        if self.tables.conforms(hop, publication):
+            return True
+        return self.ordering == "TOTAL" and hop == self.parent and self.tables.advertised_to(hop, publication)
+
+    def _climb(self, pub_id: str, publication: Publication, ttl: int, accepted: float) -> Output:
+        """TOTAL: a publication goes to the parent only, and is routed (here too) when it comes
+        back down from the root in the root's order. Not in ``seen``: it must be taken then."""
+        self.counters["climbed"] += 1
+        return [(self.parent, Publish(pub_id, publication, ttl - 1, time=accepted))]
 
     def _route(
         self, pub_id: str, publication: Publication, hop: str, ttl: int, now: float, accepted: float

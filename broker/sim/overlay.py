@@ -136,8 +136,12 @@ class Overlay:
         session_max_queued: int = 10_000,
         prompt_tooks: bool = False,
         routing: str = "filter",
+        ordering: str = "FIFO",
+        parents: dict[str, str] | None = None,
     ) -> None:
         self.interleave = interleave
+        self.ordering = ordering  # every broker's; under TOTAL each needs its parent (but the root)
+        self.parents = parents or {}
         self.prompt_tooks = prompt_tooks  # each Took in its place, as after a fast commit
         self.session_grace = session_grace
         self.session_max_queued = session_max_queued
@@ -167,6 +171,8 @@ class Overlay:
             session_grace=self.session_grace,
             epoch=f"{broker_id}.{self.epochs[broker_id]}",
             routing=self.routing,
+            ordering=self.ordering,
+            parent=self.parents.get(broker_id, ""),
         )
         router.custody.max_held = self.session_max_queued
         self.routers[broker_id] = router
@@ -297,7 +303,8 @@ class Overlay:
 
     @classmethod
     def star(cls, leaves: int = 4, **options: object) -> Overlay:
-        """B1 in the centre, B2..B(leaves+1) around it."""
+        """B1 in the centre (the root), B2..B(leaves+1) around it."""
+        options.setdefault("parents", {f"B{i}": "B1" for i in range(2, leaves + 2)})
         overlay = cls(**options)  # type: ignore[arg-type]
         overlay.add_broker("B1")
         for i in range(2, leaves + 2):

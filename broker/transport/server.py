@@ -87,6 +87,8 @@ class RouterService:
         site: SiteConfig | None = None,
         neighbor_sites: Mapping[str, str] | None = None,
         routing: str = "filter",
+        ordering: str = "FIFO",
+        parent: str = "",
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
@@ -124,6 +126,8 @@ class RouterService:
             epoch or (secrets.token_hex(8) if site is None else site.name),
             policy,
             routing,  # "filter" or "flooding" (SESDAD's RoutingPolicy)
+            ordering,  # SESDAD's Ordering: under TOTAL, publications climb to the root (``parent``)
+            parent,
         )
         router.process_status = self._process_status
         # a broker of a replicated site -> the site: known before the first dial, for our hello

@@ -281,3 +281,30 @@ Wait 1000
     assert [line.split()[1] for line in leaders] == ["site0", "site1", "site2", "site0"]
     pair = run.pairs()["publisher0", "subscriber0"]
     assert (pair["received"], run.summary["lost"]) == (150, 0), pair
+
+
+def test_total_order_survives_the_loss_of_the_broker_that_orders(tmp_path: Path) -> None:
+    """Ordering TOTAL on three sites of three: a publisher and a subscriber on each of site1 and
+    site2, so each subscriber is beside one publisher and far from the other. Every publication
+    is ordered by the root site's log; its leader, the broker that orders them, is killed while
+    both publish. No subscriber sees two publications in another order than the other."""
+    topology = SITES.replace("Ordering FIFO", "Ordering TOTAL") + (
+        "\nProcess publisher1 Is publisher On site2 URL tcp://127.0.0.1:0/p"
+        "\nProcess subscriber1 Is subscriber On site1 URL tcp://127.0.0.1:0/s\n"
+    )
+    script = """\
+Subscriber subscriber0 Subscribe /a/*
+Subscriber subscriber1 Subscribe /a/*
+Wait 500
+Publisher publisher0 Publish 100 Ontopic /a/b Interval 10
+Publisher publisher1 Publish 100 Ontopic /a/c Interval 10
+Wait 300
+Crash site0
+Wait 400
+Restart site0
+Wait 1500
+"""
+    run = Run(tmp_path, script, topology)
+    assert run.summary["ordering"] == "TOTAL" and run.summary["cycles"] == [], run.summary
+    assert run.returncode == 0 and run.summary["lost"] == 0, (run.summary, run.stderr[-3000:])
+    assert all(p["received"] == 100 for p in run.summary["pairs"]), run.summary["pairs"]

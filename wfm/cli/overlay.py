@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from broker.errors import LinkClosed
 from broker.language import ParseError
 from broker.messages.ids import PEER_ID
 from broker.routing.forwarding import COVERING_MODES, ROUTING_MODES
+from broker.routing.router import ORDERINGS
 from broker.sites.member import SiteConfig
 from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync
 from broker.transport.server import RouterService
@@ -82,6 +83,21 @@ from wfm.topology import load_topology
     help="SESDAD's RoutingPolicy: filter sends a publication towards the subscriptions it matches, "
     "flooding to every broker; every broker of an overlay must route alike [default: the "
     "topology's RoutingPolicy with --topology, else filter].",
+)
+@click.option(
+    "--ordering",
+    type=click.Choice(ORDERINGS),
+    default=None,
+    help="SESDAD's Ordering, for the whole overlay: FIFO keeps each publisher's order at every "
+    "subscriber (NO promises nothing more, and gets the same); TOTAL gives every subscriber one "
+    "order, the root's, through which every publication then passes (give --parent) [default: the "
+    "topology's Ordering with --topology, else FIFO].",
+)
+@click.option(
+    "--parent",
+    default="",
+    help="With --ordering TOTAL: the neighbour towards the root (its id, or its replicated site's "
+    "name); none at the root [default: from --topology].",
 )
 @click.option(
     "--heartbeat",
@@ -162,6 +178,8 @@ def broker(
     covering: str,
     advertisement_covering: bool,
     routing: str | None,
+    ordering: str | None,
+    parent: str,
     heartbeat: float,
     composite_max_waiting: int,
     composite_max_age: float | None,
@@ -179,8 +197,9 @@ def broker(
     nothing it acknowledged; --memory keeps it in memory only. With --tls and --identity (a broker
     certificate whose name is the URI's ID) every link is mutual TLS; without, it listens on
     loopback only."""
-    uri, neighbors, routing, replicated, placed_sites = _placed(uri, neighbors, topology, name, routing)
-    neighbor_sites = {**placed_sites, **neighbor_sites}
+    placed = _placed(uri, neighbors, topology, name, routing, ordering, parent)
+    uri, neighbors, replicated = placed.uri, placed.neighbors, placed.site
+    neighbor_sites = {**placed.neighbor_sites, **neighbor_sites}
     if site is not None or members:
         if replicated is not None or site is None or not members:
             raise click.UsageError("--site and --member go together, and not with --topology (it says)")
@@ -215,7 +234,9 @@ def broker(
             insecure=insecure,
             site=replicated,
             neighbor_sites=neighbor_sites,
-            routing=routing,
+            routing=placed.routing,
+            ordering=placed.ordering,
+            parent=placed.parent,
         )
     except LogInUse as error:
         raise click.ClickException(
@@ -261,22 +282,38 @@ def _sites_of(values: tuple[str, ...]) -> dict[str, str]:
     return sites
 
 
+@dataclass(frozen=True)
+class _Placement:
+    """Where a broker stands in the overlay, and how the overlay routes and orders."""
+
+    uri: BrokerURI
+    neighbors: tuple[BrokerURI, ...]
+    routing: str
+    site: SiteConfig | None = None
+    neighbor_sites: dict[str, str] = field(default_factory=dict)  # broker id -> its replicated site
+    ordering: str = "FIFO"
+    parent: str = ""
+
+
 def _placed(
     uri: BrokerURI | None,
     neighbors: tuple[BrokerURI, ...],
     topology: Path | None,
     name: str | None,
     routing: str | None,
-) -> tuple[BrokerURI, tuple[BrokerURI, ...], str, SiteConfig | None, dict[str, str]]:
-    """This broker's address, neighbours, routing mode, replicated site and the sites of the
-    neighbours that are brokers of one: from --uri (and --routing), or from --topology and
-    --name (its RoutingPolicy, which a --routing must agree with)."""
+    ordering: str | None,
+    parent: str,
+) -> _Placement:
+    """This broker's address, neighbours, routing mode, replicated site, the sites of the
+    neighbours that are brokers of one, the ordering and the parent: from --uri (and --routing,
+    --ordering, --parent), or from --topology and --name (its RoutingPolicy and Ordering, which
+    the options must agree with)."""
     if (topology is None) != (name is None):
         raise click.UsageError("--topology and --name go together")
     if (uri is None) == (topology is None):
         raise click.UsageError("give --uri, or --topology FILE --name NAME (not both)")
     if uri is not None:
-        return uri, neighbors, routing or "filter", None, {}
+        return _Placement(uri, neighbors, routing or "filter", ordering=ordering or "FIFO", parent=parent)
     assert topology is not None and name is not None
     placed = load_topology(topology)
     here, dials, site = placed.uri(name), tuple(placed.neighbours(name)), placed.site_of(name)
@@ -287,8 +324,18 @@ def _placed(
         )
     if routing not in (None, placed.routing_policy):
         raise click.UsageError(f"{topology} says RoutingPolicy {placed.routing_policy}, not {routing}")
+    if ordering not in (None, placed.ordering) or parent not in ("", placed.parent_of(name)):
+        raise click.UsageError(f"{topology} says Ordering {placed.ordering} and where the root is")
     sites = {d.id: placed.process(d.id).site for d in dials if placed.site_of(d.id) is not None}
-    return here, (*dials, *neighbors), placed.routing_policy, site, sites
+    return _Placement(
+        here,
+        (*dials, *neighbors),
+        placed.routing_policy,
+        site,
+        sites,
+        placed.ordering,
+        placed.parent_of(name),
+    )
 
 
 def _log_with_prefix(name: str) -> None:
