@@ -42,7 +42,7 @@ from typing import Any
 from broker.clock import Clock
 from broker.consensus import Config, ConsensusMessage, Entry, Node, NotLeader, SiteLog
 from broker.durable.offload import Offload
-from broker.errors import LinkClosed, ProtocolError
+from broker.errors import ProtocolError
 from broker.messages import (
     Append,
     AppendReply,
@@ -231,14 +231,7 @@ class SiteMember:
         self.links[name] = link
         self.log.info("site %s: member %s linked", self.config.name, name)
         try:
-            for item in link.pending:
-                self._from_member(link, name, item)
-            link.pending.clear()
-            while True:
-                for item in await link.receive():
-                    self._from_member(link, name, item)
-        except LinkClosed:
-            pass
+            await link.read_all(lambda item: self._from_member(link, name, item))
         except ProtocolError as error:
             self.counters["bad_frames"] += 1
             self.log.warning("member %s broke framing: %s", name, error)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from broker.clock import SYSTEM, Clock
@@ -96,6 +97,19 @@ class Link:
     def _transport_backlog(self) -> int:
         transport = getattr(self.writer, "transport", None)
         return transport.get_write_buffer_size() if transport is not None else 0
+
+    async def read_all(self, handle: Callable[[WireMessage | BadMessage], None]) -> None:
+        """Hand every frame to ``handle``: those read with the handshake (``pending``), then
+        each as it comes, until the link closes; ProtocolError if the peer breaks framing."""
+        for item in self.pending:
+            handle(item)
+        self.pending.clear()
+        try:
+            while True:
+                for item in await self.receive():
+                    handle(item)
+        except LinkClosed:
+            return
 
     async def receive(self) -> list[WireMessage | BadMessage]:
         """The next messages (or per-frame errors) off the wire. Raises ``LinkClosed`` at the end,

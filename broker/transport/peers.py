@@ -14,7 +14,7 @@ import logging
 from collections import Counter
 
 from broker.clock import Clock
-from broker.errors import BadMessage, LinkClosed, ProtocolError
+from broker.errors import BadMessage, ProtocolError
 from broker.messages import (
     Append,
     AppendReply,
@@ -77,14 +77,7 @@ class Peers:
         identity, role = (who.name, who.role) if who is not None else ("", "")
         self.driver.feed(LinkUp(hello.kind == "broker", hello.epoch, resume, identity, role, name=ours), hop)
         try:
-            for item in link.pending:
-                self._handle(link, hop, item)
-            link.pending.clear()
-            while True:
-                for item in await link.receive():
-                    self._handle(link, hop, item)
-        except LinkClosed:
-            pass
+            await link.read_all(lambda item: self._handle(link, hop, item))
         except ProtocolError as error:  # framing is broken: the stream cannot be trusted any more
             self.counters["bad_frames"] += 1
             self.log.warning("%s broke framing: %s", hop, error)

@@ -39,6 +39,23 @@ def brokers_of(services: list[RouterService]) -> BrokerList:
     return BrokerList(s.uri for s in services)
 
 
+async def stream(
+    publishing: BrokerList, subscribing: BrokerList
+) -> tuple[Client, Client, list[int], asyncio.Task[None]]:
+    """A publisher and a subscriber of ``[class,'t'],[n,N]``; what it got, in order, as it comes."""
+    subscriber = await Client.connect(subscribing, "sub", **FAST)  # type: ignore[arg-type]
+    publisher = await Client.connect(publishing, "pub", **FAST)  # type: ignore[arg-type]
+    subscription = await subscriber.subscribe("[class,eq,'t']")
+    await publisher.advertise("[class,eq,'t'],[n,>,0]")
+    got: list[int] = []
+
+    async def read() -> None:
+        async for delivery in subscription:
+            got.append(int(delivery.publication["n"]))
+
+    return publisher, subscriber, got, asyncio.get_running_loop().create_task(read())
+
+
 def test_a_site_needs_its_log_on_disk_and_its_own_brokers(tmp_path: Path) -> None:
     config = SiteConfig("S", (uri("b1"), uri("b2")))
     with pytest.raises(LocalError, match="must keep its log on disk"):
@@ -81,17 +98,7 @@ def test_the_leader_stopped_mid_stream_loses_repeats_and_reorders_nothing(tmp_pa
         try:
             await until(lambda: serving(services) is not None, what="a leader that serves")
             everyone = brokers_of(services)
-            subscriber = await Client.connect(everyone, "sub", **FAST)  # type: ignore[arg-type]
-            publisher = await Client.connect(everyone, "pub", **FAST)  # type: ignore[arg-type]
-            stream = await subscriber.subscribe("[class,eq,'t']")
-            await publisher.advertise("[class,eq,'t'],[n,>,0]")
-            got: list[int] = []
-
-            async def read() -> None:
-                async for delivery in stream:
-                    got.append(int(delivery.publication["n"]))
-
-            reading = asyncio.get_running_loop().create_task(read())
+            publisher, subscriber, got, reading = await stream(everyone, everyone)
             for n in range(1, 41):
                 await publisher.publish(f"[class,'t'],[n,{n}]")
             first = serving(services)
@@ -144,17 +151,7 @@ def test_a_publication_crosses_from_one_site_to_another_and_survives_both_leader
             await until(
                 lambda: "R" in serving(child).links and "C" in serving(root).links, what="the site link"
             )  # type: ignore[union-attr]
-            subscriber = await Client.connect(brokers_of(child), "sub", **FAST)  # type: ignore[arg-type]
-            publisher = await Client.connect(brokers_of(root), "pub", **FAST)  # type: ignore[arg-type]
-            stream = await subscriber.subscribe("[class,eq,'t']")
-            await publisher.advertise("[class,eq,'t'],[n,>,0]")
-            got: list[int] = []
-
-            async def read() -> None:
-                async for delivery in stream:
-                    got.append(int(delivery.publication["n"]))
-
-            reading = asyncio.get_running_loop().create_task(read())
+            publisher, subscriber, got, reading = await stream(brokers_of(root), brokers_of(child))
             await until(
                 lambda: serving(root).router.status()["subscriptions"] > 0, what="the subscription at R"
             )  # type: ignore[union-attr]
