@@ -22,7 +22,7 @@ import ipaddress
 import logging
 import secrets
 from collections import Counter
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from broker.transport.link import Link, Reader, Writer
 from broker.transport.network import TCP, Listening, Network
 from broker.transport.peers import Peers
 from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync, RouterLog
-from broker.transport.tls import Identity
+from broker.transport.tls import Identity, Peer
 from broker.transport.uri import BrokerURI
 
 __all__ = ["REDIAL", "RouterService", "loopback"]
@@ -292,63 +292,68 @@ class RouterService:
             link.close(reason)
 
     async def _dial(self, neighbor: BrokerURI) -> None:
-        """Keep a link to ``neighbor``: dial it while it has none (it may have dialled us), again
-        after each failure or loss on the ``REDIAL`` schedule. A broker of a replicated site
+        """Keep a link to ``neighbor`` (see ``_keep_linked``). A broker of a replicated site
         dials only while it serves; the brokers of another replicated site that do not serve
         refuse, and the one that does is linked under the site's name."""
+
+        def hop() -> str:
+            return self.hops.get(neighbor.id, neighbor.id)
+
+        def linked() -> bool:
+            return hop() in self.links or (self.site is not None and not self.site.serving)
+
+        async def serve(link: Link, sent: Hello, who: Peer | None) -> None:
+            answered = link.peer or sent
+            await self.peers.serve(link, self._hop(answered), answered, sent, who)
+
+        await self._keep_linked(neighbor, linked, lambda: self.driver.hello(hop()), serve)
+
+    async def _dial_member(self, member: BrokerURI) -> None:
+        """Keep a link to ``member``, another broker of our site (see ``_keep_linked``)."""
+        site = self.site
+        assert site is not None
+        hello = Hello("broker", self.uri.id, site=site.config.name)
+
+        async def serve(link: Link, sent: Hello, who: Peer | None) -> None:
+            await site.serve_member(link, member.id)
+
+        await self._keep_linked(member, lambda: member.id in site.links, lambda: hello, serve)
+
+    async def _keep_linked(
+        self,
+        target: BrokerURI,
+        linked: Callable[[], bool],
+        hello: Callable[[], Hello],
+        serve: Callable[[Link, Hello, Peer | None], Awaitable[None]],
+    ) -> None:
+        """Dial ``target`` while not ``linked()`` (it may have dialled us) with ``hello()``, and
+        ``serve`` the link it answers; again after each failure or loss on the ``REDIAL``
+        schedule."""
         failures = 0
         while True:
-            hop = self.hops.get(neighbor.id, neighbor.id)
-            if hop not in self.links and (self.site is None or self.site.serving):
+            if not linked():
                 try:
-                    sent = self.driver.hello(hop)
+                    sent = hello()
                     context = None if self.tls is None else self.tls.client
                     link, leftovers, who = await dial(
-                        neighbor, sent, HANDSHAKE_TIMEOUT, context, self.queue_limit, self.clock, self.network
+                        target, sent, HANDSHAKE_TIMEOUT, context, self.queue_limit, self.clock, self.network
                     )
-                except ConnectError as error:  # a neighbour that is down is routine; a misfit is not
+                except ConnectError as error:  # a broker that is down is routine; a misfit is not
                     now = self.clock.monotonic()
                     if (
                         isinstance(error, Misconfigured)
-                        and self.gate.refusal_log.admit(neighbor.id, now) is not None
+                        and self.gate.refusal_log.admit(target.id, now) is not None
                     ):
-                        self.log.warning("cannot link to %s: %s", neighbor, error)
+                        self.log.warning("cannot link to %s: %s", target, error)
                     else:
-                        self.log.debug("cannot link to %s: %s", neighbor, error)
-                else:
-                    failures = 0
-                    link.pending = leftovers
-                    if who is not None:
-                        self.gate.verify(link, who)
-                    answered = link.peer or sent
-                    try:
-                        await self.peers.serve(link, self._hop(answered), answered, sent, who)
-                    finally:
-                        self.gate.verified.pop(link, None)
-            failures += 1
-            await asyncio.sleep(REDIAL.delay(failures))
-
-    async def _dial_member(self, member: BrokerURI) -> None:
-        """Keep a link to ``member``, another broker of our site, as ``_dial`` keeps neighbours."""
-        assert self.site is not None
-        failures = 0
-        while True:
-            if member.id not in self.site.links:
-                hello = Hello("broker", self.uri.id, site=self.site.config.name)
-                context = None if self.tls is None else self.tls.client
-                try:
-                    link, leftovers, who = await dial(
-                        member, hello, HANDSHAKE_TIMEOUT, context, self.queue_limit, self.clock, self.network
-                    )
-                except ConnectError as error:
-                    self.log.debug("cannot link to %s: %s", member, error)
+                        self.log.debug("cannot link to %s: %s", target, error)
                 else:
                     failures = 0
                     link.pending = leftovers
                     if who is not None:
                         self.gate.verify(link, who)
                     try:
-                        await self.site.serve_member(link, member.id)
+                        await serve(link, sent, who)
                     finally:
                         self.gate.verified.pop(link, None)
             failures += 1
