@@ -58,6 +58,7 @@ from broker.messages import (
 from broker.routing.acl import AccessPolicy, refusal
 from broker.routing.composites import Composites
 from broker.routing.custody import Custody
+from broker.routing.publishers import Publishers
 from broker.routing.sessions import Sessions, request_key
 from broker.routing.standins import StandIns
 from broker.routing.tables import Output, Tables
@@ -84,10 +85,6 @@ def _nothing_more(full: bool) -> dict[str, Any]:
 
 
 class Router:
-    # what a router pickled whole (a log's snapshot of format 10) has, that had no orderings
-    ordering = "FIFO"
-    parent = ""
-
     def __init__(
         self,
         broker_id: str,
@@ -113,7 +110,8 @@ class Router:
         self.refusal_log = LogThrottle(burst=1)
         self.tables = Tables(covering, advertisement_covering, routing)  # "filter" or "flooding"
         self.composites = Composites(broker_id, self.tables, composite_max_waiting, composite_max_age)
-        self.seen: OrderedDict[str, None] = OrderedDict()
+        self.seen: OrderedDict[str, None] = OrderedDict()  # publications routed lately
+        self.publishers = Publishers()  # one number per publisher: its copies are dropped
         self.counters: Counter[str] = Counter()
         self.custody = Custody(epoch or broker_id, self.counters)  # the adapter names a fresh epoch
         self.sessions = Sessions(self.tables, self.composites, self.custody, self.counters, session_grace)
@@ -180,8 +178,8 @@ class Router:
                 "session_grace": self.sessions.grace,
                 "epoch": self.custody.epoch,
                 "policy": self.policy,
-                "routing": self.tables.routing,  # a snapshot without it (older) restores as "filter"
-                "ordering": self.ordering,  # and without these, as FIFO at a root
+                "routing": self.tables.routing,  # one of format 11 may lack these three: the
+                "ordering": self.ordering,  # defaults (filter, FIFO, a root) are what it routed by
                 "parent": self.parent,
             },
             "seen": list(self.seen),
@@ -257,6 +255,7 @@ class Router:
             **self.composites.status(),
             **self.sessions.status(),
             **self.stand_ins.status(),
+            **self.publishers.status(),
             "counters": dict(sorted(self.counters.items())),
             **(self._tables() if detail else {}),
         }
@@ -352,16 +351,24 @@ class Router:
         if denied := self._denied(hop, message, now):
             return denied
         # a ref "<n>@<session>" names the client's own session, which outlives a reconnection:
-        # a re-sent publication keeps its id, and a copy that got through already is not routed again
+        # a re-sent publication keeps its id, and a copy that got through already is not routed
+        # again (``publishers``: a client counts its publications in the order it sends them)
         ref = ClientRef.parse(message.id)
         pub_id = str(PublicationId(self.id, hop, ref.name, ref.session or self.sessions.started[hop]))
-        if pub_id in self.seen:
+        number = int(ref.name) if ref.session and ref.name.isdigit() else None
+        if (
+            self.publishers.routed_before(hop, ref.session, number)
+            if number is not None
+            else pub_id in self.seen  # a ref the client did not count: the recent ones
+        ):
             self.counters["dropped.duplicate"] += 1
             return [(hop, Ack(message.id, pub_id))] if message.ack else []
         if self.ordering == "TOTAL" and self.parent:
             routed = self._climb(pub_id, publication, DEFAULT_TTL, now)
         else:
             routed = self._route(pub_id, publication, hop, DEFAULT_TTL, now, now)
+        if number is not None:
+            self.publishers.routed(hop, ref.session, number, now)
         return [(hop, Ack(message.id, pub_id)), *routed] if message.ack else routed
 
     def _denied(
@@ -490,7 +497,7 @@ class Router:
 
 
 Handler = Callable[[Router, Any, str, float], Output]
-_PARTS = ("tables", "composites", "custody", "sessions", "stand_ins")  # the stateful ones
+_PARTS = ("tables", "composites", "custody", "sessions", "stand_ins", "publishers")  # the stateful ones
 _COUNTED: dict[type, str] = {}  # message type -> the name of its counter, made once
 
 

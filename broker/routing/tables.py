@@ -66,10 +66,6 @@ class Tables(Stateful):
         "advertisements",
     )
 
-    # a setting, not state: the class's value is what a router pickled whole before the setting
-    # was (a log of format 10, ``broker.transport.persistence``) routed by
-    routing = "filter"
-
     def __init__(
         self, covering: str = "off", advertisement_covering: bool = False, routing: str = "filter"
     ) -> None:

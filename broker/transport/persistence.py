@@ -24,8 +24,10 @@ would send something else (a peer's custody seqs would be out of step).
 what it had). A log of the format before is replayed as it was written and checkpointed in the
 current format at once, so a broker that reads only the older format never meets records of the
 newer. A release that raises the format reads the one it replaces and drops the one before that:
-one upgrade at a time keeps a broker's state. Format 10 pickled the router object whole; 11 is its
-snapshot (``Router.snapshot()``).
+one upgrade at a time keeps a broker's state. Format 11 is the router's snapshot
+(``Router.snapshot()``); 12 adds its publishers' marks (``broker.routing.publishers``), which a
+state of format 11 restores without: its duplicate filter of recent ids still holds what it had
+routed lately.
 
 A pickle names each class by its module and name, so a class that moves or is renamed would
 make every log written before unreadable: ``MOVED`` and ``RENAMED`` map what a readable format
@@ -53,8 +55,8 @@ __all__ = ["CHECKPOINT_RECORDS", "Fsync", "RouterLog", "dump_state", "load_state
 
 log = logging.getLogger("broker")
 
-SNAPSHOT_FORMAT = 11
-READABLE = (10, 11)  # the format before, and this one (see the module's docstring)
+SNAPSHOT_FORMAT = 12
+READABLE = (11, 12)  # the format before, and this one (see the module's docstring)
 _WIRE = b"W"  # a record of an input from a link: this, the clock and the hop's length, the hop, a frame
 _WIRE_HEAD = struct.Struct(">dH")
 _FRAME_AT = len(_WIRE) + _WIRE_HEAD.size
@@ -210,8 +212,8 @@ class RouterLog:
             loaded = error
         if isinstance(loaded, tuple) and len(loaded) == 2 and loaded[0] in READABLE:
             written, state = loaded
-            if written == 10:  # the router object itself
-                state = state.snapshot()
+            if written == 11:  # before the publishers' marks
+                state = state | {"publishers": {"marks": {}}}
             return Router.restore(state), written
         found = loaded[0] if isinstance(loaded, tuple) and loaded else "an older one"
         raise LocalError(

@@ -429,11 +429,11 @@ def _written_by_format(
     wal.close()
 
 
-@pytest.mark.parametrize("written", [5, 6, 7, 8, 9])
+@pytest.mark.parametrize("written", [5, 6, 7, 8, 9, 10])
 def test_a_log_older_than_the_format_before_is_refused_in_one_line_naming_its_format(
     tmp_path: Path, written: int
 ) -> None:
-    """The formats before 10 are no longer read (the module's policy): the broker says which
+    """The formats before 11 are no longer read (the module's policy): the broker says which
     format it found and which it reads, in one line, instead of replaying the log otherwise than
     it was sent."""
     _written_by_format(tmp_path, written, Router("B1"), INPUTS)
@@ -441,7 +441,7 @@ def test_a_log_older_than_the_format_before_is_refused_in_one_line_naming_its_fo
     with pytest.raises(LocalError) as refused:
         log.restore(lambda: Router("B9"))
     log.close()
-    assert f"(format {written}, this one reads 10 or 11)" in str(refused.value)
+    assert f"(format {written}, this one reads 11 or 12)" in str(refused.value)
     assert "\n" not in str(refused.value)
 
 
@@ -457,14 +457,16 @@ STRANDED: list[tuple[object, str]] = [  # a publication held for B2, which comes
 ]
 
 
-@pytest.mark.parametrize("written", [10, persistence.SNAPSHOT_FORMAT])
+@pytest.mark.parametrize("written", [11, persistence.SNAPSHOT_FORMAT])
 def test_a_log_replays_sending_again_what_was_held_for_a_neighbour_back_new(
     tmp_path: Path, written: int
 ) -> None:
     """The publications held for a neighbour back on a new channel go again after the tables,
-    whether the log's snapshot is the router pickled whole (format 10) or its state (11)."""
-    router = Router("B1", session_grace=60)
-    _written_by_format(tmp_path, written, router.snapshot() if written == 11 else router, STRANDED)
+    whether the log's snapshot is of the format before (without the publishers' marks) or this."""
+    state = Router("B1", session_grace=60).snapshot()
+    if written == 11:
+        del state["publishers"]
+    _written_by_format(tmp_path, written, state, STRANDED)
     log = persistence.RouterLog(tmp_path)
     router = log.restore(lambda: Router("B9"))
     held = [type(m).__name__ for m, _ in router.custody.channels["B2"].held.values()]
@@ -534,17 +536,20 @@ def test_inputs_from_links_are_logged_as_wire_frames_and_replay(tmp_path: Path) 
 
 
 def test_a_log_of_the_format_before_replays_and_is_rewritten_at_once(tmp_path: Path) -> None:
-    """Format 10 pickled the router whole: an upgraded broker restores it through its snapshot,
-    replays the log, then checkpoints, so the version before never reads this one's records (it
-    refuses the snapshot instead)."""
-    _written_by_format(tmp_path, 10, Router("B1"), INPUTS)
+    """Format 11 had no publishers' marks: an upgraded broker restores its state without them,
+    replays the log (which makes them), then checkpoints, so the version before never reads
+    this one's records (it refuses the snapshot instead)."""
+    state = Router("B1").snapshot()
+    del state["publishers"]
+    published = (Publish("7@s1", Publication("stock", {"n": 1}), ack=False), "pub")
+    _written_by_format(tmp_path, 11, state, [*INPUTS, published])
     log = persistence.RouterLog(tmp_path)
     router = log.restore(lambda: Router("B9"))
     assert router.id == "B1" and router.status()["subscriptions"] == 1
     log.close()
     snapshot, records = reopened(tmp_path)
-    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 11
-    assert isinstance(pickle.loads(snapshot)[1], dict)  # the router's state, not the router
+    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 12
+    assert pickle.loads(snapshot)[1]["publishers"] == {"marks": {("pub", "s1"): (7, 5.0)}}
     assert records == []
 
 
@@ -678,11 +683,10 @@ BEFORE = Path(__file__).with_name("broker_before")  # written by the version bef
 def test_a_log_the_version_before_wrote_is_restored_whole_and_checkpointed_in_this_format(
     tmp_path: Path,
 ) -> None:
-    """A real log of the previous version (format 10, its classes where and as they were then:
-    the router pickled whole with its ACL's Policy, its messages from broker.routing.messages):
-    a snapshot and inputs after it. Restored, the router has what it had (its id, subscriptions,
-    advertisement, counters, access rules), delivers a new publication, and the log is
-    checkpointed in this version's format."""
+    """A real log of the previous version (format 11, the router's state without the
+    publishers' marks): a snapshot and inputs after it. Restored, the router has what it had
+    (its id, subscriptions, advertisement, counters, access rules), delivers a new publication,
+    and the log is checkpointed in this version's format."""
     directory = tmp_path / "B1"
     directory.mkdir(mode=0o700)
     for file in BEFORE.iterdir():
