@@ -53,6 +53,7 @@ from broker.messages.consensus import (
     Snapshot,
     VoteReply,
     VoteRequest,
+    sender_of,
 )
 
 __all__ = ["Config", "Node", "NotLeader", "Ready", "Role"]
@@ -189,6 +190,8 @@ class Node:
         """A message from ``sender``, a member of the site."""
         if sender not in self.config.peers:
             raise ValueError(f"{sender} is not a member of the site of {self.config.me}")
+        if (named := sender_of(message)) != sender:
+            raise ValueError(f"a {type(message).__name__} from {sender} says it is from {named}")
         self._now = now
         self._check_quorum(now)
         if message.term > self.term and not self._ignores_newer(message, now):

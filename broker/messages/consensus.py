@@ -21,6 +21,7 @@ __all__ = [
     "Snapshot",
     "VoteReply",
     "VoteRequest",
+    "sender_of",
 ]
 
 
@@ -199,3 +200,15 @@ class InstallSnapshot:
 
 
 ConsensusMessage = VoteRequest | VoteReply | Append | AppendReply | InstallSnapshot
+
+
+def sender_of(message: ConsensusMessage) -> str:
+    """The member a consensus message names as its sender; one that arrives from another member
+    was forged (the site's links know who is at the other end)."""
+    if type(message) is VoteRequest:
+        return message.candidate
+    if type(message) is VoteReply:
+        return message.voter
+    if type(message) is AppendReply:
+        return message.follower
+    return message.leader  # type: ignore[union-attr]  # Append, InstallSnapshot

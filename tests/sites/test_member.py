@@ -5,18 +5,25 @@ client to the next leader, and the streams go on with nothing lost, repeated or 
 from __future__ import annotations
 
 import asyncio
+import random
+import struct
 from pathlib import Path
 
 import pytest
 
 from broker.client import Client
 from broker.client.reconnect import BrokerList
+from broker.consensus import Entry
 from broker.errors import LocalError
+from broker.language import Publication
+from broker.messages import Append, Hello, InstallSnapshot, Publish, Refuse
 from broker.sites import member
 from broker.sites.member import SiteConfig
+from broker.transport.codec import FrameDecoder, decode, encode
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 from tests.transport.harness import run, until, uri
+from tests.transport.test_hostile_frames import FLOOD, hostile
 
 FAST = {"heartbeat": 0.2, "dead_after": 0.8}
 
@@ -217,5 +224,62 @@ def test_a_member_back_behind_the_snapshot_is_sent_it_and_holds_the_same_state(
             for service in services:
                 if service.site is not None and service._server is not None:
                     await service.stop()
+
+    run(scenario(), timeout=60)
+
+
+def test_hostile_frames_on_a_member_link_are_refused_and_the_site_serves_on(tmp_path: Path) -> None:
+    """Someone links to a follower as another member (no TLS here to stop the claim) and sends
+    garbage, a publication and consensus messages that name another sender with a huge term:
+    each is refused, no broker takes the forged term or falls over, and a stream through the
+    site loses and repeats nothing."""
+    rng = random.Random(34)
+
+    async def scenario() -> None:
+        services = site(tmp_path)
+        for service in services:
+            await service.start()
+        try:
+            await until(lambda: serving(services) is not None, what="a leader that serves")
+            everyone = brokers_of(services)
+            publisher, subscriber, got, reading = await stream(everyone, everyone)
+            for n in range(1, 21):
+                await publisher.publish(f"[class,'t'],[n,{n}]")
+            leader = serving(services)
+            follower = next(s for s in services if s is not leader and s.site is not None)
+            posing_as = next(s.uri.id for s in services if s is not follower and s is not leader)
+            reader, writer = await asyncio.open_connection(follower.uri.host, follower.uri.port)
+            writer.write(encode(Hello("broker", posing_as, site="S")))
+            for _ in range(FLOOD):
+                payload = hostile(rng)
+                writer.write(struct.pack(">I", len(payload)) + payload)
+            writer.write(encode(Publish("1", Publication("t", {"n": 999}))))
+            writer.write(encode(Append(10**9, "b9", 10**9, 10**9, (Entry(10**9, 10**9 + 1, b"x"),), 10**9)))
+            writer.write(encode(InstallSnapshot(10**9, "b9", 10**9, 10**9, b"not a state")))
+            await writer.drain()
+            replies: list[object] = []
+            frames = FrameDecoder()
+            while len(replies) < FLOOD + 2:  # the hello, a refusal per bad frame and the publication
+                data = await asyncio.wait_for(reader.read(1 << 16), 10)
+                assert data, f"the follower closed the link after {len(replies)} replies"
+                replies += [decode(payload) for payload in frames.feed(data)]
+            assert isinstance(replies[0], Hello) and replies[0].id == follower.uri.id
+            assert all(isinstance(r, Refuse) for r in replies[1 : FLOOD + 2])
+            writer.close()
+            await writer.wait_closed()
+            for n in range(21, 41):
+                await publisher.publish(f"[class,'t'],[n,{n}]")
+            await until(lambda: len(got) >= 40, timeout=10, what="every publication")
+            await asyncio.sleep(0.3)  # nothing more comes
+            assert got == list(range(1, 41))
+            assert all(s._server is not None for s in services)  # no broker fell over
+            assert follower.site is not None and follower.site.counters["bad_messages"] >= FLOOD
+            assert all(s.site is not None and s.site.node.term < 10**9 for s in services), "a forged term"
+            reading.cancel()
+            await publisher.close()
+            await subscriber.close()
+        finally:
+            for service in services:
+                await service.stop()
 
     run(scenario(), timeout=60)
