@@ -4,6 +4,10 @@ simulator's chaos as one that keeps them in memory does."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -219,3 +223,35 @@ def test_a_site_whose_compacted_logs_are_files_keeps_one_log_under_chaos(tmp_pat
             and recovered.snapshot.data in site.snapshots[recovered.snapshot.index]
         )
         assert recovered.snapshot.index + len(recovered.entries) == max(site.applied)
+
+
+COMPACTING = """
+import sys
+from pathlib import Path
+from broker.consensus import Entry, HardState, Snapshot
+from broker.consensus.storage import SiteLog
+log = SiteLog(Path(sys.argv[1]))
+log.load()
+log.write(HardState(1, "b1"), [Entry(1, i, b"%d" % i) for i in range(1, 6)])
+log.compact(Snapshot(3, 1, b"state@3"))  # the process is killed in here
+log.write(None, [Entry(1, 6, b"6")])
+"""
+
+
+@pytest.mark.parametrize("point", ["wal.checkpoint.snapshot", "wal.checkpoint.log"])
+def test_a_member_killed_mid_compaction_restarts_with_its_whole_log(tmp_path: Path, point: str) -> None:
+    """Killed -9 between the steps of a compaction (the new snapshot renamed into place, or the
+    new log generation made too), a member restarts from the snapshot and the entries after it:
+    every entry it wrote is there, inside the snapshot or after it, and nothing after the kill."""
+    done = subprocess.run(
+        [sys.executable, "-c", COMPACTING, str(tmp_path)],
+        env={**os.environ, "WFM_FAILPOINTS": point},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    found = loaded(tmp_path)
+    assert found == Recovered(
+        HardState(1, "b1"), Snapshot(3, 1, b"state@3"), [Entry(1, 4, b"4"), Entry(1, 5, b"5")]
+    )
