@@ -18,6 +18,7 @@ __all__ = [
     "Entry",
     "HardState",
     "InstallSnapshot",
+    "Piece",
     "Snapshot",
     "VoteReply",
     "VoteRequest",
@@ -200,6 +201,22 @@ class InstallSnapshot:
 
 
 ConsensusMessage = VoteRequest | VoteReply | Append | AppendReply | InstallSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A part of a frame too large to be one: a site's state outgrows a frame as its router
+    fills (its filter of recent publication ids alone takes a few MiB), and a member behind the
+    leader's compaction point must still be sent it. The pieces of one message follow each
+    other on a member link, the last one without ``more``; other links refuse them."""
+
+    data: bytes
+    more: bool
+
+    def __post_init__(self) -> None:
+        if type(self.data) is not bytes or not self.data:
+            raise ValueError("a piece carries some bytes of a frame")
+        _flag(self.more, "more")
 
 
 def sender_of(message: ConsensusMessage) -> str:

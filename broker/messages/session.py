@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.messages.consensus import ConsensusMessage
+from broker.messages.consensus import ConsensusMessage, Piece
 from broker.messages.ids import PEER_ID
 from broker.messages.overlay import LinkMessage, Took
 
@@ -59,4 +59,4 @@ class Pong:
     """The answer to ``Ping``."""
 
 
-WireMessage = LinkMessage | Hello | Ping | Pong | ConsensusMessage
+WireMessage = LinkMessage | Hello | Ping | Pong | ConsensusMessage | Piece

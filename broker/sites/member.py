@@ -24,7 +24,8 @@ Every ``COMPACT_EVERY`` applied entries a member snapshots its state (``SiteStat
 its log keeps only the entries after it (``Node.compact``, ``SiteLog.compact``), so a restart
 restores the snapshot and replays a bounded tail. A leader compacts only once every other member
 holds what it applied, unless its log has grown past ``COMPACT_FORCE`` entries: a member behind
-the snapshot is sent the snapshot (``InstallSnapshot``), which must fit in one frame.
+the snapshot is sent the snapshot (``InstallSnapshot``), in ``Piece``s when it outgrows a frame:
+each member link puts the pieces it reads back together, up to ``MAX_ASSEMBLED`` bytes.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from typing import Any
 from broker.clock import Clock
 from broker.consensus import Config, ConsensusMessage, Entry, Node, NotLeader, SiteLog
 from broker.durable.offload import Offload
-from broker.errors import ProtocolError
+from broker.errors import BadMessage, ProtocolError
 from broker.messages import (
     Append,
     AppendReply,
@@ -51,6 +52,7 @@ from broker.messages import (
     LinkDown,
     LinkUp,
     Message,
+    Piece,
     Ping,
     Pong,
     Refuse,
@@ -59,6 +61,7 @@ from broker.messages import (
 )
 from broker.sites.inputs import Input, MemberDown, decode_input, encode_input
 from broker.sites.state import SiteState
+from broker.transport.codec import decode, in_pieces
 from broker.transport.driver import RouterDriver
 from broker.transport.handshake import ELSEWHERE
 from broker.transport.link import Link
@@ -69,6 +72,7 @@ __all__ = ["SiteConfig", "SiteDriver", "SiteMember"]
 CONSENSUS = frozenset({VoteRequest, VoteReply, Append, AppendReply, InstallSnapshot})
 COMPACT_EVERY = 10_000  # applied entries between two snapshots of a member's state
 COMPACT_FORCE = 100_000  # entries a leader keeps for a member behind, at most
+MAX_ASSEMBLED = 1 << 30  # bytes of pieces a member link puts back together into one message
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,7 @@ class SiteMember:
         self.clock = clock
         self.step_down = step_down  # closes every client and site link, with a reason
         self.links: dict[str, Link] = {}  # member -> its link
+        self.assembling: dict[Link, bytearray] = {}  # the pieces read so far of a large message
         self.binding = _Binding(live)
         driver.links = self.binding.bound
         driver.member = self
@@ -238,11 +243,16 @@ class SiteMember:
             await link.flush_and_close(str(error))
         finally:
             await link.wait_closed()
+            self.assembling.pop(link, None)
             if self.links.get(name) is link:
                 del self.links[name]
                 self.log.info("site %s: member %s unlinked: %s", self.config.name, name, link.closed)
 
     def _from_member(self, link: Link, name: str, item: object) -> None:
+        if type(item) is Piece:
+            item = self._assemble(link, item)
+            if item is None:
+                return
         if type(item) in CONSENSUS:
             try:
                 self.node.handle(name, item, self.clock.monotonic())  # type: ignore[arg-type]
@@ -255,6 +265,24 @@ class SiteMember:
         elif type(item) is not Pong:
             self.counters["bad_messages"] += 1
             link.send(Refuse("", f"a {type(item).__name__} is not for a member link"))
+
+    def _assemble(self, link: Link, piece: Piece) -> object:
+        """The message the pieces read so far make up with ``piece`` if it is the last, else
+        None; a message larger than MAX_ASSEMBLED is not for us: the link is closed."""
+        got = self.assembling.setdefault(link, bytearray())
+        got += piece.data
+        if len(got) > MAX_ASSEMBLED:
+            del self.assembling[link]
+            self.counters["bad_messages"] += 1
+            link.close(f"sent pieces of a message over {MAX_ASSEMBLED} bytes", abort=True)
+            return None
+        if piece.more:
+            return None
+        del self.assembling[link]
+        try:
+            return decode(got)
+        except BadMessage as error:
+            return error
 
     # the log --------------------------------------------------------------------------------------
 
@@ -299,8 +327,9 @@ class SiteMember:
         if link is None:
             return
         try:
-            link.send(message)
-        except (ProtocolError, ValueError) as error:  # a snapshot too large for a frame
+            for part in in_pieces(message):  # a snapshot may outgrow a frame
+                link.send(part)
+        except (ProtocolError, ValueError) as error:  # one that cannot be encoded
             self.counters["site.unsendable"] += 1
             self.log.error(
                 "site %s: cannot send %s to %s: %s", self.config.name, type(message).__name__, member, error

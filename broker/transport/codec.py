@@ -27,6 +27,7 @@ VoteReply             ``voted``       term, voter, granted, pre-vote
 Append                ``append``      term, leader, prev index, prev term, [[term, index, data], ...], commit
 AppendReply           ``appended``    term, follower, success, match
 InstallSnapshot       ``install``     term, leader, last index, last term, data
+Piece                 ``piece``       data, more: a part of a larger frame's payload (member links)
 ====================  ==============  =====================================================
 
 The last five are a site's consensus (``broker.consensus``), between the brokers of one site.
@@ -71,6 +72,7 @@ from broker.messages import (
     Hello,
     InstallSnapshot,
     Notify,
+    Piece,
     Ping,
     Pong,
     Publish,
@@ -91,9 +93,11 @@ __all__ = [
     "FrameDecoder",
     "decode",
     "encode",
+    "in_pieces",
 ]
 
 MAX_FRAME = 1 << 20  # bytes of payload; a larger prefix means a broken or hostile peer
+PIECE = MAX_FRAME - 16  # bytes of a larger payload per Piece: with its tag and flag, a frame
 
 _HEADER = struct.Struct(">I")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -184,6 +188,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     ],
     AppendReply: lambda m: ["appended", m.term, m.follower, m.success, m.match],
     InstallSnapshot: lambda m: ["install", m.term, m.leader, m.last_index, m.last_term, m.data],
+    Piece: lambda m: ["piece", m.data, m.more],
 }
 
 
@@ -205,18 +210,33 @@ def encode(message: WireMessage) -> bytes:
     FrameTooLarge if the peer would refuse the frame, and BadMessage for content msgpack cannot
     carry (a status value that is not msgpack-native, an integer beyond 64 bits, a lone surrogate).
     """
+    payload = _payload(message)
+    size = len(payload)
+    if size > MAX_FRAME:
+        raise FrameTooLarge(size, MAX_FRAME)
+    return _HEADER.pack(size) + payload
+
+
+def in_pieces(message: WireMessage) -> list[WireMessage]:
+    """``message`` itself if it fits a frame, else its payload cut into ``Piece``s that do
+    (``decode`` takes the payload the pieces make up again). For member links only: no other
+    link takes pieces."""
+    payload = _payload(message)
+    if len(payload) <= MAX_FRAME:
+        return [message]
+    cuts = range(0, len(payload), PIECE)
+    return [Piece(payload[at : at + PIECE], at + PIECE < len(payload)) for at in cuts]
+
+
+def _payload(message: WireMessage) -> bytes:
     try:
         to_array = _ENCODERS[type(message)]
     except KeyError:
         raise TypeError(f"{type(message).__name__} is not a message sent on a link") from None
     try:
-        payload = _packer().pack(to_array(message))
+        return _packer().pack(to_array(message))  # type: ignore[no-any-return]
     except (ValueError, TypeError, OverflowError) as error:
         raise BadMessage(f"cannot encode {type(message).__name__}: {_describe(error)}") from None
-    size = len(payload)
-    if size > MAX_FRAME:
-        raise FrameTooLarge(size, MAX_FRAME)
-    return _HEADER.pack(size) + payload
 
 
 # ---------------------------------------------------------------------------------------- decoding
@@ -383,6 +403,7 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "append": ("Append", 7, lambda a: Append(a[1], a[2], a[3], a[4], _to_entries(a[5]), a[6])),
     "appended": ("AppendReply", 5, lambda a: AppendReply(*a[1:])),
     "install": ("InstallSnapshot", 6, lambda a: InstallSnapshot(*a[1:])),
+    "piece": ("Piece", 3, lambda a: Piece(a[1], a[2])),
 }
 
 

@@ -22,6 +22,7 @@ from broker.messages import (
     InstallSnapshot,
     LinkDown,
     LinkUp,
+    Piece,
     Ping,
     Pong,
     Refuse,
@@ -36,7 +37,7 @@ from broker.transport.tls import Peer
 __all__ = ["Peers"]
 
 # a site's, never a router's
-SITE_ONLY = frozenset({VoteRequest, VoteReply, Append, AppendReply, InstallSnapshot})
+SITE_ONLY = frozenset({VoteRequest, VoteReply, Append, AppendReply, InstallSnapshot, Piece})
 
 
 class Peers:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import struct
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,10 @@ from broker.client.reconnect import BrokerList
 from broker.consensus import Entry
 from broker.errors import LocalError
 from broker.language import Publication
-from broker.messages import Append, Hello, InstallSnapshot, Publish, Refuse
+from broker.messages import Append, Hello, InstallSnapshot, Piece, Publish, Refuse
 from broker.sites import member
 from broker.sites.member import SiteConfig
+from broker.transport import codec
 from broker.transport.codec import FrameDecoder, decode, encode
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
@@ -26,6 +28,7 @@ from tests.transport.harness import run, until, uri
 from tests.transport.test_hostile_frames import FLOOD, hostile
 
 FAST = {"heartbeat": 0.2, "dead_after": 0.8}
+ONE_FRAME = codec.MAX_FRAME
 
 
 def site(tmp_path: Path, brokers: tuple[str, ...] = ("b1", "b2", "b3")) -> list[RouterService]:
@@ -185,11 +188,24 @@ def test_a_publication_crosses_from_one_site_to_another_and_survives_both_leader
     run(scenario(), timeout=60)
 
 
+@pytest.mark.parametrize("frame", [ONE_FRAME, 4096], ids=["one-frame", "in-pieces"])
 def test_a_member_back_behind_the_snapshot_is_sent_it_and_holds_the_same_state(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, frame: int
 ) -> None:
+    """With frames of 4 KiB, the snapshot (some 20 KiB) goes in pieces, as a busy site's does."""
     monkeypatch.setattr(member, "COMPACT_EVERY", 20)
     monkeypatch.setattr(member, "COMPACT_FORCE", 30)
+    monkeypatch.setattr(codec, "MAX_FRAME", frame)
+    monkeypatch.setattr(codec, "PIECE", frame - 16)
+    sent = Counter[str]()
+    pieces = codec.in_pieces
+
+    def counted(message: object) -> list[object]:
+        parts = pieces(message)  # type: ignore[arg-type]
+        sent[type(message).__name__] += len(parts) > 1
+        return parts  # type: ignore[return-value]
+
+    monkeypatch.setattr(member, "in_pieces", counted)
 
     async def scenario() -> None:
         services = site(tmp_path)
@@ -219,6 +235,10 @@ def test_a_member_back_behind_the_snapshot_is_sent_it_and_holds_the_same_state(
             assert back.site.node.snapshot is not None and back.site.node.snapshot.index >= held.index
             assert back.router.status(detail=True)["prt"] == leader.router.status(detail=True)["prt"]
             assert back.site.state.attached == leader.site.state.attached
+            if frame < ONE_FRAME:  # it went in pieces (and so may have a batch of entries)
+                assert sent["InstallSnapshot"] >= 1
+            else:
+                assert sum(sent.values()) == 0
             await client.close()
         finally:
             for service in services:
@@ -228,12 +248,15 @@ def test_a_member_back_behind_the_snapshot_is_sent_it_and_holds_the_same_state(
     run(scenario(), timeout=60)
 
 
-def test_hostile_frames_on_a_member_link_are_refused_and_the_site_serves_on(tmp_path: Path) -> None:
+def test_hostile_frames_on_a_member_link_are_refused_and_the_site_serves_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Someone links to a follower as another member (no TLS here to stop the claim) and sends
     garbage, a publication and consensus messages that name another sender with a huge term:
     each is refused, no broker takes the forged term or falls over, and a stream through the
-    site loses and repeats nothing."""
+    site loses and repeats nothing; pieces of a message larger than a member takes close the link."""
     rng = random.Random(34)
+    monkeypatch.setattr(member, "MAX_ASSEMBLED", 10_000)
 
     async def scenario() -> None:
         services = site(tmp_path)
@@ -265,6 +288,11 @@ def test_hostile_frames_on_a_member_link_are_refused_and_the_site_serves_on(tmp_
                 replies += [decode(payload) for payload in frames.feed(data)]
             assert isinstance(replies[0], Hello) and replies[0].id == follower.uri.id
             assert all(isinstance(r, Refuse) for r in replies[1 : FLOOD + 2])
+            for _ in range(3):
+                writer.write(encode(Piece(b"\x00" * 4000, True)))
+            await writer.drain()
+            while await asyncio.wait_for(reader.read(1 << 16), 10):
+                pass  # until the follower closes the link
             writer.close()
             await writer.wait_closed()
             for n in range(21, 41):

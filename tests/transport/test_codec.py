@@ -29,6 +29,7 @@ from broker.messages import (
     InstallSnapshot,
     LinkDown,
     LinkUp,
+    Piece,
     Ping,
     Pong,
     Publish,
@@ -43,6 +44,7 @@ from broker.messages import (
     VoteRequest,
 )
 from broker.transport import MAX_FRAME, BadMessage, FrameDecoder, FrameTooLarge, ProtocolError, decode, encode
+from broker.transport.codec import in_pieces
 
 WIRE_TYPES = (
     Advertise,
@@ -66,6 +68,7 @@ WIRE_TYPES = (
     Append,
     AppendReply,
     InstallSnapshot,
+    Piece,
 )
 
 PUBLICATION = parse_publication("[class,stock],[price,100.25],[symbol,IBM],[volume,12000],[note,'Zürich ✓']")
@@ -130,6 +133,7 @@ EXAMPLES = [
     Append(3, "S1-a", 9, 3, (), 9),
     AppendReply(3, "S1-b", False, 4),
     InstallSnapshot(3, "S1-a", 120, 2, b"\x00state\xff"),
+    Piece(b"\x93part", True),
 ]
 
 
@@ -156,6 +160,20 @@ def test_every_message_type_round_trips(message: object) -> None:
 
 def test_examples_cover_every_wire_type() -> None:
     assert {type(m) for m in EXAMPLES} == set(WIRE_TYPES)
+
+
+def test_a_message_larger_than_a_frame_goes_in_pieces_that_make_it_up_again() -> None:
+    """A site's snapshot outgrows a frame: each piece is a frame, and the payload they make up
+    is the message's; one that fits stays whole."""
+    snapshot = InstallSnapshot(3, "S1-a", 120, 2, random.Random(1).randbytes(2 * MAX_FRAME + 5))
+    pieces = in_pieces(snapshot)
+    assert len(pieces) == 3 and all(isinstance(p, Piece) for p in pieces)
+    assert [p.more for p in pieces] == [True, True, False]  # type: ignore[union-attr]
+    frames = [encode(p) for p in pieces]  # each fits (encode refuses a frame too large)
+    assert decode(b"".join(decode(payload_of(f)).data for f in frames)) == snapshot  # type: ignore[union-attr]
+    assert in_pieces(EXAMPLES[-2]) == [EXAMPLES[-2]]
+    with pytest.raises(FrameTooLarge):
+        encode(snapshot)
 
 
 @pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: type(m).__name__)

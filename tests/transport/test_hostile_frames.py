@@ -12,7 +12,7 @@ import msgpack
 import pytest
 
 from broker.client import Client
-from broker.messages import Hello, InstallSnapshot, Refuse, StatusReply, VoteRequest
+from broker.messages import Hello, InstallSnapshot, Piece, Refuse, StatusReply, VoteRequest
 from broker.throttle import LogThrottle
 from broker.transport.codec import FrameDecoder, decode, encode
 from broker.transport.server import RouterService
@@ -55,23 +55,24 @@ def test_a_flood_of_hostile_frames_is_refused_counted_and_logged_briefly(
         writer.write(encode(StatusReply("s", {})))  # valid, but not from a client: refused too
         writer.write(encode(VoteRequest(9, "B1", 0, 0)))  # a site's consensus: not on this link
         writer.write(encode(InstallSnapshot(9, "B1", 5, 1, b"state")))  # nor a site's snapshot
+        writer.write(encode(Piece(b"\x93", True)))  # nor a piece of one
         await writer.drain()
         frames = FrameDecoder()
         replies: list[object] = []
-        while len(replies) < FLOOD + 4:  # the hello, then one refusal per frame
+        while len(replies) < FLOOD + 5:  # the hello, then one refusal per frame
             data = await asyncio.wait_for(reader.read(1 << 16), 10)
             assert data, f"the broker closed the link after {len(replies)} replies"
             replies += [decode(payload) for payload in frames.feed(data)]
         assert isinstance(replies[0], Hello) and (replies[0].kind, replies[0].id) == ("broker", "B1")
         assert all(isinstance(r, Refuse) for r in replies[1:])
         assert sum(r.reason.startswith("bad message") for r in replies[1:]) == FLOOD  # type: ignore[union-attr]
-        assert replies[-2:] == [
+        assert replies[-3:] == [
             Refuse("", f"a {kind} is for the brokers of a site, and this link is not")
-            for kind in ("VoteRequest", "InstallSnapshot")
+            for kind in ("VoteRequest", "InstallSnapshot", "Piece")
         ]
         assert "fuzz" in broker.links
         status = await bystander.status()  # and the broker serves everyone else
-        assert status["counters"]["link.bad_messages"] == FLOOD + 2  # type: ignore[index]
+        assert status["counters"]["link.bad_messages"] == FLOOD + 3  # type: ignore[index]
         writer.close()
         await writer.wait_closed()
         await bystander.close()
