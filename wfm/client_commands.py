@@ -2,16 +2,20 @@
 
 One command a line: ``a``/``s``/``cs`` advertise, subscribe and composite-subscribe (``cs
 [POLICY] COMPOSITE``, the policy a word such as ``recent`` or ``padres``), ``p``
-publishes, ``ua``/``us`` withdraw by id, ``sleep`` waits while deliveries keep arriving. A line is
+publishes (``p PUBLICATION [priority=0..9] [ttl=DURATION] [id=ID]``, its quality of service
+after it), ``ua``/``us`` withdraw by id, ``sleep`` waits while deliveries keep arriving. A line is
 applied at the broker before the next is read; what it says back is returned for the caller to show.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+from typing import Any
 
 from broker.client import Client
 from broker.language import parse_composite_subscription, parse_filter, parse_publication
+from broker.messages.qos import Qos, parse_duration
 
 __all__ = ["apply_line"]
 
@@ -29,7 +33,8 @@ async def apply_line(session: Client, line: str) -> str | None:
         composite, policy = parse_composite_subscription(rest)
         return f"sub {(await session.subscribe_composite(composite, own_queue=False, policy=policy)).id}"
     if command == "p":
-        await session.publish(parse_publication(rest))
+        text, qos = _publication_and_qos(rest)
+        await session.publish(parse_publication(text), qos)
     elif command == "ua":
         await session.unadvertise(_one_word(rest, "ua"))
     elif command == "us":
@@ -39,6 +44,33 @@ async def apply_line(session: Client, line: str) -> str | None:
     else:
         raise ValueError(f"unknown command {command!r} (use a, s, cs, p, ua, us or sleep)")
     return None
+
+
+# what may follow a publication: INTERFACE.md §5's words
+_QOS_WORD = re.compile(r"(priority|ttl|ack|id)=\S*|persistent|retain")
+
+
+def _publication_and_qos(rest: str) -> tuple[str, Qos]:
+    """The publication and the quality of service the words after it ask for."""
+    words = rest.split(" ")
+    settings: dict[str, Any] = {}
+    while len(words) > 1 and _QOS_WORD.fullmatch(words[-1]):
+        name, _, value = words.pop().partition("=")
+        if ("mid" if name == "id" else name) in settings:
+            raise ValueError(f"{name} is given twice")
+        if name == "priority":
+            if not value.isdigit():
+                raise ValueError(f"priority must be 0 to 9, not {value!r}")
+            settings[name] = int(value)
+        elif name == "ttl":
+            settings[name] = parse_duration(value)
+        elif name in ("persistent", "retain"):
+            settings[name] = True
+        elif name == "ack":
+            settings[name] = value
+        else:
+            settings["mid"] = value
+    return " ".join(words), Qos(**settings)
 
 
 def _one_word(rest: str, command: str) -> str:

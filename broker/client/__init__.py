@@ -11,6 +11,7 @@ from broker.client.client import (
 )
 from broker.client.reconnect import DAEMON_BACKOFF, Backoff, BrokerList, Brokers, ConnectionEvent, brokers
 from broker.errors import NoAnswer
+from broker.messages.qos import Qos
 
 __all__ = [
     "DAEMON_BACKOFF",
@@ -23,6 +24,7 @@ __all__ = [
     "ConnectionEvent",
     "Delivery",
     "NoAnswer",
+    "Qos",
     "RefusedError",
     "Subscription",
     "TooManyUnacknowledged",

@@ -11,6 +11,7 @@ from broker.client.client import Client, Delivery
 from broker.client.reconnect import Brokers
 from broker.errors import NoAnswer
 from broker.language import Filter, Publication
+from broker.messages import DEFAULT_QOS, Qos
 
 __all__ = ["BlockingClient"]
 
@@ -65,8 +66,8 @@ class BlockingClient:
     def unsubscribe(self, sub_id: str) -> None:
         self._run(self.client.unsubscribe(sub_id))
 
-    def publish(self, publication: Publication | str) -> str:
-        return self._run(self.client.publish(publication))
+    def publish(self, publication: Publication | str, qos: Qos = DEFAULT_QOS) -> str:
+        return self._run(self.client.publish(publication, qos))
 
     def status(self, detail: bool = False) -> dict[str, object]:
         return self._run(self.client.status(detail))

@@ -54,6 +54,7 @@ from broker.language import (
     parse_publication,
 )
 from broker.messages import (
+    DEFAULT_QOS,
     Ack,
     Advertise,
     Bye,
@@ -64,6 +65,7 @@ from broker.messages import (
     Ping,
     Pong,
     Publish,
+    Qos,
     Refuse,
     StatusReply,
     StatusRequest,
@@ -146,6 +148,7 @@ class Client(Stream):
         self.queue_limit, self.max_unacked = queue_limit, max_unacked
         self.manual_done = manual_done  # deliveries are done when the application says (``done``)
         self.counters: Counter[str] = Counter()
+        self.clock = clock
         self._full: set[Queue] = set()  # queues the reader waits on before reading on
         self._queue: Queue = self._new_queue(lossy=False)
         self._client = self
@@ -354,18 +357,22 @@ class Client(Stream):
         live = self.requests.live.get(name)
         return live.first if live is not None and live.first else None
 
-    async def publish(self, publication: Publication | str) -> str:
+    async def publish(self, publication: Publication | str, qos: Qos = DEFAULT_QOS) -> str:
         """Publish and wait for the broker's acknowledgement (through reconnections); waits
         first while ``max_unacked`` publications are unacknowledged. With an outbox, it is on
         disk before it is sent (``OutboxError`` if the disk refuses), and stays there until
-        acknowledged or refused, even if this wait ends first."""
+        acknowledged or refused, even if this wait ends first. ``qos``: its priority, time to
+        live and the rest (``Qos``)."""
+        message = Publish("-", _publication(publication), qos=_offered(qos))
         while self.asking.unacknowledged >= self.max_unacked and not self._closing:
             self.asking.acked.clear()
             await self.asking.acked.wait()
         ref = self.refs.publication()
-        return str(await self.asking.ask(Publish(ref, _publication(publication)), ref))
+        return str(await self.asking.ask(dataclasses.replace(message, id=ref), ref))
 
-    def publish_nowait(self, publication: Publication | str, durable: bool = True) -> None:
+    def publish_nowait(
+        self, publication: Publication | str, durable: bool = True, qos: Qos = DEFAULT_QOS
+    ) -> None:
         """Publish without waiting: kept until acknowledged and re-sent after a reconnection.
         TooManyUnacknowledged when ``max_unacked`` publications already wait. With an outbox,
         it is sent once on disk, in a group commit with those made meanwhile; a disk that
@@ -374,7 +381,7 @@ class Client(Stream):
         if self.asking.unacknowledged >= self.max_unacked:
             self.counters["refused.unacknowledged"] += 1
             raise TooManyUnacknowledged(self.asking.unacknowledged)
-        message = Publish(self.refs.publication(durable), _publication(publication))
+        message = Publish(self.refs.publication(durable), _publication(publication), qos=_offered(qos))
         storing = self.asking.storing
         if storing is not None and durable:
             storing.store(message, None)
@@ -485,3 +492,21 @@ def _filter(value: Filter | str) -> Filter:
 
 def _publication(value: Publication | str) -> Publication:
     return parse_publication(value) if isinstance(value, str) else value
+
+
+def _offered(qos: Qos) -> Qos:
+    """``qos`` if the overlay does what it asks; ValueError naming what it does not do yet."""
+    if qos.expires is not None:
+        raise ValueError("a publisher gives a ttl; its broker sets when it expires")
+    missing = [
+        name
+        for name, asked in (
+            ("persistent=false", not qos.persistent),
+            ("retain", qos.retain),
+            (f"ack={qos.ack}", qos.ack != "none"),
+        )
+        if asked
+    ]
+    if missing:
+        raise ValueError(f"not built yet: {', '.join(missing)}")
+    return qos

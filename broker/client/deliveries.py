@@ -72,7 +72,7 @@ class Deliveries:
         for sub_id in item.subscriptions:
             sub = self.requests.subscription(sub_id)
             delivery = Delivery(
-                sub.id if sub else sub_id, item.publication, (), item.id, item.time, seq, channel
+                sub.id if sub else sub_id, item.publication, (), item.id, item.time, item.qos, seq, channel
             )
             (sub._queue if sub is not None else self.merged).put(delivery)
         return len(item.subscriptions)

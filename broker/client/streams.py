@@ -8,6 +8,7 @@ next delivery says the consumer is done with the last one, which lets its broker
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 from broker.client.queues import DeliveryQueue
 from broker.errors import LinkClosed
 from broker.language import Publication
-from broker.messages import CompositeSubscribe, Subscribe
+from broker.messages import DEFAULT_QOS, CompositeSubscribe, Qos, Subscribe
 
 if TYPE_CHECKING:
     from broker.client.client import Client
@@ -34,6 +35,7 @@ class Delivery:
     publications: tuple[Publication, ...] = ()
     id: str = ""  # the publication's overlay-wide id (who published it), for a plain delivery
     time: float = 0.0  # when its edge broker accepted it
+    qos: Qos = DEFAULT_QOS  # its priority, expiry and the rest, as its publisher asked
     seq: int = dataclasses.field(default=0, compare=False, repr=False)  # in the broker's custody
     channel: str = dataclasses.field(default="", compare=False, repr=False)  # whose seq it is
 
@@ -50,16 +52,24 @@ class Stream:
     _handling: Delivery | None = None  # the delivery last returned: done when the next is asked for
 
     async def next(self, timeout: float | None = None) -> Delivery:
-        """The next delivery; ``TimeoutError`` after ``timeout`` seconds, ``LinkClosed`` at the end."""
-        if self._handling is not None and not self._client.manual_done:
-            self._client.deliveries.done(self._handling, self._queue.queue.empty())
+        """The next delivery; ``TimeoutError`` after ``timeout`` seconds, ``LinkClosed`` at the end.
+        One that expired while it waited in the queue is never handed out (counted ``expired``)."""
+        client = self._client
+        if self._handling is not None and not client.manual_done:
+            client.deliveries.done(self._handling, self._queue.queue.empty())
         self._handling = None
-        item = await self._queue.get(timeout)
-        if item is None:
-            self._queue.put(None)  # the end marker stays for every later reader
-            raise LinkClosed("connection closed")
-        self._handling = item
-        return item
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            item = await self._queue.get(None if deadline is None else max(0.0, deadline - loop.time()))
+            if item is None:
+                self._queue.put(None)  # the end marker stays for every later reader
+                raise LinkClosed("connection closed")
+            if not item.qos.expired(client.clock.time()):
+                self._handling = item
+                return item
+            client.counters["expired"] += 1
+            client.deliveries.done(item, self._queue.queue.empty())
 
     def __aiter__(self) -> AsyncIterator[Delivery]:
         return self._iterate()

@@ -58,11 +58,14 @@ from broker.messages.overlay import (
     publication_weight,
     request_ref,
 )
+from broker.messages.qos import ACKS, DEFAULT_QOS, Qos
 from broker.messages.session import Hello, Ping, Pong, WireMessage
 
 __all__ = [
+    "ACKS",
     "CARRIED",
     "CLIENT_SESSION_DIGITS",
+    "DEFAULT_QOS",
     "DEFAULT_TTL",
     "DETECTOR",
     "Ack",
@@ -95,6 +98,7 @@ __all__ = [
     "Pong",
     "PublicationId",
     "Publish",
+    "Qos",
     "Refuse",
     "Snapshot",
     "StatusReply",

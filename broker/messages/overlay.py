@@ -8,7 +8,7 @@ overlay-wide ids (``ids.OverlayId``), so two clients can never collide.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from broker.language.model import (
     And,
@@ -24,6 +24,7 @@ from broker.language.model import (
     normalize_value,
 )
 from broker.language.values import Value, check_name
+from broker.messages.qos import DEFAULT_QOS, Qos
 
 __all__ = [
     "DEFAULT_TTL",
@@ -73,6 +74,13 @@ def _time(value: object, optional: bool = False) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e11:
         raise ValueError("time must be epoch seconds")
+
+
+def _set_fields(message: object, state: list[object]) -> None:
+    """Unpickle a message of a version with fewer trailing fields (a broker's log of the format
+    before holds messages without ``qos``): the fields it lacks take their defaults."""
+    for index, item in enumerate(fields(message)):  # type: ignore[arg-type]
+        object.__setattr__(message, item.name, state[index] if index < len(state) else item.default)
 
 
 def _ttl(value: object) -> int:
@@ -203,6 +211,7 @@ class Publish:
     ``ack=False`` (fire and forget) asks the edge broker to answer only a refusal: the producer
     that streams publications saves a frame each way per message. ``time`` is when the edge
     broker accepted it (epoch seconds), set there and carried along; a client leaves it None.
+    ``qos``: its quality of service (``broker.messages.qos``), beside the content.
     """
 
     id: str
@@ -210,6 +219,7 @@ class Publish:
     ttl: int = DEFAULT_TTL
     ack: bool = True
     time: float | None = None
+    qos: Qos = DEFAULT_QOS
 
     def __post_init__(self) -> None:
         _text(self.id, "publication id")
@@ -219,6 +229,11 @@ class Publish:
         _time(self.time, optional=True)
         if not isinstance(self.publication, Publication):
             raise ValueError("a publication message needs a Publication")
+        if type(self.qos) is not Qos:
+            raise ValueError("a publication's quality of service must be a Qos")
+
+    def __setstate__(self, state: list[object]) -> None:
+        _set_fields(self, state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +246,7 @@ class Deliver:
     publication: Publication
     id: str = "-"
     time: float = 0.0
+    qos: Qos = DEFAULT_QOS
 
     def __post_init__(self) -> None:
         _text(self.id, "publication id")
@@ -241,6 +257,11 @@ class Deliver:
             _text(sid, "subscription id")
         if not isinstance(self.publication, Publication):
             raise ValueError("a delivery needs a Publication")
+        if type(self.qos) is not Qos:
+            raise ValueError("a delivery's quality of service must be a Qos")
+
+    def __setstate__(self, state: list[object]) -> None:
+        _set_fields(self, state)
 
 
 @dataclass(frozen=True, slots=True)

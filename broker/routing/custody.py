@@ -11,6 +11,11 @@ held for the peer. When the peer is back, its hello says which of our seqs it to
 (``LinkUp.resume``): everything after that goes again, in order, and the receiver drops a seq it
 has already taken, so a resend can never be taken twice.
 
+A publication or delivery whose quality of service has expired (``Qos.expires``) is taken out
+of what is held the moment the router's clock passes its expiry (``expire``, run before every
+input the router handles), wherever it is in the queue, and counted (``expired.held``): it is
+never sent again, and the receiver takes the gap like one left by a full channel.
+
 Each channel has a name, which our hello gave it: the adapter's choice (``LinkUp.name``, so the
 log has it), or ``EPOCH:N`` here. A broker that restarts from its log keeps its epoch and its
 channels; one that restarts empty has a new epoch, and one that forgot a peer (its grace period
@@ -24,6 +29,7 @@ channels come back exactly as they were.
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
@@ -100,6 +106,33 @@ class Custody(Stateful):
         self.max_held = MAX_HELD
         self.max_bytes = MAX_HELD_BYTES
         self.full_log = LogThrottle(burst=1)  # what a full channel could not hold, by peer
+        # (expires, hop, channel name, seq) of each held message that expires: the soonest first
+        self.expiring: list[tuple[float, str, str, int]] = []
+
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)
+        self._index_expiring()
+
+    def _index_expiring(self) -> None:
+        """``expiring`` made afresh from what is held: at a restore, and when the entries of
+        messages taken meanwhile outnumber the rest (a peer's Took does not look for them)."""
+        self.expiring = [
+            (message.qos.expires, hop, channel.name, seq)  # type: ignore[union-attr]
+            for hop, channel in self.channels.items()
+            for seq, (message, _) in channel.held.items()
+            if type(message) in (Publish, Deliver) and message.qos.expires is not None  # type: ignore[union-attr]
+        ]
+        heapq.heapify(self.expiring)
+
+    def expire(self, now: float) -> None:
+        """Take out of every channel what expired by ``now`` (see the module's docstring)."""
+        expiring = self.expiring
+        while expiring and expiring[0][0] <= now:
+            _, hop, name, seq = heapq.heappop(expiring)
+            channel = self.channels.get(hop)
+            if channel is not None and channel.name == name and (held := channel.held.pop(seq, None)):
+                channel.weight -= held[1]
+                self.counters["expired.held"] += 1
 
     def open(self, hop: str, peer_epoch: str = "", client: bool = False, name: str = "") -> None:
         """A new channel, under the ``name`` our hello gave it (the adapter's choice, which comes
@@ -254,6 +287,10 @@ class Custody(Stateful):
                 channel.next_seq += 1
                 channel.held[seq] = (message, cost)
                 channel.weight += cost
+                if isinstance(message, Publish | Deliver) and message.qos.expires is not None:
+                    heapq.heappush(self.expiring, (message.qos.expires, hop, channel.name, seq))
+                    if len(self.expiring) > 1024 + 2 * sum(len(c.held) for c in self.channels.values()):
+                        self._index_expiring()
                 if isinstance(message, Advertise):
                     channel.adverts.pop(message.id, None)  # in seq order: a re-sent one goes last
                     channel.adverts[message.id] = seq

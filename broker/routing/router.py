@@ -45,6 +45,7 @@ from broker.messages import (
     OverlayId,
     PublicationId,
     Publish,
+    Qos,
     Refuse,
     StatusReply,
     StatusRequest,
@@ -127,6 +128,7 @@ class Router:
         """Feed one message that arrived from ``hop`` at ``now`` (epoch seconds); returns what to
         send where, in order. Sessions whose grace period is over go first; what needs custody
         is carried, and held for a peer that is away."""
+        self.custody.expire(now)
         out = self.sessions.expire(now) + self._dispatch(message, hop, now)
         out += self.stand_ins.update(message, hop, out, now)
         return self.custody.carry(out + self._tooks(message, hop), now)
@@ -344,7 +346,9 @@ class Router:
         return out
 
     def _client_publishes(self, message: Publish, hop: str, now: float) -> Output:
-        publication = message.publication
+        publication, qos = message.publication, message.qos
+        if qos.expires is not None:
+            return self._refuse(hop, message.id, "a client gives a ttl: the broker sets when it expires")
         if not self.tables.conforms(hop, publication):
             self.counters["refused.nonconforming"] += 1
             return self._refuse(hop, message.id, "the publication fits no advertisement of this client")
@@ -363,10 +367,11 @@ class Router:
         ):
             self.counters["dropped.duplicate"] += 1
             return [(hop, Ack(message.id, pub_id))] if message.ack else []
+        qos = qos.fixed(now)  # its expiry, on this broker's clock, for the whole overlay
         if self.ordering == "TOTAL" and self.parent:
-            routed = self._climb(pub_id, publication, DEFAULT_TTL, now)
+            routed = self._climb(pub_id, publication, DEFAULT_TTL, now, qos)
         else:
-            routed = self._route(pub_id, publication, hop, DEFAULT_TTL, now, now)
+            routed = self._route(pub_id, publication, hop, DEFAULT_TTL, now, now, qos)
         if number is not None:
             self.publishers.routed(hop, ref.session, number, now)
         return [(hop, Ack(message.id, pub_id)), *routed] if message.ack else routed
@@ -433,16 +438,19 @@ class Router:
     def _forwarded(self, message: Publish, hop: str, now: float) -> Output:
         if message.id in self.seen:
             return self._drop("duplicate")
+        if message.qos.expired(now):
+            return self._drop("expired")
         if not self._conforms(hop, message.publication):  # a neighbour forwards what was advertised
             if self.counters["dropped.nonconforming"] % 1000 == 0:  # the first, then one in 1000
                 log.warning("%s: %s forwarded a publication no advertisement from it covers", self.id, hop)
             return self._drop("nonconforming")
         accepted = now if message.time is None else message.time
+        qos = message.qos
         if self.ordering == "TOTAL" and hop != self.parent:  # climbing: on to the root, or it is here
             if self.parent:
-                return self._climb(message.id, message.publication, message.ttl, accepted)
-            return self._route(message.id, message.publication, "", message.ttl, now, accepted)
-        return self._route(message.id, message.publication, hop, message.ttl, now, accepted)
+                return self._climb(message.id, message.publication, message.ttl, accepted, qos)
+            return self._route(message.id, message.publication, "", message.ttl, now, accepted, qos)
+        return self._route(message.id, message.publication, hop, message.ttl, now, accepted, qos)
 
     def _refused(self, message: Refuse, hop: str, now: float) -> Output:
         log.warning("%s: neighbour %s refused %r: %s", self.id, hop, message.ref, message.reason)
@@ -464,14 +472,14 @@ class Router:
             return True
         return self.ordering == "TOTAL" and hop == self.parent and self.tables.advertised_to(hop, publication)
 
-    def _climb(self, pub_id: str, publication: Publication, ttl: int, accepted: float) -> Output:
+    def _climb(self, pub_id: str, publication: Publication, ttl: int, accepted: float, qos: Qos) -> Output:
         """TOTAL: a publication goes to the parent only, and is routed (here too) when it comes
         back down from the root in the root's order. Not in ``seen``: it must be taken then."""
         self.counters["climbed"] += 1
-        return [(self.parent, Publish(pub_id, publication, ttl - 1, time=accepted))]
+        return [(self.parent, Publish(pub_id, publication, ttl - 1, time=accepted, qos=qos))]
 
     def _route(
-        self, pub_id: str, publication: Publication, hop: str, ttl: int, now: float, accepted: float
+        self, pub_id: str, publication: Publication, hop: str, ttl: int, now: float, accepted: float, qos: Qos
     ) -> Output:
         """To the detectors here whose atoms it matches, the clients here it matches (one delivery
         naming all their subscriptions), and one copy per neighbour, not back whence it came:
@@ -484,12 +492,14 @@ class Router:
         for target in sorted(by_hop):
             if target in self.tables.clients:
                 self.counters["delivered"] += 1  # to a client here: what a dashboard shows beside in.Publish
-                out.append((target, Deliver(tuple(sorted(by_hop[target])), publication, pub_id, accepted)))
+                out.append(
+                    (target, Deliver(tuple(sorted(by_hop[target])), publication, pub_id, accepted, qos))
+                )
             elif target != hop and not flooding:
-                out.append((target, Publish(pub_id, publication, ttl - 1, time=accepted)))
+                out.append((target, Publish(pub_id, publication, ttl - 1, time=accepted, qos=qos)))
         if flooding:
             for target in sorted(self.tables.neighbors - {hop}):
-                out.append((target, Publish(pub_id, publication, ttl - 1, time=accepted)))
+                out.append((target, Publish(pub_id, publication, ttl - 1, time=accepted, qos=qos)))
         self.seen[pub_id] = None  # last: a publication that failed here is routed if it comes again
         if len(self.seen) > SEEN_PUBLICATIONS:
             self.seen.popitem(last=False)

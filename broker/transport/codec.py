@@ -10,8 +10,8 @@ Unadvertise           ``unadv``       id
 Subscribe             ``sub``         id, filter, ttl
 CompositeSubscribe    ``csub``        id, composite, clear filter or nil, ttl[, policy unless chronicle]
 Unsubscribe           ``unsub``       id
-Publish               ``pub``         id, publication, ttl, ack, time or nil
-Deliver               ``deliver``     [subscription ids], publication, id, time
+Publish               ``pub``         id, publication, ttl, ack, time or nil[, qos]
+Deliver               ``deliver``     [subscription ids], publication, id, time[, qos]
 Notify                ``notify``      subscription id, [publications], [[name, value], ...]
 Ack                   ``ack``         ref, id
 Refuse                ``refuse``      ref, reason
@@ -30,7 +30,9 @@ InstallSnapshot       ``install``     term, leader, last index, last term, data
 Piece                 ``piece``       data, more: a part of a larger frame's payload (member links)
 ====================  ==============  =====================================================
 
-The last five are a site's consensus (``broker.consensus``), between the brokers of one site.
+The five before the last are a site's consensus (``broker.consensus``), between the brokers of
+one site; a Piece too. A ``qos`` is ``[priority, ttl or nil, expires or nil, persistent, retain,
+ack, mid]`` (``broker.messages.qos``), left out when it is the default.
 
 A composite is ``["atom", filter]``, ``["and" | "or" | "seq", [composites]]`` or ``["times",
 composite, count, attribute, step]``. A publication is ``[class, [[name, value], ...]]`` and a
@@ -87,6 +89,7 @@ from broker.messages import (
     VoteRequest,
     WireMessage,
 )
+from broker.messages.qos import DEFAULT_QOS, Qos
 
 __all__ = [
     "MAX_FRAME",
@@ -156,8 +159,23 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
         [list(pair) for pair in m.bindings],
     ],
     Unsubscribe: lambda m: ["unsub", m.id],
-    Publish: lambda m: ["pub", m.id, _publication(m.publication), m.ttl, m.ack, m.time],
-    Deliver: lambda m: ["deliver", m.subscriptions, _publication(m.publication), m.id, m.time],
+    Publish: lambda m: [
+        "pub",
+        m.id,
+        _publication(m.publication),
+        m.ttl,
+        m.ack,
+        m.time,
+        *(() if m.qos is DEFAULT_QOS else (_qos(m.qos),)),
+    ],
+    Deliver: lambda m: [
+        "deliver",
+        m.subscriptions,
+        _publication(m.publication),
+        m.id,
+        m.time,
+        *(() if m.qos is DEFAULT_QOS else (_qos(m.qos),)),
+    ],
     Ack: lambda m: ["ack", m.ref, m.id],
     Refuse: lambda m: ["refuse", m.ref, m.reason],
     StatusRequest: lambda m: ["statreq", m.ref, *([True] if m.detail else [])],
@@ -361,7 +379,18 @@ def _check_status(status: object) -> dict[str, object]:
 def _to_deliver(array: list[Any]) -> Deliver:
     if type(array[1]) is not list:
         raise ValueError("the subscriptions of a delivery must be an array of ids")
-    return Deliver(tuple(array[1]), _to_publication(array[2]), array[3], array[4])
+    qos = _to_qos(array[5]) if len(array) > 5 else DEFAULT_QOS
+    return Deliver(tuple(array[1]), _to_publication(array[2]), array[3], array[4], qos)
+
+
+def _qos(qos: Qos) -> list[Any]:
+    return [qos.priority, qos.ttl, qos.expires, qos.persistent, qos.retain, qos.ack, qos.mid]
+
+
+def _to_qos(array: object) -> Qos:
+    if type(array) is not list or len(array) != 7:
+        raise ValueError("a quality of service must be an array of 7 fields")
+    return Qos(*array)
 
 
 # tag -> (name for errors, array length including the tag, builder)
@@ -386,7 +415,11 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
         ),
     ),
     "unsub": ("Unsubscribe", 2, lambda a: Unsubscribe(a[1])),
-    "pub": ("Publish", 6, lambda a: Publish(a[1], _to_publication(a[2]), a[3], a[4], a[5])),
+    "pub": (
+        "Publish",
+        6,
+        lambda a: Publish(a[1], _to_publication(a[2]), a[3], a[4], a[5], *map(_to_qos, a[6:])),
+    ),
     "deliver": ("Deliver", 5, _to_deliver),
     "ack": ("Ack", 3, lambda a: Ack(a[1], a[2])),
     "refuse": ("Refuse", 3, lambda a: Refuse(a[1], a[2])),
@@ -418,8 +451,14 @@ def _to_entries(array: object) -> tuple[Entry, ...]:
 
 # The other lengths a message's array may have: a Hello without custody or with a site, a
 # CompositeSubscribe with a policy (the default one is left out, so such a frame reads as it did
-# before policies), a StatusRequest without detail.
-_OTHER_LENGTHS: dict[str, tuple[int, ...]] = {"hello": (4, 8), "csub": (6,), "statreq": (2,)}
+# before policies), a StatusRequest without detail, a Publish or Deliver with a quality of service.
+_OTHER_LENGTHS: dict[str, tuple[int, ...]] = {
+    "hello": (4, 8),
+    "csub": (6,),
+    "statreq": (2,),
+    "pub": (7,),  # with a quality of service other than the default
+    "deliver": (6,),
+}
 
 
 def _carried(array: object) -> Any:

@@ -45,22 +45,38 @@ def test_clients_through_two_brokers() -> None:
             "sleep 0.3\n"
             "p [class,'stock'],[price,80]\n"
             "p [class,'stock'],[price,120]\n"
-            "x what\n",
+            "x what\n"
+            "p [class,'stock'],[price,70] priority=9 ttl=30s id=alert-7\n"
+            "p [class,'stock'],[price,60] retain\n"
+            "p [class,'stock'],[price,50] priority=high\n",
         )
-        assert pub.returncode == 1  # two lines failed, the others were applied
+        assert pub.returncode == 1  # four lines failed, the others were applied
         errors = pub.stderr.strip().splitlines()
         assert errors[0] == "adv B1/pub/1"
         assert "fits no advertisement" in errors[1] and "unknown command 'x'" in errors[2]
+        assert errors[3].endswith("retain: not built yet: retain")
+        assert errors[4].endswith("priority must be 0 to 9, not 'high'")
         out, err = sub.communicate("sleep 0.5\n", timeout=20)
         assert sub.returncode == 0, err
         assert err.strip() == "sub B2/sub/1"
-        assert [json.loads(line) for line in out.splitlines()] == [
+        got = [json.loads(line) for line in out.splitlines()]
+        expires = got[-1].pop("expires")
+        assert got == [
             {
                 "subscription": "B2/sub/1",
                 "publication": "[class,stock],[price,80]",
                 "attributes": {"class": "stock", "price": 80},
-            }
+                "priority": 4,
+            },
+            {
+                "subscription": "B2/sub/1",
+                "publication": "[class,stock],[price,70]",
+                "attributes": {"class": "stock", "price": 70},
+                "priority": 9,
+                "id": "alert-7",
+            },
         ]
+        assert 0 < expires - time.time() <= 30
         status = json.loads(wfm("status", "--broker", str(uris["B1"]), "-o", "json").stdout)
         assert status["id"] == "B1" and status["uri"] == str(uris["B1"]) and status["neighbors"] == ["B2"]
         assert status["subscriptions"] == 0 and status["advertisements"] == 0  # both clients left

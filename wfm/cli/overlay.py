@@ -407,7 +407,11 @@ def client(broker_uri: Brokers, client_id: str | None, linger: float, output: st
     cs [POLICY] COMPOSITE  composite subscribe (prints "sub ID" on stderr); POLICY:
                      chronicle (default), recent, continuous, cumulative,
                      unrestricted or padres
-    p  PUBLICATION   publish
+    p  PUBLICATION [priority=0..9] [ttl=DURATION] [id=ID]
+                     publish: a priority (4 by default), a time to live
+                     (30s, 5m, 2h: never delivered after it) and an id of
+                     your own, shown to subscribers (retain and
+                     ack=client|receipt are refused: not built yet)
     ua ID            unadvertise
     us ID            unsubscribe
     sleep SECONDS    wait, deliveries keep arriving
@@ -462,11 +466,15 @@ def _format(delivery: Delivery, as_json: bool) -> str:
     if delivery.publications:
         each = [{"publication": str(p), "attributes": dict(p)} for p in delivery.publications]
         return json.dumps({"subscription": delivery.subscription, "publications": each}, ensure_ascii=False)
+    qos = delivery.qos
     return json.dumps(
         {
             "subscription": delivery.subscription,
             "publication": str(delivery.publication),
             "attributes": dict(delivery.publication),
+            "priority": qos.priority,
+            **({"id": qos.mid} if qos.mid else {}),
+            **({"expires": qos.expires} if qos.expires is not None else {}),
         },
         ensure_ascii=False,
     )
