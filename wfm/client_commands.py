@@ -2,8 +2,10 @@
 
 One command a line: ``a``/``s``/``cs`` advertise, subscribe and composite-subscribe (``cs
 [POLICY] COMPOSITE``, the policy a word such as ``recent`` or ``padres``), ``p``
-publishes (``p PUBLICATION [priority=0..9] [ttl=DURATION] [id=ID]``, its quality of service
-after it), ``ua``/``us`` withdraw by id, ``sleep`` waits while deliveries keep arriving. A line is
+publishes (``p PUBLICATION [priority=0..9] [ttl=DURATION] [id=ID] [ack=receipt|client]``, its
+quality of service after it; the acks it asked for are reported as they come), ``ack ID``
+acknowledges a delivery whose publisher asked for it (by the publisher's id for it, or the
+publication's), ``ua``/``us`` withdraw by id, ``sleep`` waits while deliveries keep arriving. A line is
 applied at the broker before the next is read; what it says back is returned for the caller to show.
 """
 
@@ -11,18 +13,49 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from broker.client import Client
+from broker.client import Client, Delivery
 from broker.language import parse_composite_subscription, parse_filter, parse_publication
 from broker.messages.qos import Qos, parse_duration
 
-__all__ = ["apply_line"]
+__all__ = ["Console", "apply_line"]
+
+RECEIPT_WAIT = 30.0  # seconds ``p ... ack=`` waits for the first acknowledgement
 
 
-async def apply_line(session: Client, line: str) -> str | None:
+@dataclass
+class Console:
+    """What one ``wfm client`` remembers between lines: the deliveries whose publisher asked for
+    the application's ack (by publication id and by the publisher's own id), and ``say``, where
+    acks of our own publications are reported as they come."""
+
+    say: Callable[[str], None]
+    awaiting: dict[str, Delivery] = field(default_factory=dict)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def delivered(self, delivery: Delivery) -> None:
+        if delivery.qos.ack == "client":
+            self.awaiting[delivery.id] = delivery
+            if delivery.qos.mid:
+                self.awaiting[delivery.qos.mid] = delivery
+
+    async def report(self, session: Client, publication_id: str, mid: str) -> None:
+        named = f"{publication_id} ({mid})" if mid else publication_id
+        try:
+            receipt = await session.receipt(publication_id, RECEIPT_WAIT)
+        except TimeoutError:
+            self.say(f"no ack of {named} within {RECEIPT_WAIT:g} s")
+        else:
+            self.say(f"{receipt.kind} {named} by {receipt.by}")
+
+
+async def apply_line(session: Client, line: str, console: Console | None = None) -> str | None:
     """Apply one command line: ``adv ID`` or ``sub ID`` for a new advertisement or subscription,
     else None. ParseError, RefusedError or ValueError for a line that cannot be applied."""
+    console = console or Console(lambda text: None)
     command, _, rest = line.partition(" ")
     rest = rest.strip()
     if command == "a":
@@ -34,7 +67,20 @@ async def apply_line(session: Client, line: str) -> str | None:
         return f"sub {(await session.subscribe_composite(composite, own_queue=False, policy=policy)).id}"
     if command == "p":
         text, qos = _publication_and_qos(rest)
-        await session.publish(parse_publication(text), qos)
+        publication_id = await session.publish(parse_publication(text), qos)
+        if qos.ack != "none":
+            task = asyncio.get_running_loop().create_task(console.report(session, publication_id, qos.mid))
+            console.tasks.add(task)
+            task.add_done_callback(console.tasks.discard)
+    elif command == "ack":
+        delivery = console.awaiting.get(_one_word(rest, "ack"))
+        if delivery is None:
+            raise ValueError(f"no delivery {rest!r} waits for an ack")
+        await session.ack(delivery)
+        for key in (delivery.id, delivery.qos.mid):
+            console.awaiting.pop(key, None)
+    elif command == "cancel":
+        raise ValueError("not built yet: cancel (retained messages)")
     elif command == "ua":
         await session.unadvertise(_one_word(rest, "ua"))
     elif command == "us":
@@ -42,7 +88,7 @@ async def apply_line(session: Client, line: str) -> str | None:
     elif command == "sleep":
         await asyncio.sleep(_seconds(rest))
     else:
-        raise ValueError(f"unknown command {command!r} (use a, s, cs, p, ua, us or sleep)")
+        raise ValueError(f"unknown command {command!r} (use a, s, cs, p, ack, ua, us or sleep)")
     return None
 
 

@@ -1,5 +1,6 @@
 """Clients of the overlay: async ``Client`` and the blocking ``BlockingClient``."""
 
+from broker.client.acks import Receipt
 from broker.client.blocking import BlockingClient
 from broker.client.client import (
     Client,
@@ -25,6 +26,7 @@ __all__ = [
     "Delivery",
     "NoAnswer",
     "Qos",
+    "Receipt",
     "RefusedError",
     "Subscription",
     "TooManyUnacknowledged",

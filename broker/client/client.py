@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from broker.client.acks import Acks, Receipt
 from broker.client.asking import Asking
 from broker.client.connection import Connection, Dialling
 from broker.client.deliveries import Deliveries
@@ -163,7 +164,10 @@ class Client(Stream):
         )
         self.requests = self.asking.requests
         self.refusals = self.asking.refusals  # the last REFUSALS_KEPT, counted in full in counters
-        self.deliveries = Deliveries(self.requests, receipts, self._queue, self.counters, self._took)
+        self.acks = Acks(self)  # the acknowledgements it sends and those it waits for
+        self.deliveries = Deliveries(
+            self.requests, receipts, self._queue, self.counters, self._took, self.acks.received
+        )
         # a session of our own: publication ids survive a reconnection (see docs/overlay.md), and
         # with an outbox a restart too
         volatile = client_session(clock.time(), JITTER.getrandbits(32))
@@ -362,8 +366,11 @@ class Client(Stream):
         first while ``max_unacked`` publications are unacknowledged. With an outbox, it is on
         disk before it is sent (``OutboxError`` if the disk refuses), and stays there until
         acknowledged or refused, even if this wait ends first. ``qos``: its priority, time to
-        live and the rest (``Qos``)."""
+        live and the rest (``Qos``); one that asks for acks subscribes to them first (``receipt``
+        waits for one). Returns the publication's overlay-wide id."""
         message = Publish("-", _publication(publication), qos=_offered(qos))
+        if qos.ack != "none":
+            await self.acks.watch()
         while self.asking.unacknowledged >= self.max_unacked and not self._closing:
             self.asking.acked.clear()
             await self.asking.acked.wait()
@@ -378,6 +385,8 @@ class Client(Stream):
         it is sent once on disk, in a group commit with those made meanwhile; a disk that
         refuses it is logged and counted (``lost.outbox``). Not ``durable``: past the outbox,
         kept in memory only (an answer its asker asks again for if this process ends)."""
+        if qos.ack != "none" and not self.acks.watching:
+            raise ValueError("await client.acks.watch() first: acks could come before we listen")
         if self.asking.unacknowledged >= self.max_unacked:
             self.counters["refused.unacknowledged"] += 1
             raise TooManyUnacknowledged(self.asking.unacknowledged)
@@ -387,6 +396,16 @@ class Client(Stream):
             storing.store(message, None)
         else:
             self.asking.send(message.id, message, None)
+
+    async def ack(self, delivery: Delivery) -> None:
+        """Acknowledge ``delivery``, whose publisher asked for it (``ack=client``): an ``ACK``
+        publication its publisher, and anyone else, may subscribe to (``broker.client.acks``)."""
+        await self.acks.ack(delivery)
+
+    async def receipt(self, publication_id: str, timeout: float = 10.0) -> Receipt:
+        """The first acknowledgement (a receipt or a client's ack) of our publication
+        ``publication_id``; TimeoutError after ``timeout`` seconds."""
+        return await self.acks.receipt(publication_id, timeout)
 
     async def stored(self) -> None:
         """Until every publication made so far is on disk in the outbox (nothing without one)."""
@@ -471,6 +490,7 @@ class Client(Stream):
                 await self.link.flush_and_close("client closed")
             self.link.close("client closed")
             await self.link.wait_closed()
+        self.acks.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -499,13 +519,7 @@ def _offered(qos: Qos) -> Qos:
     if qos.expires is not None:
         raise ValueError("a publisher gives a ttl; its broker sets when it expires")
     missing = [
-        name
-        for name, asked in (
-            ("persistent=false", not qos.persistent),
-            ("retain", qos.retain),
-            (f"ack={qos.ack}", qos.ack != "none"),
-        )
-        if asked
+        name for name, asked in (("persistent=false", not qos.persistent), ("retain", qos.retain)) if asked
     ]
     if missing:
         raise ValueError(f"not built yet: {', '.join(missing)}")

@@ -37,10 +37,12 @@ class Deliveries:
         merged: Queue,
         counters: Counter[str],
         took: Callable[[int], None],
+        received: Callable[[Delivery], None],
     ) -> None:
         self.requests, self.merged, self.counters = requests, merged, counters
         self.receipts = receipts
         self._took = took
+        self._received = received  # a publication arrived (once, whatever its subscriptions)
         self._seen = Seen()
         self._took_timer: asyncio.TimerHandle | None = None  # a Took is due when it fires
 
@@ -75,6 +77,7 @@ class Deliveries:
                 sub.id if sub else sub_id, item.publication, (), item.id, item.time, item.qos, seq, channel
             )
             (sub._queue if sub is not None else self.merged).put(delivery)
+        self._received(delivery)
         return len(item.subscriptions)
 
     def done(self, delivery: Delivery, caught_up: bool) -> None:

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from broker.client import Client, Qos
+from broker.client import Client, Delivery, Qos, Subscription
 from broker.transport.server import RouterService
 from tests.transport.harness import run, uri
 
@@ -37,11 +37,15 @@ def test_a_delivery_carries_its_quality_of_service_and_an_expired_one_is_never_h
     run(scenario())
 
 
+async def taken(stream: Subscription, count: int) -> list[Delivery]:
+    return [await stream.next(timeout=5) for _ in range(count)]
+
+
 @pytest.mark.parametrize(
     ("qos", "error"),
     [
         (Qos(retain=True), "not built yet: retain"),
-        (Qos(ack="receipt", persistent=False), "not built yet: persistent=false, ack=receipt"),
+        (Qos(retain=True, persistent=False), "not built yet: persistent=false, retain"),
         (Qos(expires=9e9), "a publisher gives a ttl; its broker sets when it expires"),
     ],
 )
@@ -58,5 +62,54 @@ def test_what_the_overlay_does_not_do_yet_is_refused_before_it_is_sent(qos: Qos,
         assert broker.router.counters["in.Publish"] == 0
         await pub.close()
         await broker.stop()
+
+    run(scenario())
+
+
+def test_receipts_and_client_acks_come_back_to_the_publisher_as_acks_anyone_may_subscribe_to() -> None:
+    """Two subscribers on two brokers: each client sends a receipt for an ``ack=receipt``
+    publication as soon as it has it; an ``ack=client`` one waits for the application's ack. The
+    publisher gets them (who acknowledged named by the broker), and an operator subscribed to
+    ``ACK`` sees them all."""
+
+    async def scenario() -> None:
+        b1 = RouterService(uri("B1"))
+        b2 = RouterService(uri("B2"), neighbors=[b1.uri])
+        await b1.start()
+        await b2.start()
+        try:
+            operator = await Client.connect(b1.uri, "operator")
+            acks = await operator.subscribe("[class,eq,'ACK']")
+            first = await Client.connect(b1.uri, "first")
+            second = await Client.connect(b2.uri, "second")
+            streams = [await c.subscribe("[class,eq,t]") for c in (first, second)]
+            pub = await Client.connect(b2.uri, "pub")
+            await pub.advertise("[class,eq,t],[n,>,0]")
+            await asyncio.sleep(0.3)  # the subscriptions reach B2
+            receipt_id = await pub.publish("[class,t],[n,1]", Qos(ack="receipt", mid="r1"))
+            got = await pub.receipt(receipt_id, timeout=5)
+            assert (got.id, got.mid, got.kind) == (receipt_id, "r1", "receipt") and got.by in (
+                "first",
+                "second",
+            )
+            client_id = await pub.publish("[class,t],[n,2]", Qos(ack="client", mid="c1"))
+            with pytest.raises(TimeoutError):
+                await pub.receipt(client_id, timeout=0.5)  # nobody acknowledged it yet
+            deliveries = [await stream.next(timeout=5) for stream in streams]
+            assert [d.publication["n"] for d in deliveries] == [1, 1]
+            with pytest.raises(ValueError, match="asked for no client acknowledgement"):
+                await second.ack(deliveries[1])
+            second_delivery = await streams[1].next(timeout=5)
+            assert second_delivery.publication["n"] == 2
+            await second.ack(second_delivery)
+            acked = await pub.receipt(client_id, timeout=5)
+            assert (acked.kind, acked.by, acked.mid) == ("client", "second", "c1")
+            seen = sorted([(d.publication["kind"], d.publication["mid"]) for d in await taken(acks, 3)])
+            assert seen == [("client", "c1"), ("receipt", "r1"), ("receipt", "r1")]
+            for client in (pub, first, second, operator):
+                await client.close()
+        finally:
+            await b2.stop()
+            await b1.stop()
 
     run(scenario())

@@ -28,7 +28,7 @@ from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 from wfm.cli.options import URI, acl_option, broker_option, output_option, tls_options
 from wfm.cli.serving import Running, serve
-from wfm.client_commands import apply_line
+from wfm.client_commands import Console, apply_line
 from wfm.security.acl import load_policy
 from wfm.topology import load_topology
 
@@ -407,11 +407,14 @@ def client(broker_uri: Brokers, client_id: str | None, linger: float, output: st
     cs [POLICY] COMPOSITE  composite subscribe (prints "sub ID" on stderr); POLICY:
                      chronicle (default), recent, continuous, cumulative,
                      unrestricted or padres
-    p  PUBLICATION [priority=0..9] [ttl=DURATION] [id=ID]
+    p  PUBLICATION [priority=0..9] [ttl=DURATION] [id=ID] [ack=receipt|client]
                      publish: a priority (4 by default), a time to live
-                     (30s, 5m, 2h: never delivered after it) and an id of
-                     your own, shown to subscribers (retain and
-                     ack=client|receipt are refused: not built yet)
+                     (30s, 5m, 2h: never delivered after it), an id of
+                     your own, shown to subscribers, and an ack asked of
+                     them (printed on stderr as it comes: "receipt ID by
+                     CLIENT"); retain is refused: not built yet
+    ack ID           acknowledge a delivery that asked for ack=client (ID:
+                     its publisher's id for it, or its publication id)
     ua ID            unadvertise
     us ID            unsubscribe
     sleep SECONDS    wait, deliveries keep arriving
@@ -426,7 +429,8 @@ def client(broker_uri: Brokers, client_id: str | None, linger: float, output: st
 
 async def _client(uri: Brokers, client_id: str | None, linger: float, as_json: bool) -> int:
     session = await Client.connect(uri, client_id)
-    printer = asyncio.get_running_loop().create_task(_print_deliveries(session, as_json))
+    console = Console(lambda text: click.echo(text, err=True))
+    printer = asyncio.get_running_loop().create_task(_print_deliveries(session, console, as_json))
     failures = 0
     loop = asyncio.get_running_loop()
     try:
@@ -437,7 +441,7 @@ async def _client(uri: Brokers, client_id: str | None, linger: float, as_json: b
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             try:
-                said = await apply_line(session, line.strip())
+                said = await apply_line(session, line.strip(), console)
             except (ParseError, RefusedError, ValueError) as error:
                 failures += 1
                 click.echo(f"wfm: error: {line.strip()[:80]}: {error}", err=True)
@@ -448,13 +452,16 @@ async def _client(uri: Brokers, client_id: str | None, linger: float, as_json: b
                 click.echo(said, err=True)
         await asyncio.sleep(linger)
     finally:
+        for task in console.tasks:  # acks still awaited when the input and the linger ended
+            task.cancel()
         await session.close()
-        await asyncio.gather(printer, return_exceptions=True)
+        await asyncio.gather(printer, *console.tasks, return_exceptions=True)
     return failures
 
 
-async def _print_deliveries(session: Client, as_json: bool) -> None:
+async def _print_deliveries(session: Client, console: Console, as_json: bool) -> None:
     async for delivery in session:
+        console.delivered(delivery)
         click.echo(_format(delivery, as_json))
         sys.stdout.flush()
 
@@ -475,6 +482,7 @@ def _format(delivery: Delivery, as_json: bool) -> str:
             "priority": qos.priority,
             **({"id": qos.mid} if qos.mid else {}),
             **({"expires": qos.expires} if qos.expires is not None else {}),
+            **({"ack": qos.ack, "publication_id": delivery.id} if qos.ack != "none" else {}),
         },
         ensure_ascii=False,
     )
