@@ -135,6 +135,25 @@ def test_the_replay_command_replays_the_seed_in_another_process() -> None:
     assert len(outputs) == 1 and f"digest {site.digest()}" in outputs.pop()
 
 
+def test_the_replay_command_prints_the_trace_and_the_violation(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--trace`` prints every event, one a line; a seed that breaks the log exits with 1 and
+    says what broke (here a made-up violation, after the chaos)."""
+    from broker.sim import site as module
+
+    def broken(site: SiteSim) -> None:
+        site.chaos(1)
+        raise Violation("made up")
+
+    monkeypatch.setattr(module, "play", broken)
+    assert module.main(["--seed", "4", "--members", "5", "--trace"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "0.000000 restart 'b1'" and lines[4] == "0.000000 restart 'b5'"
+    assert lines[-2].startswith("seed 4: ") and f"trace {len(lines) - 2} events" in lines[-2]
+    assert lines[-1] == "VIOLATION at 1.000 s: made up"
+
+
 def test_a_batch_names_every_failing_seed_with_the_command_that_replays_it() -> None:
     def run(seed: int) -> SiteSim:
         site = campaign(seed, 3)
