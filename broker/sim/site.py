@@ -16,6 +16,11 @@ checked against Raft's safety properties, and ``Violation`` names the first one 
   and goes beyond what the installing broker applied;
 - an entry acknowledged to its proposer (applied by it) is never lost: after the faults stop
   every broker applies it at its index.
+
+``SiteSim.trace`` records every fault, message and entry applied, so two runs can be compared
+(``digest``); ``campaign`` and ``play`` are one seed of the fault campaign the tests run by the
+thousand, and ``python -m broker.sim.site --seed N [--members M] [--compact-every K] [--trace]``
+replays one.
 """
 
 from __future__ import annotations
@@ -374,9 +379,9 @@ class SiteSim:
         if node is None or self.now < broker.frozen_until:
             return
         if not broker.inbox and node.role is not Role.LEADER and self.now < node.election_due:
-            # ``Node.tick`` does nothing here (a follower only stands once its election is due,
-            # only a leader beats or steps down), and nothing was left ready (every entry point
-            # is carried out at once): most ticks, spared, the run unchanged
+            # ``Node.tick`` does nothing here (a follower or candidate only stands once its
+            # election is due, only a leader beats or steps down), and nothing was left ready
+            # (every entry point is carried out at once): most ticks, spared, the run unchanged
             return
         for sender, message in broker.inbox:  # what arrived while it was frozen, in order
             node.handle(sender, message, self.now)
