@@ -16,14 +16,21 @@ checked against Raft's safety properties, and ``Violation`` names the first one 
   and goes beyond what the installing broker applied;
 - an entry acknowledged to its proposer (applied by it) is never lost: after the faults stop
   every broker applies it at its index.
+
+``SiteSim.trace`` records every fault, message and entry applied, so two runs can be compared
+(``digest``); ``campaign`` and ``play`` are one seed of the fault campaign the tests run by the
+thousand, and ``python -m broker.sim.site --seed N [--members M] [--compact-every K] [--trace]``
+replays one.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import heapq
 import random
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,10 +43,21 @@ from broker.consensus import (
     Node,
     NotLeader,
     Recovered,
+    Role,
     Snapshot,
 )
 
-__all__ = ["Chain", "Disk", "Machine", "SiteSim", "Storage", "Violation"]
+__all__ = [
+    "Chain",
+    "Disk",
+    "Machine",
+    "SiteSim",
+    "Storage",
+    "Violation",
+    "campaign",
+    "play",
+    "replay_command",
+]
 
 TICK = 0.01  # seconds between two ticks of a broker
 
@@ -192,6 +210,11 @@ class SiteSim:
         self.applied: dict[int, Entry] = {}  # index -> the entry every broker applies there
         self.acknowledged: dict[int, bytes] = {}  # index -> what its proposer was told is in
         self.proposed: dict[tuple[str, int], bytes] = {}  # (leader, index) -> data, until applied there
+        # what happened, in order: every fault, proposal taken, message sent, lost or delivered,
+        # entry applied, log compacted and snapshot installed (ticks are not: what they decide
+        # shows in what is sent); the seed decides it all, so a seed replays exactly when this
+        # does (``digest``)
+        self.trace: list[tuple[float, str, tuple[object, ...]]] = []
         for name in names:
             self.restart(name)
             self._at(self.now + self.random.random() * TICK, "tick", name)
@@ -202,9 +225,11 @@ class SiteSim:
         """Killed -9: what it had not written is gone, its disk stays."""
         broker = self.brokers[name]
         broker.node, broker.inbox, broker.frozen_until = None, [], 0.0
+        self._note("crash", name)
 
     def restart(self, name: str) -> None:
         broker = self.brokers[name]
+        self._note("restart", name)
         found = broker.disk.load()
         config = self.configs[name]
         broker.node = Node(
@@ -221,6 +246,7 @@ class SiteSim:
         """Stopped (SIGSTOP, a long GC pause): it hears and says nothing until it wakes, then
         takes what arrived meanwhile."""
         self.brokers[name].frozen_until = self.now + seconds
+        self._note("freeze", name, seconds)
 
     def partition(self, *groups: set[str]) -> None:
         """Brokers reach only those of their own group."""
@@ -230,9 +256,11 @@ class SiteSim:
             for b in self.brokers
             if a < b and not any(a in g and b in g for g in groups)
         }
+        self._note("partition", *(tuple(sorted(g)) for g in groups))
 
     def heal(self) -> None:
         self.cut = set()
+        self._note("heal")
 
     # -- running --------------------------------------------------------------------------------
 
@@ -253,13 +281,14 @@ class SiteSim:
             self._carry_out(broker)
             return None
         self.proposed[broker.name, entry.index] = data
+        self._note("propose", broker.name, entry.index, data)
         self._carry_out(broker)
         return entry.index
 
     def run(self, seconds: float) -> None:
-        end = self.now + seconds
-        while self.events and self.events[0][0] <= end:
-            when, _, kind, payload = heapq.heappop(self.events)
+        end, events, pop = self.now + seconds, self.events, heapq.heappop
+        while events and events[0][0] <= end:
+            when, _, kind, payload = pop(events)
             self.now = when
             if kind == "tick":
                 self._tick(payload)
@@ -325,24 +354,43 @@ class SiteSim:
         if self.leader() is None:
             raise Violation("no leader after the faults stopped")
 
+    def digest(self) -> str:
+        """A hash of the whole ``trace``: the same for two runs of one seed (in any process),
+        another for another seed."""
+        hasher = hashlib.sha256()
+        for when, kind, what in self.trace:
+            hasher.update(f"{when!r} {kind} {what!r}\n".encode())
+        return hasher.hexdigest()
+
     # -- inside ---------------------------------------------------------------------------------
+
+    def _note(self, kind: str, *what: object) -> None:
+        self.trace.append((self.now, kind, what))
 
     def _at(self, when: float, kind: str, payload: object) -> None:
         self._order += 1
         heapq.heappush(self.events, (when, self._order, kind, payload))
 
     def _tick(self, name: str) -> None:
-        self._at(self.now + TICK, "tick", name)
+        self._order += 1  # ``_at``, inline: most events are ticks
+        heapq.heappush(self.events, (self.now + TICK, self._order, "tick", name))
         broker = self.brokers[name]
-        if broker.node is None or self.now < broker.frozen_until:
+        node = broker.node
+        if node is None or self.now < broker.frozen_until:
+            return
+        if not broker.inbox and node.role is not Role.LEADER and self.now < node.election_due:
+            # ``Node.tick`` does nothing here (a follower or candidate only stands once its
+            # election is due, only a leader beats or steps down), and nothing was left ready
+            # (every entry point is carried out at once): most ticks, spared, the run unchanged
             return
         for sender, message in broker.inbox:  # what arrived while it was frozen, in order
-            broker.node.handle(sender, message, self.now)
+            node.handle(sender, message, self.now)
         broker.inbox = []
-        broker.node.tick(self.now)
+        node.tick(self.now)
         self._carry_out(broker)
 
     def _deliver(self, sender: str, target: str, message: ConsensusMessage) -> None:
+        self._note("deliver", sender, target, message)
         broker = self.brokers[target]
         if broker.node is None:
             return
@@ -392,6 +440,7 @@ class SiteSim:
         data = broker.machine.snapshot()
         self.snapshots.setdefault(broker.applied, set()).add(data)
         snapshot = node.compact(broker.applied, data)
+        self._note("compact", broker.name, broker.applied)
         broker.disk.compact(snapshot)
         self.compactions += 1
         self._schedule_compaction(broker)
@@ -410,14 +459,18 @@ class SiteSim:
         broker.machine.restore(snapshot.data)
         broker.applied = snapshot.index
         broker.installed += 1
+        self._note("install", broker.name, snapshot.index)
         self._schedule_compaction(broker)
 
     def _send(self, sender: str, target: str, message: ConsensusMessage) -> None:
         if type(message) is InstallSnapshot:
             self.snapshots_sent += 1
-        if frozenset((sender, target)) in self.cut or self.random.random() < self.loss:
+        cut = bool(self.cut) and frozenset((sender, target)) in self.cut  # mostly none is
+        if cut or self.random.random() < self.loss:
+            self._note("lost", sender, target, message)
             return
         copies = 2 if self.random.random() < self.duplicates else 1
+        self._note("send", sender, target, message, copies)
         for _ in range(copies):
             self._at(self.now + self.random.random() * self.latency, "deliver", (sender, target, message))
 
@@ -425,6 +478,7 @@ class SiteSim:
         if entry.index != broker.applied + 1:
             raise Violation(f"{broker.name} applied entry {entry.index} after {broker.applied}")
         broker.applied = entry.index
+        self._note("apply", broker.name, entry.index)
         known = self.applied.setdefault(entry.index, entry)
         if known != entry:
             raise Violation(f"{broker.name} applied {entry} where another applied {known}")
@@ -435,3 +489,59 @@ class SiteSim:
         data = self.proposed.pop((broker.name, entry.index), None)
         if data is not None and data == entry.data:
             self.acknowledged[entry.index] = data
+
+
+def campaign(seed: int, members: int = 3, compact_every: int = 0) -> SiteSim:
+    """The site of one seed of the campaign the tests and ``benchmarks/sites.py`` run (``play``
+    it): 5 % of the messages lost, 5 % duplicated, all reordered, 2 % sudden crashes."""
+    return SiteSim(members, seed, loss=0.05, duplicates=0.05, sudden=0.02, compact_every=compact_every)
+
+
+def play(site: SiteSim, seconds: float = 8.0) -> None:
+    """The campaign's run: ``seconds`` of chaos, then the faults stop and the site must agree
+    (``Violation`` otherwise)."""
+    site.chaos(seconds)
+    site.settle()
+    site.check_converged()
+
+
+def replay_command(seed: int, members: int = 3, compact_every: int = 0) -> str:
+    """The command that replays ``play(campaign(seed, members, compact_every))`` exactly, to
+    paste in a shell at the project's root."""
+    tail = f" --compact-every {compact_every}" if compact_every else ""
+    return f"python -m broker.sim.site --seed {seed} --members {members}{tail}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m broker.sim.site --seed N``: one seed of the campaign, replayed exactly (the
+    digest of its trace is the same on every run), its figures or the violation it finds;
+    ``--trace`` prints every event first."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--members", type=int, default=3)
+    parser.add_argument("--compact-every", type=int, default=0, help="0: the logs are never compacted")
+    parser.add_argument("--trace", action="store_true", help="print every event, one a line")
+    arguments = parser.parse_args(argv)
+    site = campaign(arguments.seed, arguments.members, arguments.compact_every)
+    try:
+        play(site)
+    except Violation as error:
+        failure: Violation | None = error
+    else:
+        failure = None
+    if arguments.trace:
+        for when, kind, what in site.trace:
+            print(f"{when:.6f} {kind} {' '.join(map(repr, what))}")
+    print(
+        f"seed {arguments.seed}: {len(site.acknowledged)} entries acknowledged, {site.compactions} "
+        f"compactions, {sum(b.installed for b in site.brokers.values())} snapshots installed, "
+        f"trace {len(site.trace)} events, digest {site.digest()}"
+    )
+    if failure is not None:
+        print(f"VIOLATION at {site.now:.3f} s: {failure}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

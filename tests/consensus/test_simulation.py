@@ -4,15 +4,33 @@ itself, shown each anomaly it reports."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
 from broker.consensus import Entry
-from broker.sim.site import SiteSim, Violation
+from broker.sim.site import SiteSim, Violation, campaign, play, replay_command
+from tests.consensus.seeds import batch_id, batches, run_batch
 
-SEEDS = range(24)  # more in benchmarks/sites.py
+THREE = 2000  # seeds of sites of three brokers in the suite (benchmarks/sites.py runs more)
+FIVE = 200  # of five
+COMPACT_EVERY = 10
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+def compact_every(seed: int) -> int:
+    """Every other seed, the members compact their logs (as in ``benchmarks/sites.py``)."""
+    return COMPACT_EVERY if seed % 2 else 0
+
+
+# Single seeds, long in the suite, each of which must also make progress; then thousands, in
+# batches, which must all keep the log safe and agree after the faults, most making progress.
+
+
+@pytest.mark.parametrize("seed", range(24))
 def test_a_site_of_three_keeps_one_log_under_chaos(seed: int) -> None:
     site = SiteSim(3, seed, loss=0.05, duplicates=0.05, sudden=0.02)
     site.chaos(8)
@@ -39,6 +57,136 @@ def test_a_site_that_compacts_its_logs_keeps_one_log_under_chaos(members: int, s
     site.check_converged()
     assert site.compactions >= members
     assert all(b.node and b.node.log.first_index > 1 for b in site.brokers.values())
+
+
+def chaos(seed: int, members: int) -> SiteSim:
+    """One seed of the campaign, checked at every step and converged after the faults."""
+    site = campaign(seed, members, compact_every(seed))
+    play(site)
+    return site
+
+
+def stalled(site: SiteSim) -> str | None:
+    """Why the site did too little under the faults to have tested much (as the tests of single
+    seeds above ask): fewer than 10 entries acknowledged; compacting, a member that never
+    compacted (so no snapshot was at stake)."""
+    members = len(site.brokers)
+    if not site.compact_every:
+        return None if len(site.acknowledged) >= 10 else f"{len(site.acknowledged)} entries acknowledged"
+    if site.compactions < members:
+        return f"{site.compactions} compactions"
+    if not all(b.node and b.node.log.first_index > 1 for b in site.brokers.values()):
+        return "a member's log was never compacted"
+    return None
+
+
+@pytest.mark.parametrize("seeds", batches(THREE), ids=batch_id)
+def test_sites_of_three_keep_one_log_under_chaos_seed_after_seed(seeds: range) -> None:
+    """Crashes, sudden crashes right after a write, freezes, partitions, lost, duplicated and
+    reordered messages; every other seed the members compact their logs, and members that were
+    down or cut off are caught up by snapshots."""
+    run_batch(
+        seeds,
+        lambda seed: chaos(seed, 3),
+        lambda seed: replay_command(seed, 3, compact_every(seed)),
+        stalled,
+    )
+
+
+@pytest.mark.parametrize("seeds", batches(FIVE), ids=batch_id)
+def test_sites_of_five_keep_one_log_under_chaos_seed_after_seed(seeds: range) -> None:
+    run_batch(
+        seeds,
+        lambda seed: chaos(seed, 5),
+        lambda seed: replay_command(seed, 5, compact_every(seed)),
+        stalled,
+    )
+
+
+def test_a_seed_replays_exactly_and_another_seed_runs_otherwise() -> None:
+    """The trace (every fault, proposal, message sent, lost or delivered, entry applied,
+    compaction, snapshot installed, and when) of one seed is the same on every run; another
+    seed's differs."""
+    first, again, other = campaign(5, 3, 10), campaign(5, 3, 10), campaign(6, 3, 10)
+    for site in (first, again, other):
+        play(site)
+    assert first.snapshots_sent and {"crash", "freeze", "partition", "lost"} <= {k for _, k, _ in first.trace}
+    assert first.trace == again.trace and first.digest() == again.digest()
+    assert other.trace != first.trace and other.digest() != first.digest()
+
+
+def test_the_replay_command_replays_the_seed_in_another_process() -> None:
+    """``replay_command``, run in a shell with other hash seeds, gives the trace's digest of the
+    seed run here: nothing of the process (hash randomisation, addresses) leaks into a run."""
+    site = campaign(7, 3, 10)
+    play(site)
+    root = Path(__file__).resolve().parents[2]
+    outputs = {
+        subprocess.run(
+            [sys.executable, *replay_command(7, 3, 10).split()[1:]],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root), "PYTHONHASHSEED": hash_seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for hash_seed in ("1", "2")
+    }
+    assert len(outputs) == 1 and f"digest {site.digest()}" in outputs.pop()
+
+
+def test_the_replay_command_prints_the_trace_and_the_violation(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--trace`` prints every event, one a line; a seed that breaks the log exits with 1 and
+    says what broke (here a made-up violation, after the chaos)."""
+    from broker.sim import site as module
+
+    def broken(site: SiteSim) -> None:
+        site.chaos(1)
+        raise Violation("made up")
+
+    monkeypatch.setattr(module, "play", broken)
+    assert module.main(["--seed", "4", "--members", "5", "--trace"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "0.000000 restart 'b1'" and lines[4] == "0.000000 restart 'b5'"
+    assert lines[-2].startswith("seed 4: ") and f"trace {len(lines) - 2} events" in lines[-2]
+    assert lines[-1] == "VIOLATION at 1.000 s: made up"
+
+
+def test_a_batch_names_every_failing_seed_with_the_command_that_replays_it() -> None:
+    def run(seed: int) -> SiteSim:
+        site = campaign(seed, 3)
+        site.chaos(2)
+        if seed in (2, 4):
+            raise Violation(f"made up for seed {seed}")
+        return site
+
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_batch(range(1, 6), run, lambda seed: replay_command(seed, 3, compact_every(seed)))
+    assert str(failed.value) == (
+        "5 seeds run:\n"
+        "seed 2: Violation: made up for seed 2\n    replay: python -m broker.sim.site --seed 2 --members 3\n"
+        "seed 4: Violation: made up for seed 4\n    replay: python -m broker.sim.site --seed 4 --members 3"
+    )
+
+
+def test_a_batch_fails_when_too_many_seeds_stall_or_two_seeds_run_the_same_faults() -> None:
+    sites = {seed: campaign(seed, 3) for seed in range(10)}
+    for site in sites.values():
+        site.chaos(2)
+
+    def replay(seed: int) -> str:
+        return replay_command(seed, 3)
+
+    def idle(*seeds: int) -> Callable[[SiteSim], str | None]:
+        return lambda site: "idle" if site in [sites[seed] for seed in seeds] else None
+
+    run_batch(range(10), sites.__getitem__, replay, idle(0, 1))  # 80 % made progress: enough
+    with pytest.raises(pytest.fail.Exception, match="3 of 10 seeds made too little progress"):
+        run_batch(range(10), sites.__getitem__, replay, idle(0, 1, 2))
+    with pytest.raises(pytest.fail.Exception, match="seed 1: the same faults as seed 0"):
+        run_batch(range(2), lambda _: sites[0], replay)
 
 
 def behind(seed: int = 3) -> tuple[SiteSim, str]:

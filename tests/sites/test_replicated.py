@@ -13,6 +13,7 @@ from broker.messages import Advertise, Carry, Deliver, LinkDown, LinkUp, Publish
 from broker.routing.router import Router
 from broker.sim.site import SiteSim
 from broker.sites import Input, SiteState, encode_input
+from tests.consensus.seeds import batch_id, batches, run_batch
 
 STOCK = parse_filter("[class,eq,stock]")
 
@@ -51,38 +52,77 @@ def inputs(seed: int) -> object:
     return make
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_every_member_of_a_site_holds_the_same_routing_state_through_chaos(seed: int) -> None:
-    site = SiteSim(3, seed, loss=0.05, duplicates=0.05, sudden=0.02, machines=machine)
+ROUTING = 200  # seeds of the routing state's chaos, in batches (as ``tests/consensus``' seeds)
+
+
+def routing_chaos(seed: int, compact_every: int = 0) -> SiteSim:
+    """One seed: 6 s of chaos with the clients' inputs, then the faults stop; the site must agree
+    (every member that applied an entry computed the same output), and every member must hold
+    the same routing tables, sessions, custody and clients attached."""
+    site = SiteSim(
+        3, seed, loss=0.05, duplicates=0.05, sudden=0.02, machines=machine, compact_every=compact_every
+    )
     site.chaos(6, make=inputs(seed))  # type: ignore[arg-type]
     site.settle()
     site.check_converged()  # the outputs of every entry were the same on every member that applied it
-    states = [b.machine.router.status(detail=True) for b in site.brokers.values()]  # type: ignore[union-attr]
-    assert states[0] == states[1] == states[2]
-    attachments = [b.machine.attached for b in site.brokers.values()]  # type: ignore[union-attr]
-    assert attachments[0] == attachments[1] == attachments[2]
-    delivered = [
-        m
+    replicas = [b.machine for b in site.brokers.values()]
+    states = [r.router.status(detail=True) for r in replicas]  # type: ignore[union-attr]
+    assert states[0] == states[1] == states[2], "the members' routing states differ"
+    assert replicas[0].attached == replicas[1].attached == replicas[2].attached, (  # type: ignore[union-attr]
+        "the members' clients attached differ"
+    )
+    return site
+
+
+def delivered(site: SiteSim) -> list[Deliver]:
+    """The publications the site routed to subscribers."""
+    return [
+        m.message
         for output in site.outputs.values()
         for _, m in output  # type: ignore[attr-defined]
         if isinstance(m, Carry) and isinstance(m.message, Deliver)
     ]
-    assert delivered  # the site routed publications to subscribers, under the faults
+
+
+def compact_every(seed: int) -> int:
+    """Every other seed, the members compact their logs."""
+    return 10 if seed % 2 else 0
+
+
+def replay(seed: int) -> str:
+    """The command, at the project's root, that replays the seed of a batch exactly."""
+    return (
+        'python -c "from tests.sites.test_replicated import routing_chaos; '
+        f'routing_chaos({seed}, {compact_every(seed)})"'
+    )
+
+
+def stalled(site: SiteSim) -> str | None:
+    """Why a run did too little to have tested much (as the tests of single seeds ask): nothing
+    delivered; compacting, no log compacted."""
+    if site.compact_every:
+        return None if site.compactions > 0 else "no compaction"
+    return None if delivered(site) else "nothing delivered"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_member_of_a_site_holds_the_same_routing_state_through_chaos(seed: int) -> None:
+    site = routing_chaos(seed)
+    assert delivered(site)  # the site routed publications to subscribers, under the faults
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_members_that_compact_their_logs_hold_the_same_routing_state_through_chaos(seed: int) -> None:
     """Members compact their logs into their state's snapshots; one behind is restored from the
     leader's, and computes what the others compute from there on."""
-    site = SiteSim(3, seed, loss=0.05, duplicates=0.05, sudden=0.02, machines=machine, compact_every=10)
-    site.chaos(6, make=inputs(seed))  # type: ignore[arg-type]
-    site.settle()
-    site.check_converged()
+    site = routing_chaos(seed, compact_every=10)
     assert site.compactions > 0
-    replicas = [b.machine for b in site.brokers.values()]
-    states = [r.router.status(detail=True) for r in replicas]  # type: ignore[union-attr]
-    assert states[0] == states[1] == states[2]
-    assert replicas[0].attached == replicas[1].attached == replicas[2].attached  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("seeds", batches(ROUTING), ids=batch_id)
+def test_members_hold_the_same_routing_state_through_chaos_seed_after_seed(seeds: range) -> None:
+    """Many seeds of the above, every other one compacting: each must agree, most must route."""
+    run_batch(seeds, lambda seed: routing_chaos(seed, compact_every(seed)), replay, stalled)
 
 
 def test_a_member_down_past_the_compaction_point_is_restored_from_the_leader_s_state() -> None:
