@@ -2,8 +2,9 @@
 
 One command a line: ``a``/``s``/``cs`` advertise, subscribe and composite-subscribe (``cs
 [POLICY] COMPOSITE``, the policy a word such as ``recent`` or ``padres``), ``p``
-publishes (``p PUBLICATION [priority=0..9] [ttl=DURATION] [id=ID] [ack=receipt|client]``, its
-quality of service after it; the acks it asked for are reported as they come), ``ack ID``
+publishes (``p PUBLICATION [priority=0..9] [ttl=DURATION] [id=ID] [ack=receipt|client] [retain
+[cancel=any]]``, its quality of service after it; the acks it asked for are reported as they
+come), ``cancel ID`` cancels a retained publication, ``ack ID``
 acknowledges a delivery whose publisher asked for it (by the publisher's id for it, or the
 publication's), ``ua``/``us`` withdraw by id, ``sleep`` waits while deliveries keep arriving. A line is
 applied at the broker before the next is read; what it says back is returned for the caller to show.
@@ -80,7 +81,7 @@ async def apply_line(session: Client, line: str, console: Console | None = None)
         for key in (delivery.id, delivery.qos.mid):
             console.awaiting.pop(key, None)
     elif command == "cancel":
-        raise ValueError("not built yet: cancel (retained messages)")
+        await session.cancel(_one_word(rest, "cancel"))
     elif command == "ua":
         await session.unadvertise(_one_word(rest, "ua"))
     elif command == "us":
@@ -93,7 +94,7 @@ async def apply_line(session: Client, line: str, console: Console | None = None)
 
 
 # what may follow a publication: INTERFACE.md §5's words
-_QOS_WORD = re.compile(r"(priority|ttl|ack|id)=\S*|persistent|retain")
+_QOS_WORD = re.compile(r"(priority|ttl|ack|id|cancel)=\S*|persistent|retain")
 
 
 def _publication_and_qos(rest: str) -> tuple[str, Qos]:
@@ -112,7 +113,7 @@ def _publication_and_qos(rest: str) -> tuple[str, Qos]:
             settings[name] = parse_duration(value)
         elif name in ("persistent", "retain"):
             settings[name] = True
-        elif name == "ack":
+        elif name in ("ack", "cancel"):
             settings[name] = value
         else:
             settings["mid"] = value

@@ -59,6 +59,7 @@ from broker.messages import (
     Ack,
     Advertise,
     Bye,
+    Cancel,
     Carry,
     CompositeSubscribe,
     Deliver,
@@ -397,6 +398,13 @@ class Client(Stream):
         else:
             self.asking.send(message.id, message, None)
 
+    async def cancel(self, mid: str) -> str:
+        """Cancel the retained publication ``mid`` names (its publisher's id for it, or its
+        publication id) wherever it is kept, if its cancel policy lets this client's identity;
+        returns the cancel's id once the broker took it (not whether anything was kept)."""
+        ref = self.refs.next()
+        return str(await self.asking.ask(Cancel(ref, mid), ref))
+
     async def ack(self, delivery: Delivery) -> None:
         """Acknowledge ``delivery``, whose publisher asked for it (``ack=client``): an ``ACK``
         publication its publisher, and anyone else, may subscribe to (``broker.client.acks``)."""
@@ -518,9 +526,6 @@ def _offered(qos: Qos) -> Qos:
     """``qos`` if the overlay does what it asks; ValueError naming what it does not do yet."""
     if qos.expires is not None:
         raise ValueError("a publisher gives a ttl; its broker sets when it expires")
-    missing = [
-        name for name, asked in (("persistent=false", not qos.persistent), ("retain", qos.retain)) if asked
-    ]
-    if missing:
-        raise ValueError(f"not built yet: {', '.join(missing)}")
+    if not qos.persistent:
+        raise ValueError("not built yet: persistent=false")
     return qos

@@ -31,6 +31,7 @@ __all__ = [
     "Ack",
     "Advertise",
     "Bye",
+    "Cancel",
     "Carry",
     "ClientMessage",
     "CompositeSubscribe",
@@ -42,6 +43,7 @@ __all__ = [
     "Notify",
     "Publish",
     "Refuse",
+    "Retained",
     "StatusReply",
     "StatusRequest",
     "Subscribe",
@@ -265,6 +267,46 @@ class Deliver:
 
 
 @dataclass(frozen=True, slots=True)
+class Retained:
+    """A retained publication (``Qos.retain``) on its way to one subscription made after it was
+    published: routed by the subscription's id, back along the path the subscription came, and
+    delivered to that subscription alone (``broker.routing.retained``)."""
+
+    subscription: str
+    publication: Publication
+    id: str
+    time: float
+    qos: Qos
+
+    def __post_init__(self) -> None:
+        _text(self.subscription, "subscription id")
+        _text(self.id, "publication id")
+        _time(self.time)
+        if not isinstance(self.publication, Publication) or type(self.qos) is not Qos:
+            raise ValueError("a retained publication needs a Publication and its Qos")
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Cancel a retained publication named by its publisher's id for it (``Qos.mid``) or its
+    overlay-wide id. From a client ``id`` is its ref; between brokers, which flood it, ``id`` is
+    overlay-wide and ``by`` the identity of the client that asked, as its edge broker knew it
+    (its certificate's name): the retained publication's cancel policy is checked against it."""
+
+    id: str
+    mid: str
+    by: str = ""
+    ttl: int = DEFAULT_TTL
+
+    def __post_init__(self) -> None:
+        _text(self.id, "cancel id")
+        _text(self.mid, "message id")
+        if type(self.by) is not str or len(self.by) > 512:
+            raise ValueError("who cancels is a string of at most 512 characters")
+        _ttl(self.ttl)
+
+
+@dataclass(frozen=True, slots=True)
 class Ack:
     """To a client: the request ``ref`` was accepted; ``id`` is the overlay-wide id it got."""
 
@@ -392,15 +434,27 @@ ClientMessage = (
     | CompositeSubscribe
     | Unsubscribe
     | Publish
+    | Cancel
     | StatusRequest
     | Bye
     | Took
 )
 # What crosses a link; LinkUp, LinkDown and Tick only ever come from the local adapter.
-LinkMessage = ClientMessage | Deliver | Notify | Ack | Refuse | StatusReply | Carry
+LinkMessage = ClientMessage | Deliver | Notify | Retained | Ack | Refuse | StatusReply | Carry
 # What a link carries in custody: routing state and publications, never an answer to a request
 # (a client asks again) nor a refusal (only logged).
-CARRIED = (Advertise, Unadvertise, Subscribe, CompositeSubscribe, Unsubscribe, Publish, Notify, Deliver)
+CARRIED = (
+    Advertise,
+    Unadvertise,
+    Subscribe,
+    CompositeSubscribe,
+    Unsubscribe,
+    Publish,
+    Notify,
+    Deliver,
+    Retained,
+    Cancel,
+)
 Message = LinkMessage | LinkUp | LinkDown | Tick
 
 

@@ -12,11 +12,12 @@ seconds early (NTP keeps hosts within milliseconds; a skew of seconds costs seco
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-__all__ = ["ACKS", "DEFAULT_QOS", "MAX_TTL", "Qos", "parse_duration"]
+__all__ = ["ACKS", "CANCELS", "DEFAULT_QOS", "MAX_TTL", "Qos", "parse_duration"]
 
 ACKS = ("none", "client", "receipt")
+CANCELS = ("originator", "any")  # who may cancel a retained publication: its publisher, or anyone
 MAX_TTL = 10 * 365 * 86400.0  # seconds: ten years is "for ever" for a message
 
 
@@ -25,7 +26,9 @@ class Qos:
     """``priority`` 0 (lowest) to 9, 4 by default; ``ttl`` seconds from the client, which the
     first broker turns into ``expires``; ``persistent`` (in custody on disk where the broker
     keeps a log) or not; ``retain``; ``ack``: ``none``, ``client`` (the subscriber acknowledges)
-    or ``receipt`` (its client library does, on receipt); ``mid``: the client's own id for it."""
+    or ``receipt`` (its client library does, on receipt); ``mid``: the client's own id for it;
+    ``cancel``: who may cancel it if retained, ``originator`` (its publisher's identity) or
+    ``any``."""
 
     priority: int = 4
     ttl: float | None = None
@@ -34,6 +37,7 @@ class Qos:
     retain: bool = False
     ack: str = "none"
     mid: str = ""
+    cancel: str = "originator"
 
     def __post_init__(self) -> None:
         if type(self.priority) is not int or not 0 <= self.priority <= 9:
@@ -54,12 +58,14 @@ class Qos:
             raise ValueError(f"ack must be one of {', '.join(ACKS)}, not {self.ack!r}")
         if type(self.mid) is not str or len(self.mid) > 128 or any(c.isspace() for c in self.mid):
             raise ValueError("a message id is at most 128 characters without spaces")
+        if self.cancel not in CANCELS:
+            raise ValueError(f"cancel must be one of {', '.join(CANCELS)}, not {self.cancel!r}")
 
     def fixed(self, now: float) -> Qos:
         """As the first broker carries it: its ``ttl`` made an expiry at ``now``."""
         if self.ttl is None:
             return self
-        return Qos(self.priority, None, now + self.ttl, self.persistent, self.retain, self.ack, self.mid)
+        return replace(self, ttl=None, expires=now + self.ttl)
 
     def expired(self, now: float) -> bool:
         return self.expires is not None and now >= self.expires

@@ -45,6 +45,7 @@ from broker.messages import (
     Message,
     Notify,
     Publish,
+    Retained,
     Took,
     publication_weight,
 )
@@ -56,7 +57,7 @@ __all__ = ["Channel", "Custody"]
 
 log = logging.getLogger(__name__)
 
-DATA = (Publish, Deliver, Notify)  # what a full channel may drop: the rest is routing state
+DATA = (Publish, Deliver, Notify, Retained)  # what a full channel may drop: the rest is routing state
 
 MAX_HELD = 100_000  # messages held for one peer
 MAX_HELD_BYTES = 64 << 20  # roughly, their publications' size, for one peer
@@ -87,7 +88,7 @@ class Channel:
 
 def weight(message: Message) -> int:
     kind = type(message)
-    if kind is Deliver or kind is Publish:
+    if kind is Deliver or kind is Publish or kind is Retained:
         return publication_weight(message.publication)  # type: ignore[union-attr]
     if isinstance(message, Notify):
         return sum(publication_weight(p) for p in message.publications)
@@ -120,7 +121,7 @@ class Custody(Stateful):
             (message.qos.expires, hop, channel.name, seq)  # type: ignore[union-attr]
             for hop, channel in self.channels.items()
             for seq, (message, _) in channel.held.items()
-            if type(message) in (Publish, Deliver) and message.qos.expires is not None  # type: ignore[union-attr]
+            if type(message) in (Publish, Deliver, Retained) and message.qos.expires is not None  # type: ignore[union-attr]
         ]
         heapq.heapify(self.expiring)
 
@@ -287,7 +288,7 @@ class Custody(Stateful):
                 channel.next_seq += 1
                 channel.held[seq] = (message, cost)
                 channel.weight += cost
-                if isinstance(message, Publish | Deliver) and message.qos.expires is not None:
+                if isinstance(message, Publish | Deliver | Retained) and message.qos.expires is not None:
                     heapq.heappush(self.expiring, (message.qos.expires, hop, channel.name, seq))
                     if len(self.expiring) > 1024 + 2 * sum(len(c.held) for c in self.channels.values()):
                         self._index_expiring()

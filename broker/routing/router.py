@@ -34,6 +34,7 @@ from broker.messages import (
     Ack,
     Advertise,
     Bye,
+    Cancel,
     Carry,
     ClientRef,
     CompositeSubscribe,
@@ -47,6 +48,7 @@ from broker.messages import (
     Publish,
     Qos,
     Refuse,
+    Retained,
     StatusReply,
     StatusRequest,
     Subscribe,
@@ -60,6 +62,7 @@ from broker.routing.acl import AccessPolicy, refusal
 from broker.routing.composites import Composites
 from broker.routing.custody import Custody
 from broker.routing.publishers import Publishers
+from broker.routing.retained import MAX_RETAINED, Retention, identity
 from broker.routing.sessions import Sessions, request_key
 from broker.routing.standins import StandIns
 from broker.routing.tables import Output, Tables
@@ -118,6 +121,7 @@ class Router:
         self.sessions = Sessions(self.tables, self.composites, self.custody, self.counters, session_grace)
         self.owned = self.sessions.owned  # client hop -> ids of its advertisements and subscriptions
         self.stand_ins = StandIns(broker_id, self.tables, self.custody, self.counters)
+        self.retention = Retention(self.tables, self.counters)  # retained publications kept here
         # what the process around the router adds to each status it answers (its address, its
         # links' counters), given whether the asker may see detail; not part of the state
         self.process_status: Callable[[bool], dict[str, Any]] = _nothing_more
@@ -129,7 +133,7 @@ class Router:
         send where, in order. Sessions whose grace period is over go first; what needs custody
         is carried, and held for a peer that is away."""
         self.custody.expire(now)
-        out = self.sessions.expire(now) + self._dispatch(message, hop, now)
+        out = self.sessions.expire(now) + self.retention.expire(now) + self._dispatch(message, hop, now)
         out += self.stand_ins.update(message, hop, out, now)
         return self.custody.carry(out + self._tooks(message, hop), now)
 
@@ -258,6 +262,7 @@ class Router:
             **self.sessions.status(),
             **self.stand_ins.status(),
             **self.publishers.status(),
+            **self.retention.status(),
             "counters": dict(sorted(self.counters.items())),
             **(self._tables() if detail else {}),
         }
@@ -334,7 +339,9 @@ class Router:
             if isinstance(message, Advertise):
                 out += self.tables.advertise(entry_id, message.filter, hop, DEFAULT_TTL)
             elif isinstance(message, Subscribe):
-                out += self.tables.subscribe(entry_id, fix_time(message.filter, now), hop, DEFAULT_TTL)
+                fixed = fix_time(message.filter, now)
+                sent = self.tables.subscribe(entry_id, fixed, hop, DEFAULT_TTL)
+                out += sent + self.retention.subscribed(entry_id, fixed, hop, now, _sent_to(entry_id, sent))
             else:
                 clear = None if message.clear is None else fix_time(message.clear, now)
                 composite = fix_composite_time(message.composite, now)
@@ -349,6 +356,10 @@ class Router:
         publication, qos = message.publication, message.qos
         if qos.expires is not None:
             return self._refuse(hop, message.id, "a client gives a ttl: the broker sets when it expires")
+        if qos.retain and self.retention.full():
+            return self._refuse(
+                hop, message.id, f"this broker keeps at most {MAX_RETAINED} retained publications"
+            )
         if not self.tables.conforms(hop, publication):
             self.counters["refused.nonconforming"] += 1
             return self._refuse(hop, message.id, "the publication fits no advertisement of this client")
@@ -374,6 +385,8 @@ class Router:
             routed = self._route(pub_id, publication, hop, DEFAULT_TTL, now, now, qos)
         if number is not None:
             self.publishers.routed(hop, ref.session, number, now)
+        if qos.retain:  # kept here for subscriptions made later
+            routed += self.retention.keep(pub_id, publication, now, qos)
         return [(hop, Ack(message.id, pub_id)), *routed] if message.ack else routed
 
     def _denied(
@@ -389,6 +402,24 @@ class Router:
             more = f" ({unlogged} more since the last)" if unlogged else ""
             log.warning("%s: refused %s from %s: %s%s", self.id, type(message).__name__, hop, reason, more)
         return self._refuse(hop, message.id, reason)
+
+    def _client_cancels(self, message: Cancel, hop: str, now: float) -> Output:
+        """A client cancels a retained publication: everywhere, as the identity its certificate
+        gives (its name without one), whatever it claims."""
+        cancel_id = str(OverlayId(self.id, hop, message.id))
+        by = self.sessions.peers[hop][0] or identity(hop)
+        return [(hop, Ack(message.id, cancel_id)), *self._cancel(Cancel(cancel_id, message.mid, by), "")]
+
+    def _cancelled(self, message: Cancel, hop: str, now: float) -> Output:
+        if message.id in self.seen:
+            return self._drop("duplicate")
+        return self._cancel(message, hop)
+
+    def _cancel(self, message: Cancel, hop: str) -> Output:
+        """Here, and on to every other neighbour (the keeper may be anywhere)."""
+        self.seen[message.id] = None
+        onward = Cancel(message.id, message.mid, message.by, message.ttl - 1)
+        return self.retention.cancel(message) + [(n, onward) for n in sorted(self.tables.neighbors - {hop})]
 
     def _client_cannot(self, message: Message, hop: str, now: float) -> Output:
         return self._refuse(hop, "", f"a client cannot send {type(message).__name__}")
@@ -414,7 +445,10 @@ class Router:
         if self.tables.knows(message.id):
             return self._drop("duplicate")  # only a cycle in the overlay brings one back
         if isinstance(message, Subscribe):
-            return self.tables.subscribe(message.id, message.filter, hop, message.ttl)
+            out = self.tables.subscribe(message.id, message.filter, hop, message.ttl)
+            return out + self.retention.subscribed(
+                message.id, message.filter, hop, now, _sent_to(message.id, out)
+            )
         return self.tables.advertise(message.id, message.filter, hop, message.ttl)
 
     def _asked(self, message: CompositeSubscribe, hop: str, now: float) -> Output:
@@ -500,6 +534,8 @@ class Router:
         if flooding:
             for target in sorted(self.tables.neighbors - {hop}):
                 out.append((target, Publish(pub_id, publication, ttl - 1, time=accepted, qos=qos)))
+        if qos.retain:
+            self.retention.copy(pub_id, publication, accepted, qos)
         self.seen[pub_id] = None  # last: a publication that failed here is routed if it comes again
         if len(self.seen) > SEEN_PUBLICATIONS:
             self.seen.popitem(last=False)
@@ -507,7 +543,15 @@ class Router:
 
 
 Handler = Callable[[Router, Any, str, float], Output]
-_PARTS = ("tables", "composites", "custody", "sessions", "stand_ins", "publishers")  # the stateful ones
+_PARTS = (
+    "tables",
+    "composites",
+    "custody",
+    "sessions",
+    "stand_ins",
+    "publishers",
+    "retention",
+)  # the stateful ones
 _COUNTED: dict[type, str] = {}  # message type -> the name of its counter, made once
 
 
@@ -523,6 +567,11 @@ def _live(handler: Handler) -> Handler:
         return router._drop("ttl") if message.ttl <= 0 else handler(router, message, hop, now)
 
     return checked
+
+
+def _sent_to(sub_id: str, out: Output) -> set[str]:
+    """The neighbours a new subscription went on to, in what the tables answered."""
+    return {target for target, message in out if type(message) is Subscribe and message.id == sub_id}
 
 
 def _took(router: Router, message: Took, hop: str, now: float) -> Output:
@@ -542,6 +591,7 @@ _FROM_CLIENT: dict[type, Handler] = {
     Unadvertise: Router._client_withdraws,
     Unsubscribe: Router._client_withdraws,
     Publish: Router._client_publishes,
+    Cancel: Router._client_cancels,
     StatusRequest: Router._status,
     Bye: lambda router, message, hop, now: router.sessions.leave(hop),  # gone for good: no grace
     Took: _took,
@@ -552,6 +602,8 @@ _FROM_BROKER: dict[type, Handler] = {
     CompositeSubscribe: _live(Router._asked),
     Publish: _live(Router._forwarded),
     Notify: Router._notified,
+    Retained: lambda router, message, hop, now: router.retention.handed_on(message, now),
+    Cancel: _live(Router._cancelled),
     Unadvertise: Router._withdrawn,
     Unsubscribe: Router._withdrawn,
     Refuse: Router._refused,

@@ -28,8 +28,10 @@ from broker.errors import RefusedError
 from broker.language import Policy, parse_composite, parse_filter, parse_publication
 from broker.language.model import Composite, Filter, Publication
 from broker.messages import (
+    DEFAULT_QOS,
     Ack,
     Advertise,
+    Cancel,
     Carry,
     CompositeSubscribe,
     Deliver,
@@ -38,6 +40,7 @@ from broker.messages import (
     Message,
     Notify,
     Publish,
+    Qos,
     Refuse,
     Subscribe,
     Tick,
@@ -99,11 +102,15 @@ class SimClient:
         self.notifications.clear()
         return texts
 
-    def publish(self, publication: str | Publication) -> str:
+    def publish(self, publication: str | Publication, qos: Qos = DEFAULT_QOS) -> str:
         ref = self._ref()
         if isinstance(publication, str):
             publication = parse_publication(publication)
-        return self._request(Publish(ref, publication), ref)
+        return self._request(Publish(ref, publication, qos=qos), ref)
+
+    def cancel(self, mid: str) -> str:
+        ref = self._ref()
+        return self._request(Cancel(ref, mid), ref)
 
     def unadvertise(self, adv_id: str) -> None:
         self._request(Unadvertise(adv_id), adv_id)

@@ -12,6 +12,8 @@ CompositeSubscribe    ``csub``        id, composite, clear filter or nil, ttl[, 
 Unsubscribe           ``unsub``       id
 Publish               ``pub``         id, publication, ttl, ack, time or nil[, qos]
 Deliver               ``deliver``     [subscription ids], publication, id, time[, qos]
+Retained              ``retained``    subscription id, publication, id, time, qos
+Cancel                ``cancel``      id, message id, by, ttl
 Notify                ``notify``      subscription id, [publications], [[name, value], ...]
 Ack                   ``ack``         ref, id
 Refuse                ``refuse``      ref, reason
@@ -32,7 +34,7 @@ Piece                 ``piece``       data, more: a part of a larger frame's pay
 
 The five before the last are a site's consensus (``broker.consensus``), between the brokers of
 one site; a Piece too. A ``qos`` is ``[priority, ttl or nil, expires or nil, persistent, retain,
-ack, mid]`` (``broker.messages.qos``), left out when it is the default.
+ack, mid, cancel]`` (``broker.messages.qos``), left out when it is the default.
 
 A composite is ``["atom", filter]``, ``["and" | "or" | "seq", [composites]]`` or ``["times",
 composite, count, attribute, step]``. A publication is ``[class, [[name, value], ...]]`` and a
@@ -67,6 +69,7 @@ from broker.messages import (
     Append,
     AppendReply,
     Bye,
+    Cancel,
     Carry,
     CompositeSubscribe,
     Deliver,
@@ -79,6 +82,7 @@ from broker.messages import (
     Pong,
     Publish,
     Refuse,
+    Retained,
     StatusReply,
     StatusRequest,
     Subscribe,
@@ -168,6 +172,8 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
         m.time,
         *(() if m.qos is DEFAULT_QOS else (_qos(m.qos),)),
     ],
+    Retained: lambda m: ["retained", m.subscription, _publication(m.publication), m.id, m.time, _qos(m.qos)],
+    Cancel: lambda m: ["cancel", m.id, m.mid, m.by, m.ttl],
     Deliver: lambda m: [
         "deliver",
         m.subscriptions,
@@ -384,12 +390,12 @@ def _to_deliver(array: list[Any]) -> Deliver:
 
 
 def _qos(qos: Qos) -> list[Any]:
-    return [qos.priority, qos.ttl, qos.expires, qos.persistent, qos.retain, qos.ack, qos.mid]
+    return [qos.priority, qos.ttl, qos.expires, qos.persistent, qos.retain, qos.ack, qos.mid, qos.cancel]
 
 
 def _to_qos(array: object) -> Qos:
-    if type(array) is not list or len(array) != 7:
-        raise ValueError("a quality of service must be an array of 7 fields")
+    if type(array) is not list or len(array) != 8:
+        raise ValueError("a quality of service must be an array of 8 fields")
     return Qos(*array)
 
 
@@ -421,6 +427,8 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
         lambda a: Publish(a[1], _to_publication(a[2]), a[3], a[4], a[5], *map(_to_qos, a[6:])),
     ),
     "deliver": ("Deliver", 5, _to_deliver),
+    "retained": ("Retained", 6, lambda a: Retained(a[1], _to_publication(a[2]), a[3], a[4], _to_qos(a[5]))),
+    "cancel": ("Cancel", 5, lambda a: Cancel(*a[1:])),
     "ack": ("Ack", 3, lambda a: Ack(a[1], a[2])),
     "refuse": ("Refuse", 3, lambda a: Refuse(a[1], a[2])),
     "statreq": ("StatusRequest", 3, lambda a: StatusRequest(*a[1:])),  # 2 without detail: see _OTHER_LENGTHS

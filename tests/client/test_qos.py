@@ -1,6 +1,8 @@
-"""A publication's quality of service through a broker and the client library: the subscriber
+"""A publication's quality of service through brokers and the client library: the subscriber
 sees its priority, id and expiry; one that expires while waiting in the subscriber's queue is
-never handed out; what the overlay does not do yet is refused before anything is sent."""
+never handed out; what the overlay does not do yet is refused before anything is sent; acks
+and receipts come back to the publisher; a retained alert reaches a subscriber that comes later
+and is cancelled as its policy allows."""
 
 from __future__ import annotations
 
@@ -44,8 +46,7 @@ async def taken(stream: Subscription, count: int) -> list[Delivery]:
 @pytest.mark.parametrize(
     ("qos", "error"),
     [
-        (Qos(retain=True), "not built yet: retain"),
-        (Qos(retain=True, persistent=False), "not built yet: persistent=false, retain"),
+        (Qos(retain=True, persistent=False), "not built yet: persistent=false"),
         (Qos(expires=9e9), "a publisher gives a ttl; its broker sets when it expires"),
     ],
 )
@@ -107,6 +108,40 @@ def test_receipts_and_client_acks_come_back_to_the_publisher_as_acks_anyone_may_
             seen = sorted([(d.publication["kind"], d.publication["mid"]) for d in await taken(acks, 3)])
             assert seen == [("client", "c1"), ("receipt", "r1"), ("receipt", "r1")]
             for client in (pub, first, second, operator):
+                await client.close()
+        finally:
+            await b2.stop()
+            await b1.stop()
+
+    run(scenario())
+
+
+def test_a_retained_alert_reaches_an_operator_who_subscribes_later_on_another_broker() -> None:
+    """Kept by B1, the alert reaches an operator connecting to B2 after its publisher left; a
+    cancel by another client is refused under the originator policy, the publisher's works."""
+
+    async def scenario() -> None:
+        b1 = RouterService(uri("B1"))
+        b2 = RouterService(uri("B2"), neighbors=[b1.uri])
+        await b1.start()
+        await b2.start()
+        try:
+            agent = await Client.connect(b1.uri, "agent")
+            await agent.advertise("[class,eq,ALERT],[job,isPresent,'']")
+            await agent.publish("[class,ALERT],[job,load]", Qos(priority=9, retain=True, mid="load-1"))
+            await agent.close()
+            operator = await Client.connect(b2.uri, "operator")
+            alerts = await operator.subscribe("[class,eq,ALERT]")
+            got = await alerts.next(timeout=5)
+            assert (got.publication["job"], got.qos.mid, got.qos.priority) == ("load", "load-1", 9)
+            await operator.cancel("load-1")  # not its publisher's identity
+            await asyncio.sleep(0.3)
+            assert b1.router.status()["retained"] == 1
+            again = await Client.connect(b1.uri, "agent")
+            await again.cancel("load-1")
+            await asyncio.sleep(0.3)
+            assert b1.router.status()["retained"] == 0 == b2.router.status()["retained"]
+            for client in (operator, again):
                 await client.close()
         finally:
             await b2.stop()

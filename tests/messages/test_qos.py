@@ -25,6 +25,7 @@ from broker.transport import BadMessage, decode
         ({"ack": "maybe"}, "ack must be one of none, client, receipt, not 'maybe'"),
         ({"mid": "two words"}, "a message id is at most 128 characters without spaces"),
         ({"retain": 1}, "persistent and retain must be true or false"),
+        ({"cancel": "me"}, "cancel must be one of originator, any, not 'me'"),
     ],
 )
 def test_a_bad_setting_is_refused_naming_it(settings: dict[str, object], error: str) -> None:
@@ -55,10 +56,12 @@ def test_a_bad_duration_says_what_is_accepted(text: str) -> None:
 
 
 def test_a_bad_quality_of_service_off_the_wire_is_a_bad_message() -> None:
-    frame = msgpack.packb(["pub", "1", ["t", []], 32, True, None, [12, None, None, True, False, "none", ""]])
+    frame = msgpack.packb(
+        ["pub", "1", ["t", []], 32, True, None, [12, None, None, True, False, "none", "", "any"]]
+    )
     with pytest.raises(BadMessage, match="bad Publish: priority must be an integer from 0 to 9, not 12"):
         decode(frame)
-    with pytest.raises(BadMessage, match="a quality of service must be an array of 7 fields"):
+    with pytest.raises(BadMessage, match="a quality of service must be an array of 8 fields"):
         decode(msgpack.packb(["deliver", ["s"], ["t", []], "i", 1.0, [9]]))
 
 

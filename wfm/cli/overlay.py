@@ -408,11 +408,16 @@ def client(broker_uri: Brokers, client_id: str | None, linger: float, output: st
                      chronicle (default), recent, continuous, cumulative,
                      unrestricted or padres
     p  PUBLICATION [priority=0..9] [ttl=DURATION] [id=ID] [ack=receipt|client]
+       [retain [cancel=any]]
                      publish: a priority (4 by default), a time to live
                      (30s, 5m, 2h: never delivered after it), an id of
-                     your own, shown to subscribers, and an ack asked of
-                     them (printed on stderr as it comes: "receipt ID by
-                     CLIENT"); retain is refused: not built yet
+                     your own, shown to subscribers, an ack asked of them
+                     (printed on stderr as it comes: "receipt ID by
+                     CLIENT"); retain: kept and sent to subscriptions made
+                     later until it expires or is cancelled (by its
+                     publisher, or with cancel=any by anyone)
+    cancel ID        cancel a retained publication (its id=, or its
+                     publication id)
     ack ID           acknowledge a delivery that asked for ack=client (ID:
                      its publisher's id for it, or its publication id)
     ua ID            unadvertise
