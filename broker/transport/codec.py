@@ -473,7 +473,8 @@ def _carried(array: object) -> Any:
     """The message inside a Carry: one that custody carries, never another Carry."""
     if type(array) is not list or not array or array[0] not in _CARRIED_TAGS:
         raise ValueError(
-            "a carried message must be an advertisement, subscription, publication or notification"
+            "a carried message must be an advertisement, subscription, publication, notification, "
+            "retained publication or cancel"
         )
     name, length, build = _DECODERS[array[0]]
     if len(array) != length and len(array) not in _OTHER_LENGTHS.get(array[0], ()):
