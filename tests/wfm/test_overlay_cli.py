@@ -47,14 +47,14 @@ def test_clients_through_two_brokers() -> None:
             "p [class,'stock'],[price,120]\n"
             "x what\n"
             "p [class,'stock'],[price,70] priority=9 ttl=30s id=alert-7\n"
-            "p [class,'stock'],[price,60] retain\n"
+            "p [class,'stock'],[price,60] ttl=soon\n"
             "p [class,'stock'],[price,50] priority=high\n",
         )
         assert pub.returncode == 1  # four lines failed, the others were applied
         errors = pub.stderr.strip().splitlines()
         assert errors[0] == "adv B1/pub/1"
         assert "fits no advertisement" in errors[1] and "unknown command 'x'" in errors[2]
-        assert errors[3].endswith("retain: not built yet: retain")
+        assert errors[3].endswith("'soon' is not a duration: give a number with ms, s, m, h or d (30s, 5m)")
         assert errors[4].endswith("priority must be 0 to 9, not 'high'")
         out, err = sub.communicate("sleep 0.5\n", timeout=20)
         assert sub.returncode == 0, err
