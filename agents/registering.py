@@ -35,6 +35,7 @@ OWN = {  # the names of the agent's own requests: what each is, in a refusal
     "acks": "advertisement of its acknowledgements",
     "control": "control subscription",
     "answers": "advertisement of its answers",
+    "alerts": "advertisement of its alerts",
     "queries": "query subscription",
 }
 OWN_KEYS = {"control": CONTROL, "queries": QUERY}  # the own subscriptions whose deliveries it reads

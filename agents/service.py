@@ -66,6 +66,7 @@ from broker.errors import LinkClosed
 from broker.language import Publication
 from broker.throttle import LogThrottle
 from workflow_messages import JOBSTATUS, ack_advertisement, control_subscription
+from workflow_messages.alerts import alert_advertisement, job_alert
 from workflow_messages.operations import answer, answer_advertisement, query_subscription
 from workflow_messages.signature import Author
 
@@ -293,14 +294,18 @@ class AgentService:
         return self.author.sign_publication(publication)
 
     def _publish(self, publication: Publication) -> None:
-        """Through the client, which keeps it until acknowledged (across reconnections); before
-        the first connection, into the outbox."""
+        """Through the client, which keeps it until acknowledged (across reconnections), in its
+        outbox on disk; before the first connection, into the outbox here. A job's FAILURE
+        goes with its alert (``workflow_messages.alerts``), in the same outbox, right after it."""
         client = self.client
         if client is None:
             self.outbox.append(publication)
             return
+        alert = job_alert(publication)
         try:
             client.publish_nowait(publication)
+            if alert is not None:
+                client.publish_nowait(alert[0], qos=alert[1])
         except (LinkClosed, TooManyUnacknowledged) as error:
             log.error("publication lost: %s: %s", error, publication)
 
@@ -324,6 +329,8 @@ class AgentService:
         await self._own(client, "control", client.subscribe(control, own_queue=False, name="control"))
         answers = answer_advertisement(self.agent.name)
         await self._own(client, "answers", client.advertise(answers, name="answers"))
+        alerts = alert_advertisement(self.agent.name)
+        await self._own(client, "alerts", client.advertise(alerts, name="alerts"))
         queries = query_subscription()
         await self._own(client, "queries", client.subscribe(queries, own_queue=False, name="queries"))
         self.client = self.registering.client = client

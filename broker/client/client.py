@@ -385,9 +385,9 @@ class Client(Stream):
         TooManyUnacknowledged when ``max_unacked`` publications already wait. With an outbox,
         it is sent once on disk, in a group commit with those made meanwhile; a disk that
         refuses it is logged and counted (``lost.outbox``). Not ``durable``: past the outbox,
-        kept in memory only (an answer its asker asks again for if this process ends)."""
-        if qos.ack != "none" and not self.acks.watching:
-            raise ValueError("await client.acks.watch() first: acks could come before we listen")
+        kept in memory only (an answer its asker asks again for if this process ends). A
+        publication that asks for acks does not subscribe to them here: ``await
+        client.acks.watch()`` first for ``receipt`` to see them."""
         if self.asking.unacknowledged >= self.max_unacked:
             self.counters["refused.unacknowledged"] += 1
             raise TooManyUnacknowledged(self.asking.unacknowledged)

@@ -182,6 +182,35 @@ def test_rerun_from_the_failed_job(overlay: Overlay) -> None:
     assert unknown.returncode == 1 and "no agent remembers generation nosuch of PAYROLL" in unknown.stderr
 
 
+def test_a_failed_job_raises_an_alert_until_an_operator_acknowledges_it(overlay: Overlay) -> None:
+    """The agent of a job that fails publishes a retained alert asking for an ack: ``wfm alerts``
+    lists it from another broker after the run ended; acknowledged, it is gone for everyone, and
+    its ack went out as an ACK publication naming the alert."""
+    overlay.deploy(WORKFLOWS / "payroll.xml")
+    (overlay.output / "fail").mkdir(parents=True, exist_ok=True)
+    (overlay.output / "fail" / "JobB").touch()
+    try:
+        overlay.trigger("PAYROLL", ["alerted"], MONDAY)
+        overlay.wait_end("PAYROLL", ["alerted"])
+    finally:
+        (overlay.output / "fail" / "JobB").unlink()
+    listed = [r for r in lines(wfm(overlay, "alerts", "-o", "json")) if r["gid"] == "alerted"]
+    assert [(r["id"], r["job"], r["status"], r["priority"]) for r in listed] == [
+        ("PAYROLL.JobB.alerted", "JobB", "FAILURE", 8)
+    ]
+    with BlockingClient(str(overlay.uris["B3"]), "watcher") as watcher:
+        watcher.subscribe("[class,eq,ACK]")
+        done = wfm(overlay, "alerts", "ack", "PAYROLL.JobB.alerted")
+        assert done.returncode == 0 and done.stderr == "acknowledged PAYROLL.JobB.alerted\n", done.stderr
+        ack = watcher.receive(timeout=10)
+        assert ack is not None
+        assert (ack.publication["mid"], ack.publication["kind"]) == ("PAYROLL.JobB.alerted", "client")
+    after = [r for r in lines(wfm(overlay, "alerts", "-o", "json")) if r["gid"] == "alerted"]
+    assert after == []
+    again = wfm(overlay, "alerts", "ack", "PAYROLL.JobB.alerted")
+    assert again.returncode == 1 and "no alert PAYROLL.JobB.alerted waits" in again.stderr
+
+
 def test_no_agent_answering_is_a_timeout_exit_3() -> None:
     with brokers({"B1": []}) as uris:
         for command in (["workflows"], ["runs", "PAYROLL"], ["cancel", "PAYROLL", "--gid", "g1"]):

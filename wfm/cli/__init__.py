@@ -59,6 +59,7 @@ COMMANDS = {
     "logs": "operations",
     "cancel": "operations",
     "rerun": "operations",
+    "alerts": "alerts",
 }
 
 
