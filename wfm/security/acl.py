@@ -4,19 +4,19 @@ The broker enforces rules it does not write (``broker.routing.acl``): the classe
 are this layer's. The defaults follow the roles of ``wfm certs``:
 
 * a **deployer** (``wfm deploy``) may publish and subscribe anything;
-* an **operator** (``wfm trigger``, ``cancel``, ``rerun``, the dashboard of a team that deploys
-  elsewhere) publishes Triggers and envelopes (agents take only CANCEL and RERUN from it), asks
-  agents and historians, and subscribes to anything;
+* an **operator** (``wfm trigger``, ``cancel``, ``rerun``, ``alerts ack``, the dashboard of a team
+  that deploys elsewhere) publishes Triggers and envelopes (agents take only CANCEL and RERUN from
+  it) and acknowledgements (``ACK``), asks agents and historians, and subscribes to anything;
 * a **scheduler** (``wfm schedule``) publishes Triggers only, and reads the statuses that say a
   generation started;
 * an **agent** may subscribe only to its own AGENT_CTL envelopes, to job statuses and triggers (its
-  jobs' composite subscriptions) and to queries, and publish statuses, acknowledgements and
-  answers only as itself;
+  jobs' composite subscriptions) and to queries, and publish statuses, acknowledgements, answers
+  and alerts only as itself;
 * a **historian** subscribes to anything and publishes history answers only;
 * a **monitor** (``wfm monitor``, ``wfm history --broker``, ``wfm workflows``, ``wfm runs``,
   ``wfm logs``) subscribes to anything, and publishes only its own history questions and queries
   to agents;
-* a **client** publishes anything but the workflow's control traffic and history answers, and
+* a **client** publishes anything but the workflow's control traffic, alerts and history answers, and
   subscribes to anything but envelopes, queries and their answers, and the answers to anyone's
   history questions but its own (a log tail or a job's command may say more than a client
   should read; the operators' ``wfm`` commands and ``wfm web`` run as deployer, operator or
@@ -33,7 +33,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from broker.client.acks import ACK_CLASS as ACK
 from broker.routing.acl import AccessPolicy, AccessPolicyError
+from workflow_messages.alerts import ALERT
 from workflow_messages.names import (
     AGENT_ACK,
     AGENT_ANSWER,
@@ -50,7 +52,16 @@ __all__ = ["DEFAULT_ACL", "load_policy"]
 _CONTROL = [
     *(
         f"[class,eq,{cls}]"
-        for cls in (AGENT_CTL, AGENT_ACK, JOBSTATUS, TRIGGER, AGENT_QUERY, AGENT_ANSWER, HISTORY_RESULT)
+        for cls in (
+            AGENT_CTL,
+            AGENT_ACK,
+            JOBSTATUS,
+            TRIGGER,
+            AGENT_QUERY,
+            AGENT_ANSWER,
+            HISTORY_RESULT,
+            ALERT,
+        )
     ),
     f"[class,eq,{HISTORY_QUERY}],[asker,neq,$IDENTITY]",  # a history question as anyone else
 ]
@@ -62,7 +73,13 @@ publish = ["*"]
 subscribe = ["*"]
 
 [roles.operator]
-publish = ["[class,eq,{TRIGGER}]", "[class,eq,{AGENT_CTL}]", "[class,eq,{AGENT_QUERY}]", "{_ASK}"]
+publish = [
+    "[class,eq,{TRIGGER}]",
+    "[class,eq,{AGENT_CTL}]",
+    "[class,eq,{AGENT_QUERY}]",
+    "{_ASK}",
+    "[class,eq,{ACK}]",
+]
 subscribe = ["*"]
 
 [roles.scheduler]
@@ -74,6 +91,7 @@ publish = [
     "[class,eq,{JOBSTATUS}],[agentname,eq,$IDENTITY]",
     "[class,eq,{AGENT_ACK}],[agentname,eq,$IDENTITY]",
     "[class,eq,{AGENT_ANSWER}],[agentname,eq,$IDENTITY]",
+    "[class,eq,{ALERT}],[agentname,eq,$IDENTITY]",
 ]
 subscribe = [
     "[class,eq,{AGENT_CTL}],[agentname,eq,$IDENTITY]",
