@@ -222,6 +222,14 @@ class Router:
         self.sessions.grace = fresh.sessions.grace
         self.composites.detector_limits = fresh.composites.detector_limits  # for detectors placed from now
 
+    def next_expiry(self) -> float | None:
+        """When the soonest message held or retained here expires (epoch seconds), if any: the
+        adapter ticks then, so it goes on time on a quiet broker too."""
+        held, kept = self.custody.expiring, self.retention.expiring
+        if not held:
+            return kept[0][0] if kept else None
+        return min(held[0][0], kept[0][0]) if kept else held[0][0]
+
     def settle(self) -> bool:
         """Build some of the subscription index that adds left pending, as much as a publication
         merges (``matcher.SETTLE_BUDGET``); whether any is left. No effect on what matches: only

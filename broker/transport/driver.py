@@ -11,6 +11,7 @@ as the log has it. A router bug, or a message that cannot be encoded, costs that
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from collections import Counter
@@ -29,6 +30,7 @@ from broker.transport.persistence import RouterLog
 __all__ = ["QUIET", "TICK", "RouterDriver"]
 
 TICK = 1.0  # seconds between the router's Ticks: how late a client session may expire
+EXPIRY_LATE = 0.001  # seconds past an expiry its Tick comes: the router's clock must have passed it
 QUIET = 0.05  # seconds without an input after which the router's pending index entries are merged
 
 
@@ -50,6 +52,8 @@ class RouterDriver:
         self.counters = counters
         self.log = log
         self.clock = clock
+        self._sooner = asyncio.Event()  # set when an input brings an expiry before the next Tick
+        self._waking_at = float("inf")  # when the ticks wake next (epoch seconds)
         self.commits = (
             None if log_file is None else GroupCommit(log_file, self.send, self._checkpoint, counters, log)
         )
@@ -87,6 +91,8 @@ class RouterDriver:
             self.counters["router_errors"] += 1
             self.log.exception("router failed on %s from %s", type(message).__name__, hop)
             return
+        if (expiry := self.router.next_expiry()) is not None and expiry < self._waking_at:
+            self._sooner.set()  # the ticks wake for it
         if self.commits is None:
             self.send(output, self.links)
         elif output:  # with the links it was meant for: one replaced meanwhile gets it resent
@@ -162,12 +168,22 @@ class RouterDriver:
 
     async def ticks(self) -> None:
         """The router has no clock: on a quiet broker, sessions of peers away expire on these,
-        and a stand-in that held back a Took for ``ANSWER_WAIT`` goes upstream (``standins``).
-        Only while either may happen: each Tick is an input, logged like any other."""
-        interval = min(TICK, self.router.sessions.grace or TICK)
+        a stand-in that held back a Took for ``ANSWER_WAIT`` goes upstream (``standins``), and
+        a message held or retained is dropped when it expires: a Tick comes at the soonest
+        expiry (``Router.next_expiry``), else every ``TICK`` while a session or a stand-in may
+        end. Only then: each Tick is an input, logged like any other."""
         while True:
-            await asyncio.sleep(interval)
-            if self.router.sessions.away or self.router.stand_ins.holding:
+            interval = min(TICK, self.router.sessions.grace or TICK)
+            expiry = self.router.next_expiry()
+            if expiry is not None:
+                interval = min(interval, max(0.0, expiry - self.clock.time()) + EXPIRY_LATE)
+            self._waking_at = self.clock.time() + interval
+            with contextlib.suppress(TimeoutError):  # or sooner: an input brought a sooner expiry
+                await asyncio.wait_for(self._sooner.wait(), interval)
+            self._sooner.clear()
+            expiry = self.router.next_expiry()
+            due = expiry is not None and expiry <= self.clock.time()
+            if due or self.router.sessions.away or self.router.stand_ins.holding:
                 self.feed(Tick(), "")
             self.forget_gone()
 

@@ -11,8 +11,9 @@ import asyncio
 import pytest
 
 from broker.client import Client, Delivery, Qos, Subscription
+from broker.transport import driver
 from broker.transport.server import RouterService
-from tests.transport.harness import run, uri
+from tests.transport.harness import run, until, uri
 
 
 def test_a_delivery_carries_its_quality_of_service_and_an_expired_one_is_never_handed_out() -> None:
@@ -146,5 +147,31 @@ def test_a_retained_alert_reaches_an_operator_who_subscribes_later_on_another_br
         finally:
             await b2.stop()
             await b1.stop()
+
+    run(scenario())
+
+
+def test_what_expires_while_a_subscriber_is_away_goes_when_it_expires_on_a_quiet_broker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing else happens on the broker: a Tick comes at the expiry itself (the usual ones are
+    a minute apart here), and the publication held for the subscriber away is dropped."""
+    monkeypatch.setattr(driver, "TICK", 60.0)
+
+    async def scenario() -> None:
+        broker = RouterService(uri("B1"), session_grace=600)
+        await broker.start()
+        sub = await Client.connect(broker.uri, "sub")
+        await sub.subscribe("[class,eq,t]")
+        pub = await Client.connect(broker.uri, "pub")
+        await pub.advertise("[class,eq,t],[n,>,0]")
+        await sub.close(bye=False)  # away: its session waits for it
+        await until(lambda: broker.router.status()["away"] == ["sub"], what="the subscriber away")
+        await pub.publish("[class,t],[n,1]", Qos(ttl=0.5))
+        assert broker.router.custody.status()["held_for_away"] == 1
+        await until(lambda: broker.router.counters["expired.held"] == 1, timeout=5, what="expired")
+        assert broker.router.custody.status()["held_for_away"] == 0
+        await pub.close()
+        await broker.stop()
 
     run(scenario())
