@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/soak.py
 	$(BIN)/python benchmarks/sites.py
 	$(BIN)/python benchmarks/sites_overlay.py
+	$(BIN)/python benchmarks/qos.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check broker workflow_messages agents wfm tests benchmarks
