@@ -7,6 +7,8 @@ and is cancelled as its policy allows."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -14,6 +16,20 @@ from broker.client import Client, Delivery, Qos, Subscription
 from broker.transport import driver
 from broker.transport.server import RouterService
 from tests.transport.harness import run, until, uri
+
+
+@asynccontextmanager
+async def two_brokers() -> AsyncIterator[tuple[RouterService, RouterService]]:
+    """B1 - B2, stopped after."""
+    b1 = RouterService(uri("B1"))
+    b2 = RouterService(uri("B2"), neighbors=[b1.uri])
+    await b1.start()
+    await b2.start()
+    try:
+        yield b1, b2
+    finally:
+        await b2.stop()
+        await b1.stop()
 
 
 def test_a_delivery_carries_its_quality_of_service_and_an_expired_one_is_never_handed_out() -> None:
@@ -75,11 +91,7 @@ def test_receipts_and_client_acks_come_back_to_the_publisher_as_acks_anyone_may_
     ``ACK`` sees them all."""
 
     async def scenario() -> None:
-        b1 = RouterService(uri("B1"))
-        b2 = RouterService(uri("B2"), neighbors=[b1.uri])
-        await b1.start()
-        await b2.start()
-        try:
+        async with two_brokers() as (b1, b2):
             operator = await Client.connect(b1.uri, "operator")
             acks = await operator.subscribe("[class,eq,'ACK']")
             first = await Client.connect(b1.uri, "first")
@@ -110,9 +122,6 @@ def test_receipts_and_client_acks_come_back_to_the_publisher_as_acks_anyone_may_
             assert seen == [("client", "c1"), ("receipt", "r1"), ("receipt", "r1")]
             for client in (pub, first, second, operator):
                 await client.close()
-        finally:
-            await b2.stop()
-            await b1.stop()
 
     run(scenario())
 
@@ -122,11 +131,7 @@ def test_a_retained_alert_reaches_an_operator_who_subscribes_later_on_another_br
     cancel by another client is refused under the originator policy, the publisher's works."""
 
     async def scenario() -> None:
-        b1 = RouterService(uri("B1"))
-        b2 = RouterService(uri("B2"), neighbors=[b1.uri])
-        await b1.start()
-        await b2.start()
-        try:
+        async with two_brokers() as (b1, b2):
             agent = await Client.connect(b1.uri, "agent")
             await agent.advertise("[class,eq,ALERT],[job,isPresent,'']")
             await agent.publish("[class,ALERT],[job,load]", Qos(priority=9, retain=True, mid="load-1"))
@@ -144,9 +149,6 @@ def test_a_retained_alert_reaches_an_operator_who_subscribes_later_on_another_br
             assert b1.router.status()["retained"] == 0 == b2.router.status()["retained"]
             for client in (operator, again):
                 await client.close()
-        finally:
-            await b2.stop()
-            await b1.stop()
 
     run(scenario())
 

@@ -8,6 +8,8 @@ import asyncio
 import random
 import struct
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,24 @@ def serving(services: list[RouterService]) -> RouterService | None:
     return leaders[0] if leaders else None
 
 
+@asynccontextmanager
+async def serving_site(tmp_path: Path) -> AsyncIterator[tuple[list[RouterService], RouterService]]:
+    """A site of three brokers started, once one of them serves it (its leader); the brokers
+    still running are stopped after."""
+    services = site(tmp_path)
+    for service in services:
+        await service.start()
+    try:
+        await until(lambda: serving(services) is not None, what="a leader that serves")
+        leader = serving(services)
+        assert leader is not None
+        yield services, leader
+    finally:
+        for service in services:
+            if service._server is not None:
+                await service.stop()
+
+
 def brokers_of(services: list[RouterService]) -> BrokerList:
     return BrokerList(s.uri for s in services)
 
@@ -78,13 +98,7 @@ def test_a_site_needs_its_log_on_disk_and_its_own_brokers(tmp_path: Path) -> Non
 
 def test_one_broker_serves_and_the_others_send_clients_on_to_it(tmp_path: Path) -> None:
     async def scenario() -> None:
-        services = site(tmp_path)
-        for service in services:
-            await service.start()
-        try:
-            await until(lambda: serving(services) is not None, what="a leader that serves")
-            leader = serving(services)
-            assert leader is not None
+        async with serving_site(tmp_path) as (services, leader):
             statuses = [s.status()["site"] for s in services]
             assert {s["leader"] for s in statuses} == {leader.uri.id}
             assert all(s["id"] == "S" for s in (svc.status() for svc in services))
@@ -93,26 +107,18 @@ def test_one_broker_serves_and_the_others_send_clients_on_to_it(tmp_path: Path) 
             client = await Client.connect(BrokerList([others[0].uri, others[1].uri, leader.uri]), "c1")
             async with client:
                 assert client.broker_id == leader.uri.id
-        finally:
-            for service in services:
-                await service.stop()
 
     run(scenario())
 
 
 def test_the_leader_stopped_mid_stream_loses_repeats_and_reorders_nothing(tmp_path: Path) -> None:
     async def scenario() -> None:
-        services = site(tmp_path)
-        for service in services:
-            await service.start()
-        try:
-            await until(lambda: serving(services) is not None, what="a leader that serves")
+        async with serving_site(tmp_path) as (services, leader):
             everyone = brokers_of(services)
             publisher, subscriber, got, reading = await stream(everyone, everyone)
             for n in range(1, 41):
                 await publisher.publish(f"[class,'t'],[n,{n}]")
-            first = serving(services)
-            assert first is not None
+            first = leader
             await first.stop()
             for n in range(41, 81):
                 await publisher.publish(f"[class,'t'],[n,{n}]")
@@ -125,10 +131,6 @@ def test_the_leader_stopped_mid_stream_loses_repeats_and_reorders_nothing(tmp_pa
             reading.cancel()
             await publisher.close()
             await subscriber.close()
-        finally:
-            for service in services:
-                if service._server is not None:
-                    await service.stop()
 
     run(scenario(), timeout=60)
 
@@ -208,13 +210,7 @@ def test_a_member_back_behind_the_snapshot_is_sent_it_and_holds_the_same_state(
     monkeypatch.setattr(member, "in_pieces", counted)
 
     async def scenario() -> None:
-        services = site(tmp_path)
-        for service in services:
-            await service.start()
-        try:
-            await until(lambda: serving(services) is not None, what="a leader that serves")
-            leader = serving(services)
-            assert leader is not None
+        async with serving_site(tmp_path) as (services, leader):
             away = next(s for s in services if s is not leader)
             assert away.site is not None and leader.site is not None
             before = away.site.node.log.last_index
@@ -240,10 +236,6 @@ def test_a_member_back_behind_the_snapshot_is_sent_it_and_holds_the_same_state(
             else:
                 assert sum(sent.values()) == 0
             await client.close()
-        finally:
-            for service in services:
-                if service.site is not None and service._server is not None:
-                    await service.stop()
 
     run(scenario(), timeout=60)
 
@@ -259,16 +251,11 @@ def test_hostile_frames_on_a_member_link_are_refused_and_the_site_serves_on(
     monkeypatch.setattr(member, "MAX_ASSEMBLED", 10_000)
 
     async def scenario() -> None:
-        services = site(tmp_path)
-        for service in services:
-            await service.start()
-        try:
-            await until(lambda: serving(services) is not None, what="a leader that serves")
+        async with serving_site(tmp_path) as (services, leader):
             everyone = brokers_of(services)
             publisher, subscriber, got, reading = await stream(everyone, everyone)
             for n in range(1, 21):
                 await publisher.publish(f"[class,'t'],[n,{n}]")
-            leader = serving(services)
             follower = next(s for s in services if s is not leader and s.site is not None)
             posing_as = next(s.uri.id for s in services if s is not follower and s is not leader)
             reader, writer = await asyncio.open_connection(follower.uri.host, follower.uri.port)
@@ -306,8 +293,5 @@ def test_hostile_frames_on_a_member_link_are_refused_and_the_site_serves_on(
             reading.cancel()
             await publisher.close()
             await subscriber.close()
-        finally:
-            for service in services:
-                await service.stop()
 
     run(scenario(), timeout=60)
