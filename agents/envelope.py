@@ -90,6 +90,7 @@ class JobInfo:
     graph: dict[str, list[list[str]]] | None = None
     after: tuple[tuple[str, str], ...] = ()
     agents: dict[str, str] = field(default_factory=dict)
+    priority: int = 4  # of the job's statuses (``broker.messages.qos``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +270,9 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         raise ValueError("JOBINFO schedule must be a non-empty list of day words")
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
         raise ValueError("JOBINFO retries must be an integer from 0 to 100")
+    priority = data.get("priority", 4)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+        raise ValueError("JOBINFO priority must be an integer from 0 to 9")
     if timeout is not None and (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
@@ -292,6 +296,7 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         _cwd(data),
         after=tuple((pred, on) for pred, on in after),
         agents=agents,
+        priority=priority,
     )
 
 

@@ -64,6 +64,7 @@ from broker.clock import SYSTEM, Clock
 from broker.durable.offload import Offload
 from broker.errors import LinkClosed
 from broker.language import Publication
+from broker.messages import DEFAULT_QOS, Qos
 from broker.throttle import LogThrottle
 from workflow_messages import JOBSTATUS, ack_advertisement, control_subscription
 from workflow_messages.alerts import alert_advertisement, job_alert
@@ -303,11 +304,22 @@ class AgentService:
             return
         alert = job_alert(publication)
         try:
-            client.publish_nowait(publication)
+            client.publish_nowait(publication, qos=self._quality(publication))
             if alert is not None:
                 client.publish_nowait(alert[0], qos=alert[1])
         except (LinkClosed, TooManyUnacknowledged) as error:
             log.error("publication lost: %s: %s", error, publication)
+
+    def _quality(self, publication: Publication) -> Qos:
+        """A job's status goes with the priority its definition gives the job."""
+        if publication.cls != JOBSTATUS:
+            return DEFAULT_QOS
+        key = (str(publication.get("applname")), str(publication.get("version")))
+        deployment = self.agent.deployments.get(key)
+        info = deployment.jobs.get(str(publication.get("jobname"))) if deployment is not None else None
+        if info is None or info.priority == DEFAULT_QOS.priority:
+            return DEFAULT_QOS
+        return Qos(priority=info.priority)
 
     # connection -----------------------------------------------------------------------------
 

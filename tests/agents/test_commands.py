@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agents.commands import Cancel, Rerun, Undeploy, WantRegistration, read_command, read_envelope
-from agents.envelope import Control
+from agents.envelope import Control, parse_jobinfo
 from workflow_messages import retire_content, withdraw_content
 from workflow_messages.operations import CANCEL, RERUN, operation
 
@@ -43,3 +45,16 @@ def test_a_registration_is_read_into_its_filter() -> None:
     command = read_command(Control("W", "v1", "ADVERTISE", "A", "[class,eq,JOBSTATUS],[applname,eq,W]"))
     assert isinstance(command, WantRegistration) and command.registration.command == "ADVERTISE"
     assert command.registration.filter is not None
+
+
+@pytest.mark.parametrize(("given", "read"), [({}, 4), ({"priority": 8}, 8)])
+def test_a_job_s_priority_is_read_from_its_jobinfo(given: dict[str, int], read: int) -> None:
+    content = json.dumps({"workflow": "W", "version": "v1", "job": "A", "command": "x", **given})
+    assert parse_jobinfo(Control("W", "v1", "JOBINFO", "A", content)).priority == read
+
+
+@pytest.mark.parametrize("priority", [10, -1, True, "9"])
+def test_a_bad_priority_is_refused_in_one_line(priority: object) -> None:
+    content = json.dumps({"workflow": "W", "version": "v1", "job": "A", "command": "x", "priority": priority})
+    with pytest.raises(ValueError, match="JOBINFO priority must be an integer from 0 to 9"):
+        parse_jobinfo(Control("W", "v1", "JOBINFO", "A", content))

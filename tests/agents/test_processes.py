@@ -333,3 +333,20 @@ def test_agents_reconnect_after_their_broker_restarts(tmp_path: Path) -> None:
         world.stop()
         process.terminate()
         process.wait(10)
+
+
+def test_a_job_s_priority_goes_with_its_statuses(overlay: Overlay) -> None:
+    middle = (
+        f'<job name="Middle" agent="agentB" priority="8"><after job="First"/>'
+        f"<command>sh {STEP} middle</command></job>"
+    )
+    overlay.deploy(workflow(overlay.tmp, "URGENT", middle))
+    with BlockingClient(str(overlay.uris["B3"]), "priorities") as watcher:
+        watcher.subscribe("[class,eq,JOBSTATUS],[applname,eq,URGENT]")
+        time.sleep(0.5)  # the subscription reaches the agents' brokers
+        overlay.trigger("URGENT", ["p1"])
+        overlay.wait_end("URGENT", ["p1"])
+        priorities = {}
+        while (delivery := watcher.receive(timeout=2)) is not None:
+            priorities[delivery.publication["jobname"]] = delivery.qos.priority
+    assert (priorities["First"], priorities["Middle"], priorities["Last"]) == (4, 8, 4)

@@ -101,14 +101,16 @@ CASES = [
     ),
     (
         "bad numbers",
-        '<workflow name="W">\n<job name="A" agent="a" timeout="0" retries="-1">'
-        '<command>x</command></job>\n<job name="B" agent="a" timeout="soon" retries="1.5">'
+        '<workflow name="W">\n<job name="A" agent="a" timeout="0" retries="-1" priority="10">'
+        '<command>x</command></job>\n<job name="B" agent="a" timeout="soon" retries="1.5" priority="high">'
         "<command>x</command></job>\n</workflow>",
         [
             (2, "job 'A': timeout must be a positive number of seconds, not '0'"),
             (2, "job 'A': retries must be a non-negative integer, not '-1'"),
+            (2, "job 'A': priority must be an integer from 0 to 9, not '10'"),
             (3, "job 'B': timeout must be a positive number of seconds, not 'soon'"),
             (3, "job 'B': retries must be a non-negative integer, not '1.5'"),
+            (3, "job 'B': priority must be an integer from 0 to 9, not 'high'"),
         ],
     ),
     (
@@ -255,3 +257,19 @@ def test_a_command_too_large_for_one_message_is_refused_at_validation(tmp_path: 
     path.write_text(f'<workflow name="W">\n{job}</workflow>')
     with pytest.raises(DefinitionError, match="line 2: job 'A': the command is 2000000 bytes"):
         load(path)
+
+
+def test_a_job_s_priority_is_in_its_definition_only_when_set() -> None:
+    """A definition without a priority keeps the version it had before jobs had priorities, and
+    so does one that says the default."""
+    plain = loads('<workflow name="W"><job name="A" agent="a"><command>x</command></job></workflow>')
+    said = loads(
+        '<workflow name="W"><job name="A" agent="a" priority="4"><command>x</command></job></workflow>'
+    )
+    urgent = loads(
+        '<workflow name="W"><job name="A" agent="a" priority=" 9 "><command>x</command></job></workflow>'
+    )
+    assert plain.version() == said.version() != urgent.version()
+    assert "priority" not in plain.jobs[0].definition() and urgent.jobs[0].definition()["priority"] == 9
+    with pytest.raises(DefinitionError, match="job 'A': priority must be an integer from 0 to 9, not 12"):
+        Workflow("W", (Job("A", "a", "x", priority=12),))

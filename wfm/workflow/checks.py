@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from broker.language.values import is_number
+from broker.messages.qos import DEFAULT_QOS
 from broker.transport import MAX_FRAME
 from wfm.workflow.errors import Problem
 from workflow_messages import APPL_END, APPL_START, DAILY, check_name, find_cycles
@@ -18,11 +19,21 @@ from workflow_messages import APPL_END, APPL_START, DAILY, check_name, find_cycl
 if TYPE_CHECKING:
     from wfm.workflow.model import Job, Workflow
 
-__all__ = ["MAX_COMMAND", "ON_VALUES", "RETRIES_RULE", "TIMEOUT_RULE", "find_problems"]
+__all__ = [
+    "DEFAULT_PRIORITY",
+    "MAX_COMMAND",
+    "ON_VALUES",
+    "PRIORITY_RULE",
+    "RETRIES_RULE",
+    "TIMEOUT_RULE",
+    "find_problems",
+]
 
 ON_VALUES = ("success", "failure", "always")
 TIMEOUT_RULE = "timeout must be a positive number of seconds"
 RETRIES_RULE = "retries must be a non-negative integer"
+PRIORITY_RULE = "priority must be an integer from 0 to 9"
+DEFAULT_PRIORITY = DEFAULT_QOS.priority
 # A command travels to its agent JSON-encoded (up to 6 bytes per byte: \u00XX) inside one AGENT_CTL
 # message, which must fit in one frame along with the rest of the job's definition.
 MAX_COMMAND = MAX_FRAME // 8
@@ -81,6 +92,8 @@ def _job_problems(job: Job, known: dict[str, Job]) -> Iterator[Problem]:
         yield Problem(job.line, f"{label}: {TIMEOUT_RULE}, not {timeout!r}")
     if not isinstance(job.retries, int) or isinstance(job.retries, bool) or job.retries < 0:
         yield Problem(job.line, f"{label}: {RETRIES_RULE}, not {job.retries!r}")
+    if not isinstance(job.priority, int) or isinstance(job.priority, bool) or not 0 <= job.priority <= 9:
+        yield Problem(job.line, f"{label}: {PRIORITY_RULE}, not {job.priority!r}")
     seen: dict[str, int | None] = {}
     for after in job.after:
         line = after.line or job.line

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lxml import etree
 
-from wfm.workflow.checks import RETRIES_RULE, TIMEOUT_RULE
+from wfm.workflow.checks import DEFAULT_PRIORITY, PRIORITY_RULE, RETRIES_RULE, TIMEOUT_RULE
 from wfm.workflow.errors import DefinitionError, Problem
 from wfm.workflow.model import After, Job, Workflow
 from workflow_messages import DAILY, parse_weekdays
@@ -26,6 +26,7 @@ __all__ = ["load", "loads"]
 
 _TIMEOUT = re.compile(r"\s*(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*\Z")
 _RETRIES = re.compile(r"\s*[0-9]+\s*\Z")
+_PRIORITY = re.compile(r"\s*[0-9]\s*\Z")
 _LIBXML_POSITION = re.compile(r", line \d+, column \d+\Z")
 
 # libxml2's schema messages -> plain ones; the first pattern that matches wins.
@@ -140,8 +141,15 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
             retries = int(text)
         else:
             problems.append(Problem(line, f"{label}: {RETRIES_RULE}, not {text!r}"))
+    priority = DEFAULT_PRIORITY
+    text = element.get("priority")
+    if text is not None:
+        if _PRIORITY.match(text):
+            priority = int(text)
+        else:
+            problems.append(Problem(line, f"{label}: {PRIORITY_RULE}, not {text!r}"))
     after = tuple(
         After(a.get("job"), a.get("on", "success"), a.sourceline) for a in element.iterchildren("after")
     )
     command = (element.findtext("command") or "").strip()
-    return Job(name, element.get("agent", ""), command, weekdays, timeout, retries, after, line)
+    return Job(name, element.get("agent", ""), command, weekdays, timeout, retries, after, line, priority)

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from wfm.workflow.checks import find_problems
+from wfm.workflow.checks import DEFAULT_PRIORITY, find_problems
 from wfm.workflow.errors import DefinitionError
 from workflow_messages import DAILY, weekday_words
 
@@ -35,7 +35,8 @@ class Job:
     """``<job>``: a command that ``agent`` runs on its ``weekdays`` (0 = Monday; the XML
     attribute ``schedule``).
 
-    ``timeout`` is in seconds (None: no limit); ``retries`` counts extra attempts after a failure."""
+    ``timeout`` is in seconds (None: no limit); ``retries`` counts extra attempts after a failure;
+    ``priority`` (0 to 9, 4 by default) is the quality of service of the job's statuses."""
 
     name: str
     agent: str
@@ -45,6 +46,7 @@ class Job:
     retries: int = 0
     after: tuple[After, ...] = ()
     line: int | None = field(default=None, compare=False)
+    priority: int = DEFAULT_PRIORITY
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weekdays", frozenset(self.weekdays))
@@ -60,6 +62,8 @@ class Job:
             "timeout": None if self.timeout is None else float(self.timeout),  # 600 and 600.0: one version
             "retries": self.retries,
             "after": [[after.job, after.on] for after in self.after],
+            # only when set: a definition without it keeps the version it had before priorities
+            **({"priority": self.priority} if self.priority != DEFAULT_PRIORITY else {}),
         }
 
 
