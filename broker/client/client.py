@@ -69,6 +69,7 @@ from broker.messages import (
     Publish,
     Qos,
     Refuse,
+    Renew,
     StatusReply,
     StatusRequest,
     Subscribe,
@@ -96,6 +97,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_BACKOFF = Backoff()
+MIN_LEASE = 1.0  # seconds: the shortest lease a broker grants (``Subscribe.lease``)
 
 STATS = (
     "dropped.lossy",
@@ -175,6 +177,7 @@ class Client(Stream):
         box = self._outbox
         self.refs = Refs(box.next, box.session, volatile) if box else Refs(1, volatile, volatile)
         self._tasks: list[asyncio.Task[None]] = []
+        self._renewing: asyncio.Task[None] | None = None  # renews the leased subscriptions
 
     @classmethod
     async def connect(
@@ -295,13 +298,25 @@ class Client(Stream):
                 sub._queue.space.set()  # nobody may read it any more: the reader must not wait on it
 
     async def subscribe(
-        self, subscription: Filter | str, own_queue: bool = True, lossy: bool = False, name: str | None = None
+        self,
+        subscription: Filter | str,
+        own_queue: bool = True,
+        lossy: bool = False,
+        name: str | None = None,
+        lease: float = 0.0,
     ) -> Subscription:
         """Subscribe; deliveries go to the returned subscription's queue, or with
         ``own_queue=False`` to the client's merged stream. A ``lossy`` subscription's own queue
-        drops its oldest deliveries when its consumer falls behind, instead of back-pressure."""
+        drops its oldest deliveries when its consumer falls behind, instead of back-pressure. A
+        ``lease`` (seconds) ends the subscription at the broker unless renewed within it: this
+        client renews it by itself (every third of the shortest lease) while it runs, so a
+        process that hangs or vanishes loses it then, not at the end of its session's grace."""
         parsed = _filter(subscription)
-        return await self._subscribe(lambda ref: Subscribe(ref, parsed), own_queue, lossy, name)
+        made = await self._subscribe(lambda ref: Subscribe(ref, parsed, lease=lease), own_queue, lossy, name)
+        if lease and self._renewing is None:
+            self._renewing = asyncio.get_running_loop().create_task(self._renew())
+            self._tasks.append(self._renewing)
+        return made
 
     async def _subscribe(
         self,
@@ -397,6 +412,19 @@ class Client(Stream):
             storing.store(message, None)
         else:
             self.asking.send(message.id, message, None)
+
+    async def _renew(self) -> None:
+        """Renew every leased subscription, every third of the shortest lease, while linked."""
+        while True:
+            leased = [
+                (live.message.lease, live.current)
+                for live in self.requests.live.values()
+                if type(live.message) is Subscribe and live.message.lease and live.current
+            ]
+            await asyncio.sleep(min((lease for lease, _ in leased), default=MIN_LEASE) / 3)
+            link = self.link
+            if leased and link is not None and self.connection.up:
+                link.send(Renew(tuple(current for _, current in leased)))
 
     async def cancel(self, mid: str) -> str:
         """Cancel the retained publication ``mid`` names (its publisher's id for it, or its

@@ -43,6 +43,7 @@ __all__ = [
     "Notify",
     "Publish",
     "Refuse",
+    "Renew",
     "Retained",
     "StatusReply",
     "StatusRequest",
@@ -118,15 +119,40 @@ class Unadvertise:
 
 @dataclass(frozen=True, slots=True)
 class Subscribe:
+    """From a client, ``lease`` (seconds, 0 for none) asks that the subscription end unless the
+    client renews it (``Renew``) within that time (``broker.routing.leases``)."""
+
     id: str
     filter: Filter
     ttl: int = DEFAULT_TTL
+    lease: float = 0.0
 
     def __post_init__(self) -> None:
         _text(self.id, "subscription id")
         _ttl(self.ttl)
         if not isinstance(self.filter, Filter):
             raise ValueError("a subscription needs a Filter")
+        lease = self.lease
+        if lease and (
+            isinstance(lease, bool) or not isinstance(lease, int | float) or not 1 <= lease <= 86400
+        ):
+            raise ValueError("a lease is from 1 to 86400 seconds, or 0 for none")
+
+    def __setstate__(self, state: list[object]) -> None:
+        _set_fields(self, state)
+
+
+@dataclass(frozen=True, slots=True)
+class Renew:
+    """From a client: its leased subscriptions ``ids`` (their ids at this broker) go on."""
+
+    ids: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ids, tuple) or not 0 < len(self.ids) <= 10_000:
+            raise ValueError("a renewal names 1 to 10000 subscriptions")
+        for sub_id in self.ids:
+            _text(sub_id, "subscription id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,6 +461,7 @@ ClientMessage = (
     | Unsubscribe
     | Publish
     | Cancel
+    | Renew
     | StatusRequest
     | Bye
     | Took

@@ -48,6 +48,7 @@ from broker.messages import (
     Publish,
     Qos,
     Refuse,
+    Renew,
     Retained,
     StatusReply,
     StatusRequest,
@@ -61,6 +62,7 @@ from broker.messages import (
 from broker.routing.acl import AccessPolicy, refusal
 from broker.routing.composites import Composites
 from broker.routing.custody import Custody
+from broker.routing.leases import Leases
 from broker.routing.publishers import Publishers
 from broker.routing.retained import MAX_RETAINED, Retention, identity
 from broker.routing.sessions import Sessions, request_key
@@ -122,6 +124,7 @@ class Router:
         self.owned = self.sessions.owned  # client hop -> ids of its advertisements and subscriptions
         self.stand_ins = StandIns(broker_id, self.tables, self.custody, self.counters)
         self.retention = Retention(self.tables, self.counters)  # retained publications kept here
+        self.leases = Leases()  # subscriptions that end unless renewed
         # what the process around the router adds to each status it answers (its address, its
         # links' counters), given whether the asker may see detail; not part of the state
         self.process_status: Callable[[bool], dict[str, Any]] = _nothing_more
@@ -133,7 +136,8 @@ class Router:
         send where, in order. Sessions whose grace period is over go first; what needs custody
         is carried, and held for a peer that is away."""
         self.custody.expire(now)
-        out = self.sessions.expire(now) + self.retention.expire(now) + self._dispatch(message, hop, now)
+        out = self.sessions.expire(now) + self.retention.expire(now) + self._lapsed(now)
+        out += self._dispatch(message, hop, now)
         out += self.stand_ins.update(message, hop, out, now)
         return self.custody.carry(out + self._tooks(message, hop), now)
 
@@ -223,12 +227,14 @@ class Router:
         self.composites.detector_limits = fresh.composites.detector_limits  # for detectors placed from now
 
     def next_expiry(self) -> float | None:
-        """When the soonest message held or retained here expires (epoch seconds), if any: the
-        adapter ticks then, so it goes on time on a quiet broker too."""
-        held, kept = self.custody.expiring, self.retention.expiring
-        if not held:
-            return kept[0][0] if kept else None
-        return min(held[0][0], kept[0][0]) if kept else held[0][0]
+        """When the soonest message held or retained here expires, or a lease runs out (epoch
+        seconds), if any: the adapter ticks then, so it goes on time on a quiet broker too."""
+        times = [
+            heap[0][0]
+            for heap in (self.custody.expiring, self.retention.expiring, self.leases.expiring)
+            if heap
+        ]
+        return min(times) if times else None
 
     def settle(self) -> bool:
         """Build some of the subscription index that adds left pending, as much as a publication
@@ -271,6 +277,7 @@ class Router:
             **self.stand_ins.status(),
             **self.publishers.status(),
             **self.retention.status(),
+            **self.leases.status(),
             "counters": dict(sorted(self.counters.items())),
             **(self._tables() if detail else {}),
         }
@@ -329,7 +336,22 @@ class Router:
             known = message.id in self.tables.prt or self.composites.asked((hop, message.id))
         if message.id not in self.owned[hop] or not known:
             return self._refuse(hop, message.id, f"no {noun} with id {message.id} of this client")
+        self.leases.end(message.id)
         return [(hop, Ack(message.id, message.id)), *self.sessions.withdraw(hop, message.id)]
+
+    def _client_renews(self, message: Renew, hop: str, now: float) -> Output:
+        if self.leases.renew(hop, message.ids, now) < len(message.ids):
+            self.counters["leases.unknown"] += 1  # ended meanwhile, or never leased: said at expiry
+        return []
+
+    def _lapsed(self, now: float) -> Output:
+        """The subscriptions whose lease ran out: withdrawn, and their clients told."""
+        out: Output = []
+        for hop, sub_id in self.leases.expired(now):
+            if sub_id in self.owned.get(hop, ()):
+                self.counters["leases.expired"] += 1
+                out += [*self.sessions.withdraw(hop, sub_id), (hop, Refuse(sub_id, "lease expired"))]
+        return out
 
     def _client_asks(
         self, message: Advertise | Subscribe | CompositeSubscribe, hop: str, now: float
@@ -350,6 +372,10 @@ class Router:
                 fixed = fix_time(message.filter, now)
                 sent = self.tables.subscribe(entry_id, fixed, hop, DEFAULT_TTL)
                 out += sent + self.retention.subscribed(entry_id, fixed, hop, now, _sent_to(entry_id, sent))
+                if message.lease:
+                    self.leases.grant(hop, entry_id, message.lease, now)
+                else:  # a lease of an earlier session's subscription under this id ends here
+                    self.leases.end(entry_id)
             else:
                 clear = None if message.clear is None else fix_time(message.clear, now)
                 composite = fix_composite_time(message.composite, now)
@@ -559,6 +585,7 @@ _PARTS = (
     "stand_ins",
     "publishers",
     "retention",
+    "leases",
 )  # the stateful ones
 _COUNTED: dict[type, str] = {}  # message type -> the name of its counter, made once
 
@@ -600,6 +627,7 @@ _FROM_CLIENT: dict[type, Handler] = {
     Unsubscribe: Router._client_withdraws,
     Publish: Router._client_publishes,
     Cancel: Router._client_cancels,
+    Renew: Router._client_renews,
     StatusRequest: Router._status,
     Bye: lambda router, message, hop, now: router.sessions.leave(hop),  # gone for good: no grace
     Took: _took,

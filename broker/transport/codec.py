@@ -7,7 +7,8 @@ message               tag             fields
 ====================  ==============  =====================================================
 Advertise             ``adv``         id, filter, ttl
 Unadvertise           ``unadv``       id
-Subscribe             ``sub``         id, filter, ttl
+Subscribe             ``sub``         id, filter, ttl[, lease]
+Renew                 ``renew``       [subscription ids]
 CompositeSubscribe    ``csub``        id, composite, clear filter or nil, ttl[, policy unless chronicle]
 Unsubscribe           ``unsub``       id
 Publish               ``pub``         id, publication, ttl, ack, time or nil[, qos]
@@ -82,6 +83,7 @@ from broker.messages import (
     Pong,
     Publish,
     Refuse,
+    Renew,
     Retained,
     StatusReply,
     StatusRequest,
@@ -147,7 +149,8 @@ def _instant(instant: datetime) -> list[int | float]:
 _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     Advertise: lambda m: ["adv", m.id, _filter(m.filter), m.ttl],
     Unadvertise: lambda m: ["unadv", m.id],
-    Subscribe: lambda m: ["sub", m.id, _filter(m.filter), m.ttl],
+    Subscribe: lambda m: ["sub", m.id, _filter(m.filter), m.ttl, *((m.lease,) if m.lease else ())],
+    Renew: lambda m: ["renew", list(m.ids)],
     CompositeSubscribe: lambda m: [
         "csub",
         m.id,
@@ -403,7 +406,8 @@ def _to_qos(array: object) -> Qos:
 _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "adv": ("Advertise", 4, lambda a: Advertise(a[1], _to_filter(a[2]), a[3])),
     "unadv": ("Unadvertise", 2, lambda a: Unadvertise(a[1])),
-    "sub": ("Subscribe", 4, lambda a: Subscribe(a[1], _to_filter(a[2]), a[3])),
+    "sub": ("Subscribe", 4, lambda a: Subscribe(a[1], _to_filter(a[2]), *a[3:])),
+    "renew": ("Renew", 2, lambda a: Renew(tuple(_array(a[1], "subscription ids")))),
     "csub": (
         "CompositeSubscribe",
         5,
@@ -465,6 +469,7 @@ _OTHER_LENGTHS: dict[str, tuple[int, ...]] = {
     "csub": (6,),
     "statreq": (2,),
     "pub": (7,),  # with a quality of service other than the default
+    "sub": (5,),  # with a lease
     "deliver": (6,),
 }
 

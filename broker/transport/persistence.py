@@ -25,11 +25,12 @@ what it had). A log of the format before is replayed as it was written and check
 current format at once, so a broker that reads only the older format never meets records of the
 newer. A release that raises the format reads the one it replaces and drops the one before that:
 one upgrade at a time keeps a broker's state. Format 11 is the router's snapshot
-(``Router.snapshot()``); 12 adds its publishers' marks (``broker.routing.publishers``) and its
-retained publications (``broker.routing.retained``), which a state of format 11 restores
-without: its duplicate filter of recent ids still holds what it had routed lately, and it kept
-none. Messages held in custody gained a quality of service (``broker.messages.qos``): one
-pickled by format 11 comes back with the default.
+(``Router.snapshot()``); 12 adds its publishers' marks (``broker.routing.publishers``), its
+retained publications (``broker.routing.retained``) and its leases (``broker.routing.leases``),
+which a state of format 11 restores without: its duplicate filter of recent ids still holds what
+it had routed lately, and it kept and leased nothing. Messages held in custody gained a quality
+of service (``broker.messages.qos``) and subscriptions a lease: one pickled by format 11 comes
+back with the defaults.
 
 A pickle names each class by its module and name, so a class that moves or is renamed would
 make every log written before unreadable: ``MOVED`` and ``RENAMED`` map what a readable format
@@ -214,8 +215,12 @@ class RouterLog:
             loaded = error
         if isinstance(loaded, tuple) and len(loaded) == 2 and loaded[0] in READABLE:
             written, state = loaded
-            if written == 11:  # before the publishers' marks and retained publications
-                state = state | {"publishers": {"marks": {}}, "retention": {"kept": {}}}
+            if written == 11:  # before the publishers' marks, retained publications and leases
+                state = state | {
+                    "publishers": {"marks": {}},
+                    "retention": {"kept": {}},
+                    "leases": {"held": {}},
+                }
             return Router.restore(state), written
         found = loaded[0] if isinstance(loaded, tuple) and loaded else "an older one"
         raise LocalError(

@@ -177,3 +177,25 @@ def test_what_expires_while_a_subscriber_is_away_goes_when_it_expires_on_a_quiet
         await broker.stop()
 
     run(scenario())
+
+
+def test_a_leased_subscription_lives_while_its_client_renews_it_and_ends_when_it_hangs() -> None:
+    async def scenario() -> None:
+        broker = RouterService(uri("B1"), session_grace=600)
+        await broker.start()
+        sub = await Client.connect(broker.uri, "sub")
+        stream = await sub.subscribe("[class,eq,t]", lease=1.0)
+        pub = await Client.connect(broker.uri, "pub")
+        await pub.advertise("[class,eq,t],[n,>,0]")
+        await asyncio.sleep(2.5)  # two and a half leases: renewed meanwhile
+        await pub.publish("[class,t],[n,1]")
+        assert (await stream.next(timeout=5)).publication["n"] == 1
+        assert sub._renewing is not None
+        sub._renewing.cancel()  # as if the application hung: no more renewals
+        await until(lambda: broker.router.counters["leases.expired"] == 1, timeout=5, what="the lease ended")
+        assert broker.router.status()["subscriptions"] == 0
+        for client in (pub, sub):
+            await client.close()
+        await broker.stop()
+
+    run(scenario())

@@ -72,6 +72,7 @@ def test_a_snapshot_is_the_router_s_settings_and_its_parts_states_by_name() -> N
         "stand_ins",
         "publishers",
         "retention",
+        "leases",
     }
     assert set(snapshot["custody"]) == {"channels", "taken_adverts", "opened"}
     assert snapshot["settings"]["session_grace"] == 600 and snapshot["settings"]["epoch"] == "B2.1"
