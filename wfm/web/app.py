@@ -44,6 +44,7 @@ from wfm.operations import Deployed, NoReply, Session, UnknownWorkflow
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow
 from wfm.web import pages
+from wfm.web.alerts import AlertBoard
 from wfm.web.guard import Guard, Guarded
 from wfm.web.headers import SecurityHeaders
 from wfm.web.pages import RUNNING
@@ -125,6 +126,7 @@ class Dashboard:
     # log and runs record say)
     attempts: dict[tuple[str, str, str], tuple[int, float | None]] = field(default_factory=dict)
     first_seen: dict[tuple[str, str], float] = field(default_factory=dict)  # (workflow, gid) -> when
+    alert_board: AlertBoard = field(default_factory=AlertBoard)  # the alerts no one acknowledged
     _signer: Deployer | None = None
 
     def __post_init__(self) -> None:
@@ -285,6 +287,9 @@ class Dashboard:
                 self.changed("runs")
             await asyncio.sleep(RECONNECT_AFTER)
 
+    async def follow_alerts(self) -> None:
+        await self.alert_board.follow(self.brokers, lambda: self.changed("alerts"))
+
     async def watch_overlay(self) -> None:
         while True:
             try:
@@ -318,7 +323,12 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         tasks = [
             asyncio.create_task(t())
-            for t in (dashboard.follow_runs, dashboard.watch_overlay, dashboard.follow_agents)
+            for t in (
+                dashboard.follow_runs,
+                dashboard.watch_overlay,
+                dashboard.follow_agents,
+                dashboard.follow_alerts,
+            )
         ]
         try:
             yield
@@ -396,6 +406,22 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
             return JSONResponse({"error": str(error)}, status_code=400)
         found = pages.generations(dashboard.monitor, dashboard.live(), query)
         return JSONResponse({"error": dashboard.runs_error, **found})
+
+    async def alerts_fragment(request: Request) -> str:
+        board = dashboard.alert_board
+        return pages.alerts(board.records(), board.error)
+
+    async def api_alerts(request: Request) -> JSONResponse:
+        return JSONResponse({"alerts": dashboard.alert_board.records(), "error": dashboard.alert_board.error})
+
+    async def api_ack(request: Request) -> JSONResponse:
+        async def act(form: dict[str, str]) -> dict[str, Any]:
+            require_operator(dashboard.tls, "acknowledging an alert")
+            acknowledged = await dashboard.alert_board.acknowledge(form["id"])
+            dashboard.changed("alerts")
+            return acknowledged
+
+        return await acted(request, ("id",), act, "cannot acknowledge {id}")
 
     async def api_trigger(request: Request) -> JSONResponse:
         async def act(form: dict[str, str]) -> dict[str, Any]:
@@ -521,6 +547,9 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
         Route("/fragment/runs", fragment(runs_fragment)),
         Route("/fragment/run", fragment(run_fragment)),
         Route("/fragment/history", fragment(history_fragment)),
+        Route("/fragment/alerts", fragment(alerts_fragment)),
+        Route("/api/alerts", api_alerts),
+        Route("/api/alerts/ack", api_ack, methods=["POST"]),
         Route("/api/overlay", api_overlay),
         Route("/api/broker/{broker}", api_broker),
         Route("/api/workflows", api_workflows),
@@ -540,7 +569,7 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
     )
 
 
-PLACEHOLDERS = {"workflow": "NAME", "gid": "GID"}
+PLACEHOLDERS = {"workflow": "NAME", "gid": "GID", "id": "ALERT"}
 
 
 def failure(error: Exception) -> tuple[int, str]:

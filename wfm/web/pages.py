@@ -5,6 +5,7 @@ text. Every value shown is escaped; nothing here does I/O.
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -35,8 +36,9 @@ __all__ = [
     "workflows",
 ]
 
-PAGES = ("overlay", "workflows", "runs", "history")
-EVENTS = {"overlay": "overlay", "runs": "runs", "workflows": "workflows"}  # page -> the event that redraws it
+PAGES = ("overlay", "workflows", "runs", "alerts", "history")
+# page -> the event that redraws it
+EVENTS = {"overlay": "overlay", "runs": "runs", "workflows": "workflows", "alerts": "alerts"}
 RUNS_SHOWN = 20  # newest generations on the Runs page
 PERIODS = ("day", "week")  # as wfm report --by (wfm.history.report loads Spark: not imported here)
 VIRTUAL = (APPL_START, APPL_END)
@@ -103,6 +105,8 @@ def shell(name: str, definitions: Sequence[Mapping[str, Any]]) -> str:
             '<label>Workflow <input name="workflow" placeholder="all"></label> '
             '<button type="submit">Show</button></form>'
         )
+    elif name == "alerts":
+        controls = '<p class="controls"><span id="action-result"></span></p>'
     detail = '<div id="detail"></div>' if name in ("overlay", "runs") else ""
     if name == "runs":
         detail = '<div id="run"></div>' + detail
@@ -238,6 +242,25 @@ def broker_detail(status: Mapping[str, Any]) -> str:
 
 
 # workflows --------------------------------------------------------------------------------------
+
+
+def alerts(records: Sequence[Mapping[str, Any]], error: str | None = None) -> str:
+    """The alerts of failed jobs not acknowledged yet, the newest first, each with its button."""
+    parts = [problem(error)] if error else []
+    if not records:
+        return "".join(parts) + "<p>no alert waits for an acknowledgement</p>"
+    now = time.time()
+    rows = "".join(
+        f'<tr class="alert" data-alert="{_a(str(r["id"]))}"><td>{escape(str(r["id"]))}</td>'
+        f"<td>{escape(str(r['workflow']))}</td><td>{escape(str(r['job']))}</td>"
+        f"<td>{escape(str(r['gid']))}</td><td>{escape(str(r['status']))}</td>"
+        f"<td>{max(0.0, now - float(r['time'])):.0f} s ago</td><td>{escape(str(r['detail'] or ''))}</td>"
+        f'<td><button data-ack="{_a(str(r["id"]))}">Acknowledge</button></td></tr>'
+        for r in records
+    )
+    names = ("id", "workflow", "job", "gid", "status", "age", "detail", "")
+    head = "<tr>" + "".join(f"<th>{name}</th>" for name in names) + "</tr>"
+    return "".join(parts) + f'<table class="alerts">{head}{rows}</table>'
 
 
 def workflows(definitions: Sequence[Mapping[str, Any]], agents_error: str | None = None) -> str:

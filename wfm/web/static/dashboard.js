@@ -131,7 +131,20 @@
     if (row && event.key === "Enter") openRun(row);
   });
 
-  document.querySelector("main").addEventListener("click", (event) => {
+  document.querySelector("main").addEventListener("click", async (event) => {
+    const ack = event.target.closest("[data-ack]");
+    if (ack) {
+      const result = document.getElementById("action-result");
+      result.textContent = "acknowledging " + ack.dataset.ack + " ...";
+      const response = await fetch("/api/alerts/ack", {
+        method: "POST", headers: {"Content-Type": "application/json"},
+        body: JSON.stringify({id: ack.dataset.ack}),
+      });
+      const answer = await response.json();
+      result.textContent = answer.error ? answer.error : "acknowledged " + answer.id;
+      result.className = answer.error ? "problem" : "ok";
+      return;
+    }
     const broker = event.target.closest("[data-broker]");
     const run = event.target.closest("section.generation");
     const row = event.target.closest("tr.run");
