@@ -1,11 +1,11 @@
 """Every predicate on one attribute of one class, indexed by operator family.
 
 ``collect(value, found)`` reports the slots of the predicates that ``value`` satisfies. Predicates
-kept in sorted indexes (every operator but ``isPresent`` and variables: equality, order, affixes,
-``str-contains``) are reported on both sides, satisfied in ``found.sat`` and failed in
-``found.fail``, as slices of their index: the matcher counts whichever side is smaller. The others
-are reported in ``found.pos`` when satisfied. Each predicate is reported at most once per value,
-which is what makes counting exact.
+kept in sorted indexes (every operator but ``isPresent``, ``str-regex`` and variables: equality,
+order, affixes, ``str-contains``) are reported on both sides, satisfied in ``found.sat`` and failed
+in ``found.fail``, as slices of their index: the matcher counts whichever side is smaller. The
+others are reported in ``found.pos`` when satisfied. Each predicate is reported at most once per
+value, which is what makes counting exact.
 
 Number and string predicates are kept apart so that a string value never reaches a numeric
 index and vice versa: that is the language's rule, and it also halves the work per value.
@@ -20,6 +20,7 @@ import numpy as np
 
 from broker.language.model import Predicate
 from broker.language.operators import PRESENT
+from broker.language.regex import REGEX, Search, encoded, searcher
 from broker.language.values import Value, Var
 from broker.matching.bounds import Bounds
 
@@ -107,6 +108,34 @@ class _Texts:
         return texts & self.distinct.keys()
 
 
+class _Regexes:
+    """``str-regex``: the slots of each distinct pattern. A string value is encoded once and searched
+    with each pattern (RE2, linear in the value); the slots of those that match are satisfied.
+
+    Not a sorted index: a pattern's failed side is not a slice, so these predicates are counted like
+    ``isPresent``, satisfied only (``found.pos``). The cost per value grows with the distinct
+    patterns of the attribute (about 1 us each), not with the subscriptions that share them.
+    """
+
+    __slots__ = ("patterns",)
+
+    def __init__(self) -> None:
+        self.patterns: dict[str, tuple[Search, Slots]] = {}
+
+    def add(self, pattern: str, slot: int) -> None:
+        entry = self.patterns.get(pattern)
+        if entry is None:
+            entry = self.patterns[pattern] = (searcher(pattern), Slots())
+        entry[1].append(slot)
+
+    def collect(self, value: str, found: Found) -> None:
+        data = encoded(value)
+        pos = found.pos
+        for search, slots in self.patterns.values():
+            if search(data):
+                pos.append(slots.view())
+
+
 class _Family:
     """The predicates of one value type: sorted keys for equality and order, a list for presence.
 
@@ -148,7 +177,8 @@ class AttributeIndex:
         self.numbers = _Family()
         self.strings = _Family()
         self.integers = Slots()  # $I$ variables: present and integral
-        self.texts: dict[str, _Texts] = {}  # by operator: str-prefix, str-postfix, str-contains
+        # by operator: str-prefix, str-postfix, str-contains (sorted), str-regex (not sorted)
+        self.texts: dict[str, _Texts | _Regexes] = {}
         self.bounds: list[Bounds] = []  # the sorted indexes of both types
         self.by_type: dict[bool, list[Bounds]] = {True: [], False: []}  # numeric? -> its sorted indexes
 
@@ -177,7 +207,7 @@ class AttributeIndex:
             self._add_string(op, value, slot)
         else:
             self._add_number(op, value, slot)  # type: ignore[arg-type]
-        return op != PRESENT
+        return op != PRESENT and op != REGEX
 
     def settle(self, budget: int) -> int:
         """Merge pending entries into the sorted indexes within ``budget``; return the budget used."""
@@ -224,6 +254,11 @@ class AttributeIndex:
         elif op == "str-lt":
             family.upper_strict = self._sorted(family.upper_strict, numeric=False)
             family.upper_strict.add(value, slot)
+        elif op == REGEX:
+            regexes = self.texts.get(op)
+            if regexes is None:
+                regexes = self.texts[op] = _Regexes()
+            regexes.add(value, slot)
         else:
             texts = self.texts.get(op)
             if texts is None:
