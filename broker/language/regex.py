@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
+from weakref import WeakValueDictionary
 
 import re2
 
@@ -27,8 +28,11 @@ __all__ = [
     "MAX_PATTERN",
     "MAX_PROGRAM",
     "REGEX",
+    "SET_MEM",
+    "PatternSet",
     "check_pattern",
     "encoded",
+    "literal_prefix",
     "search",
     "searcher",
     "valid_pattern",
@@ -38,13 +42,14 @@ REGEX = "str-regex"
 MAX_PATTERN = 1000  # characters of a pattern
 MAX_PROGRAM = 10_000  # RE2 instructions: ``.{1000}`` is 8,004, ``\pL{100}`` 119,604
 MAX_MEM = 1 << 20  # bytes RE2 may use for one pattern's program and DFA (its default is 8 MiB)
+SET_MEM = 32 << 20  # bytes for a PatternSet's program and DFA: one for thousands of patterns
 
 Search = Callable[[bytes], bool]
 
 
-def _options() -> re2.Options:
+def _options(max_mem: int = MAX_MEM) -> re2.Options:
     options = re2.Options()
-    options.max_mem = MAX_MEM
+    options.max_mem = max_mem
     options.never_capture = True  # a yes/no answer: no submatch to find
     options.log_errors = False  # a bad pattern is the sender's error, reported as a ValueError
     return options
@@ -57,8 +62,21 @@ def _described(pattern: str) -> str:
     return f"str-regex pattern {quote}{shown}{quote}"
 
 
-@lru_cache(maxsize=4096)
 def _compiled(pattern: str) -> Search | str:
+    """The search function of a pattern, or why it is refused: compiled once while anything holds
+    it (a matcher's index does), and kept a while after (parsing a filter then adding it to a matcher
+    compiles once, however many other patterns came in between)."""
+    found = _live.get(pattern)
+    if found is not None:
+        return found
+    verdict = _compile(pattern)
+    if not isinstance(verdict, str):
+        _live[pattern] = verdict
+    return verdict
+
+
+@lru_cache(maxsize=4096)
+def _compile(pattern: str) -> Search | str:
     """The search function of a pattern, or why it is refused (errors are cached too: a peer
     repeating a bad pattern costs one compilation)."""
     if len(pattern) > MAX_PATTERN:
@@ -100,6 +118,61 @@ def check_pattern(pattern: str) -> str:
     return pattern
 
 
+def literal_prefix(pattern: str) -> str:
+    """A text every value the pattern matches starts with ("" when none is proven): the literal
+    characters after a leading ``^`` in a pattern without ``|``, the last one left out when a
+    quantifier follows it (``^JOB_[0-9]+`` -> ``JOB_``, ``^ab*`` -> ``a``). No ``|`` anywhere means
+    no alternative that could start elsewhere; no flag can precede the ``^``, so the characters are
+    matched as written. The matcher looks such patterns up by the value's prefix instead of
+    searching with each. RE2's own range of the matches must agree, or the answer is ""."""
+    if not pattern.startswith("^") or "|" in pattern:
+        return ""
+    end = 1
+    while end < len(pattern) and pattern[end] not in _SPECIAL:
+        end += 1
+    prefix = pattern[1:end]
+    if end < len(pattern) and pattern[end] in "*+?{":
+        prefix = prefix[:-1]
+    if not prefix or isinstance(_compiled(pattern), str):
+        return ""
+    found, low, high = _RANGE(pattern.encode(), _OPTIONS).PossibleMatchRange(len(prefix.encode()) + 1)
+    wanted = prefix.encode()
+    return prefix if found and low.startswith(wanted) and high.startswith(wanted) else ""
+
+
+class PatternSet:
+    """Many patterns searched in one pass over a value (RE2::Set, unanchored, under the same options
+    as one pattern): the cost follows the value's length, not the number of patterns.
+
+    RE2::Set answers no match at all when its DFA runs out of memory (``SET_MEM``), which the
+    binding does not report. So the set holds one more pattern, ``""``, which matches every value:
+    an answer without it is that failure, and ``matches`` says None (search them one by one)."""
+
+    __slots__ = ("_match",)
+
+    def __init__(self, match: Callable[[bytes], list[int]]) -> None:
+        self._match = match
+
+    @classmethod
+    def of(cls, patterns: list[str]) -> PatternSet | None:
+        """The set of these (valid) patterns, or None when RE2 cannot compile them together."""
+        built = _re2.Set(_UNANCHORED, _options(SET_MEM))
+        if built.Add(b"") != 0:
+            return None
+        for number, pattern in enumerate(patterns, 1):
+            if built.Add(pattern.encode()) != number:
+                return None
+        return cls(built.Match) if built.Compile() else None
+
+    def matches(self, data: bytes) -> list[int] | None:
+        """The positions (in ``of``'s list) of the patterns found in ``data`` (``encoded``), in
+        no order; None if RE2 could not tell."""
+        found = self._match(data)
+        if 0 not in found:
+            return None
+        return [number - 1 for number in found if number]
+
+
 def valid_pattern(pattern: str) -> bool:
     """Whether ``check_pattern`` accepts the pattern."""
     return not isinstance(_compiled(pattern), str)
@@ -122,6 +195,9 @@ def search(pattern: str, text: str) -> bool:
 # The binding's low-level object answers a search in about 1 us; its ``re``-like wrapper spends
 # about 9 us mapping byte offsets back to characters, which a yes/no answer does not need.
 _re2 = re2._re2
+_live: WeakValueDictionary[str, Search] = WeakValueDictionary()  # every pattern in use, compiled
 _OPTIONS = _options()
 _UNANCHORED = _re2.RE2.Anchor.UNANCHORED
 _NO_MATCH = (-1, -1)
+_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+_RANGE = _re2.RE2

@@ -20,7 +20,7 @@ import numpy as np
 
 from broker.language.model import Predicate
 from broker.language.operators import PRESENT
-from broker.language.regex import REGEX, Search, encoded, searcher
+from broker.language.regex import REGEX, PatternSet, Search, encoded, literal_prefix, searcher
 from broker.language.values import Value, Var
 from broker.matching.bounds import Bounds
 
@@ -108,32 +108,109 @@ class _Texts:
         return texts & self.distinct.keys()
 
 
+# Unanchored patterns of one attribute are searched together in blocks (PatternSet) of at least this
+# many: those added since the last block are searched one by one until they make a new one.
+SET_MIN = 16
+
+
+class _Level:
+    """Consecutive unanchored patterns of ``_Regexes``, ``start`` to ``end``, in one PatternSet (or
+    searched one by one when RE2 could not build it: ``merges`` is then false)."""
+
+    __slots__ = ("end", "merges", "set", "start")
+
+    def __init__(self, patterns: list[str], start: int, end: int) -> None:
+        self.set = PatternSet.of(patterns[start:end])
+        self.start, self.end = start, end
+        self.merges = self.set is not None
+
+
 class _Regexes:
     """``str-regex``: the slots of each distinct pattern. A string value is encoded once and searched
-    with each pattern (RE2, linear in the value); the slots of those that match are satisfied.
+    with the patterns it may match (RE2, linear in the value); the slots of those that match are
+    satisfied.
+
+    A pattern with a literal prefix (``^JOB_[0-9]+``: ``JOB_``, see ``literal_prefix``) is only
+    searched when the value starts with it, found by one dict look-up per distinct prefix length as
+    for ``str-prefix``. The others are searched together, a few RE2 sets each searched in one pass
+    over the value: Bentley and Saxe's logarithmic method, where each block of ``SET_MIN`` new
+    patterns becomes a set, merged with the last one while that is not twice as large, so there are
+    at most log2(patterns / SET_MIN) sets and each pattern is compiled into a set that many times.
+    A set RE2 cannot build (too large together) or that runs out of memory for a value is searched
+    one pattern at a time: slower, never wrong.
 
     Not a sorted index: a pattern's failed side is not a slice, so these predicates are counted like
-    ``isPresent``, satisfied only (``found.pos``). The cost per value grows with the distinct
-    patterns of the attribute (about 1 us each), not with the subscriptions that share them.
+    ``isPresent``, satisfied only (``found.pos``).
     """
 
-    __slots__ = ("patterns",)
+    __slots__ = ("by_prefix", "entries", "lengths", "levels", "unanchored", "unanchored_patterns")
 
     def __init__(self) -> None:
-        self.patterns: dict[str, tuple[Search, Slots]] = {}
+        self.entries: dict[str, tuple[Search, Slots]] = {}  # pattern -> (search, slots)
+        self.by_prefix: dict[str, dict[str, tuple[Search, Slots]]] = {}  # prefix -> pattern -> entry
+        self.lengths: list[int] = []  # of the prefixes, ascending
+        self.unanchored: list[tuple[Search, Slots]] = []  # the others, in the order they came
+        self.unanchored_patterns: list[str] = []
+        self.levels: list[_Level] = []  # cover unanchored[:levels[-1].end], larger first
 
     def add(self, pattern: str, slot: int) -> None:
-        entry = self.patterns.get(pattern)
+        entry = self.entries.get(pattern)
         if entry is None:
-            entry = self.patterns[pattern] = (searcher(pattern), Slots())
+            entry = self.entries[pattern] = (searcher(pattern), Slots())
+            prefix = literal_prefix(pattern)
+            if prefix:
+                self.by_prefix.setdefault(prefix, {})[pattern] = entry
+                if len(prefix) not in self.lengths:
+                    self.lengths = sorted([*self.lengths, len(prefix)])
+            else:
+                self.unanchored.append(entry)
+                self.unanchored_patterns.append(pattern)
+                self._grow()
         entry[1].append(slot)
+
+    def _grow(self) -> None:
+        levels, patterns = self.levels, self.unanchored_patterns
+        covered = levels[-1].end if levels else 0
+        if len(patterns) - covered < SET_MIN:
+            return
+        levels.append(_Level(patterns, covered, len(patterns)))
+        while len(levels) > 1 and levels[-2].merges and levels[-1].merges:
+            last, before = levels[-1], levels[-2]
+            if before.end - before.start > 2 * (last.end - last.start):
+                break
+            merged = _Level(patterns, before.start, last.end)
+            if not merged.merges:  # RE2 cannot hold them together: both stay as they are
+                before.merges = False
+                break
+            levels[-2:] = [merged]
 
     def collect(self, value: str, found: Found) -> None:
         data = encoded(value)
         pos = found.pos
-        for search, slots in self.patterns.values():
+        unanchored = self.unanchored
+        for level in self.levels:
+            hits = None if level.set is None else level.set.matches(data)
+            if hits is None:
+                for search, slots in unanchored[level.start : level.end]:
+                    if search(data):
+                        pos.append(slots.view())
+            else:
+                start = level.start
+                for number in hits:
+                    pos.append(unanchored[start + number][1].view())
+        for number in range(self.levels[-1].end if self.levels else 0, len(unanchored)):
+            search, slots = unanchored[number]
             if search(data):
                 pos.append(slots.view())
+        by_prefix, size = self.by_prefix, len(value)
+        for length in self.lengths:
+            if length > size:
+                break
+            group = by_prefix.get(value[:length])
+            if group is not None:
+                for search, slots in group.values():
+                    if search(data):
+                        pos.append(slots.view())
 
 
 class _Family:
