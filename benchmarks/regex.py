@@ -8,11 +8,14 @@ the distinct patterns of the publication's class and attribute (each is one RE2 
 whatever the number of subscriptions sharing it), so the sweep varies the distinct patterns among
 the 200,000 subscriptions: 100, 1,000 (the figure), 10,000, and one per subscription.
 
-Each point reports µs per publication with ``eq`` and with ``str-regex`` (steady state, after the
-index is built; the best of three interleaved rounds) and their ratio, plus the time to add the
-subscriptions (which compiles each distinct pattern once). Ends with one RESULT line: the figure
-(``str-regex``, 1,000 distinct patterns), the baseline (``eq`` on the same workload), their ratio,
-the one-pattern-per-subscription point and the core count. ``--quick`` runs 20,000 subscriptions.
+Each point reports µs per publication with ``eq``, ``^word$`` and ``word`` (steady state, after the
+index is built; the best of three interleaved rounds) and their ratios, then ``eq`` and ``word`` for
+publications whose value no publication had before (random letters: an RE2 set's DFA is built
+lazily, state by state, as values lead it to new states), and the time to add the subscriptions
+(which compiles each distinct pattern once, and the unanchored ones into sets). Ends with one
+RESULT line: the figure (``^word$``, 1,000 distinct patterns), the baseline (``eq`` on the same
+workload), their ratio, the unanchored figures, the one-pattern-per-subscription ratios and the
+core count. ``--quick`` runs 20,000 subscriptions.
 """
 
 from __future__ import annotations
@@ -29,6 +32,19 @@ from broker.matching import CountingMatcher
 CLASSES = [f"c{i}" for i in range(10)]
 KINDS = ["eq", "anchored", "unanchored"]
 NOW = 1_800_000_000.0
+
+
+def fresh(count: int, seed: int) -> list[Publication]:
+    """Publications whose ``sym`` no publication had before (random letters): each value leads an RE2
+    set's lazily built DFA through states it may not have yet."""
+    rng = random.Random(seed)
+    return [
+        Publication(
+            rng.choice(CLASSES),
+            {"sym": "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(12)), "n": 1},
+        )
+        for _ in range(count)
+    ]
 
 
 def workload(size: int, distinct: int, seed: int) -> tuple[list[tuple[str, str, int]], list[Publication]]:
@@ -90,6 +106,9 @@ def point(size: int, distinct: int, budget: float) -> dict[str, object]:
         for kind in KINDS:
             times[kind].append(per_publication(matchers[kind], part, budget / 3 / len(KINDS)))
     us = {kind: min(times[kind]) * 1e6 for kind in KINDS}
+    unseen = fresh(1000, seed=distinct)
+    fresh_eq = per_publication(matchers["eq"], unseen, budget / 4) * 1e6
+    fresh_unanchored = per_publication(matchers["unanchored"], unseen, budget / 4) * 1e6
     row: dict[str, object] = {
         "subscriptions": size,
         "distinct_patterns": distinct,
@@ -101,11 +120,13 @@ def point(size: int, distinct: int, budget: float) -> dict[str, object]:
         row[f"{kind}_add_s"] = round(adds[kind], 2)
     for kind in KINDS[1:]:
         row[f"{kind}_ratio"] = round(us[kind] / us["eq"], 1)
+    row["fresh_eq_us"], row["fresh_unanchored_us"] = round(fresh_eq, 1), round(fresh_unanchored, 1)
     print(
         f"{size:>7,} subs  {distinct:>7,} patterns ({distinct // len(CLASSES):>6,} a class)  "
         f"{matches:6.1f} matches/pub  eq {us['eq']:7.1f} us/pub  "
         f"'^w$' {us['anchored']:7.1f} us/pub (x{us['anchored'] / us['eq']:5.1f})  "
         f"'w' {us['unanchored']:9.1f} us/pub (x{us['unanchored'] / us['eq']:7.1f})  "
+        f"unseen values: eq {fresh_eq:6.1f}, 'w' {fresh_unanchored:7.1f} us/pub  "
         f"add: {adds['eq']:4.1f} s, {adds['anchored']:4.1f} s, {adds['unanchored']:4.1f} s",
         flush=True,
     )
@@ -131,6 +152,7 @@ def main() -> None:
         "ratio": figure["anchored_ratio"],
         "unanchored_us_per_publication": figure["unanchored_us"],
         "unanchored_ratio": figure["unanchored_ratio"],
+        "unanchored_unseen_values_us_per_publication": figure["fresh_unanchored_us"],
         "one_pattern_per_subscription_anchored_ratio": worst["anchored_ratio"],
         "one_pattern_per_subscription_unanchored_ratio": worst["unanchored_ratio"],
         "cores": os.cpu_count(),
