@@ -153,20 +153,36 @@ class _Regexes:
         self.unanchored_patterns: list[str] = []
         self.levels: list[_Level] = []  # cover unanchored[:levels[-1].end], larger first
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (the matcher is in a broker's snapshot) as its patterns and their slots, in the
+        order they came: the compiled searches and sets are made again when it is read."""
+        return _Regexes._rebuilt, ([(pattern, slots) for pattern, (_, slots) in self.entries.items()],)
+
+    @staticmethod
+    def _rebuilt(entries: list[tuple[str, Slots]]) -> _Regexes:
+        regexes = _Regexes()
+        for pattern, slots in entries:
+            regexes._insert(pattern, slots)
+        return regexes
+
     def add(self, pattern: str, slot: int) -> None:
         entry = self.entries.get(pattern)
         if entry is None:
-            entry = self.entries[pattern] = (searcher(pattern), Slots())
-            prefix = literal_prefix(pattern)
-            if prefix:
-                self.by_prefix.setdefault(prefix, {})[pattern] = entry
-                if len(prefix) not in self.lengths:
-                    self.lengths = sorted([*self.lengths, len(prefix)])
-            else:
-                self.unanchored.append(entry)
-                self.unanchored_patterns.append(pattern)
-                self._grow()
+            entry = self._insert(pattern, Slots())
         entry[1].append(slot)
+
+    def _insert(self, pattern: str, slots: Slots) -> tuple[Search, Slots]:
+        entry = self.entries[pattern] = (searcher(pattern), slots)
+        prefix = literal_prefix(pattern)
+        if prefix:
+            self.by_prefix.setdefault(prefix, {})[pattern] = entry
+            if len(prefix) not in self.lengths:
+                self.lengths = sorted([*self.lengths, len(prefix)])
+        else:
+            self.unanchored.append(entry)
+            self.unanchored_patterns.append(pattern)
+            self._grow()
+        return entry
 
     def _grow(self) -> None:
         levels, patterns = self.levels, self.unanchored_patterns

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 import time
 
 import msgpack
 import pytest
 
-from broker.language import ParseError, Predicate, parse_filter, parse_publication
+from broker.language import ParseError, Predicate, Publication, parse_filter, parse_publication
 from broker.language.operators import holds
 from broker.language.regex import MAX_PATTERN, _compile, searcher
 from broker.matching import CountingMatcher, LinearMatcher, Matcher
-from broker.messages import Subscribe
+from broker.messages import Advertise, LinkUp, Publish, Subscribe
 from broker.routing.relations import predicate_covers, predicate_overlaps
+from broker.routing.router import Router
 from broker.transport import BadMessage, decode, encode
 
 HOSTILE = "(a+)+$"  # nested quantifiers: Python's re tries every way to split the a's
@@ -246,3 +248,21 @@ def test_a_hostile_pattern_from_the_network_is_a_bad_message(pattern: str, error
     with pytest.raises(BadMessage) as caught:
         decode(payload)
     assert error in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+
+
+def test_a_router_holding_patterns_is_snapshotted_and_restored() -> None:
+    """The broker's snapshot pickles its router, matcher included: the patterns come back compiled."""
+    router = Router("B1")
+    router.handle(LinkUp(False), "pub", 1.0)
+    router.handle(LinkUp(False), "sub", 1.0)
+    router.handle(Advertise("a", parse_filter("[class,eq,t],[s,isPresent,'']")), "pub", 2.0)
+    for n, pattern in enumerate(["^JOB_[0-9]+$", "(a+)+$", "(?i)payroll", "x|y"]):
+        router.handle(Subscribe(f"s{n}", parse_filter(f"[class,eq,t],[s,str-regex,'{pattern}']")), "sub", 3.0)
+    restored = Router.restore(pickle.loads(pickle.dumps(router.snapshot(), pickle.HIGHEST_PROTOCOL)))
+    delivered = 0
+    for n, value in enumerate(["JOB_12", "baaa", "PayRoll run", "y", "none"]):
+        publish = Publish(str(n), Publication("t", {"s": value}))
+        out = router.handle(publish, "pub", 4.0)
+        assert restored.handle(publish, "pub", 4.0) == out
+        delivered += sum(hop == "sub" for hop, _ in out)
+    assert delivered == 4

@@ -5,6 +5,7 @@ patterns with a literal prefix looked up by the value's prefix, the others searc
 from __future__ import annotations
 
 import math
+import pickle
 import random
 
 import pytest
@@ -170,3 +171,23 @@ def test_a_set_out_of_memory_for_a_value_falls_back_to_one_by_one(monkeypatch: p
         linear.add(n, subscription)
     monkeypatch.setattr(PatternSet, "matches", lambda self, data: None)
     _agree(matcher, linear, _publications(rng, 100))
+
+
+def test_a_matcher_with_patterns_survives_a_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker's snapshot pickles its matcher: the compiled patterns and sets are made again."""
+    monkeypatch.setattr(attribute_index, "SET_MIN", 4)
+    rng = random.Random(12)
+    matcher, linear = CountingMatcher(), LinearMatcher()
+    for n in range(200):
+        subscription = Filter("c", (Predicate("s", "str-regex", random_pattern(rng)),))
+        matcher.add(n, subscription)
+        linear.add(n, subscription)
+    for n in range(0, 200, 3):
+        matcher.remove(n)
+        linear.remove(n)
+    restored = pickle.loads(pickle.dumps(matcher))
+    publications = _publications(rng, 100)
+    _agree(restored, linear, publications)
+    restored.add(1000, Filter("c", (Predicate("s", "str-regex", "b"),)))
+    linear.add(1000, Filter("c", (Predicate("s", "str-regex", "b"),)))
+    _agree(restored, linear, publications)
