@@ -135,7 +135,8 @@ class _Regexes:
     for ``str-prefix``. The others are searched together, a few RE2 sets each searched in one pass
     over the value: Bentley and Saxe's logarithmic method, where each block of ``SET_MIN`` new
     patterns becomes a set, merged with the last one while that is not twice as large, so there are
-    at most log2(patterns / SET_MIN) sets and each pattern is compiled into a set that many times.
+    at most log2(patterns / SET_MIN) + 1 sets and each pattern is compiled into a set a logarithmic
+    number of times.
     A set RE2 cannot build (too large together) or that runs out of memory for a value is searched
     one pattern at a time: slower, never wrong.
 
