@@ -32,6 +32,7 @@ bench: $(STAMP)
 			echo "$$server not installed: the overlay benchmark runs without it as a baseline"; \
 	done
 	$(BIN)/python benchmarks/matching.py
+	$(BIN)/python benchmarks/regex.py
 	$(BIN)/python benchmarks/signing.py
 	$(BIN)/python benchmarks/web.py
 	$(BIN)/python benchmarks/overlay.py

@@ -22,6 +22,7 @@ from broker.language.operators import (
     TIME_OPERATORS,
     VARIABLE_OPERATORS,
 )
+from broker.language.regex import REGEX, check_pattern
 from broker.language.values import (
     MAX_EXACT,
     Number,
@@ -210,6 +211,8 @@ class Predicate:
             raise ValueError(f"string operator '{op}' needs a string value, not the number {value}")
         if op in NUMERIC_OPERATORS and not is_number(value):
             raise ValueError(f"numeric operator '{op}' needs a number, not the string '{value}'")
+        if op == REGEX:
+            check_pattern(value)  # type: ignore[arg-type]
         object.__setattr__(self, "value", normalize_value(value))
 
     def __str__(self) -> str:

@@ -11,6 +11,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from broker.language.regex import REGEX, search
 from broker.language.values import TimeRef, Value, Var, is_number
 
 __all__ = [
@@ -44,6 +45,7 @@ STRING_OPERATORS: dict[str, Callable[[str, str], bool]] = {
     "str-prefix": lambda actual, expected: actual.startswith(expected),
     "str-postfix": lambda actual, expected: actual.endswith(expected),
     "str-contains": lambda actual, expected: expected in actual,
+    REGEX: lambda actual, expected: search(expected, actual),  # RE2, anywhere in the value: regex.py
 }
 
 NUMERIC_OPERATORS: dict[str, Callable[[float, float], bool]] = {

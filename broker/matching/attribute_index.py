@@ -1,11 +1,11 @@
 """Every predicate on one attribute of one class, indexed by operator family.
 
 ``collect(value, found)`` reports the slots of the predicates that ``value`` satisfies. Predicates
-kept in sorted indexes (every operator but ``isPresent`` and variables: equality, order, affixes,
-``str-contains``) are reported on both sides, satisfied in ``found.sat`` and failed in
-``found.fail``, as slices of their index: the matcher counts whichever side is smaller. The others
-are reported in ``found.pos`` when satisfied. Each predicate is reported at most once per value,
-which is what makes counting exact.
+kept in sorted indexes (every operator but ``isPresent``, ``str-regex`` and variables: equality,
+order, affixes, ``str-contains``) are reported on both sides, satisfied in ``found.sat`` and failed
+in ``found.fail``, as slices of their index: the matcher counts whichever side is smaller. The
+others are reported in ``found.pos`` when satisfied. Each predicate is reported at most once per
+value, which is what makes counting exact.
 
 Number and string predicates are kept apart so that a string value never reaches a numeric
 index and vice versa: that is the language's rule, and it also halves the work per value.
@@ -20,6 +20,7 @@ import numpy as np
 
 from broker.language.model import Predicate
 from broker.language.operators import PRESENT
+from broker.language.regex import REGEX, PatternSet, Search, encoded, literal_prefix, searcher
 from broker.language.values import Value, Var
 from broker.matching.bounds import Bounds
 
@@ -107,6 +108,128 @@ class _Texts:
         return texts & self.distinct.keys()
 
 
+# Unanchored patterns of one attribute are searched together in blocks (PatternSet) of at least this
+# many: those added since the last block are searched one by one until they make a new one.
+SET_MIN = 16
+
+
+class _Level:
+    """Consecutive unanchored patterns of ``_Regexes``, ``start`` to ``end``, in one PatternSet (or
+    searched one by one when RE2 could not build it: ``merges`` is then false)."""
+
+    __slots__ = ("end", "merges", "set", "start")
+
+    def __init__(self, patterns: list[str], start: int, end: int) -> None:
+        self.set = PatternSet.of(patterns[start:end])
+        self.start, self.end = start, end
+        self.merges = self.set is not None
+
+
+class _Regexes:
+    """``str-regex``: the slots of each distinct pattern. A string value is encoded once and searched
+    with the patterns it may match (RE2, linear in the value); the slots of those that match are
+    satisfied.
+
+    A pattern with a literal prefix (``^JOB_[0-9]+``: ``JOB_``, see ``literal_prefix``) is only
+    searched when the value starts with it, found by one dict look-up per distinct prefix length as
+    for ``str-prefix``. The others are searched together, a few RE2 sets each searched in one pass
+    over the value: Bentley and Saxe's logarithmic method, where each block of ``SET_MIN`` new
+    patterns becomes a set, merged with the last one while that is not twice as large, so there are
+    at most log2(patterns / SET_MIN) + 1 sets and each pattern is compiled into a set a logarithmic
+    number of times.
+    A set RE2 cannot build (too large together) or that runs out of memory for a value is searched
+    one pattern at a time: slower, never wrong.
+
+    Not a sorted index: a pattern's failed side is not a slice, so these predicates are counted like
+    ``isPresent``, satisfied only (``found.pos``).
+    """
+
+    __slots__ = ("by_prefix", "entries", "lengths", "levels", "unanchored", "unanchored_patterns")
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[Search, Slots]] = {}  # pattern -> (search, slots)
+        self.by_prefix: dict[str, dict[str, tuple[Search, Slots]]] = {}  # prefix -> pattern -> entry
+        self.lengths: list[int] = []  # of the prefixes, ascending
+        self.unanchored: list[tuple[Search, Slots]] = []  # the others, in the order they came
+        self.unanchored_patterns: list[str] = []
+        self.levels: list[_Level] = []  # cover unanchored[:levels[-1].end], larger first
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (the matcher is in a broker's snapshot) as its patterns and their slots, in the
+        order they came: the compiled searches and sets are made again when it is read."""
+        return _Regexes._rebuilt, ([(pattern, slots) for pattern, (_, slots) in self.entries.items()],)
+
+    @staticmethod
+    def _rebuilt(entries: list[tuple[str, Slots]]) -> _Regexes:
+        regexes = _Regexes()
+        for pattern, slots in entries:
+            regexes._insert(pattern, slots)
+        return regexes
+
+    def add(self, pattern: str, slot: int) -> None:
+        entry = self.entries.get(pattern)
+        if entry is None:
+            entry = self._insert(pattern, Slots())
+        entry[1].append(slot)
+
+    def _insert(self, pattern: str, slots: Slots) -> tuple[Search, Slots]:
+        entry = self.entries[pattern] = (searcher(pattern), slots)
+        prefix = literal_prefix(pattern)
+        if prefix:
+            self.by_prefix.setdefault(prefix, {})[pattern] = entry
+            if len(prefix) not in self.lengths:
+                self.lengths = sorted([*self.lengths, len(prefix)])
+        else:
+            self.unanchored.append(entry)
+            self.unanchored_patterns.append(pattern)
+            self._grow()
+        return entry
+
+    def _grow(self) -> None:
+        levels, patterns = self.levels, self.unanchored_patterns
+        covered = levels[-1].end if levels else 0
+        if len(patterns) - covered < SET_MIN:
+            return
+        levels.append(_Level(patterns, covered, len(patterns)))
+        while len(levels) > 1 and levels[-2].merges and levels[-1].merges:
+            last, before = levels[-1], levels[-2]
+            if before.end - before.start > 2 * (last.end - last.start):
+                break
+            merged = _Level(patterns, before.start, last.end)
+            if not merged.merges:  # RE2 cannot hold them together: both stay as they are
+                before.merges = False
+                break
+            levels[-2:] = [merged]
+
+    def collect(self, value: str, found: Found) -> None:
+        data = encoded(value)
+        pos = found.pos
+        unanchored = self.unanchored
+        for level in self.levels:
+            hits = None if level.set is None else level.set.matches(data)
+            if hits is None:
+                for search, slots in unanchored[level.start : level.end]:
+                    if search(data):
+                        pos.append(slots.view())
+            else:
+                start = level.start
+                for number in hits:
+                    pos.append(unanchored[start + number][1].view())
+        for number in range(self.levels[-1].end if self.levels else 0, len(unanchored)):
+            search, slots = unanchored[number]
+            if search(data):
+                pos.append(slots.view())
+        by_prefix, size = self.by_prefix, len(value)
+        for length in self.lengths:
+            if length > size:
+                break
+            group = by_prefix.get(value[:length])
+            if group is not None:
+                for search, slots in group.values():
+                    if search(data):
+                        pos.append(slots.view())
+
+
 class _Family:
     """The predicates of one value type: sorted keys for equality and order, a list for presence.
 
@@ -148,7 +271,8 @@ class AttributeIndex:
         self.numbers = _Family()
         self.strings = _Family()
         self.integers = Slots()  # $I$ variables: present and integral
-        self.texts: dict[str, _Texts] = {}  # by operator: str-prefix, str-postfix, str-contains
+        # by operator: str-prefix, str-postfix, str-contains (sorted), str-regex (not sorted)
+        self.texts: dict[str, _Texts | _Regexes] = {}
         self.bounds: list[Bounds] = []  # the sorted indexes of both types
         self.by_type: dict[bool, list[Bounds]] = {True: [], False: []}  # numeric? -> its sorted indexes
 
@@ -177,7 +301,7 @@ class AttributeIndex:
             self._add_string(op, value, slot)
         else:
             self._add_number(op, value, slot)  # type: ignore[arg-type]
-        return op != PRESENT
+        return op != PRESENT and op != REGEX
 
     def settle(self, budget: int) -> int:
         """Merge pending entries into the sorted indexes within ``budget``; return the budget used."""
@@ -224,6 +348,11 @@ class AttributeIndex:
         elif op == "str-lt":
             family.upper_strict = self._sorted(family.upper_strict, numeric=False)
             family.upper_strict.add(value, slot)
+        elif op == REGEX:
+            regexes = self.texts.get(op)
+            if regexes is None:
+                regexes = self.texts[op] = _Regexes()
+            regexes.add(value, slot)
         else:
             texts = self.texts.get(op)
             if texts is None:

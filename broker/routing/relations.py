@@ -8,6 +8,14 @@ Each predicate is read as the set of values it accepts. Routing may be generous 
   held back), never yes wrongly, or the covered subscription would miss publications.
 
 Numbers are real numbers here (``>50`` covers ``>=51``, ``>=51`` does not cover ``>50``: 50.5).
+
+``str-regex`` is answered exactly where a single value is involved (an ``eq`` point is searched
+with the pattern: covered or overlapping when it matches; ``neq v`` covers a pattern that refuses
+``v``) and conservatively otherwise: a pattern covers only the same pattern (the general question,
+language inclusion, costs exponential time in the worst case, and a broker decides it for every
+subscription it forwards), is covered only by ``isPresent`` or ``neq``, and overlaps everything of
+its type (emptiness of an intersection is decidable but as costly; the price is a subscription
+forwarded towards a publisher that never sends a match).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from dataclasses import dataclass
 
 from broker.language.model import Filter, Predicate, Publication
 from broker.language.operators import PRESENT, TIME_ATTRIBUTE, holds
+from broker.language.regex import REGEX
 from broker.language.values import Value, Var
 
 __all__ = [
@@ -128,7 +137,7 @@ def predicate_overlaps(a: Predicate, b: Predicate) -> bool:
     range_a, range_b = _range(a), _range(b)
     if range_a is not None and range_b is not None:
         return range_a.intersects(range_b)
-    return True  # neq, postfix, contains: infinitely many values remain; be generous
+    return True  # neq, postfix, contains, regex: infinitely many values may remain; be generous
 
 
 def predicate_covers(wide: Predicate, narrow: Predicate) -> bool:
@@ -152,6 +161,8 @@ def predicate_covers(wide: Predicate, narrow: Predicate) -> bool:
     wide_text, narrow_text = wide.value, narrow.value
     if not isinstance(wide_text, str) or not isinstance(narrow_text, str):
         return False
+    if wide.op == REGEX:
+        return narrow.op == REGEX and narrow_text == wide_text  # the same pattern; no more is proven
     if wide.op == "str-postfix":
         return narrow.op == "str-postfix" and narrow_text.endswith(wide_text)
     if wide.op == "str-contains":

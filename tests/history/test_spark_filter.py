@@ -85,3 +85,26 @@ def test_attribute_names_are_case_sensitive(store: HistoryStore) -> None:
     got = store.query(Filter("x", (Predicate("gid", "eq", "b"),)), now=NOW)
     assert [s.id for s in got] == ["2"]
     assert store.frame().where(F.col("s_GID").isNotNull()).count() == 1
+
+
+def test_str_regex_is_searched_by_re2_not_java(store: HistoryStore) -> None:
+    """Spark's ``rlike`` would backtrack for hours on ``(a+)+$`` against 40 a's and a b, and its ``.``
+    refuses U+2028; the UDF answers what the broker's matcher does."""
+    values = ["a" * 40 + "b", "a" * 40, "a\u2028b", "ab", "Ab"]
+    land(store, [(f"p{n}", NOW, Publication("x", {"s": value})) for n, value in enumerate(values)])
+    store.compact()
+    land(
+        store,
+        [("late", NOW, Publication("x", {"s": "aab", "n": 1})), ("num", NOW, Publication("x", {"s": 3}))],
+    )
+    frame = store.frame()
+    for pattern in ["(a+)+$", "^a.b$", "(?i)^ab$", "b", ""]:
+        subscription = Filter("x", (Predicate("s", "str-regex", pattern),))
+        got = {
+            r.id for r in frame.where(compile_filter(subscription, frame.columns, NOW)).select("id").collect()
+        }
+        rows = [*((f"p{n}", v) for n, v in enumerate(values)), ("late", "aab"), ("num", 3)]
+        expected = {id for id, value in rows if matches(subscription, Publication("x", {"s": value}), NOW)}
+        assert got == expected, pattern
+    query = store.query(Filter("x", (Predicate("s", "str-regex", "^a.b$"),)), now=NOW)
+    assert {s.id for s in query} == {"p2", "late"}

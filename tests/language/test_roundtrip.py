@@ -19,6 +19,7 @@ from broker.language import (
 )
 from broker.language.model import combine
 from broker.language.operators import NUMERIC_OPERATORS, PRESENT, STRING_OPERATORS, TIME_OPERATORS
+from broker.language.regex import REGEX, valid_pattern
 from broker.language.values import MAX_EXACT
 
 settings.register_profile("ci", derandomize=True, max_examples=300, deadline=None)
@@ -35,6 +36,8 @@ integers = st.integers(-MAX_EXACT, MAX_EXACT)
 decimals = st.floats(-1e12, 1e12, allow_nan=False, allow_infinity=False)
 numbers = integers | decimals
 values = numbers | strings
+# str-regex values: any string RE2 accepts (most random ones), and patterns full of syntax
+patterns = strings.filter(valid_pattern) | st.sampled_from(["^a.*b$", "(?i)ibm|msft", "[^'\\]]+", 'x{2,5}"'])
 
 
 @st.composite
@@ -47,7 +50,8 @@ def publications(draw: st.DrawFn) -> Publication:
 def predicates(draw: st.DrawFn, attribute: str, variables: bool) -> Predicate:
     kind = draw(st.sampled_from(["string", "number", "present"] + (["variable"] if variables else [])))
     if kind == "string":
-        return Predicate(attribute, draw(st.sampled_from(sorted(STRING_OPERATORS))), draw(strings))
+        op = draw(st.sampled_from(sorted(STRING_OPERATORS)))
+        return Predicate(attribute, op, draw(patterns if op == REGEX else strings))
     if kind == "number":
         return Predicate(attribute, draw(st.sampled_from(sorted(NUMERIC_OPERATORS))), draw(numbers))
     if kind == "present":

@@ -11,10 +11,13 @@ import random
 
 from broker.language import Filter, Predicate, Publication, TimeRef, Var
 from broker.language.operators import NUMERIC_OPERATORS, PRESENT, STRING_OPERATORS
+from broker.language.regex import REGEX
 
 CLASSES = ["stock", "bond"]
 ATTRIBUTES = ["a", "b", "c", "d", "e"]
 NUMBERS = [-3, -1, 0, 1, 2, 2.5, 3, 7, 100, 100.5, -0.25, 0.1, 1e-3, 2**53]
+# str-regex patterns that meet the strings above: anchors, classes, alternatives, case, code points
+PATTERNS = ["^a", "b$", "^$", "", "a|I", "(?i)ibm", "[éü]", "^.{2}$", "^[^a]", "\\t", "'", "^(ab)+c?$"]
 STRINGS = ["", "a", "ab", "abc", "b", "IBM", "IB", "I", "x y", "é", "ü-ö", "a\tb", "'q'", '"', "zz"]
 
 
@@ -31,7 +34,9 @@ def random_predicate(rng: random.Random, attribute: str, variables: bool) -> Pre
         return Predicate(attribute, PRESENT, rng.choice([0, "s"]))
     if roll < 0.55:
         return Predicate(attribute, rng.choice(list(NUMERIC_OPERATORS)), rng.choice(NUMBERS))
-    return Predicate(attribute, rng.choice(list(STRING_OPERATORS)), rng.choice(STRINGS))
+    op = rng.choice(list(STRING_OPERATORS))
+    pool = PATTERNS + STRINGS if op == REGEX else STRINGS
+    return Predicate(attribute, op, rng.choice(pool))
 
 
 def random_filter(rng: random.Random, variables: bool = False, timed: bool = False) -> Filter:

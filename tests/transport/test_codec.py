@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from broker.language import Filter, Predicate, Publication, TimeRef, Var, parse_filter, parse_publication
 from broker.language.operators import NUMERIC_OPERATORS, PRESENT, STRING_OPERATORS, TIME_OPERATORS
+from broker.language.regex import REGEX, valid_pattern
 from broker.language.values import MAX_EXACT, MAX_TIME_OFFSET
 from broker.messages import (
     Ack,
@@ -562,6 +563,8 @@ numbers = st.integers(-MAX_EXACT, MAX_EXACT) | st.floats(
     -float(MAX_EXACT), float(MAX_EXACT), allow_nan=False, allow_infinity=False
 )
 values = numbers | strings
+# str-regex values: any string RE2 accepts (most random ones), and patterns full of syntax
+patterns = strings.filter(valid_pattern) | st.sampled_from(["^a.*b$", "(?i)ibm|msft", "[^'\\]]+", 'x{2,5}"'])
 times = st.builds(TimeRef, offset=st.integers(-MAX_TIME_OFFSET, MAX_TIME_OFFSET)) | st.builds(
     TimeRef, instant=st.datetimes(timezones=st.just(UTC))
 )
@@ -576,7 +579,8 @@ def publications(draw: st.DrawFn) -> Publication:
 def predicates(draw: st.DrawFn, attribute: str) -> Predicate:
     kind = draw(st.sampled_from(["string", "number", "present", "variable"]))
     if kind == "string":
-        return Predicate(attribute, draw(st.sampled_from(sorted(STRING_OPERATORS))), draw(strings))
+        op = draw(st.sampled_from(sorted(STRING_OPERATORS)))
+        return Predicate(attribute, op, draw(patterns if op == REGEX else strings))
     if kind == "number":
         return Predicate(attribute, draw(st.sampled_from(sorted(NUMERIC_OPERATORS))), draw(numbers))
     if kind == "present":

@@ -159,10 +159,13 @@ def serve_connect(
         raise SparkServerError(f"port {port} on {HOST} is in use: give another --port")
     token = server_token(store)
     log_path = store / LOG
+    env = {**os.environ, TOKEN_ENV: token}  # /proc/PID/environ is its user's alone; argv is not
+    if master.startswith("local"):  # its Python UDFs (str-regex) in this interpreter, with google-re2
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
     with open(log_path, "ab") as log:
         server = subprocess.Popen(
             server_argv(port, master),
-            env={**os.environ, TOKEN_ENV: token},  # /proc/PID/environ is its user's alone; argv is not
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,

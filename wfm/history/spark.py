@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import sys
 import urllib.parse
 from functools import lru_cache
 from pathlib import Path
@@ -101,6 +102,10 @@ def spark_session(master: str | None = None, shuffle_partitions: int = 8) -> Spa
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+        # Python UDFs (str-regex, spark_filter.py) run in this interpreter, which has google-re2,
+        # rather than whatever ``python3`` is first on the PATH
+        spark.sparkContext.pythonExec = sys.executable
     for key, value in _SQL_CONF.items():
         spark.conf.set(key, value)
     return spark

@@ -1,4 +1,4 @@
-"""Filters compiled into one Spark Column expression over the store's wide layout.
+r"""Filters compiled into one Spark Column expression over the store's wide layout.
 
 The layout (see docs/history.md): fixed columns ``id``, ``time`` (broker time, epoch seconds),
 ``publisher``, ``class``, ``date``, and per attribute ``s_NAME`` (string) and/or ``n_NAME`` (double):
@@ -9,6 +9,17 @@ comparing the numbers; UTF-8 byte order, Spark's string order, is code point ord
 So the semantics of ``broker.matching.oracle`` follow from null handling: a predicate on a missing
 attribute, or on one of the other type, reads null, which is never true. ``time`` predicates
 compare the broker time with their reference resolved at ``now`` (the asker's clock).
+
+``str-regex`` is not Spark's ``rlike``: that is Java's regex, another dialect (its ``.`` refuses
+``\u2028`` and ``\u0085``, ``[[:alpha:]]`` is a set of the characters ``:alph``, ``(?U)`` asks for
+Unicode classes where RE2 reads "ungreedy") and a backtracking engine that one hostile pattern keeps
+busy for hours on an executor. It is a Python UDF that searches with RE2 under the broker's
+options, so history answers exactly what live matching does, in linear time. Its function carries
+only the pattern and imports only ``re2`` (``google-re2``, a dependency of this package): an
+executor's Python needs that, not this package nor pandas (a plain UDF, not a ``pandas_udf``). The
+pattern was checked when the filter was made (``broker.language.regex``), so it compiles there too.
+A local driver runs its Python workers with this process's interpreter (``spark.py``), a cluster
+with its ``PYSPARK_PYTHON``.
 """
 
 from __future__ import annotations
@@ -20,9 +31,11 @@ from typing import Any
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType
 
 from broker.language import Filter, Predicate, TimeRef, Var
 from broker.language.operators import PRESENT, STRING_OPERATORS
+from broker.language.regex import MAX_MEM, REGEX
 
 __all__ = [
     "NUMBER_PREFIX",
@@ -90,7 +103,30 @@ def _predicate(predicate: Predicate, columns: Collection[str], now: float) -> Co
     if op == PRESENT:
         return column.isNotNull()
     assert string == (op in STRING_OPERATORS)  # the model refuses any other pairing
+    if op == REGEX:
+        assert isinstance(expected, str)
+        return _regex(column, expected)
     return _COMPARE[op](column, F.lit(expected))
+
+
+def _regex(column: Column, pattern: str) -> Column:
+    """``column`` searched with ``pattern`` by RE2 on the executors: null where the column is."""
+    max_mem = MAX_MEM
+    compiled: list[Any] = []  # per executor process: the closure is unpickled once per task
+
+    # Defined here so that cloudpickle ships it by value: the pattern, a number and ``import re2``.
+    def search(value: str | None) -> bool | None:
+        if value is None:
+            return None
+        if not compiled:
+            import re2
+
+            options = re2.Options()
+            options.max_mem, options.never_capture, options.log_errors = max_mem, True, False
+            compiled.append(re2.compile(pattern, options))
+        return compiled[0].search(value) is not None
+
+    return F.udf(search, BooleanType(), useArrow=False)(column)  # plain: no pandas, no Arrow
 
 
 def date_bounds(low: float | None, high: float | None) -> Column:
