@@ -21,8 +21,10 @@ browser:
 		$$as apt-get install -y -q chromium chromium-driver >/dev/null; } || \
 		echo "chromium not installed: the browser tests (-m browser) skip"
 
+# In parallel (pytest-xdist): TEST_WORKERS processes, the Spark tests all in one (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
