@@ -11,19 +11,6 @@ import pytest
 from wfm.certs import init, issue
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist names each test by its group
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``pytest -n N --dist loadgroup`` (``make test``) the tests that use the session's
-    SparkSession (``tests/history/conftest.py``) all run in one worker: each worker would start
-    a JVM of its own (seconds of CPU and hundreds of MB), and Spark's ``local[2]`` already
-    keeps two cores busy."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("spark"))
-
-
 @pytest.fixture(autouse=True)
 def state_home(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """``wfm trigger`` keeps its outbox under ``$XDG_STATE_HOME``: a test's own, never the user's,
