@@ -21,8 +21,12 @@ browser:
 		$$as apt-get install -y -q chromium chromium-driver >/dev/null; } || \
 		echo "chromium not installed: the browser tests (-m browser) skip"
 
+# In parallel (pytest-xdist), on TEST_WORKERS processes; each that runs a Spark test starts its own
+# SparkSession (tests/history/conftest.py). Not --dist loadgroup: under pytest 9, pytest-xdist 3.8
+# cannot name a test by its xdist_group (it sets item._nodeid, which pytest 9 no longer reads).
+TEST_WORKERS ?= 2
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'

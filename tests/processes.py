@@ -92,6 +92,22 @@ def status(uri: BrokerURI, tls: Identity | None = None) -> dict[str, object]:
         return {}
 
 
+def handling(process: subprocess.Popen[str], sig: int, timeout: float = 60.0) -> None:
+    """Until ``process`` has a handler for ``sig`` (its ``SigCgt`` in /proc, Linux): a signal
+    sent before then would kill it (a Python command takes seconds to start on a busy machine)."""
+    status = Path(f"/proc/{process.pid}/status")
+
+    def caught() -> bool:
+        try:
+            lines = status.read_text().splitlines()
+        except OSError:  # it ended: the test's own checks say how
+            return True
+        mask = next((int(line.split()[1], 16) for line in lines if line.startswith("SigCgt:")), 0)
+        return process.poll() is not None or bool(mask & 1 << (sig - 1))
+
+    wait_for(caught, f"process {process.pid} to handle signal {sig}", timeout)
+
+
 def wait_for(condition: object, what: str, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():  # type: ignore[operator]

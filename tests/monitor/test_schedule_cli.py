@@ -10,7 +10,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from tests.processes import WFM
+from tests.processes import WFM, handling
 
 ROOT = Path(__file__).parents[2]
 
@@ -63,6 +63,7 @@ def test_schedule_runs_until_sigterm(tmp_path: Path) -> None:
     (tmp_path / "s.toml").write_text("[workflows.PAYROLL]\ncron = '0 6 1 1 *'\n")  # no fire during the test
     command = [WFM, "schedule", str(tmp_path / "s.toml"), "--broker", "socket://127.0.0.1:1/B9"]
     scheduler = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    handling(scheduler, signal.SIGTERM)  # started: SIGTERM now asks it to stop
     time.sleep(1.5)
     assert scheduler.poll() is None
     scheduler.send_signal(signal.SIGTERM)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import socket
 from collections.abc import Callable, Coroutine
@@ -31,9 +32,16 @@ T = TypeVar("T")
 
 def free_port() -> int:
     """A free port below the kernel's ephemeral range (32768 and up on Linux), so that no
-    client's outgoing connection can take it between this check and the broker's bind."""
+    client's outgoing connection can take it between this check and the broker's bind. Each
+    pytest-xdist worker draws from a slice of its own, so that no other worker's test takes it
+    either (a killed broker restarted on its port leaves it free for seconds); the slice leaves
+    room above for the ports after it (``free_ports``)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    width = (30000 - 12000) // workers
+    low = 12000 + worker * width
     while True:
-        port = random.randint(12000, 30000)
+        port = random.randint(low, low + width - 16)
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
