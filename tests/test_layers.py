@@ -74,10 +74,16 @@ def test_each_package_imports_only_the_layers_below_it(package: str) -> None:
 
 
 # What else the two lower workflow packages may import besides the standard library: the wire
-# vocabulary needs only the message language, and msgpack and cryptography to sign envelopes; an
-# agent adds the broker client.
+# vocabulary needs only the message language and a message's quality of service (an alert's), and
+# msgpack and cryptography to sign envelopes; an agent adds the broker client.
 ALLOWED = {
-    "workflow_messages": ("broker.language", "workflow_messages", "msgpack", "cryptography"),
+    "workflow_messages": (
+        "broker.language",
+        "broker.messages.qos",
+        "workflow_messages",
+        "msgpack",
+        "cryptography",
+    ),
     "agents": ("broker", "workflow_messages", "agents", "msgpack", "cryptography"),
 }
 

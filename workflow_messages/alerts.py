@@ -9,7 +9,7 @@ for every operator at once. Its id (``Qos.mid``) names the run: ``WORKFLOW.JOB.G
 from __future__ import annotations
 
 from broker.language import Filter, Publication
-from broker.messages import Qos
+from broker.messages.qos import Qos
 from workflow_messages._build import filter_of
 from workflow_messages.names import APPL_END, APPL_START, FAILURE, JOBSTATUS
 

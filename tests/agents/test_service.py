@@ -26,6 +26,7 @@ from agents.state import Agent
 from broker.client import Backoff, Client, Delivery, RefusedError
 from broker.clock import ManualClock
 from broker.language import Publication, parse_filter, parse_publication
+from broker.messages import DEFAULT_QOS, Qos
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 from tests.agents.test_journal import records
@@ -116,7 +117,7 @@ class SlowBroker:
     ) -> SimpleNamespace:
         return await self._request(name)
 
-    def publish_nowait(self, publication: Publication) -> None:
+    def publish_nowait(self, publication: Publication, qos: Qos = DEFAULT_QOS) -> None:
         self.calls.append(f"publish {publication.cls}")
 
     async def stored(self) -> None:

@@ -50,8 +50,8 @@ def alerts(action: str | None, wanted: str | None, broker_uri: Brokers, wait: fl
 
     records = sorted((record(d) for d in asyncio.run(main())), key=lambda r: -float(r["time"]))
     if output == "json":
-        for record in records:
-            click.echo(json.dumps(record, ensure_ascii=False))
+        for found in records:
+            click.echo(json.dumps(found, ensure_ascii=False))
         return
     table = Table("id", "workflow", "job", "gid", "status", "age", "detail")
     now = time.time()
