@@ -60,7 +60,7 @@ from broker.messages import (
 from broker.sites.inputs import Input, MemberDown, decode_input, encode_input
 from broker.sites.state import SiteState
 from broker.transport.driver import RouterDriver
-from broker.transport.handshake import ELSEWHERE
+from broker.transport.handshake import ELSEWHERE, elsewhere
 from broker.transport.link import Link
 from broker.transport.uri import BrokerURI
 
@@ -130,6 +130,7 @@ class SiteMember:
         log: logging.LoggerAdapter[logging.Logger],
         clock: Clock,
         step_down: Callable[[str], None],
+        serving: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
         self.me = me
@@ -138,6 +139,7 @@ class SiteMember:
         self.log = log
         self.clock = clock
         self.step_down = step_down  # closes every client and site link, with a reason
+        self.on_serving = serving  # this broker serves from now on: it may dial other sites at once
         self.links: dict[str, Link] = {}  # member -> its link
         self.binding = _Binding(live)
         driver.links = self.binding.bound
@@ -179,9 +181,11 @@ class SiteMember:
             return Hello("broker", self.me, site=self.config.name)
         if self.serving:
             return None
-        leader = self.node.leader
-        where = f"{leader} leads it" if leader and leader != self.me else "it is electing a leader"
-        return f"{ELSEWHERE}{self.me} does not serve site {self.config.name} now: {where}"
+        leader = self.node.leader  # named only while linked: one that died is still named until
+        # its followers' election timers fire, and a peer sent there would find no one
+        if leader != self.me and leader not in self.links:
+            leader = None
+        return elsewhere(self.me, self.config.name, leader)
 
     def status(self) -> dict[str, Any]:
         node = self.node
@@ -379,5 +383,6 @@ class SiteMember:
         for member in sorted(set(self.state.attached.values())):
             self._propose(Input(self.me, "", self.clock.time(), MemberDown(member)))
         self.serving = True
+        self.on_serving()
         self.counters["site.led"] += 1
         self.log.warning("site %s: %s leads (term %d)", self.config.name, self.me, self.node.term)
