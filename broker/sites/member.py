@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -101,7 +101,9 @@ class _Binding:
 
     live: Mapping[str, Link]  # every link the process holds, by hop
     bound: dict[str, Link] = field(default_factory=dict)  # hop -> the link its applied LinkUp came by
-    pending: dict[tuple[str, str], Link] = field(default_factory=dict)  # (hop, channel) -> link
+    # (hop, channel) -> the links whose LinkUp we proposed and the site has not applied, oldest
+    # first: a hop that links again before its first LinkUp is applied has one for each link
+    pending: dict[tuple[str, str], deque[Link]] = field(default_factory=dict)
 
 
 class SiteDriver(RouterDriver):
@@ -213,7 +215,7 @@ class SiteMember:
         if type(message) is LinkUp:
             link = self.binding.live.get(hop)
             if link is not None:
-                self.binding.pending[(hop, message.name)] = link
+                self.binding.pending.setdefault((hop, message.name), deque()).append(link)
         self._propose(Input(self.me, hop, self.clock.time(), message))
 
     def _propose(self, item: Input) -> None:
@@ -367,7 +369,7 @@ class SiteMember:
         self.driver.applied()
         kind = type(item.message)
         if item.member == self.me and kind is LinkUp:
-            link = self.binding.pending.pop((item.hop, item.message.name), None)  # type: ignore[union-attr]
+            link = self._proposed(item.hop, item.message.name)  # type: ignore[union-attr]
             if link is not None and self.state.attached.get(item.hop) == self.me:
                 self.binding.bound[item.hop] = link
         elif kind is LinkDown or kind is MemberDown or kind is LinkUp:
@@ -376,6 +378,18 @@ class SiteMember:
                 del bound[hop]
         if output and self.binding.bound:
             self.driver.send(self.state.mine(output, self.me), self.binding.bound)
+
+    def _proposed(self, hop: str, channel: str) -> Link | None:
+        """The link whose LinkUp (for ``hop`` on ``channel``) is the one applied now: our LinkUps
+        are applied in the order we proposed them, each for its own link (a link that came and
+        went before its LinkUp was applied must not take the place of the next one)."""
+        links = self.binding.pending.get((hop, channel))
+        if not links:
+            return None
+        link = links.popleft()
+        if not links:
+            del self.binding.pending[(hop, channel)]
+        return link
 
     def _serve(self) -> None:
         """The no-op of our term is applied: we hold all the site committed. The hops attached to
