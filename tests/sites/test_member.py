@@ -302,3 +302,25 @@ def test_a_hop_that_links_again_before_its_first_link_is_applied_is_bound_to_the
     settle()
     assert second.sent and not first.sent
     site.close()
+
+
+def test_the_follower_right_after_the_dead_leader_stands_first_and_alone() -> None:
+    """Election timers by turn after the leader last heard (``member._Turns``): the next broker
+    by name draws first, the one after it at least a fifth of the timeout later, so two
+    followers never split the vote; with no leader known, by the place of their names."""
+    members = ("b3", "b1", "b2")
+    turns = {me: member._Turns(me, members) for me in members}
+
+    def draws(me: str, leader: str | None) -> list[float]:
+        turns[me].leader = lambda: leader
+        return [turns[me]() for _ in range(200)]
+
+    for leader, first, second in [
+        ("b1", "b2", "b3"),
+        ("b2", "b3", "b1"),
+        ("b3", "b1", "b2"),
+        (None, "b1", "b2"),
+    ]:
+        soonest, then = draws(first, leader), draws(second, leader)
+        assert min(soonest) > 0 and max(soonest) < 1 / 6
+        assert min(then) - max(soonest) >= 1 / 5 - 1e-9 and max(then) < 1
