@@ -12,11 +12,13 @@ subscriber on site2, so every publication crosses the root site0 (two site links
    publication (1 is one copy; pings and custody answers go the other way or are few).
 3. Delivery gap: a publication every 10 ms; the root's leader is crashed (its links aborted,
    its tasks cancelled, its log closed without a checkpoint: what kill -9 leaves); the gap is
-   the longest time between two deliveries at the subscriber. ``--kills`` runs, each on a fresh
-   tree; baseline: the election timeout.
+   the longest time between two deliveries at the subscriber (p50, p99, max). ``--kills`` runs,
+   each on a fresh tree; baseline: the election timeout.
+4. Catch-up: one site of three, a follower stopped while the site commits ``--backlog`` entries,
+   then restarted: the time until it has applied up to the leader's commit index (target 5 s).
 
-Usage: python benchmarks/sites_overlay.py [--count 2000] [--kills 8] [--election-timeout 0.5].
-One RESULT line per figure.
+Usage: python benchmarks/sites_overlay.py [--count 2000] [--kills 12] [--election-timeout 0.5]
+[--backlog 100000] [--only throughput|gap|backlog]. One RESULT line per figure.
 """
 
 from __future__ import annotations
