@@ -136,22 +136,37 @@ async def dial_any(
 ) -> tuple[int, Link, list[WireMessage]]:
     """Dial ``targets`` in turn from ``start``, waiting ``backoff.delay(failures)`` before each
     attempt, until one answers: its index, link and leftovers; while the waits add up to less
-    than ``stay`` seconds, the attempts are all at ``start``. ConnectError naming every broker
-    once ``backoff.attempts`` attempts have failed."""
+    than ``stay`` seconds, the attempts are all at ``start``. A broker of a site that sends us on
+    (``ServedElsewhere``) is no failure while its site elects (within ``SENT_ON_ROUNDS``): the
+    broker it names as the leader is dialled next: at once if it named another than itself and
+    the attempt was not itself such a jump, else ``SENT_ON_RETRY`` later (a leader elected serves
+    once caught up; names may be stale). ConnectError naming every broker once
+    ``backoff.attempts`` attempts have failed."""
     failures = moved = sent_on = 0
     waited = 0.0
     errors: dict[BrokerURI, ConnectError] = {}
+    ids = [target.id for target in targets]
+    named: int | None = None  # the index of the broker the last refusal named as the leader
+    at_once = False  # it named another broker than itself, not just after a jump: no wait
     while backoff.attempts is None or failures < backoff.attempts:
         delay = backoff.delay(failures, rng)
-        if sent_on:  # a broker of a site sent us on: the next, soon (its site elects a leader)
+        if at_once:
+            delay = 0.0
+        elif named is not None:  # a leader not serving yet, or a name right after a jump
+            delay = SENT_ON_RETRY
+        elif sent_on:  # a broker of a site sent us on: the next, soon (its site elects a leader)
             delay = min(delay, SENT_ON_RETRY)
         elif waited < stay:  # staying: try it often, so it is found soon after it is back
             delay = min(delay, STAY_RETRY, stay - waited)
         await sleep(delay)
         waited += delay
-        if sent_on or (failures and waited >= stay):
-            moved += 1
-        index = (start + moved) % len(targets)
+        if named is not None:
+            index = named
+        else:
+            if sent_on or (failures and waited >= stay):
+                moved += 1
+            index = (start + moved) % len(targets)
+        jumped, named, at_once = at_once, None, False
         try:
             link, leftovers = await dial(targets[index], name, timeout, greeting, tls, clock)
         except ServedElsewhere as error:  # not a failure while its site elects, within reason
@@ -159,6 +174,10 @@ async def dial_any(
             sent_on += 1
             if sent_on % SENT_ON_ROUNDS == 0:
                 failures += 1
+            if error.leader in ids:  # that broker next (itself: elected, it serves soon)
+                named = ids.index(error.leader)
+                moved = (named - start) % len(targets)  # the walk goes on from there
+                at_once = named != index and not jumped  # no two in a row: names may be stale
             continue
         except ConnectError as error:
             errors[targets[index]] = error

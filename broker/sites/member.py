@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -63,7 +63,7 @@ from broker.sites.inputs import Input, MemberDown, decode_input, encode_input
 from broker.sites.state import SiteState
 from broker.transport.codec import decode, in_pieces
 from broker.transport.driver import RouterDriver
-from broker.transport.handshake import ELSEWHERE
+from broker.transport.handshake import ELSEWHERE, elsewhere
 from broker.transport.link import Link
 from broker.transport.uri import BrokerURI
 
@@ -99,13 +99,37 @@ class SiteConfig:
         return [m for m in self.members if m.id != me]
 
 
+class _Turns:
+    """``Node``'s ``random`` for a member: where in ``[0, 1)`` its election timer falls (a follower
+    that hears no leader waits the election timeout times one plus this). Each member has its own
+    slot, by its turn after the leader it last heard in the order of the site's brokers' names
+    (by its name's place while it knows none), and a draw in the slot's middle: the follower
+    right after the leader starts an election at most a sixth of the timeout beyond it (for
+    three) instead of up to a whole one, and two followers that last heard the leader at the same
+    time start theirs at least a fifth apart, so they do not split the vote and both wait again.
+    Only when elections start changes, never whether a vote is granted: the site is as safe."""
+
+    def __init__(self, me: str, members: tuple[str, ...]) -> None:
+        self.members = sorted(members)
+        self.mine = self.members.index(me)
+        self.leader: Callable[[], str | None] = lambda: None
+
+    def __call__(self) -> float:
+        leader = self.leader()
+        first = self.members.index(leader) + 1 if leader in self.members else 0
+        turn = (self.mine - first) % len(self.members)
+        return (turn + 0.1 + 0.4 * random.random()) / len(self.members)
+
+
 @dataclass
 class _Binding:
     """The leader's links by hop, as the site's applied state has them (see the module)."""
 
     live: Mapping[str, Link]  # every link the process holds, by hop
     bound: dict[str, Link] = field(default_factory=dict)  # hop -> the link its applied LinkUp came by
-    pending: dict[tuple[str, str], Link] = field(default_factory=dict)  # (hop, channel) -> link
+    # (hop, channel) -> the links whose LinkUp we proposed and the site has not applied, oldest
+    # first: a hop that links again before its first LinkUp is applied has one for each link
+    pending: dict[tuple[str, str], deque[Link]] = field(default_factory=dict)
 
 
 class SiteDriver(RouterDriver):
@@ -134,6 +158,7 @@ class SiteMember:
         log: logging.LoggerAdapter[logging.Logger],
         clock: Clock,
         step_down: Callable[[str], None],
+        serving: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
         self.me = me
@@ -142,6 +167,7 @@ class SiteMember:
         self.log = log
         self.clock = clock
         self.step_down = step_down  # closes every client and site link, with a reason
+        self.on_serving = serving  # this broker serves from now on: it may dial other sites at once
         self.links: dict[str, Link] = {}  # member -> its link
         self.assembling: dict[Link, bytearray] = {}  # the pieces read so far of a large message
         self.binding = _Binding(live)
@@ -157,14 +183,16 @@ class SiteMember:
         # a snapshot sent while the member's link was down is sent again soon, not 5 s later
         resend = max(1.0, 4 * config.election_timeout)
         node_config = Config(me, members, config.election_timeout, config.heartbeat, config.batch, resend)
+        turns = _Turns(me, members)
         self.node = Node(
             node_config,
             clock.monotonic(),
-            random.random,
+            turns,
             recovered.state,
             recovered.entries,
             snapshot=recovered.snapshot,
         )
+        turns.leader = lambda: self.node.leader
         self.serving = False
         self.offload = Offload(clock=clock)
         self._wake = asyncio.Event()
@@ -184,9 +212,11 @@ class SiteMember:
             return Hello("broker", self.me, site=self.config.name)
         if self.serving:
             return None
-        leader = self.node.leader
-        where = f"{leader} leads it" if leader and leader != self.me else "it is electing a leader"
-        return f"{ELSEWHERE}{self.me} does not serve site {self.config.name} now: {where}"
+        leader = self.node.leader  # named only while linked: one that died is still named until
+        # its followers' election timers fire, and a peer sent there would find no one
+        if leader != self.me and leader not in self.links:
+            leader = None
+        return elsewhere(self.me, self.config.name, leader)
 
     def status(self) -> dict[str, Any]:
         node = self.node
@@ -214,7 +244,7 @@ class SiteMember:
         if type(message) is LinkUp:
             link = self.binding.live.get(hop)
             if link is not None:
-                self.binding.pending[(hop, message.name)] = link
+                self.binding.pending.setdefault((hop, message.name), deque()).append(link)
         self._propose(Input(self.me, hop, self.clock.time(), message))
 
     def _propose(self, item: Input) -> None:
@@ -291,7 +321,10 @@ class SiteMember:
         and for the member links: pinged while quiet, closed when silent for ``dead_after`` (a
         member whose host vanished would otherwise hold its link, and its place, for ever)."""
         while True:
-            await asyncio.sleep(self.config.heartbeat / 2)
+            step = self.config.heartbeat / 2
+            if not self.node.leads:  # an election is due when it is, not up to a step later
+                step = min(step, max(0.001, self.node.election_due - self.clock.monotonic()))
+            await asyncio.sleep(step)
             now = self.clock.monotonic()
             self.node.tick(now)
             self._changed()
@@ -392,7 +425,7 @@ class SiteMember:
         self.driver.applied()
         kind = type(item.message)
         if item.member == self.me and kind is LinkUp:
-            link = self.binding.pending.pop((item.hop, item.message.name), None)  # type: ignore[union-attr]
+            link = self._proposed(item.hop, item.message.name)  # type: ignore[union-attr]
             if link is not None and self.state.attached.get(item.hop) == self.me:
                 self.binding.bound[item.hop] = link
         elif kind is LinkDown or kind is MemberDown or kind is LinkUp:
@@ -402,11 +435,24 @@ class SiteMember:
         if output and self.binding.bound:
             self.driver.send(self.state.mine(output, self.me), self.binding.bound)
 
+    def _proposed(self, hop: str, channel: str) -> Link | None:
+        """The link whose LinkUp (for ``hop`` on ``channel``) is the one applied now: our LinkUps
+        are applied in the order we proposed them, each for its own link (a link that came and
+        went before its LinkUp was applied must not take the place of the next one)."""
+        links = self.binding.pending.get((hop, channel))
+        if not links:
+            return None
+        link = links.popleft()
+        if not links:
+            del self.binding.pending[(hop, channel)]
+        return link
+
     def _serve(self) -> None:
         """The no-op of our term is applied: we hold all the site committed. The hops attached to
         any member are gone (ours too: this process has no link yet); then we take links."""
         for member in sorted(set(self.state.attached.values())):
             self._propose(Input(self.me, "", self.clock.time(), MemberDown(member)))
         self.serving = True
+        self.on_serving()
         self.counters["site.led"] += 1
         self.log.warning("site %s: %s leads (term %d)", self.config.name, self.me, self.node.term)

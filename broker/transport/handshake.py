@@ -10,6 +10,7 @@ failure is explained here once, in words a user can act on (``tls_failure``, ``u
 
 from __future__ import annotations
 
+import re
 import ssl
 from collections.abc import Sequence
 
@@ -25,6 +26,7 @@ __all__ = [
     "Misconfigured",
     "ServedElsewhere",
     "answer",
+    "elsewhere",
     "impostor",
     "not_the_broker",
     "opening",
@@ -38,6 +40,8 @@ X509_V_ERR_CERT_REVOKED = 23  # OpenSSL's verify code for a certificate a CRL re
 # How a refusal begins that sends the peer on to another broker of the same site: routine while a
 # site's leader changes, not a misconfiguration (``broker.sites.member``)
 ELSEWHERE = "served elsewhere: "
+LEADS = " leads it"  # what follows the name of the broker such a refusal names as leading the site
+_NAMED = re.compile(r": (\S+)" + LEADS)
 
 Received = Sequence[WireMessage | BadMessage]
 
@@ -50,7 +54,29 @@ class Misconfigured(ConnectError):
 
 class ServedElsewhere(ConnectError):
     """A broker of a replicated site that does not serve it now sent us on (``ELSEWHERE``): its
-    site's leader, or the next one elected, takes us."""
+    site's leader, or the next one elected, takes us. ``leader``: the broker the refusal names as
+    leading the site (the refusing broker itself while it takes over), "" while none is known."""
+
+    def __init__(self, message: str, leader: str = "") -> None:
+        super().__init__(message)
+        self.leader = leader
+
+
+def elsewhere(me: str, site: str, leader: str | None) -> str:
+    """Why broker ``me`` of ``site``, which does not serve it now, refuses a hello: it names
+    ``leader`` (``me`` itself: elected, it serves once the site's log is applied), if known, so
+    that the peer dials that broker next (``ServedElsewhere.leader``)."""
+    if not leader:
+        return f"{ELSEWHERE}{me} does not serve site {site} now: it is electing a leader"
+    if leader == me:
+        return f"{ELSEWHERE}{me} does not serve site {site} yet: {me}{LEADS}, and serves once caught up"
+    return f"{ELSEWHERE}{me} does not serve site {site} now: {leader}{LEADS}"
+
+
+def _leader_named(reason: str) -> str:
+    """The broker a refusal (``elsewhere``) names as its site's leader, or ""."""
+    named = _NAMED.search(reason)
+    return named.group(1) if named else ""
 
 
 def opening(received: Received) -> tuple[Hello, list[WireMessage | BadMessage]]:
@@ -68,8 +94,10 @@ def answer(target: BrokerURI, received: Received) -> tuple[Hello, list[WireMessa
     if isinstance(first, BadMessage):
         raise first
     if isinstance(first, Refuse):
-        failure = ServedElsewhere if first.reason.startswith(ELSEWHERE) else Misconfigured
-        raise failure(f"{target} refused the connection: {first.reason}")
+        said = f"{target} refused the connection: {first.reason}"
+        if first.reason.startswith(ELSEWHERE):
+            raise ServedElsewhere(said, _leader_named(first.reason))
+        raise Misconfigured(said)
     if not isinstance(first, Hello) or first.kind != "broker" or first.id != target.id:
         said = f"{first.kind} {first.id!r}" if isinstance(first, Hello) else repr(first)
         raise Misconfigured(f"{target} answered as {said}, not broker {target.id!r}")

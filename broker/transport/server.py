@@ -18,6 +18,7 @@ and serves while it leads (``broker.sites.member``); its peers know it by the si
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import secrets
@@ -37,7 +38,7 @@ from broker.transport.backoff import Backoff
 from broker.transport.dialer import dial
 from broker.transport.driver import RouterDriver
 from broker.transport.gate import Gate
-from broker.transport.handshake import HANDSHAKE_TIMEOUT, Misconfigured
+from broker.transport.handshake import HANDSHAKE_TIMEOUT, Misconfigured, ServedElsewhere
 from broker.transport.link import Link, Reader, Writer
 from broker.transport.network import TCP, Listening, Network
 from broker.transport.peers import Peers
@@ -45,11 +46,15 @@ from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync, RouterLog
 from broker.transport.tls import Identity, Peer
 from broker.transport.uri import BrokerURI
 
-__all__ = ["REDIAL", "RouterService", "loopback"]
+__all__ = ["REDIAL", "SENT_ON_RETRY", "RouterService", "loopback"]
 
 # A neighbour restarted from its log is back in a second or two, and what it holds waits for the
 # link: redialled at most a quarter second apart (a refused connect costs nothing worth saving).
 REDIAL = Backoff(first=0.1, cap=0.25, attempts=None)
+# A broker of a site that sends us on (its site elects) is dialled again this soon, for
+# SENT_ON_ROUNDS refusals in a row; then on the REDIAL schedule (a site without a leader for long)
+SENT_ON_RETRY = 0.05
+SENT_ON_ROUNDS = 40
 
 
 def loopback(host: str) -> bool:
@@ -153,6 +158,7 @@ class RouterService:
                 self.log,
                 clock,
                 self._step_down,
+                self._serving,
             )
         self.peers = Peers(self.links, self.driver, heartbeat, dead_after, self.counters, self.log, clock)
         self.gate = Gate(
@@ -161,6 +167,7 @@ class RouterService:
         self._server: Listening | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[asyncio.Task[Any]] = set()  # accepted-connection handlers
+        self._wakes: dict[str, asyncio.Event] = {}  # broker dialled -> wakes its loop (_keep_linked)
 
     @property
     def router(self) -> Router:
@@ -286,6 +293,16 @@ class RouterService:
             return f"{hello.kind} id {hop!r} is already connected"
         return self.driver.hello(hop)
 
+    def _wake(self, which: Callable[[BrokerURI], bool]) -> None:
+        """Neighbours ``which`` are dialled at once if not linked (see ``_keep_linked``)."""
+        for neighbor in self.neighbors:
+            if which(neighbor) and (wake := self._wakes.get(neighbor.id)) is not None:
+                wake.set()
+
+    def _serving(self) -> None:
+        """This broker serves its site from now on: it links to its neighbours at once."""
+        self._wake(lambda neighbor: True)
+
     def _step_down(self, reason: str) -> None:
         """This broker no longer serves its site: its clients and site links move to the leader."""
         for link in list(self.links.values()):
@@ -304,7 +321,10 @@ class RouterService:
 
         async def serve(link: Link, sent: Hello, who: Peer | None) -> None:
             answered = link.peer or sent
-            await self.peers.serve(link, self._hop(answered), answered, sent, who)
+            try:
+                await self.peers.serve(link, self._hop(answered), answered, sent, who)
+            finally:  # the other brokers of its site: one of them serves it now, or soon
+                self._wake(lambda n: n.id != neighbor.id and self.hops.get(n.id) == hop())
 
         await self._keep_linked(neighbor, linked, lambda: self.driver.hello(hop()), serve)
 
@@ -328,9 +348,14 @@ class RouterService:
     ) -> None:
         """Dial ``target`` while not ``linked()`` (it may have dialled us) with ``hello()``, and
         ``serve`` the link it answers; again after each failure or loss on the ``REDIAL``
-        schedule."""
-        failures = 0
+        schedule. A broker of a replicated site that sends us on (``ServedElsewhere``) is no
+        failure while its site elects: it is dialled again ``SENT_ON_RETRY`` later, and the
+        broker it names as the leader at once (its loop is woken)."""
+        failures = sent_on = 0
+        wake = self._wakes.setdefault(target.id, asyncio.Event())
         while True:
+            delay = None
+            wake.clear()  # a wake from now on is news: another broker named this one the leader
             if not linked():
                 try:
                     sent = hello()
@@ -338,7 +363,15 @@ class RouterService:
                     link, leftovers, who = await dial(
                         target, sent, HANDSHAKE_TIMEOUT, context, self.queue_limit, self.clock, self.network
                     )
+                except ServedElsewhere as error:  # its site elects: the leader soon serves
+                    self.log.debug("cannot link to %s: %s", target, error)
+                    sent_on += 1
+                    if sent_on < SENT_ON_ROUNDS:  # after that, a site without a leader for long
+                        delay = SENT_ON_RETRY
+                    if (leader := error.leader) != target.id:  # the leader it named: at once
+                        self._wake(lambda neighbor: neighbor.id == leader)
                 except ConnectError as error:  # a broker that is down is routine; a misfit is not
+                    sent_on = 0
                     now = self.clock.monotonic()
                     if (
                         isinstance(error, Misconfigured)
@@ -348,7 +381,7 @@ class RouterService:
                     else:
                         self.log.debug("cannot link to %s: %s", target, error)
                 else:
-                    failures = 0
+                    failures = sent_on = 0
                     link.pending = leftovers
                     if who is not None:
                         self.gate.verify(link, who)
@@ -356,5 +389,9 @@ class RouterService:
                         await serve(link, sent, who)
                     finally:
                         self.gate.verified.pop(link, None)
-            failures += 1
-            await asyncio.sleep(REDIAL.delay(failures))
+            if delay is None:
+                failures += 1
+                delay = REDIAL.delay(failures)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await wake.wait()

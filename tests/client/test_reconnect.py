@@ -20,6 +20,7 @@ from broker.client import (
 from broker.client.reconnect import dial, dial_any
 from broker.language import Publication
 from broker.messages import Ack
+from broker.transport.handshake import ServedElsewhere
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 from tests.transport.harness import ScriptedBroker, free_port, run, until, uri
@@ -109,6 +110,46 @@ def test_a_reconnection_stays_with_the_broker_it_lost_before_failing_over(
     with pytest.raises(ConnectError):
         run(dial_any(targets, "c", 1.0, backoff, 1, lambda: 0.5, sleep))  # a first connection
     assert tried == ["D1", "D2", "D0", "D1", "D2", "D0", "D1"]
+
+
+def test_a_broker_of_a_site_that_names_its_leader_sends_the_client_there_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A follower names the leader: dialled next without a wait. The leader, elected but not
+    serving yet, names itself: dialled again after ``SENT_ON_RETRY``. A name right after a jump
+    is followed after the wait too (two stale names must not make a loop without one)."""
+    targets = [BrokerURI("127.0.0.1", 1000 + i, f"D{i}") for i in range(3)]
+    answers = {
+        0: ["D2"],  # D0 follows D2
+        1: ["D2", "D0"],
+        2: ["D2", "D1", ""],  # elected: serves once caught up; then a stale name; then serves
+    }
+    tried: list[tuple[str, float]] = []
+    waits: list[float] = []
+
+    async def dial(target: BrokerURI, *args: object) -> tuple[str, list[object]]:
+        index = targets.index(target)
+        tried.append((target.id, waits[-1]))
+        if answers[index]:
+            leader = answers[index].pop(0)
+            if leader:
+                raise ServedElsewhere(f"{target.id} sends us on", leader)
+        return "link", []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(reconnect, "dial", dial)
+    index, link, _ = run(dial_any(targets, "c", 1.0, FAST, 0, lambda: 0.5, sleep))
+    retry = reconnect.SENT_ON_RETRY
+    assert tried == [
+        ("D0", 0.0),  # names D2
+        ("D2", 0.0),  # at once; names itself
+        ("D2", retry),  # names D1 (stale)
+        ("D1", 0.0),  # at once; names D2: after a jump, so a wait
+        ("D2", retry),  # serves
+    ]
+    assert (index, link) == (2, "link")
 
 
 def test_broker_lists_parse_from_text_and_sequences() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import struct
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,12 +19,23 @@ from broker.client import Client
 from broker.client.reconnect import BrokerList
 from broker.consensus import Entry
 from broker.errors import LocalError
-from broker.language import Publication
-from broker.messages import Append, Hello, InstallSnapshot, Piece, Publish, Refuse
+from broker.language import Publication, parse_filter
+from broker.messages import (
+    Append,
+    Hello,
+    InstallSnapshot,
+    LinkDown,
+    LinkUp,
+    Piece,
+    Publish,
+    Refuse,
+    Subscribe,
+)
 from broker.sites import member
 from broker.sites.member import SiteConfig
-from broker.transport import codec
+from broker.transport import codec, server
 from broker.transport.codec import FrameDecoder, decode, encode
+from broker.transport.handshake import ServedElsewhere
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 from tests.transport.harness import run, until, uri
@@ -295,3 +307,103 @@ def test_hostile_frames_on_a_member_link_are_refused_and_the_site_serves_on(
             await subscriber.close()
 
     run(scenario(), timeout=60)
+
+
+def test_a_broker_named_the_leader_by_another_of_its_site_is_dialled_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A neighbour site's followers send us on naming their leader: our loop for that broker is
+    woken and dials it at once, though a refusal otherwise waits ``SENT_ON_RETRY`` (here long)."""
+    monkeypatch.setattr(server, "SENT_ON_RETRY", 30.0)
+    others = [uri(f"s{m}") for m in "abc"]
+    tried: list[str] = []
+
+    async def dial(target: BrokerURI, *args: object) -> object:
+        tried.append(target.id)
+        if target.id != "sc":  # sc (elected, not serving yet) answers first, naming itself
+            await asyncio.sleep(0.1)
+        raise ServedElsewhere(f"{target.id} sends us on", "sc")
+
+    monkeypatch.setattr(server, "dial", dial)
+
+    async def scenario() -> None:
+        service = RouterService(uri("b"), others, neighbor_sites={o.id: "S" for o in others})
+        await service.start()
+        try:
+            await until(lambda: tried.count("sc") >= 2, what="the leader dialled again at once")
+            await asyncio.sleep(0.2)
+            assert tried.count("sa") == tried.count("sb") == 1  # they wait SENT_ON_RETRY
+        finally:
+            await service.stop()
+
+    run(scenario())
+
+
+def test_a_hop_that_links_again_before_its_first_link_is_applied_is_bound_to_the_new_link(
+    tmp_path: Path,
+) -> None:
+    """Its LinkUp, LinkDown and LinkUp again are proposed before the first is applied: each
+    LinkUp binds its own link, so the output goes to the second link, not to none (the first
+    LinkUp took the second link and the LinkDown unbound it: the hop got nothing until it
+    linked again)."""
+    config = SiteConfig("S", (uri("b1"),))
+    service = RouterService(config.members[0], site=config, data=tmp_path)
+    site = service.site
+    assert site is not None
+    site.node.tick(time.monotonic() + 60)  # a site of one elects itself
+
+    class Sink:
+        closed = None
+
+        def __init__(self) -> None:
+            self.sent: list[object] = []
+
+        def send(self, message: object) -> None:
+            self.sent.append(message)
+
+    def settle() -> None:
+        node = site.node
+        while node.has_ready():
+            ready = node.ready()
+            site.disk.write(ready.hard_state, ready.entries, ready.snapshot)
+            for entry in ready.committed:
+                site._apply(entry)
+            node.advance(time.monotonic())
+
+    settle()
+    assert site.serving
+    first, second = Sink(), Sink()
+    service.links["c"] = first  # type: ignore[assignment]
+    site.propose(LinkUp(False), "c")
+    del service.links["c"]
+    site.propose(LinkDown(), "c")
+    service.links["c"] = second  # type: ignore[assignment]
+    site.propose(LinkUp(False), "c")
+    settle()
+    assert site.binding.bound == {"c": second}
+    site.propose(Subscribe("s1", parse_filter("[class,eq,t]")), "c")  # answered: SubAck
+    settle()
+    assert second.sent and not first.sent
+    site.close()
+
+
+def test_the_follower_right_after_the_dead_leader_stands_first_and_alone() -> None:
+    """Election timers by turn after the leader last heard (``member._Turns``): the next broker
+    by name draws first, the one after it at least a fifth of the timeout later, so two
+    followers never split the vote; with no leader known, by the place of their names."""
+    members = ("b3", "b1", "b2")
+    turns = {me: member._Turns(me, members) for me in members}
+
+    def draws(me: str, leader: str | None) -> list[float]:
+        turns[me].leader = lambda: leader
+        return [turns[me]() for _ in range(200)]
+
+    for leader, first, second in [
+        ("b1", "b2", "b3"),
+        ("b2", "b3", "b1"),
+        ("b3", "b1", "b2"),
+        (None, "b1", "b2"),
+    ]:
+        soonest, then = draws(first, leader), draws(second, leader)
+        assert min(soonest) > 0 and max(soonest) < 1 / 6
+        assert min(then) - max(soonest) >= 1 / 5 - 1e-9 and max(then) < 1

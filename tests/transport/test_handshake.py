@@ -8,7 +8,9 @@ from broker.errors import BadMessage, LinkClosed, ProtocolError
 from broker.messages import Hello, Ping, Refuse, Unsubscribe
 from broker.transport.handshake import (
     Misconfigured,
+    ServedElsewhere,
     answer,
+    elsewhere,
     impostor,
     not_the_broker,
     opening,
@@ -55,6 +57,19 @@ def test_the_dialler_takes_the_answer_and_what_came_behind_it() -> None:
     assert answer(B1, [hello, PIPELINED]) == (hello, [PIPELINED])
     with pytest.raises(BadMessage):
         answer(B1, [BadMessage("garbage")])
+
+
+@pytest.mark.parametrize(
+    ("leader", "named"),
+    [("B2", "B2"), ("B1", "B1"), (None, ""), ("", "")],  # another, itself (elected), none known
+)
+def test_a_broker_of_a_site_that_sends_us_on_names_its_leader(leader: str | None, named: str) -> None:
+    """So that the dialler goes to the leader next, at once (``dial_any``, ``_keep_linked``)."""
+    reason = elsewhere("B1", "S", leader)
+    with pytest.raises(ServedElsewhere, match="B1 does not serve site S") as refused:
+        answer(B1, [Refuse("", reason)])
+    assert refused.value.leader == named
+    assert isinstance(refused.value, ServedElsewhere) and not isinstance(refused.value, Misconfigured)
 
 
 @pytest.mark.parametrize(
