@@ -153,13 +153,16 @@ class Topology:
         """The ``wfm broker`` options, besides its address and the brokers it dials, that place
         ``broker`` as the file says, for processes started with ``--uri`` (``wfm up``, ``wfm
         puppet``): the routing and the ordering (and under TOTAL the parent), its replicated site
-        (``--site``, ``--member``) and the sites of the brokers it dials (``--neighbor-site``)."""
+        (``--site``, ``--member``) and the sites of the replicated brokers it dials or that dial
+        it (``--neighbor-site``: a broker takes a site's name only from those it was told of)."""
         options = [("--routing", self.routing_policy), ("--ordering", self.ordering)]
         if self.ordering == "TOTAL" and self.parent_of(broker):
             options.append(("--parent", self.parent_of(broker)))
+        own = self.process(broker).site
+        dialling = [self.uri(p.name) for s in self.sites if s.parent == own for p in self.brokers_on(s.name)]
         options += [
             ("--neighbor-site", f"{uri.id}={self.process(uri.id).site}")
-            for uri in self.neighbours(broker)
+            for uri in [*self.neighbours(broker), *dialling]
             if self.site_of(uri.id) is not None
         ]
         site = self.site_of(broker)

@@ -139,6 +139,8 @@ class RouterService:
         # names the channel of the site's (a guess would be a new channel, and the site would
         # drop what it holds for us); also learnt from hellos
         self.hops: dict[str, str] = dict(neighbor_sites or {})
+        # the brokers this one was told are of a replicated site: only they may say so in a hello
+        self.sites_of: Mapping[str, str] = dict(neighbor_sites or {})
         self.site: SiteMember | None = None
         if site is None:
             # opened: one broker per directory
@@ -288,10 +290,27 @@ class RouterService:
         """Our hello to a peer that said ``hello``, or why it may not connect."""
         if self.site is not None and (ours := self.site.answer(hello)) is not None:
             return ours
+        if (claim := self._claim_refused(hello)) is not None:
+            self.counters["site_claim_refused"] += 1
+            return claim
         hop = hello.site or hello.id
         if hello.id == self.uri.id or hop == self.router.id or hop in self.links:
             return f"{hello.kind} id {hop!r} is already connected"
         return self.driver.hello(hop)
+
+    def _claim_refused(self, hello: Hello) -> str | None:
+        """Why a broker may not be taken for one of the site its hello names, if it may not: a
+        site's name is its channel and its tables here, so a claim this broker was not told of
+        (``neighbor_sites``) could take over another site's. With TLS the hello's id is its
+        certificate's, the site never is."""
+        if not hello.site or hello.site == self.sites_of.get(hello.id):
+            return None
+        known = self.sites_of.get(hello.id)
+        said = f"of site {known!r}" if known else "of no replicated site"
+        return (
+            f"broker {hello.id} says it is of site {hello.site!r}, but this broker knows it as {said}"
+            f" (give --neighbor-site {hello.id}={hello.site} if it is)"
+        )
 
     def _wake(self, which: Callable[[BrokerURI], bool]) -> None:
         """Neighbours ``which`` are dialled at once if not linked (see ``_keep_linked``)."""
@@ -321,6 +340,11 @@ class RouterService:
 
         async def serve(link: Link, sent: Hello, who: Peer | None) -> None:
             answered = link.peer or sent
+            if (claim := self._claim_refused(answered)) is not None:
+                self.counters["site_claim_refused"] += 1
+                self.log.warning("%s: %s", neighbor, claim)
+                await link.flush_and_close(claim)
+                return
             try:
                 await self.peers.serve(link, self._hop(answered), answered, sent, who)
             finally:  # the other brokers of its site: one of them serves it now, or soon

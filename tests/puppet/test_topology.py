@@ -152,3 +152,16 @@ def test_toml_errors(text: str, message: str) -> None:
     with pytest.raises(TopologyError) as caught:
         parse_toml_topology(text, "n.toml")
     assert message in str(caught.value)
+
+
+def test_each_broker_is_told_the_sites_of_the_replicated_brokers_it_links_to_both_ways() -> None:
+    """A broker takes a site's name in a hello only from a broker it was told is of that site:
+    the root's brokers are told of the brokers below that dial them, not only those they dial."""
+    topology = load_topology(Path(__file__).parents[2] / "workflows" / "sites.txt")
+
+    def told(broker: str) -> list[str]:
+        options = topology.broker_options(broker)
+        return sorted(v for k, v in zip(options[::2], options[1::2], strict=True) if k == "--neighbor-site")
+
+    assert told("s0a") == [f"s{i}{b}=site{i}" for i in (1, 2) for b in "abc"]
+    assert told("s1a") == ["s0a=site0", "s0b=site0", "s0c=site0"]

@@ -153,8 +153,10 @@ def two_sites(tmp_path: Path) -> tuple[list[RouterService], list[RouterService]]
     root = SiteConfig("R", tuple(uri(f"r{i}") for i in (1, 2, 3)), election_timeout=0.3, heartbeat=0.05)
     child = SiteConfig("C", tuple(uri(f"c{i}") for i in (1, 2, 3)), election_timeout=0.3, heartbeat=0.05)
 
-    def started(config: SiteConfig, dials: tuple[BrokerURI, ...]) -> list[RouterService]:
-        sites = {d.id: "R" for d in dials}
+    def started(
+        config: SiteConfig, dials: tuple[BrokerURI, ...], below: tuple[BrokerURI, ...] = ()
+    ) -> list[RouterService]:
+        sites = {d.id: "R" for d in dials} | {b.id: "C" for b in below}  # the sites linked to it
         return [
             RouterService(
                 m, dials, site=config, neighbor_sites=sites, data=tmp_path / m.id, session_grace=30.0, **FAST
@@ -162,7 +164,7 @@ def two_sites(tmp_path: Path) -> tuple[list[RouterService], list[RouterService]]
             for m in config.members
         ]
 
-    return started(root, ()), started(child, root.members)
+    return started(root, (), below=child.members), started(child, root.members)
 
 
 def test_a_publication_crosses_from_one_site_to_another_and_survives_both_leaders(tmp_path: Path) -> None:
@@ -407,3 +409,30 @@ def test_the_follower_right_after_the_dead_leader_stands_first_and_alone() -> No
         soonest, then = draws(first, leader), draws(second, leader)
         assert min(soonest) > 0 and max(soonest) < 1 / 6
         assert min(then) - max(soonest) >= 1 / 5 - 1e-9 and max(then) < 1
+
+
+def test_a_broker_that_claims_a_site_it_was_not_told_of_is_refused() -> None:
+    """A site's name is its channel and its tables at a neighbour: a hello naming a site is taken
+    only from a broker the neighbour was told is of that site (``--neighbor-site``)."""
+
+    async def scenario() -> None:
+        told = RouterService(uri("B1"), neighbor_sites={"r1": "R"})
+        await told.start()
+        try:
+            for speaker, claim, known in (("evil", "R", "of no replicated site"), ("r1", "C", "of site 'R'")):
+                reader, writer = await asyncio.open_connection(told.uri.host, told.uri.port)
+                writer.write(encode(Hello("broker", speaker, site=claim)))
+                await writer.drain()
+                [refused] = FrameDecoder().feed(await asyncio.wait_for(reader.read(1 << 16), 10))
+                reason = decode(refused).reason  # type: ignore[union-attr]
+                assert reason.startswith(
+                    f"broker {speaker} says it is of site {claim!r}, but this broker knows it as {known}"
+                )
+                writer.close()
+                await writer.wait_closed()
+            assert told.status()["counters"]["link.site_claim_refused"] == 2
+            assert told.router.tables.neighbors == set()
+        finally:
+            await told.stop()
+
+    run(scenario())
