@@ -69,7 +69,10 @@ class Tree:
         }
         for name, config in configs.items():
             dials = () if name == "site0" else configs["site0"].members
-            sites = {d.id: "site0" for d in dials} if replicated else {}
+            # the sites of the brokers it links to, both ways: only they may say so in a hello
+            below = [(m.id, child) for child in ("site1", "site2") for m in configs[child].members]
+            linked = [(d.id, "site0") for d in dials] + (below if name == "site0" else [])
+            sites = dict(linked) if replicated else {}
             self.services[name] = [
                 RouterService(
                     m,
@@ -148,7 +151,9 @@ async def crash(service: RouterService) -> None:
         service.site.close()
 
 
-async def clients(tree: Tree) -> tuple[Client, Client, list[float], asyncio.Task[None]]:
+async def clients(
+    tree: Tree, arrived: dict[int, float] | None = None
+) -> tuple[Client, Client, list[float], asyncio.Task[None]]:
     subscriber = await Client.connect(tree.brokers("site2"), "sub", **FAST)  # type: ignore[arg-type]
     publisher = await Client.connect(tree.brokers("site1"), "pub", **FAST)  # type: ignore[arg-type]
     stream = await subscriber.subscribe("[class,eq,'t']")
@@ -156,8 +161,10 @@ async def clients(tree: Tree) -> tuple[Client, Client, list[float], asyncio.Task
     arrivals: list[float] = []
 
     async def read() -> None:
-        async for _ in stream:
+        async for delivery in stream:
             arrivals.append(time.monotonic())
+            if arrived is not None:
+                arrived[int(delivery.publication["n"])] = arrivals[-1]
 
     reading = asyncio.get_running_loop().create_task(read())
     deadline = time.monotonic() + 10
@@ -192,6 +199,34 @@ async def throughput(replicated: bool, count: int, ordering: str = "FIFO") -> tu
             await publisher.close()
             await subscriber.close()
             return count / elapsed, copies
+        finally:
+            await tree.stop()
+
+
+async def latency(
+    replicated: bool, ordering: str, rate: float = 200.0, count: int = 1000
+) -> tuple[float, float]:
+    """The p50 and p99 latency (seconds) from publishing to delivery across the tree, ``rate``
+    publications a second."""
+    with tempfile.TemporaryDirectory() as home:
+        tree = await linked_tree(Path(home), replicated, ordering)
+        try:
+            arrived: dict[int, float] = {}
+            publisher, subscriber, _, reading = await clients(tree, arrived)
+            sent: dict[int, float] = {}
+            started = time.monotonic()
+            for n in range(1, count + 1):
+                await asyncio.sleep(max(0.0, started + n / rate - time.monotonic()))
+                sent[n] = time.monotonic()
+                publisher.publish_nowait(f"[class,'t'],[n,{n}]")
+            deadline = time.monotonic() + 30
+            while len(arrived) < count and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            reading.cancel()
+            await publisher.close()
+            await subscriber.close()
+            waits = [arrived[n] - sent[n] for n in sent if n in arrived]
+            return statistics.median(waits), percentile(waits, 99)
         finally:
             await tree.stop()
 
@@ -321,10 +356,13 @@ def main() -> None:
     )
     parser.add_argument("--backlog", type=int, default=100_000, help="entries a stopped member misses")
     parser.add_argument(
-        "--only", choices=("throughput", "gap", "backlog"), action="append", help="these figures only"
+        "--only",
+        choices=("throughput", "latency", "gap", "backlog"),
+        action="append",
+        help="these figures only",
     )
     args = parser.parse_args()
-    parts = set(args.only or ("throughput", "gap", "backlog"))
+    parts = set(args.only or ("throughput", "latency", "gap", "backlog"))
     logging.basicConfig(level=logging.ERROR)
     cores = os.cpu_count()
     if "throughput" in parts:
@@ -353,6 +391,38 @@ def main() -> None:
         print("RESULT", json.dumps(ordered))
         copied = {"benchmark": "sites-copies-per-link", "copies": round(copies, 3), "baseline": 1}
         print("RESULT", json.dumps(copied))
+        unordered, _ = asyncio.run(throughput(True, args.count, "NO"))
+        print(
+            "RESULT",
+            json.dumps(
+                {
+                    "benchmark": "sites-orderings",
+                    "no_per_s": round(unordered),
+                    "fifo_vs_no": round(replicated / unordered, 2),
+                    "total_vs_no": round(total / unordered, 2),
+                    "cores": cores,
+                }
+            ),
+        )
+    if "latency" in parts:
+        waits = {mode: asyncio.run(latency(True, mode)) for mode in ("NO", "FIFO", "TOTAL")}
+        single = asyncio.run(latency(False, "FIFO"))
+        print(
+            "RESULT",
+            json.dumps(
+                {
+                    "benchmark": "sites-latency",
+                    "rate_per_s": 200,
+                    **{
+                        f"{mode.lower()}_p50_p99_ms": [round(w * 1000, 1) for w in ws]
+                        for mode, ws in waits.items()
+                    },
+                    "baseline_unreplicated_p50_p99_ms": [round(w * 1000, 1) for w in single],
+                    "ratio_p99_fifo": round(waits["FIFO"][1] / single[1], 2),
+                    "cores": cores,
+                }
+            ),
+        )
     if "gap" in parts:
         gaps = sorted(asyncio.run(gap(args.election_timeout)) for _ in range(args.kills))
         print(
