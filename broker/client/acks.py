@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from broker.client.streams import Delivery, Subscription
 from broker.language import Publication
+from broker.messages import publisher_of
 
 if TYPE_CHECKING:
     from broker.client.client import Client
@@ -47,13 +48,6 @@ class Receipt:
     mid: str
     kind: str
     by: str
-
-
-def publisher_of(publication_id: str) -> str:
-    """The client that published ``publication_id`` (``<broker>/<client>/<ref>``), as its edge
-    broker named it; "" for an id of another shape."""
-    parts = publication_id.split("/")
-    return parts[1] if len(parts) == 3 else ""
 
 
 class Acks:

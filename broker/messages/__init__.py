@@ -30,6 +30,7 @@ from broker.messages.ids import (
     PartId,
     PublicationId,
     client_session,
+    publisher_of,
 )
 from broker.messages.overlay import (
     CARRIED,
@@ -119,5 +120,6 @@ __all__ = [
     "WireMessage",
     "client_session",
     "publication_weight",
+    "publisher_of",
     "request_ref",
 ]

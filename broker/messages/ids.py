@@ -31,6 +31,7 @@ __all__ = [
     "PartId",
     "PublicationId",
     "client_session",
+    "publisher_of",
 ]
 
 # what a peer (a broker, a client, a site member) may call itself: in its hello, in a site's votes
@@ -109,6 +110,15 @@ class OverlayId:
         if not (broker and client and ref):
             raise ParseError("expected <broker>/<client>/<ref>", 1, text)
         return cls(broker, client, ClientRef.parse(ref).name)
+
+
+def publisher_of(publication_id: str) -> str:
+    """The client that published the publication of this id, as its edge broker named it ("" if
+    the id is not a broker's)."""
+    try:
+        return OverlayId.parse(publication_id).client
+    except ParseError:
+        return ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from typing import Any
 
 from broker.language.model import Filter, Predicate, Publication
 from broker.matching.oracle import matches
-from broker.messages import DEFAULT_TTL, Cancel, Deliver, Qos, Retained
+from broker.messages import DEFAULT_TTL, Cancel, Deliver, Qos, Retained, publisher_of
 from broker.routing.snapshots import Stateful
 from broker.routing.tables import Output, Tables
 
@@ -151,7 +151,7 @@ class Retention(Stateful):
         for pub_id, kept in list(self.kept.items()):
             if message.mid not in (pub_id, kept.qos.mid):
                 continue
-            if kept.qos.cancel == "any" or identity(pub_id.split("/")[1]) == message.by:
+            if kept.qos.cancel == "any" or identity(publisher_of(pub_id)) == message.by:
                 self.counters["retained.cancelled"] += 1
                 out += self._drop(pub_id)
             else:

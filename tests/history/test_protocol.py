@@ -8,6 +8,7 @@ import pytest
 
 from broker.client import Delivery
 from broker.language import Publication, parse_filter, parse_publication
+from broker.messages import publisher_of
 from broker.routing.relations import fits
 from tests.signing import DEPLOYER
 from wfm.history.asker import Answers, Seam, absolute, without_time
@@ -24,7 +25,7 @@ from wfm.history.protocol import (
     result_advertisement,
     result_publication,
 )
-from wfm.history.recorder import Recent, publisher_of
+from wfm.history.recorder import Recent
 
 AWKWARD = "[class,eq,X],[note,eq,\"it's\"],[ü,str-prefix,'a\"']"
 

@@ -3,22 +3,13 @@ landing log's disk; :class:`wfm.history.historian.RecorderService` feeds it from
 
 from __future__ import annotations
 
-from broker.errors import ParseError
 from broker.language import Publication
-from broker.messages import OverlayId
+from broker.messages import publisher_of
 from wfm.history.landing import Landing
 
-__all__ = ["SEEN_LIMIT", "Recent", "Recorder", "publisher_of"]
+__all__ = ["SEEN_LIMIT", "Recent", "Recorder"]
 
 SEEN_LIMIT = 100_000  # ids remembered per process; older repeats are removed on read by id
-
-
-def publisher_of(publication_id: str) -> str:
-    """The client that published the publication of this id ("" if the id is not a broker's)."""
-    try:
-        return OverlayId.parse(publication_id).client
-    except ParseError:
-        return ""
 
 
 class Recent:
