@@ -65,7 +65,8 @@ class Stream:
             if item is None:
                 self._queue.put(None)  # the end marker stays for every later reader
                 raise LinkClosed("connection closed")
-            if not item.qos.expired(client.clock.time()):
+            # the clock is read only for a delivery that can expire
+            if item.qos.expires is None or not item.qos.expired(client.clock.time()):
                 self._handling = item
                 return item
             client.counters["expired"] += 1

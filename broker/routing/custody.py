@@ -61,6 +61,7 @@ DATA = (Publish, Deliver, Notify, Retained)  # what a full channel may drop: the
 
 MAX_HELD = 100_000  # messages held for one peer
 MAX_HELD_BYTES = 64 << 20  # roughly, their publications' size, for one peer
+REINDEX_AT = 1024  # entries of expiring messages kept before the first look for those taken
 
 
 @dataclass(slots=True)
@@ -109,14 +110,15 @@ class Custody(Stateful):
         self.full_log = LogThrottle(burst=1)  # what a full channel could not hold, by peer
         # (expires, hop, channel name, seq) of each held message that expires: the soonest first
         self.expiring: list[tuple[float, str, str, int]] = []
+        self._reindex_at = REINDEX_AT  # entries in ``expiring`` past which it is made afresh
 
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
         self._index_expiring()
 
     def _index_expiring(self) -> None:
-        """``expiring`` made afresh from what is held: at a restore, and when the entries of
-        messages taken meanwhile outnumber the rest (a peer's Took does not look for them)."""
+        """``expiring`` made afresh from what is held: at a restore, and when it has doubled since
+        (a peer's Took does not look for the entries of what it took, so they stay until then)."""
         self.expiring = [
             (message.qos.expires, hop, channel.name, seq)  # type: ignore[union-attr]
             for hop, channel in self.channels.items()
@@ -124,6 +126,7 @@ class Custody(Stateful):
             if type(message) in (Publish, Deliver, Retained) and message.qos.expires is not None  # type: ignore[union-attr]
         ]
         heapq.heapify(self.expiring)
+        self._reindex_at = max(REINDEX_AT, 2 * len(self.expiring))
 
     def expire(self, now: float) -> None:
         """Take out of every channel what expired by ``now`` (see the module's docstring)."""
@@ -290,7 +293,7 @@ class Custody(Stateful):
                 channel.weight += cost
                 if isinstance(message, Publish | Deliver | Retained) and message.qos.expires is not None:
                     heapq.heappush(self.expiring, (message.qos.expires, hop, channel.name, seq))
-                    if len(self.expiring) > 1024 + 2 * sum(len(c.held) for c in self.channels.values()):
+                    if len(self.expiring) > self._reindex_at:
                         self._index_expiring()
                 if isinstance(message, Advertise):
                     channel.adverts.pop(message.id, None)  # in seq order: a re-sent one goes last

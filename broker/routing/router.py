@@ -229,12 +229,10 @@ class Router:
     def next_expiry(self) -> float | None:
         """When the soonest message held or retained here expires, or a lease runs out (epoch
         seconds), if any: the adapter ticks then, so it goes on time on a quiet broker too."""
-        times = [
-            heap[0][0]
-            for heap in (self.custody.expiring, self.retention.expiring, self.leases.expiring)
-            if heap
-        ]
-        return min(times) if times else None
+        heaps = (self.custody.expiring, self.retention.expiring, self.leases.expiring)
+        if not any(heaps):  # the common case, on every input the adapter feeds: nothing expires
+            return None
+        return min(heap[0][0] for heap in heaps if heap)
 
     def settle(self) -> bool:
         """Build some of the subscription index that adds left pending, as much as a publication

@@ -5,7 +5,8 @@ middle of a queue as at its head, counted, and across a restart from the router'
 from __future__ import annotations
 
 from broker.language import Publication, parse_filter
-from broker.messages import Advertise, Carry, Deliver, LinkDown, LinkUp, Publish, Qos, Refuse, Subscribe
+from broker.messages import Advertise, Carry, Deliver, LinkDown, LinkUp, Publish, Qos, Refuse, Subscribe, Took
+from broker.routing import custody
 from broker.routing.router import Router
 
 
@@ -67,3 +68,14 @@ def test_what_expires_while_held_for_an_away_subscriber_goes_at_once_wherever_it
     assert restored.counters["expired.held"] == 2
     back = restored.handle(LinkUp(False, resume=0), "sub", 511.0)
     assert [m.message.publication["n"] for _, m in back if isinstance(m, Carry)] == [1]  # type: ignore[union-attr]
+
+
+def test_the_expiries_of_what_was_taken_do_not_pile_up() -> None:
+    """A subscriber takes each delivery as it comes: the entries of their expiries are dropped
+    from time to time, so they stay within twice what is held, or the first thousand."""
+    router = wired()
+    for n in range(1, 5001):
+        published(router, n, now=10.0, ttl=3600.0)
+        router.handle(Took(n), "sub", 10.0)
+        assert len(router.custody.expiring) <= custody.REINDEX_AT + 1
+    assert router.custody.status()["held"] == 0 and router.next_expiry() is not None
