@@ -43,7 +43,7 @@ from typing import Any
 from broker.clock import Clock
 from broker.consensus import Config, ConsensusMessage, Entry, Node, NotLeader, SiteLog
 from broker.durable.offload import Offload
-from broker.errors import BadMessage, ProtocolError
+from broker.errors import BadMessage, FrameTooLarge, ProtocolError
 from broker.messages import (
     Append,
     AppendReply,
@@ -360,8 +360,11 @@ class SiteMember:
         if link is None:
             return
         try:
-            for part in in_pieces(message):  # a snapshot may outgrow a frame
-                link.send(part)
+            try:
+                link.send(message)
+            except FrameTooLarge:  # a snapshot may outgrow a frame: packed again, in pieces
+                for part in in_pieces(message):
+                    link.send(part)
         except (ProtocolError, ValueError) as error:  # one that cannot be encoded
             self.counters["site.unsendable"] += 1
             self.log.error(
