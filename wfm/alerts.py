@@ -8,12 +8,13 @@ every operator.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from broker.client import Client, Delivery, Subscription
 from workflow_messages.alerts import ALERT
 
-__all__ = ["ALERTS", "acknowledge", "alert_id", "record", "waiting"]
+__all__ = ["ALERTS", "acknowledge", "alert_id", "named", "record", "waiting"]
 
 ALERTS = f"[class,eq,{ALERT}]"
 
@@ -21,6 +22,11 @@ ALERTS = f"[class,eq,{ALERT}]"
 def alert_id(delivery: Delivery) -> str:
     """The id an operator names an alert by: its own (``W.J.G``), else its publication id."""
     return delivery.qos.mid or delivery.id
+
+
+def named(alerts: Iterable[Delivery], wanted: str) -> Delivery | None:
+    """The alert ``wanted`` names: by its id as listed, or by its publication id."""
+    return next((d for d in alerts if wanted in (alert_id(d), d.id)), None)
 
 
 def record(delivery: Delivery) -> dict[str, Any]:

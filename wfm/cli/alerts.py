@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from broker.client import Brokers, Client, Delivery
-from wfm.alerts import ALERTS, acknowledge, alert_id, record, waiting
+from wfm.alerts import ALERTS, acknowledge, named, record, waiting
 from wfm.cli.options import broker_option, output_option
 
 QUIET = 1.0  # seconds without a new alert after which the list is complete
@@ -65,11 +65,10 @@ def alerts(action: str | None, wanted: str | None, broker_uri: Brokers, wait: fl
 def _acknowledge(broker_uri: Brokers, wait: float, wanted: str) -> None:
     async def main() -> bool:
         async with await Client.connect(broker_uri) as client:
-            for delivery in await waiting(await client.subscribe(ALERTS), wait):
-                if wanted in (alert_id(delivery), delivery.id):
-                    await acknowledge(client, delivery)
-                    return True
-            return False
+            found = named(await waiting(await client.subscribe(ALERTS), wait), wanted)
+            if found is not None:
+                await acknowledge(client, found)
+            return found is not None
 
     if not asyncio.run(main()):
         raise click.ClickException(f"no alert {wanted} waits for an acknowledgement (wfm alerts lists them)")

@@ -14,7 +14,7 @@ from broker.client import Client, ConnectError, Delivery, Subscription
 from broker.client.acks import ACK_CLASS
 from broker.client.reconnect import BrokerList
 from broker.errors import LinkClosed, WfmError
-from wfm.alerts import ALERTS, acknowledge, alert_id, record
+from wfm.alerts import ALERTS, acknowledge, named, record
 
 __all__ = ["AlertBoard"]
 
@@ -62,7 +62,7 @@ class AlertBoard:
         client = self.client
         if client is None:
             raise ConnectError(self.error or "not subscribed to alerts")
-        found = next((d for d in self.alerts.values() if wanted in (alert_id(d), d.id)), None)
+        found = named(self.alerts.values(), wanted)
         if found is None:
             raise ValueError(f"no alert {wanted} waits for an acknowledgement")
         await acknowledge(client, found)
