@@ -384,14 +384,14 @@ class Client(Stream):
         acknowledged or refused, even if this wait ends first. ``qos``: its priority, time to
         live and the rest (``Qos``); one that asks for acks subscribes to them first (``receipt``
         waits for one). Returns the publication's overlay-wide id."""
-        message = Publish("-", _publication(publication), qos=_offered(qos))
+        parsed, qos = _publication(publication), _offered(qos)  # bad input fails before any wait
         if qos.ack != "none":
             await self.acks.watch()
         while self.asking.unacknowledged >= self.max_unacked and not self._closing:
             self.asking.acked.clear()
             await self.asking.acked.wait()
         ref = self.refs.publication()
-        return str(await self.asking.ask(dataclasses.replace(message, id=ref), ref))
+        return str(await self.asking.ask(Publish(ref, parsed, qos=qos), ref))
 
     def publish_nowait(
         self, publication: Publication | str, durable: bool = True, qos: Qos = DEFAULT_QOS
