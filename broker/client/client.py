@@ -56,6 +56,7 @@ from broker.language import (
 )
 from broker.messages import (
     DEFAULT_QOS,
+    MAX_PULL,
     Ack,
     Advertise,
     Bye,
@@ -67,6 +68,7 @@ from broker.messages import (
     Ping,
     Pong,
     Publish,
+    Pull,
     Qos,
     Refuse,
     Renew,
@@ -178,6 +180,8 @@ class Client(Stream):
         self.refs = Refs(box.next, box.session, volatile) if box else Refs(1, volatile, volatile)
         self._tasks: list[asyncio.Task[None]] = []
         self._renewing: asyncio.Task[None] | None = None  # renews the leased subscriptions
+        # pulling: deliveries asked for that have not come yet; None: pushed (``pull``)
+        self._owed: int | None = None
 
     @classmethod
     async def connect(
@@ -271,6 +275,7 @@ class Client(Stream):
             lossy,
             name,
             on_drop=lambda d: self.deliveries.done(d, False),
+            priority=_priority,
         )
 
     # requests -----------------------------------------------------------------------------------
@@ -438,6 +443,35 @@ class Client(Stream):
         publication its publisher, and anyone else, may subscribe to (``broker.client.acks``)."""
         await self.acks.ack(delivery)
 
+    def pull(self, more: int) -> None:
+        """Pull instead of being pushed to: the broker sends ``more`` deliveries as they match
+        (this call and the earlier ones add up) and keeps the rest in its custody for this
+        session until asked again (``fetch`` asks for what a batch needs). Whatever the client
+        holds already stays; nothing is lost or repeated."""
+        if type(more) is not int or not 0 <= more <= MAX_PULL:
+            raise ValueError(f"pull takes 0 to {MAX_PULL} messages, not {more!r}")
+        self._owed = (self._owed or 0) + more
+        self._send_pull(more)
+
+    def ask_for(self, wanted: int) -> None:
+        """Pulling, that ``wanted`` deliveries come: asked for, beyond those asked for before that
+        have not come yet."""
+        owed = self._owed or 0
+        more = max(0, wanted - owed)
+        if more or self._owed is None:
+            self._owed = owed + more
+            self._send_pull(more)
+
+    def push(self) -> None:
+        """Be pushed to again: the broker sends what it kept, and every delivery as it matches."""
+        self._owed = None
+        self._send_pull(None)
+
+    def _send_pull(self, more: int | None) -> None:
+        if self.connected:  # else said at the reconnection (``_adopt``)
+            assert self.link is not None
+            self.link.send(Pull(more))
+
     async def receipt(self, publication_id: str, timeout: float = 10.0) -> Receipt:
         """The first acknowledgement (a receipt or a client's ack) of our publication
         ``publication_id``; TimeoutError after ``timeout`` seconds."""
@@ -468,6 +502,10 @@ class Client(Stream):
         """Take a fresh link: re-send what is live, then what is unanswered, in order."""
         self.deliveries.receipts.start(self.broker_id, link.peer.epoch if link.peer is not None else "")
         self.asking.resend(link)
+        if self._owed is not None:  # pulling: a broker new to the session would push; what
+            # was asked before and has not come is asked again at the next fetch
+            self._owed = 0
+            link.send(Pull(0))
         for item in leftovers:
             self._handle(item)
 
@@ -489,6 +527,8 @@ class Client(Stream):
     def _handle(self, item: object) -> None:
         if isinstance(item, Carry):
             self.deliveries.carried(item)
+            if self._owed:
+                self._owed -= 1
         elif isinstance(item, Deliver | Notify):
             self.deliveries.deliver(item)
         elif isinstance(item, Ack):
@@ -540,6 +580,10 @@ class Client(Stream):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _priority(delivery: Delivery) -> int:
+    return delivery.qos.priority
 
 
 def _filter(value: Filter | str) -> Filter:

@@ -87,13 +87,15 @@ class Deliveries:
             self._say_took(caught_up)
 
     def _say_took(self, caught_up: bool) -> None:
-        """Took, now (every ``BATCH`` deliveries while behind) or ``DELAY`` later. Caught up, it
-        waits: a consumer is caught up after nearly every delivery of a steady stream, and one
-        Took covers all it took meanwhile (it is cumulative; one per delivery cost the broker a
-        message each, see ``receipts``)."""
-        if not caught_up:
-            self._send_took(self.receipts.due(False))
-        elif self._took_timer is None:
+        """Took, now (every ``BATCH`` deliveries) or, caught up, ``DELAY`` later: a consumer is
+        caught up after nearly every delivery of a steady stream, and one Took covers all it
+        took meanwhile (it is cumulative; one per delivery cost the broker a message each, see
+        ``receipts``). Never more than ``BATCH`` untold, caught up or not: the broker carries
+        only a window of deliveries before it hears (``broker.routing.backlog``)."""
+        taken = self.receipts.due(False)
+        if taken is not None:
+            self._took(taken)
+        elif caught_up and self._took_timer is None:
             self._took_timer = asyncio.get_running_loop().call_later(DELAY, self.took_now)
 
     def took_now(self) -> None:

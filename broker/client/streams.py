@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from broker.client.queues import DeliveryQueue
 from broker.errors import LinkClosed
 from broker.language import Publication
-from broker.messages import DEFAULT_QOS, CompositeSubscribe, Qos, Subscribe
+from broker.messages import DEFAULT_QOS, MAX_PULL, CompositeSubscribe, Qos, Subscribe
 
 if TYPE_CHECKING:
     from broker.client.client import Client
@@ -44,22 +44,58 @@ Queue = DeliveryQueue[Delivery]
 
 
 class Stream:
-    """Deliveries from one queue: ``await next(timeout)`` or ``async for``; ends when the client
-    is closed or gives up reconnecting."""
+    """Deliveries from one queue: ``await next(timeout)`` or ``async for``, pushed as they come;
+    or ``fetch``, pulled. Ends when the client is closed or gives up reconnecting."""
 
     _queue: Queue
     _client: Client
-    _handling: Delivery | None = None  # the delivery last returned: done when the next is asked for
+    _handling: tuple[Delivery, ...] = ()  # the deliveries last returned: done when more are asked for
 
     async def next(self, timeout: float | None = None) -> Delivery:
         """The next delivery; ``TimeoutError`` after ``timeout`` seconds, ``LinkClosed`` at the end.
         One that expired while it waited in the queue is never handed out (counted ``expired``)."""
-        client = self._client
-        if self._handling is not None and not client.manual_done:
-            client.deliveries.done(self._handling, self._queue.queue.empty())
-        self._handling = None
+        self._done()
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
+        item = await self._take(None if timeout is None else loop.time() + timeout)
+        self._handling = (item,)
+        return item
+
+    async def fetch(self, max_messages: int, timeout: float) -> list[Delivery]:
+        """Pull: up to ``max_messages`` deliveries, those that arrive within ``timeout`` seconds
+        (none is no error). The client's session turns to pulling (``Client.pull``): its broker
+        keeps what matches, in its custody, until the client asks, and asks only for what this
+        stream does not hold yet. ``Client.push`` turns it back; nothing is lost or repeated
+        either way. The deliveries are done (their broker may forget them) at the next call."""
+        if type(max_messages) is not int or not 0 < max_messages <= MAX_PULL:
+            raise ValueError(f"fetch takes 1 to {MAX_PULL} messages, not {max_messages!r}")
+        self._done()
+        client = self._client
+        client.ask_for(max_messages - self._queue.queue.qsize())
+        deadline = asyncio.get_running_loop().time() + timeout
+        got: list[Delivery] = []
+        while len(got) < max_messages:
+            try:
+                got.append(await self._take(deadline))
+            except TimeoutError:
+                break
+            except LinkClosed:
+                if not got:
+                    raise
+                break
+        self._handling = tuple(got)
+        return got
+
+    def _done(self) -> None:
+        """The consumer is done with what it was given last (unless it says so itself)."""
+        if self._handling and not self._client.manual_done:
+            for item in self._handling:
+                self._client.deliveries.done(item, self._queue.queue.empty())
+        self._handling = ()
+
+    async def _take(self, deadline: float | None) -> Delivery:
+        """The next delivery that has not expired, by ``deadline`` (the loop's time)."""
+        client = self._client
+        loop = asyncio.get_running_loop()
         while True:
             item = await self._queue.get(None if deadline is None else max(0.0, deadline - loop.time()))
             if item is None:
@@ -67,7 +103,6 @@ class Stream:
                 raise LinkClosed("connection closed")
             # the clock is read only for a delivery that can expire
             if item.qos.expires is None or not item.qos.expired(client.clock.time()):
-                self._handling = item
                 return item
             client.counters["expired"] += 1
             client.deliveries.done(item, self._queue.queue.empty())

@@ -28,6 +28,7 @@ from broker.messages.qos import DEFAULT_QOS, Qos
 
 __all__ = [
     "DEFAULT_TTL",
+    "MAX_PULL",
     "Ack",
     "Advertise",
     "Bye",
@@ -42,6 +43,7 @@ __all__ = [
     "Message",
     "Notify",
     "Publish",
+    "Pull",
     "Refuse",
     "Renew",
     "Retained",
@@ -153,6 +155,23 @@ class Renew:
             raise ValueError("a renewal names 1 to 10000 subscriptions")
         for sub_id in self.ids:
             _text(sub_id, "subscription id")
+
+
+MAX_PULL = 1_000_000  # data messages one Pull may ask for
+
+
+@dataclass(frozen=True, slots=True)
+class Pull:
+    """From a client: deliver it ``more`` data messages as they come, and no more until it asks
+    again (``None``: every one, pushed, as before it pulled). What matches meanwhile is kept in
+    the broker's custody for its session (``broker.routing.custody``)."""
+
+    more: int | None
+
+    def __post_init__(self) -> None:
+        more = self.more
+        if more is not None and (type(more) is not int or not 0 <= more <= MAX_PULL):
+            raise ValueError(f"a pull asks for 0 to {MAX_PULL} messages")
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,6 +481,7 @@ ClientMessage = (
     | Publish
     | Cancel
     | Renew
+    | Pull
     | StatusRequest
     | Bye
     | Took

@@ -11,9 +11,15 @@ held for the peer. When the peer is back, its hello says which of our seqs it to
 (``LinkUp.resume``): everything after that goes again, in order, and the receiver drops a seq it
 has already taken, so a resend can never be taken twice.
 
+A channel carries at most ``backlog.WINDOW`` messages its peer has not taken yet; what the router
+sends it beyond that waits in its ``backlog`` (held in custody all the same), data by priority,
+and goes as the peer's ``Took`` makes room: that is how an urgent message overtakes a backlog at
+every hop, including to a peer that was away while the backlog built (see ``backlog``). A
+client that pulls (``Pull``) gets data only as far as it asked for, however much room there is.
+
 A publication or delivery whose quality of service has expired (``Qos.expires``) is taken out
-of what is held the moment the router's clock passes its expiry (``expire``, run before every
-input the router handles), wherever it is in the queue, and counted (``expired.held``): it is
+of what is held or waits the moment the router's clock passes its expiry (``expire``, run before
+every input the router handles), wherever it is in the queue, and counted (``expired.held``): it is
 never sent again, and the receiver takes the gap like one left by a full channel.
 
 Each channel has a name, which our hello gave it: the adapter's choice (``LinkUp.name``, so the
@@ -31,14 +37,16 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections import Counter, OrderedDict
+import sys
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from broker.language.model import Publication
 from broker.messages import (
     CARRIED,
+    DEFAULT_QOS,
     Advertise,
     Carry,
     Deliver,
@@ -49,6 +57,7 @@ from broker.messages import (
     Took,
     publication_weight,
 )
+from broker.routing.backlog import FAIR_EVERY, WINDOW, WINDOW_BYTES, Lanes
 from broker.routing.snapshots import Stateful
 from broker.routing.tables import Output
 from broker.throttle import LogThrottle
@@ -58,9 +67,12 @@ __all__ = ["Channel", "Custody"]
 log = logging.getLogger(__name__)
 
 DATA = (Publish, Deliver, Notify, Retained)  # what a full channel may drop: the rest is routing state
+_WITH_QOS = (Publish, Deliver, Retained)
+WAITING = sys.maxsize  # the seq of an advertisement that waits in the backlog: after every seq given
 
 MAX_HELD = 100_000  # messages held for one peer
 MAX_HELD_BYTES = 64 << 20  # roughly, their publications' size, for one peer
+CHECK_FIT_ABOVE = 1 << 18  # the weight of a message that may not fit in a frame: ``fits`` looks
 REINDEX_AT = 1024  # entries of expiring messages kept before the first look for those taken
 
 
@@ -85,6 +97,34 @@ class Channel:
     # the last seq we said we took from the peer (our Took, and our hello): ``received``, but for
     # what a stand-in holds back (``standins``)
     acked: int = 0
+    # what waits for room in the window (``backlog``): Lanes of data, and routing state between
+    # them as (message, weight); how many data messages and how much weight wait in all
+    backlog: deque[Lanes | tuple[Message, int]] = field(default_factory=deque)
+    waiting: int = 0
+    waiting_weight: int = 0
+    tickets: int = 0  # arrivals into the backlog, counted: a message's ticket says how old it is
+    turns: int = 0  # messages taken from the backlog: every FAIR_EVERY-th goes by age
+    credits: int | None = None  # a client that pulls: how many more data messages it asked for
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        """A channel pickled before it had a backlog gets an empty one (a slotted object's state
+        is its slots by name)."""
+        slots = state[1]
+        for item in fields(self):
+            if item.name in slots:
+                value = slots[item.name]
+            else:
+                value = item.default_factory() if callable(item.default_factory) else item.default
+            setattr(self, item.name, value)
+
+
+def _fits_anything(message: Message) -> bool:
+    return True
+
+
+def priority(message: Message) -> int:
+    """Its lane in a backlog: its quality of service's priority (a firing's: the default)."""
+    return message.qos.priority if isinstance(message, _WITH_QOS) else DEFAULT_QOS.priority
 
 
 def weight(message: Message) -> int:
@@ -107,23 +147,42 @@ class Custody(Stateful):
         self.opened = 0
         self.max_held = MAX_HELD
         self.max_bytes = MAX_HELD_BYTES
+        self.window, self.window_bytes = WINDOW, WINDOW_BYTES
+        self.prioritised = True  # urgent data overtakes in a backlog (not under Ordering TOTAL)
         self.full_log = LogThrottle(burst=1)  # what a full channel could not hold, by peer
-        # (expires, hop, channel name, seq) of each held message that expires: the soonest first
-        self.expiring: list[tuple[float, str, str, int]] = []
+        # (expires, hop, channel name, seq, priority) of each message held (a seq) or waiting (its
+        # ticket, negated) that expires: the soonest first
+        self.expiring: list[tuple[float, str, str, int, int]] = []
         self._reindex_at = REINDEX_AT  # entries in ``expiring`` past which it is made afresh
+        # channels given room since the last ``carry`` (a Took, an expiry, a resume, a pull):
+        # their backlog moves at its end. Empty between two router inputs
+        self._roomy: set[str] = set()
+        # whether a message fits in a frame once carried: the adapter knows its codec. A router
+        # decision, so what the log replays drops what was dropped (and gives it no seq)
+        self.fits: Callable[[Message], bool] = _fits_anything
 
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
         self._index_expiring()
 
     def _index_expiring(self) -> None:
-        """``expiring`` made afresh from what is held: at a restore, and when it has doubled since
-        (a peer's Took does not look for the entries of what it took, so they stay until then)."""
+        """``expiring`` made afresh from what is held and waits: at a restore, and when it has
+        doubled since (a peer's Took does not look for the entries of what it took, so they stay
+        until then)."""
         self.expiring = [
-            (message.qos.expires, hop, channel.name, seq)  # type: ignore[union-attr]
+            (message.qos.expires, hop, channel.name, seq, priority(message))  # type: ignore[union-attr]
             for hop, channel in self.channels.items()
             for seq, (message, _) in channel.held.items()
-            if type(message) in (Publish, Deliver, Retained) and message.qos.expires is not None  # type: ignore[union-attr]
+            if type(message) in _WITH_QOS and message.qos.expires is not None  # type: ignore[union-attr]
+        ]
+        self.expiring += [
+            (message.qos.expires, hop, channel.name, -ticket, level)  # type: ignore[union-attr]
+            for hop, channel in self.channels.items()
+            for lanes in channel.backlog
+            if type(lanes) is Lanes
+            for level, lane in lanes.lanes.items()
+            for ticket, (message, _) in lane.items()
+            if type(message) in _WITH_QOS and message.qos.expires is not None  # type: ignore[union-attr]
         ]
         heapq.heapify(self.expiring)
         self._reindex_at = max(REINDEX_AT, 2 * len(self.expiring))
@@ -132,11 +191,23 @@ class Custody(Stateful):
         """Take out of every channel what expired by ``now`` (see the module's docstring)."""
         expiring = self.expiring
         while expiring and expiring[0][0] <= now:
-            _, hop, name, seq = heapq.heappop(expiring)
+            _, hop, name, key, level = heapq.heappop(expiring)
             channel = self.channels.get(hop)
-            if channel is not None and channel.name == name and (held := channel.held.pop(seq, None)):
-                channel.weight -= held[1]
-                self.counters["expired.held"] += 1
+            if channel is None or channel.name != name:
+                continue
+            if key > 0:
+                if held := channel.held.pop(key, None):
+                    channel.weight -= held[1]
+                    self.counters["expired.held"] += 1
+                    if channel.backlog:
+                        self._roomy.add(hop)
+                continue
+            for lanes in channel.backlog:
+                if type(lanes) is Lanes and (waited := lanes.remove(level, -key)) is not None:
+                    channel.waiting -= 1
+                    channel.waiting_weight -= waited[1]
+                    self.counters["expired.held"] += 1
+                    break
 
     def open(self, hop: str, peer_epoch: str = "", client: bool = False, name: str = "") -> None:
         """A new channel, under the ``name`` our hello gave it (the adapter's choice, which comes
@@ -150,9 +221,11 @@ class Custody(Stateful):
     def close(self, hop: str) -> None:
         """The peer is gone for good: what was held for it is dropped (and counted)."""
         channel = self.channels.pop(hop, None)
-        if channel is not None and channel.held:  # to a client they may have been delivered
+        if channel is not None and (channel.held or channel.backlog):  # to a client: maybe delivered
             noun = "unconfirmed.session_closed" if channel.client else "dropped.link_closed"
-            self.counters[noun] += len(channel.held)
+            self.counters[noun] += (
+                len(channel.held) + channel.waiting + sum(type(item) is not Lanes for item in channel.backlog)
+            )
 
     def stranded(self, hop: str, advertised: Callable[[Publication], bool]) -> Output:
         """The publications held for a neighbour that is back with a channel we do not know,
@@ -162,7 +235,7 @@ class Custody(Stateful):
         broker back from its log after its neighbours forgot it routes what its clients publish
         into the old channels until the neighbours' hellos arrive. One that no advertisement
         ``advertised`` to it any longer (withdrawn meanwhile) would be refused there: it stays,
-        to be dropped with the channel."""
+        to be dropped with the channel. Those still waiting go too, oldest first."""
         channel = self.channels.get(hop)
         if channel is None or channel.client:
             return []
@@ -172,6 +245,16 @@ class Custody(Stateful):
                 del channel.held[seq]
                 channel.weight -= cost
                 out.append((hop, message))
+        for lanes in channel.backlog:
+            if type(lanes) is not Lanes:
+                continue
+            for level, lane in list(lanes.lanes.items()):
+                for ticket, (message, cost) in list(lane.items()):
+                    if type(message) is Publish and advertised(message.publication):
+                        lanes.remove(level, ticket)
+                        channel.waiting -= 1
+                        channel.waiting_weight -= cost
+                        out.append((hop, message))
         self.counters["resent.new_channel"] += len(out)
         return out
 
@@ -191,7 +274,7 @@ class Custody(Stateful):
 
     def resume(self, hop: str, took: int | None) -> Output:
         """The peer is back and took our seqs up to ``took`` (None: it knows nothing of ours):
-        everything after goes again, in order."""
+        everything after goes again, in order, then what waits as room is made."""
         channel = self.channels[hop]
         channel.up = True
         if took is not None:
@@ -200,6 +283,8 @@ class Custody(Stateful):
             channel.confirming += [adv_id for _, adv_id in self.taken_adverts[before:]]
             del self.taken_adverts[before:]
         self.counters["resent.custody"] += len(channel.held)
+        if channel.backlog:
+            self._roomy.add(hop)
         return [(hop, Carry(seq, message)) for seq, (message, _) in channel.held.items()]  # type: ignore[arg-type]
 
     def took(self, hop: str, seq: int) -> None:
@@ -207,6 +292,15 @@ class Custody(Stateful):
             self.taken_adverts += [(hop, adv_id) for adv_id in channel.confirming]
             channel.confirming.clear()
             self._forget(hop, channel, seq)
+            if channel.backlog:
+                self._roomy.add(hop)
+
+    def pull(self, hop: str, more: int | None) -> None:
+        """A client asks for ``more`` data messages (None: as many as come, pushed)."""
+        if (channel := self.channels.get(hop)) is not None:
+            channel.credits = None if more is None else (channel.credits or 0) + more
+            if channel.backlog:
+                self._roomy.add(hop)
 
     def acknowledge(self, hop: str, held_back: int | None, carried: int | None = None) -> Output:
         """Our ``Took`` to the neighbour ``hop``: of all it carried to us, but what a stand-in
@@ -222,13 +316,15 @@ class Custody(Stateful):
         return []
 
     def unsendable(self, hop: str, seq: int) -> None:
-        """The adapter could not send ``seq`` (it does not fit in a frame): held, it would fail
-        again at every resume, so it goes. The peer takes the gap like one left by a full channel.
-        Not a router input, so not in the log: a broker restored from it holds the message again,
-        and drops it again at its first send."""
+        """The adapter could not send ``seq`` though ``fits`` let it through: held, it would fail
+        again at every resume, so it goes. The peer takes the gap like one left by a full
+        channel. Not a router input, so not in the log: a broker restored from it holds the
+        message again, and drops it again at its first send."""
         channel = self.channels.get(hop)
         if channel is not None and seq in channel.held:
             channel.weight -= channel.held.pop(seq)[1]
+            if channel.backlog:
+                self._roomy.add(hop)  # (moved at the next input's carry)
 
     def _forget(self, hop: str, channel: Channel, seq: int) -> None:
         held = channel.held
@@ -262,9 +358,11 @@ class Custody(Stateful):
         return True
 
     def carry(self, out: Output, now: float) -> Output:
-        """The router's output as it goes on the links: what needs custody carried and held, and
-        for a peer whose link is down, held only; the rest (answers) only while the link is up.
-        ``now`` (epoch seconds) paces the log lines of a full channel."""
+        """The router's output as it goes on the links: what needs custody carried and held
+        (while the window has room and nothing waits, else it waits), and for a peer whose
+        link is down, held only; the rest (answers) only while the link is up. Then what
+        waits on channels given room. ``now`` (epoch seconds) paces the log lines of a full
+        channel."""
         sent: Output = []
         for hop, message in out:
             channel = self.channels.get(hop)
@@ -277,55 +375,141 @@ class Custody(Stateful):
                     self.counters["dropped.link_down"] += 1
             else:
                 cost = weight(message)
-                noun = "session" if channel.client else "link"
-                full = len(channel.held) >= self.max_held or channel.weight + cost > self.max_bytes
-                if full and isinstance(message, DATA):  # routing state is never dropped: it is
+                if cost > CHECK_FIT_ABOVE and not self.fits(message):
+                    self._overflowed(hop, channel, "dropped.unsendable", message, now, "it fits in no frame")
+                    continue
+                data = isinstance(message, DATA)
+                if data and self._full(channel, cost):  # routing state is never dropped: it is
                     # bounded by the tables, and a neighbour that missed some would stay wrong
+                    noun = "session" if channel.client else "link"
                     if channel.up:  # it still goes, but it will not be sent again
                         self._overflowed(hop, channel, f"unheld.{noun}_full", message, now)
                         sent.append((hop, message))
                     else:
                         self._overflowed(hop, channel, f"dropped.{noun}_full", message, now)
                     continue
-                seq = channel.next_seq
-                channel.next_seq += 1
-                channel.held[seq] = (message, cost)
-                channel.weight += cost
-                if isinstance(message, Publish | Deliver | Retained) and message.qos.expires is not None:
-                    heapq.heappush(self.expiring, (message.qos.expires, hop, channel.name, seq))
-                    if len(self.expiring) > self._reindex_at:
-                        self._index_expiring()
-                if isinstance(message, Advertise):
+                if not channel.up:
+                    self.counters["session_queued" if channel.client else "link_queued"] += 1
+                if type(message) is Advertise:
                     channel.adverts.pop(message.id, None)  # in seq order: a re-sent one goes last
-                    channel.adverts[message.id] = seq
-                if channel.up:
-                    sent.append((hop, Carry(seq, message)))  # type: ignore[arg-type]
+                    channel.adverts[message.id] = WAITING
+                if channel.backlog or (data and not self._room(channel)):
+                    self._wait(hop, channel, message, cost, data)
                 else:
-                    self.counters[f"{noun}_queued"] += 1
+                    self._hold(hop, channel, message, cost, data, sent)
+        if self._roomy:
+            for hop in sorted(self._roomy):
+                if (channel := self.channels.get(hop)) is not None:
+                    self._move(hop, channel, sent)
+            self._roomy.clear()
         return sent
 
-    def _overflowed(self, hop: str, channel: Channel, counter: str, message: Message, now: float) -> None:
-        """What a full channel could not hold: counted, and logged (the first for each peer, then
-        once a minute with how many more)."""
+    def _full(self, channel: Channel, cost: int) -> bool:
+        held = len(channel.held) + channel.waiting
+        return held >= self.max_held or channel.weight + channel.waiting_weight + cost > self.max_bytes
+
+    def _room(self, channel: Channel) -> bool:
+        """Whether the window has room for one more data message (and a pulling client asked)."""
+        return (
+            len(channel.held) < self.window
+            and channel.weight < self.window_bytes
+            and (channel.credits is None or channel.credits > 0)
+        )
+
+    def _hold(
+        self, hop: str, channel: Channel, message: Message, cost: int, data: bool, sent: Output
+    ) -> None:
+        """Its seq, held until taken, and carried if the peer is linked."""
+        seq = channel.next_seq
+        channel.next_seq += 1
+        channel.held[seq] = (message, cost)
+        channel.weight += cost
+        if data:
+            if channel.credits is not None:
+                channel.credits -= 1
+            if type(message) in _WITH_QOS and (expires := message.qos.expires) is not None:  # type: ignore[union-attr]
+                self._expiring(expires, hop, channel.name, seq, priority(message))
+        elif type(message) is Advertise and channel.adverts.get(message.id) == WAITING:
+            channel.adverts[message.id] = seq
+        if channel.up:
+            sent.append((hop, Carry(seq, message)))  # type: ignore[arg-type]
+
+    def _wait(self, hop: str, channel: Channel, message: Message, cost: int, data: bool) -> None:
+        """Into the backlog: data into its lane (after the last barrier), routing state last."""
+        backlog = channel.backlog
+        channel.waiting_weight += cost
+        if not data:
+            backlog.append((message, cost))
+            return
+        if not backlog or type(lanes := backlog[-1]) is not Lanes:
+            lanes = Lanes()
+            backlog.append(lanes)
+        channel.tickets += 1
+        level = priority(message)
+        lanes.add(level, channel.tickets, message, cost)
+        channel.waiting += 1
+        if type(message) in _WITH_QOS and (expires := message.qos.expires) is not None:  # type: ignore[union-attr]
+            self._expiring(expires, hop, channel.name, -channel.tickets, level)
+
+    def _move(self, hop: str, channel: Channel, sent: Output) -> None:
+        """What waits, as far as the window has room: the next of each lanes in turn (the
+        highest, or one turn in FAIR_EVERY the oldest), each barrier when its turn comes."""
+        backlog = channel.backlog
+        while backlog:
+            head = backlog[0]
+            if isinstance(head, Lanes):
+                if not head.count:
+                    backlog.popleft()
+                    continue
+                if not self._room(channel):
+                    return
+                oldest = not self.prioritised or channel.turns % FAIR_EVERY == FAIR_EVERY - 1
+                channel.turns += 1
+                message, cost = head.take(oldest)
+                channel.waiting -= 1
+                channel.waiting_weight -= cost
+                self._hold(hop, channel, message, cost, True, sent)
+            else:
+                backlog.popleft()
+                message, cost = head
+                channel.waiting_weight -= cost
+                self._hold(hop, channel, message, cost, False, sent)
+
+    def _expiring(self, expires: float, hop: str, name: str, key: int, level: int) -> None:
+        heapq.heappush(self.expiring, (expires, hop, name, key, level))
+        if len(self.expiring) > self._reindex_at:
+            self._index_expiring()
+
+    def _overflowed(
+        self, hop: str, channel: Channel, counter: str, message: Message, now: float, why: str = ""
+    ) -> None:
+        """What a channel could not hold (full, or ``why`` not): counted, and logged (the first for
+        each peer, then once a minute with how many more)."""
         self.counters[counter] += 1
         unlogged = self.full_log.admit(hop, now)
-        if unlogged is not None:
-            done = "goes unheld (not sent again if lost)" if channel.up else "is dropped"
-            more = f" ({unlogged} more not logged since the last)" if unlogged else ""
-            log.warning(
-                "the channel to %s is full (%d messages, about %d bytes held): a %s %s (%s)%s",
-                hop,
-                len(channel.held),
-                channel.weight,
-                type(message).__name__,
-                done,
-                counter,
-                more,
-            )
+        if unlogged is None:
+            return
+        more = f" ({unlogged} more not logged since the last)" if unlogged else ""
+        kind = type(message).__name__
+        if why:
+            log.warning("a %s for %s is dropped: %s (%s)%s", kind, hop, why, counter, more)
+            return
+        done = "goes unheld (not sent again if lost)" if channel.up else "is dropped"
+        log.warning(
+            "the channel to %s is full (%d messages, about %d bytes held): a %s %s (%s)%s",
+            hop,
+            len(channel.held) + channel.waiting,
+            channel.weight + channel.waiting_weight,
+            kind,
+            done,
+            counter,
+            more,
+        )
 
     def status(self) -> dict[str, Any]:
         return {
             "epoch": self.epoch,
-            "held": sum(len(c.held) for c in self.channels.values()),
-            "held_for_away": sum(len(c.held) for c in self.channels.values() if not c.up),
+            "held": sum(len(c.held) + c.waiting for c in self.channels.values()),
+            "held_for_away": sum(len(c.held) + c.waiting for c in self.channels.values() if not c.up),
+            "waiting": sum(c.waiting for c in self.channels.values()),
         }

@@ -46,6 +46,7 @@ from broker.messages import (
     OverlayId,
     PublicationId,
     Publish,
+    Pull,
     Qos,
     Refuse,
     Renew,
@@ -120,6 +121,7 @@ class Router:
         self.publishers = Publishers()  # one number per publisher: its copies are dropped
         self.counters: Counter[str] = Counter()
         self.custody = Custody(epoch or broker_id, self.counters)  # the adapter names a fresh epoch
+        self.custody.prioritised = ordering != "TOTAL"  # a reordered link would break TOTAL
         self.sessions = Sessions(self.tables, self.composites, self.custody, self.counters, session_grace)
         self.owned = self.sessions.owned  # client hop -> ids of its advertisements and subscriptions
         self.stand_ins = StandIns(broker_id, self.tables, self.custody, self.counters)
@@ -222,6 +224,7 @@ class Router:
                 raise LocalError(f"{where} was written with {name} {ours!r}, not {theirs!r}: start it so")
         self.policy = fresh.policy
         self.ordering, self.parent = fresh.ordering, fresh.parent  # the overlay's, as told now
+        self.custody.prioritised, self.custody.fits = fresh.custody.prioritised, fresh.custody.fits
         self.process_status = fresh.process_status
         self.sessions.grace = fresh.sessions.grace
         self.composites.detector_limits = fresh.composites.detector_limits  # for detectors placed from now
@@ -340,6 +343,10 @@ class Router:
     def _client_renews(self, message: Renew, hop: str, now: float) -> Output:
         if self.leases.renew(hop, message.ids, now) < len(message.ids):
             self.counters["leases.unknown"] += 1  # ended meanwhile, or never leased: said at expiry
+        return []
+
+    def _client_pulls(self, message: Pull, hop: str, now: float) -> Output:
+        self.custody.pull(hop, message.more)
         return []
 
     def _lapsed(self, now: float) -> Output:
@@ -626,6 +633,7 @@ _FROM_CLIENT: dict[type, Handler] = {
     Publish: Router._client_publishes,
     Cancel: Router._client_cancels,
     Renew: Router._client_renews,
+    Pull: Router._client_pulls,
     StatusRequest: Router._status,
     Bye: lambda router, message, hop, now: router.sessions.leave(hop),  # gone for good: no grace
     Took: _took,

@@ -9,6 +9,7 @@ Advertise             ``adv``         id, filter, ttl
 Unadvertise           ``unadv``       id
 Subscribe             ``sub``         id, filter, ttl[, lease]
 Renew                 ``renew``       [subscription ids]
+Pull                  ``pull``        how many more, or nil: pushed
 CompositeSubscribe    ``csub``        id, composite, clear filter or nil, ttl[, policy unless chronicle]
 Unsubscribe           ``unsub``       id
 Publish               ``pub``         id, publication, ttl, ack, time or nil[, qos]
@@ -82,6 +83,7 @@ from broker.messages import (
     Ping,
     Pong,
     Publish,
+    Pull,
     Refuse,
     Renew,
     Retained,
@@ -100,6 +102,7 @@ from broker.messages.qos import DEFAULT_QOS, Qos
 __all__ = [
     "MAX_FRAME",
     "FrameDecoder",
+    "carriable",
     "decode",
     "encode",
     "in_pieces",
@@ -151,6 +154,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     Unadvertise: lambda m: ["unadv", m.id],
     Subscribe: lambda m: ["sub", m.id, _filter(m.filter), m.ttl, *((m.lease,) if m.lease else ())],
     Renew: lambda m: ["renew", list(m.ids)],
+    Pull: lambda m: ["pull", m.more],
     CompositeSubscribe: lambda m: [
         "csub",
         m.id,
@@ -242,6 +246,16 @@ def encode(message: WireMessage) -> bytes:
     if size > MAX_FRAME:
         raise FrameTooLarge(size, MAX_FRAME)
     return _HEADER.pack(size) + payload
+
+
+def carriable(message: object) -> bool:
+    """Whether ``message`` fits in a frame carried in custody under any seq (a router asks, for
+    what may be too large: ``broker.routing.custody``)."""
+    try:
+        payload = _payload(Carry(1 << 62, message))  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # FrameTooLarge, BadMessage: a ValueError
+        return False
+    return len(payload) <= MAX_FRAME
 
 
 def in_pieces(message: WireMessage) -> list[WireMessage]:
@@ -408,6 +422,7 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "unadv": ("Unadvertise", 2, lambda a: Unadvertise(a[1])),
     "sub": ("Subscribe", 4, lambda a: Subscribe(a[1], _to_filter(a[2]), *a[3:])),
     "renew": ("Renew", 2, lambda a: Renew(tuple(_array(a[1], "subscription ids")))),
+    "pull": ("Pull", 2, lambda a: Pull(a[1])),
     "csub": (
         "CompositeSubscribe",
         5,

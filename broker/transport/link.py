@@ -84,7 +84,7 @@ class Link:
         # the transport's buffer as of our last write, which only the peer's reading shrinks
         # since: asked again (a call per message otherwise) only when it may be over the limit
         if self._queued_bytes + self._transport_bytes + len(frame) > self.queue_limit:
-            backlog = self._queued_bytes + self._transport_backlog()
+            backlog = self.buffered()
             if backlog + len(frame) > self.queue_limit:
                 self.close(f"{SLOW_CONSUMER}: {backlog} bytes waiting", abort=True)
                 self.discarded_frames += 1
@@ -93,6 +93,10 @@ class Link:
         self._queued_bytes += len(frame)
         self._wakeup.set()
         return True
+
+    def buffered(self) -> int:
+        """Bytes queued for the peer and not written into its socket yet."""
+        return self._queued_bytes + self._transport_backlog()
 
     def _transport_backlog(self) -> int:
         transport = getattr(self.writer, "transport", None)

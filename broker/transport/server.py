@@ -35,6 +35,7 @@ from broker.routing.router import Router
 from broker.sites.member import SiteConfig, SiteDriver, SiteMember
 from broker.transport.admission import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS
 from broker.transport.backoff import Backoff
+from broker.transport.codec import carriable
 from broker.transport.dialer import dial
 from broker.transport.driver import RouterDriver
 from broker.transport.gate import Gate
@@ -135,6 +136,7 @@ class RouterService:
             parent,
         )
         router.process_status = self._process_status
+        router.custody.fits = carriable  # what cannot be framed is dropped by the router, logged
         # a broker of a replicated site -> the site: known before the first dial, for our hello
         # names the channel of the site's (a guess would be a new channel, and the site would
         # drop what it holds for us); also learnt from hellos

@@ -7,6 +7,7 @@ import random
 import re
 import struct
 from collections.abc import Callable
+from typing import Any
 
 import msgpack
 import pytest
@@ -258,33 +259,65 @@ def test_a_client_that_only_receives_is_kept_alive() -> None:
     run(scenario())
 
 
-def test_slow_consumer_is_disconnected_and_others_keep_going() -> None:
+async def _bulk_to_a_stuck_reader(window: int | None) -> tuple[RouterService, Any]:
+    """3,000 publications of 10 kB (30 MB: more than the kernel's socket buffers hold) to a
+    consumer that keeps up and one that subscribed and never reads; what the broker holds then.
+    ``window``: the custody window to clients, if not the default."""
+    b = RouterService(uri("B1"), queue_limit=4 << 20)
+    await b.start()
+    if window is not None:
+        b.router.custody.window = b.router.custody.window_bytes = window
+    pub = await Client.connect(b.uri, "pub")
+    fast = await Client.connect(b.uri, "fast")
+    await pub.advertise("[class,eq,bulk],[n,isPresent,0],[pad,isPresent,'']")
+    fs = await fast.subscribe("[class,eq,bulk]")
+    _, writer = await raw(b)  # subscribes, then never reads
+    writer.write(encode(Hello("client", "slow")))
+    writer.write(encode(Subscribe("1", parse_filter("[class,eq,bulk]"))))
+    await writer.drain()
+    await until(lambda: b.router.status()["subscriptions"] == 2, what="both subscribed")
+    pad = "x" * 10_000
+    for i in range(3000):
+        pub.publish_nowait(Publication("bulk", {"n": i, "pad": pad}))
+        if i % 10 == 0:  # let the fast consumer keep up: 100 kB bursts
+            await asyncio.sleep(0)
+    got = [(await fs.next(timeout=10)).publication["n"] for _ in range(3000)]
+    assert got == list(range(3000))
+    for c in (pub, fast):
+        await c.close()
+    return b, writer
+
+
+def test_a_stuck_consumer_waits_in_custody_and_others_keep_going() -> None:
+    """What a consumer that stopped reading has not taken waits in the broker's custody, a
+    window of it in flight: its link's buffers stay small, the others keep going, and it gets
+    the rest once it reads and takes again (the window is what lets an urgent message
+    overtake a backlog, see broker.routing.backlog)."""
+
     async def scenario() -> None:
-        b = RouterService(uri("B1"), queue_limit=4 << 20)
-        await b.start()
-        pub = await Client.connect(b.uri, "pub")
-        fast = await Client.connect(b.uri, "fast")
-        await pub.advertise("[class,eq,bulk],[n,isPresent,0],[pad,isPresent,'']")
-        fs = await fast.subscribe("[class,eq,bulk]")
-        _, writer = await raw(b)  # subscribes, then never reads
-        writer.write(encode(Hello("client", "slow")))
-        writer.write(encode(Subscribe("1", parse_filter("[class,eq,bulk]"))))
-        await writer.drain()
-        await until(lambda: b.router.status()["subscriptions"] == 2, what="both subscribed")
-        pad = "x" * 10_000  # 30 MB in all: more than the kernel's socket buffers hold
-        for i in range(3000):
-            pub.publish_nowait(Publication("bulk", {"n": i, "pad": pad}))
-            if i % 10 == 0:  # let the fast consumer keep up: 100 kB bursts
-                await asyncio.sleep(0)
-        got = [(await fs.next(timeout=10)).publication["n"] for _ in range(3000)]
-        assert got == list(range(3000))
+        b, writer = await _bulk_to_a_stuck_reader(None)
+        link = b.links["slow"]
+        assert link.buffered() < 2 * b.router.custody.window_bytes + 65536
+        assert b.router.status()["waiting"] > 3000 - 2 * b.router.custody.window
+        assert "link.slow_consumers" not in b.status()["counters"]
+        writer.close()
+        await writer.wait_closed()
+        await stop(b)
+
+    run(scenario(), timeout=60)
+
+
+def test_slow_consumer_is_disconnected_and_others_keep_going() -> None:
+    """A link whose buffers outgrow the queue limit (here: a custody window wider than it) is
+    closed, counted, and the others keep going."""
+
+    async def scenario() -> None:
+        b, writer = await _bulk_to_a_stuck_reader(100 << 20)
         await until(lambda: "slow" not in b.links, what="slow consumer dropped")
         counters = b.status()["counters"]
         assert counters["link.slow_consumers"] == 1 and counters["link.dropped.unsent"] > 0
         writer.close()
         await writer.wait_closed()
-        for c in (pub, fast):
-            await c.close()
         await stop(b)
 
     run(scenario(), timeout=60)
