@@ -9,8 +9,13 @@ subscriber who comes later.
 2. Retained to a later subscriber: a retained publication is kept at B1; a client connects to B3
    of the line B1 - B2 - B3 and subscribes; the figure is the time from its subscribe to the
    delivery, against the subscribe's own round trip to B3 (its acknowledgement) in the same run.
+3. Non-persistent against persistent: publications per second from a publisher to a subscriber
+   through one broker that keeps its log on disk (``--data``, group commit), all persistent, then
+   all non-persistent (``Qos(persistent=False)``: not logged, not held, no Took), in a window of
+   at most ``WINDOW`` on their way; the ratio is how much more the non-persistent ones get through.
 
-Usage: python benchmarks/qos.py [--messages 300] [--rounds 20]. One RESULT line per figure.
+Usage: python benchmarks/qos.py [--messages 300] [--rounds 20] [--stream 20000]. One RESULT line
+per figure.
 """
 
 from __future__ import annotations
@@ -21,9 +26,12 @@ import json
 import os
 import random
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 from broker.client import Client, Qos
+from broker.language import Publication
 from broker.transport import driver
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
@@ -97,10 +105,47 @@ async def retained_latency(rounds: int) -> tuple[list[float], list[float]]:
     return deliveries, acks
 
 
+WINDOW = 2000  # publications on their way at most (the subscriber's client reads as they come)
+
+
+async def stream_rate(count: int, persistent: bool) -> float:
+    """Publications per second from ``pub`` to ``sub`` through one broker with a log."""
+    with tempfile.TemporaryDirectory() as directory:
+        broker = RouterService(uri("B1"), data=Path(directory) / "b1")
+        await broker.start()
+        sub = await Client.connect(broker.uri, "sub")
+        stream = await sub.subscribe("[class,eq,t]")
+        pub = await Client.connect(broker.uri, "pub")
+        await pub.advertise("[class,eq,t],[n,>,-1]")
+        qos = Qos(persistent=persistent)
+        got = 0
+
+        async def read() -> None:
+            nonlocal got
+            async for _ in stream:
+                got += 1
+
+        reading = asyncio.get_running_loop().create_task(read())
+        started = time.perf_counter()
+        for n in range(count):
+            while n - got >= WINDOW:
+                await asyncio.sleep(0.001)
+            pub.publish_nowait(Publication("t", {"n": n}), qos=qos)  # not parsed: the broker's cost
+        while got < count:
+            await asyncio.sleep(0.001)
+        elapsed = time.perf_counter() - started
+        reading.cancel()
+        for client in (pub, sub):
+            await client.close()
+        await broker.stop()
+    return count / elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--stream", type=int, default=20_000)
     args = parser.parse_args()
     delays = asyncio.run(expiry_delays(args.messages))
     p99 = _percentile(delays, 0.99)
@@ -130,6 +175,21 @@ def main() -> None:
                 "p99_ms": round(_percentile(deliveries, 0.99) * 1000, 2),
                 "baseline_subscribe_ack_p50_ms": round(statistics.median(acks) * 1000, 2),
                 "ratio_p50": round(statistics.median(deliveries) / statistics.median(acks), 2),
+                "cores": os.cpu_count(),
+            }
+        ),
+    )
+    persistent = asyncio.run(stream_rate(args.stream, persistent=True))
+    bare = asyncio.run(stream_rate(args.stream, persistent=False))
+    print(
+        "RESULT",
+        json.dumps(
+            {
+                "benchmark": "qos-nonpersistent-throughput",
+                "publications": args.stream,
+                "nonpersistent_per_s": round(bare),
+                "baseline_persistent_per_s": round(persistent),
+                "ratio": round(bare / persistent, 2),
                 "cores": os.cpu_count(),
             }
         ),

@@ -93,8 +93,10 @@ async def apply_line(session: Client, line: str, console: Console | None = None)
     return None
 
 
-# what may follow a publication: INTERFACE.md §5's words
-_QOS_WORD = re.compile(r"(priority|ttl|ack|id|cancel)=\S*|persistent|retain")
+# what may follow a publication: INTERFACE.md §5's words, and ``persistent=false`` (or ``no``):
+# persistent is the default, so the bare word only says so again
+_QOS_WORD = re.compile(r"(priority|ttl|ack|id|cancel|persistent)=\S*|persistent|retain")
+_YES_NO = {"true": True, "yes": True, "false": False, "no": False}
 
 
 def _publication_and_qos(rest: str) -> tuple[str, Qos]:
@@ -102,7 +104,7 @@ def _publication_and_qos(rest: str) -> tuple[str, Qos]:
     words = rest.split(" ")
     settings: dict[str, Any] = {}
     while len(words) > 1 and _QOS_WORD.fullmatch(words[-1]):
-        name, _, value = words.pop().partition("=")
+        name, given, value = words.pop().partition("=")
         if ("mid" if name == "id" else name) in settings:
             raise ValueError(f"{name} is given twice")
         if name == "priority":
@@ -111,6 +113,10 @@ def _publication_and_qos(rest: str) -> tuple[str, Qos]:
             settings[name] = int(value)
         elif name == "ttl":
             settings[name] = parse_duration(value)
+        elif name == "persistent" and given:
+            if value.lower() not in _YES_NO:
+                raise ValueError(f"persistent must be true or false (yes or no), not {value!r}")
+            settings[name] = _YES_NO[value.lower()]
         elif name in ("persistent", "retain"):
             settings[name] = True
         elif name in ("ack", "cancel"):

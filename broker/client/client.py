@@ -44,7 +44,7 @@ from broker.client.reconnect import JITTER, Backoff, Brokers, ConnectionEvent, b
 from broker.client.requests import Refs
 from broker.client.streams import Delivery, Queue, Stream, Subscription
 from broker.clock import SYSTEM, Clock
-from broker.errors import BadMessage, ConnectError, LocalError, RefusedError
+from broker.errors import BadMessage, ConnectError, LinkClosed, LocalError, RefusedError
 from broker.language import (
     Composite,
     Filter,
@@ -388,8 +388,11 @@ class Client(Stream):
         disk before it is sent (``OutboxError`` if the disk refuses), and stays there until
         acknowledged or refused, even if this wait ends first. ``qos``: its priority, time to
         live and the rest (``Qos``); one that asks for acks subscribes to them first (``receipt``
-        waits for one). Returns the publication's overlay-wide id."""
+        waits for one). Returns the publication's overlay-wide id; a non-persistent one
+        (``persistent=False``) returns at once, with its ref (``_publish_bare``)."""
         parsed, qos = _publication(publication), _offered(qos)  # bad input fails before any wait
+        if not qos.persistent:
+            return self._publish_bare(parsed, qos)
         if qos.ack != "none":
             await self.acks.watch()
         while self.asking.unacknowledged >= self.max_unacked and not self._closing:
@@ -408,6 +411,9 @@ class Client(Stream):
         kept in memory only (an answer its asker asks again for if this process ends). A
         publication that asks for acks does not subscribe to them here: ``await
         client.acks.watch()`` first for ``receipt`` to see them."""
+        if not qos.persistent:
+            self._publish_bare(_publication(publication), _offered(qos))
+            return
         if self.asking.unacknowledged >= self.max_unacked:
             self.counters["refused.unacknowledged"] += 1
             raise TooManyUnacknowledged(self.asking.unacknowledged)
@@ -417,6 +423,26 @@ class Client(Stream):
             storing.store(message, None)
         else:
             self.asking.send(message.id, message, None)
+
+    def _publish_bare(self, publication: Publication, qos: Qos) -> str:
+        """A non-persistent publication: sent once, bare, if the link is up, else dropped
+        (counted ``dropped.nonpersistent``); never kept, never sent again, not acknowledged (a
+        refusal is logged and kept in ``refusals``). Its ref, under this run's own session (the
+        outbox does not count it), stands for its overlay-wide id, which only an answer would
+        tell."""
+        if self._closing:
+            raise LinkClosed("client closed")
+        ref = self.refs.publication(durable=False)
+        link = self.connection.link
+        if (
+            link is not None
+            and self.connection.up
+            and link.send(Publish(ref, publication, ack=False, qos=qos))
+        ):
+            self.counters["published.nonpersistent"] += 1
+        else:
+            self.counters["dropped.nonpersistent"] += 1
+        return ref
 
     async def _renew(self) -> None:
         """Renew every leased subscription, every third of the shortest lease, while linked."""
@@ -598,6 +624,10 @@ def _offered(qos: Qos) -> Qos:
     """``qos`` if the overlay does what it asks; ValueError naming what it does not do yet."""
     if qos.expires is not None:
         raise ValueError("a publisher gives a ttl; its broker sets when it expires")
-    if not qos.persistent:
-        raise ValueError("not built yet: persistent=false")
+    if not qos.persistent and qos.retain:
+        raise ValueError("a retained publication must be persistent: retain with persistent=false")
+    if not qos.persistent and qos.ack != "none":
+        raise ValueError(
+            f"an acknowledged publication must be persistent: ack={qos.ack} with persistent=false"
+        )
     return qos

@@ -368,6 +368,11 @@ class Custody(Stateful):
             channel = self.channels.get(hop)
             if channel is None:
                 sent.append((hop, message))
+            elif (type(message) is Publish or type(message) is Deliver) and not message.qos.persistent:  # type: ignore[union-attr]
+                if channel.up:  # non-persistent: not in the log, so sent bare (never held, nor again)
+                    sent.append((hop, message))
+                else:
+                    self.counters["dropped.nonpersistent"] += 1
             elif not isinstance(message, CARRIED):
                 if channel.up:
                     sent.append((hop, message))

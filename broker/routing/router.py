@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from broker.errors import LocalError
 from broker.language.model import Publication
@@ -72,7 +72,7 @@ from broker.routing.tables import Output, Tables
 from broker.routing.times import fix_composite_time, fix_time
 from broker.throttle import LogThrottle
 
-__all__ = ["Output", "Router"]
+__all__ = ["Output", "Router", "unlogged"]
 
 log = logging.getLogger(__name__)
 
@@ -137,11 +137,22 @@ class Router:
         """Feed one message that arrived from ``hop`` at ``now`` (epoch seconds); returns what to
         send where, in order. Sessions whose grace period is over go first; what needs custody
         is carried, and held for a peer that is away."""
+        if unlogged(message):
+            return self._unlogged(message, hop, now)
         self.custody.expire(now)
         out = self.sessions.expire(now) + self.retention.expire(now) + self._lapsed(now)
         out += self._dispatch(message, hop, now)
         out += self.stand_ins.update(message, hop, out, now)
         return self.custody.carry(out + self._tooks(message, hop), now)
+
+    def _unlogged(self, message: Publish, hop: str, now: float) -> Output:
+        """A non-persistent publication (``unlogged``): routed by the state as it is, and
+        changing none of it but counters, so that a log without it replays to the same router.
+        Nothing that time makes due goes here (the next logged input does it, as a replay
+        would); no mark of it is kept (``seen``, ``publishers``), no join state (it feeds no
+        composite subscription), no retained copy; custody sends it bare, only on links that
+        are up (``Custody.carry``)."""
+        return self.custody.carry(self._dispatch(message, hop, now), now)
 
     def _tooks(self, message: Message, hop: str) -> Output:
         """Our ``Took``s, last of all (see ``_carried``): of the carry just handled, and to the
@@ -395,6 +406,9 @@ class Router:
         publication, qos = message.publication, message.qos
         if qos.expires is not None:
             return self._refuse(hop, message.id, "a client gives a ttl: the broker sets when it expires")
+        if qos.retain and not qos.persistent:
+            self.counters["refused.retain_nonpersistent"] += 1
+            return self._refuse(hop, message.id, "a retained publication must be persistent")
         if qos.retain and self.retention.full():
             return self._refuse(
                 hop, message.id, f"this broker keeps at most {MAX_RETAINED} retained publications"
@@ -422,7 +436,7 @@ class Router:
             routed = self._climb(pub_id, publication, DEFAULT_TTL, now, qos)
         else:
             routed = self._route(pub_id, publication, hop, DEFAULT_TTL, now, now, qos)
-        if number is not None:
+        if number is not None and qos.persistent:  # a non-persistent one is never sent again
             self.publishers.routed(hop, ref.session, number, now)
         if qos.retain:  # kept here for subscriptions made later
             routed += self.retention.keep(pub_id, publication, now, qos)
@@ -560,7 +574,10 @@ class Router:
         local, by_hop = self.tables.matching(publication, now)
         flooding = self.tables.routing == "flooding"
         out: Output = []
-        for part in local:
+        persistent = qos.persistent  # not: nothing of it is kept here (see ``_unlogged``)
+        if local and not persistent:  # join state is the log's: it feeds no composite subscription
+            self.counters["unjoined.nonpersistent"] += 1
+        for part in local if persistent else ():
             out += self.composites.detect(part, publication, now)
         for target in sorted(by_hop):
             if target in self.tables.clients:
@@ -573,12 +590,23 @@ class Router:
         if flooding:
             for target in sorted(self.tables.neighbors - {hop}):
                 out.append((target, Publish(pub_id, publication, ttl - 1, time=accepted, qos=qos)))
+        if not persistent:  # never sent again, so no mark to tell a copy; no retained copy (its
+            if qos.retain:  # edge broker refuses one: this came from a broker that did not)
+                self.counters["unretained.nonpersistent"] += 1
+            return out
         if qos.retain:
             self.retention.copy(pub_id, publication, accepted, qos)
         self.seen[pub_id] = None  # last: a publication that failed here is routed if it comes again
         if len(self.seen) > SEEN_PUBLICATIONS:
             self.seen.popitem(last=False)
         return out
+
+
+def unlogged(message: Message) -> TypeGuard[Publish]:
+    """Whether an input changes nothing in the router that its log must replay (a
+    non-persistent publication, see ``Router._unlogged``): the adapters do not log it, and what
+    the router answers to it waits for no commit."""
+    return type(message) is Publish and not message.qos.persistent
 
 
 Handler = Callable[[Router, Any, str, float], Output]

@@ -55,10 +55,12 @@ from broker.messages import (
     Piece,
     Ping,
     Pong,
+    Publish,
     Refuse,
     VoteReply,
     VoteRequest,
 )
+from broker.routing.router import unlogged
 from broker.sites.inputs import Input, MemberDown, decode_input, encode_input
 from broker.sites.state import SiteState
 from broker.transport.codec import decode, in_pieces
@@ -196,6 +198,8 @@ class SiteMember:
         self.serving = False
         self.offload = Offload(clock=clock)
         self._wake = asyncio.Event()
+        # non-persistent publications (not proposed), each after the last entry proposed before it
+        self.unreplicated: deque[tuple[int, str, float, Publish]] = deque()
 
     # what the process asks --------------------------------------------------------------------
 
@@ -241,11 +245,40 @@ class SiteMember:
         to the leader, and say there what they took)."""
         if not self.serving:
             return
+        if unlogged(message):
+            self._unreplicated(message, hop, self.clock.time())
+            return
         if type(message) is LinkUp:
             link = self.binding.live.get(hop)
             if link is not None:
                 self.binding.pending.setdefault((hop, message.name), deque()).append(link)
         self._propose(Input(self.me, hop, self.clock.time(), message))
+
+    def _unreplicated(self, message: Publish, hop: str, now: float) -> None:
+        """A non-persistent publication is not proposed: the site's log, and so its state, must
+        not have it (``router.unlogged``). This broker, the leader, routes it by the state it has
+        applied, once it has applied every entry proposed before it, so that its output overtakes
+        none of theirs; it is lost if the leader goes first."""
+        after = self.node.log.last_index
+        if self.node.applied >= after:
+            self._route_unreplicated(message, hop, now)
+        else:
+            self.unreplicated.append((after, hop, now, message))
+
+    def _route_unreplicated(self, message: Publish, hop: str, now: float) -> None:
+        if not self.serving or self.state.attached.get(hop) != self.me:  # as ``SiteState.take``
+            self.counters["dropped.nonpersistent"] += 1
+            return
+        output = self.state.router.handle(message, hop, now)
+        if output and self.binding.bound:
+            self.driver.send(self.state.mine(output, self.me), self.binding.bound)
+
+    def _release_unreplicated(self, applied: int) -> None:
+        """The non-persistent publications whose entries before them are applied up to ``applied``."""
+        waiting = self.unreplicated
+        while waiting and waiting[0][0] <= applied:
+            _, hop, now, message = waiting.popleft()
+            self._route_unreplicated(message, hop, now)
 
     def _propose(self, item: Input) -> None:
         try:
@@ -351,6 +384,7 @@ class SiteMember:
                     self._restore(ready.snapshot.data)
                 for entry in ready.committed:
                     self._apply(entry)
+                    self._release_unreplicated(entry.index)
                 self.node.advance(self.clock.monotonic())
                 self._roles()
                 await self._compact()
@@ -412,6 +446,8 @@ class SiteMember:
             self.log.warning("site %s: %s no longer leads (term %d)", self.config.name, self.me, term)
             self.binding.bound.clear()
             self.binding.pending.clear()
+            self.counters["dropped.nonpersistent"] += len(self.unreplicated)
+            self.unreplicated.clear()
             self.step_down(f"{ELSEWHERE}{self.me} no longer serves site {self.config.name}")
 
     def _apply(self, entry: Entry) -> None:

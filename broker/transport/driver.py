@@ -2,10 +2,12 @@
 
 The router is pure; this is what it needs from a process. Every input is handled at the clock's
 time; with a log (``persistence``) it is recorded first and the router's output waits for the
-group commit that covers it. Of the custody answers to one peer only the last is sent, and what
-was carried for a link that has been replaced since is not: the peer's hello on the new link
-said what it took, and the router sends the rest again, in order. Our own hellos say what we took
-as the log has it. A router bug, or a message that cannot be encoded, costs that message only.
+group commit that covers it; a non-persistent publication is not recorded (``router.unlogged``),
+and the router's answer to it waits only behind the outputs before it (``GroupCommit.follow``).
+Of the custody answers to one peer only the last is sent, and what was carried for a link that
+has been replaced since is not: the peer's hello on the new link said what it took, and the
+router sends the rest again, in order. Our own hellos say what we took as the log has it. A
+router bug, or a message that cannot be encoded, costs that message only.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Mapping
 from broker.clock import Clock
 from broker.errors import LocalError, ProtocolError
 from broker.messages import Carry, Hello, LinkDown, Message, Tick, Took
-from broker.routing.router import Router
+from broker.routing.router import Router, unlogged
 from broker.routing.tables import Output
 from broker.throttle import LogThrottle
 from broker.transport.group_commit import GroupCommit
@@ -83,8 +85,9 @@ class RouterDriver:
     def feed(self, message: Message, hop: str) -> None:
         self._input_seen.set()
         now = self.clock.time()
-        if self.log_file is not None:
-            self.log_file.record(message, hop, now)
+        logged = self.log_file is not None and not unlogged(message)  # a non-persistent publication
+        if logged:  # is not logged: the router keeps nothing of it
+            self.log_file.record(message, hop, now)  # type: ignore[union-attr]
         try:
             output = self.router.handle(message, hop, now)
         except Exception:  # a router bug must cost one message, not the broker
@@ -96,7 +99,11 @@ class RouterDriver:
         if self.commits is None:
             self.send(output, self.links)
         elif output:  # with the links it was meant for: one replaced meanwhile gets it resent
-            self.commits.hold(output, {target: self.links.get(target) for target, _ in output})
+            links = {target: self.links.get(target) for target, _ in output}
+            if logged:
+                self.commits.hold(output, links)
+            else:  # it waits for no commit, only for what came before it
+                self.commits.follow(output, links)
 
     def send(
         self, output: Output, links: Mapping[str, Link | None], last_took: Mapping[str, Took] | None = None

@@ -3,7 +3,9 @@
 Every input is logged before the router handles it, and what the router answers waits here until
 the commit that covers its input: nothing is acknowledged or forwarded that a crash could take
 back. A disk that fails (full, say) holds the outputs back and is retried with backoff; nothing
-is acknowledged until it commits. Each output keeps the links it was meant for, so the sender can
+is acknowledged until it commits. What the router answers to an input that is not logged (a
+non-persistent publication) waits for no commit of its own, only behind the outputs before it, so
+that it overtakes none of them. Each output keeps the links it was meant for, so the sender can
 tell a link replaced during the commit from the one it was for.
 """
 
@@ -42,6 +44,7 @@ class GroupCommit:
         self.log = log
         self.offload = Offload()  # where commits run: on the loop while the disk is fast
         self._held: list[Held] = []
+        self._committing = False  # outputs taken from ``_held`` wait for the commit under way
         self._wanted = asyncio.Event()
 
     def hold(self, output: Output, links: dict[str, Link | None]) -> None:
@@ -49,15 +52,26 @@ class GroupCommit:
         self._held.append((output, links))
         self._wanted.set()
 
+    def follow(self, output: Output, links: dict[str, Link | None]) -> None:
+        """Send ``output``, whose input is not in the log (``router.unlogged``), after the outputs
+        held before it: at once if none is, else with them (it overtakes none)."""
+        if self._held or self._committing:
+            self._held.append((output, links))
+            self._wanted.set()
+        else:
+            self.send(output, links, {target: out for target, out in output if type(out) is Took})
+
     async def run(self) -> None:
         failures = 0
         while True:
             await self._wanted.wait()
             self._wanted.clear()
             held, self._held = self._held, []
+            self._committing = True
             try:
                 await self.offload.run(self.log_file.wal.commit)
             except OSError as error:
+                self._committing = False
                 self._held[:0] = held
                 self._wanted.set()
                 self.counters["log_errors"] += 1
@@ -72,6 +86,7 @@ class GroupCommit:
                 await asyncio.sleep(min(1.0, 0.05 * 2**failures))
                 continue
             failures = 0
+            self._committing = False
             self.counters["log_commits"] += 1
             # one Took per peer for the whole group: cumulative, the last covers the others
             last_took = {target: out for output, _ in held for target, out in output if type(out) is Took}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +57,39 @@ def test_a_delivery_carries_its_quality_of_service_and_an_expired_one_is_never_h
     run(scenario())
 
 
+def test_a_non_persistent_publication_goes_bare_in_its_place_among_persistent_ones(tmp_path: Path) -> None:
+    """Through two brokers that keep logs: ``publish`` returns at once with its ref (nothing to
+    wait for, nothing kept to send again), the subscriber gets it in order, outside custody."""
+
+    async def scenario() -> None:
+        b1 = RouterService(uri("B1"), data=tmp_path / "b1")
+        b2 = RouterService(uri("B2"), neighbors=[b1.uri], data=tmp_path / "b2")
+        await b1.start()
+        await b2.start()
+        sub = await Client.connect(b2.uri, "sub")
+        pub = await Client.connect(b1.uri, "pub")
+        stream = await sub.subscribe("[class,eq,t]")
+        await pub.advertise("[class,eq,t],[n,>,0]")
+        await until(lambda: b1.router.status()["subscriptions"] == 1, what="the subscription at B1")
+        await pub.publish("[class,t],[n,1]")
+        ref = await pub.publish("[class,t],[n,2]", Qos(persistent=False, priority=7))
+        pub.publish_nowait("[class,t],[n,3]", qos=Qos(persistent=False))
+        await pub.publish("[class,t],[n,4]")
+        assert "@" in ref and "/" not in ref  # its ref: no answer tells its overlay-wide id
+        assert pub.counters["published.nonpersistent"] == 2 and pub.asking.unacknowledged == 0
+        got = await taken(stream, 4)
+        assert [d.publication["n"] for d in got] == [1, 2, 3, 4]
+        assert [d.qos.persistent for d in got] == [True, False, False, True]
+        assert [bool(d.seq) for d in got] == [True, False, False, True]  # the bare ones: no Took owed
+        assert b2.router.custody.channels["sub"].next_seq == 3  # seqs 1 and 2: the persistent ones
+        for client in (pub, sub):
+            await client.close()
+        await b2.stop()
+        await b1.stop()
+
+    run(scenario())
+
+
 async def taken(stream: Subscription, count: int) -> list[Delivery]:
     return [await stream.next(timeout=5) for _ in range(count)]
 
@@ -63,7 +97,8 @@ async def taken(stream: Subscription, count: int) -> list[Delivery]:
 @pytest.mark.parametrize(
     ("qos", "error"),
     [
-        (Qos(retain=True, persistent=False), "not built yet: persistent=false"),
+        (Qos(retain=True, persistent=False), "a retained publication must be persistent"),
+        (Qos(ack="receipt", persistent=False), "an acknowledged publication must be persistent"),
         (Qos(expires=9e9), "a publisher gives a ttl; its broker sets when it expires"),
     ],
 )

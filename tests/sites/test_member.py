@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Client
+from broker.client import Client, Qos
 from broker.client.reconnect import BrokerList
 from broker.consensus import Entry
 from broker.errors import LocalError
@@ -32,6 +32,7 @@ from broker.messages import (
     Subscribe,
 )
 from broker.sites import member
+from broker.sites.inputs import decode_input
 from broker.sites.member import SiteConfig
 from broker.transport import codec, server
 from broker.transport.codec import FrameDecoder, decode, encode
@@ -140,6 +141,38 @@ def test_the_leader_stopped_mid_stream_loses_repeats_and_reorders_nothing(tmp_pa
             second = serving(services)
             assert second is not None and second is not first
             assert subscriber.broker_id == publisher.broker_id == second.uri.id
+            reading.cancel()
+            await publisher.close()
+            await subscriber.close()
+
+    run(scenario(), timeout=60)
+
+
+def test_the_leader_routes_a_non_persistent_publication_in_order_without_replicating_it(
+    tmp_path: Path,
+) -> None:
+    """Publications 1 to 30, every third non-persistent, pipelined: the subscriber gets them all
+    in order (each non-persistent one waits for the entries proposed before it to be applied,
+    never to be replicated); the site's log has only the persistent ones."""
+
+    async def scenario() -> None:
+        async with serving_site(tmp_path) as (services, leader):
+            everyone = brokers_of(services)
+            publisher, subscriber, got, reading = await stream(everyone, everyone)
+            assert leader.site is not None
+            applied = leader.site.node.applied
+            for n in range(1, 31):
+                qos = Qos(persistent=False) if n % 3 == 0 else Qos()
+                publisher.publish_nowait(f"[class,'t'],[n,{n}]", qos=qos)
+            await until(lambda: len(got) >= 30, timeout=10, what="every publication")
+            assert got == list(range(1, 31))
+            await until(lambda: leader.site is not None and not leader.site.unreplicated, what="none waiting")
+            entries = leader.site.node.log.between(applied + 1, leader.site.node.applied)
+            logged = [decode_input(e.data).message for e in entries if e.data]
+            assert [m.publication["n"] for m in logged if isinstance(m, Publish)] == [  # type: ignore[attr-defined]
+                n for n in range(1, 31) if n % 3
+            ]
+            assert leader.router.counters["in.Publish"] == 30
             reading.cancel()
             await publisher.close()
             await subscriber.close()

@@ -106,6 +106,8 @@ EXAMPLES = [
     Publish("9@s", PUBLICATION, qos=Qos(priority=9, ttl=30.0, mid="alert-1")),
     Publish("b2/c3/8", PUBLICATION, 5, False, 1.7e9, Qos(0, None, 1.7e9 + 30, False, True, "receipt", "x")),
     Deliver(("b1/c1/s1",), PUBLICATION, "b2/c3/8", 1.7e9, Qos(priority=1, expires=1.7e9 + 30)),
+    Publish("3@s", PUBLICATION, ack=False, qos=Qos(persistent=False)),  # non-persistent: bare
+    Deliver(("b1/c1/s1",), PUBLICATION, "b2/c3/9", 1.7e9, Qos(persistent=False)),
     Ack("r1", "b1/c1/r1"),
     Refuse("", "bad frame: not msgpack"),
     Refuse("r2", "attribute 'x' appears more than once"),
