@@ -9,7 +9,9 @@ input), a client once its consumer asks for the next delivery of that stream (or
 dropped it). When the link goes down the channel stays, and what the router sends meanwhile is
 held for the peer. When the peer is back, its hello says which of our seqs it took last
 (``LinkUp.resume``): everything after that goes again, in order, and the receiver drops a seq it
-has already taken, so a resend can never be taken twice.
+has already taken, so a resend can never be taken twice. A non-persistent publication or
+delivery (``Qos.persistent`` false) is not in the log, so it gets no seq: it goes bare on a link
+that is up, and is dropped (``dropped.nonpersistent``) for a peer away.
 
 A channel carries at most ``backlog.WINDOW`` messages its peer has not taken yet; what the router
 sends it beyond that waits in its ``backlog`` (held in custody all the same), data by priority,
@@ -357,12 +359,12 @@ class Custody(Stateful):
         channel.received = carry.seq  # a gap is what the sender dropped (and counted) for want of room
         return True
 
-    def carry(self, out: Output, now: float) -> Output:
+    def carry(self, out: Output, now: float, move: bool = True) -> Output:
         """The router's output as it goes on the links: what needs custody carried and held
         (while the window has room and nothing waits, else it waits), and for a peer whose
-        link is down, held only; the rest (answers) only while the link is up. Then what
-        waits on channels given room. ``now`` (epoch seconds) paces the log lines of a full
-        channel."""
+        link is down, held only; the rest (answers) only while the link is up. Then, if it may
+        ``move`` (not for an input the log does not replay), what waits on channels given room.
+        ``now`` (epoch seconds) paces the log lines of a full channel."""
         sent: Output = []
         for hop, message in out:
             channel = self.channels.get(hop)
@@ -402,7 +404,7 @@ class Custody(Stateful):
                     self._wait(hop, channel, message, cost, data)
                 else:
                     self._hold(hop, channel, message, cost, data, sent)
-        if self._roomy:
+        if self._roomy and move:
             for hop in sorted(self._roomy):
                 if (channel := self.channels.get(hop)) is not None:
                     self._move(hop, channel, sent)

@@ -152,7 +152,7 @@ class Router:
         would); no mark of it is kept (``seen``, ``publishers``), no join state (it feeds no
         composite subscription), no retained copy; custody sends it bare, only on links that
         are up (``Custody.carry``)."""
-        return self.custody.carry(self._dispatch(message, hop, now), now)
+        return self.custody.carry(self._dispatch(message, hop, now), now, move=False)
 
     def _tooks(self, message: Message, hop: str) -> Output:
         """Our ``Took``s, last of all (see ``_carried``): of the carry just handled, and to the
