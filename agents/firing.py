@@ -95,8 +95,7 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
         generation.version = info.version
     if info.job in generation.jobs:
         return []  # a duplicate firing
-    if expired(expires, now):
-        assert expires is not None
+    if expires is not None and expired(expires, now):
         return _expire(agent, info, gid, expires, publications, now)
     statuses = {str(p.get("jobname")): p for p in publications if p.cls == JOBSTATUS}
     generation.cancelled_upstream |= any(p.get("cancelled") == 1 for p in statuses.values())
