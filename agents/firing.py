@@ -6,11 +6,13 @@ APPL_END). Deliveries for plain subscriptions are statuses, the :mod:`agents.coo
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from agents import coordinator, publishing, refusals, run_queue
+from agents import coordinator, forgetting, publishing, refusals, run_queue
 from agents.envelope import JobInfo, firing_date
 from agents.events import Delivered, Effect, Emit, Run
 from agents.generations import NOT_RUN, GenerationState
@@ -19,6 +21,7 @@ from workflow_messages import (
     APPL_END,
     APPL_START,
     CANCELLED,
+    EXPIRED,
     FAILURE,
     JOBSTATUS,
     NORUN,
@@ -27,7 +30,9 @@ from workflow_messages import (
     blocked,
     check_gid,
     end_of,
+    expired,
     failures,
+    trigger_expiry,
 )
 
 if TYPE_CHECKING:
@@ -70,9 +75,15 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
         refusals.refuse_firing(agent, info, unsigned.reason, now, unsigned.who)
         return []
     versions = {p.get("version") for p in publications if p.cls == JOBSTATUS}
+    expires = None
     if info.job == APPL_START:
         if info.version != agent.current(info.workflow):
             return []  # a generation starts on the latest version only
+        try:  # a Trigger whose expiry cannot be read: neither run late nor guess
+            expires = trigger_expiry(next(p for p in publications if p.cls == TRIGGER))
+        except ValueError as error:
+            refusals.refuse_firing(agent, info, str(error), now)
+            return []
     elif versions != {info.version}:
         return []  # this generation runs on another version
     elif not (deployment := agent.deployments[info.workflow, info.version]).complete:
@@ -84,6 +95,8 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
         generation.version = info.version
     if info.job in generation.jobs:
         return []  # a duplicate firing
+    if expires is not None and expired(expires, now):
+        return _expire(agent, info, gid, expires, publications, now)
     statuses = {str(p.get("jobname")): p for p in publications if p.cls == JOBSTATUS}
     generation.cancelled_upstream |= any(p.get("cancelled") == 1 for p in statuses.values())
     upstream = failures(statuses.values())
@@ -161,6 +174,29 @@ def _report(
         generation.statuses[APPL_START] = status
         return [Emit(emitted), *coordinator.end_if_over(agent, info.workflow, gid, generation, now)]
     return [Emit(emitted), *publishing.over_here(agent, info.workflow, gid, now)]
+
+
+def _expire(
+    agent: Agent, info: JobInfo, gid: str, expires: float, publications: tuple[Publication, ...], now: float
+) -> list[Effect]:
+    """APPL_START fired after its Trigger expired: the generation does not start. No APPL_START
+    is published, so no job of it fires anywhere; its APPL_END, status EXPIRED, goes out at once
+    (clearing the brokers' join state of it, showing it ended to monitors and the history), and
+    the generation is over here: a firing of it delivered again, before or after a restart, is a
+    duplicate, as is one of a generation that started on time and whose Trigger is delivered
+    again after its expiry."""
+    generation = agent.generations[info.workflow, gid]
+    generation.jobs[APPL_START] = "done"
+    generation.ended = True
+    with contextlib.suppress(ValueError):  # a bad date does not matter to a generation that does not run
+        publishing.outcome(agent, info.workflow, gid)["date"] = firing_date(publications).isoformat()
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
+    late = f"{now - expires:.3f} s after its expiry ({at})"
+    detail = f"expired: the Trigger reached {agent.name} {late}; nothing ran"
+    log.warning("%s %s not started: %s", info.workflow, gid, detail)
+    workflow, version = info.workflow, info.version
+    end = publishing.publication(agent, workflow, version, APPL_END, gid, EXPIRED, detail, started=now)
+    return [Emit(end), *forgetting.forget(agent, info.workflow, gid, info.version, now)]
 
 
 def _misshapen(info: JobInfo, gid: str, publications: tuple[Publication, ...]) -> str | None:

@@ -17,11 +17,22 @@ from broker.durable import LogInUse
 from broker.errors import NoAnswer, RemoteError
 from broker.language import Filter, Predicate
 from broker.language.values import NAME_RE
+from broker.messages.qos import DEFAULT_QOS, Qos, parse_duration
 from wfm.signing import Deployer, signer_of
 from wfm.state import state_home
-from workflow_messages import APPL_START, JOBSTATUS, check_gid, trigger, trigger_advertisement
+from workflow_messages import (
+    APPL_END,
+    APPL_START,
+    EXPIRED,
+    JOBSTATUS,
+    check_gid,
+    trigger,
+    trigger_advertisement,
+)
 
 __all__ = [
+    "MAX_TTL",
+    "Expired",
     "NotAcknowledged",
     "NotStarted",
     "TriggerPublisher",
@@ -30,9 +41,16 @@ __all__ = [
     "default_outbox",
     "new_gid",
     "parse_date",
+    "parse_ttl",
 ]
 
 _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
+MAX_TTL = 365 * 86400.0  # seconds: a Trigger meant for next year is a schedule, not a time to live
+# seconds past its expiry that a Trigger may still wait in a broker's custody (its QoS ttl): then
+# the broker drops it, in silence, but no agent would act on it anyway (an agent refuses a Trigger
+# signed longer ago than its --keep-days, 30 by default); until then, a late Trigger reaches its
+# coordinator and ends its generation EXPIRED, visibly
+CUSTODY_AFTER_EXPIRY = 30 * 86400.0
 
 
 class NotAcknowledged(NoAnswer):
@@ -43,6 +61,11 @@ class NotStarted(RemoteError):
     """No coordinator started the generation: no workflow of that name is deployed, or its
     coordinator is not running. A broker cannot tell (a historian or a monitor subscribes to every
     Trigger), but the coordinator answers every Trigger of its workflow with APPL_START."""
+
+
+class Expired(NotStarted):
+    """The Trigger reached the workflow's coordinator after its expiry (``--ttl``): the generation
+    did not start and ended EXPIRED."""
 
 
 def default_outbox() -> Path:
@@ -74,6 +97,14 @@ def parse_date(text: str) -> date:
     except ValueError:
         pass
     raise ValueError(f"invalid date {text!r} (use YYYY-MM-DD, e.g. 2026-11-23)")
+
+
+def parse_ttl(text: str) -> float:
+    """``--ttl``: a duration (``30s``, ``5m``, ``2h``, ``1d``, seconds) above 0 and at most a year."""
+    seconds = parse_duration(text)
+    if not 0 < seconds <= MAX_TTL:
+        raise ValueError(f"{text!r} is not a time to live above 0 and at most 365d")
+    return seconds
 
 
 class TriggerPublisher:
@@ -116,10 +147,17 @@ class TriggerPublisher:
                     raise
                 time.sleep(0.1)
 
-    def publish(self, workflow: str, gid: str, day: date, started_within: float = 0.0) -> None:
+    def publish(
+        self, workflow: str, gid: str, day: date, started_within: float = 0.0, ttl: float | None = None
+    ) -> float | None:
         """Publish one Trigger; ConnectError, OSError or TimeoutError if the broker cannot take it
         (NotAcknowledged if it waits in the outbox). With ``started_within``, NotStarted unless
-        the generation's APPL_START comes within that many seconds."""
+        the generation's APPL_START comes within that many seconds (Expired if its APPL_END
+        EXPIRED comes instead). With ``ttl`` (seconds), the Trigger carries its expiry, this
+        clock's now plus ``ttl``, which is returned: a coordinator it reaches later does not start
+        the generation but ends it EXPIRED."""
+        expires = None if ttl is None else time.time() + ttl
+        qos = DEFAULT_QOS if ttl is None else Qos(ttl=ttl + CUSTODY_AFTER_EXPIRY)
         if self._client is None:
             client = self._connect()
             try:
@@ -132,7 +170,8 @@ class TriggerPublisher:
         # old advertisement along the path the Trigger takes after it, so it is there first
         started = self._client.subscribe(_start_of(workflow, gid)) if started_within else None
         try:
-            self._client.publish(self.signer.sign_publication(trigger(workflow, gid, day)))
+            signed = self.signer.sign_publication(trigger(workflow, gid, day, expires))
+            self._client.publish(signed, qos)
         except BaseException as error:
             waiting = self._client.stats()["outbox"]
             self.close()
@@ -145,6 +184,7 @@ class TriggerPublisher:
         self.resent = self._client.stats().get("resent.outbox", 0)
         if started is not None:
             _wait_start(self._client, started, started_within, f"{workflow} generation {gid}")
+        return None if expires is None else float(signed["expires"])
 
     def close(self) -> None:
         if self._client is not None:
@@ -161,6 +201,8 @@ class TriggerPublisher:
 def _wait_start(client: BlockingClient, subscription: str, timeout: float, what: str) -> None:
     delivery = client.receive(timeout)
     client.unsubscribe(subscription)
+    if delivery is not None and delivery.publication.get("status") == EXPIRED:
+        raise Expired(f"{what} was not started: {delivery.publication.get('detail') or EXPIRED}")
     if delivery is None:
         raise NotStarted(
             f"nothing started {what} within {timeout:g} s: no workflow of that name is deployed"
@@ -169,6 +211,10 @@ def _wait_start(client: BlockingClient, subscription: str, timeout: float, what:
 
 
 def _start_of(workflow: str, gid: str) -> Filter:
-    """The APPL_START of one generation: the coordinator's answer to its Trigger."""
-    equal = {"applname": workflow, "jobname": APPL_START, "GID": gid}
-    return Filter(JOBSTATUS, tuple(Predicate(name, "eq", value) for name, value in equal.items()))
+    """The coordinator's answer to a generation's Trigger: its APPL_START, or its APPL_END if the
+    Trigger came too late (a generation that started publishes APPL_END after APPL_START)."""
+    equal = {"applname": workflow, "GID": gid}
+    predicates = [Predicate(name, "eq", value) for name, value in equal.items()]
+    virtual = APPL_START[: APPL_START.index("_") + 1]  # APPL_, which APPL_END starts with too
+    assert APPL_END.startswith(virtual)
+    return Filter(JOBSTATUS, (*predicates, Predicate("jobname", "str-prefix", virtual)))

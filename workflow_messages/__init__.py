@@ -52,6 +52,7 @@ from workflow_messages.names import (
     APPL_END,
     APPL_START,
     CANCELLED,
+    EXPIRED,
     FAILURE,
     GID,
     JOBSTATUS,
@@ -60,7 +61,15 @@ from workflow_messages.names import (
     TRIGGER,
     check_name,
 )
-from workflow_messages.trigger import check_gid, trigger, trigger_advertisement, trigger_atom, trigger_date
+from workflow_messages.trigger import (
+    check_gid,
+    expired,
+    trigger,
+    trigger_advertisement,
+    trigger_atom,
+    trigger_date,
+    trigger_expiry,
+)
 
 __all__ = [
     "ACCEPTS",
@@ -71,6 +80,7 @@ __all__ = [
     "CANCELLED",
     "DAILY",
     "DAYS",
+    "EXPIRED",
     "FAILURE",
     "GID",
     "JOBSTATUS",
@@ -95,6 +105,7 @@ __all__ = [
     "end_of",
     "ended",
     "envelope_digest",
+    "expired",
     "failures",
     "find_cycles",
     "generation_end",
@@ -113,6 +124,7 @@ __all__ = [
     "trigger_advertisement",
     "trigger_atom",
     "trigger_date",
+    "trigger_expiry",
     "undeploy_order",
     "weekday_words",
     "withdraw_content",

@@ -18,6 +18,7 @@ __all__ = [
     "APPL_END",
     "APPL_START",
     "CANCELLED",
+    "EXPIRED",
     "FAILURE",
     "GID",
     "HISTORY_QUERY",
@@ -32,6 +33,9 @@ __all__ = [
 AGENT_CTL, AGENT_ACK, JOBSTATUS, TRIGGER = "AGENT_CTL", "AGENT_ACK", "JOBSTATUS", "Trigger"
 SUCCESS, FAILURE, NORUN = "SUCCESS", "FAILURE", "NORUN"
 CANCELLED = "CANCELLED"  # APPL_END of a generation wfm cancel stopped
+# APPL_END of a generation whose Trigger reached its coordinator after the expiry it carries
+# (wfm trigger --ttl): nothing of it ran
+EXPIRED = "EXPIRED"
 # questions to agents (what is deployed, recent runs, a job's log) and their answers
 AGENT_QUERY, AGENT_ANSWER = "AGENT_QUERY", "AGENT_ANSWER"
 # history asked and answered over the overlay (wfm.history.protocol)

@@ -1,7 +1,9 @@
 """Trigger: the publication that starts a generation of a workflow for a date.
 
 Its ``schedule`` attribute (the name is fixed: docs/workflows.md, Messages) holds the date, ``YYYY.MM.DD``,
-that the jobs' calendars are checked against.
+that the jobs' calendars are checked against. ``expires`` (``wfm trigger --ttl``; absent: never) is the
+instant, epoch seconds of the issuer's clock, after which the workflow's coordinator does not start
+the generation but ends it EXPIRED (:func:`expired`, decided in ``agents.firing``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,19 @@ from broker.language import Atom, Filter, Publication
 from workflow_messages._build import filter_of
 from workflow_messages.names import GID, TRIGGER
 
-__all__ = ["check_gid", "trigger", "trigger_advertisement", "trigger_atom", "trigger_date"]
+__all__ = [
+    "EXPIRES",
+    "check_gid",
+    "expired",
+    "trigger",
+    "trigger_advertisement",
+    "trigger_atom",
+    "trigger_date",
+    "trigger_expiry",
+]
+
+EXPIRES = "expires"  # the attribute: epoch seconds after which the generation does not start
+MAX_EXPIRES = 1e11  # epoch seconds (about the year 5100): the bound a Qos puts on an expiry too
 
 _GID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}\Z")
 
@@ -35,13 +49,41 @@ def trigger_advertisement() -> Filter:
     """What ``wfm trigger`` and ``wfm schedule`` advertise before publishing Triggers of any workflow,
     signed (:mod:`workflow_messages.signature`)."""
     return filter_of(
-        TRIGGER, {}, present=("applname", "GID", "schedule", "signer", "signature"), numbers=("sequence",)
+        TRIGGER,
+        {},
+        present=("applname", "GID", "schedule", "signer", "signature"),
+        numbers=("sequence", EXPIRES),
     )
 
 
-def trigger(workflow: str, gid: str, day: date) -> Publication:
-    """``[class,Trigger],[applname,W],[GID,G],[schedule,'YYYY.MM.DD']``: start generation ``gid``."""
-    return Publication(TRIGGER, {"applname": workflow, "GID": gid, "schedule": day.strftime("%Y.%m.%d")})
+def trigger(workflow: str, gid: str, day: date, expires: float | None = None) -> Publication:
+    """``[class,Trigger],[applname,W],[GID,G],[schedule,'YYYY.MM.DD']``: start generation ``gid``;
+    with ``expires`` (epoch seconds, kept to the millisecond), ``[expires,E]`` too: not after E."""
+    fields: dict[str, str | float] = {"applname": workflow, "GID": gid, "schedule": day.strftime("%Y.%m.%d")}
+    if expires is not None:
+        fields[EXPIRES] = _checked_expiry(round(expires, 3))
+    return Publication(TRIGGER, fields)
+
+
+def trigger_expiry(publication: Publication) -> float | None:
+    """When the generation a Trigger starts expires (epoch seconds), None if it does not say (a
+    Trigger without ``--ttl``, or from an issuer older than the attribute); ValueError (one line) if
+    its ``expires`` is not epoch seconds: anyone may publish a Trigger without TLS, and a broker
+    carries whatever value it was given."""
+    value = publication.get(EXPIRES)
+    return None if value is None else _checked_expiry(value)
+
+
+def expired(expires: float | None, now: float) -> bool:
+    """Whether a Trigger with that expiry (:func:`trigger_expiry`) is late when it reaches its
+    coordinator at ``now`` (the coordinator's clock): at the expiry itself it is."""
+    return expires is not None and now >= expires
+
+
+def _checked_expiry(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < MAX_EXPIRES:
+        raise ValueError(f"the trigger's expires {value!r:.40} is not epoch seconds (a number, 0 to 1e11)")
+    return float(value)
 
 
 @functools.lru_cache(maxsize=1024)  # every firing of a generation names its Trigger's date

@@ -350,3 +350,40 @@ def test_a_job_s_priority_goes_with_its_statuses(overlay: Overlay) -> None:
         while (delivery := watcher.receive(timeout=2)) is not None:
             priorities[delivery.publication["jobname"]] = delivery.qos.priority
     assert (priorities["First"], priorities["Middle"], priorities["Last"]) == (4, 8, 4)
+
+
+def test_a_trigger_its_coordinator_picks_up_too_late_ends_expired_and_runs_nothing(overlay: Overlay) -> None:
+    """``wfm trigger --ttl``: on time, the generation runs; a Trigger published while the
+    coordinator (agentA) is frozen, past its expiry when agentA takes it, ends its generation
+    EXPIRED and runs no job; one already late when it arrives makes ``wfm trigger`` fail, saying so."""
+    overlay.deploy(WORKFLOWS / "payroll.xml")
+    quiet(overlay.uris)
+
+    def wfm_trigger(gid: str, ttl: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        command = [WFM, "trigger", "PAYROLL", "--gid", gid, "--ttl", ttl, "--date", "2026-11-23"]
+        broker = ["--broker", str(overlay.uris["B3"]), "--no-check", *extra]
+        return subprocess.run([*command, *broker], capture_output=True, text=True, timeout=30)
+
+    on_time = wfm_trigger("on-time", "1h", "-o", "json")
+    assert on_time.returncode == 0, on_time.stderr
+    assert json.loads(on_time.stdout)["expires"] > time.time() + 3500
+    overlay.wait_end("PAYROLL", ["on-time"])
+    assert overlay.states("PAYROLL", "on-time")["APPL_END"] == "SUCCESS"
+    assert overlay.records("PAYROLL", "on-time") == {"JobA": 1, "JobB": 1, "JobD": 1}
+    coordinator = overlay.agents["agentA"]
+    coordinator.send_signal(signal.SIGSTOP)  # up, but taking nothing (less than B1's 4 s heartbeat timeout)
+    try:
+        assert wfm_trigger("late", "1s", "--wait", "0").returncode == 0
+        time.sleep(2.0)
+    finally:
+        coordinator.send_signal(signal.SIGCONT)
+    overlay.wait_end("PAYROLL", ["late"])
+    assert overlay.states("PAYROLL", "late") == {"APPL_END": "EXPIRED"}
+    assert "after its expiry" in str(overlay.statuses["PAYROLL", "late"]["APPL_END"]["detail"])
+    assert not (overlay.output / "PAYROLL" / "late").exists()  # no job ran
+    quiet(overlay.uris)
+    already = wfm_trigger("already", "1ms")
+    assert already.returncode == 1
+    assert already.stderr.startswith("wfm: error: PAYROLL generation already was not started: expired: ")
+    overlay.wait_end("PAYROLL", ["already"])
+    assert overlay.states("PAYROLL", "already") == {"APPL_END": "EXPIRED"}

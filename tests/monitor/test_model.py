@@ -6,6 +6,7 @@ from rich.console import Console
 
 from broker.language import Value
 from wfm.monitor import Monitor, render
+from wfm.operations import generation_record
 
 
 def trig(gid: str, day: str = "2026.11.23", workflow: str = "PAYROLL") -> dict[str, Value]:
@@ -189,3 +190,26 @@ def test_a_long_log_path_is_folded_never_cut() -> None:
     assert "…" not in text
     pieces = [line.split("│")[5].strip() for line in text.splitlines() if line.startswith("│")]
     assert path in "".join(pieces)
+
+
+EXPIRED_DETAIL = (
+    "expired: the Trigger reached agentA 3.000 s after its expiry (2026-11-29 10:00:00 UTC); nothing ran"
+)
+
+
+def test_an_expired_generation_ends_without_any_job_and_is_not_a_success() -> None:
+    """wfm trigger --ttl: the coordinator publishes APPL_END EXPIRED and nothing else."""
+    model = Monitor()
+    model.receive({**trig("g1"), "expires": 1795000000})
+    event = model.receive(status("g1", "APPL_END", "EXPIRED", EXPIRED_DETAIL, agentname="agentA"))
+    assert event is not None and event.record()["status"] == "EXPIRED"  # -o json
+    generation = model.generations["PAYROLL", "g1"]
+    assert generation.jobs == {} and generation.date == "2026-11-23"
+    assert model.done and model.exit_status() == 1
+    assert model.unsuccessful() == [f"PAYROLL g1 ended EXPIRED: {EXPIRED_DETAIL}"]
+    record = generation_record(generation)  # a line of wfm runs
+    assert (record["status"], record["detail"], record["jobs"]) == ("EXPIRED", EXPIRED_DETAIL, {})
+    console = Console(width=200, record=True)
+    console.print(render(model))
+    shown = console.export_text()
+    assert "PAYROLL  g1  2026-11-23" in shown and f"EXPIRED ({EXPIRED_DETAIL})" in shown

@@ -238,6 +238,28 @@ def test_bad_input_is_one_line(argv: list[str], message: str) -> None:
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("ttl", "message"),
+    [
+        ("0", "Invalid value for '--ttl': '0' is not a time to live above 0 and at most 365d"),
+        ("400d", "Invalid value for '--ttl': '400d' is not a time to live above 0 and at most 365d"),
+        ("soon", "Invalid value for '--ttl': 'soon' is not a duration: give a number with ms, s, m, h or d"),
+    ],
+)
+def test_a_bad_ttl_is_a_one_line_usage_error(ttl: str, message: str) -> None:
+    done = wfm("trigger", "PAY", "--ttl", ttl, "--broker", "socket://127.0.0.1:1/B9")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"wfm: error: {message}") and done.stderr.count("\n") == 1
+
+
+def test_trigger_help_says_what_ttl_does() -> None:
+    done = wfm("trigger", "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "--ttl DURATION" in text and "the generation ends EXPIRED" in text
+    assert "if it runs S seconds ahead of this one, the Trigger expires S seconds early" in text
+
+
 def test_a_schedule_fire_triggers_only_on_days_its_calendar_allows(overlay: dict[str, BrokerURI]) -> None:
     today = datetime.now(ZoneInfo("UTC")).date()  # the day of the fire, in the cron's zone
     cron = CronTrigger.from_crontab("0 6 * * *", timezone=ZoneInfo("UTC"))

@@ -503,3 +503,28 @@ def test_each_link_shows_its_frames_per_second_each_way() -> None:
     assert '<text class="link-rate" data-link="B1-B2"' in page and "15 ⇄ 2.5 /s" in page
     assert "<title>B1 → B2: 15 frames/s; B2 → B1: 2.5 frames/s</title>" in page
     assert 'class="link-rate" data-link="B2-B3"' not in page
+
+
+def test_an_expired_generation_is_shown_expired_and_can_be_filtered(tmp_path: Path) -> None:
+    board = dashboard(tmp_path)
+    board.runs_error = None
+    for gid in ("late", "ran"):
+        board.monitor.receive(
+            {"class": "Trigger", "applname": "PAYROLL", "GID": gid, "schedule": "2026.11.23"}
+        )
+    board.monitor.receive(
+        status("APPL_END", "EXPIRED", "late", detail="expired: the Trigger reached agentA late")
+    )
+    board.monitor.receive(status("JobA", "SUCCESS", "ran", started=100.0, duration=1.0))
+    board.monitor.receive(status("APPL_END", "SUCCESS", "ran"))
+    web = client(board)
+    grid = web.get("/fragment/runs").text
+    assert (
+        'data-gid="late" data-outcome="EXPIRED"' in grid and 'class="outcome state-EXPIRED">EXPIRED<' in grid
+    )
+    assert '<option value="EXPIRED">EXPIRED</option>' in web.get("/").text  # the status filter offers it
+    only = web.get("/api/runs", params={"status": "EXPIRED"}).json()
+    assert [(r["gid"], r["outcome"]) for r in only["generations"]] == [("late", "EXPIRED")]
+    page = web.get("/fragment/run", params={"workflow": "PAYROLL", "gid": "late"}).text
+    assert "EXPIRED</span> (expired: the Trigger reached agentA late)" in page
+    assert 'data-action="rerun"' in page  # over: it may be triggered again, as a rerun

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date, datetime
@@ -21,7 +23,17 @@ from broker.messages import Publish
 from broker.transport.server import RouterService
 from tests.processes import WFM
 from tests.transport.harness import uri
-from wfm.triggers import NotAcknowledged, TriggerPublisher, check_gid, check_workflow, new_gid, parse_date
+from wfm.triggers import (
+    CUSTODY_AFTER_EXPIRY,
+    NotAcknowledged,
+    TriggerPublisher,
+    check_gid,
+    check_workflow,
+    new_gid,
+    parse_date,
+    parse_ttl,
+)
+from workflow_messages.signature import check_publication
 
 
 def test_new_gid_is_short_sortable_and_unique() -> None:
@@ -140,3 +152,41 @@ def test_wfm_trigger_killed_between_its_outbox_and_the_acknowledgement(
         got.append(subscriber.receive(timeout=1))  # a copy of g1 would come here
         gids = [d.publication["GID"] for d in [first, *got] if d is not None]
         assert gids == ["g1", "g2"]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("30s", 30.0), ("5m", 300.0), ("250ms", 0.25), ("365d", 365 * 86400.0)]
+)
+def test_valid_ttls(text: str, seconds: float) -> None:
+    assert parse_ttl(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0", "'0' is not a time to live above 0 and at most 365d"),
+        ("0ms", "'0ms' is not a time to live above 0"),
+        ("366d", "'366d' is not a time to live above 0 and at most 365d"),
+        ("-1s", "'-1s' is not a duration"),
+        ("soon", "'soon' is not a duration"),
+    ],
+)
+def test_invalid_ttls(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_ttl(text)
+
+
+def test_a_trigger_with_a_ttl_carries_its_expiry_signed_and_lives_in_custody_a_while_longer() -> None:
+    with broker_in_a_thread() as broker, BlockingClient(broker.uri) as subscriber:
+        subscriber.subscribe("[class,eq,Trigger]")
+        with TriggerPublisher(broker.uri) as publisher:
+            before = time.time()
+            expires = publisher.publish("PAYROLL", "g1", date(2026, 11, 23), ttl=60.0)
+            publisher.publish("PAYROLL", "g2", date(2026, 11, 23))  # no ttl: as before
+        late, plain = subscriber.receive(timeout=5), subscriber.receive(timeout=5)
+    assert late is not None and plain is not None
+    assert expires is not None and before + 60 - 0.001 <= expires <= time.time() + 60  # to the ms
+    assert late.publication["expires"] == expires
+    check_publication(late.publication)  # the expiry is under the signature
+    assert late.qos.expires is not None and late.qos.expires >= expires + CUSTODY_AFTER_EXPIRY
+    assert "expires" not in plain.publication and plain.qos.expires is None

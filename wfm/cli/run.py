@@ -27,7 +27,15 @@ from wfm.operations import NoReply, Session, UnknownWorkflow
 from wfm.scheduler import NEVER_STOPPED, fire, run_schedule
 from wfm.timetable import Entry, fires, load_config
 from wfm.topology import load_topology
-from wfm.triggers import TriggerPublisher, check_gid, check_workflow, default_outbox, new_gid, parse_date
+from wfm.triggers import (
+    TriggerPublisher,
+    check_gid,
+    check_workflow,
+    default_outbox,
+    new_gid,
+    parse_date,
+    parse_ttl,
+)
 from wfm.up import Started, agent_names, serve
 
 # seconds wfm monitor --gid waits for a historian to answer what it holds of the generation
@@ -59,6 +67,14 @@ CHECK_TIMEOUT = 5.0
     help="Seconds to wait for the workflow's coordinator to start the generation; 0: do not wait.",
 )
 @click.option(
+    "--ttl",
+    callback=checked(parse_ttl),
+    metavar="DURATION",
+    help="Time to live (30s, 5m, 2h, 1d; at most 365d): a Trigger that reaches the workflow's "
+    "coordinator later (by its clock) starts nothing, and the generation ends EXPIRED "
+    "[default: never expires].",
+)
+@click.option(
     "--check/--no-check",
     default=True,
     show_default=True,
@@ -73,6 +89,7 @@ def trigger(
     broker_uri: Brokers,
     outbox: Path | None,
     wait: float,
+    ttl: float | None,
     check: bool,
     output: str,
 ) -> None:
@@ -85,14 +102,20 @@ def trigger(
     status 1 if none did within --wait seconds (its coordinator is not running). A Trigger the
     broker did not acknowledge in time (exit status 3) stays in the outbox, and the next wfm
     trigger sends it first, under the same id: the overlay drops it if it got through after all.
-    Triggers in the same outbox go one process at a time. -o json: {"workflow", "gid", "date"}."""
+    Triggers in the same outbox go one process at a time.
+
+    With --ttl, the Trigger carries its expiry (this clock's now plus the ttl): a coordinator it
+    reaches later starts nothing and ends the generation EXPIRED, which wfm monitor, wfm runs
+    and the dashboard show (exit status 1 here if that happens within --wait). The coordinator
+    decides by its own clock: if it runs S seconds ahead of this one, the Trigger expires S seconds
+    early. -o json: {"workflow", "gid", "date"}, and "expires" (epoch seconds) with --ttl."""
     gid = gid or new_gid(datetime.now())
     day = day or date.today()
     if check:
         _check_deployed(broker_uri, workflow)
     try:
         with TriggerPublisher(broker_uri, outbox=outbox or default_outbox()) as publisher:
-            publisher.publish(workflow, gid, day, started_within=wait)
+            expires = publisher.publish(workflow, gid, day, started_within=wait, ttl=ttl)
     except (ConnectError, OSError) as error:
         raise click.ClickException(f"cannot trigger {workflow}: {error}") from None
     except TimeoutError as error:
@@ -102,7 +125,8 @@ def trigger(
             f"wfm: sent again {publisher.resent} Trigger(s) an earlier run left unacknowledged", err=True
         )
     if output == "json":
-        click.echo(json.dumps({"workflow": workflow, "gid": gid, "date": day.isoformat()}))
+        record: dict[str, object] = {"workflow": workflow, "gid": gid, "date": day.isoformat()}
+        click.echo(json.dumps(record if expires is None else {**record, "expires": expires}))
     else:
         click.echo(gid)
 

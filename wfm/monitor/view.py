@@ -9,11 +9,12 @@ from rich.table import Table
 from rich.text import Text
 
 from wfm.monitor.model import Generation, JobState, Monitor
-from workflow_messages import APPL_START, FAILURE, NORUN, SUCCESS
+from workflow_messages import APPL_START, EXPIRED, FAILURE, NORUN, SUCCESS
 
 __all__ = ["STYLES", "render"]
 
-STYLES = {SUCCESS: "green", FAILURE: "bold red", NORUN: "dim"}
+# EXPIRED: APPL_END of a generation whose Trigger came too late to start it (nothing ran)
+STYLES = {SUCCESS: "green", FAILURE: "bold red", NORUN: "dim", EXPIRED: "magenta"}
 SKIPPED_STYLE = "yellow"  # a NORUN on a branch not taken (its detail says why)
 
 

@@ -16,7 +16,7 @@ from wfm.monitor import Generation, Monitor
 from wfm.operations import generation_record
 from wfm.triggers import check_workflow, parse_date
 from wfm.web.svg import Bar, Edge, Node, Series, dag_svg, gantt_svg, graph_svg, line_chart_svg
-from workflow_messages import APPL_END, APPL_START
+from workflow_messages import APPL_END, APPL_START, EXPIRED
 from workflow_messages.calendars import DAYS
 
 __all__ = [
@@ -404,7 +404,7 @@ class RunsQuery:
 
 
 RUNS_PAGE = 50  # generations per page of the Runs grid
-OUTCOMES = ("running", STARTING, NOT_STARTED, "SUCCESS", "FAILURE", "CANCELLED")
+OUTCOMES = ("running", STARTING, NOT_STARTED, "SUCCESS", "FAILURE", "CANCELLED", EXPIRED)
 
 
 def runs(
