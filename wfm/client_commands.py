@@ -6,7 +6,9 @@ publishes (``p PUBLICATION [priority=0..9] [ttl=DURATION] [id=ID] [ack=receipt|c
 [cancel=any]]``, its quality of service after it; the acks it asked for are reported as they
 come), ``cancel ID`` cancels a retained publication, ``ack ID``
 acknowledges a delivery whose publisher asked for it (by the publisher's id for it, or the
-publication's), ``ua``/``us`` withdraw by id, ``sleep`` waits while deliveries keep arriving. A line is
+publication's), ``pull N`` asks the broker for N more deliveries and keeps the rest waiting in
+its custody until asked again, ``push`` has them pushed again, ``ua``/``us`` withdraw by id,
+``sleep`` waits while deliveries keep arriving. A line is
 applied at the broker before the next is read; what it says back is returned for the caller to show.
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 
 from broker.client import Client, Delivery
 from broker.language import parse_composite_subscription, parse_filter, parse_publication
+from broker.messages import MAX_PULL
 from broker.messages.qos import Qos, parse_duration
 
 __all__ = ["Console", "apply_line"]
@@ -82,6 +85,12 @@ async def apply_line(session: Client, line: str, console: Console | None = None)
             console.awaiting.pop(key, None)
     elif command == "cancel":
         await session.cancel(_one_word(rest, "cancel"))
+    elif command == "pull":
+        session.pull(_count(rest))
+    elif command == "push":
+        if rest:
+            raise ValueError("push takes nothing after it")
+        session.push()
     elif command == "ua":
         await session.unadvertise(_one_word(rest, "ua"))
     elif command == "us":
@@ -89,7 +98,9 @@ async def apply_line(session: Client, line: str, console: Console | None = None)
     elif command == "sleep":
         await asyncio.sleep(_seconds(rest))
     else:
-        raise ValueError(f"unknown command {command!r} (use a, s, cs, p, ack, ua, us or sleep)")
+        raise ValueError(
+            f"unknown command {command!r} (use a, s, cs, p, ack, cancel, pull, push, ua, us or sleep)"
+        )
     return None
 
 
@@ -130,6 +141,12 @@ def _one_word(rest: str, command: str) -> str:
     if not rest or " " in rest:
         raise ValueError(f"{command} needs one id")
     return rest
+
+
+def _count(rest: str) -> int:
+    if not rest.isdigit() or not 0 < int(rest) <= MAX_PULL:
+        raise ValueError(f"pull needs a number of deliveries from 1 to {MAX_PULL}, not {rest!r}")
+    return int(rest)
 
 
 def _seconds(rest: str) -> float:

@@ -175,3 +175,36 @@ def test_composite_subscription_from_the_command_line() -> None:
                 ],
             }
         ]
+
+
+def test_a_client_pulls_what_it_asks_for_and_the_broker_keeps_the_rest() -> None:
+    """``pull N`` in ``wfm client``: N deliveries, then none until asked (the broker keeps them);
+    ``push`` has the rest pushed. Nothing lost, nothing twice, in order."""
+    with brokers({"B1": [], "B2": ["B1"]}) as uris:
+        sub = listening_client(uris["B2"], "sub", "s [class,eq,'tick']")
+        assert sub.stdin is not None and sub.stdout is not None
+        sub.stdin.write("pull 2\n")
+        sub.stdin.flush()
+        lines = "".join(f"p [class,'tick'],[n,{n}]\n" for n in range(5))
+        pub = wfm(
+            "client",
+            "--broker",
+            str(uris["B1"]),
+            "--linger",
+            "0",
+            stdin=f"a [class,eq,'tick'],[n,>,-1]\nsleep 0.3\n{lines}",
+        )
+        assert pub.returncode == 0, pub.stderr
+
+        def took() -> list[int]:
+            return [json.loads(sub.stdout.readline())["attributes"]["n"]]  # type: ignore[union-attr]
+
+        assert took() + took() == [0, 1]
+        status = json.loads(wfm("status", "--broker", str(uris["B2"]), "-o", "json").stdout)
+        assert status["waiting"] == 3  # kept for the subscriber until it asks
+        sub.stdin.write("pull 1\n")
+        sub.stdin.flush()
+        assert took() == [2]
+        out, err = sub.communicate("sleep 0.5\npush\nsleep 0.5\n", timeout=20)
+        assert sub.returncode == 0, err
+        assert [json.loads(line)["attributes"]["n"] for line in out.splitlines()] == [3, 4]

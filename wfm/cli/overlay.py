@@ -408,18 +408,23 @@ def client(broker_uri: Brokers, client_id: str | None, linger: float, output: st
                      chronicle (default), recent, continuous, cumulative,
                      unrestricted or padres
     p  PUBLICATION [priority=0..9] [ttl=DURATION] [id=ID] [ack=receipt|client]
-       [retain [cancel=any]]
-                     publish: a priority (4 by default), a time to live
+       [retain [cancel=any]] [persistent=false]
+                     publish: a priority (4 by default; higher ones
+                     overtake lower ones waiting anywhere), a time to live
                      (30s, 5m, 2h: never delivered after it), an id of
                      your own, shown to subscribers, an ack asked of them
                      (printed on stderr as it comes: "receipt ID by
                      CLIENT"); retain: kept and sent to subscriptions made
                      later until it expires or is cancelled (by its
-                     publisher, or with cancel=any by anyone)
+                     publisher, or with cancel=any by anyone);
+                     persistent=false: at most once, never logged or kept
     cancel ID        cancel a retained publication (its id=, or its
                      publication id)
     ack ID           acknowledge a delivery that asked for ack=client (ID:
                      its publisher's id for it, or its publication id)
+    pull N           pull: N more deliveries, then none until the next
+                     pull (the broker keeps the rest for this client)
+    push             be pushed every delivery again (the default)
     ua ID            unadvertise
     us ID            unsubscribe
     sleep SECONDS    wait, deliveries keep arriving

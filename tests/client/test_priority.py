@@ -1,0 +1,142 @@
+"""Priority and pull through brokers and the client library: an urgent publication overtakes a
+backlog built for a subscriber that was paused, on the way and in the subscriber's own queue; a
+subscriber pulls batches with ``fetch`` and goes back to being pushed, with nothing lost or
+repeated, across a reconnection too."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+
+from broker.client import Client, Qos
+from broker.client.queues import DeliveryQueue
+from broker.routing.backlog import WINDOW
+from broker.transport.server import RouterService
+from tests.client.test_reconnect import FAST
+from tests.transport.harness import run, until, uri
+
+BACKLOG = 2_000
+
+
+def first(item: tuple[int, int]) -> int:
+    return item[0]
+
+
+@asynccontextmanager
+async def chain() -> AsyncIterator[tuple[RouterService, Client, Client]]:
+    """B1 - B2 - B3, a publisher of ``t`` at B1 and a subscriber at B3."""
+    b1 = RouterService(uri("B1"), session_grace=60.0)
+    b2 = RouterService(uri("B2"), neighbors=[b1.uri], session_grace=60.0)
+    b3 = RouterService(uri("B3"), neighbors=[b2.uri], session_grace=60.0)
+    for b in (b1, b2, b3):
+        await b.start()
+    await until(lambda: len(b2.router.tables.neighbors) == 2, what="the chain linked")
+    pub = await Client.connect(b1.uri, "pub")
+    sub = await Client.connect(b3.uri, "sub", backoff=FAST)
+    await pub.advertise("[class,eq,t],[n,>,-1]")
+    try:
+        yield b3, pub, sub
+    finally:
+        for client in (pub, sub):
+            await client.close()
+        for b in (b3, b2, b1):
+            await b.stop()
+
+
+def test_an_urgent_publication_overtakes_a_backlog_built_for_a_paused_subscriber() -> None:
+    async def scenario() -> None:
+        async with chain() as (b3, pub, sub):
+            stream = await sub.subscribe("[class,eq,t]")
+            await asyncio.sleep(0.2)
+            for n in range(BACKLOG):
+                pub.publish_nowait(f"[class,t],[n,{n}]", qos=Qos(priority=1))
+            await pub.publish(f"[class,t],[n,{BACKLOG}]", Qos(priority=9))
+            await until(
+                lambda: b3.router.status()["waiting"] > BACKLOG - 2 * WINDOW, what="the backlog at B3"
+            )
+            got = [(await stream.next(timeout=10)).publication["n"] for _ in range(BACKLOG + 1)]
+            assert sorted(got) == list(range(BACKLOG + 1))  # nothing lost, nothing twice
+            assert got.index(BACKLOG) < 2 * WINDOW  # not after the 2,000 before it
+            low = [n for n in got if n != BACKLOG]
+            assert low == sorted(low)  # one publisher, one priority: in order
+
+    run(scenario(), timeout=60)
+
+
+def test_the_client_hands_out_the_highest_priority_first_and_in_order_within_one() -> None:
+    async def scenario() -> None:
+        queue: DeliveryQueue[tuple[int, int]] = DeliveryQueue(100, Counter(), print, priority=first)
+        for item in [(1, 0), (5, 1), (1, 2), (9, 3), (5, 4)]:
+            queue.put(item)
+        queue.put(None)
+        got = [await queue.get(1.0) for _ in range(6)]
+        assert got == [(9, 3), (5, 1), (5, 4), (1, 0), (1, 2), None]
+
+    run(scenario())
+
+
+def test_a_lossy_queue_drops_its_oldest_of_the_lowest_priority() -> None:
+    async def scenario() -> None:
+        queue: DeliveryQueue[tuple[int, int]] = DeliveryQueue(3, Counter(), print, lossy=True, priority=first)
+        for item in [(9, 0), (1, 1), (1, 2), (5, 3)]:
+            queue.put(item)
+        assert [await queue.get(1.0) for _ in range(3)] == [(9, 0), (5, 3), (1, 2)]
+
+    run(scenario())
+
+
+def test_a_subscriber_fetches_batches_then_is_pushed_to_with_nothing_lost_or_repeated() -> None:
+    async def scenario() -> None:
+        async with chain() as (b3, pub, sub):
+            await sub.subscribe("[class,eq,t]", own_queue=False)
+            first = await sub.fetch(10, timeout=0.5)  # nothing yet: an empty batch, no error
+            assert first == []
+            for n in range(25):
+                await pub.publish(f"[class,t],[n,{n}]")
+            await until(lambda: b3.router.status()["waiting"] == 15, what="15 kept at B3")
+            batches = [await sub.fetch(10, timeout=2.0) for _ in range(3)]
+            assert [[d.publication["n"] for d in batch] for batch in batches] == [
+                list(range(10)),
+                list(range(10, 20)),
+                list(range(20, 25)),
+            ]
+            sub.push()
+            for n in range(25, 30):
+                await pub.publish(f"[class,t],[n,{n}]")
+            assert [(await sub.next(timeout=5)).publication["n"] for _ in range(5)] == list(range(25, 30))
+            assert b3.router.status()["waiting"] == 0
+
+    run(scenario(), timeout=60)
+
+
+def test_a_pulling_subscriber_that_reconnects_still_pulls_and_loses_nothing() -> None:
+    async def scenario() -> None:
+        async with chain() as (b3, pub, sub):
+            await sub.subscribe("[class,eq,t]", own_queue=False)
+            await sub.fetch(1, timeout=0.2)
+            b3.links["sub"].close("cut by the test", abort=True)
+            for n in range(12):
+                await pub.publish(f"[class,t],[n,{n}]")
+            await until(lambda: sub.connected and b3.links.get("sub") is not None, what="back")
+            await until(lambda: b3.router.status()["waiting"] >= 11, what="kept at B3, not pushed")
+            got = [d.publication["n"] for d in await sub.fetch(5, timeout=2.0)]
+            got += [d.publication["n"] for d in await sub.fetch(10, timeout=1.0)]
+            assert got == list(range(12))
+
+    run(scenario(), timeout=60)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 10**7, 1.5])
+def test_a_fetch_of_a_bad_size_is_refused(bad: object) -> None:
+    async def scenario() -> None:
+        async with chain() as (_, _pub, sub):
+            with pytest.raises(ValueError, match="fetch takes 1 to"):
+                await sub.fetch(bad, timeout=0.1)  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="pull takes 0 to"):
+                sub.pull(-1)
+
+    run(scenario())
