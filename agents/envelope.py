@@ -116,6 +116,7 @@ class Registration:
     composite: Composite | None = None
     clear: Filter | None = None
     policy: Policy = Policy.CHRONICLE  # a composite's: which waiting matches a firing uses up
+    priority: int = 4  # a composite's: its firings' (a job's condition: the job's ``JobInfo.priority``)
 
 
 def ack_fields(publication: Publication) -> dict[str, str]:
@@ -245,6 +246,7 @@ def registrations(info: JobInfo, coordinator: str = "") -> list[Registration]:
             composite=condition,
             clear=generation_end(workflow, coordinator),
             policy=Policy.RECENT,
+            priority=info.priority,  # an urgent job's firing overtakes a backlog on its way
         ),
     ]
 

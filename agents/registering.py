@@ -118,6 +118,7 @@ class Registering:
                     own_queue=False,
                     name=name,
                     policy=registration.policy,
+                    priority=registration.priority,
                 )
         except LinkClosed:
             return  # requested again at the reconnection

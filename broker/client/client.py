@@ -350,16 +350,20 @@ class Client(Stream):
         lossy: bool = False,
         name: str | None = None,
         policy: Policy | str = Policy.CHRONICLE,
+        priority: int = 4,
     ) -> Subscription:
         """A composite subscription; each firing is one Delivery with all its publications.
         ``clear`` (a filter that may use the composite's variables) drops waiting state under the
         bindings of each publication it matches; ``policy`` (or its name) says which waiting
-        publications a firing uses and consumes."""
+        publications a firing uses and consumes; ``priority`` (0-9) is its firings' on their way."""
         parsed = parse_composite(composite) if isinstance(composite, str) else composite
         condition = parse_filter(clear, allow_variables=True) if isinstance(clear, str) else clear
         chosen = policy if isinstance(policy, Policy) else Policy.named(policy)
         return await self._subscribe(
-            lambda ref: CompositeSubscribe(ref, parsed, condition, policy=chosen), own_queue, lossy, name
+            lambda ref: CompositeSubscribe(ref, parsed, condition, policy=chosen, priority=priority),
+            own_queue,
+            lossy,
+            name,
         )
 
     async def unsubscribe(self, sub_id: str) -> None:

@@ -88,6 +88,12 @@ def _set_fields(message: object, state: list[object]) -> None:
         object.__setattr__(message, item.name, state[index] if index < len(state) else item.default)
 
 
+def _priority(value: object, what: str) -> None:
+    if type(value) is int and 0 <= value <= 9:
+        return
+    raise ValueError(f"{what} priority must be an integer from 0 to 9")
+
+
 def _ttl(value: object) -> int:
     if type(value) is int and 0 <= value <= 255:
         return value
@@ -179,18 +185,22 @@ class CompositeSubscribe:
     """A composite subscription. ``clear``, if given, names the publication that ends a binding:
     when one matches it, the waiting state under its variables' values is dropped (the workflow
     layer passes the generation's APPL_END). ``policy`` says which waiting matches a firing uses
-    and consumes; it travels with every part sent on. Withdrawn with ``Unsubscribe`` like any
-    other."""
+    and consumes; it travels with every part sent on. ``priority`` (0-9, as ``Qos.priority``) is
+    its firings': every ``Notify`` of it carries it, so custody moves an urgent firing ahead of
+    a backlog; a part sent on carries the highest of those who asked for it
+    (``broker.routing.composites``). Withdrawn with ``Unsubscribe`` like any other."""
 
     id: str
     composite: Composite
     clear: Filter | None = None
     ttl: int = DEFAULT_TTL
     policy: Policy = Policy.CHRONICLE
+    priority: int = DEFAULT_QOS.priority
 
     def __post_init__(self) -> None:
         _text(self.id, "subscription id")
         _ttl(self.ttl)
+        _priority(self.priority, "a composite subscription's")
         if not isinstance(self.composite, Atom | And | Or | Sequence | Times):
             raise ValueError("a composite subscription needs a composite")
         if not isinstance(self.policy, Policy):
@@ -204,6 +214,9 @@ class CompositeSubscribe:
                     raise ValueError(f"clear uses {var}, which the composite does not bind")
                 if variables[name] != var:
                     raise ValueError(f"clear uses {var}, the composite {variables[name]}")
+
+    def __setstate__(self, state: list[object]) -> None:
+        _set_fields(self, state)  # one pickled before priorities has the default
 
 
 def publication_weight(publication: Publication) -> int:
@@ -219,14 +232,18 @@ def publication_weight(publication: Publication) -> int:
 class Notify:
     """A composite subscription (or, between brokers, a part of one) fired, with the publications
     that completed it. Between brokers it also carries the variable bindings of the firing, so the
-    broker that joins it with other parts need not work them out again; to a client, none."""
+    broker that joins it with other parts need not work them out again; to a client, none.
+    ``priority``: the composite subscription's (``CompositeSubscribe.priority``), its lane in
+    custody's backlogs."""
 
     subscription: str
     publications: tuple[Publication, ...]
     bindings: tuple[tuple[str, Value], ...] = ()
+    priority: int = DEFAULT_QOS.priority
 
     def __post_init__(self) -> None:
         _text(self.subscription, "subscription id")
+        _priority(self.priority, "a notification's")
         if not isinstance(self.publications, tuple) or not self.publications:
             raise ValueError("a notification carries at least one publication")
         if not all(isinstance(p, Publication) for p in self.publications):
@@ -241,6 +258,9 @@ class Notify:
                 raise ValueError(f"variable {pair[0]} is bound to an invalid value")
         if len({name for name, _ in self.bindings}) != len(self.bindings):
             raise ValueError("a variable is bound twice in a notification")
+
+    def __setstate__(self, state: list[object]) -> None:
+        _set_fields(self, state)  # one pickled before priorities has the default
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,13 +8,13 @@ overtaken, so the window is kept small and the choice of what goes next is made 
 peer's ``Took`` makes room.
 
 Data (publications, deliveries, firings, retained copies) waits in one lane per priority
-(``Qos.priority``, 0-9), first come first out within a lane, so one publisher's publications of
-one priority keep their order. Each time room is made the highest lane goes first, except one
-turn in ``FAIR_EVERY``, which goes to the message that has waited longest whatever its priority:
-a steady flood of urgent messages takes at most nine tenths of a congested link, and the rest
-still moves, oldest first. Under ``Ordering TOTAL`` every turn is such a turn (``prioritised``
-off): the overlay promises every subscriber the same order, and a reordering on one link would
-break it.
+(``Qos.priority``, 0-9; a firing's is its composite subscription's, ``Notify.priority``), first
+come first out within a lane, so one publisher's publications of one priority keep their
+order. Each time room is made the highest lane goes first, except one turn in ``FAIR_EVERY``,
+which goes to the message that has waited longest whatever its priority: a steady flood of
+urgent messages takes at most nine tenths of a congested link, and the rest still moves, oldest
+first. Under ``Ordering TOTAL`` every turn is such a turn (``prioritised`` off): the overlay
+promises every subscriber the same order, and a reordering on one link would break it.
 
 Routing state (advertisements, subscriptions, withdrawals, cancellations) never overtakes data
 that waits before it, nor data after it: it is a barrier between two ``Lanes``. A withdrawal

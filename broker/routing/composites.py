@@ -15,6 +15,15 @@ placed again only when the neighbour that held it goes for good. The waiting sta
 binding is dropped when a publication matches the detection's clear condition: one subscription
 per condition and broker, however many detections share it.
 
+A firing goes with its composite subscription's priority (``CompositeSubscribe.priority``), its
+lane in custody's backlogs: every ``Notify`` to a client or a neighbour that asked carries the
+priority that requester asked with. Requests of different priorities share a detection all the
+same, so a part sent on to a neighbour (and each ``Notify`` it sends back) carries the highest
+of them: a part here that serves an urgent composite and a routine one is urgent between
+brokers, and each requester's own firing takes its own priority again here. When that highest
+changes (an urgent requester comes or goes) the part is asked for again with the new one, which
+the neighbour takes as a change of priority (``reprioritise``), not a new request.
+
 Apart from the router because this is the one part of routing with state of its own beside the
 tables: the router hands it requests, notifications and the publications its atoms matched, and
 sends on what it returns.
@@ -23,13 +32,22 @@ sends on what it returns.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from broker.errors import ParseError
 from broker.language.model import Atom, Composite, Filter, Policy, Publication, composite_variables
 from broker.language.values import Var
-from broker.messages import DEFAULT_TTL, DETECTOR, CompositeSubscribe, LocalId, Notify, PartId, Unsubscribe
+from broker.messages import (
+    DEFAULT_QOS,
+    DEFAULT_TTL,
+    DETECTOR,
+    CompositeSubscribe,
+    LocalId,
+    Notify,
+    PartId,
+    Unsubscribe,
+)
 from broker.routing.detection import Bindings, Detector
 from broker.routing.placement import Placement, node_at, place
 from broker.routing.snapshots import Stateful
@@ -38,6 +56,7 @@ from broker.routing.tables import Output, Tables
 __all__ = ["Composites", "Detection", "Requester"]
 
 Requester = tuple[str, str] | PartId  # (hop, ref) of a client or a neighbour, or a part of a detection here
+DEFAULT_PRIORITY = DEFAULT_QOS.priority
 
 
 @dataclass(slots=True, eq=False)
@@ -53,6 +72,22 @@ class Detection:
     placement: Placement | None = None
     detector: Detector | None = None
     subscriptions: tuple[str, ...] = ()  # of its atoms detected here
+    # the priority each client or neighbour that asked for it asked with (a part of a detection
+    # here has its detection's ``priority``), and the highest of all its requesters': what the
+    # part sent on carries, and what a part it leaves to a neighbour gets from it
+    priorities: dict[Requester, int] = field(default_factory=dict)
+    priority: int = DEFAULT_PRIORITY
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        """A detection pickled before priorities has the default for every requester (a slotted
+        object's state is its slots by name)."""
+        slots = state[1]
+        for item in fields(self):
+            if item.name in slots:
+                value = slots[item.name]
+            else:
+                value = item.default_factory() if callable(item.default_factory) else item.default
+            setattr(self, item.name, value)
 
 
 class Composites(Stateful):
@@ -88,9 +123,16 @@ class Composites(Stateful):
         return requester in self.requests
 
     def request(
-        self, requester: Requester, composite: Composite, clear: Filter | None, ttl: int, policy: Policy
+        self,
+        requester: Requester,
+        composite: Composite,
+        clear: Filter | None,
+        ttl: int,
+        policy: Policy,
+        priority: int = DEFAULT_PRIORITY,
     ) -> Output:
-        """``requester`` asks for the firings of ``composite``: share an equal detection or start one."""
+        """``requester`` asks for the firings of ``composite``, with ``priority`` (a part of a
+        detection here: its detection's): share an equal detection or start one."""
         key = _key(composite, clear, policy)
         detection = self.shared.get(key)
         new = detection is None
@@ -101,15 +143,61 @@ class Composites(Stateful):
             self.detections[detection.id] = self.shared[key] = detection
         detection.requesters.add(requester)
         self.requests[requester] = detection
-        return self._place(detection) if new else []
+        if not isinstance(requester, PartId):
+            detection.priorities[requester] = priority
+        if new:
+            detection.priority = self._highest(detection)
+            return self._place(detection)
+        return self._refresh(detection)
+
+    def reprioritise(self, requester: Requester, priority: int) -> Output | None:
+        """A neighbour asks again for a part it asked for, with another priority (the highest of
+        its requesters changed); None if the priority is the one it had (a duplicate)."""
+        detection = self.requests[requester]
+        if detection.priorities.get(requester, DEFAULT_PRIORITY) == priority:
+            return None
+        detection.priorities[requester] = priority
+        return self._refresh(detection)
+
+    def _highest(self, detection: Detection) -> int:
+        """The highest priority of those who want ``detection`` now."""
+        levels = [
+            detection.priorities.get(r, DEFAULT_PRIORITY)
+            if not isinstance(r, PartId)
+            else (parent.priority if (parent := self.detections.get(r.detection)) else DEFAULT_PRIORITY)
+            for r in detection.requesters
+        ]
+        return max(levels, default=DEFAULT_PRIORITY)
+
+    def _refresh(self, detection: Detection) -> Output:
+        """Its highest priority again, after a requester came or went: a part sent on is asked
+        for again with the new one, and the parts it left to neighbours follow."""
+        level = self._highest(detection)
+        if level == detection.priority:
+            return []
+        detection.priority = level
+        placement = detection.placement
+        if placement is None:
+            return []
+        if placement.forward is not None:
+            if placement.forward not in self.tables.neighbors:
+                return []
+            return [(placement.forward, self._part(detection))]
+        out: Output = []
+        for leaf in range(len(detection.detector.paths) if detection.detector is not None else 0):
+            part = self.requests.get(PartId(detection.id, leaf))
+            if part is not None:
+                out += self._refresh(part)
+        return out
 
     def release(self, requester: Requester) -> Output:
         """``requester`` no longer wants what it asked for; a detection nobody wants is taken down
         everywhere."""
         detection = self.requests.pop(requester)
         detection.requesters.discard(requester)
+        detection.priorities.pop(requester, None)
         if detection.requesters:
-            return []
+            return self._refresh(detection)
         key = _key(detection.composite, detection.clear, detection.policy)
         del self.detections[detection.id], self.shared[key]
         return self._unplace(detection)
@@ -135,14 +223,7 @@ class Composites(Stateful):
         out = self._unplace(detection)
         detection.placement = placement
         if placement.forward is not None:
-            message = CompositeSubscribe(
-                str(detection.id),
-                detection.composite,
-                detection.clear,
-                max(detection.ttl - 1, 0),
-                detection.policy,
-            )
-            return [*out, (placement.forward, message)]
+            return [*out, (placement.forward, self._part(detection))]
         max_waiting, max_age = self.detector_limits
         remote = [path for path, _ in placement.remote]
         detector = Detector(detection.composite, max_waiting, max_age, remote, detection.policy)
@@ -162,6 +243,17 @@ class Composites(Stateful):
         if detection.clear is not None and detector.holds_state:
             out += self._watch_clear(detection, detection.clear)
         return out
+
+    def _part(self, detection: Detection) -> CompositeSubscribe:
+        """The request of the neighbour that detects ``detection`` for us."""
+        return CompositeSubscribe(
+            str(detection.id),
+            detection.composite,
+            detection.clear,
+            max(detection.ttl - 1, 0),
+            detection.policy,
+            detection.priority,
+        )
 
     def _unplace(self, detection: Detection) -> Output:
         placement, detection.placement = detection.placement, None
@@ -247,8 +339,9 @@ class Composites(Stateful):
             for match in parent.detector.feed_match(part.leaf, publications, bindings, now):
                 out += self._fire(parent, match.publications, match.bindings, now)
         for hop, ref in sorted(r for r in detection.requesters if not isinstance(r, PartId)):
+            level = detection.priorities.get((hop, ref), DEFAULT_PRIORITY)
             to_client = hop in self.tables.clients
-            out.append((hop, Notify(ref, publications) if to_client else Notify(ref, publications, bindings)))
+            out.append((hop, Notify(ref, publications, () if to_client else bindings, level)))
         return out
 
 

@@ -125,8 +125,11 @@ def _fits_anything(message: Message) -> bool:
 
 
 def priority(message: Message) -> int:
-    """Its lane in a backlog: its quality of service's priority (a firing's: the default)."""
-    return message.qos.priority if isinstance(message, _WITH_QOS) else DEFAULT_QOS.priority
+    """Its lane in a backlog: its quality of service's priority, a firing's its composite
+    subscription's (``Notify.priority``)."""
+    if isinstance(message, _WITH_QOS):
+        return message.qos.priority
+    return message.priority if isinstance(message, Notify) else DEFAULT_QOS.priority
 
 
 def weight(message: Message) -> int:

@@ -395,7 +395,9 @@ class Router:
             else:
                 clear = None if message.clear is None else fix_time(message.clear, now)
                 composite = fix_composite_time(message.composite, now)
-                out += self.composites.request((hop, entry_id), composite, clear, DEFAULT_TTL, message.policy)
+                out += self.composites.request(
+                    (hop, entry_id), composite, clear, DEFAULT_TTL, message.policy, message.priority
+                )
         except Exception:
             self.sessions.undo(hop, entry_id)  # a request that failed half-way leaves nothing
             raise
@@ -505,10 +507,11 @@ class Router:
         return self.tables.advertise(message.id, message.filter, hop, message.ttl)
 
     def _asked(self, message: CompositeSubscribe, hop: str, now: float) -> Output:
-        if self.composites.asked((hop, message.id)):
-            return self._drop("duplicate")
+        if self.composites.asked((hop, message.id)):  # the same part again: its priority changed?
+            changed = self.composites.reprioritise((hop, message.id), message.priority)
+            return self._drop("duplicate") if changed is None else changed
         return self.composites.request(
-            (hop, message.id), message.composite, message.clear, message.ttl, message.policy
+            (hop, message.id), message.composite, message.clear, message.ttl, message.policy, message.priority
         )
 
     def _notified(self, message: Notify, hop: str, now: float) -> Output:

@@ -88,12 +88,17 @@ class SimClient:
         return self._request(Subscribe(ref, _filter(subscription)), ref)
 
     def subscribe_composite(
-        self, composite: str | Composite, clear: str | Filter | None = None, policy: str = "chronicle"
+        self,
+        composite: str | Composite,
+        clear: str | Filter | None = None,
+        policy: str = "chronicle",
+        priority: int = 4,
     ) -> str:
         ref = self._ref()
         parsed = parse_composite(composite) if isinstance(composite, str) else composite
         condition = parse_filter(clear, allow_variables=True) if isinstance(clear, str) else clear
-        return self._request(CompositeSubscribe(ref, parsed, condition, policy=Policy.named(policy)), ref)
+        message = CompositeSubscribe(ref, parsed, condition, policy=Policy.named(policy), priority=priority)
+        return self._request(message, ref)
 
     def fired(self) -> list[list[str]]:
         """Each composite notification so far as the canonical texts of its publications; then

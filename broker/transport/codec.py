@@ -10,13 +10,13 @@ Unadvertise           ``unadv``       id
 Subscribe             ``sub``         id, filter, ttl[, lease]
 Renew                 ``renew``       [subscription ids]
 Pull                  ``pull``        how many more, or nil: pushed
-CompositeSubscribe    ``csub``        id, composite, clear filter or nil, ttl[, policy unless chronicle]
+CompositeSubscribe    ``csub``        id, composite, clear filter or nil, ttl[, policy[, priority]]
 Unsubscribe           ``unsub``       id
 Publish               ``pub``         id, publication, ttl, ack, time or nil[, qos]
 Deliver               ``deliver``     [subscription ids], publication, id, time[, qos]
 Retained              ``retained``    subscription id, publication, id, time, qos
 Cancel                ``cancel``      id, message id, by, ttl
-Notify                ``notify``      subscription id, [publications], [[name, value], ...]
+Notify                ``notify``      subscription id, [publications], [[name, value], ...][, priority]
 Ack                   ``ack``         ref, id
 Refuse                ``refuse``      ref, reason
 StatusRequest         ``statreq``     ref[, detail]: true for the tables too
@@ -36,7 +36,9 @@ Piece                 ``piece``       data, more: a part of a larger frame's pay
 
 The five before the last are a site's consensus (``broker.consensus``), between the brokers of
 one site; a Piece too. A ``qos`` is ``[priority, ttl or nil, expires or nil, persistent, retain,
-ack, mid, cancel]`` (``broker.messages.qos``), left out when it is the default.
+ack, mid, cancel]`` (``broker.messages.qos``), left out when it is the default. So are a
+composite subscription's policy when it is chronicle and nothing follows it, and its priority and
+a notification's when they are the default (4): such frames are the frames from before them.
 
 A composite is ``["atom", filter]``, ``["and" | "or" | "seq", [composites]]`` or ``["times",
 composite, count, attribute, step]``. A publication is ``[class, [[name, value], ...]]`` and a
@@ -161,13 +163,14 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
         _composite(m.composite),
         None if m.clear is None else _filter(m.clear),
         m.ttl,
-        *([] if m.policy is Policy.CHRONICLE else [m.policy.value]),
+        *_csub_tail(m),
     ],
     Notify: lambda m: [
         "notify",
         m.subscription,
         [_publication(p) for p in m.publications],
         [list(pair) for pair in m.bindings],
+        *(() if m.priority == DEFAULT_QOS.priority else (m.priority,)),
     ],
     Unsubscribe: lambda m: ["unsub", m.id],
     Publish: lambda m: [
@@ -221,6 +224,14 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     InstallSnapshot: lambda m: ["install", m.term, m.leader, m.last_index, m.last_term, m.data],
     Piece: lambda m: ["piece", m.data, m.more],
 }
+
+
+def _csub_tail(message: CompositeSubscribe) -> list[Any]:
+    """A composite subscription's optional fields: the policy unless chronicle, the priority
+    unless the default (then the policy too, whatever it is)."""
+    if message.priority != DEFAULT_QOS.priority:
+        return [message.policy.value, message.priority]
+    return [] if message.policy is Policy.CHRONICLE else [message.policy.value]
 
 
 _PACKERS = threading.local()  # a Packer per thread: msgpack.packb makes a new one for every call
@@ -406,6 +417,13 @@ def _to_deliver(array: list[Any]) -> Deliver:
     return Deliver(tuple(array[1]), _to_publication(array[2]), array[3], array[4], qos)
 
 
+def _to_csub(array: list[Any]) -> CompositeSubscribe:
+    clear = None if array[3] is None else _to_filter(array[3])
+    policy = Policy(array[5]) if len(array) > 5 else Policy.CHRONICLE
+    priority = array[6] if len(array) > 6 else DEFAULT_QOS.priority
+    return CompositeSubscribe(array[1], _to_composite(array[2]), clear, array[4], policy, priority)
+
+
 def _qos(qos: Qos) -> list[Any]:
     return [qos.priority, qos.ttl, qos.expires, qos.persistent, qos.retain, qos.ack, qos.mid, qos.cancel]
 
@@ -423,13 +441,7 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "sub": ("Subscribe", 4, lambda a: Subscribe(a[1], _to_filter(a[2]), *a[3:])),
     "renew": ("Renew", 2, lambda a: Renew(tuple(_array(a[1], "subscription ids")))),
     "pull": ("Pull", 2, lambda a: Pull(a[1])),
-    "csub": (
-        "CompositeSubscribe",
-        5,
-        lambda a: CompositeSubscribe(
-            a[1], _to_composite(a[2]), None if a[3] is None else _to_filter(a[3]), a[4], *map(Policy, a[5:])
-        ),
-    ),
+    "csub": ("CompositeSubscribe", 5, _to_csub),
     "notify": (
         "Notify",
         4,
@@ -437,6 +449,7 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
             a[1],
             tuple(_to_publication(p) for p in _array(a[2], "publications")),
             tuple(_to_pair(pair, "binding") for pair in _array(a[3], "bindings")),
+            *a[4:],
         ),
     ),
     "unsub": ("Unsubscribe", 2, lambda a: Unsubscribe(a[1])),
@@ -478,10 +491,12 @@ def _to_entries(array: object) -> tuple[Entry, ...]:
 
 # The other lengths a message's array may have: a Hello without custody or with a site, a
 # CompositeSubscribe with a policy (the default one is left out, so such a frame reads as it did
-# before policies), a StatusRequest without detail, a Publish or Deliver with a quality of service.
+# before policies) and a priority, a Notify with a priority, a StatusRequest without detail, a
+# Publish or Deliver with a quality of service.
 _OTHER_LENGTHS: dict[str, tuple[int, ...]] = {
     "hello": (4, 8),
-    "csub": (6,),
+    "csub": (6, 7),
+    "notify": (5,),
     "statreq": (2,),
     "pub": (7,),  # with a quality of service other than the default
     "sub": (5,),  # with a lease

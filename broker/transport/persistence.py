@@ -30,7 +30,10 @@ retained publications (``broker.routing.retained``) and its leases (``broker.rou
 which a state of format 11 restores without: its duplicate filter of recent ids still holds what
 it had routed lately, and it kept and leased nothing. Messages held in custody gained a quality
 of service (``broker.messages.qos``) and subscriptions a lease: one pickled by format 11 comes
-back with the defaults.
+back with the defaults. Composite subscriptions and their notifications gained a priority, and
+a detection (``broker.routing.composites``) its requesters' priorities, within format 12: one
+pickled without them comes back with the default priority (4) for everything, which is what
+it had, so neither replaying the same records nor the peers' seqs change.
 
 A pickle names each class by its module and name, so a class that moves or is renamed would
 make every log written before unreadable: ``MOVED`` and ``RENAMED`` map what a readable format

@@ -113,7 +113,7 @@ class SlowBroker:
         return await self._request(name)
 
     async def subscribe_composite(
-        self, composite: object, clear: object, own_queue: bool, name: str, policy: object
+        self, composite: object, clear: object, own_queue: bool, name: str, policy: object, priority: int
     ) -> SimpleNamespace:
         return await self._request(name)
 
