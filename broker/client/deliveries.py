@@ -19,7 +19,7 @@ from broker.client.queues import Seen
 from broker.client.receipts import DELAY, Receipts
 from broker.client.requests import Requests
 from broker.client.streams import Delivery, Queue, Subscription
-from broker.messages import Carry, Deliver, Notify
+from broker.messages import DEFAULT_QOS, Carry, Deliver, Notify, Qos
 
 __all__ = ["Deliveries"]
 
@@ -65,7 +65,10 @@ class Deliveries:
         if isinstance(item, Notify):
             sub = self.requests.subscription(item.subscription)
             name = sub.id if sub else item.subscription
-            delivery = Delivery(name, item.publications[0], item.publications, seq=seq, channel=channel)
+            qos = DEFAULT_QOS if item.priority == DEFAULT_QOS.priority else Qos(priority=item.priority)
+            delivery = Delivery(
+                name, item.publications[0], item.publications, qos=qos, seq=seq, channel=channel
+            )
             (sub._queue if sub is not None else self.merged).put(delivery)
             return 1
         if self._seen.again(item.id):

@@ -140,3 +140,18 @@ def test_a_fetch_of_a_bad_size_is_refused(bad: object) -> None:
                 sub.pull(-1)
 
     run(scenario())
+
+
+def test_a_composite_firing_comes_with_its_subscription_priority() -> None:
+    async def scenario() -> None:
+        async with chain() as (_, pub, sub):
+            urgent = await sub.subscribe_composite(
+                "{[class,eq,t],[n,>,5]}&{[class,eq,t],[n,<,3]}", priority=9
+            )
+            await asyncio.sleep(0.2)
+            for n in (1, 7):
+                await pub.publish(f"[class,t],[n,{n}]")
+            firing = await urgent.next(timeout=5)
+            assert firing.qos.priority == 9 and len(firing.publications) == 2
+
+    run(scenario())
