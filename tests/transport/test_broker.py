@@ -263,7 +263,7 @@ async def _bulk_to_a_stuck_reader(window: int | None) -> tuple[RouterService, An
     """3,000 publications of 10 kB (30 MB: more than the kernel's socket buffers hold) to a
     consumer that keeps up and one that subscribed and never reads; what the broker holds then.
     ``window``: the custody window to clients, if not the default."""
-    b = RouterService(uri("B1"), queue_limit=4 << 20)
+    b = RouterService(uri("B1"), queue_limit=4 << 20, dead_after=600.0)  # the raw reader answers no ping
     await b.start()
     if window is not None:
         b.router.custody.window = b.router.custody.window_bytes = window
