@@ -7,9 +7,11 @@ again, those still running are waited for, and the others are triggered, at most
 running at once. Even a Trigger sent twice (a rerun racing the first, a Trigger published again
 because its APPL_START was slow to come) starts nothing twice: the coordinator runs a gid once.
 
-Limits: what "done" means is what the coordinator remembers, its last 500 generations' outcomes
-(``agents.publishing.MAX_OUTCOMES``; older ones are started again, and it ignores their Triggers
-while it remembers them, for ``--keep-days``, so a backfill of more dates than that should be split).
+Limits: "done" is what the coordinator remembers. It lists the outcomes of its last 500
+generations (``agents.publishing.MAX_OUTCOMES``); one that ended before those is answered as
+``ended`` (status ENDED here: done, outcome unknown) while it remembers it (``--keep-days``);
+after that the date runs again. A date whose Triggers start nothing (its coordinator away, or
+refusing them) is reported NOT_STARTED after TRIES tries, REPUBLISH seconds apart.
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ from wfm.signing import Deployer
 from wfm.slots import backfill_gid
 from workflow_messages import APPL_END, APPL_START, JOBSTATUS, Calendar, trigger, trigger_advertisement
 
-__all__ = ["MAX_DATES", "REPUBLISH", "Outcome", "backfill", "backfill_dates"]
+__all__ = ["ENDED", "MAX_DATES", "NOT_STARTED", "REPUBLISH", "Outcome", "backfill", "backfill_dates"]
 
 MAX_DATES = 3660  # ten years of dates, one backfill
 REPUBLISH = 10.0  # seconds without APPL_START after which a date's Trigger is published again
+TRIES = 3  # Triggers of one date published without its APPL_START coming: then NOT_STARTED
+ENDED = "ENDED"  # the status of a date whose generation ended before, its outcome no longer listed
+NOT_STARTED = "NOT_STARTED"  # its coordinator answered none of its Triggers
 ASKING = 16  # questions to the coordinator in flight at once
 
 
@@ -139,6 +144,8 @@ async def _known(session: Session, workflow: str, coordinator: str, gids: list[s
     async def ask(gid: str) -> None:
         async with asking:
             answers = await session.ask("RUNS", {"workflow": workflow, "gid": gid, "limit": 1}, [coordinator])
+        if gid in answers[coordinator].get("ended", ()):
+            found[gid] = ENDED
         for generation in answers[coordinator]["generations"]:
             if generation["gid"] == gid:
                 jobs = generation["jobs"]
@@ -179,12 +186,15 @@ class _Watch:
 
     async def run(self, gid: str, publish: Callable[[], Any] | None) -> str:
         """Publish (unless None: it runs already) and wait for the end; published again each
-        REPUBLISH seconds until the generation starts (the first may reach no coordinator)."""
+        REPUBLISH seconds until the generation starts (the first may reach no coordinator while
+        subscriptions settle), at most TRIES times: then NOT_STARTED."""
         end = self._end(gid)
         if publish is None:
             return await end
-        while not self.started[gid].is_set():
+        for _ in range(TRIES):
             await publish()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.started[gid].wait(), REPUBLISH)
-        return await end
+            if self.started[gid].is_set():
+                return await end
+        return NOT_STARTED

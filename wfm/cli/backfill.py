@@ -17,7 +17,7 @@ from tzlocal import get_localzone
 
 from broker.client import Brokers, ConnectError, RefusedError, brokers
 from wfm import backfill as backfilling
-from wfm.backfill import Outcome, backfill_dates
+from wfm.backfill import ENDED, NOT_STARTED, Outcome, backfill_dates
 from wfm.cli import TimedOut
 from wfm.cli.options import broker_option, checked, output_option
 from wfm.signing import signer_of
@@ -89,7 +89,8 @@ def backfill(
     skips the dates whose generation ended (shown as before, "earlier"), waits for those still
     running and starts the others, never one twice. Ctrl-C (exit status 130) leaves the
     generations already started running; the next run picks them up. Exit status 1 if a
-    generation ended other than SUCCESS."""
+    generation ended other than SUCCESS (ENDED: before, its outcome no longer listed, is done)
+    or did not start (NOT_STARTED: its coordinator answered none of 3 Triggers)."""
     try:
         check_gid(f"20261101-{tag}")
     except ValueError:
@@ -134,7 +135,13 @@ def backfill(
         raise click.ClickException(f"cannot backfill {workflow}: {error}") from None
     except TimeoutError as error:  # NoReply among them
         raise TimedOut(f"cannot backfill {workflow}: {error or f'timed out after {timeout:g} s'}") from None
-    failed = [o for o in outcomes if o.status != SUCCESS]
+    failed = [o for o in outcomes if o.status not in (SUCCESS, ENDED)]
+    if any(o.status == NOT_STARTED for o in outcomes):
+        click.echo(
+            f"wfm: the coordinator of {workflow} started none of the Triggers of the dates NOT_STARTED"
+            " (is it running? does it accept this identity's Triggers?); run the backfill again",
+            err=True,
+        )
     if failed:
         click.echo(f"wfm: {len(failed)} of {len(outcomes)} dates did not end SUCCESS", err=True)
         raise click.exceptions.Exit(1)
