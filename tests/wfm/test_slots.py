@@ -145,3 +145,25 @@ def test_run_schedule_fires_each_slot_once_then_stops() -> None:
     assert len(fired) == 3 and len(set(fired)) == 3
     assert fired == sorted(fired) and all(s.microsecond == 0 for s in fired)
     assert fired[0] > last  # the caught-up slots come first
+
+
+def test_agents_refuse_a_slot_older_than_they_remember_generations(tmp_path: Path) -> None:
+    """A slot's Trigger fired again after its generation could have been forgotten (signed at the
+    slot's time, more than --keep-days ago) is refused as stale, not started a second time."""
+    from agents.forgetting import FORGET_AFTER
+    from agents.trust import Refusal, Trust
+    from wfm.signing import local_deployer
+    from workflow_messages import trigger
+
+    signer = local_deployer(tmp_path / "k")
+    trust = Trust(trusted=signer.signer.key.public_key())
+    slot = MONDAY_9
+
+    def signed_at_slot() -> object:
+        publication = trigger("PAYROLL", slot_gid("PAYROLL", slot), slot.date())
+        return signer.signer.sign_publication(publication, int(slot.timestamp() * 1e6))
+
+    in_memory = slot.timestamp() + FORGET_AFTER - 60
+    assert trust.admit_trigger(signed_at_slot(), in_memory, FORGET_AFTER)  # type: ignore[arg-type]
+    with pytest.raises(Refusal, match="stale"):
+        trust.admit_trigger(signed_at_slot(), slot.timestamp() + FORGET_AFTER + 60, FORGET_AFTER)  # type: ignore[arg-type]
