@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
@@ -255,10 +254,9 @@ def _fire(
         return
     if as_json:
         record = {"time": slot.isoformat(), "workflow": entry.workflow, "date": slot.date().isoformat()}
-        click.echo(json.dumps({**record, "gid": gid}), nl=True)
+        click.echo(json.dumps({**record, "gid": gid}))
     else:
         click.echo(f"{slot:%Y-%m-%d %H:%M:%S} {entry.workflow} {slot.date().isoformat()} {gid}")
-    sys.stdout.flush()
 
 
 @click.command()
