@@ -64,7 +64,11 @@ def answer_query(agent: Agent, query: Publication) -> Publication | LogRequest |
             prefix = content.get("gid", "")
             if not isinstance(prefix, str):
                 raise ValueError("gid must be a string")
-            return _fitted(agent, request, "generations", _runs(agent, workflow, prefix, limit))
+            runs = _runs(agent, workflow, prefix, limit)
+            # the generation named exactly, if it ended and what it published is no longer kept
+            # (wfm backfill: its Trigger would be a duplicate, and no end would come of it)
+            gone = (workflow, prefix) in agent.ended and (workflow, prefix) not in agent.outcomes
+            return _fitted(agent, request, "generations", runs, extra={"ended": [prefix]} if gone else {})
         if kind == "LOGS":
             return _log_request(agent, request, content)
         raise ValueError(f"unknown query {kind!r} (WORKFLOWS, RUNS or LOGS)")
@@ -73,7 +77,12 @@ def answer_query(agent: Agent, query: Publication) -> Publication | LogRequest |
 
 
 def _fitted(
-    agent: Agent, request: str, name: str, items: list[dict[str, Any]], cut: bool = False
+    agent: Agent,
+    request: str,
+    name: str,
+    items: list[dict[str, Any]],
+    cut: bool = False,
+    extra: dict[str, Any] | None = None,
 ) -> Publication:
     """An OK answer with ``items`` under ``name``, as many of the first as fit ANSWER_BUDGET;
     ``truncated`` if some were left out, or ``cut`` (shortened) already."""
@@ -86,7 +95,8 @@ def _fitted(
                 (middle, high) if _size({name: items[:middle]}) <= ANSWER_BUDGET else (low, middle - 1)
             )
         count = low
-    return answer(agent.name, request, "OK", {name: items[:count], "truncated": cut or count < len(items)})
+    content = {name: items[:count], "truncated": cut or count < len(items), **(extra or {})}
+    return answer(agent.name, request, "OK", content)
 
 
 def _size(content: dict[str, Any]) -> int:

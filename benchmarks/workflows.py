@@ -8,7 +8,11 @@ generation's APPL_END as a subscriber on B1 sees them:
 * one generation of a 10-job workflow (latency, p50 of 20), and 50 generations triggered at once
   (generations per second); Temporal's cited p50 to start a workflow is 14 ms;
 * 100 concurrent generations of PAYROLL's shape, and of a 5-job diamond;
-* a 1,000-job workflow (10 wide, 100 deep): deployment and one generation.
+* a 1,000-job workflow (10 wide, 100 deep): deployment and one generation;
+* the schedulers' exactly-once count: three ``wfm schedule`` loops side by side on a cron of
+  every second, each slot's gid derived from the slot (leaderless): slots fired, generations
+  started (APPL_STARTs seen), duplicates; baseline in the same run: the same three loops with
+  random gids (what an unco-ordinated pair of schedulers does), which start every slot three times.
 
 The baseline measured in the same run is the floor for the chain: the same 40 commands run one
 after the other by ``subprocess`` with no overlay at all; the ratio says what the decentralised
@@ -16,7 +20,8 @@ machinery adds. The peer measured in the same run is Luigi (``peers_luigi.py``, 
 extra) on the chain and the 100 diamonds. Targets: the chain under 2 s, the 100 PAYROLL
 generations under 10 s.
 
-Run: ``python benchmarks/workflows.py`` (about a minute). The last line is one JSON object.
+Run: ``python benchmarks/workflows.py`` (about a minute; ``--only schedulers`` for the last
+figure alone). The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -28,17 +33,23 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 from xml.sax.saxutils import escape
+
+from tzlocal import get_localzone
 
 from broker.client import BlockingClient
 from broker.client.reconnect import BrokerList, brokers
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
-from wfm.triggers import TriggerPublisher
+from wfm.scheduler import fire, run_schedule
+from wfm.timetable import Entry, parse_cron
+from wfm.triggers import TriggerPublisher, new_gid
+from workflow_messages import Calendar
 
 PORT = 7300
 AGENTS = ("agent1", "agent2", "agent3")
@@ -89,7 +100,9 @@ WORKFLOWS = {
     ],
     "PAYROLL": [("JobA", ()), ("JobB", ("JobA",)), ("JobC", ("JobA",)), ("JobD", ("JobB", "JobC"))],
     "DIAMOND": [("A", ()), ("B", ("A",)), ("C", ("A",)), ("D", ("A",)), ("E", ("B", "C", "D"))],
+    "TICK": [("A", ())],
 }
+SCHEDULERS, SCHEDULED_FOR = 3, 10.0  # schedulers side by side, seconds of a cron of every second
 BIG = grid(10, 100)
 
 
@@ -154,7 +167,68 @@ def report(name: str, value: float, unit: str, baseline_name: str, baseline_valu
     )
 
 
+def schedulers(b1: BrokerList, leaderless: bool) -> dict[str, int]:
+    """SCHEDULERS schedule loops, each with its own connection, on a cron of every second for
+    SCHEDULED_FOR seconds: slots fired, generations started (APPL_STARTs of TICK seen by a
+    subscriber), duplicates (starts beyond one per slot). ``leaderless``: each slot's gid is
+    derived from the slot (``wfm schedule``); else a random gid per fire (the baseline)."""
+    entry = Entry("TICK", parse_cron("* * * * * *", get_localzone()), Calendar())
+    starts = BlockingClient(b1, "bench-starts", timeout=30)
+    starts.subscribe("[class,eq,JOBSTATUS],[applname,eq,TICK],[jobname,eq,APPL_START]")
+    slots: set[datetime] = set()
+    lock, stop = threading.Lock(), threading.Event()
+
+    def loop() -> None:
+        with TriggerPublisher(b1) as publisher:
+
+            def job(entry: Entry, slot: datetime) -> None:
+                with lock:
+                    slots.add(slot)
+                if leaderless:
+                    fire(entry, publisher, slot)
+                else:
+                    publisher.publish(entry.workflow, new_gid(slot), slot.date())
+
+            run_schedule([entry], job, stop)
+
+    threads = [threading.Thread(target=loop) for _ in range(SCHEDULERS)]
+    for thread in threads:
+        thread.start()
+    time.sleep(SCHEDULED_FOR)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    started: dict[str, int] = {}
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < 3.0:  # until 3 s bring no more starts
+        delivery = starts.receive(timeout=0.5)
+        if delivery is not None:
+            gid = str(delivery.publication["GID"])
+            started[gid] = started.get(gid, 0) + 1
+            quiet_since = time.monotonic()
+    starts.close()
+    generations = sum(started.values())
+    return {"slots": len(slots), "generations": generations, "duplicates": generations - len(slots)}
+
+
+def report_schedulers(b1: BrokerList) -> dict[str, int]:
+    ours, baseline = schedulers(b1, leaderless=True), schedulers(b1, leaderless=False)
+    print(
+        f"RESULT {SCHEDULERS} schedulers, 1 s cron, {SCHEDULED_FOR:g} s: slots {ours['slots']} "
+        f"generations {ours['generations']} duplicates {ours['duplicates']}   baseline (random "
+        f"gids): slots {baseline['slots']} generations {baseline['generations']} "
+        f"duplicates {baseline['duplicates']}"
+    )
+    return {
+        **{f"schedulers_{key}": value for key, value in ours.items()},
+        **{f"schedulers_random_gid_{key}": value for key, value in baseline.items()},
+    }
+
+
 def main() -> None:
+    only = sys.argv[1:] == ["--only", "schedulers"]
+    if sys.argv[1:] and not only:
+        sys.exit("usage: workflows.py [--only schedulers]")
     with tempfile.TemporaryDirectory(prefix="wfm-bench-") as folder:
         directory = Path(folder)
         for name, jobs in WORKFLOWS.items():
@@ -178,7 +252,9 @@ def main() -> None:
                 raise RuntimeError(f"wfm up did not start: {up.stderr.read() if up.stderr else ''}")
             print(f"wfm up with 3 workflows ready in {time.perf_counter() - started:.1f} s")
             tls = Identity(Path(os.environ["WFM_TLS"]), os.environ["WFM_IDENTITY"])
-            results = measure(directory, brokers(BrokerURI("127.0.0.1", PORT, "B1")).secured(tls))
+            b1 = brokers(BrokerURI("127.0.0.1", PORT, "B1")).secured(tls)
+            results: dict[str, object] = {} if only else measure(directory, b1)
+            results |= report_schedulers(b1)
         finally:
             up.terminate()
             up.wait(30)

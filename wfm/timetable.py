@@ -7,6 +7,7 @@ A config (TOML) has one table per workflow::
 
     [workflows.PAYROLL]
     cron = "0 6 * * *"              # standard 5-field crontab: minute hour day month weekday
+                                    # (or 6 fields, seconds first: "*/5 * * * * *", every 5 s)
     calendar = "workdays"           # schedule words, as in the XML: daily (default), workdays, mon,fri ...
     holidays = "holidays-2026.txt"  # optional: one YYYY-MM-DD a line, '#' comments; relative to the config
 """
@@ -24,7 +25,7 @@ from apscheduler.triggers.cron import CronTrigger
 from wfm.triggers import check_workflow, parse_date
 from workflow_messages import Calendar, parse_weekdays
 
-__all__ = ["Entry", "fires", "load_config", "parse_config", "parse_holidays"]
+__all__ = ["Entry", "fires", "load_config", "parse_config", "parse_cron", "parse_holidays"]
 
 _KEYS = {"cron", "calendar", "holidays"}
 
@@ -104,7 +105,7 @@ def _entry(
     if not isinstance(values["calendar"], str):
         raise ValueError("calendar must be a string such as 'workdays'")
     try:
-        cron = CronTrigger.from_crontab(values["cron"], timezone=timezone)
+        cron = parse_cron(values["cron"], timezone)
     except ValueError as error:
         raise ValueError(f"cron {values['cron']!r}: {error}") from None
     holidays = table.get("holidays")
@@ -112,6 +113,17 @@ def _entry(
         raise ValueError("holidays must be the name of a file")
     days = read_holidays(holidays) if holidays else frozenset()
     return Entry(workflow, cron, Calendar(parse_weekdays(values["calendar"]), days))
+
+
+def parse_cron(text: str, timezone: tzinfo) -> CronTrigger:
+    """A 5-field crontab (minute hour day month weekday), or 6 fields with seconds first
+    (``*/2 * * * * *``: every 2 seconds; tests and demos of leaderless schedulers use it).
+    ValueError for anything else."""
+    fields = text.split()
+    if len(fields) == 6:
+        names = ("second", "minute", "hour", "day", "month", "day_of_week")
+        return CronTrigger(**dict(zip(names, fields, strict=True)), timezone=timezone)
+    return CronTrigger.from_crontab(text, timezone=timezone)
 
 
 def fires(entries: Iterable[Entry], start: datetime, end: datetime) -> list[tuple[datetime, str, date]]:

@@ -227,6 +227,19 @@ def test_the_runs_query_gives_recent_generations_newest_first() -> None:
     assert isinstance(bad, Publication) and bad["result"] == "ERROR" and "limit" in str(bad["content"])
 
 
+def test_the_runs_query_names_a_generation_that_ended_and_is_no_longer_listed() -> None:
+    agent = Agent("agentB")
+    agent.ended["PAYROLL", "20261101-backfill"] = 0.0  # ended, its outcome dropped since
+
+    def content(gid: str) -> dict[str, object]:
+        reply = answer_query(agent, query("*", "RUNS", "r", {"workflow": "PAYROLL", "gid": gid}))
+        assert isinstance(reply, Publication) and reply["result"] == "OK", reply
+        return json.loads(str(reply["content"]))  # type: ignore[no-any-return]
+
+    assert content("20261101-backfill")["ended"] == ["20261101-backfill"]
+    assert "ended" not in content("20261101")  # a prefix: only an exact gid is looked up
+
+
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [

@@ -23,7 +23,7 @@ class FlakyPublisher:
         self.failures = failures
         self.tried: list[str] = []
 
-    def publish(self, workflow: str, gid: str, day: object) -> None:
+    def publish(self, workflow: str, gid: str, day: object, signed_at: float | None = None) -> None:
         self.tried.append(gid)
         if len(self.tried) <= self.failures:
             raise NoAnswer("B1 did not answer Publish 1 within 10 s")

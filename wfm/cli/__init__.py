@@ -44,6 +44,7 @@ COMMANDS = {
     "agent": "agent",
     "trigger": "run",
     "schedule": "run",
+    "backfill": "backfill",
     "monitor": "run",
     "up": "run",
     "history": "history",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -25,6 +26,7 @@ from wfm.cli.workflow import load_workflow
 from wfm.monitor import MonitorService, StatusEvent, render
 from wfm.operations import NoReply, Session, UnknownWorkflow
 from wfm.scheduler import NEVER_STOPPED, fire, run_schedule
+from wfm.slots import SlotState, default_state, parse_catch_up
 from wfm.timetable import Entry, fires, load_config
 from wfm.topology import load_topology
 from wfm.triggers import (
@@ -163,14 +165,39 @@ def _check_deployed(uri: Brokers, workflow: str) -> None:
 @click.option(
     "--days", type=click.IntRange(1, 3660), default=7, show_default=True, help="Days --dry-run looks ahead."
 )
+@click.option(
+    "--catch-up",
+    callback=checked(parse_catch_up),
+    metavar="DURATION",
+    help="First fire the slots missed since the last one this scheduler fired (--state), at most "
+    "DURATION back (30m, 6h, 2d; at most 7d) [default: none].",
+)
+@click.option(
+    "--state",
+    "state_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where the last slot fired per workflow is kept [default: $XDG_STATE_HOME/wfm/schedule.json].",
+)
 @broker_uri_option("Broker to publish through")
 @output_option
-def schedule(config: Path, dry_run: bool, days: int, broker_uri: Brokers | None, output: str) -> None:
+def schedule(
+    config: Path,
+    dry_run: bool,
+    days: int,
+    catch_up: float | None,
+    state_file: Path | None,
+    broker_uri: Brokers | None,
+    output: str,
+) -> None:
     """Trigger workflows by cron expression and business calendar until SIGINT/SIGTERM.
 
     CONFIG is a TOML file with one [workflows.NAME] table each (cron, calendar, holidays; see
     docs/workflows.md). Each trigger prints "TIME WORKFLOW DATE GID" on stdout (-o json: one
-    object {"time", "workflow", "date", "gid"}; --dry-run has no gid)."""
+    object {"time", "workflow", "date", "gid"}; --dry-run has no gid); TIME is the slot's.
+
+    Leaderless: a slot's gid is derived from the workflow and the slot's time, so several
+    schedulers with the same CONFIG (on different hosts, for availability) start each slot once:
+    the workflow's coordinator runs a gid once however many Triggers of it come."""
     as_json = output == "json"
     timezone = get_localzone()
     try:
@@ -189,31 +216,47 @@ def schedule(config: Path, dry_run: bool, days: int, broker_uri: Brokers | None,
         return
     if broker_uri is None:
         raise click.UsageError("--broker (or $WFM_BROKER) is needed unless --dry-run")
+    state = SlotState(state_file or default_state())
+    if state.problem is not None:
+        click.echo(f"wfm: warning: {state.problem}", err=True)
+    lock = threading.Lock()  # one publisher, one thread per workflow
+
     with stop_event() as stop, TriggerPublisher(broker_uri) as publisher:  # SIGTERM handled from the start
-        run_schedule(entries, timezone, lambda entry: _fire(entry, publisher, stop.wait, as_json), stop)
+
+        def job(entry: Entry, slot: datetime) -> None:
+            with lock:
+                _fire(entry, publisher, slot, stop.wait, as_json, state)
+
+        run_schedule(entries, job, stop, catch_up, dict(state.last))
 
 
 def _fire(
     entry: Entry,
     publisher: TriggerPublisher,
+    slot: datetime,
     wait: Callable[[float], bool] = NEVER_STOPPED.wait,
     as_json: bool = False,
+    state: SlotState | None = None,
 ) -> None:
-    """One cron fire, shown on stdout. A broker that cannot take it is tried again for a few
-    minutes with the same gid, then reported (the scheduler keeps running)."""
-    now = datetime.now(entry.cron.timezone)
+    """One slot, shown on stdout and noted in ``state``. A broker that cannot take it is tried
+    again for a few minutes with the same gid, then reported (the scheduler keeps running)."""
     try:
-        gid = fire(entry, publisher, now, wait)
+        gid = fire(entry, publisher, slot, wait)
     except (ConnectError, OSError, TimeoutError) as error:
         click.echo(f"wfm: error: cannot trigger {entry.workflow}: {error or 'timed out'}", err=True)
         return
+    if state is not None:
+        try:
+            state.fired(entry.workflow, slot)
+        except OSError as error:
+            click.echo(f"wfm: warning: cannot note the slot in {state.path}: {error}", err=True)
     if gid is None:
         return
     if as_json:
-        record = {"time": now.isoformat(), "workflow": entry.workflow, "date": now.date().isoformat()}
+        record = {"time": slot.isoformat(), "workflow": entry.workflow, "date": slot.date().isoformat()}
         click.echo(json.dumps({**record, "gid": gid}))
     else:
-        click.echo(f"{now:%Y-%m-%d %H:%M:%S} {entry.workflow} {now.date().isoformat()} {gid}")
+        click.echo(f"{slot:%Y-%m-%d %H:%M:%S} {entry.workflow} {slot.date().isoformat()} {gid}")
 
 
 @click.command()
