@@ -4,8 +4,11 @@ one real ``wfm broker`` scraped over HTTP."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,12 +23,15 @@ from broker.client import Client
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 from tests.agents.test_runner import run as job
+from tests.monitor.test_up import free_ports
 from tests.processes import WFM, wait_for
 from tests.transport.harness import free_port, run, until, uri
 from wfm.cli import main
+from wfm.cli.serving import stop_event
 from wfm.metrics import Address
 from wfm.metrics.exposition import Exposition, LoopCollector, registry
 from wfm.metrics.families import Families, agent_metrics, broker_metrics
+from wfm.up import Started, serve
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -194,6 +200,30 @@ def test_wfm_broker_serves_metrics_over_http(tmp_path: Path) -> None:
         _, err = process.communicate(timeout=10)
     assert process.returncode == 0, err
     assert "Traceback" not in err
+
+
+def test_wfm_up_gives_every_process_it_starts_metrics_of_its_own(tmp_path: Path) -> None:
+    port, metrics, said, scraped = free_ports(), Address("127.0.0.1", free_ports(4)), [], {}
+
+    def ready(started: Started) -> None:
+        said.extend(started.lines())
+        try:
+            for name, url in started.metrics.items():
+                wait_for(lambda url=url: _answers(url), f"the metrics of {name}")
+                scraped[name] = _get(url)
+        finally:
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+
+    with stop_event() as stop:
+        serve([], [], tmp_path, port, ready, stop, metrics=metrics)
+    names = ["broker-B1", "broker-B2", "broker-B3", "historian"]
+    assert [line for line in said if line.startswith("metrics ")] == [
+        f"metrics  http://127.0.0.1:{metrics.port + i}/metrics ({name})" for i, name in enumerate(names)
+    ]
+    assert list(scraped) == names
+    for i in range(3):
+        assert f'id="B{i + 1}"' in scraped[f"broker-B{i + 1}"]
+    assert "wfm_historian_written_total 0.0" in scraped["historian"]
 
 
 def _answers(url: str) -> bool:
