@@ -12,6 +12,8 @@ import threading
 import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
@@ -30,7 +32,7 @@ from wfm.cli import main
 from wfm.cli.serving import stop_event
 from wfm.metrics import Address
 from wfm.metrics.exposition import Exposition, LoopCollector, registry
-from wfm.metrics.families import Families, agent_metrics, broker_metrics
+from wfm.metrics.families import CountRequests, Families, agent_metrics, broker_metrics, web_metrics
 from wfm.up import Started, serve
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -243,3 +245,30 @@ def loaded(argv: Iterable[str]) -> set[str]:
 
 def test_only_a_process_given_metrics_loads_prometheus_client() -> None:
     assert not {m for m in loaded(["broker", "--help"]) if m.startswith("prometheus_client")}
+
+
+def test_the_dashboard_counts_the_requests_it_answers_and_shows_its_alerts() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        code = 200 if scope["path"] == "/" else 404
+        await send({"type": "http.response.start", "status": code, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    answered: dict[str, int] = {}
+    counted = CountRequests(app, answered)
+
+    async def ask(path: str) -> None:
+        async def ignore(message: Any) -> None:
+            pass
+
+        await counted({"type": "http", "path": path}, ignore, ignore)
+
+    async def scenario() -> None:
+        for path in ("/", "/", "/nowhere"):
+            await ask(path)
+
+    asyncio.run(scenario())
+    dashboard = SimpleNamespace(alert_board=SimpleNamespace(alerts={"a1": None, "a2": None}))
+    found = scrape(web_metrics(dashboard, answered))  # type: ignore[arg-type]
+    assert at(found, "wfm_web_up") == 1 and at(found, "wfm_web_alerts") == 2
+    assert at(found, "wfm_web_requests_total", status="200") == 2
+    assert at(found, "wfm_web_requests_total", status="404") == 1
