@@ -4,7 +4,9 @@ one real ``wfm broker`` scraped over HTTP."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -272,3 +274,13 @@ def test_the_dashboard_counts_the_requests_it_answers_and_shows_its_alerts() -> 
     assert at(found, "wfm_web_up") == 1 and at(found, "wfm_web_alerts") == 2
     assert at(found, "wfm_web_requests_total", status="200") == 2
     assert at(found, "wfm_web_requests_total", status="404") == 1
+
+
+def test_the_grafana_dashboard_shows_documented_metrics_only() -> None:
+    docs = Path(__file__).parents[2] / "docs"
+    dashboard = json.loads((docs / "grafana-dashboard.json").read_text())
+    queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    shown = {re.sub(r"_bucket$", "", name) for q in queries for name in re.findall(r"wfm_\w+", q)}
+    documented = set(re.findall(r"`(wfm_\w+)", (docs / "metrics.md").read_text()))
+    assert len(queries) > 10 and shown <= documented, shown - documented
+    assert any("histogram_quantile(0.99" in q for q in queries)
