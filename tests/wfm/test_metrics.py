@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from agents.service import AgentService
@@ -284,3 +285,32 @@ def test_the_grafana_dashboard_shows_documented_metrics_only() -> None:
     documented = set(re.findall(r"`(wfm_\w+)", (docs / "metrics.md").read_text()))
     assert len(queries) > 10 and shown <= documented, shown - documented
     assert any("histogram_quantile(0.99" in q for q in queries)
+
+
+def test_a_scrape_reads_on_the_loop_and_one_the_loop_cannot_answer_in_time_has_no_wfm_metrics(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("wfm.metrics.exposition.SCRAPE_TIMEOUT", 0.2)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    readers: list[threading.Thread] = []
+
+    def families() -> list[GaugeMetricFamily]:
+        readers.append(threading.current_thread())
+        return [GaugeMetricFamily("wfm_test", "A test.", value=1)]
+
+    collector = LoopCollector(families)
+    collector.loop = loop
+    release = threading.Event()
+    try:
+        assert [family.name for family in collector.collect()] == ["wfm_test"]
+        assert readers == [thread]  # read on the loop's thread, not the scraper's
+        loop.call_soon_threadsafe(release.wait, 10)  # the loop is busy
+        assert list(collector.collect()) == []
+        assert "metrics: the event loop did not answer within 0.2 s" in caplog.text
+    finally:
+        release.set()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

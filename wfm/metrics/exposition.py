@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
 __all__ = ["SCRAPE_TIMEOUT", "Exposition", "Families", "LoopCollector", "expose", "registry"]
+
+log = logging.getLogger(__name__)
 
 SCRAPE_TIMEOUT = 5.0  # seconds a scrape waits for the event loop before it fails (HTTP 500)
 
@@ -49,7 +52,11 @@ class LoopCollector(Collector):
                 answer.set_exception(error)
 
         loop.call_soon_threadsafe(read)
-        return iter(answer.result(SCRAPE_TIMEOUT))
+        try:
+            return iter(answer.result(SCRAPE_TIMEOUT))
+        except TimeoutError:  # a loop stuck or stopping: this scrape has the process's metrics only
+            log.warning("metrics: the event loop did not answer within %g s", SCRAPE_TIMEOUT)
+            return iter(())
 
 
 def _on(loop: asyncio.AbstractEventLoop) -> bool:
