@@ -29,6 +29,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agents.durations import Durations
 from agents.events import (
     Delivered,
     Effect,
@@ -120,6 +121,7 @@ class AgentService:
         self.prune_due = asyncio.Event()
         self.stopping = asyncio.Event()
         self.errors: Counter[str] = Counter()  # unexpected exceptions in handling one message, by where
+        self.durations = Durations()  # how long runs took and how they ended (wfm agent --metrics)
         self._errors_logged = LogThrottle(burst=1)
 
     def stop(self) -> None:
@@ -266,9 +268,11 @@ class AgentService:
             result = None
         if result is None:
             log.error("%s: its supervisor died before recording how it ended", run.label)
+            self.durations.lost()
             self.events.put(Lost(run))
             return
         log.info("%s: %s", run.label, result.detail)
+        self.durations.observe(result.duration, result.ok)
         self.events.put(Finished(run, result))
 
     def _count_run(self) -> None:

@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -38,6 +38,7 @@ from broker.errors import LocalError
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 from wfm.certs import ensure
+from wfm.metrics import Address
 from wfm.topology import Topology
 from wfm.workflow import Workflow
 
@@ -45,6 +46,7 @@ __all__ = [
     "WFM",
     "Child",
     "Layout",
+    "Metered",
     "Processes",
     "Started",
     "UpError",
@@ -229,6 +231,25 @@ def agent_children(
     ]
 
 
+@dataclass
+class Metered:
+    """``wfm up --metrics HOST:PORT``: each child given ``--metrics``, the first on PORT, each next
+    one on the port after (UpError past 65535); ``urls`` says whose metrics are where."""
+
+    address: Address | None
+    urls: dict[str, str] = field(default_factory=dict)  # child name -> its /metrics URL
+
+    def __call__(self, child: Child) -> Child:
+        if self.address is None:
+            return child
+        try:
+            address = self.address.shifted(len(self.urls))
+        except ValueError as error:
+            raise UpError(f"--metrics {error}") from None
+        self.urls[child.name] = address.url
+        return replace(child, argv=(*child.argv, "--metrics", str(address)))
+
+
 class Processes:
     """Children started in order and stopped in reverse; output of each goes to ``LOGS/NAME.log``."""
 
@@ -322,6 +343,7 @@ class Started:
     web: str | None
     certs: Path
     entry: str = ""  # how a client reaches the first router: its brokers (a site's), else the first
+    metrics: Mapping[str, str] = field(default_factory=dict)  # child name -> its /metrics URL
 
     @property
     def first(self) -> str:
@@ -339,6 +361,7 @@ class Started:
             f"history  {self.history} (wfm history FILTER --broker {first})",
             *([f"spark    {self.spark} (kept warm for wfm history/report --store)"] if self.spark else []),
             *([f"web      {self.web} (the dashboard)"] if self.web else []),
+            *(f"metrics  {url} ({name})" for name, url in self.metrics.items()),
             f"tls      every link, certificates in {self.certs} (wfm certs list)",
             *(f"export {name}={shlex.quote(value)}" for name, value in self.environment().items()),
             f'try: wfm monitor {example} --gid "$(wfm trigger {example})"',
@@ -357,6 +380,7 @@ class Started:
             "spark": self.spark,
             "web": self.web,
             "certs": str(self.certs),
+            "metrics": dict(self.metrics),
             "environment": self.environment(),
         }
 
@@ -413,6 +437,7 @@ def serve(
     say: Callable[[str], None] = _ignore,
     warn: Callable[[str], None] = _ignore,
     topology: Topology | None = None,
+    metrics: Address | None = None,
 ) -> None:
     """Start everything, deploy ``workflows`` (name, file), tell ``ready`` what runs, then wait
     until ``stop`` is set and stop everything; ``say`` hears each step of the start, ``warn``
@@ -421,18 +446,21 @@ def serve(
     seconds; without Java it exits and wfm up warns and goes on). With ``web_port``, the dashboard
     (``wfm web``) on it, as the deployer (optional too: a port in use costs the dashboard, not the
     rest). With ``topology``, its brokers and agents' places instead of the line on ``port``.
+    With ``metrics``, each child but Spark Connect serves Prometheus metrics: the first broker on
+    its port, each next child on the port after (:class:`Metered`).
     UpError if another wfm up runs in ``home``, if another child exits on its own, the brokers do
     not link or a deploy fails (everything started is stopped first)."""
     layout = Layout.line(port) if topology is None else Layout.of(topology)
     lock = _lock(home)
     processes = Processes(home / "logs", warn)
+    metered = Metered(metrics)
     try:
         certs = ensure(home / "certs", identities(agents, [uri.id for uri in layout.uris])).absolute()
         watcher = Identity(certs, WATCHER)
         say("starting brokers")
         uris, brokers = broker_children(layout, home, certs)
         for child in brokers:
-            processes.start(child)
+            processes.start(metered(child))
         deadline = time.monotonic() + link_timeout
         for name, (serving, expected) in layout.routers.items():
             while not linked(serving, expected, watcher):
@@ -452,7 +480,7 @@ def serve(
             history += ("--spark-master", f"sc://{HOST}:{spark_port}")
         entries = layout.entries  # the first is the root site's
         historian = ("historian", "--broker", entries[0], *history, *_as(certs, HISTORIAN))
-        processes.start(Child("historian", (*WFM, *historian)))
+        processes.start(metered(Child("historian", (*WFM, *historian))))
         token = secrets.token_urlsafe(32)  # the dashboard's, given to it and printed with its URL
         if web_port is not None and not _bindable(web_port):
             warn(f"warning: port {web_port} on {HOST} is in use: no dashboard (it takes --port + 4)")
@@ -463,9 +491,10 @@ def serve(
             web = ("web", "--broker", watched, *history[:2], *shown, "--port", str(web_port))
             secret = (("WFM_WEB_TOKEN", token),)
             dashboard = Child("web", (*WFM, *web, *_as(certs, DEPLOYER)), optional=True, environment=secret)
+            dashboard = metered(dashboard)
             processes.start(dashboard)
         for child in agent_children(agents, entries, home / "agents", certs, layout.agents):
-            processes.start(child)
+            processes.start(metered(child))
         for name, file in workflows:
             say(f"deploying {name}")
             _deploy(name, file, (entries[0], *_as(certs, DEPLOYER)), deploy_timeout, processes, stop)
@@ -477,7 +506,7 @@ def serve(
             web_url = f"http://{HOST}:{web_port}/?token={token}"
         names = [name for name, _ in workflows]
         started = (uris, list(agents), processes.logs, names, home / "history", spark_uri, web_url, certs)
-        ready(Started(*started, entries[0]))
+        ready(Started(*started, entries[0], metered.urls))
         while not stop.wait(0.2):
             processes.check()
     finally:

@@ -16,8 +16,9 @@ from broker.client.reconnect import BrokerList
 from broker.language.values import check_string
 from broker.transport.revocation import Revocations
 from broker.transport.tls import Identity
-from wfm.cli.options import broker_option
-from wfm.cli.serving import serve
+from wfm.cli.options import broker_option, metrics_option
+from wfm.cli.serving import exposed, serve
+from wfm.metrics import Address
 from workflow_messages.signature import Author
 
 
@@ -75,6 +76,7 @@ def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     help="Without --tls: take envelopes only from this deployer public key (PEM, the .pub beside "
     "the key wfm deploy made); by default the first key seen is pinned.",
 )
+@metrics_option
 def agent(
     name: str,
     broker_uri: Brokers,
@@ -84,6 +86,7 @@ def agent(
     keep_runs: int,
     keep_days: float,
     trust: Path | None,
+    metrics: Address | None,
 ) -> None:
     """Run an agent: install the AGENT_CTL envelopes addressed to NAME, if signed by a deployer it
     trusts, and run their jobs."""
@@ -105,7 +108,13 @@ def agent(
     )
     agent_ = Agent(name, max_jobs, retry_backoff, keep_days * DAY, policy)
     author = None if tls is None else _author(tls, name)
-    serve(AgentService(agent_, broker_uri, directory, Path.cwd(), retention, author))
+    service = AgentService(agent_, broker_uri, directory, Path.cwd(), retention, author)
+    served = None
+    if metrics is not None:
+        from wfm.metrics.families import agent_metrics
+
+        served = exposed(metrics, agent_metrics(service))
+    serve(service, served)
 
 
 def _author(tls: Identity, name: str) -> Author:

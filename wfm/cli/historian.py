@@ -9,10 +9,11 @@ import click
 from broker.client import Brokers
 from broker.language import Filter
 from broker.language.values import check_string
-from wfm.cli.options import acl_option, broker_option
-from wfm.cli.serving import serve
+from wfm.cli.options import acl_option, broker_option, metrics_option
+from wfm.cli.serving import exposed, serve
 from wfm.history.historian import DEFAULT_CLASSES, RecorderService
 from wfm.history.spark import MASTER_ENV
+from wfm.metrics import Address
 from wfm.security.acl import load_policy
 
 
@@ -55,6 +56,7 @@ def _classes(ctx: click.Context, param: click.Parameter, value: tuple[str, ...])
     help="Seconds between compactions of the landing log (0: never).",
 )
 @acl_option
+@metrics_option
 def historian(
     broker_uri: Brokers,
     store: Path,
@@ -62,6 +64,7 @@ def historian(
     spark_master: str | None,
     compact_every: float,
     acl: Path | None,
+    metrics: Address | None,
 ) -> None:
     """Keep every publication of the kept classes and answer historic queries, until SIGINT/SIGTERM.
 
@@ -74,4 +77,9 @@ def historian(
         )
     except OSError as error:
         raise click.ClickException(f"cannot use the store {store}: {error.strerror or error}") from None
-    serve(service)
+    served = None
+    if metrics is not None:
+        from wfm.metrics.families import historian_metrics
+
+        served = exposed(metrics, historian_metrics(service))
+    serve(service, served)

@@ -13,15 +13,19 @@ from broker.client.reconnect import BrokerList, brokers
 from broker.errors import LocalError
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
+from wfm.metrics import Address
 
 __all__ = [
     "BROKERS",
+    "METRICS",
     "URI",
+    "AddressType",
     "BrokersType",
     "URIType",
     "broker_option",
     "broker_uri_option",
     "checked",
+    "metrics_option",
     "output_option",
     "tls_options",
 ]
@@ -58,6 +62,30 @@ class BrokersType(click.ParamType):
 
 
 BROKERS = BrokersType()
+
+
+class AddressType(click.ParamType):
+    """HOST:PORT as an ``Address``; anything else is a usage error naming the option."""
+
+    name = "HOST:PORT"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Address:
+        if isinstance(value, Address):
+            return value
+        try:
+            return Address.parse(str(value))
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+METRICS = AddressType()
+
+metrics_option = click.option(
+    "--metrics",
+    type=METRICS,
+    default=None,
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md).",
+)
 
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]

@@ -26,9 +26,10 @@ from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync
 from broker.transport.server import RouterService
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
-from wfm.cli.options import URI, acl_option, broker_option, output_option, tls_options
-from wfm.cli.serving import Running, serve
+from wfm.cli.options import URI, acl_option, broker_option, metrics_option, output_option, tls_options
+from wfm.cli.serving import Running, exposed, serve
 from wfm.client_commands import Console, apply_line
+from wfm.metrics import Address
 from wfm.security.acl import load_policy
 from wfm.topology import load_topology
 
@@ -166,6 +167,7 @@ from wfm.topology import load_topology
     help="Without --tls, listen on an address other hosts can reach anyway: anyone who reaches "
     "it can join the overlay as a client or a broker.",
 )
+@metrics_option
 def broker(
     uri: BrokerURI | None,
     neighbors: tuple[BrokerURI, ...],
@@ -191,6 +193,7 @@ def broker(
     acl: Path | None,
     tls: Identity | None,
     insecure: bool,
+    metrics: Address | None,
 ) -> None:
     """Run a broker until SIGINT or SIGTERM. Its state (tables, sessions, custody) is on disk, in
     ./.wfm/brokers/ID unless --data says where, so a broker killed and started again loses
@@ -249,8 +252,13 @@ def broker(
     # count; the default threshold (700) would run the cycle collector every few dozen
     # publications over the tables (docs/performance.md, Overlay).
     gc.set_threshold(50_000, 20, 100)
+    served = None
+    if metrics is not None:
+        from wfm.metrics.families import broker_metrics
+
+        served = exposed(metrics, broker_metrics(node))
     try:
-        serve(Running(node, logging.getLogger("broker")))
+        serve(Running(node, logging.getLogger("broker")), served)
     except OSError as error:
         reason = os.strerror(error.errno).lower() if error.errno else str(error)
         raise click.ClickException(f"cannot listen on {uri}: {reason}") from None

@@ -19,10 +19,11 @@ from tzlocal import get_localzone
 
 from broker.client import Brokers, ConnectError, RefusedError
 from wfm.cli import TimedOut
-from wfm.cli.options import broker_option, broker_uri_option, checked, output_option
+from wfm.cli.options import METRICS, broker_option, broker_uri_option, checked, output_option
 from wfm.cli.progress import progress
 from wfm.cli.serving import stop_event
 from wfm.cli.workflow import load_workflow
+from wfm.metrics import Address
 from wfm.monitor import MonitorService, StatusEvent, render
 from wfm.operations import NoReply, Session, UnknownWorkflow
 from wfm.scheduler import NEVER_STOPPED, fire, run_schedule
@@ -394,8 +395,22 @@ def _json_line(event: StatusEvent | None) -> None:
     "instead of the line, and its agents on their sites' brokers (PORT then only places Spark "
     "Connect and the dashboard).",
 )
+@click.option(
+    "--metrics",
+    type=METRICS,
+    default=None,
+    help="Prometheus metrics of every process started (not Spark Connect's): the first broker's at "
+    "http://HOST:PORT/metrics, each next process's on the port after; printed once everything runs.",
+)
 @output_option
-def up(directory: Path, port: int, spark_connect: bool, topology: Path | None, output: str) -> None:
+def up(
+    directory: Path,
+    port: int,
+    spark_connect: bool,
+    topology: Path | None,
+    metrics: Address | None,
+    output: str,
+) -> None:
     """Run the embedded default until Ctrl-C: three brokers in a line (B1-B2-B3), or those of
     --topology, one agent per agent name in DIR/*.xml, every workflow deployed. Prints the broker
     addresses and what to try (-o json: one object) once everything runs; progress and warnings
@@ -427,4 +442,5 @@ def up(directory: Path, port: int, spark_connect: bool, topology: Path | None, o
             say=say,
             warn=lambda line: click.echo(f"wfm: {line}", err=True),
             topology=placed,
+            metrics=metrics,
         )

@@ -15,9 +15,17 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["INTERRUPTED", "Running", "Server", "Service", "on_signals", "serve", "stop_event"]
+import click
+
+from broker.errors import LocalError
+
+if TYPE_CHECKING:
+    from wfm.metrics import Address
+    from wfm.metrics.exposition import Exposition, Families
+
+__all__ = ["INTERRUPTED", "Running", "Server", "Service", "exposed", "on_signals", "serve", "stop_event"]
 
 INTERRUPTED = threading.Event()  # a SIGINT stopped the command: its exit status is 130
 
@@ -69,12 +77,33 @@ def _stopping(sig: int, callback: Callable[[], object]) -> None:
     callback()
 
 
-def serve(service: Service) -> None:
-    """Run ``service`` in a new event loop until it returns; SIGINT and SIGTERM ask it to stop."""
-    asyncio.run(_serve(service))
+def exposed(address: Address | None, families: Families) -> Exposition | None:
+    """``--metrics HOST:PORT``: ``families`` served at ``/metrics`` there, listening already (a
+    port in use is a one-line error before the service starts), for :func:`serve`; None without."""
+    if address is None:
+        return None
+    from wfm.metrics.exposition import expose  # prometheus_client: loaded only when asked for
+
+    try:
+        return expose(address, families)
+    except LocalError as error:
+        raise click.ClickException(str(error)) from None
 
 
-async def _serve(service: Service) -> None:
+def serve(service: Service, metrics: Exposition | None = None) -> None:
+    """Run ``service`` in a new event loop until it returns; SIGINT and SIGTERM ask it to stop.
+    ``metrics`` (``--metrics``, already listening) reads the service's state on that loop, and
+    stops serving when the service has stopped."""
+    try:
+        asyncio.run(_serve(service, metrics))
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+async def _serve(service: Service, metrics: Exposition | None) -> None:
+    if metrics is not None:
+        metrics.attach(asyncio.get_running_loop())
     on_signals(service.stop)
     await service.run()
 

@@ -7,13 +7,15 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
 from broker.client.reconnect import BrokerList
 from broker.transport.tls import Identity
-from wfm.cli.options import broker_uri_option
-from wfm.cli.serving import serve
+from wfm.cli.options import broker_uri_option, metrics_option
+from wfm.cli.serving import exposed, serve
+from wfm.metrics import Address
 
 DEFAULT_PORT = 7180
 
@@ -35,6 +37,7 @@ DEFAULT_PORT = 7180
     show_envvar=True,
     help="The token every request must carry (default: a new random one, printed in the URL).",
 )
+@metrics_option
 def web(
     broker_uri: BrokerList,
     store: Path | None,
@@ -42,6 +45,7 @@ def web(
     port: int,
     host: str,
     token: str | None,
+    metrics: Address | None,
 ) -> None:
     """Serve the dashboard (overlay, workflows, runs, history) on http://HOST:PORT/ until Ctrl-C.
 
@@ -64,9 +68,15 @@ def web(
     guard = Guard.listening(host, bound, secret)
     login = " (open it with ?token=TOKEN, the token given)" if token else f"?token={secret}"
     click.echo(f"wfm: dashboard on http://{host}:{bound}/{login}", err=True)
-    config = uvicorn.Config(
-        create_app(dashboard, guard), log_level="warning", timeout_graceful_shutdown=2, lifespan="on"
-    )
+    app: Any = create_app(dashboard, guard)
+    served = None
+    if metrics is not None:
+        from wfm.metrics.families import CountRequests, web_metrics
+
+        answered: dict[str, int] = {}
+        app = CountRequests(app, answered)
+        served = exposed(metrics, web_metrics(dashboard, answered))
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, lifespan="on")
 
     class Server(uvicorn.Server):
         """SIGINT and SIGTERM are ours (``serve``): uvicorn's own handlers would raise the signal
@@ -86,7 +96,7 @@ def web(
             server.should_exit = True
             dashboard.close_streams()  # open event streams would hold the shutdown up
 
-    serve(Serving())
+    serve(Serving(), served)
 
 
 def _listen(host: str, port: int) -> socket.socket:

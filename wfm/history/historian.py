@@ -149,6 +149,7 @@ class RecorderService:
         self.revocations = None if tls is None else Revocations(tls.directory, clock=clock)
         self.trust = Trust(ca=self.ca, revocations=self.revocations)  # whose Triggers and statuses it keeps
         self.refused: Counter[str] = Counter()  # publications not kept, by kind of refusal
+        self.compactions: Counter[str] = Counter()  # by outcome: "done", "failed" (wfm historian --metrics)
         self._refusals = LogThrottle(burst=1)
         self.policy = policy or load_policy()
         self.author = (
@@ -247,8 +248,10 @@ class RecorderService:
             self.landing.close()  # seal the current segment so this compaction takes it
             try:
                 moved = await in_daemon_thread(lambda: self.store().compact(), "compaction")
+                self.compactions["done"] += 1
                 log.info("compacted %d segments", moved)
             except Exception as error:  # Spark's errors; landing goes on, the next run retries
+                self.compactions["failed"] += 1
                 log.warning("compaction failed: %s", first_line(error))
 
     # queries --------------------------------------------------------------------------------

@@ -137,6 +137,7 @@ class Landing:
         self.batch_seconds = batch_seconds
         self.segment_bytes = segment_bytes
         self.durable = 0
+        self.batches = 0  # flushes that wrote something: one fsync each
         self._pending: list[str] = []
         self._last_flush: float | None = None
         self._segment: IO[bytes] | None = None
@@ -170,6 +171,7 @@ class Landing:
         os.fsync(segment.fileno())
         count = len(self._pending)
         self.durable += count
+        self.batches += 1
         self._pending.clear()
         if segment.tell() >= self.segment_bytes:
             self._close_segment()
