@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from collections.abc import Mapping
 from datetime import date, datetime
 from pathlib import Path
 
@@ -148,14 +149,21 @@ class TriggerPublisher:
                 time.sleep(0.1)
 
     def publish(
-        self, workflow: str, gid: str, day: date, started_within: float = 0.0, ttl: float | None = None
+        self,
+        workflow: str,
+        gid: str,
+        day: date,
+        started_within: float = 0.0,
+        ttl: float | None = None,
+        params: Mapping[str, str] | None = None,
     ) -> float | None:
         """Publish one Trigger; ConnectError, OSError or TimeoutError if the broker cannot take it
         (NotAcknowledged if it waits in the outbox). With ``started_within``, NotStarted unless
         the generation's APPL_START comes within that many seconds (Expired if its APPL_END
         EXPIRED comes instead). With ``ttl`` (seconds), the Trigger carries its expiry, this
         clock's now plus ``ttl``, which is returned: a coordinator it reaches later does not start
-        the generation but ends it EXPIRED."""
+        the generation but ends it EXPIRED. ``params``: the run parameters it carries, checked
+        by the caller (:func:`workflow_messages.resolve`) and again by every agent."""
         expires = None if ttl is None else time.time() + ttl
         qos = DEFAULT_QOS if ttl is None else Qos(ttl=ttl + CUSTODY_AFTER_EXPIRY)
         if self._client is None:
@@ -170,7 +178,7 @@ class TriggerPublisher:
         # old advertisement along the path the Trigger takes after it, so it is there first
         started = self._client.subscribe(_start_of(workflow, gid)) if started_within else None
         try:
-            signed = self.signer.sign_publication(trigger(workflow, gid, day, expires))
+            signed = self.signer.sign_publication(trigger(workflow, gid, day, expires, params))
             self._client.publish(signed, qos)
         except BaseException as error:
             waiting = self._client.stats()["outbox"]

@@ -13,6 +13,7 @@ from broker.client.reconnect import BrokerList, brokers
 from broker.errors import LocalError
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
+from workflow_messages.params import parse_assignment
 
 __all__ = [
     "BROKERS",
@@ -23,6 +24,7 @@ __all__ = [
     "broker_uri_option",
     "checked",
     "output_option",
+    "params_option",
     "tls_options",
 ]
 
@@ -141,6 +143,29 @@ def checked(check: Callable[[str], object]) -> Callable[[click.Context, click.Pa
             raise click.BadParameter(str(error), ctx, param) from None
 
     return callback
+
+
+def _params(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for text in value:
+        try:
+            key, given = parse_assignment(text)
+        except ValueError as error:
+            raise click.BadParameter(str(error), ctx, param) from None
+        if key in found:
+            raise click.BadParameter(f"parameter {key} given twice", ctx, param)
+        found[key] = given
+    return found
+
+
+params_option = click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_params,
+    help="A run parameter the workflow declares (repeatable); its jobs see it as $WFM_PARAM_KEY.",
+)
 
 
 acl_option = click.option(
