@@ -87,10 +87,9 @@ def _param_problems(workflow: Workflow) -> Iterator[Problem]:
             except ValueError as error:
                 yield Problem(param.line, f"{label}: default {error}")
             else:
-                if canonical != param.default:
-                    yield Problem(
-                        param.line, f"{label}: default {param.default!r} is not canonical ({canonical!r})"
-                    )
+                if canonical != param.default:  # the loader writes it so; one built in code must too
+                    message = f"default {param.default!r} is not written canonically ({canonical!r})"
+                    yield Problem(param.line, f"{label}: {message}")
 
 
 def _name_problems(name: str, what: str, line: int | None) -> Iterator[Problem]:
