@@ -138,12 +138,9 @@ def trigger(
             f"wfm: sent again {publisher.resent} Trigger(s) an earlier run left unacknowledged", err=True
         )
     if output == "json":
-        record: dict[str, object] = {
-            "workflow": workflow,
-            "gid": gid,
-            "date": day.isoformat(),
-            "params": params,
-        }
+        record: dict[str, object] = {"workflow": workflow, "gid": gid, "date": day.isoformat()}
+        if params:
+            record["params"] = params
         click.echo(json.dumps(record if expires is None else {**record, "expires": expires}))
     else:
         click.echo(gid)
