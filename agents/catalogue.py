@@ -19,6 +19,7 @@ from agents.commands import DefineJob, Deploy, DeploymentCommand, Undeploy, Want
 from agents.envelope import Control, JobInfo, Registration, registrations
 from agents.events import Effect, Register, Withdraw
 from workflow_messages import APPL_END, APPL_START, digest, start_subscription
+from workflow_messages.params import Param
 
 if TYPE_CHECKING:
     from agents.state import Agent
@@ -65,6 +66,9 @@ class Deployment:
     parts_in: set[int] = field(default_factory=set)  # the numbers of those that arrived
     split: str = ""  # which jobs went in which part (``DeployPart.split``)
     signers: dict[str, str] = field(default_factory=dict)  # job -> the agent whose statuses it signs
+    # the run parameters its DEPLOY declares: a firing's Trigger is checked against them, and
+    # their defaults filled in (none for one deployed by the per-job commands)
+    params: tuple[Param, ...] = ()
 
     def add(self, info: JobInfo) -> None:
         self.jobs[info.job] = info
@@ -174,6 +178,7 @@ def _deploy(agent: Agent, command: Deploy) -> Applied:
         # split otherwise (a longer cwd) while incomplete: count the parts of this split
         deployment.parts, deployment.split, deployment.parts_in = *split, set()
     deployment.parts_in.add(deploy.part)
+    deployment.params = deploy.params  # part of the version: every part says the same
     if deploy.coordinator:
         deployment.signers.update({APPL_START: deploy.coordinator, APPL_END: deploy.coordinator})
     changed = False

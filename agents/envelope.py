@@ -32,6 +32,7 @@ from workflow_messages import (
     trigger_date,
 )
 from workflow_messages.operations import decode_content
+from workflow_messages.params import Param, parse_declarations
 
 __all__ = [
     "COMMANDS",
@@ -103,6 +104,7 @@ class DeployPart:
     jobs: list[JobInfo]
     split: str = ""
     coordinator: str = ""  # the agent that signs APPL_START and APPL_END ("" if not said)
+    params: tuple[Param, ...] = ()  # the run parameters the workflow declares (none if not said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +222,7 @@ def parse_deploy(control: Control) -> DeployPart:
     coordinator = data.get("coordinator", "")
     if not isinstance(coordinator, str):
         raise ValueError(f"DEPLOY coordinator {coordinator!r}: it must be an agent name")
-    return DeployPart(part, parts, infos, split, coordinator)
+    return DeployPart(part, parts, infos, split, coordinator, parse_declarations(data.get("params")))
 
 
 def registrations(info: JobInfo, coordinator: str = "") -> list[Registration]:

@@ -64,6 +64,9 @@ class Run:
     date: str  # YYYY-MM-DD
     timeout: float | None
     upstream: str = ""  # the failed jobs its predecessors' statuses named, for its own status
+    # the run parameters of its generation, canonical JSON (``workflow_messages.encode_params``):
+    # text, so a run read back from the journal equals the one that started
+    params: str = ""
 
     @property
     def label(self) -> str:

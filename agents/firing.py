@@ -34,6 +34,7 @@ from workflow_messages import (
     failures,
     trigger_expiry,
 )
+from workflow_messages.params import encode_params, resolve, trigger_params
 
 if TYPE_CHECKING:
     from agents.state import Agent
@@ -90,6 +91,11 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
         parts = f"{len(deployment.parts_in)} of its {deployment.parts} parts"
         refusals.refuse_firing(agent, info, f"version {info.version} has only {parts} here", now)
         return []
+    try:  # parameters that do not fit the declarations: neither run with them nor guess
+        params = _params(agent, info, publications)
+    except ValueError as error:
+        refusals.refuse_firing(agent, info, str(error), now)
+        return []
     generation = agent.generations.setdefault((info.workflow, gid), GenerationState(info.version, since=now))
     if generation.version is None:
         generation.version = info.version
@@ -114,7 +120,10 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
         date = firing_date(publications)
     except ValueError as error:
         return _report(agent, info, gid, FAILURE, str(error), now, upstream)
-    publishing.outcome(agent, info.workflow, gid)["date"] = date.isoformat()
+    recorded = publishing.outcome(agent, info.workflow, gid)
+    recorded["date"] = date.isoformat()
+    if params:  # only when there are: a record per generation for 500 generations
+        recorded["params"] = params
     if info.job == APPL_START:
         return _report(agent, info, gid, SUCCESS, f"trigger for {date.isoformat()}", now)
     # every status carries on the failures before it: APPL_END knows of them only that way
@@ -138,6 +147,7 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
         date.isoformat(),
         info.timeout,
         " ".join(sorted(upstream)),
+        encode_params(params) if params else "",
     )
     agent.pending.append(run_queue.Pending(run))
     return run_queue.pump(agent, now)
@@ -197,6 +207,22 @@ def _expire(
     workflow, version = info.workflow, info.version
     end = publishing.publication(agent, workflow, version, APPL_END, gid, EXPIRED, detail, started=now)
     return [Emit(end), *forgetting.forget(agent, info.workflow, gid, info.version, now)]
+
+
+def _params(agent: Agent, info: JobInfo, publications: tuple[Publication, ...]) -> dict[str, str]:
+    """The run parameters of the firing's Trigger, checked against those the job's version
+    declares, the defaults filled in (a Trigger from an issuer older than parameters has none);
+    {} for APPL_END, whose firing holds no Trigger. ValueError (one line) if they do not fit:
+    without TLS anyone may publish a Trigger, and an issuer that could not ask what is deployed
+    publishes them unchecked."""
+    trigger = next((p for p in publications if p.cls == TRIGGER), None)
+    if trigger is None:
+        return {}
+    declared = agent.deployments[info.workflow, info.version].params
+    try:
+        return resolve(declared, trigger_params(trigger))
+    except ValueError as error:
+        raise ValueError(f"the trigger's params do not fit version {info.version}: {error}") from None
 
 
 def _misshapen(info: JobInfo, gid: str, publications: tuple[Publication, ...]) -> str | None:

@@ -20,6 +20,7 @@ from broker.language import Publication
 from broker.transport import MAX_FRAME
 from workflow_messages import APPL_END, APPL_START, check_gid, weekday_words
 from workflow_messages.operations import ANY, answer, decode_content, encode_content
+from workflow_messages.params import records
 
 __all__ = ["ANSWER_BUDGET", "DEFAULT_RUNS", "MAX_RUNS", "LogRequest", "answer_query"]
 
@@ -128,6 +129,7 @@ def _deployments(agent: Agent, command_limit: int | None = None) -> list[dict[st
                 "coordinator": end is not None,
                 "graph": end.graph if end is not None else None,
                 "jobs": jobs,
+                "params": records(deployment.params),
             }
         )
     return sorted(found, key=lambda deployment: not deployment["current"])  # stable: by name then
@@ -144,7 +146,14 @@ def _runs(agent: Agent, workflow: str, prefix: str, limit: int) -> list[dict[str
         busy = {} if generation is None else {j: s for j, s in generation.jobs.items() if s != "done"}
         cancelled = generation is not None and generation.cancelled
         found.append(
-            {"gid": gid, "date": record["date"], "jobs": record["jobs"], "busy": busy, "cancelled": cancelled}
+            {
+                "gid": gid,
+                "date": record["date"],
+                "jobs": record["jobs"],
+                "busy": busy,
+                "cancelled": cancelled,
+                "params": record.get("params", {}),  # absent from older outcomes
+            }
         )
         if len(found) == limit:
             break

@@ -48,6 +48,7 @@ from agents import supervisor
 from agents.events import Result, Run
 from agents.forgetting import DAY, FORGET_AFTER
 from broker.durable.log import private_directory
+from workflow_messages.params import decode_params, param_environment
 
 __all__ = [
     "KEEP_DAYS",
@@ -131,6 +132,7 @@ class SupervisorClient:
                 "WFM_JOB": run.job,
                 "WFM_GID": run.gid,
                 "WFM_DATE": run.date,
+                **param_environment(decode_params(run.params) if run.params else {}),
             },
         }
         for _ in range(ASKS):

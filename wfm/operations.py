@@ -31,10 +31,14 @@ from workflow_messages import (
     APPL_START,
     JOBSTATUS,
     NORUN,
+    PARAMS,
     TRIGGER,
+    Param,
     deployer_advertisement,
+    encode_params,
     envelope_digest,
     monitor_subscriptions,
+    resolve,
 )
 from workflow_messages.operations import (
     ANY,
@@ -47,9 +51,11 @@ from workflow_messages.operations import (
     query,
     query_advertisement,
 )
+from workflow_messages.params import parse_declarations, records
 
 __all__ = [
     "QUIET",
+    "BadParams",
     "Deployed",
     "NoReply",
     "Session",
@@ -75,6 +81,10 @@ class NoReply(NoAnswer):
         self.agents = sorted(agents)
 
 
+class BadParams(LocalError, ValueError):
+    """Run parameters that do not fit what the workflow declares: usage, nothing was sent."""
+
+
 class UnknownWorkflow(LocalError):
     """No agent that answered has the workflow (or the job, or the generation) asked about."""
 
@@ -96,6 +106,15 @@ class Deployed:
     # and what a new deployment that leaves the agent out retires there
     held: dict[str, set[str]] = field(default_factory=dict)
     coordinators: set[str] = field(default_factory=set)  # agents with APPL_END of any version
+    # the run parameters the current version declares (none from agents older than parameters)
+    params: tuple[Param, ...] = ()
+
+    def resolve(self, given: Mapping[str, str]) -> dict[str, str]:
+        """``given`` checked against the declared parameters, defaults filled in (BadParams)."""
+        try:
+            return resolve(self.params, given)
+        except ValueError as error:
+            raise BadParams(f"{self.workflow}: {error}") from None
 
     def unanswered(self) -> list[str]:
         """The jobs whose agent did not answer, by the coordinator's graph (or ``the coordinator``)."""
@@ -119,6 +138,7 @@ class Deployed:
             "held": {agent: sorted(versions) for agent, versions in sorted(self.held.items())},
             "jobs": self.jobs,
             "graph": self.graph,
+            "params": records(self.params),
         }
 
 
@@ -155,6 +175,7 @@ def generation_record(generation: Generation, cancelled: bool = False) -> dict[s
         "started": started,
         "duration": None if end is None or started is None else round(max(ends) - started, 3),
         "jobs": {job: state.status for job, state in jobs.items()},
+        "params": generation.params or {},
     }
 
 
@@ -293,6 +314,7 @@ class Session:
                     "applname": workflow,
                     "GID": gid,
                     "schedule": generation["date"].replace("-", "."),
+                    **({PARAMS: encode_params(generation["params"])} if generation.get("params") else {}),
                 }
             )
         if generation.get("cancelled"):
@@ -411,11 +433,20 @@ class Session:
         return await self.operate(workflow, CANCEL, {"gid": gid}, sorted(deployed.held), sign)
 
     async def rerun(
-        self, workflow: str, gid: str, start: str | None, sign: Sign, outbox: Path | None = None
+        self,
+        workflow: str,
+        gid: str,
+        start: str | None,
+        sign: Sign,
+        outbox: Path | None = None,
+        params: Mapping[str, str] | None = None,
     ) -> str:
         """Start a new generation re-running ended generation ``gid`` on its date, every job, or
         (``start``) that job and those after it, the others republishing their outcome in ``gid``.
-        Returns the new gid, ``GID-rN`` (N one more than the reruns of ``gid`` already known)."""
+        It runs with ``gid``'s run parameters, ``params`` overriding them (BadParams, sending
+        nothing, if the result does not fit what the current version declares; a parameter the
+        version no longer declares is dropped). Returns the new gid, ``GID-rN`` (N one more than
+        the reruns of ``gid`` already known)."""
         await self.advertise_operations(workflow)
         deployed = await self.deployed(workflow)
         deployed.check(self.timeout)
@@ -425,6 +456,9 @@ class Session:
             raise UnknownWorkflow(f"no agent remembers generation {gid} of {workflow}")
         if not generation.ended:
             raise UnknownWorkflow(f"generation {gid} of {workflow} has not ended: wait for it, or cancel it")
+        declared = {param.name for param in deployed.params}
+        before = {k: v for k, v in (generation.params or {}).items() if k in declared}
+        values = deployed.resolve({**before, **(params or {})})
         earlier = [
             g for _, g in monitor.generations if g.startswith(f"{gid}-r") and g[len(gid) + 2 :].isdigit()
         ]
@@ -453,7 +487,7 @@ class Session:
             if failed:
                 raise RemoteError(f"rerun of {gid} refused: {'; '.join(sorted(failed))}")
         day = date.fromisoformat(generation.date)
-        await asyncio.to_thread(_trigger, self.uri, workflow, new, day, outbox)
+        await asyncio.to_thread(_trigger, self.uri, workflow, new, day, outbox, values)
         return new
 
     # the exchange ---------------------------------------------------------------------------
@@ -506,9 +540,11 @@ class Session:
                     break
 
 
-def _trigger(uri: Brokers, workflow: str, gid: str, day: date, outbox: Path | None) -> None:
+def _trigger(
+    uri: Brokers, workflow: str, gid: str, day: date, outbox: Path | None, params: Mapping[str, str]
+) -> None:
     with TriggerPublisher(uri, outbox=outbox) as publisher:
-        publisher.publish(workflow, gid, day)
+        publisher.publish(workflow, gid, day, params=params)
 
 
 def _found(workflow: str, workflows: list[Deployed], agents: list[str]) -> Deployed:
@@ -520,6 +556,13 @@ def _found(workflow: str, workflows: list[Deployed], agents: list[str]) -> Deplo
     raise UnknownWorkflow(
         f"no agent has workflow {workflow} deployed ({len(agents)} agents answered; workflows: {known})"
     )
+
+
+def _declarations(agent: str, data: object) -> tuple[Param, ...]:
+    try:
+        return parse_declarations(data)
+    except ValueError as error:
+        raise RemoteError(f"{agent} answered malformed params: {error}") from None
 
 
 def _contents(replies: dict[str, Publication]) -> dict[str, dict[str, Any]]:
@@ -558,6 +601,7 @@ def _describe(found: dict[str, Deployed], agent: str, deployments: list[dict[str
         if not deployment["current"]:
             continue
         workflow.version = deployment["version"]
+        workflow.params = _declarations(agent, deployment.get("params"))
         workflow.agents[agent] = sorted(deployment["jobs"])
         for job, info in deployment["jobs"].items():
             workflow.jobs[job] = {"agent": agent, **info}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from collections.abc import Mapping
 from datetime import date, datetime
 from pathlib import Path
 
@@ -155,6 +156,7 @@ class TriggerPublisher:
         started_within: float = 0.0,
         ttl: float | None = None,
         signed_at: float | None = None,
+        params: Mapping[str, str] | None = None,
     ) -> float | None:
         """Publish one Trigger; ConnectError, OSError or TimeoutError if the broker cannot take it
         (NotAcknowledged if it waits in the outbox). With ``started_within``, NotStarted unless
@@ -163,7 +165,9 @@ class TriggerPublisher:
         clock's now plus ``ttl``, which is returned: a coordinator it reaches later does not start
         the generation but ends it EXPIRED. With ``signed_at`` (epoch seconds, not after now),
         the Trigger is signed as of then, not now (``wfm schedule`` signs a slot's Trigger at the
-        slot's time: agents refuse it once it is older than they remember generations)."""
+        slot's time: agents refuse it once it is older than they remember generations).
+        ``params``: the run parameters it carries, checked by the caller
+        (:func:`workflow_messages.resolve`) and again by every agent."""
         expires = None if ttl is None else time.time() + ttl
         qos = DEFAULT_QOS if ttl is None else Qos(ttl=ttl + CUSTODY_AFTER_EXPIRY)
         if self._client is None:
@@ -178,7 +182,7 @@ class TriggerPublisher:
         # old advertisement along the path the Trigger takes after it, so it is there first
         started = self._client.subscribe(_start_of(workflow, gid)) if started_within else None
         try:
-            publication = trigger(workflow, gid, day, expires)
+            publication = trigger(workflow, gid, day, expires, params)
             if signed_at is None:
                 signed = self.signer.sign_publication(publication)
             else:  # agents read a Trigger's sequence as when it was signed (microseconds)

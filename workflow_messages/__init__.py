@@ -11,6 +11,7 @@ of a message shape is made in one place. Everything here is pure; it imports onl
   :mod:`~workflow_messages.agent_ctl`: the filters, composites and publications of each message
 - :mod:`~workflow_messages.signature`: the deployer's signature over an AGENT_CTL envelope (imported
   by itself, not re-exported here: only the deployer and agents need ``cryptography`` loaded)
+- :mod:`~workflow_messages.params`: run parameters, declared, carried by a Trigger, seen by a job
 - :mod:`~workflow_messages.calendars`: on which dates a job runs or a workflow is triggered
 - :mod:`~workflow_messages.generation`: when a generation is over (the coordinator's APPL_END),
   over the dependency graphs of :mod:`~workflow_messages.graph`
@@ -61,6 +62,15 @@ from workflow_messages.names import (
     TRIGGER,
     check_name,
 )
+from workflow_messages.params import (
+    PARAMS,
+    Param,
+    decode_params,
+    encode_params,
+    param_environment,
+    resolve,
+    trigger_params,
+)
 from workflow_messages.trigger import (
     check_gid,
     expired,
@@ -85,12 +95,14 @@ __all__ = [
     "GID",
     "JOBSTATUS",
     "NORUN",
+    "PARAMS",
     "SUCCESS",
     "TRIGGER",
     "WORDS",
     "Calendar",
     "Graph",
     "JobStatus",
+    "Param",
     "ack",
     "ack_advertisement",
     "ack_subscription",
@@ -99,8 +111,10 @@ __all__ = [
     "check_name",
     "control_subscription",
     "decide_end",
+    "decode_params",
     "deployer_advertisement",
     "digest",
+    "encode_params",
     "end_condition",
     "end_of",
     "ended",
@@ -113,8 +127,10 @@ __all__ = [
     "job_status",
     "monitor_subscriptions",
     "outcome",
+    "param_environment",
     "parse_job_status",
     "parse_weekdays",
+    "resolve",
     "retire_content",
     "skipped_jobs",
     "start_subscription",
@@ -125,6 +141,7 @@ __all__ = [
     "trigger_atom",
     "trigger_date",
     "trigger_expiry",
+    "trigger_params",
     "undeploy_order",
     "weekday_words",
     "withdraw_content",

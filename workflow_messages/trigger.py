@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from datetime import date, datetime
 
 from broker.language import Atom, Filter, Publication
 from workflow_messages._build import filter_of
 from workflow_messages.names import GID, TRIGGER
+from workflow_messages.params import PARAMS, encode_params
 
 __all__ = [
     "EXPIRES",
@@ -51,17 +53,26 @@ def trigger_advertisement() -> Filter:
     return filter_of(
         TRIGGER,
         {},
-        present=("applname", "GID", "schedule", "signer", "signature"),
+        present=("applname", "GID", "schedule", "signer", "signature", PARAMS),
         numbers=("sequence", EXPIRES),
     )
 
 
-def trigger(workflow: str, gid: str, day: date, expires: float | None = None) -> Publication:
+def trigger(
+    workflow: str,
+    gid: str,
+    day: date,
+    expires: float | None = None,
+    params: Mapping[str, str] | None = None,
+) -> Publication:
     """``[class,Trigger],[applname,W],[GID,G],[schedule,'YYYY.MM.DD']``: start generation ``gid``;
-    with ``expires`` (epoch seconds, kept to the millisecond), ``[expires,E]`` too: not after E."""
+    with ``expires`` (epoch seconds, kept to the millisecond), ``[expires,E]`` too: not after E;
+    with ``params`` (run parameters, :mod:`workflow_messages.params`), ``[params,'{...}']``."""
     fields: dict[str, str | float] = {"applname": workflow, "GID": gid, "schedule": day.strftime("%Y.%m.%d")}
     if expires is not None:
         fields[EXPIRES] = _checked_expiry(round(expires, 3))
+    if params:
+        fields[PARAMS] = encode_params(params)
     return Publication(TRIGGER, fields)
 
 

@@ -17,10 +17,10 @@ from rich.live import Live
 from rich.table import Table
 
 from broker.client import Brokers
-from wfm.cli.options import broker_option, broker_uri_option, checked, output_option
+from wfm.cli.options import broker_option, broker_uri_option, checked, output_option, params_option
 from wfm.cli.workflow import signing_options
 from wfm.monitor import Monitor
-from wfm.operations import NoReply, Session, generation_record, newest, stored_runs
+from wfm.operations import BadParams, NoReply, Session, generation_record, newest, stored_runs
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow, default_outbox
 from workflow_messages import NORUN
@@ -282,6 +282,7 @@ def cancel(
 )
 @broker_option
 @timeout_option(10.0)
+@params_option
 @output_option
 @signing_options
 def rerun(
@@ -290,16 +291,24 @@ def rerun(
     start: str | None,
     broker_uri: Brokers,
     timeout: float,
+    params: dict[str, str],
     output: str,
     deployer: Callable[[], Deployer],
 ) -> None:
     """Run generation GID of WORKFLOW again, on its date, as a new generation GID-rN (printed):
     every job, or with --from JOB that job and those after it (the other jobs republish their
-    outcome in GID, detail "reused from GID", without running)."""
+    outcome in GID, detail "reused from GID", without running). It runs with GID's run
+    parameters; --param KEY=VALUE overrides one (checked as wfm trigger checks them: exit
+    status 2, nothing sent, if they do not fit)."""
     sign = deployer().sign
-    new = _session(
-        broker_uri, timeout, lambda session: session.rerun(workflow, gid, start, sign, default_outbox())
-    )
+    try:
+        new = _session(
+            broker_uri,
+            timeout,
+            lambda session: session.rerun(workflow, gid, start, sign, default_outbox(), params),
+        )
+    except BadParams as error:
+        raise click.UsageError(f"{error}; nothing sent") from None
     if output == "json":
         _json({"workflow": workflow, "gid": new, "rerun_of": gid, "from": start})
     else:

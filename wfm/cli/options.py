@@ -14,6 +14,7 @@ from broker.errors import LocalError
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 from wfm.metrics import Address
+from workflow_messages.params import parse_assignment
 
 __all__ = [
     "BROKERS",
@@ -27,6 +28,7 @@ __all__ = [
     "checked",
     "metrics_option",
     "output_option",
+    "params_option",
     "tls_options",
 ]
 
@@ -169,6 +171,29 @@ def checked(check: Callable[[str], object]) -> Callable[[click.Context, click.Pa
             raise click.BadParameter(str(error), ctx, param) from None
 
     return callback
+
+
+def _params(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for text in value:
+        try:
+            key, given = parse_assignment(text)
+        except ValueError as error:
+            raise click.BadParameter(str(error), ctx, param) from None
+        if key in found:
+            raise click.BadParameter(f"parameter {key} given twice", ctx, param)
+        found[key] = given
+    return found
+
+
+params_option = click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_params,
+    help="A run parameter the workflow declares (repeatable); its jobs see it as $WFM_PARAM_KEY.",
+)
 
 
 acl_option = click.option(

@@ -19,13 +19,13 @@ from tzlocal import get_localzone
 
 from broker.client import Brokers, ConnectError, RefusedError
 from wfm.cli import TimedOut
-from wfm.cli.options import METRICS, broker_option, broker_uri_option, checked, output_option
+from wfm.cli.options import METRICS, broker_option, broker_uri_option, checked, output_option, params_option
 from wfm.cli.progress import progress
 from wfm.cli.serving import stop_event
 from wfm.cli.workflow import load_workflow
 from wfm.metrics import Address
 from wfm.monitor import MonitorService, StatusEvent, render
-from wfm.operations import NoReply, Session, UnknownWorkflow
+from wfm.operations import BadParams, Deployed, NoReply, Session, UnknownWorkflow
 from wfm.scheduler import NEVER_STOPPED, fire, run_schedule
 from wfm.slots import SlotState, default_state, parse_catch_up
 from wfm.timetable import Entry, fires, load_config
@@ -82,8 +82,9 @@ CHECK_TIMEOUT = 5.0
     default=True,
     show_default=True,
     help=f"First ask the agents whether WORKFLOW is deployed (within {CHECK_TIMEOUT:g} s), "
-    "and publish nothing if it is not.",
+    "and publish nothing if it is not (nor if the --param do not fit its declarations).",
 )
+@params_option
 @output_option
 def trigger(
     workflow: str,
@@ -94,6 +95,7 @@ def trigger(
     wait: float,
     ttl: float | None,
     check: bool,
+    params: dict[str, str],
     output: str,
 ) -> None:
     """Start one generation of WORKFLOW: publish a Trigger and print its gid.
@@ -111,14 +113,25 @@ def trigger(
     reaches later starts nothing and ends the generation EXPIRED, which wfm monitor, wfm runs
     and the dashboard show (exit status 1 here if that happens within --wait). The coordinator
     decides by its own clock: if it runs S seconds ahead of this one, the Trigger expires S seconds
-    early. -o json: {"workflow", "gid", "date"}, and "expires" (epoch seconds) with --ttl."""
+    early.
+
+    --param KEY=VALUE (repeatable) gives a run parameter the workflow declares: checked against
+    the declarations the agents describe (an unknown key, a value not of its type, a required one
+    missing: exit status 2, nothing published), the defaults filled in, carried by the Trigger;
+    each job sees them as WFM_PARAM_KEY. Unchecked (no agent answered, --no-check), they go out
+    as given and the agents check them. -o json: {"workflow", "gid", "date"}, "params" when
+    there are any, and "expires" (epoch seconds) with --ttl."""
     gid = gid or new_gid(datetime.now())
     day = day or date.today()
-    if check:
-        _check_deployed(broker_uri, workflow)
+    deployed = _check_deployed(broker_uri, workflow) if check else None
+    if deployed is not None:
+        try:
+            params = deployed.resolve(params)
+        except BadParams as error:
+            raise click.UsageError(f"{error}; nothing published") from None
     try:
         with TriggerPublisher(broker_uri, outbox=outbox or default_outbox()) as publisher:
-            expires = publisher.publish(workflow, gid, day, started_within=wait, ttl=ttl)
+            expires = publisher.publish(workflow, gid, day, started_within=wait, ttl=ttl, params=params)
     except (ConnectError, OSError) as error:
         raise click.ClickException(f"cannot trigger {workflow}: {error}") from None
     except TimeoutError as error:
@@ -129,26 +142,29 @@ def trigger(
         )
     if output == "json":
         record: dict[str, object] = {"workflow": workflow, "gid": gid, "date": day.isoformat()}
+        if params:
+            record["params"] = params
         click.echo(json.dumps(record if expires is None else {**record, "expires": expires}))
     else:
         click.echo(gid)
 
 
-def _check_deployed(uri: Brokers, workflow: str) -> None:
+def _check_deployed(uri: Brokers, workflow: str) -> Deployed | None:
     """Refuse a workflow that no agent that answers has deployed, before anything is published:
     a Trigger of it would start nothing, and stay published. When no agent answers at all, or
     this identity may not ask, the Trigger goes out as it did before there was a question (a
-    warning says why in the first case). Only ``wfm trigger`` asks; ``wfm schedule`` publishes
-    what its configuration names."""
+    warning says why in the first case): None. Only ``wfm trigger`` asks; ``wfm schedule``
+    publishes what its configuration names. The workflow as its agents describe it: the run
+    parameters it declares."""
 
-    async def ask() -> None:
+    async def ask() -> Deployed:
         async with Session.connect(uri, CHECK_TIMEOUT) as session:
-            await session.lookup(workflow)
+            return await session.lookup(workflow)
 
     try:
-        asyncio.run(ask())
+        return asyncio.run(ask())
     except RefusedError:
-        return  # this identity may not ask the agents (a scheduler's): publish unchecked
+        return None  # this identity may not ask the agents (a scheduler's): publish unchecked
     except UnknownWorkflow as error:
         raise click.ClickException(f"cannot trigger {workflow}: {error}; nothing published") from None
     except NoReply as error:  # a TimeoutError, hence an OSError: before those
@@ -156,6 +172,7 @@ def _check_deployed(uri: Brokers, workflow: str) -> None:
         click.echo(f"wfm: warning: {error}: cannot tell whether {workflow} is deployed", err=True)
     except (ConnectError, OSError) as error:
         raise click.ClickException(f"cannot trigger {workflow}: {error}") from None
+    return None
 
 
 @click.command()

@@ -20,8 +20,10 @@ from workflow_messages import (
     APPL_END,
     JOBSTATUS,
     NORUN,
+    PARAMS,
     SUCCESS,
     TRIGGER,
+    decode_params,
     parse_job_status,
     skipped_jobs,
     trigger_date,
@@ -54,6 +56,9 @@ class Generation:
     gid: str
     date: str | None = None
     jobs: dict[str, JobState] = field(default_factory=dict)
+    # the run parameters its Trigger carried (None: no Trigger seen yet; {}: none); one that cannot
+    # be read is shown as it came, under "?"
+    params: dict[str, str] | None = None
     end: JobState | None = None  # APPL_END's status, once seen
 
     @property
@@ -71,6 +76,7 @@ class StatusEvent:
     status: str
     detail: str
     extras: Mapping[str, Value]
+    params: Mapping[str, str] | None = None  # the generation's run parameters, once its Trigger came
 
     def record(self) -> dict[str, object]:
         return {
@@ -80,7 +86,17 @@ class StatusEvent:
             "status": self.status,
             "detail": self.detail,
             **self.extras,
+            **({} if self.params is None else {PARAMS: dict(self.params)}),
         }
+
+
+def _params(value: Value | None) -> dict[str, str]:
+    if value is None:
+        return {}
+    try:
+        return decode_params(value)
+    except ValueError:
+        return {"?": str(value)[:200]}
 
 
 class Monitor:
@@ -99,7 +115,9 @@ class Monitor:
         if not isinstance(workflow, str) or not isinstance(gid, str):
             return None
         if attributes.get("class") == TRIGGER:
-            self._trigger(self._generation(workflow, gid), attributes.get("schedule"))
+            generation = self._generation(workflow, gid)
+            self._trigger(generation, attributes.get("schedule"))
+            generation.params = _params(attributes.get(PARAMS))
             return None
         parsed = parse_job_status(attributes)
         if attributes.get("class") != JOBSTATUS or parsed is None:
@@ -115,7 +133,8 @@ class Monitor:
         if not self._status(self._generation(workflow, gid), parsed.job, state):
             return None
         extras = {k: v for k, v in attributes.items() if k not in _CORE}
-        return StatusEvent(workflow, gid, parsed.job, parsed.status, parsed.detail, extras)
+        params = self.generations[workflow, gid].params or None
+        return StatusEvent(workflow, gid, parsed.job, parsed.status, parsed.detail, extras, params)
 
     def _generation(self, workflow: str, gid: str) -> Generation:
         key = (workflow, gid)

@@ -25,10 +25,10 @@ def render(monitor: Monitor) -> Group:
 
 
 def section(generation: Generation) -> Group:
-    """A heading (workflow, gid, date, whether it is over) over a table of job, state (coloured),
-    start, duration and detail. The heading is not the table's title: a title wraps at the width
-    of the table, and APPL_END's detail can be longer. A detail too long for its column is folded,
-    never cut: it ends with the path of the job's log."""
+    """A heading (workflow, gid, date, whether it is over; a line of run parameters) over a table
+    of job, state (coloured), start, duration and detail. The heading is not the table's title: a
+    title wraps at the width of the table, and APPL_END's detail can be longer. A detail too long
+    for its column is folded, never cut: it ends with the path of the job's log."""
     if generation.end is None:
         state = Text("running", style="cyan")
     else:
@@ -36,6 +36,14 @@ def section(generation: Generation) -> Group:
         if generation.end.detail:
             state.append(f" ({generation.end.detail})")
     heading = Text(f"{generation.workflow}  {generation.gid}  {generation.date or ''}  ", style="bold")
+    heading += state
+    if generation.params:  # the run parameters, a line of their own: params: KEY=VALUE ...
+        shown = "  ".join(f"{key}={value}" for key, value in generation.params.items())
+        heading.append(f"\nparams: {shown}", style="dim")
+    return Group(heading, _table(generation))
+
+
+def _table(generation: Generation) -> Table:
     result = Table(expand=False)
     for column in ("job", "state", "start", "duration"):
         result.add_column(column, no_wrap=True)
@@ -52,7 +60,7 @@ def section(generation: Generation) -> Group:
             _duration(job_state),
             job_state.detail,
         )
-    return Group(heading + state, result)
+    return result
 
 
 def _duration(state: JobState) -> str:

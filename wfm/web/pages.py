@@ -347,6 +347,7 @@ def generations(monitor: Monitor, live: Live | None = None, query: RunsQuery | N
                 "gid": g.gid,
                 "date": g.date,
                 "outcome": chosen.outcomes[g.workflow, g.gid],
+                "params": g.params or {},
                 "jobs": {
                     job: {
                         "status": s.status,
@@ -542,10 +543,20 @@ def run(
         f'<section class="generation" data-workflow="{_a(g.workflow)}" data-gid="{_a(g.gid)}"'
         f' data-outcome="{_a(outcome)}"><h2>{escape(g.workflow)} <code>{escape(g.gid)}</code>'
         f' {escape(g.date or "")} <span class="outcome state-{_slug(outcome)}">{escape(outcome)}</span>'
-        f"{escape(detail)}</h2>{_actions(g, order, outcome)}<p>Click a job for its log.</p>"
+        f"{escape(detail)}</h2>{_params(g)}{_actions(g, order, outcome)}<p>Click a job for its log.</p>"
         f'<div class="pictures">{_dag(definition, states, running, now)}{gantt_svg(bars)}'
         "</div></section>"
     )
+
+
+def _params(generation: Generation) -> str:
+    """The run parameters its Trigger carried, a line of ``KEY=VALUE`` (nothing without any)."""
+    if not generation.params:
+        return ""
+    shown = " ".join(
+        f"<code>{escape(key)}={escape(value)}</code>" for key, value in generation.params.items()
+    )
+    return f'<p class="params">Parameters: {shown}</p>'
 
 
 def _actions(generation: Generation, jobs: Sequence[str], outcome: str) -> str:

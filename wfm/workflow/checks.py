@@ -15,6 +15,7 @@ from broker.messages.qos import DEFAULT_QOS
 from broker.transport import MAX_FRAME
 from wfm.workflow.errors import Problem
 from workflow_messages import APPL_END, APPL_START, DAILY, check_name, find_cycles
+from workflow_messages.params import MAX_PARAMS, PARAM_TYPES, check_param_name, parse_value
 
 if TYPE_CHECKING:
     from wfm.workflow.model import Job, Workflow
@@ -44,6 +45,7 @@ def find_problems(workflow: Workflow) -> list[Problem]:
     problems = list(_name_problems(workflow.name, "workflow name", workflow.line))
     if not workflow.jobs:
         problems.append(Problem(workflow.line, f"workflow {workflow.name!r} has no jobs"))
+    problems.extend(_param_problems(workflow))
     first: dict[str, Job] = {}
     for job in workflow.jobs:
         if job.name in first:
@@ -59,6 +61,35 @@ def find_problems(workflow: Workflow) -> list[Problem]:
     for cycle in find_cycles(graph):
         problems.append(Problem(first[cycle[0]].line, "cycle " + " -> ".join(cycle)))
     return problems
+
+
+def _param_problems(workflow: Workflow) -> Iterator[Problem]:
+    """``<param>``: a name a job's environment can hold (``WFM_PARAM_NAME``), declared once, one of
+    the types, a default of its type."""
+    if len(workflow.params) > MAX_PARAMS:
+        yield Problem(workflow.line, f"more than {MAX_PARAMS} parameters declared")
+    first: dict[str, int | None] = {}
+    for param in workflow.params:
+        label = f"param {param.name!r}"
+        try:
+            check_param_name(param.name)
+        except ValueError as error:
+            yield Problem(param.line, str(error))
+        if param.name in first:
+            where = f" (first on line {first[param.name]})" if first[param.name] else ""
+            yield Problem(param.line, f"duplicate param {param.name!r}{where}")
+        first.setdefault(param.name, param.line)
+        if param.type not in PARAM_TYPES:
+            yield Problem(param.line, f"{label}: type {param.type!r} is not one of {', '.join(PARAM_TYPES)}")
+        elif param.default is not None:
+            try:
+                canonical = parse_value(param.type, param.default)
+            except ValueError as error:
+                yield Problem(param.line, f"{label}: default {error}")
+            else:
+                if canonical != param.default:  # the loader writes it so; one built in code must too
+                    message = f"default {param.default!r} is not written canonically ({canonical!r})"
+                    yield Problem(param.line, f"{label}: {message}")
 
 
 def _name_problems(name: str, what: str, line: int | None) -> Iterator[Problem]:

@@ -9,6 +9,7 @@ errors. lxml keeps ``sourceline`` on every element, which is why it is used rath
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from functools import lru_cache
@@ -19,8 +20,9 @@ from lxml import etree
 
 from wfm.workflow.checks import DEFAULT_PRIORITY, PRIORITY_RULE, RETRIES_RULE, TIMEOUT_RULE
 from wfm.workflow.errors import DefinitionError, Problem
-from wfm.workflow.model import After, Job, Workflow
+from wfm.workflow.model import After, Job, Param, Workflow
 from workflow_messages import DAILY, parse_weekdays
+from workflow_messages.params import parse_value
 
 __all__ = ["load", "loads"]
 
@@ -36,8 +38,16 @@ _SCHEMA_MESSAGES: list[tuple[re.Pattern[str], str]] = [
         "<{0}> needs a <command>",
     ),
     (
+        re.compile(r"Element '(\S+)': Missing child element\(s\)\. Expected is one of \( param, (\S+) \)"),
+        "<{0}> needs at least one <{1}>",
+    ),
+    (
         re.compile(r"Element '(\S+)': Missing child element\(s\)\. Expected is \( (\S+) \)"),
         "<{0}> needs at least one <{1}>",
+    ),
+    (
+        re.compile(r"Element 'param': This element is not expected"),
+        "unexpected <param> (a workflow declares its <param> elements before its jobs)",
     ),
     (
         re.compile(r"Element '(after|command)': This element is not expected"),
@@ -95,8 +105,9 @@ def loads(data: bytes | str, source: str | None = None) -> Workflow:
         raise DefinitionError(Problem(entry.line, _plain(entry.message)) for entry in schema.error_log)
     problems: list[Problem] = []
     jobs = tuple(_job(element, problems) for element in root.iterchildren("job"))
+    params = tuple(_param(element) for element in root.iterchildren("param"))
     try:
-        workflow = Workflow(root.get("name"), jobs, source, root.sourceline)
+        workflow = Workflow(root.get("name"), jobs, source, root.sourceline, params)
     except DefinitionError as error:
         problems.extend(error.problems)
     if problems:
@@ -115,6 +126,16 @@ def _plain(message: str) -> str:
         if match:
             return plain.format(*match.groups())
     return message.rstrip(".")
+
+
+def _param(element: etree._Element) -> Param:
+    """One ``<param>`` (type string by default); a default of its type is written canonically
+    (``007`` -> ``7``), any other is left for the checks to report."""
+    kind, default = element.get("type", "string"), element.get("default")
+    if default is not None:
+        with contextlib.suppress(ValueError):
+            default = parse_value(kind, default)
+    return Param(element.get("name"), kind, default, element.sourceline)
 
 
 def _job(element: etree._Element, problems: list[Problem]) -> Job:

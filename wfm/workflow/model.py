@@ -17,8 +17,9 @@ from typing import Any
 from wfm.workflow.checks import DEFAULT_PRIORITY, find_problems
 from wfm.workflow.errors import DefinitionError
 from workflow_messages import DAILY, weekday_words
+from workflow_messages.params import Param, records
 
-__all__ = ["After", "Job", "Workflow"]
+__all__ = ["After", "Job", "Param", "Workflow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +70,19 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class Workflow:
-    """``<workflow>``: named jobs in document order. ``source`` is the absolute path of the file it
+    """``<workflow>``: named jobs in document order, and the run parameters it declares
+    (``<param>``, :mod:`workflow_messages.params`). ``source`` is the absolute path of the file it
     was read from (None when built in code); it and the line numbers take no part in equality."""
 
     name: str
     jobs: tuple[Job, ...]
     source: str | None = field(default=None, compare=False)
     line: int | None = field(default=None, compare=False)
+    params: tuple[Param, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "jobs", tuple(self.jobs))
+        object.__setattr__(self, "params", tuple(self.params))
         problems = find_problems(self)
         if problems:
             raise DefinitionError(problems)
@@ -96,8 +100,11 @@ class Workflow:
     def version(self) -> str:
         """A short sha256 of the canonical definition: equal definitions, equal versions, however
         the XML was laid out; any change of meaning gives a new one."""
+        definition: dict[str, Any] = {"workflow": self.name, "jobs": [job.definition() for job in self.jobs]}
+        if self.params:  # only when declared: a workflow without keeps the version it had
+            definition["params"] = records(self.params)
         canonical = json.dumps(
-            {"workflow": self.name, "jobs": [job.definition() for job in self.jobs]},
+            definition,
             sort_keys=True,
             separators=(",", ":"),
         )

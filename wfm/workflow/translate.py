@@ -22,6 +22,7 @@ from typing import Any
 from broker.language import Filter, Publication
 from wfm.workflow.model import Workflow
 from workflow_messages import AGENT_CTL, APPL_END, APPL_START, deployer_advertisement, digest
+from workflow_messages.params import records
 
 __all__ = ["PART_LIMIT", "Envelope", "Plan", "encode", "translate"]
 
@@ -107,6 +108,8 @@ def translate(workflow: Workflow) -> Plan:
     base: dict[str, Any] = {"workflow": name, "version": version, "coordinator": coordinator}
     if workflow.source is not None:  # commands run in the workflow file's directory
         base["cwd"] = posixpath.dirname(workflow.source)
+    if workflow.params:  # every agent checks a Trigger's parameters and fills in their defaults
+        base["params"] = records(workflow.params)
     graph = {
         job.name: [(a.job, a.on) for a in job.after] or [(APPL_START, "success")] for job in workflow.jobs
     }
