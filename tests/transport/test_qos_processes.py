@@ -1,0 +1,198 @@
+"""Quality of service over three ``wfm broker`` processes with logs (B1 - B2 - B3): priority under
+a backlog checked for inversions, time to live expiring in a durable session and across a kill -9,
+a retained alert reaching an operator who comes later on another broker and its acks, cancel by
+identity under both policies, and a regex that would make a backtracking engine hang."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from broker.client import Client, Delivery, Qos
+from broker.routing.backlog import FAIR_EVERY, WINDOW
+from tests.client.test_reconnect import FAST
+from tests.processes import status
+from tests.transport.harness import run, until
+from tests.transport.test_persistence import Line, line
+
+BACKLOG = 3_000
+
+
+@asynccontextmanager
+async def clients(brokers: Line, *names: tuple[str, str]) -> AsyncIterator[list[Client]]:
+    """Clients ``(name, broker)``, closed after."""
+    made = [await Client.connect(brokers.uris[at], name, backoff=FAST) for name, at in names]
+    try:
+        yield made
+    finally:
+        for client in made:
+            await client.close()
+
+
+def held(brokers: Line, name: str, key: str) -> int:
+    report = status(brokers.uris[name])
+    return int(report.get(key, 0))  # type: ignore[call-overload]
+
+
+def inversions(got: list[Delivery], start: int) -> tuple[int, int]:
+    """From position ``start`` until the last delivery of the highest priority that waited: how
+    many deliveries went to a lower priority while a higher one still waited, of how many."""
+    levels = [d.qos.priority for d in got]
+    highest_after = [0] * (len(levels) + 1)
+    for k in range(len(levels) - 1, -1, -1):
+        highest_after[k] = max(levels[k], highest_after[k + 1])
+    span = [k for k in range(start, len(levels)) if highest_after[k + 1] > levels[k]]
+    end = (span[-1] + 1) if span else start
+    return len(span), end - start
+
+
+def test_no_priority_inversion_under_a_backlog_beyond_the_fair_share(tmp_path: Path) -> None:
+    """A subscriber at B3 pauses while 3,000 publications come from B1, most at priority 1, one in
+    37 at 5 and one in 100 at 9. Once it reads again, the urgent ones come within the first two
+    windows (what was carried before, and what its queue held while the first room was made), the
+    fives soon after; beyond that a lower priority goes before a waiting higher one only in the
+    turns kept for the oldest (one in FAIR_EVERY); within a priority, the publisher's order."""
+
+    async def scenario() -> None:
+        with line(tmp_path) as brokers:
+            async with clients(brokers, ("pub", "B1"), ("sub", "B3")) as (pub, sub):
+                stream = await sub.subscribe("[class,eq,t]")
+                await pub.advertise("[class,eq,t],[n,>,-1]")
+                await asyncio.sleep(0.3)
+                for n in range(BACKLOG):
+                    level = 9 if n % 100 == 50 else 5 if n % 37 == 0 else 1
+                    pub.publish_nowait(f"[class,t],[n,{n}]", qos=Qos(priority=level))
+                await until(lambda: held(brokers, "B3", "waiting") > BACKLOG - 3 * WINDOW, 60, "the backlog")
+                got = [await stream.next(timeout=30) for _ in range(BACKLOG)]
+        numbers = [int(d.publication["n"]) for d in got]  # type: ignore[call-overload]
+        assert sorted(numbers) == list(range(BACKLOG))  # nothing lost, nothing twice
+        for level in (1, 5, 9):
+            mine = [n for n, d in zip(numbers, got, strict=True) if d.qos.priority == level]
+            assert mine == sorted(mine)
+        last = {level: max(k for k, d in enumerate(got) if d.qos.priority == level) for level in (5, 9)}
+        fives = sum(d.qos.priority == 5 for d in got)
+        assert last[9] < 2 * WINDOW and last[5] < 2 * WINDOW + 2 * fives, last  # first in, first out: ~3,000
+        lower, turns = inversions(got, 2 * WINDOW)
+        assert lower <= turns // FAIR_EVERY + 2, (lower, turns)
+
+    run(scenario(), timeout=180)
+
+
+def test_what_expires_in_a_durable_session_is_never_delivered_across_a_kill(tmp_path: Path) -> None:
+    """The subscriber at B3 is away (its session kept); five publications live one second, five an
+    hour. B3 is killed -9 and restarted from its log after the short ones expired: they are out at
+    once (counted), and the subscriber back gets the five others only."""
+
+    async def scenario() -> None:
+        with line(tmp_path) as brokers:
+            async with clients(brokers, ("pub", "B1")) as (pub,):
+                sub = await Client.connect(brokers.uris["B3"], "sub", backoff=FAST)
+                await sub.subscribe("[class,eq,t]", own_queue=False)
+                await pub.advertise("[class,eq,t],[n,>,-1]")
+                await asyncio.sleep(0.3)
+                await sub.close(bye=False)  # away: B3 keeps its session
+                for n in range(10):
+                    await pub.publish(f"[class,t],[n,{n}]", Qos(ttl=1.0 if n % 2 else 3600.0))
+                await until(lambda: held(brokers, "B3", "held_for_away") == 10, 30, "held at B3")
+                brokers.kill("B3")
+                await asyncio.sleep(1.5)
+                brokers.start("B3")
+                brokers.linked()
+                await until(lambda: held(brokers, "B3", "held_for_away") == 5, 30, "expired at B3")
+                counters = status(brokers.uris["B3"])["counters"]
+                assert counters["expired.held"] == 5  # type: ignore[index]
+                back = await Client.connect(brokers.uris["B3"], "sub", backoff=FAST)
+                got = [int((await back.next(timeout=10)).publication["n"]) for _ in range(5)]  # type: ignore[call-overload]
+                assert got == [0, 2, 4, 6, 8]
+                await asyncio.sleep(0.3)
+                assert back.stats()["queued"] == 0 and back.stats().get("expired", 0) == 0
+                await back.close()
+
+    run(scenario(), timeout=180)
+
+
+def test_a_retained_alert_reaches_an_operator_later_on_another_broker_and_acks_come_back(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        with line(tmp_path) as brokers:
+            async with clients(brokers, ("agent", "B1"), ("console", "B2")) as (agent, console):
+                await agent.advertise("[class,eq,ALERT],[job,isPresent,'']")
+                receipts = await console.subscribe("[class,eq,ACK]")
+                alert_id = await agent.publish(
+                    "[class,ALERT],[job,load]", Qos(priority=8, retain=True, ack="client", mid="a1")
+                )
+                await asyncio.sleep(0.5)
+                async with clients(brokers, ("operator", "B3")) as (operator,):  # an hour later
+                    alerts = await operator.subscribe("[class,eq,ALERT]")
+                    alert = await alerts.next(timeout=10)
+                    assert alert.id == alert_id and alert.qos.mid == "a1" and alert.qos.priority == 8
+                    await operator.ack(alert)
+                    receipt = await agent.receipt(alert_id, timeout=10)
+                    assert (receipt.kind, receipt.by, receipt.mid) == ("client", "operator", "a1")
+                    seen = await receipts.next(timeout=10)  # anyone may watch the acks
+                    assert seen.publication["mid"] == "a1" and seen.publication["kind"] == "client"
+                await agent.advertise("[class,eq,NOTE],[n,>,0]")
+                note = await agent.publish("[class,NOTE],[n,1]", Qos(ack="receipt"))
+                async with clients(brokers, ("reader", "B3")) as (reader,):
+                    await reader.subscribe("[class,eq,NOTE]")
+                    await asyncio.sleep(0.3)
+                    note = await agent.publish("[class,NOTE],[n,2]", Qos(ack="receipt"))
+                    assert (await agent.receipt(note, timeout=10)).kind == "receipt"
+
+    run(scenario(), timeout=120)
+
+
+def test_cancel_follows_the_policy_by_identity(tmp_path: Path) -> None:
+    """``x`` may be cancelled by its publisher only, ``y`` by anyone: mallory's cancel of ``x``
+    leaves it kept, of ``y`` ends it; the publisher's cancel of ``x`` ends it. A subscriber that
+    comes later on another broker sees what is kept at each step."""
+
+    async def later(brokers: Line, name: str) -> set[str]:
+        async with clients(brokers, (name, "B2")) as (late,):
+            stream = await late.subscribe("[class,eq,ALERT]")
+            found: set[str] = set()
+            while True:
+                try:
+                    found.add((await stream.next(timeout=1.0)).qos.mid)
+                except TimeoutError:
+                    return found
+
+    async def scenario() -> None:
+        with line(tmp_path) as brokers:
+            async with clients(brokers, ("keeper", "B1"), ("mallory", "B3")) as (keeper, mallory):
+                await keeper.advertise("[class,eq,ALERT],[n,>,0]")
+                await keeper.publish("[class,ALERT],[n,1]", Qos(retain=True, mid="x"))
+                await keeper.publish("[class,ALERT],[n,2]", Qos(retain=True, mid="y", cancel="any"))
+                assert await later(brokers, "first") == {"x", "y"}
+                await mallory.cancel("x")
+                await mallory.cancel("y")
+                await asyncio.sleep(0.5)
+                assert await later(brokers, "second") == {"x"}
+                await keeper.cancel("x")
+                await asyncio.sleep(0.5)
+                assert await later(brokers, "third") == set()
+
+    run(scenario(), timeout=120)
+
+
+def test_a_pattern_that_hangs_a_backtracking_engine_is_answered_at_once(tmp_path: Path) -> None:
+    """``(a+)+$`` against 5,000 a's and a ``!`` takes Python's re longer than the universe's age;
+    RE2 answers in linear time, so the broker routes the next publication at once."""
+
+    async def scenario() -> None:
+        with line(tmp_path) as brokers:
+            async with clients(brokers, ("pub", "B1"), ("sub", "B3")) as (pub, sub):
+                stream = await sub.subscribe("[class,eq,t],[s,str-regex,'(a+)+$']")
+                await pub.advertise("[class,eq,t],[s,isPresent,'']")
+                await asyncio.sleep(0.3)
+                started = time.perf_counter()
+                await pub.publish("[class,t],[s,'" + "a" * 5000 + "!']")
+                await pub.publish("[class,t],[s,'aaa']")
+                assert (await stream.next(timeout=5)).publication["s"] == "aaa"
+                assert time.perf_counter() - started < 2.0
+
+    run(scenario(), timeout=120)
