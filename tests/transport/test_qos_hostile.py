@@ -1,0 +1,322 @@
+"""Hostile frames against the quality-of-service messages of a live broker (``RouterService`` on
+loopback, real clients beside a peer speaking frames by hand): floods and garbage of
+``Retained``, ``Cancel``, ``Renew``, ``Pull``, ``Took`` and ``Carry``.
+
+What must hold whatever a peer sends: the broker goes on (the hostile link included, for a frame
+that breaks no framing), every frame is answered or counted, no client cancels another client's
+retained publication whose policy is ``originator`` nor renews another client's lease, and the
+other clients are served as before.
+
+Identities are the hops' names up to their first ``:`` (``retained.identity``): on a plain link a
+client may claim any name, so a peer calling itself ``agent:x`` is ``agent`` for a cancel
+policy. That is by design (with TLS a name is its certificate's) and not tested as an attack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+import msgpack
+
+from broker.client import Client, Qos
+from broker.clock import ManualClock
+from broker.language import Publication, parse_filter
+from broker.messages import (
+    MAX_PULL,
+    Ack,
+    Cancel,
+    Carry,
+    Hello,
+    Publish,
+    Pull,
+    Refuse,
+    Renew,
+    Retained,
+    StatusReply,
+    StatusRequest,
+    Subscribe,
+    Took,
+)
+from broker.transport.codec import FrameDecoder, decode, encode
+from broker.transport.server import RouterService
+from tests.transport.harness import run, until, uri
+
+ALERT = "[class,eq,ALERT],[job,isPresent,''],[level,isPresent,0]"
+LOAD = Publication("ALERT", {"job": "load", "level": 2})
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload)) + payload
+
+
+class Raw:
+    """A peer speaking frames by hand over a socket: what it sends, and what it has been sent."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.frames = FrameDecoder()
+        self.got: list[Any] = []
+
+    @classmethod
+    async def connect(cls, broker: RouterService, kind: str, name: str) -> Raw:
+        raw = cls(*await asyncio.open_connection(broker.uri.host, broker.uri.port))
+        raw.writer.write(encode(Hello(kind, name)))
+        await raw.until(lambda got: any(isinstance(m, Hello) for m in got))
+        return raw
+
+    def send(self, *messages: Any) -> None:
+        for message in messages:
+            self.writer.write(message if isinstance(message, bytes) else encode(message))
+
+    async def until(self, enough: Any, timeout: float = 10.0) -> None:
+        """Read until ``enough(self.got)``; the broker must not close the link meanwhile."""
+        async with asyncio.timeout(timeout):
+            while not enough(self.got):
+                data = await self.reader.read(1 << 16)
+                assert data, f"the broker closed the link after {len(self.got)} frames"
+                self.got += [decode(payload) for payload in self.frames.feed(data)]
+
+    async def status(self, ref: str) -> dict[str, Any]:
+        """The broker's status as this peer gets it: an answer after everything sent before."""
+        self.send(StatusRequest(ref))
+        await self.until(lambda got: any(isinstance(m, StatusReply) and m.ref == ref for m in got))
+        return next(m.status for m in self.got if isinstance(m, StatusReply) and m.ref == ref)
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+def refusals(got: list[Any]) -> list[str]:
+    return [m.reason for m in got if isinstance(m, Refuse)]
+
+
+async def keeper(clock: ManualClock | None = None) -> tuple[RouterService, Client, str]:
+    """B1 with ``agent``, which published LOAD retained (mid ``a1``, policy originator): its id."""
+    broker = RouterService(uri("B1"), clock=clock) if clock is not None else RouterService(uri("B1"))
+    await broker.start()
+    agent = await Client.connect(broker.uri, "agent")
+    await agent.advertise(ALERT)
+    pub_id = await agent.publish(LOAD, Qos(retain=True, mid="a1"))
+    return broker, agent, pub_id
+
+
+async def later_subscriber_gets(broker: RouterService, name: str) -> list[str]:
+    """What a client that subscribes now to every ALERT is sent within a short while."""
+    async with await Client.connect(broker.uri, name) as client:
+        stream = await client.subscribe("[class,eq,ALERT]")
+        got = []
+        try:
+            while True:
+                got.append(str((await stream.next(timeout=0.5)).publication))
+        except TimeoutError:
+            return got
+
+
+def test_a_client_cannot_cancel_another_client_s_retained_publication_however_it_asks() -> None:
+    """Mallory floods cancels of ``agent``'s retained publication: by its publisher's id for it,
+    by its overlay-wide id, with a forged ``by`` and extreme hop ttls (which a client's cancel
+    does not carry on: its edge broker sets both), and as garbage. Each valid one is
+    acknowledged and refused where the publication is kept (``retained.cancel_refused``), each
+    bad frame refused (``link.bad_messages``); the publication stays, and a later subscriber
+    gets it once. Then its publisher cancels it, once, and it is gone."""
+
+    async def scenario() -> None:
+        broker, agent, pub_id = await keeper()
+        mallory = await Raw.connect(broker, "client", "mallory")
+        valid = [
+            Cancel("c1", "a1", by="agent"),
+            Cancel("c2", pub_id, by="agent"),
+            Cancel("c3", "a1", by="agent", ttl=255),
+            Cancel("c4", pub_id, ttl=0),
+            Cancel("c5", "a1", by="agent:x" * 60),
+        ]
+        flood = [Cancel(f"f{n}", "a1" if n % 2 else pub_id, by="agent") for n in range(500)]
+        garbage = [
+            frame(msgpack.packb(["cancel", "g1", "a1", "agent", -1])),
+            frame(msgpack.packb(["cancel", "g2", "a1", "agent", (1 << 64) - 1])),
+            frame(msgpack.packb(["cancel", "g3", "a1", "agent", "32"])),
+            frame(msgpack.packb(["cancel", "g4", "a1", None, 32])),
+            frame(msgpack.packb(["cancel", "g5", "", "agent", 32])),
+            frame(msgpack.packb(["cancel", "g6", "x" * 513, "agent", 32])),
+            frame(msgpack.packb(["cancel", "g7", "a1", "a" * 513, 32])),
+            frame(msgpack.packb(["cancel", "g8", "a1"])),
+            frame(msgpack.packb(["cancel"] + ["a1"] * 40)),
+        ]
+        mallory.send(*valid, *flood, *garbage)
+        status = await mallory.status("s")
+        acks = {m.ref for m in mallory.got if isinstance(m, Ack)}
+        assert acks == {m.id for m in valid + flood}
+        assert sum(r.startswith("bad message") for r in refusals(mallory.got)) == len(garbage)
+        counters = status["counters"]
+        assert counters["retained.cancel_refused"] == len(valid) + len(flood)
+        assert "retained.cancelled" not in counters
+        assert counters["link.bad_messages"] == len(garbage)
+        assert list(broker.router.retention.kept) == [pub_id]
+        assert await later_subscriber_gets(broker, "late") == [str(LOAD)]
+        await agent.cancel("a1")
+        assert broker.router.counters["retained.cancelled"] == 1
+        assert await later_subscriber_gets(broker, "later") == []
+        assert "mallory" in broker.links
+        await mallory.close()
+        await agent.close()
+        await broker.stop()
+
+    run(scenario())
+
+
+def test_a_client_sends_retained_copies_and_carries_of_its_own_and_is_refused() -> None:
+    """A client may not hand the broker a ``Retained`` (that is between brokers), nor wrap what
+    it sends in ``Carry``: each is refused and counted, the publication inside goes nowhere and
+    is kept nowhere, even one that names another client's subscription."""
+
+    async def scenario() -> None:
+        broker, agent, pub_id = await keeper()
+        victim = await Client.connect(broker.uri, "victim")
+        stream = await victim.subscribe("[class,eq,ALERT]")
+        assert str((await stream.next(timeout=5)).publication) == str(LOAD)  # the retained one
+        sub_id = stream.id
+        forged = Publication("ALERT", {"job": "forged", "level": 9})
+        mallory = await Raw.connect(broker, "client", "mallory")
+        mallory.send(
+            Retained(sub_id, forged, "B1/agent/99", 1.0, Qos(retain=True)),
+            Carry(1, Retained(sub_id, forged, "B1/agent/98", 1.0, Qos(retain=True))),
+            Carry(2, Publish("p1", forged, qos=Qos(retain=True))),
+            Carry(1 << 62, Subscribe("s1", parse_filter("[class,eq,ALERT]"))),
+            frame(msgpack.packb(["carry", -1, ["unsub", "x"]])),
+            frame(msgpack.packb(["carry", 3, ["carry", 4, ["unsub", "x"]]])),
+            frame(msgpack.packb(["retained", sub_id, ["ALERT", [["job", "x"]]], "i", -5.0, []])),
+        )
+        status = await mallory.status("s")
+        reasons = refusals(mallory.got)
+        assert reasons[:4] == [
+            "a client cannot send Retained",
+            "a client cannot send Carry",
+            "a client cannot send Carry",
+            "a client cannot send Carry",
+        ]
+        assert all(r.startswith("bad message") for r in reasons[4:]) and len(reasons) == 7
+        assert status["counters"]["link.bad_messages"] == 3
+        assert list(broker.router.retention.kept) == [pub_id]
+        try:
+            extra = await stream.next(timeout=0.5)
+        except TimeoutError:
+            extra = None
+        assert extra is None, f"the victim was sent {extra}"
+        assert await later_subscriber_gets(broker, "late") == [str(LOAD)]
+        await mallory.close()
+        for client in (victim, agent):
+            await client.close()
+        await broker.stop()
+
+    run(scenario())
+
+
+def test_a_client_cannot_renew_another_client_s_lease_and_floods_of_renewals_are_counted() -> None:
+    """``victim`` (a peer that never renews) holds a subscription leased for 10 s; mallory renews
+    it every second, in renewals of up to 10,000 ids (unknown ones, and its own), and sends
+    renewals that are not messages (none, 10,001, not strings). The broker's clock is a manual
+    one, so the lease ends exactly when it should: at 10 s, whatever mallory renewed, counted
+    (``leases.expired``) and the victim told; mallory's own lease goes on; every renewal that
+    named an id not renewed is counted (``leases.unknown``), every bad frame refused."""
+
+    async def scenario() -> None:
+        clock = ManualClock()
+        broker, agent, _ = await keeper(clock)
+        victim = await Raw.connect(broker, "client", "victim")
+        victim.send(Subscribe("v", parse_filter("[class,eq,ALERT]"), lease=10))
+        await victim.until(lambda got: any(isinstance(m, Ack) and m.ref == "v" for m in got))
+        victim_sub = next(m.id for m in victim.got if isinstance(m, Ack) and m.ref == "v")
+        mallory = await Raw.connect(broker, "client", "mallory")
+        mallory.send(Subscribe("m", parse_filter("[class,eq,ALERT]"), lease=10))
+        await mallory.until(lambda got: any(isinstance(m, Ack) and m.ref == "m" for m in got))
+        mallory_sub = next(m.id for m in mallory.got if isinstance(m, Ack) and m.ref == "m")
+        unknown = tuple(f"B1/nobody/{n}" for n in range(9_998))
+        garbage = [
+            frame(msgpack.packb(["renew", []])),
+            frame(msgpack.packb(["renew", [victim_sub] * 10_001])),
+            frame(msgpack.packb(["renew", [1, 2]])),
+            frame(msgpack.packb(["renew", victim_sub])),
+            frame(msgpack.packb(["renew", None])),
+            frame(msgpack.packb(["renew", [""]])),
+        ]
+        for second in range(1, 10):
+            clock.advance(1.0)
+            mallory.send(
+                Renew((victim_sub,)),
+                Renew((victim_sub, mallory_sub, *unknown)),
+                Renew(tuple([victim_sub] * 10_000)),
+            )
+            if second == 1:
+                mallory.send(*garbage)
+            await mallory.status(f"s{second}")
+        clock.advance(1.0)  # 10 s after the victim's subscription
+        status = await mallory.status("end")
+        counters = status["counters"]
+        assert counters["leases.expired"] == 1
+        assert counters["leases.unknown"] == 27  # three renewals a second, each naming the victim's
+        assert counters["link.bad_messages"] == len(garbage)
+        assert victim_sub not in broker.router.tables.prt and mallory_sub in broker.router.tables.prt
+        await victim.until(lambda got: Refuse(victim_sub, "lease expired") in got)
+        assert "mallory" in broker.links and "victim" in broker.links
+        await victim.close()
+        await mallory.close()
+        await agent.close()
+        await broker.stop()
+
+    run(scenario())
+
+
+def test_pulls_of_every_wrong_kind_are_refused_and_a_valid_one_paces_only_its_own_client() -> None:
+    """Pull with a negative, huge, fractional, boolean, text or missing count is a bad frame:
+    refused and counted; ``Pull(0)`` holds back mallory's own deliveries, ``Pull(None)`` lets
+    them go, huge sums of valid pulls are only credits of its own; a ``Took`` of seqs never
+    sent forgets only what was held for mallory. Another subscriber is served throughout."""
+
+    async def scenario() -> None:
+        broker, agent, _ = await keeper()
+        bystander = await Client.connect(broker.uri, "bystander")
+        stream = await bystander.subscribe("[class,eq,ALERT],[job,eq,'news']")
+        mallory = await Raw.connect(broker, "client", "mallory")
+        mallory.send(Subscribe("m", parse_filter("[class,eq,ALERT],[job,eq,'news']")))
+        garbage = [
+            frame(msgpack.packb(["pull", -1])),
+            frame(msgpack.packb(["pull", MAX_PULL + 1])),
+            frame(msgpack.packb(["pull", (1 << 64) - 1])),
+            frame(msgpack.packb(["pull", 1.5])),
+            frame(msgpack.packb(["pull", True])),
+            frame(msgpack.packb(["pull", "5"])),
+            frame(msgpack.packb(["pull"])),
+            frame(msgpack.packb(["pull", 1, 2])),
+            frame(msgpack.packb(["took", -1])),
+            frame(msgpack.packb(["took", 1 << 63])),
+            frame(msgpack.packb(["took", "1"])),
+        ]
+        mallory.send(*garbage, Pull(0))
+        await mallory.status("s1")
+        for n in range(5):
+            await agent.publish(Publication("ALERT", {"job": "news", "level": n}))
+        got = [(await stream.next(timeout=5)).publication["level"] for _ in range(5)]
+        assert got == [0, 1, 2, 3, 4]
+        await mallory.status("s2")
+        assert not any(isinstance(m, Carry) for m in mallory.got)  # it pulled none
+        mallory.send(*[Pull(MAX_PULL)] * 50, Took(10**12), Took(1 << 62))
+        await mallory.until(lambda got: sum(isinstance(m, Carry) for m in got) == 5)
+        mallory.send(Pull(None))
+        status = await mallory.status("s3")
+        counters = status["counters"]
+        assert counters["link.bad_messages"] == len(garbage)
+        assert sum(r.startswith("bad message") for r in refusals(mallory.got)) == len(garbage)
+        assert counters["in.Pull"] == 52 and counters["in.Took"] >= 2
+        await agent.publish(Publication("ALERT", {"job": "news", "level": 5}))
+        assert (await stream.next(timeout=5)).publication["level"] == 5
+        await mallory.until(lambda got: sum(isinstance(m, Carry) for m in got) == 6)
+        assert "mallory" in broker.links
+        await mallory.close()
+        for client in (bystander, agent):
+            await client.close()
+        await broker.stop()
+
+    run(scenario())
