@@ -41,7 +41,7 @@ from broker.messages import (
 )
 from broker.transport.codec import FrameDecoder, decode, encode
 from broker.transport.server import RouterService
-from tests.transport.harness import run, until, uri
+from tests.transport.harness import run, uri
 
 ALERT = "[class,eq,ALERT],[job,isPresent,''],[level,isPresent,0]"
 LOAD = Publication("ALERT", {"job": "load", "level": 2})
