@@ -26,6 +26,7 @@ from broker.language import Publication, parse_filter
 from broker.messages import (
     MAX_PULL,
     Ack,
+    Advertise,
     Cancel,
     Carry,
     Hello,
@@ -41,7 +42,7 @@ from broker.messages import (
 )
 from broker.transport.codec import FrameDecoder, decode, encode
 from broker.transport.server import RouterService
-from tests.transport.harness import run, uri
+from tests.transport.harness import run, until, uri
 
 ALERT = "[class,eq,ALERT],[job,isPresent,''],[level,isPresent,0]"
 LOAD = Publication("ALERT", {"job": "load", "level": 2})
@@ -316,6 +317,104 @@ def test_pulls_of_every_wrong_kind_are_refused_and_a_valid_one_paces_only_its_ow
         assert "mallory" in broker.links
         await mallory.close()
         for client in (bystander, agent):
+            await client.close()
+        await broker.stop()
+
+    run(scenario())
+
+
+async def neighbour_scene() -> tuple[RouterService, Client, str, Client, Any, Raw]:
+    """B1 keeping ``agent``'s retained LOAD, ``victim`` subscribed to every ALERT (it has LOAD),
+    and ``X``, a peer that says it is a neighbour broker, linked to B1 by hand."""
+    broker, agent, pub_id = await keeper()
+    victim = await Client.connect(broker.uri, "victim")
+    stream = await victim.subscribe("[class,eq,ALERT]")
+    assert str((await stream.next(timeout=5)).publication) == str(LOAD)
+    x = await Raw.connect(broker, "broker", "X")
+    await until(lambda: "X" in broker.router.tables.neighbors, what="X linked")
+    return broker, agent, pub_id, victim, stream, x
+
+
+async def quiet(stream: Any) -> list[str]:
+    got = []
+    try:
+        while True:
+            got.append(str((await stream.next(timeout=0.5)).publication))
+    except TimeoutError:
+        return got
+
+
+def test_a_neighbour_s_hostile_qos_frames_are_dropped_counted_or_refused() -> None:
+    """From a neighbour broker's link: garbage is refused (``link.bad_messages``); a client's
+    messages (``Renew``, ``Pull``) are dropped (``dropped.unexpected``); a cancel whose hops
+    are used up is dropped (``dropped.ttl``), one seen before too (``dropped.duplicate``), one
+    by someone other than the publisher refused where the publication is kept; a ``Took`` of
+    seqs never sent forgets only what was held for that neighbour; a ``Retained`` (of what X
+    advertised) for a subscription this broker does not know is dropped (``dropped.retained``).
+    The retained
+    publication stays, the victim is sent nothing, and the link and the broker go on."""
+
+    async def scenario() -> None:
+        broker, agent, pub_id, victim, stream, x = await neighbour_scene()
+        x.send(
+            Advertise("X/a/1", parse_filter(ALERT)),  # what X's Retained below fits
+            Renew(("B1/victim/1",)),
+            Pull(0),
+            Pull(None),
+            Cancel("X/m/c0", "a1", by="agent", ttl=0),
+            Cancel("X/m/c1", "a1", by="mallory"),
+            Cancel("X/m/c1", "a1", by="agent"),  # a copy of c1: dropped whoever it names
+            Carry(1, Cancel("X/m/c2", pub_id, by="mallory", ttl=255)),
+            Carry(1, Cancel("X/m/c3", pub_id, by="agent")),  # seq 1 again: taken before
+            Retained("B1/nobody/1", LOAD, "X/evil/1", 1.0, Qos(retain=True)),
+            Took(10**12),
+            frame(msgpack.packb(["cancel", "X/m/c4", "a1", "agent", -1])),
+            frame(msgpack.packb(["retained", "B1/victim/1", ["ALERT", []], "i", 1.0, [9]])),
+            frame(msgpack.packb(["took", -5])),
+            frame(msgpack.packb(["carry", 2, ["renew", ["B1/victim/1"]]])),
+        )
+        await x.until(lambda got: sum(r.startswith("bad message") for r in refusals(got)) == 4)
+        counters = broker.router.counters
+        assert counters["dropped.unexpected"] == 3
+        assert counters["dropped.ttl"] == 1
+        assert counters["dropped.duplicate"] == 1
+        assert counters["dropped.resent"] == 1
+        assert counters["retained.cancel_refused"] == 2 and counters["retained.cancelled"] == 0
+        assert counters["dropped.retained"] == 1
+        assert broker.counters["bad_messages"] == 4
+        assert list(broker.router.retention.kept) == [pub_id]
+        assert await quiet(stream) == []
+        assert await later_subscriber_gets(broker, "late") == [str(LOAD)]
+        assert "X" in broker.links
+        await x.close()
+        for client in (victim, agent):
+            await client.close()
+        await broker.stop()
+
+    run(scenario())
+
+
+def test_a_neighbour_cannot_slip_an_unadvertised_publication_in_as_a_retained_copy() -> None:
+    """A ``Retained`` is an answer to a subscription, routed back along its path: like a
+    publication a neighbour forwards, it must fit an advertisement from the neighbour's side.
+    One that fits none (nothing is advertised from X's side) is dropped, delivered to no one
+    and kept nowhere, so no later subscriber is sent it either."""
+
+    async def scenario() -> None:
+        broker, agent, pub_id, victim, stream, x = await neighbour_scene()
+        forged = Publication("ALERT", {"job": "forged", "level": 9})
+        x.send(
+            Publish("X/evil/1", forged, qos=Qos(retain=True)),
+            Retained(stream.id, forged, "X/evil/2", 1.0, Qos(retain=True)),
+            Carry(1, Retained(stream.id, forged, "B1/agent/77", 1.0, Qos(retain=True, mid="a1"))),
+        )
+        await until(lambda: broker.router.counters["in.Carry"] >= 1, what="X's frames handled")
+        assert broker.router.counters["dropped.nonconforming"] == 3
+        assert await quiet(stream) == []
+        assert list(broker.router.retention.kept) == [pub_id]
+        assert await later_subscriber_gets(broker, "late") == [str(LOAD)]
+        await x.close()
+        for client in (victim, agent):
             await client.close()
         await broker.stop()
 
