@@ -19,6 +19,7 @@ import struct
 from typing import Any
 
 import msgpack
+import pytest
 
 from broker.client import Client, Qos
 from broker.clock import ManualClock
@@ -417,5 +418,31 @@ def test_a_neighbour_cannot_slip_an_unadvertised_publication_in_as_a_retained_co
         for client in (victim, agent):
             await client.close()
         await broker.stop()
+
+    run(scenario())
+
+
+@pytest.mark.xfail(
+    reason="brokers vouch for each other: a Cancel's `by` from a neighbour is taken as said, so a"
+    " compromised broker can cancel any retained publication (the second security issue)",
+)
+def test_a_neighbour_cannot_cancel_a_retained_publication_in_its_publisher_s_name() -> None:
+    """What a compromised neighbour can still do: a ``Cancel`` whose ``by`` names the publisher
+    of a retained publication with policy ``originator`` cancels it. Nothing on the link can
+    tell it from a cancel its publisher really asked at another broker (that needs the cancel
+    signed by its publisher, or the keeper checking that the cancel's id names the publisher's
+    own edge broker and that broker is on the neighbour's side). Remove the mark when closed."""
+
+    async def scenario() -> None:
+        broker, agent, pub_id, victim, _stream, x = await neighbour_scene()
+        x.send(Cancel("X/m/c1", "a1", by="agent"))
+        await until(lambda: broker.router.counters["in.Cancel"] >= 1, what="X's cancel handled")
+        try:
+            assert list(broker.router.retention.kept) == [pub_id]
+        finally:
+            await x.close()
+            for client in (victim, agent):
+                await client.close()
+            await broker.stop()
 
     run(scenario())
