@@ -471,6 +471,8 @@ class Router:
     def _cancel(self, message: Cancel, hop: str) -> Output:
         """Here, and on to every other neighbour (the keeper may be anywhere)."""
         self.seen[message.id] = None
+        if len(self.seen) > SEEN_PUBLICATIONS:  # bounded like the publications' ids
+            self.seen.popitem(last=False)
         onward = Cancel(message.id, message.mid, message.by, message.ttl - 1)
         return self.retention.cancel(message) + [(n, onward) for n in sorted(self.tables.neighbors - {hop})]
 

@@ -1,7 +1,8 @@
 """Crash points of the quality-of-service features in the simulated overlay: a broker that keeps
 a write-ahead log killed (``Overlay.crash``: all it handled is in its log, what it had not sent
 yet is lost with the process) and restarted from its log (``Overlay.recover``), at the moments
-that matter to retained publications, priority backlogs and leases."""
+that matter to retained publications, priority backlogs and leases. And what floods of cancels
+cost a router's memory."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import random
 import pytest
 
 from broker.language import Publication, parse_filter
-from broker.messages import Cancel, Publish, Qos, Renew, Subscribe, Took
+from broker.messages import Cancel, LinkUp, Publish, Qos, Renew, Subscribe, Took
+from broker.routing import router as router_module
 from broker.routing.backlog import WINDOW
+from broker.routing.router import Router
 from broker.sim import Overlay
 
 ALERT = "[class,eq,ALERT],[job,isPresent,''],[level,isPresent,0]"
@@ -166,3 +169,23 @@ def test_a_lease_that_ran_out_while_its_broker_was_down_ends_at_its_restart() ->
     pub.publish(Publication("t", {"n": 1}))
     assert [d.subscriptions for d in sub.deliveries] == [(long,)]
     assert router.next_expiry() == pytest.approx(overlay.now - 40 - 10 + 3600)
+
+
+def test_a_flood_of_cancels_does_not_grow_a_router_s_memory_without_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each cancel's id is remembered, so that one coming round again is dropped; like the
+    publications' ids, only the latest ``SEEN_PUBLICATIONS`` are. A client (or a neighbour) that
+    floods cancels of nothing costs the broker a bounded memory, and its snapshot with it."""
+    monkeypatch.setattr(router_module, "SEEN_PUBLICATIONS", 100)
+    router = Router("B1")
+    router.handle(LinkUp(False), "mallory", 0.0)
+    router.handle(LinkUp(True), "B2", 0.0)
+    for n in range(1_000):
+        router.handle(Cancel(f"c{n}", "a1"), "mallory", 1.0)
+        router.handle(Cancel(f"B9/x/{n}", "a1", by="x"), "B2", 1.0)
+    assert len(router.seen) == 100
+    assert len(router.snapshot()["seen"]) == 100
+    assert router.counters["in.Cancel"] == 2_000
+    out = router.handle(Cancel("B9/x/999", "a1", by="x"), "B2", 2.0)  # among the latest: a copy
+    assert out == [] and router.counters["dropped.duplicate"] == 1
