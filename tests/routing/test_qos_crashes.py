@@ -1,8 +1,8 @@
 """Crash points of the quality-of-service features in the simulated overlay: a broker that keeps
 a write-ahead log killed (``Overlay.crash``: all it handled is in its log, what it had not sent
 yet is lost with the process) and restarted from its log (``Overlay.recover``), at the moments
-that matter to retained publications, priority backlogs and leases. And what floods of cancels
-cost a router's memory."""
+that matter to retained publications, priority backlogs and leases. And what floods of cancels and
+renewals cost a router's memory."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ import pytest
 
 from broker.language import Publication, parse_filter
 from broker.messages import Cancel, LinkUp, Publish, Qos, Renew, Subscribe, Took
+from broker.routing import leases
 from broker.routing import router as router_module
 from broker.routing.backlog import WINDOW
 from broker.routing.router import Router
 from broker.sim import Overlay
+from tests.routing.test_leases import SUB
+from tests.routing.test_leases import wired as leased
 
 ALERT = "[class,eq,ALERT],[job,isPresent,''],[level,isPresent,0]"
 LOAD = "[class,ALERT],[job,load],[level,2]"
@@ -189,3 +192,16 @@ def test_a_flood_of_cancels_does_not_grow_a_router_s_memory_without_bound(
     assert router.counters["in.Cancel"] == 2_000
     out = router.handle(Cancel("B9/x/999", "a1", by="x"), "B2", 2.0)  # among the latest: a copy
     assert out == [] and router.counters["dropped.duplicate"] == 1
+
+
+def test_renewals_in_a_loop_do_not_grow_a_router_s_memory_without_bound() -> None:
+    """A client renews its day-long lease in a loop, each ``Renew`` naming it 10,000 times: the
+    deadlines the router keeps stay bounded (a few per lease held, and a constant), and the
+    lease still ends on time after the last renewal."""
+    router = leased(86400.0)
+    for second in range(1, 31):
+        router.handle(Renew(tuple([SUB] * 10_000)), "sub", float(second))
+    assert len(router.leases.expiring) <= 2 * len(router.leases.held) + leases.REINDEX_AT
+    assert router.next_expiry() == 30.0 + 86400.0
+    router.handle(LinkUp(False), "nudge", 30.0 + 86400.0)
+    assert router.counters["leases.expired"] == 1 and SUB not in router.tables.prt
