@@ -2,7 +2,7 @@
 a write-ahead log killed (``Overlay.crash``: all it handled is in its log, what it had not sent
 yet is lost with the process) and restarted from its log (``Overlay.recover``), at the moments
 that matter to retained publications, priority backlogs and leases. And what floods of cancels and
-renewals cost a router's memory."""
+renewals, and retained publications cancelled in a loop, cost a router's memory."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import random
 import pytest
 
 from broker.language import Publication, parse_filter
-from broker.messages import Cancel, LinkUp, Publish, Qos, Renew, Subscribe, Took
-from broker.routing import leases
+from broker.messages import Advertise, Cancel, LinkUp, Publish, Qos, Renew, Subscribe, Took
+from broker.routing import leases, retained
 from broker.routing import router as router_module
 from broker.routing.backlog import WINDOW
 from broker.routing.router import Router
@@ -205,3 +205,23 @@ def test_renewals_in_a_loop_do_not_grow_a_router_s_memory_without_bound() -> Non
     assert router.next_expiry() == 30.0 + 86400.0
     router.handle(LinkUp(False), "nudge", 30.0 + 86400.0)
     assert router.counters["leases.expired"] == 1 and SUB not in router.tables.prt
+
+
+def test_retained_publications_published_and_cancelled_in_a_loop_leave_no_growing_trace() -> None:
+    """A client publishes a retained publication with a ttl of years and cancels it, again and
+    again: its broker keeps none of them, and the expiries it keeps stay bounded; one kept
+    among them still expires on time."""
+    router = Router("B1")
+    router.handle(LinkUp(False), "agent", 0.0)
+    router.handle(Advertise("a", parse_filter("[class,eq,t],[n,>,-1]")), "agent", 0.0)
+    years = 3e8
+    for n in range(3_000):
+        qos = Qos(retain=True, ttl=years, mid=f"m{n}")
+        router.handle(Publish(f"p{n}", Publication("t", {"n": n}), qos=qos), "agent", 1.0)
+        router.handle(Cancel(f"c{n}", f"m{n}"), "agent", 1.0)
+    router.handle(Publish("last", Publication("t", {"n": 0}), qos=Qos(retain=True, ttl=10.0)), "agent", 2.0)
+    assert len(router.retention.kept) == 1
+    assert len(router.retention.expiring) <= 2 * len(router.retention.kept) + retained.REINDEX_AT
+    assert router.next_expiry() == 12.0
+    router.handle(LinkUp(False), "nudge", 12.0)
+    assert router.counters["retained.expired"] == 1 and not router.retention.kept
