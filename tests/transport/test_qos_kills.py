@@ -43,8 +43,8 @@ class Brokers:
                     "broker",
                     "--uri",
                     str(self.uris[name]),
-                    "--heartbeat",
-                    "0.2",
+                    "--heartbeat",  # dead after 8 s: the raw peers answer no ping
+                    "2",
                     "--session-grace",
                     "60",
                     "--data",
