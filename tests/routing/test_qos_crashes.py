@@ -11,17 +11,22 @@ import random
 import pytest
 
 from broker.language import Publication, parse_filter
-from broker.messages import Advertise, Cancel, LinkUp, Publish, Qos, Renew, Subscribe, Took
+from broker.messages import Advertise, Cancel, Deliver, LinkUp, Publish, Pull, Qos, Renew, Subscribe, Took
 from broker.routing import leases, retained
 from broker.routing import router as router_module
 from broker.routing.backlog import WINDOW
 from broker.routing.router import Router
-from broker.sim import Overlay
+from broker.sim import Overlay, SimClient
 from tests.routing.test_leases import SUB
 from tests.routing.test_leases import wired as leased
 
 ALERT = "[class,eq,ALERT],[job,isPresent,''],[level,isPresent,0]"
 LOAD = "[class,ALERT],[job,load],[level,2]"
+
+
+def taken(client: SimClient) -> list[Deliver]:
+    got, client.deliveries = client.deliveries, []
+    return got
 
 
 def handled_then_killed(overlay: Overlay, sender: str, broker: str, message: object) -> None:
@@ -225,3 +230,30 @@ def test_retained_publications_published_and_cancelled_in_a_loop_leave_no_growin
     assert router.next_expiry() == 12.0
     router.handle(LinkUp(False), "nudge", 12.0)
     assert router.counters["retained.expired"] == 1 and not router.retention.kept
+
+
+def test_a_pulling_subscriber_s_credits_survive_its_broker_s_crash() -> None:
+    """A subscriber that pulls asked for 3 and took none; 10 publications match. Its broker is
+    killed and restarted from its log: the subscriber, back, is sent those 3 again and no more
+    until it asks, and then the rest, each once, in order."""
+    overlay = Overlay.line(1, session_grace=600)
+    pub = overlay.add_client("pub", "B1")
+    pub.advertise("[class,eq,t],[n,>,-1]")
+    sub = overlay.add_client("sub", "B1")
+    sub.subscribe("[class,eq,t]")
+    sub.taking = False
+    overlay._send("sub", "B1", Pull(3))
+    overlay.run()
+    for n in range(10):
+        pub.publish(Publication("t", {"n": n}))
+    assert [d.publication["n"] for d in taken(sub)] == [0, 1, 2]
+    overlay.crash("B1")
+    sub.taking = True
+    overlay.recover("B1")
+    assert [d.publication["n"] for d in taken(sub)] == [0, 1, 2]
+    overlay._send("sub", "B1", Pull(100))
+    overlay.run()
+    assert [d.publication["n"] for d in taken(sub)] == list(range(3, 10))
+    overlay._send("sub", "B1", Pull(None))
+    overlay.run()
+    assert taken(sub) == []

@@ -42,6 +42,7 @@ from broker.messages import (
     Subscribe,
     Took,
 )
+from broker.messages.qos import MAX_TTL
 from broker.transport.codec import FrameDecoder, decode, encode
 from broker.transport.server import RouterService
 from tests.transport.harness import run, until, uri
@@ -455,5 +456,55 @@ def test_a_neighbour_cannot_cancel_a_retained_publication_in_its_publisher_s_nam
             for client in (victim, agent):
                 await client.close()
             await broker.stop()
+
+    run(scenario())
+
+
+def test_retained_publications_with_hostile_ttls_and_expiries_are_refused_or_bounded() -> None:
+    """``agent`` publishes retained publications whose quality of service is out of bounds:
+    a ttl negative, zero, not a number, infinite or beyond ten years, a priority out of range,
+    a qos that is not 8 fields (bad frames, refused and counted); an expiry of its own (refused:
+    the broker sets it); ten years exactly (kept, expiring in ten years by the broker's clock).
+    Nothing out of bounds is kept, and the broker serves on."""
+
+    def pub(ref: str, qos: list[Any]) -> bytes:
+        return frame(
+            msgpack.packb(["pub", ref, ["ALERT", [["job", "x"], ["level", 1]]], 32, True, None, qos])
+        )
+
+    def qos(priority: Any = 4, ttl: Any = None, expires: Any = None) -> list[Any]:
+        return [priority, ttl, expires, True, True, "none", "", "originator"]
+
+    async def scenario() -> None:
+        broker, agent, pub_id = await keeper()
+        mallory = await Raw.connect(broker, "client", "agent:2")  # the same identity as agent
+        mallory.send(Advertise("a", parse_filter(ALERT)))
+        garbage = [
+            pub("g1", qos(ttl=-1)),
+            pub("g2", qos(ttl=0)),
+            pub("g3", qos(ttl=float("nan"))),
+            pub("g4", qos(ttl=float("inf"))),
+            pub("g5", qos(ttl=MAX_TTL * 2)),
+            pub("g6", qos(ttl=True)),
+            pub("g7", qos(priority=10)),
+            pub("g8", qos(priority=-1)),
+            pub("g9", qos(expires=-5.0)),
+            pub("g10", qos()[:7]),
+            pub("g11", qos(ttl="30")),
+        ]
+        mallory.send(*garbage, pub("own", qos(expires=1e10)), pub("ten", qos(ttl=MAX_TTL)))
+        await mallory.until(lambda got: any(isinstance(m, Ack) and m.ref == "ten" for m in got))
+        reasons = refusals(mallory.got)
+        assert sum(r.startswith("bad message") for r in reasons) == len(garbage)
+        assert "a client gives a ttl: the broker sets when it expires" in reasons
+        assert broker.counters["bad_messages"] == len(garbage)
+        kept = broker.router.retention.kept
+        assert len(kept) == 2 and pub_id in kept
+        (ten,) = (k for i, k in kept.items() if i != pub_id)
+        assert ten.qos.expires == pytest.approx(ten.time + MAX_TTL)
+        assert await later_subscriber_gets(broker, "late") == [str(LOAD), str(ten.publication)]
+        await mallory.close()
+        await agent.close()
+        await broker.stop()
 
     run(scenario())
