@@ -11,7 +11,19 @@ import random
 import pytest
 
 from broker.language import Publication, parse_filter
-from broker.messages import Advertise, Cancel, Deliver, LinkUp, Publish, Pull, Qos, Renew, Subscribe, Took
+from broker.messages import (
+    Advertise,
+    Cancel,
+    Deliver,
+    LinkDown,
+    LinkUp,
+    Publish,
+    Pull,
+    Qos,
+    Renew,
+    Subscribe,
+    Took,
+)
 from broker.routing import leases, retained
 from broker.routing import router as router_module
 from broker.routing.backlog import WINDOW
@@ -257,3 +269,22 @@ def test_a_pulling_subscriber_s_credits_survive_its_broker_s_crash() -> None:
     overlay._send("sub", "B1", Pull(None))
     overlay.run()
     assert taken(sub) == []
+
+
+@pytest.mark.xfail(
+    reason="a subscription withdrawn with its session (Bye, a link down without grace, a grace"
+    " that ran out) keeps its lease in the router's state until the lease's deadline, up to a day:"
+    " Sessions.withdraw does not end it (broker/routing/sessions.py, outside this change)",
+)
+def test_the_leases_of_a_session_that_ended_end_with_it() -> None:
+    """``Leases.end``'s docstring: a lease ends when its subscription goes, withdrawn by its
+    client or with its session. A client that subscribes with a day's lease and leaves, again
+    and again, would otherwise leave a lease per session in the router's state (its status,
+    snapshots and log) for a day."""
+    router = Router("B1", session_grace=0)
+    for n in range(100):
+        router.handle(LinkUp(False), "sub", float(n))
+        router.handle(Subscribe(f"s{n}", parse_filter("[class,eq,t]"), lease=86400), "sub", float(n))
+        router.handle(LinkDown(), "sub", float(n))
+    assert router.status()["subscriptions"] == 0
+    assert router.status()["leases"] == 0
