@@ -288,3 +288,22 @@ def test_the_leases_of_a_session_that_ended_end_with_it() -> None:
         router.handle(LinkDown(), "sub", float(n))
     assert router.status()["subscriptions"] == 0
     assert router.status()["leases"] == 0
+
+
+def test_a_retained_copy_from_away_from_its_keeper_is_handed_on_only_if_advertised_from_there() -> None:
+    """Star B1 (B2, B3, B4): the keeper is B2; B3 keeps a copy (a subscriber there had the
+    publication) and has a publisher of other ALERTs. A subscription made later at B4 goes
+    from B1 to both B2 and B3, and both answer; B3's answer fits no advertisement from B3's
+    side, so B1 drops it (as it would a publication B3 forwarded) and the subscriber is sent
+    the publication once, by way of its keeper."""
+    overlay = Overlay.star(3)
+    overlay.add_client("agent", "B2").advertise(ALERT)
+    overlay.add_client("other", "B3").advertise("[class,eq,ALERT],[job,eq,'other'],[level,>,0]")
+    there = overlay.add_client("there", "B3")
+    there.subscribe("[class,eq,ALERT]")
+    overlay.clients["agent"].publish(LOAD, Qos(retain=True))
+    assert there.take() == [LOAD]
+    late = overlay.add_client("late", "B4")
+    late.subscribe("[class,eq,ALERT]")
+    assert late.take() == [LOAD]
+    assert overlay.routers["B1"].counters["dropped.nonconforming"] == 1
