@@ -20,6 +20,7 @@ from broker.routing.snapshots import Stateful
 __all__ = ["MAX_LEASE", "Leases"]
 
 MAX_LEASE = 86400.0  # seconds: a day
+REINDEX_AT = 1024  # deadlines kept before the first look for those renewed or ended since
 
 
 class Leases(Stateful):
@@ -28,15 +29,28 @@ class Leases(Stateful):
     def __init__(self) -> None:
         self.held: dict[str, tuple[str, float, float]] = {}  # subscription id -> (hop, lease, deadline)
         self.expiring: list[tuple[float, str]] = []  # (deadline, subscription id), the soonest first
+        self._reindex_at = REINDEX_AT  # entries in ``expiring`` past which it is made afresh
 
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
+        self._index()
+
+    def _index(self) -> None:
+        """``expiring`` made afresh from what is held: at a restore, and when it has doubled
+        since (a renewal or an end leaves the entry of the deadline before, so a client that
+        renews in a loop would grow it for as long as its lease)."""
         self.expiring = [(deadline, sub_id) for sub_id, (_, _, deadline) in self.held.items()]
         heapq.heapify(self.expiring)
+        self._reindex_at = max(REINDEX_AT, 2 * len(self.expiring))
+
+    def _deadline(self, deadline: float, sub_id: str) -> None:
+        heapq.heappush(self.expiring, (deadline, sub_id))
+        if len(self.expiring) > self._reindex_at:
+            self._index()
 
     def grant(self, hop: str, sub_id: str, lease: float, now: float) -> None:
         self.held[sub_id] = (hop, lease, now + lease)
-        heapq.heappush(self.expiring, (now + lease, sub_id))
+        self._deadline(now + lease, sub_id)
 
     def renew(self, hop: str, ids: tuple[str, ...], now: float) -> int:
         """Renew those of ``ids`` that ``hop`` holds; how many."""
@@ -45,7 +59,7 @@ class Leases(Stateful):
             held = self.held.get(sub_id)
             if held is not None and held[0] == hop:
                 self.held[sub_id] = (hop, held[1], now + held[1])
-                heapq.heappush(self.expiring, (now + held[1], sub_id))
+                self._deadline(now + held[1], sub_id)
                 renewed += 1
         return renewed
 

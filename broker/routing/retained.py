@@ -42,6 +42,7 @@ __all__ = ["KEEPER", "MAX_RETAINED", "Kept", "Retention", "identity"]
 
 KEEPER = "@retained"  # the hop of the advertisements that keep retained publications reachable
 MAX_RETAINED = 100_000  # retained publications one broker keeps
+REINDEX_AT = 1024  # expiries kept before the first look for those of publications gone since
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +69,21 @@ class Retention(Stateful):
         self.counters = counters
         self.kept: dict[str, Kept] = {}  # publication id -> it
         self.expiring: list[tuple[float, str]] = []  # (expires, publication id), the soonest first
+        self._reindex_at = REINDEX_AT  # entries in ``expiring`` past which it is made afresh
 
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
+        self._index()
+
+    def _index(self) -> None:
+        """``expiring`` made afresh from what is kept: at a restore, and when it has doubled
+        since (a cancelled publication leaves its entry until it would have expired, so a
+        client that publishes and cancels in a loop would grow it for as long as its ttl)."""
         self.expiring = [
             (k.qos.expires, pub_id) for pub_id, k in self.kept.items() if k.qos.expires is not None
         ]
         heapq.heapify(self.expiring)
+        self._reindex_at = max(REINDEX_AT, 2 * len(self.expiring))
 
     def full(self) -> bool:
         return len(self.kept) >= MAX_RETAINED
@@ -106,6 +115,8 @@ class Retention(Stateful):
         self.kept[pub_id] = kept
         if kept.qos.expires is not None:
             heapq.heappush(self.expiring, (kept.qos.expires, pub_id))
+            if len(self.expiring) > self._reindex_at:
+                self._index()
 
     def subscribed(
         self, sub_id: str, subscription: Filter, hop: str, now: float, sent_to: set[str]

@@ -473,6 +473,8 @@ class Router:
     def _cancel(self, message: Cancel, hop: str) -> Output:
         """Here, and on to every other neighbour (the keeper may be anywhere)."""
         self.seen[message.id] = None
+        if len(self.seen) > SEEN_PUBLICATIONS:  # bounded like the publications' ids
+            self.seen.popitem(last=False)
         onward = Cancel(message.id, message.mid, message.by, message.ttl - 1)
         return self.retention.cancel(message) + [(n, onward) for n in sorted(self.tables.neighbors - {hop})]
 
@@ -541,6 +543,14 @@ class Router:
                 return self._climb(message.id, message.publication, message.ttl, accepted, qos)
             return self._route(message.id, message.publication, "", message.ttl, now, accepted, qos)
         return self._route(message.id, message.publication, hop, message.ttl, now, accepted, qos)
+
+    def _handed_on(self, message: Retained, hop: str, now: float) -> Output:
+        """A retained publication on its way to a subscription made after it: like a publication
+        a neighbour forwards, it fits an advertisement from the neighbour's side (its keeper's,
+        at least), or it is dropped and kept nowhere."""
+        if not self._conforms(hop, message.publication):
+            return self._drop("nonconforming")
+        return self.retention.handed_on(message, now)
 
     def _refused(self, message: Refuse, hop: str, now: float) -> Output:
         log.warning("%s: neighbour %s refused %r: %s", self.id, hop, message.ref, message.reason)
@@ -675,7 +685,7 @@ _FROM_BROKER: dict[type, Handler] = {
     CompositeSubscribe: _live(Router._asked),
     Publish: _live(Router._forwarded),
     Notify: Router._notified,
-    Retained: lambda router, message, hop, now: router.retention.handed_on(message, now),
+    Retained: Router._handed_on,
     Cancel: _live(Router._cancelled),
     Unadvertise: Router._withdrawn,
     Unsubscribe: Router._withdrawn,
