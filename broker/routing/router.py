@@ -122,11 +122,13 @@ class Router:
         self.counters: Counter[str] = Counter()
         self.custody = Custody(epoch or broker_id, self.counters)  # the adapter names a fresh epoch
         self.custody.prioritised = ordering != "TOTAL"  # a reordered link would break TOTAL
-        self.sessions = Sessions(self.tables, self.composites, self.custody, self.counters, session_grace)
+        self.leases = Leases()  # subscriptions that end unless renewed
+        self.sessions = Sessions(
+            self.tables, self.composites, self.custody, self.counters, session_grace, self.leases
+        )
         self.owned = self.sessions.owned  # client hop -> ids of its advertisements and subscriptions
         self.stand_ins = StandIns(broker_id, self.tables, self.custody, self.counters)
         self.retention = Retention(self.tables, self.counters)  # retained publications kept here
-        self.leases = Leases()  # subscriptions that end unless renewed
         # what the process around the router adds to each status it answers (its address, its
         # links' counters), given whether the asker may see detail; not part of the state
         self.process_status: Callable[[bool], dict[str, Any]] = _nothing_more

@@ -23,6 +23,7 @@ from typing import Any
 from broker.messages import Advertise, CompositeSubscribe, LinkUp, Subscribe
 from broker.routing.composites import Composites
 from broker.routing.custody import Custody
+from broker.routing.leases import Leases
 from broker.routing.snapshots import Stateful
 from broker.routing.tables import Output, Tables
 
@@ -49,11 +50,18 @@ class Sessions(Stateful):
     STATE = ("owned", "requests", "started", "away", "peers")
 
     def __init__(
-        self, tables: Tables, composites: Composites, custody: Custody, counters: Counter[str], grace: float
+        self,
+        tables: Tables,
+        composites: Composites,
+        custody: Custody,
+        counters: Counter[str],
+        grace: float,
+        leases: Leases,
     ) -> None:
         self.tables = tables
         self.composites = composites
         self.custody = custody
+        self.leases = leases  # a subscription's lease ends with it, however it goes
         self.counters = counters
         self.grace = grace
         self.owned: dict[str, set[str]] = {}  # client hop -> ids of its advertisements and subscriptions
@@ -137,6 +145,7 @@ class Sessions(Stateful):
         """One of a client's entries, which it withdrew or which goes with its session."""
         self.owned.get(hop, set()).discard(entry_id)
         del self.requests[entry_id]
+        self.leases.end(entry_id)
         if self.composites.asked((hop, entry_id)):
             return self.composites.release((hop, entry_id))
         return self.tables.withdraw(entry_id)

@@ -271,11 +271,6 @@ def test_a_pulling_subscriber_s_credits_survive_its_broker_s_crash() -> None:
     assert taken(sub) == []
 
 
-@pytest.mark.xfail(
-    reason="a subscription withdrawn with its session (Bye, a link down without grace, a grace"
-    " that ran out) keeps its lease in the router's state until the lease's deadline, up to a day:"
-    " Sessions.withdraw does not end it (broker/routing/sessions.py, outside this change)",
-)
 def test_the_leases_of_a_session_that_ended_end_with_it() -> None:
     """``Leases.end``'s docstring: a lease ends when its subscription goes, withdrawn by its
     client or with its session. A client that subscribes with a day's lease and leaves, again
