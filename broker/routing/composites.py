@@ -32,7 +32,7 @@ sends on what it returns.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from broker.errors import ParseError
@@ -50,7 +50,7 @@ from broker.messages import (
 )
 from broker.routing.detection import Bindings, Detector
 from broker.routing.placement import Placement, node_at, place
-from broker.routing.snapshots import Stateful
+from broker.routing.snapshots import Stateful, restore_slots
 from broker.routing.tables import Output, Tables
 
 __all__ = ["Composites", "Detection", "Requester"]
@@ -79,15 +79,8 @@ class Detection:
     priority: int = DEFAULT_PRIORITY
 
     def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
-        """A detection pickled before priorities has the default for every requester (a slotted
-        object's state is its slots by name)."""
-        slots = state[1]
-        for item in fields(self):
-            if item.name in slots:
-                value = slots[item.name]
-            else:
-                value = item.default_factory() if callable(item.default_factory) else item.default
-            setattr(self, item.name, value)
+        """A detection pickled before priorities has the default for every requester."""
+        restore_slots(self, state)
 
 
 class Composites(Stateful):

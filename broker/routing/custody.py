@@ -42,7 +42,7 @@ import logging
 import sys
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from broker.language.model import Publication
@@ -60,7 +60,7 @@ from broker.messages import (
     publication_weight,
 )
 from broker.routing.backlog import FAIR_EVERY, WINDOW, WINDOW_BYTES, Lanes
-from broker.routing.snapshots import Stateful
+from broker.routing.snapshots import Stateful, restore_slots
 from broker.routing.tables import Output
 from broker.throttle import LogThrottle
 
@@ -109,15 +109,8 @@ class Channel:
     credits: int | None = None  # a client that pulls: how many more data messages it asked for
 
     def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
-        """A channel pickled before it had a backlog gets an empty one (a slotted object's state
-        is its slots by name)."""
-        slots = state[1]
-        for item in fields(self):
-            if item.name in slots:
-                value = slots[item.name]
-            else:
-                value = item.default_factory() if callable(item.default_factory) else item.default
-            setattr(self, item.name, value)
+        """A channel pickled before it had a backlog gets an empty one."""
+        restore_slots(self, state)
 
 
 def _fits_anything(message: Message) -> bool:

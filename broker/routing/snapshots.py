@@ -16,9 +16,10 @@ format (``broker.transport.persistence``).
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any, ClassVar
 
-__all__ = ["Stateful"]
+__all__ = ["Stateful", "restore_slots"]
 
 
 class Stateful:
@@ -34,3 +35,16 @@ class Stateful:
             raise ValueError(f"{type(self).__name__}: a state of {sorted(state)}, not {sorted(self.STATE)}")
         for name in self.STATE:
             setattr(self, name, state[name])
+
+
+def restore_slots(record: Any, state: tuple[None, dict[str, Any]]) -> None:
+    """Unpickle a slotted dataclass ``record`` (its state is its slots by name) pickled by a
+    version with fewer fields: those it lacks take their defaults. A record whose shape grew
+    calls it from its ``__setstate__``, so the snapshot's format need not change."""
+    slots = state[1]
+    for item in fields(record):
+        if item.name in slots:
+            value = slots[item.name]
+        else:
+            value = item.default_factory() if callable(item.default_factory) else item.default
+        setattr(record, item.name, value)

@@ -133,13 +133,18 @@ class Line:
             )
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for name, proc in self.procs.items():
-            proc.wait(timeout=10)
-            log = (self.tmp / f"{name}.log").read_text()
-            assert "Traceback" not in log, log[-3000:]
+        stop_all(self.procs, self.tmp)
+
+
+def stop_all(procs: dict[str, subprocess.Popen[str]], tmp: Path) -> None:
+    """Stop the broker processes still running; none may have logged a traceback (``tmp/NAME.log``)."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.terminate()
+    for name, proc in procs.items():
+        proc.wait(timeout=10)
+        log = (tmp / f"{name}.log").read_text()
+        assert "Traceback" not in log, log[-3000:]
 
 
 @contextmanager

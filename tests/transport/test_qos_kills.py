@@ -22,7 +22,7 @@ from broker.transport.uri import BrokerURI
 from tests.processes import WFM, wait_for
 from tests.processes import status as broker_status
 from tests.transport.harness import run, until, uri
-from tests.transport.test_persistence import _answered, _raw
+from tests.transport.test_persistence import _answered, _raw, stop_all
 
 ALERT = "[class,eq,ALERT],[job,isPresent,''],[level,isPresent,0]"
 
@@ -66,13 +66,7 @@ class Brokers:
         return broker_status(self.uris[name])
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for name, proc in self.procs.items():
-            proc.wait(timeout=10)
-            log = (self.tmp / f"{name}.log").read_text()
-            assert "Traceback" not in log, log[-3000:]
+        stop_all(self.procs, self.tmp)
 
 
 @contextmanager
