@@ -265,8 +265,9 @@ def test_a_schedule_fire_triggers_only_on_days_its_calendar_allows(overlay: dict
     cron = CronTrigger.from_crontab("0 6 * * *", timezone=ZoneInfo("UTC"))
     with BlockingClient(overlay["B2"]) as subscriber, TriggerPublisher(overlay["B1"]) as publisher:
         subscriber.subscribe("[class,eq,Trigger],[applname,isPresent,''],[GID,isPresent,'']")
-        _fire(Entry("HOLIDAY", cron, Calendar(holidays=frozenset({today}))), publisher)
-        _fire(Entry("WORKDAY", cron, Calendar()), publisher)
+        slot = datetime(today.year, today.month, today.day, 6, tzinfo=ZoneInfo("UTC"))  # today's fire
+        _fire(Entry("HOLIDAY", cron, Calendar(holidays=frozenset({today}))), publisher, slot)
+        _fire(Entry("WORKDAY", cron, Calendar()), publisher, slot)
         delivery = subscriber.receive(timeout=5)
         assert delivery is not None and subscriber.receive(timeout=0.5) is None
     assert delivery.publication["applname"] == "WORKDAY"
