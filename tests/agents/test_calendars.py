@@ -105,3 +105,18 @@ def test_a_deploy_with_a_bad_calendar_is_refused_with_its_reason() -> None:
     effects = Agent("agentA").handle(Incoming(DEPLOYER.sign(Publication("AGENT_CTL", fields))), 0)
     [ack] = published(effects)
     assert ack["result"] == "ERROR" and "holiday '2026-02-30' is not a date" in str(ack["detail"])
+
+
+def test_workflows_answers_the_calendar_of_a_job_that_has_one() -> None:
+    agent = Agent("agentA")
+    install(agent, PLAN)
+    reply = answer_query(agent, query("*", "WORKFLOWS", "r", {}))
+    assert isinstance(reply, Publication)
+    [deployment] = json.loads(str(reply["content"]))["deployments"]
+    assert deployment["jobs"]["A"]["calendar"] == PLAN_CALENDAR.record()
+    other = Agent("agentB")
+    install(other, PLAN)
+    reply = answer_query(other, query("*", "WORKFLOWS", "r", {}))
+    assert isinstance(reply, Publication)
+    [deployment] = json.loads(str(reply["content"]))["deployments"]
+    assert "calendar" not in deployment["jobs"]["B"]

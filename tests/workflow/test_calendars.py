@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.workflow.test_cli import wfm
 from wfm.workflow import DefinitionError, Job, Workflow, load, loads, translate
 from workflow_messages import Calendar
 from workflow_messages.named_calendars import NamedCalendar, excluded, read_record
@@ -177,3 +178,29 @@ def test_a_bad_record_is_refused_in_one_line(record: object) -> None:
     with pytest.raises(ValueError, match=r"calendar|holiday") as caught:
         read_record(record)
     assert "\n" not in str(caught.value)
+
+
+def test_validate_lists_each_calendar_and_the_jobs_that_reference_it(tmp_path: Path) -> None:
+    (tmp_path / "w.xml").write_text(document(FR, '<calendar name="ALL"/>'))
+    done = wfm("validate", "w.xml", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == (
+        "w.xml: ok (2 jobs, agents agentA, agentB)\n"
+        "  calendar FR (mon,tue,wed,thu,fri; 2 holidays): A\n"
+        "  calendar ALL (mon,tue,wed,thu,fri,sat,sun): no job\n"
+    )
+    done = wfm("validate", "w.xml", "-o", "json", cwd=tmp_path)
+    assert json.loads(done.stdout)["calendars"] == {
+        "FR": {
+            "name": "FR",
+            "days": ["mon", "tue", "wed", "thu", "fri"],
+            "holidays": ["2026-12-25", "2027-01-01"],
+            "jobs": ["A"],
+        },
+        "ALL": {
+            "name": "ALL",
+            "days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+            "holidays": [],
+            "jobs": [],
+        },
+    }

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import date
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lxml import etree
 
@@ -24,7 +24,7 @@ from workflow_messages.named_calendars import MAX_HOLIDAYS, NamedCalendar, parse
 if TYPE_CHECKING:
     from wfm.workflow.model import Job, Workflow
 
-__all__ = ["of", "problems", "read"]
+__all__ = ["lines", "listing", "of", "problems", "read"]
 
 
 def read(element: etree._Element, found: list[Problem]) -> NamedCalendar:
@@ -82,3 +82,26 @@ def of(workflow: Workflow, job: Job) -> NamedCalendar | None:
     if job.calendar is None:
         return None
     return next(named for named in workflow.calendars if named.name == job.calendar)
+
+
+def listing(workflow: Workflow) -> dict[str, dict[str, Any]]:
+    """Each declared calendar, in document order: its days, holidays and the jobs that reference
+    it (``wfm validate -o json``)."""
+    return {
+        named.name: {
+            **named.record(),
+            "jobs": [job.name for job in workflow.jobs if job.calendar == named.name],
+        }
+        for named in workflow.calendars
+    }
+
+
+def lines(workflow: Workflow) -> list[str]:
+    """``calendar FR (mon,tue,wed,thu,fri; 2 holidays): JobA, JobC``, one a calendar (``wfm validate``)."""
+    found = []
+    for name, entry in listing(workflow).items():
+        count = len(entry["holidays"])
+        holidays = f"; {count} holiday{'s' if count != 1 else ''}" if count else ""
+        jobs = ", ".join(entry["jobs"]) or "no job"
+        found.append(f"calendar {name} ({','.join(entry['days'])}{holidays}): {jobs}")
+    return found
