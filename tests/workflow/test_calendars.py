@@ -4,12 +4,13 @@ of the version, and carried whole in the job's DEPLOY entry."""
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import date
 from pathlib import Path
 
 import pytest
 
-from tests.workflow.test_cli import wfm
+from tests.workflow.test_cli import ROOT, wfm
 from wfm.workflow import DefinitionError, Job, Workflow, load, loads, translate
 from workflow_messages import Calendar
 from workflow_messages.named_calendars import NamedCalendar, excluded, read_record
@@ -204,3 +205,31 @@ def test_validate_lists_each_calendar_and_the_jobs_that_reference_it(tmp_path: P
             "jobs": [],
         },
     }
+
+
+def test_a_calendar_may_take_its_holidays_from_a_schedule_holiday_file(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "workflows" / "holidays-2026.txt", tmp_path)
+    calendar = (
+        '<calendar name="FR" days="workdays" holidays="holidays-2026.txt">'
+        '<holiday date="2027-01-01"/></calendar>'
+    )
+    (tmp_path / "w.xml").write_text(document(calendar))
+    [fr] = load(tmp_path / "w.xml").calendars
+    assert date(2026, 4, 6) in fr.calendar.holidays and date(2027, 1, 1) in fr.calendar.holidays
+    assert excluded(fr, CHRISTMAS) == "not in calendar FR: 2026-12-25 is a holiday"
+
+
+def test_a_holiday_file_that_cannot_be_read_or_holds_a_bad_date_is_reported_at_the_calendar(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "bad.txt").write_text("2026-12-25\n2026-13-01\n")
+    calendars = ('<calendar name="A" holidays="missing.txt"/>', '<calendar name="B" holidays="bad.txt"/>')
+    (tmp_path / "w.xml").write_text(document(*calendars, jobs=JOBS.replace('calendar="FR"', 'calendar="A"')))
+    with pytest.raises(DefinitionError) as caught:
+        load(tmp_path / "w.xml")
+    [missing, bad] = [(p.line, p.message) for p in caught.value.problems]
+    assert missing == (
+        2,
+        f"calendar 'A': cannot read holiday file {tmp_path}/missing.txt: No such file or directory",
+    )
+    assert bad[0] == 3 and bad[1].startswith(f"calendar 'B': {tmp_path}/bad.txt:2: ")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import date
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lxml import etree
@@ -27,9 +28,12 @@ if TYPE_CHECKING:
 __all__ = ["lines", "listing", "of", "problems", "read"]
 
 
-def read(element: etree._Element, found: list[Problem]) -> NamedCalendar:
+def read(element: etree._Element, found: list[Problem], folder: Path | None = None) -> NamedCalendar:
     """One ``<calendar>`` (every day by default); a bad ``days`` or holiday is reported at its line
-    and left out, so that the rest is still checked. A holiday given twice is reported too."""
+    and left out, so that the rest is still checked. A holiday given twice is reported too.
+    ``holidays="FILE"`` adds the dates of a holiday file in the format of ``wfm schedule``'s
+    (:func:`wfm.timetable.parse_holidays`), relative to ``folder`` (the workflow file's; None:
+    the current directory)."""
     name, line = element.get("name"), element.sourceline
     label = f"calendar {name!r}"
     weekdays = DAILY
@@ -50,7 +54,25 @@ def read(element: etree._Element, found: list[Problem]) -> NamedCalendar:
             where = f" (first on line {holidays[day]})" if holidays[day] else ""
             found.append(Problem(holiday.sourceline, f"{label}: holiday {day} twice{where}"))
         holidays.setdefault(day, holiday.sourceline)
+    file = element.get("holidays")
+    if file is not None:
+        try:
+            days = _holiday_file((folder or Path()) / file)
+        except ValueError as error:
+            found.append(Problem(line, f"{label}: {error}"))
+        else:
+            holidays.update({day: None for day in days if day not in holidays})
     return NamedCalendar(name, Calendar(weekdays, frozenset(holidays)), line)
+
+
+def _holiday_file(path: Path) -> frozenset[date]:
+    """The dates of a holiday file; ValueError (one line) naming the file, and the line of a bad date."""
+    from wfm.timetable import parse_holidays  # only for a calendar that names a file: APScheduler
+
+    try:
+        return parse_holidays(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"cannot read holiday file {path}: {getattr(error, 'strerror', error)}") from None
 
 
 def problems(workflow: Workflow) -> Iterator[Problem]:

@@ -112,7 +112,8 @@ def loads(data: bytes | str, source: str | None = None) -> Workflow:
     problems: list[Problem] = []
     jobs = tuple(_job(element, problems) for element in root.iterchildren("job"))
     params = tuple(_param(element) for element in root.iterchildren("param"))
-    declared = tuple(calendars.read(element, problems) for element in root.iterchildren("calendar"))
+    folder = None if source is None else Path(source).parent  # a holiday file is relative to it
+    declared = tuple(calendars.read(e, problems, folder) for e in root.iterchildren("calendar"))
     try:
         workflow = Workflow(root.get("name"), jobs, source, root.sourceline, params, declared)
     except DefinitionError as error:
