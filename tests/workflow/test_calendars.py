@@ -111,6 +111,11 @@ def test_a_job_naming_a_calendar_in_a_workflow_that_declares_none() -> None:
             "unknown attribute 'base' on <calendar>",
         ),
         ('<workflow name="W"><calendar name="FR"/></workflow>', "<workflow> needs at least one <job>"),
+        (
+            '<workflow name="W"><calendar name="FR"/><param name="A"/>' + JOBS + "</workflow>",
+            "unexpected <param> (a workflow declares its <param> elements first,"
+            " before its calendars and jobs)",
+        ),
         ('<workflow name="W"></workflow>', "<workflow> needs at least one <job>"),
     ],
 )

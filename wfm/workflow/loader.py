@@ -48,7 +48,7 @@ _SCHEMA_MESSAGES: list[tuple[re.Pattern[str], str]] = [
     ),
     (
         re.compile(r"Element 'param': This element is not expected"),
-        "unexpected <param> (a workflow declares its <param> elements before its jobs)",
+        "unexpected <param> (a workflow declares its <param> elements first, before its calendars and jobs)",
     ),
     (
         re.compile(r"Element 'calendar': This element is not expected"),
