@@ -31,6 +31,7 @@ from workflow_messages import (
     trigger_atom,
     trigger_date,
 )
+from workflow_messages.named_calendars import NamedCalendar, read_record
 from workflow_messages.operations import decode_content
 from workflow_messages.params import Param, parse_declarations
 
@@ -92,6 +93,7 @@ class JobInfo:
     after: tuple[tuple[str, str], ...] = ()
     agents: dict[str, str] = field(default_factory=dict)
     priority: int = 4  # of the job's statuses (``broker.messages.qos``)
+    named: NamedCalendar | None = None  # its definition's ``calendar="NAME"``, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +303,7 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         after=tuple((pred, on) for pred, on in after),
         agents=agents,
         priority=priority,
+        named=None if data.get("calendar") is None else read_record(data["calendar"]),
     )
 
 

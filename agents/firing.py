@@ -34,6 +34,7 @@ from workflow_messages import (
     failures,
     trigger_expiry,
 )
+from workflow_messages.named_calendars import excluded
 from workflow_messages.params import encode_params, resolve, trigger_params
 
 if TYPE_CHECKING:
@@ -135,6 +136,8 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
     if not info.calendar.allows(date):
         detail = f"not scheduled on {date.strftime('%A')} {date}"
         return _report(agent, info, gid, NORUN, detail, now, upstream)
+    if info.named is not None and (why := excluded(info.named, date)) is not None:
+        return _report(agent, info, gid, NORUN, why, now, upstream)  # its definition's calendar
     generation.jobs[info.job] = "queued"
     run = Run(
         info.workflow,

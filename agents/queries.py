@@ -117,6 +117,7 @@ def _deployments(agent: Agent, command_limit: int | None = None) -> list[dict[st
                 "schedule": weekday_words(info.calendar.weekdays),
                 "timeout": info.timeout,
                 "retries": info.retries,
+                **({"calendar": info.named.record()} if info.named is not None else {}),
             }
             for job, info in deployment.jobs.items()
             if job not in VIRTUAL

@@ -70,7 +70,11 @@ def test_every_bad_declaration_is_reported_at_its_line(tmp_path: Path) -> None:
     [
         (
             '<workflow name="W">' + JOBS + '<param name="LATE"/></workflow>',
-            (1, "unexpected <param> (a workflow declares its <param> elements before its jobs)"),
+            (
+                1,
+                "unexpected <param> (a workflow declares its <param> elements first,"
+                " before its calendars and jobs)",
+            ),
         ),
         (
             '<workflow name="W"><param type="int"/>' + JOBS + "</workflow>",

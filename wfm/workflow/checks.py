@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from broker.language.values import is_number
 from broker.messages.qos import DEFAULT_QOS
 from broker.transport import MAX_FRAME
+from wfm.workflow import calendars
 from wfm.workflow.errors import Problem
 from workflow_messages import APPL_END, APPL_START, DAILY, check_name, find_cycles
 from workflow_messages.params import MAX_PARAMS, PARAM_TYPES, check_param_name, parse_value
@@ -46,6 +47,7 @@ def find_problems(workflow: Workflow) -> list[Problem]:
     if not workflow.jobs:
         problems.append(Problem(workflow.line, f"workflow {workflow.name!r} has no jobs"))
     problems.extend(_param_problems(workflow))
+    problems.extend(calendars.problems(workflow))
     first: dict[str, Job] = {}
     for job in workflow.jobs:
         if job.name in first:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lxml import etree
 
+from wfm.workflow import calendars
 from wfm.workflow.checks import DEFAULT_PRIORITY, PRIORITY_RULE, RETRIES_RULE, TIMEOUT_RULE
 from wfm.workflow.errors import DefinitionError, Problem
 from wfm.workflow.model import After, Job, Param, Workflow
@@ -38,7 +39,7 @@ _SCHEMA_MESSAGES: list[tuple[re.Pattern[str], str]] = [
         "<{0}> needs a <command>",
     ),
     (
-        re.compile(r"Element '(\S+)': Missing child element\(s\)\. Expected is one of \( param, (\S+) \)"),
+        re.compile(r"Element '(\S+)': Missing child element\(s\)\. Expected is one of \( .*\b(job) \)"),
         "<{0}> needs at least one <{1}>",
     ),
     (
@@ -47,7 +48,12 @@ _SCHEMA_MESSAGES: list[tuple[re.Pattern[str], str]] = [
     ),
     (
         re.compile(r"Element 'param': This element is not expected"),
-        "unexpected <param> (a workflow declares its <param> elements before its jobs)",
+        "unexpected <param> (a workflow declares its <param> elements first, before its calendars and jobs)",
+    ),
+    (
+        re.compile(r"Element 'calendar': This element is not expected"),
+        "unexpected <calendar> (a workflow declares its <calendar> elements after its <param>"
+        " elements and before its jobs)",
     ),
     (
         re.compile(r"Element '(after|command)': This element is not expected"),
@@ -106,8 +112,10 @@ def loads(data: bytes | str, source: str | None = None) -> Workflow:
     problems: list[Problem] = []
     jobs = tuple(_job(element, problems) for element in root.iterchildren("job"))
     params = tuple(_param(element) for element in root.iterchildren("param"))
+    folder = None if source is None else Path(source).parent  # a holiday file is relative to it
+    declared = tuple(calendars.read(e, problems, folder) for e in root.iterchildren("calendar"))
     try:
-        workflow = Workflow(root.get("name"), jobs, source, root.sourceline, params)
+        workflow = Workflow(root.get("name"), jobs, source, root.sourceline, params, declared)
     except DefinitionError as error:
         problems.extend(error.problems)
     if problems:
@@ -173,4 +181,5 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
         After(a.get("job"), a.get("on", "success"), a.sourceline) for a in element.iterchildren("after")
     )
     command = (element.findtext("command") or "").strip()
-    return Job(name, element.get("agent", ""), command, weekdays, timeout, retries, after, line, priority)
+    agent, calendar = element.get("agent", ""), element.get("calendar")
+    return Job(name, agent, command, weekdays, timeout, retries, after, line, priority, calendar)

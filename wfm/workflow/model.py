@@ -17,9 +17,10 @@ from typing import Any
 from wfm.workflow.checks import DEFAULT_PRIORITY, find_problems
 from wfm.workflow.errors import DefinitionError
 from workflow_messages import DAILY, weekday_words
+from workflow_messages.named_calendars import NamedCalendar
 from workflow_messages.params import Param, records
 
-__all__ = ["After", "Job", "Param", "Workflow"]
+__all__ = ["After", "Job", "NamedCalendar", "Param", "Workflow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class Job:
     after: tuple[After, ...] = ()
     line: int | None = field(default=None, compare=False)
     priority: int = DEFAULT_PRIORITY
+    calendar: str | None = None  # the name of one of the workflow's calendars (``calendar="NAME"``)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weekdays", frozenset(self.weekdays))
@@ -65,6 +67,7 @@ class Job:
             "after": [[after.job, after.on] for after in self.after],
             # only when set: a definition without it keeps the version it had before priorities
             **({"priority": self.priority} if self.priority != DEFAULT_PRIORITY else {}),
+            **({"calendar": self.calendar} if self.calendar is not None else {}),  # likewise
         }
 
 
@@ -79,10 +82,12 @@ class Workflow:
     source: str | None = field(default=None, compare=False)
     line: int | None = field(default=None, compare=False)
     params: tuple[Param, ...] = ()
+    calendars: tuple[NamedCalendar, ...] = ()  # ``<calendar>``: :mod:`workflow_messages.named_calendars`
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "jobs", tuple(self.jobs))
         object.__setattr__(self, "params", tuple(self.params))
+        object.__setattr__(self, "calendars", tuple(self.calendars))
         problems = find_problems(self)
         if problems:
             raise DefinitionError(problems)
@@ -103,6 +108,8 @@ class Workflow:
         definition: dict[str, Any] = {"workflow": self.name, "jobs": [job.definition() for job in self.jobs]}
         if self.params:  # only when declared: a workflow without keeps the version it had
             definition["params"] = records(self.params)
+        if self.calendars:  # likewise
+            definition["calendars"] = [calendar.record() for calendar in self.calendars]
         canonical = json.dumps(
             definition,
             sort_keys=True,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.language import Filter, Publication
+from wfm.workflow import calendars
 from wfm.workflow.model import Workflow
 from workflow_messages import AGENT_CTL, APPL_END, APPL_START, deployer_advertisement, digest
 from workflow_messages.params import records
@@ -124,6 +125,8 @@ def translate(workflow: Workflow) -> Plan:
         del definition["agent"]  # the envelope's agentname says it
         after = graph[job.name]
         signers = {pred: placed[pred] for pred, _ in after}  # whose signature their statuses carry
+        if (named := calendars.of(workflow, job)) is not None:  # whole: the agent needs nothing else
+            definition["calendar"] = named.record()
         entries[job.agent].append({**definition, "after": after, "agents": signers})
     end_signers = {job: placed[job] for job in ends}
     entries[coordinator].append({"job": APPL_END, "virtual": True, "graph": graph, "agents": end_signers})
