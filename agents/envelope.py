@@ -31,6 +31,7 @@ from workflow_messages import (
     trigger_atom,
     trigger_date,
 )
+from workflow_messages.deadlines import parse_deadline
 from workflow_messages.operations import decode_content
 from workflow_messages.params import Param, parse_declarations
 
@@ -92,6 +93,7 @@ class JobInfo:
     after: tuple[tuple[str, str], ...] = ()
     agents: dict[str, str] = field(default_factory=dict)
     priority: int = 4  # of the job's statuses (``broker.messages.qos``)
+    deadline: str | None = None  # when it must have ended (APPL_END's: the generation's), if ever
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,8 +266,14 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         isinstance(name, str) and isinstance(agent, str) and agent for name, agent in agents.items()
     ):
         raise ValueError("JOBINFO agents must map job names to agent names")
+    deadline = data.get("deadline")
+    if deadline is not None:
+        parse_deadline(deadline)  # ValueError: the envelope is refused
     if virtual:
-        return JobInfo(workflow, version, job, virtual=True, graph=graph, cwd=_cwd(data), agents=agents)
+        cwd = _cwd(data)
+        return JobInfo(
+            workflow, version, job, virtual=True, graph=graph, cwd=cwd, agents=agents, deadline=deadline
+        )
     command, words, retries = data.get("command"), data.get("schedule", ["daily"]), data.get("retries", 0)
     timeout = data.get("timeout")
     if not isinstance(command, str) or not command.strip():
@@ -301,6 +309,7 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         after=tuple((pred, on) for pred, on in after),
         agents=agents,
         priority=priority,
+        deadline=deadline,
     )
 
 

@@ -107,7 +107,7 @@ def loads(data: bytes | str, source: str | None = None) -> Workflow:
     jobs = tuple(_job(element, problems) for element in root.iterchildren("job"))
     params = tuple(_param(element) for element in root.iterchildren("param"))
     try:
-        workflow = Workflow(root.get("name"), jobs, source, root.sourceline, params)
+        workflow = Workflow(root.get("name"), jobs, source, root.sourceline, params, root.get("deadline"))
     except DefinitionError as error:
         problems.extend(error.problems)
     if problems:
@@ -173,4 +173,5 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
         After(a.get("job"), a.get("on", "success"), a.sourceline) for a in element.iterchildren("after")
     )
     command = (element.findtext("command") or "").strip()
-    return Job(name, element.get("agent", ""), command, weekdays, timeout, retries, after, line, priority)
+    agent, deadline = element.get("agent", ""), element.get("deadline")
+    return Job(name, agent, command, weekdays, timeout, retries, after, line, priority, deadline)

@@ -48,6 +48,7 @@ class Job:
     after: tuple[After, ...] = ()
     line: int | None = field(default=None, compare=False)
     priority: int = DEFAULT_PRIORITY
+    deadline: str | None = None  # when it must have ended (workflow_messages.deadlines)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weekdays", frozenset(self.weekdays))
@@ -65,6 +66,7 @@ class Job:
             "after": [[after.job, after.on] for after in self.after],
             # only when set: a definition without it keeps the version it had before priorities
             **({"priority": self.priority} if self.priority != DEFAULT_PRIORITY else {}),
+            **({"deadline": self.deadline} if self.deadline is not None else {}),
         }
 
 
@@ -79,6 +81,7 @@ class Workflow:
     source: str | None = field(default=None, compare=False)
     line: int | None = field(default=None, compare=False)
     params: tuple[Param, ...] = ()
+    deadline: str | None = None  # when APPL_END must have come (workflow_messages.deadlines)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "jobs", tuple(self.jobs))
@@ -103,6 +106,8 @@ class Workflow:
         definition: dict[str, Any] = {"workflow": self.name, "jobs": [job.definition() for job in self.jobs]}
         if self.params:  # only when declared: a workflow without keeps the version it had
             definition["params"] = records(self.params)
+        if self.deadline is not None:  # likewise
+            definition["deadline"] = self.deadline
         canonical = json.dumps(
             definition,
             sort_keys=True,
