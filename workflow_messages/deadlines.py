@@ -18,14 +18,24 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, tzinfo
 
-from broker.language import Publication
+from broker.language import Filter, Publication, Value, Var
 from broker.messages.qos import Qos, parse_duration
+from workflow_messages._build import filter_of
 from workflow_messages.alerts import ALERT, ALERT_PRIORITY, alert_id
 
-__all__ = ["DEADLINE", "DEADLINE_RULE", "Deadline", "alert_quality", "deadline_alert", "parse_deadline"]
+__all__ = [
+    "DEADLINE",
+    "DEADLINE_RULE",
+    "Deadline",
+    "alert_quality",
+    "deadline_alert",
+    "deadline_filter",
+    "parse_deadline",
+]
 
 DEADLINE = "DEADLINE"  # the status of a deadline's alert
 DEADLINE_RULE = "deadline must be a duration (30m, 2h, 90s) or a time of day HH:MM"
@@ -103,6 +113,11 @@ def deadline_alert(
         "agentname": agent,
     }
     return Publication(ALERT, fields)
+
+
+def deadline_filter(scope: Mapping[str, Value | Var]) -> Filter:
+    """The deadlines' alerts of a monitor's ``scope`` (its workflow, its generation, or none)."""
+    return filter_of(ALERT, {**scope, "status": DEADLINE}, present=() if "GID" in scope else ("GID",))
 
 
 def alert_quality(publication: Publication) -> Qos | None:
