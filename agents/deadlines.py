@@ -35,14 +35,18 @@ __all__ = ["check"]
 
 def check(agent: Agent, now: float) -> list[Effect]:
     """The alerts of the deadlines missed by ``now`` and not alerted yet."""
+    watched = {
+        key: jobs
+        for key, deployment in agent.deployments.items()
+        if deployment.complete and (jobs := _watched(agent.name, *key, deployment))
+    }
+    if not watched:  # most agents, at most events: no scan of the generations
+        return []
     effects: list[Effect] = []
     for (workflow, gid), generation in agent.generations.items():
-        if generation.since is None or generation.version is None or generation.halted:
+        if generation.since is None or generation.halted:
             continue
-        deployment = agent.deployments.get((workflow, generation.version))
-        if deployment is None or not deployment.complete:
-            continue
-        for job, deadline in _watched(agent.name, workflow, generation.version, deployment):
+        for job, deadline in watched.get((workflow, generation.version or ""), ()):
             if job in generation.missed or generation.jobs.get(job) == "done":
                 continue
             due = deadline.due(generation.since)
