@@ -31,6 +31,7 @@ from workflow_messages import (
     trigger_atom,
     trigger_date,
 )
+from workflow_messages.deadlines import parse_deadline
 from workflow_messages.named_calendars import NamedCalendar, read_record
 from workflow_messages.operations import decode_content
 from workflow_messages.params import Param, parse_declarations
@@ -94,6 +95,7 @@ class JobInfo:
     agents: dict[str, str] = field(default_factory=dict)
     priority: int = 4  # of the job's statuses (``broker.messages.qos``)
     named: NamedCalendar | None = None  # its definition's ``calendar="NAME"``, if any
+    deadline: str | None = None  # when it must have ended (APPL_END's: the generation's), if ever
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,8 +268,14 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         isinstance(name, str) and isinstance(agent, str) and agent for name, agent in agents.items()
     ):
         raise ValueError("JOBINFO agents must map job names to agent names")
+    deadline = data.get("deadline")
+    if deadline is not None:
+        parse_deadline(deadline)  # ValueError: the envelope is refused
     if virtual:
-        return JobInfo(workflow, version, job, virtual=True, graph=graph, cwd=_cwd(data), agents=agents)
+        cwd = _cwd(data)
+        return JobInfo(
+            workflow, version, job, virtual=True, graph=graph, cwd=cwd, agents=agents, deadline=deadline
+        )
     command, words, retries = data.get("command"), data.get("schedule", ["daily"]), data.get("retries", 0)
     timeout = data.get("timeout")
     if not isinstance(command, str) or not command.strip():
@@ -304,6 +312,7 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         agents=agents,
         priority=priority,
         named=None if data.get("calendar") is None else read_record(data["calendar"]),
+        deadline=deadline,
     )
 
 

@@ -27,6 +27,7 @@ class GenerationState:
     # reaching this agent: jobs that fire here do not run; only the signed CANCEL stops running ones
     # (anyone may publish a status)
     cancelled_upstream: bool = False
+    missed: list[str] = field(default_factory=list)  # jobs whose deadline's alert went out here
 
     @property
     def halted(self) -> bool:

@@ -69,6 +69,7 @@ from broker.messages import DEFAULT_QOS, Qos
 from broker.throttle import LogThrottle
 from workflow_messages import JOBSTATUS, ack_advertisement, control_subscription
 from workflow_messages.alerts import alert_advertisement, job_alert
+from workflow_messages.deadlines import alert_quality
 from workflow_messages.operations import answer, answer_advertisement, query_subscription
 from workflow_messages.signature import Author
 
@@ -315,9 +316,10 @@ class AgentService:
             log.error("publication lost: %s: %s", error, publication)
 
     def _quality(self, publication: Publication) -> Qos:
-        """A job's status goes with the priority its definition gives the job."""
+        """A job's status goes with the priority its definition gives the job; a deadline's alert
+        with its own (``workflow_messages.deadlines``)."""
         if publication.cls != JOBSTATUS:
-            return DEFAULT_QOS
+            return alert_quality(publication) or DEFAULT_QOS
         key = (str(publication.get("applname")), str(publication.get("version")))
         deployment = self.agent.deployments.get(key)
         info = deployment.jobs.get(str(publication.get("jobname"))) if deployment is not None else None

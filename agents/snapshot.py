@@ -49,6 +49,7 @@ def snapshot(agent: Agent) -> dict[str, Any]:
                 g.rerun_of,
                 g.reused,
                 g.cancelled_upstream,
+                g.missed,
             ]
             for (workflow, gid), g in agent.generations.items()
         ],

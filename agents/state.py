@@ -24,7 +24,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from agents import cancel_and_rerun, catalogue, firing, forgetting, refusals, run_queue, snapshot
+from agents import cancel_and_rerun, catalogue, deadlines, firing, forgetting, refusals, run_queue, snapshot
 from agents.catalogue import Deployment, Owner
 from agents.commands import (
     Cancel,
@@ -101,7 +101,8 @@ class Agent:
         self.swept = 0.0  # the last minute of ``now`` (now // SWEEP_EVERY) swept
 
     def handle(self, event: Event, now: float) -> list[Effect]:
-        return forgetting.sweep(self, now) + _EVENTS[type(event)](self, event, now)
+        effects = forgetting.sweep(self, now) + _EVENTS[type(event)](self, event, now)
+        return effects + deadlines.check(self, now)
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as JSON-able data: :meth:`restore` on a new agent gives the same state."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from broker.language import Atom, Composite, Filter, Publication, Value, Var
 from broker.language.model import combine
 from workflow_messages._build import filter_of, text_value
+from workflow_messages.deadlines import deadline_filter
 from workflow_messages.names import ACCEPTS, APPL_END, APPL_START, GID, JOBSTATUS, TRIGGER
 from workflow_messages.trigger import trigger_atom
 
@@ -199,11 +200,14 @@ def start_subscription(workflow: str) -> Filter:
 
 def monitor_subscriptions(workflow: str | None, gids: Iterable[str] = ()) -> list[Filter]:
     """The Triggers and job statuses the monitor follows: of ``workflow`` (or of every workflow),
-    of each of ``gids`` (or of every generation)."""
+    of each of ``gids`` (or of every generation); and the alerts of missed deadlines."""
     scope: dict[str, Value | Var] = {} if workflow is None else {"applname": workflow}
     scopes = [{**scope, "GID": gid} for gid in gids] or [scope]
     return [
-        filter_of(cls, each, present=() if "GID" in each else ("GID",))
-        for cls in (TRIGGER, JOBSTATUS)
-        for each in scopes
+        *(
+            filter_of(cls, each, present=() if "GID" in each else ("GID",))
+            for cls in (TRIGGER, JOBSTATUS)
+            for each in scopes
+        ),
+        *(deadline_filter(each) for each in scopes),
     ]

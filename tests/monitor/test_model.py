@@ -213,3 +213,21 @@ def test_an_expired_generation_ends_without_any_job_and_is_not_a_success() -> No
     console.print(render(model))
     shown = console.export_text()
     assert "PAYROLL  g1  2026-11-23" in shown and f"EXPIRED ({EXPIRED_DETAIL})" in shown
+
+
+def test_a_missed_deadline_is_marked_on_its_job_and_generation() -> None:
+    """The alert of a missed deadline (``workflow_messages.deadlines``) marks the job, or for
+    APPL_END the generation, once however often it comes; a failure's alert marks nothing."""
+    console = Console(width=140, record=True, color_system=None)
+    model = Monitor()
+    model.receive(trig("g1"))
+    late = {**status("g1", "JobB", "DEADLINE", "deadline 30m missed: ..."), "class": "ALERT"}
+    assert model.receive(late) is None and model.receive(late) is None
+    assert model.receive({**late, "jobname": "JobA", "status": "FAILURE"}) is None
+    model.receive({**late, "jobname": "APPL_END"})
+    model.receive(status("g1", "JobB", "SUCCESS", "exit 0", started=0.0, duration=4000.0, attempt=1))
+    generation = model.generations["PAYROLL", "g1"]
+    assert generation.missed == ["JobB", "APPL_END"] and not model.done
+    console.print(render(model))
+    text = console.export_text()
+    assert "deadline missed: JobB, the generation" in text and "1h06m late" in text

@@ -28,6 +28,8 @@ from workflow_messages import (
     skipped_jobs,
     trigger_date,
 )
+from workflow_messages.alerts import ALERT
+from workflow_messages.deadlines import DEADLINE
 
 __all__ = ["Generation", "JobState", "Monitor", "StatusEvent"]
 
@@ -60,6 +62,8 @@ class Generation:
     # be read is shown as it came, under "?"
     params: dict[str, str] | None = None
     end: JobState | None = None  # APPL_END's status, once seen
+    # the jobs whose deadline's alert came (APPL_END: the generation's), in arrival order
+    missed: list[str] = field(default_factory=list)
 
     @property
     def ended(self) -> bool:
@@ -118,6 +122,13 @@ class Monitor:
             generation = self._generation(workflow, gid)
             self._trigger(generation, attributes.get("schedule"))
             generation.params = _params(attributes.get(PARAMS))
+            return None
+        if attributes.get("class") == ALERT:  # a missed deadline (workflow_messages.deadlines)
+            job = attributes.get("jobname")
+            if attributes.get("status") == DEADLINE and isinstance(job, str):
+                missed = self._generation(workflow, gid).missed
+                if job not in missed:
+                    missed.append(job)
             return None
         parsed = parse_job_status(attributes)
         if attributes.get("class") != JOBSTATUS or parsed is None:

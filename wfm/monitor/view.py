@@ -9,13 +9,14 @@ from rich.table import Table
 from rich.text import Text
 
 from wfm.monitor.model import Generation, JobState, Monitor
-from workflow_messages import APPL_START, EXPIRED, FAILURE, NORUN, SUCCESS
+from workflow_messages import APPL_END, APPL_START, EXPIRED, FAILURE, NORUN, SUCCESS
 
 __all__ = ["STYLES", "render"]
 
 # EXPIRED: APPL_END of a generation whose Trigger came too late to start it (nothing ran)
 STYLES = {SUCCESS: "green", FAILURE: "bold red", NORUN: "dim", EXPIRED: "magenta"}
 SKIPPED_STYLE = "yellow"  # a NORUN on a branch not taken (its detail says why)
+MISSED_STYLE = "bold magenta"  # a job (or the generation) past its deadline
 
 
 def render(monitor: Monitor) -> Group:
@@ -37,6 +38,9 @@ def section(generation: Generation) -> Group:
             state.append(f" ({generation.end.detail})")
     heading = Text(f"{generation.workflow}  {generation.gid}  {generation.date or ''}  ", style="bold")
     heading += state
+    if generation.missed:  # alerts of missed deadlines (wfm alerts lists them)
+        names = ", ".join("the generation" if job == APPL_END else job for job in generation.missed)
+        heading.append(f"  deadline missed: {names}", style=MISSED_STYLE)
     if generation.params:  # the run parameters, a line of their own: params: KEY=VALUE ...
         shown = "  ".join(f"{key}={value}" for key, value in generation.params.items())
         heading.append(f"\nparams: {shown}", style="dim")
@@ -57,7 +61,7 @@ def _table(generation: Generation) -> Table:
                 style=SKIPPED_STYLE if job_state.skipped else STYLES.get(job_state.status, ""),
             ),
             _clock(job_state.started),
-            _duration(job_state),
+            f"{_duration(job_state)} late".strip() if job in generation.missed else _duration(job_state),
             job_state.detail,
         )
     return result

@@ -543,7 +543,8 @@ def run(
         f'<section class="generation" data-workflow="{_a(g.workflow)}" data-gid="{_a(g.gid)}"'
         f' data-outcome="{_a(outcome)}"><h2>{escape(g.workflow)} <code>{escape(g.gid)}</code>'
         f' {escape(g.date or "")} <span class="outcome state-{_slug(outcome)}">{escape(outcome)}</span>'
-        f"{escape(detail)}</h2>{_params(g)}{_actions(g, order, outcome)}<p>Click a job for its log.</p>"
+        f"{escape(detail)}</h2>{_params(g)}{_missed(g)}{_actions(g, order, outcome)}"
+        "<p>Click a job for its log.</p>"
         f'<div class="pictures">{_dag(definition, states, running, now)}{gantt_svg(bars)}'
         "</div></section>"
     )
@@ -557,6 +558,14 @@ def _params(generation: Generation) -> str:
         f"<code>{escape(key)}={escape(value)}</code>" for key, value in generation.params.items()
     )
     return f'<p class="params">Parameters: {shown}</p>'
+
+
+def _missed(generation: Generation) -> str:
+    """The deadlines it missed (their alerts wait on the Alerts page), nothing if none."""
+    if not generation.missed:
+        return ""
+    names = ", ".join("the generation" if job == "APPL_END" else job for job in generation.missed)
+    return f'<p class="deadline-missed">Deadline missed: {escape(names)}</p>'
 
 
 def _actions(generation: Generation, jobs: Sequence[str], outcome: str) -> str:

@@ -16,6 +16,7 @@ from broker.transport import MAX_FRAME
 from wfm.workflow import calendars
 from wfm.workflow.errors import Problem
 from workflow_messages import APPL_END, APPL_START, DAILY, check_name, find_cycles
+from workflow_messages.deadlines import parse_deadline
 from workflow_messages.params import MAX_PARAMS, PARAM_TYPES, check_param_name, parse_value
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ def find_problems(workflow: Workflow) -> list[Problem]:
         problems.append(Problem(workflow.line, f"workflow {workflow.name!r} has no jobs"))
     problems.extend(_param_problems(workflow))
     problems.extend(calendars.problems(workflow))
+    problems.extend(_deadline_problems(workflow.deadline, f"workflow {workflow.name!r}", workflow.line))
     first: dict[str, Job] = {}
     for job in workflow.jobs:
         if job.name in first:
@@ -94,6 +96,14 @@ def _param_problems(workflow: Workflow) -> Iterator[Problem]:
                     yield Problem(param.line, f"{label}: {message}")
 
 
+def _deadline_problems(deadline: str | None, label: str, line: int | None) -> Iterator[Problem]:
+    if deadline is not None:
+        try:
+            parse_deadline(deadline)
+        except ValueError as error:
+            yield Problem(line, f"{label}: {error}")
+
+
 def _name_problems(name: str, what: str, line: int | None) -> Iterator[Problem]:
     try:
         check_name(name, what)
@@ -127,6 +137,7 @@ def _job_problems(job: Job, known: dict[str, Job]) -> Iterator[Problem]:
         yield Problem(job.line, f"{label}: {RETRIES_RULE}, not {job.retries!r}")
     if not isinstance(job.priority, int) or isinstance(job.priority, bool) or not 0 <= job.priority <= 9:
         yield Problem(job.line, f"{label}: {PRIORITY_RULE}, not {job.priority!r}")
+    yield from _deadline_problems(job.deadline, label, job.line)
     seen: dict[str, int | None] = {}
     for after in job.after:
         line = after.line or job.line

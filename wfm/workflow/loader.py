@@ -115,7 +115,9 @@ def loads(data: bytes | str, source: str | None = None) -> Workflow:
     folder = None if source is None else Path(source).parent  # a holiday file is relative to it
     declared = tuple(calendars.read(e, problems, folder) for e in root.iterchildren("calendar"))
     try:
-        workflow = Workflow(root.get("name"), jobs, source, root.sourceline, params, declared)
+        workflow = Workflow(
+            root.get("name"), jobs, source, root.sourceline, params, declared, root.get("deadline")
+        )
     except DefinitionError as error:
         problems.extend(error.problems)
     if problems:
@@ -181,5 +183,5 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
         After(a.get("job"), a.get("on", "success"), a.sourceline) for a in element.iterchildren("after")
     )
     command = (element.findtext("command") or "").strip()
-    agent, calendar = element.get("agent", ""), element.get("calendar")
-    return Job(name, agent, command, weekdays, timeout, retries, after, line, priority, calendar)
+    agent, calendar, deadline = element.get("agent", ""), element.get("calendar"), element.get("deadline")
+    return Job(name, agent, command, weekdays, timeout, retries, after, line, priority, calendar, deadline)

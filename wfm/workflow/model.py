@@ -50,6 +50,7 @@ class Job:
     line: int | None = field(default=None, compare=False)
     priority: int = DEFAULT_PRIORITY
     calendar: str | None = None  # the name of one of the workflow's calendars (``calendar="NAME"``)
+    deadline: str | None = None  # when it must have ended (workflow_messages.deadlines)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weekdays", frozenset(self.weekdays))
@@ -68,6 +69,7 @@ class Job:
             # only when set: a definition without it keeps the version it had before priorities
             **({"priority": self.priority} if self.priority != DEFAULT_PRIORITY else {}),
             **({"calendar": self.calendar} if self.calendar is not None else {}),  # likewise
+            **({"deadline": self.deadline} if self.deadline is not None else {}),
         }
 
 
@@ -83,6 +85,7 @@ class Workflow:
     line: int | None = field(default=None, compare=False)
     params: tuple[Param, ...] = ()
     calendars: tuple[NamedCalendar, ...] = ()  # ``<calendar>``: :mod:`workflow_messages.named_calendars`
+    deadline: str | None = None  # when APPL_END must have come (workflow_messages.deadlines)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "jobs", tuple(self.jobs))
@@ -110,6 +113,8 @@ class Workflow:
             definition["params"] = records(self.params)
         if self.calendars:  # likewise
             definition["calendars"] = [calendar.record() for calendar in self.calendars]
+        if self.deadline is not None:  # likewise
+            definition["deadline"] = self.deadline
         canonical = json.dumps(
             definition,
             sort_keys=True,

@@ -129,7 +129,10 @@ def translate(workflow: Workflow) -> Plan:
             definition["calendar"] = named.record()
         entries[job.agent].append({**definition, "after": after, "agents": signers})
     end_signers = {job: placed[job] for job in ends}
-    entries[coordinator].append({"job": APPL_END, "virtual": True, "graph": graph, "agents": end_signers})
+    end = {"job": APPL_END, "virtual": True, "graph": graph, "agents": end_signers}
+    if workflow.deadline is not None:  # the generation's: the coordinator watches it
+        end["deadline"] = workflow.deadline
+    entries[coordinator].append(end)
     envelopes = [
         Envelope(agent, "DEPLOY", content, "*")
         for agent in agents
