@@ -30,7 +30,11 @@ retained publications (``broker.routing.retained``) and its leases (``broker.rou
 which a state of format 11 restores without: its duplicate filter of recent ids still holds what
 it had routed lately, and it kept and leased nothing. Messages held in custody gained a quality
 of service (``broker.messages.qos``) and subscriptions a lease: one pickled by format 11 comes
-back with the defaults. Composite subscriptions and their notifications gained a priority, and
+back with the defaults. 13 carries a window per channel (``broker.routing.backlog``): the same
+records would give some messages their seqs later, so a log of 11 or 12 is replayed without a
+window, as it was written, and windows apply from its checkpoint on; a channel, a detection
+pickled before come back with an empty backlog and the default priorities. Format 12 never left
+development, so 13 reads 11 too. Composite subscriptions and their notifications gained a priority, and
 a detection (``broker.routing.composites``) its requesters' priorities, within format 12: one
 pickled without them comes back with the default priority (4) for everything, which is what
 it had, so neither replaying the same records nor the peers' seqs change.
@@ -47,6 +51,7 @@ import io
 import logging
 import pickle
 import struct
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,8 +66,9 @@ __all__ = ["CHECKPOINT_RECORDS", "Fsync", "RouterLog", "dump_state", "load_state
 
 log = logging.getLogger("broker")
 
-SNAPSHOT_FORMAT = 12
-READABLE = (11, 12)  # the format before, and this one (see the module's docstring)
+SNAPSHOT_FORMAT = 13
+READABLE = (11, 12, 13)  # the formats before, and this one (see the module's docstring)
+WINDOWED = 13  # the first format whose brokers carried a window per channel (``routing.backlog``)
 _WIRE = b"W"  # a record of an input from a link: this, the clock and the hop's length, the hop, a frame
 _WIRE_HEAD = struct.Struct(">dH")
 _FRAME_AT = len(_WIRE) + _WIRE_HEAD.size
@@ -163,6 +169,10 @@ class RouterLog:
                 "custody epoch is lost; move the directory away to start this broker afresh"
             )
         router, written = self._router(snapshot)
+        window = router.custody.window, router.custody.window_bytes
+        if written < WINDOWED:  # a broker that carried everything at once wrote these records:
+            # replayed so, each message gets the seq it was sent under (a peer took them so)
+            router.custody.window = router.custody.window_bytes = sys.maxsize
         quiet = logging.getLogger("broker.routing")
         level = quiet.level
         quiet.setLevel(logging.ERROR)  # what it logged then, it does not log again
@@ -176,6 +186,7 @@ class RouterLog:
                     failed += 1
         finally:
             quiet.setLevel(level)
+            router.custody.window, router.custody.window_bytes = window
         if failed:
             log.warning(
                 "%s: %d logged inputs failed again in the router, as they did live", self.directory, failed

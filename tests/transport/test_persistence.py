@@ -36,6 +36,7 @@ from broker.messages import (
     WireMessage,
 )
 from broker.routing.acl import AccessPolicy
+from broker.routing.backlog import WINDOW
 from broker.routing.router import Router
 from broker.transport import persistence
 from broker.transport.link import Link
@@ -482,7 +483,7 @@ def test_a_log_older_than_the_format_before_is_refused_in_one_line_naming_its_fo
     with pytest.raises(LocalError) as refused:
         log.restore(lambda: Router("B9"))
     log.close()
-    assert f"(format {written}, this one reads 11 or 12)" in str(refused.value)
+    assert f"(format {written}, this one reads 11 or 12 or 13)" in str(refused.value)
     assert "\n" not in str(refused.value)
 
 
@@ -589,7 +590,7 @@ def test_a_log_of_the_format_before_replays_and_is_rewritten_at_once(tmp_path: P
     assert router.id == "B1" and router.status()["subscriptions"] == 1
     log.close()
     snapshot, records = reopened(tmp_path)
-    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 12
+    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 13
     assert pickle.loads(snapshot)[1]["publishers"] == {"marks": {("pub", "s1"): (7, 5.0)}}
     assert records == []
 
@@ -756,3 +757,27 @@ def test_a_log_the_version_before_wrote_is_restored_whole_and_checkpointed_in_th
     snapshot, _ = written.recover()
     written.close()
     assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT
+
+
+@pytest.mark.parametrize("written", [12, persistence.SNAPSHOT_FORMAT])
+def test_a_log_written_before_windows_replays_each_message_under_the_seq_it_was_sent(
+    tmp_path: Path, written: int
+) -> None:
+    """300 publications for a subscriber away: a broker of format 12 carried them all at once
+    (seqs 1-300, which the subscriber may have taken); replayed so, none waits for a window, and
+    windows apply from then on. Of this format, the window holds the rest back."""
+    away = [
+        (LinkUp(False), "sub"),
+        (Subscribe("s", parse_filter("[class,eq,t]")), "sub"),
+        (LinkUp(False), "pub"),
+        (Advertise("a", parse_filter("[class,eq,t],[n,>,-1]")), "pub"),
+        (LinkDown(), "sub"),
+        *[(Publish(f"{n}@s", Publication("t", {"n": n}), ack=False), "pub") for n in range(300)],
+    ]
+    _written_by_format(tmp_path, written, Router("B1", session_grace=600).snapshot(), away)
+    log = persistence.RouterLog(tmp_path)
+    router = log.restore(lambda: Router("B9"))
+    channel = router.custody.channels["sub"]
+    assert (len(channel.held), channel.waiting) == ((300, 0) if written == 12 else (WINDOW, 300 - WINDOW))
+    assert router.custody.window == WINDOW
+    log.close()
