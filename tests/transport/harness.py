@@ -34,7 +34,8 @@ def free_port() -> int:
     """A free port below the kernel's ephemeral range (32768 and up on Linux), so that no
     client's outgoing connection can take it between this check and the broker's bind. Each
     pytest-xdist worker draws from a slice of its own, so that no other worker's test takes it
-    either (a killed broker restarted on its port leaves it free for seconds); the slice leaves
+    either (a killed broker restarted on its port leaves it free for seconds), and never the same
+    port twice in a while (two brokers of one test, not bound yet, drew the same); the slice leaves
     room above for the ports after it (``free_ports``)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
@@ -42,12 +43,20 @@ def free_port() -> int:
     low = 12000 + worker * width
     while True:
         port = random.randint(low, low + width - 16)
+        if port in _GIVEN:  # free again, but a broker of this worker may be about to bind it
+            continue
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _GIVEN.add(port)
+        if len(_GIVEN) > width // 2:  # a long run: start afresh
+            _GIVEN.clear()
+        return port
+
+
+_GIVEN: set[int] = set()  # ports this process handed out: two brokers of one test drew the same
 
 
 def uri(name: str) -> BrokerURI:
