@@ -45,14 +45,12 @@ class Lanes:
     lanes with something in them are kept."""
 
     lanes: dict[int, OrderedDict[int, tuple[Message, int]]] = field(default_factory=dict)
-    count: int = 0
 
     def add(self, priority: int, ticket: int, message: Message, weight: int) -> None:
         lane = self.lanes.get(priority)
         if lane is None:
             lane = self.lanes[priority] = OrderedDict()
         lane[ticket] = (message, weight)
-        self.count += 1
 
     def take(self, oldest: bool) -> tuple[Message, int]:
         """The next to go: the first of the highest lane, or the ``oldest`` of all."""
@@ -63,17 +61,14 @@ class Lanes:
         _, item = lane.popitem(last=False)
         if not lane:
             del lanes[priority]
-        self.count -= 1
         return item
 
     def remove(self, priority: int, ticket: int) -> tuple[Message, int] | None:
         """Take out one that expired while it waited; None if it is not here (it went)."""
         lane = self.lanes.get(priority)
         item = None if lane is None else lane.pop(ticket, None)
-        if item is not None:
-            self.count -= 1
-            if not lane:
-                del self.lanes[priority]
+        if item is not None and not lane:
+            del self.lanes[priority]
         return item
 
     def messages(self) -> list[tuple[Message, int]]:

@@ -152,8 +152,8 @@ class Custody(Stateful):
         # ticket, negated) that expires: the soonest first
         self.expiring: list[tuple[float, str, str, int, int]] = []
         self._reindex_at = REINDEX_AT  # entries in ``expiring`` past which it is made afresh
-        # channels given room since the last ``carry`` (a Took, an expiry, a resume, a pull):
-        # their backlog moves at its end. Empty between two router inputs
+        # channels given room since the last ``carry`` that moved backlogs (a Took, an expiry, a
+        # resume, a pull; the adapter's ``unsendable``): their backlog moves at its end
         self._roomy: set[str] = set()
         # whether a message fits in a frame once carried: the adapter knows its codec. A router
         # decision, so what the log replays drops what was dropped (and gives it no seq)
@@ -461,7 +461,7 @@ class Custody(Stateful):
         while backlog:
             head = backlog[0]
             if isinstance(head, Lanes):
-                if not head.count:
+                if not head.lanes:  # (only lanes with something in them are kept)
                     backlog.popleft()
                     continue
                 if not self._room(channel):
