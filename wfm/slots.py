@@ -25,7 +25,7 @@ import tempfile
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-from broker.messages.qos import parse_duration
+from broker.messages.qos import parse_bounded
 from wfm.state import state_home
 from wfm.timetable import Entry, fires
 from workflow_messages import check_gid
@@ -65,10 +65,7 @@ def backfill_gid(day: date, tag: str = "backfill") -> str:
 
 def parse_catch_up(text: str) -> float:
     """``--catch-up``: a duration (``30m``, ``6h``, ``2d``) above 0 and at most MAX_CATCH_UP."""
-    seconds = parse_duration(text)
-    if not 0 < seconds <= MAX_CATCH_UP:
-        raise ValueError(f"{text!r} is not a catch-up window above 0 and at most {MAX_CATCH_UP / 86400:g}d")
-    return seconds
+    return parse_bounded(text, MAX_CATCH_UP, "a catch-up window")
 
 
 def missed(entry: Entry, last: datetime | None, now: datetime, window: float) -> list[datetime]:

@@ -18,7 +18,7 @@ from broker.durable import LogInUse
 from broker.errors import NoAnswer, RemoteError
 from broker.language import Filter, Predicate
 from broker.language.values import NAME_RE
-from broker.messages.qos import DEFAULT_QOS, Qos, parse_duration
+from broker.messages.qos import DEFAULT_QOS, Qos, parse_bounded
 from wfm.signing import Deployer, signer_of
 from wfm.state import state_home
 from workflow_messages import (
@@ -102,10 +102,7 @@ def parse_date(text: str) -> date:
 
 def parse_ttl(text: str) -> float:
     """``--ttl``: a duration (``30s``, ``5m``, ``2h``, ``1d``, seconds) above 0 and at most a year."""
-    seconds = parse_duration(text)
-    if not 0 < seconds <= MAX_TTL:
-        raise ValueError(f"{text!r} is not a time to live above 0 and at most 365d")
-    return seconds
+    return parse_bounded(text, MAX_TTL, "a time to live")
 
 
 class TriggerPublisher:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-__all__ = ["ACKS", "CANCELS", "DEFAULT_QOS", "MAX_TTL", "Qos", "parse_duration"]
+__all__ = ["ACKS", "CANCELS", "DEFAULT_QOS", "MAX_TTL", "Qos", "parse_bounded", "parse_duration"]
 
 ACKS = ("none", "client", "receipt")
 CANCELS = ("originator", "any")  # who may cancel a retained publication: its publisher, or anyone
@@ -84,3 +84,12 @@ def parse_duration(text: str) -> float:
     if match is None:
         raise ValueError(f"{text!r} is not a duration: give a number with ms, s, m, h or d (30s, 5m)")
     return float(match[1]) * _SECONDS[match[2]]
+
+
+def parse_bounded(text: str, limit: float, what: str) -> float:
+    """:func:`parse_duration`, above 0 and at most ``limit`` seconds; ValueError naming ``what``
+    (``a time to live``) and the limit in days otherwise."""
+    seconds = parse_duration(text)
+    if not 0 < seconds <= limit:
+        raise ValueError(f"{text!r} is not {what} above 0 and at most {limit / 86400:g}d")
+    return seconds

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lxml import etree
 
-from wfm.workflow.errors import Problem
+from wfm.workflow.errors import Problem, first_on
 from workflow_messages import DAILY, Calendar, check_name, parse_weekdays
 from workflow_messages.named_calendars import MAX_HOLIDAYS, NamedCalendar, parse_holiday
 
@@ -51,8 +51,9 @@ def read(element: etree._Element, found: list[Problem], folder: Path | None = No
             found.append(Problem(holiday.sourceline, f"{label}: {error}"))
             continue
         if day in holidays:
-            where = f" (first on line {holidays[day]})" if holidays[day] else ""
-            found.append(Problem(holiday.sourceline, f"{label}: holiday {day} twice{where}"))
+            found.append(
+                Problem(holiday.sourceline, f"{label}: holiday {day} twice{first_on(holidays[day])}")
+            )
         holidays.setdefault(day, holiday.sourceline)
     file = element.get("holidays")
     if file is not None:
@@ -86,8 +87,7 @@ def problems(workflow: Workflow) -> Iterator[Problem]:
         except ValueError as error:
             yield Problem(named.line, str(error))
         if named.name in first:
-            where = f" (first on line {first[named.name]})" if first[named.name] else ""
-            yield Problem(named.line, f"duplicate calendar {named.name!r}{where}")
+            yield Problem(named.line, f"duplicate calendar {named.name!r}{first_on(first[named.name])}")
         first.setdefault(named.name, named.line)
         if not named.calendar.weekdays or not named.calendar.weekdays <= DAILY:
             yield Problem(named.line, f"{label}: its days are a non-empty set of weekdays 0 (Monday) to 6")

@@ -14,7 +14,7 @@ from broker.language.values import is_number
 from broker.messages.qos import DEFAULT_QOS
 from broker.transport import MAX_FRAME
 from wfm.workflow import calendars
-from wfm.workflow.errors import Problem
+from wfm.workflow.errors import Problem, first_on
 from workflow_messages import APPL_END, APPL_START, DAILY, check_name, find_cycles
 from workflow_messages.deadlines import parse_deadline
 from workflow_messages.params import MAX_PARAMS, PARAM_TYPES, check_param_name, parse_value
@@ -53,8 +53,7 @@ def find_problems(workflow: Workflow) -> list[Problem]:
     first: dict[str, Job] = {}
     for job in workflow.jobs:
         if job.name in first:
-            where = f" (first on line {first[job.name].line})" if first[job.name].line else ""
-            problems.append(Problem(job.line, f"duplicate job {job.name!r}{where}"))
+            problems.append(Problem(job.line, f"duplicate job {job.name!r}{first_on(first[job.name].line)}"))
         else:
             first[job.name] = job
     for job in workflow.jobs:
@@ -80,8 +79,7 @@ def _param_problems(workflow: Workflow) -> Iterator[Problem]:
         except ValueError as error:
             yield Problem(param.line, str(error))
         if param.name in first:
-            where = f" (first on line {first[param.name]})" if first[param.name] else ""
-            yield Problem(param.line, f"duplicate param {param.name!r}{where}")
+            yield Problem(param.line, f"duplicate param {param.name!r}{first_on(first[param.name])}")
         first.setdefault(param.name, param.line)
         if param.type not in PARAM_TYPES:
             yield Problem(param.line, f"{label}: type {param.type!r} is not one of {', '.join(PARAM_TYPES)}")
@@ -146,8 +144,7 @@ def _job_problems(job: Job, known: dict[str, Job]) -> Iterator[Problem]:
         if after.job == job.name:
             yield Problem(line, f"{label} is after itself")
         elif after.job in seen:
-            where = f" (first on line {seen[after.job]})" if seen[after.job] else ""
-            yield Problem(line, f"{label} is after {after.job!r} twice{where}")
+            yield Problem(line, f"{label} is after {after.job!r} twice{first_on(seen[after.job])}")
         elif after.job not in known:
             yield Problem(line, f"{label} is after unknown job {after.job!r}")
         seen.setdefault(after.job, after.line)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from broker.errors import LocalError
 
-__all__ = ["DefinitionError", "Problem"]
+__all__ = ["DefinitionError", "Problem", "first_on"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +19,12 @@ class Problem:
 
     def __str__(self) -> str:
         return self.message if self.line is None else f"line {self.line}: {self.message}"
+
+
+def first_on(line: int | None) -> str:
+    """What a problem with a name given twice adds about the first: `` (first on line N)``, or
+    nothing for a definition built in code."""
+    return f" (first on line {line})" if line else ""
 
 
 class DefinitionError(LocalError, ValueError):
