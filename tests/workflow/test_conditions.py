@@ -68,7 +68,7 @@ def test_the_deploy_entry_carries_them_and_they_are_part_of_the_version() -> Non
 def test_a_bad_condition_is_refused_at_its_line(element: str, message: str) -> None:
     document = (
         '<workflow name="BILLING">\n<job name="Invoice" agent="a">\n<after job="A"/>\n'
-        f'{element}\n<command>x</command></job>\n'
+        f"{element}\n<command>x</command></job>\n"
         '<job name="A" agent="a"><command>x</command></job></workflow>'
     )
     with pytest.raises(DefinitionError) as caught:
