@@ -35,6 +35,8 @@ __all__ = [
     "Event",
     "Wait",
     "facts_content",
+    "held",
+    "label",
     "parse_date_rule",
     "read_facts",
     "read_records",
@@ -200,3 +202,24 @@ def read_facts(content: str) -> list[tuple[str, Publication]]:
             raise ValueError('FACTS content must be {"facts": [[filter, publication], ...]}')
         read.append((str(parse_filter(entry[0])), parse_publication(entry[1])))
     return read
+
+
+def held(waiting: object) -> str:
+    """The detail of a held job from the conditions it waits for (an agent's answer):
+    ``waiting for LEDGER.Close, event [class,eq,FILE_ARRIVED]``."""
+    names = [str(name) for name in waiting] if isinstance(waiting, list) else []
+    return "waiting for " + (", ".join(names) or "its conditions")
+
+
+def label(record: object) -> tuple[str, str]:
+    """A condition of a DEPLOY entry (:func:`records`) as a box of the dashboard's graph: its name
+    (``LEDGER.Close``, ``event FILE_ARRIVED``; no job's name has a dot or a space) and the
+    edge's ``on``. ``("?", "always")`` for one it cannot read."""
+    try:
+        [condition] = read_records([record])
+    except ValueError:
+        return "?", "always"
+    if isinstance(condition, Event):
+        return f"event {subscription(condition).cls}", "success"
+    rule = "" if condition.date == "same" else f" ({condition.date})"
+    return f"{condition}{rule}", condition.on

@@ -9,15 +9,19 @@ from pathlib import Path
 from agents.conditions import HELD, waiting_for
 from agents.events import Delivered, Effect, Emit, Finished, Incoming, Result, Run, Start
 from agents.journal import Journal
+from agents.queries import answer_query
 from agents.state import Agent
 from broker.language import Publication, parse_publication
 from tests.signing import DEPLOYER, signed, signed_trigger
 from wfm.facts import facts_publications, wanted
+from wfm.monitor import Monitor
+from wfm.operations import Session
+from wfm.web import pages
 from wfm.workflow import Job, Workflow, translate
 from wfm.workflow.model import Event, Wait
 from workflow_messages import job_status
 from workflow_messages.conditions import subscription
-from workflow_messages.operations import CANCEL
+from workflow_messages.operations import CANCEL, decode_content
 
 FILE = "[class,eq,FILE_ARRIVED],[path,eq,'/in/x.csv']"
 CLOSE = Wait("LEDGER", "Close")
@@ -235,3 +239,32 @@ def test_a_restarted_agent_replays_its_journal_and_runs_the_released_job_once(tm
 
 def _start(gid: str) -> Publication:
     return job_status("BILLING", "APPL_START", gid, "SUCCESS", "", version=PLAN.version, agent="agentB")
+
+
+def test_wfm_runs_and_the_dashboard_say_what_a_held_job_waits_for() -> None:
+    agent = installed()
+    fire(agent, "g1")
+    agent.handle(Delivered(condition_key(agent, 0), (closed("2026-11-23"),)), 2.0)
+    query = {"agentname": "agentB", "request": "r1", "query": "RUNS", "content": '{"workflow":"BILLING"}'}
+    answered = answer_query(agent, Publication("AGENT_QUERY", query))
+    assert isinstance(answered, Publication)
+    [generation] = decode_content(answered["content"])["generations"]
+    assert (generation["busy"], generation["waiting"]) == (
+        {"Invoice": "held"},
+        {"Invoice": [f"event {FILE}"]},
+    )
+    monitor = Monitor()
+    Session(None, None, 1.0)._feed(monitor, "BILLING", "agentB", generation)  # type: ignore[arg-type]
+    held = monitor.generations["BILLING", "g1"].jobs["Invoice"]
+    assert (held.status, held.detail) == ("HELD", f"waiting for event {FILE}")
+    workflows = decode_content(
+        answer_query(agent, Publication("AGENT_QUERY", {**query, "query": "WORKFLOWS"}))["content"]  # type: ignore[index]
+    )["deployments"]
+    [deployment] = workflows
+    assert deployment["jobs"]["Invoice"]["conditions"] == [CLOSE.record(), Event(FILE).record()]
+    definition = {"jobs": [{"job": "Invoice", "agent": "agentB", "schedule": "daily", "after": [],
+                            "conditions": deployment["jobs"]["Invoice"]["conditions"]}]}  # fmt: skip
+    picture = pages.workflows(
+        [{**definition, "name": "BILLING", "version": "v", "deployed": False, "file": "b"}]
+    )
+    assert "LEDGER.Close" in picture and "event FILE_ARRIVED" in picture and "other workflow" in picture
