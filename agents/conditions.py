@@ -58,8 +58,8 @@ MAX_FACTS = 1000  # kept per subscription, the oldest dropped first: a daily sta
 
 @dataclass
 class Fact:
-    """A publication delivered for a condition's subscription; ``used`` names the jobs (``W J``)
-    whose generation an event let through: it lets no other generation of them through."""
+    """A publication delivered for a condition's subscription; ``used`` names the generations of
+    jobs (``W J GID``) an event let through: it lets no other generation of them through."""
 
     publication: Publication
     used: set[str] = field(default_factory=set)
@@ -118,7 +118,7 @@ def waiting_for(agent: Agent, run: Run) -> list[str]:
     ``event [class,eq,...]``): what a held run waits for."""
     info = _info(agent, run)
     day = date.fromisoformat(run.date)
-    return [str(c) for c in (info.conditions if info else ()) if _fact(agent, c, day, _user(run)) is None]
+    return [str(c) for c in (info.conditions if info else ()) if _fact(agent, c, day, run) is None]
 
 
 def release_cancelled(agent: Agent, workflow: str, gid: str, now: float) -> list[Effect]:
@@ -149,34 +149,37 @@ def _take(agent: Agent, info: JobInfo | None, run: Run) -> bool:
     them hold are used up by it."""
     if info is None:  # its version was removed meanwhile: it waits for nothing more
         return True
-    day, user = date.fromisoformat(run.date), _user(run)
-    found = [_fact(agent, condition, day, user) for condition in info.conditions]
+    day = date.fromisoformat(run.date)
+    found = [_fact(agent, condition, day, run) for condition in info.conditions]
     if any(fact is None for fact in found):
         return False
     for condition, fact in zip(info.conditions, found, strict=True):
         if isinstance(condition, Event) and fact is not None:
-            fact.used.add(user)
+            fact.used.add(f"{run.workflow} {run.job} {run.gid}")
     return True
 
 
-def _fact(agent: Agent, condition: Condition, day: date, user: str) -> Fact | None:
-    """The oldest fact that satisfies ``condition`` for ``day`` (an event's: one ``user`` has
-    not used up), or None."""
+def _fact(agent: Agent, condition: Condition, day: date, run: Run) -> Fact | None:
+    """The oldest fact that satisfies ``condition`` for ``run``'s job and ``day``; an event's
+    only if no other generation of the job used it up (a rerun, ``wfm rerun``, may use its
+    original's again). None if there is none."""
+    generation = agent.generations.get((run.workflow, run.gid))
+    own = {run.gid, *([generation.rerun_of] if generation and generation.rerun_of else [])}
+    job = f"{run.workflow} {run.job} "
     for fact in agent.facts.get(str(subscription(condition)), ()):
-        if satisfies(condition, fact.publication, day) and not (
-            isinstance(condition, Event) and user in fact.used
+        if not satisfies(condition, fact.publication, day):
+            continue
+        if isinstance(condition, Event) and any(
+            user.startswith(job) and user.removeprefix(job) not in own for user in fact.used
         ):
-            return fact
+            continue
+        return fact
     return None
 
 
 def _info(agent: Agent, run: Run) -> JobInfo | None:
     deployment = agent.deployments.get((run.workflow, run.version))
     return deployment.jobs.get(run.job) if deployment else None
-
-
-def _user(run: Run) -> str:
-    return f"{run.workflow} {run.job}"
 
 
 def snapshot(agent: Agent) -> dict[str, Any]:

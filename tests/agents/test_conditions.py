@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from agents.conditions import HELD, waiting_for
-from agents.events import Delivered, Effect, Emit, Finished, Incoming, Result, Run, Start
+from agents.events import Delivered, Effect, Emit, Finished, Incoming, Result, Run, Start, TimePassed
+from agents.forgetting import SWEEP_EVERY
 from agents.journal import Journal
 from agents.queries import answer_query
 from agents.state import Agent
@@ -21,7 +22,7 @@ from wfm.workflow import Job, Workflow, translate
 from wfm.workflow.model import Event, Wait
 from workflow_messages import job_status
 from workflow_messages.conditions import subscription
-from workflow_messages.operations import CANCEL, decode_content
+from workflow_messages.operations import CANCEL, RERUN, decode_content
 
 FILE = "[class,eq,FILE_ARRIVED],[path,eq,'/in/x.csv']"
 CLOSE = Wait("LEDGER", "Close")
@@ -268,3 +269,28 @@ def test_wfm_runs_and_the_dashboard_say_what_a_held_job_waits_for() -> None:
         [{**definition, "name": "BILLING", "version": "v", "deployed": False, "file": "b"}]
     )
     assert "LEDGER.Close" in picture and "event FILE_ARRIVED" in picture and "other workflow" in picture
+
+
+def test_a_rerun_may_use_its_original_s_event_again_and_no_other_generation_may() -> None:
+    agent = installed()
+    agent.handle(Delivered(condition_key(agent, 0), (closed("2026-11-23"),)), 1.0)
+    agent.handle(Delivered(condition_key(agent, 1), (arrived(),)), 1.0)
+    [run] = starts(fire(agent, "g1", now=2.0))
+    agent.handle(Finished(run, Result(True, "ok", 2.0, 1.0)), 3.0)
+    values = {"agentname": "agentB", "command": RERUN, "applname": "BILLING", "jobname": "*"}
+    content = '{"gid":"g1","new":"g1-r1","reuse":[]}'
+    rerun = Publication("AGENT_CTL", {**values, "content": content, "version": PLAN.version})
+    agent.handle(Incoming(DEPLOYER.sign(rerun)), 4.0)
+    assert [r.gid for r in starts(fire(agent, "g1-r1", now=5.0))] == ["g1-r1"]
+    assert starts(fire(agent, "g2", now=6.0)) == []
+
+
+def test_a_held_generation_forgotten_drops_its_held_run() -> None:
+    agent = installed()
+    fire(agent, "g1")
+    agent.handle(TimePassed(), agent.forget_after + 3 * SWEEP_EVERY)
+    assert agent.held == [] and ("BILLING", "g1") not in agent.generations
+    agent.handle(Delivered(condition_key(agent, 0), (closed("2026-11-23"),)), agent.forget_after + 200)
+    assert (
+        starts(agent.handle(Delivered(condition_key(agent, 1), (arrived(),)), agent.forget_after + 201)) == []
+    )
