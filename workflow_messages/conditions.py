@@ -3,8 +3,9 @@ waits for besides its own workflow's predecessors and Trigger (docs/workflows.md
 other workflows and on events").
 
 A :class:`Wait` is satisfied by a JOBSTATUS of another workflow's job whose status its ``on``
-accepts and whose generation ran for the date its ``date`` names from the waiting generation's
-(``same``, ``prev``, ``-N`` days, or a fixed ``YYYY-MM-DD``): statuses carry their generation's
+accepts (a skip, NORUN with ``skipped`` 1, none) and whose generation ran for the date its
+``date`` names from the waiting generation's (``same``, ``prev``, ``-N`` days, or a fixed
+``YYYY-MM-DD``): statuses carry their generation's
 ``date`` for that (:func:`workflow_messages.job_status`), since two workflows' generations share
 no gid. An :class:`Event` is satisfied by a publication that matches its filter, and each such
 publication lets one generation of the job through (it is used up, as a chronicle composite's
@@ -140,6 +141,7 @@ def satisfies(condition: Condition, publication: Publication, day: date) -> bool
         and publication.get("applname") == condition.workflow
         and publication.get("jobname") == condition.job
         and publication.get("status") in ACCEPTS[condition.on]
+        and publication.get("skipped") != 1  # a branch not taken: the job did not end, it was passed by
         and publication.get(DATE_ATTRIBUTE) == wanted_date(condition, day).isoformat()
     )
 

@@ -55,8 +55,10 @@ def fire(agent: Agent, gid: str, date: str = MONDAY, now: float = 1.0) -> list[E
     return agent.handle(Delivered(key(agent, "Invoice"), (trigger, start)), now)
 
 
-def closed(date: str, status: str = "SUCCESS", gid: str = "L1") -> Publication:
-    return job_status("LEDGER", "Close", gid, status, "", version="v", agent="agentL", date=date)
+def closed(date: str, status: str = "SUCCESS", gid: str = "L1", skipped: bool = False) -> Publication:
+    return job_status(
+        "LEDGER", "Close", gid, status, "", version="v", agent="agentL", date=date, skipped=skipped
+    )
 
 
 def arrived(path: str = "/in/x.csv", n: int = 1) -> Publication:
@@ -112,6 +114,7 @@ def test_the_status_must_be_for_the_date_the_rule_names_and_one_on_accepts() -> 
         ("same", "failure", closed("2026-11-23", "FAILURE"), True),
         ("same", "failure", closed("2026-11-23"), False),
         ("same", "always", closed("2026-11-23", "FAILURE"), True),
+        ("same", "always", closed("2026-11-23", "NORUN", skipped=True), False),  # a branch not taken
     ]:
         workflow = Workflow(
             "BILLING", (Job("Invoice", "agentB", "bill", conditions=(Wait("LEDGER", "Close", on, rule),)),)
