@@ -2,8 +2,7 @@
 job of BILLING waits for LEDGER's Close of the same date, whether Close ended before BILLING was
 deployed (the history, handed over by ``wfm deploy``) or after BILLING's generation started (live);
 a job waits for a FILE_ARRIVED event published with ``wfm client``, each one letting one
-generation through. Runs are counted from what
-the jobs leave under ``$WFM_OUTPUT``."""
+generation through. Runs are counted from what the jobs leave under ``$WFM_OUTPUT``."""
 
 from __future__ import annotations
 
