@@ -222,6 +222,7 @@ def _remove(agent: Agent, workflow: str, version: str) -> list[Effect]:
     for key in deployment.keys:
         agent.wanted.pop(key, None)
         agent.owners.pop(key, None)
+    condition_keys.drop_unsubscribed(agent)
     log.info("removed %s version %s", workflow, version)
     return [Withdraw(key) for key in sorted(deployment.keys)] + _starts(agent, workflow)
 

@@ -11,8 +11,9 @@ from workflow_messages.conditions import subscription
 
 if TYPE_CHECKING:
     from agents.catalogue import Owner
+    from agents.state import Agent
 
-__all__ = ["is_condition", "registrations"]
+__all__ = ["drop_unsubscribed", "is_condition", "registrations"]
 
 _COMMAND = "CONDITION"  # in the registration's key: what tells its deliveries apart
 
@@ -29,3 +30,11 @@ def is_condition(key: str) -> bool:
     """Whether ``key`` names a condition's subscription (:func:`registrations`)."""
     parts = key.split(" ")
     return len(parts) == 5 and parts[2] == _COMMAND
+
+
+def drop_unsubscribed(agent: Agent) -> None:
+    """Forget the facts (:mod:`agents.conditions`) of subscriptions no deployed job has any
+    more: a version removed takes its conditions' memory along, unless another keeps them."""
+    subscribed = {str(agent.wanted[key].filter) for key in agent.wanted if is_condition(key)}
+    for text in [text for text in agent.facts if text not in subscribed]:
+        del agent.facts[text]

@@ -22,9 +22,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
-from agents import publishing, refusals, run_queue
+from agents import condition_keys, publishing, refusals, run_queue
 from agents.commands import Facts
-from agents.condition_keys import is_condition
 from agents.envelope import JobInfo
 from agents.events import Effect, Result, Run
 from agents.generations import NOT_RUN
@@ -92,7 +91,7 @@ def remembered(agent: Agent, facts: list[tuple[str, Publication]], now: float) -
 def facts_command(agent: Agent, command: Facts, now: float) -> tuple[str, str, list[Effect]]:
     """A FACTS envelope: keep what the history kept for the conditions' subscriptions deployed
     here (any other is no condition of this agent's and is left out)."""
-    subscribed = {str(agent.wanted[key].filter) for key in agent.wanted if is_condition(key)}
+    subscribed = {str(agent.wanted[key].filter) for key in agent.wanted if condition_keys.is_condition(key)}
     facts = [(text, publication) for text, publication in command.facts if text in subscribed]
     before = sum(map(len, agent.facts.values()))
     effects = remembered(agent, facts, now)

@@ -16,6 +16,7 @@ decides with :func:`satisfies`. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -129,6 +130,14 @@ def subscription(condition: Condition) -> Filter:
         return event
     equal: dict[str, Any] = {"applname": condition.workflow, "jobname": condition.job}
     return filter_of(JOBSTATUS, equal, present=("status", DATE_ATTRIBUTE))
+
+
+@functools.lru_cache(maxsize=1024)  # an agent tests its held runs against every fact that comes
+def _event_filter(text: str) -> Filter:
+    event = parse_filter(text)
+    if any(predicate.attribute == TIME_ATTRIBUTE for predicate in event.predicates):
+        raise ValueError(f"an event filter cannot use {TIME_ATTRIBUTE!r} (the broker's time of each)")
+    return event
 
 
 def satisfies(condition: Condition, publication: Publication, day: date) -> bool:

@@ -297,3 +297,13 @@ def test_a_held_generation_forgotten_drops_its_held_run() -> None:
     assert (
         starts(agent.handle(Delivered(condition_key(agent, 1), (arrived(),)), agent.forget_after + 201)) == []
     )
+
+
+def test_undeploying_forgets_the_facts_of_conditions_no_job_has_any_more() -> None:
+    agent = installed()
+    agent.handle(Delivered(condition_key(agent, 0), (closed("2026-11-23"),)), 1.0)
+    assert agent.facts
+    values = {"agentname": "agentB", "command": "UNDEPLOY", "content": "", "applname": "BILLING"}
+    undeploy = Publication("AGENT_CTL", {**values, "jobname": "*", "version": PLAN.version})
+    agent.handle(Incoming(DEPLOYER.sign(undeploy)), 2.0)
+    assert agent.facts == {} and agent.wanted == {}
