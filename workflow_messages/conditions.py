@@ -24,8 +24,7 @@ from datetime import date, timedelta
 from typing import Any
 
 from broker.language import Filter, Publication, parse_filter, parse_publication
-from broker.language.operators import TIME_ATTRIBUTE
-from broker.matching import matches
+from broker.language.operators import TIME_ATTRIBUTE, holds
 from workflow_messages._build import filter_of
 from workflow_messages.names import ACCEPTS, JOBSTATUS, check_name
 from workflow_messages.operations import decode_content
@@ -144,7 +143,11 @@ def satisfies(condition: Condition, publication: Publication, day: date) -> bool
     """Whether ``publication`` (delivered for :func:`subscription`) satisfies ``condition`` for
     the waiting generation of date ``day``."""
     if isinstance(condition, Event):
-        return matches(subscription(condition), publication, 0.0)
+        event = subscription(condition)  # no time predicate: the matcher's rule needs no clock
+        return event.cls == publication.cls and all(
+            p.attribute in publication and holds(p.op, p.value, publication[p.attribute])
+            for p in event.predicates
+        )
     return (
         publication.cls == JOBSTATUS
         and publication.get("applname") == condition.workflow

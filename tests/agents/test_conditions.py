@@ -307,3 +307,10 @@ def test_undeploying_forgets_the_facts_of_conditions_no_job_has_any_more() -> No
     undeploy = Publication("AGENT_CTL", {**values, "jobname": "*", "version": PLAN.version})
     agent.handle(Incoming(DEPLOYER.sign(undeploy)), 2.0)
     assert agent.facts == {} and agent.wanted == {}
+
+
+def test_a_publication_the_event_filter_does_not_match_satisfies_nothing() -> None:
+    agent = installed()
+    agent.handle(Delivered(condition_key(agent, 0), (closed("2026-11-23"),)), 1.0)
+    agent.handle(Delivered(condition_key(agent, 1), (arrived("/in/y.csv"),)), 1.0)  # a broker's mistake
+    assert starts(fire(agent, "g1", now=2.0)) == []
