@@ -23,6 +23,7 @@ from wfm.cli.options import broker_uri_option, output_option
 from wfm.cli.progress import progress
 from wfm.deploy import AgentReport, ordered_batches, silent_agents, undeploy_publications, withdraw
 from wfm.deploy import deploy as deploy_plan
+from wfm.history.asker import HistoryError
 from wfm.operations import Deployed, NoReply, Session
 from wfm.signing import Deployer, signer_of
 from wfm.triggers import check_workflow
@@ -155,7 +156,7 @@ def _send_facts(
             reports = (
                 asyncio.run(deploy_plan(uri, plan, [envelopes], timeout, sign, say)) if envelopes else []
             )
-    except (ConnectError, OSError, RefusedError, LinkClosed) as error:
+    except (ConnectError, OSError, RefusedError, LinkClosed, HistoryError) as error:
         warn(f"cannot ask the history ({error}): its conditions see only what is published from now on")
         return
     for problem in warnings:
