@@ -17,10 +17,10 @@ from typing import Any
 from wfm.workflow.checks import DEFAULT_PRIORITY, find_problems
 from wfm.workflow.errors import DefinitionError
 from workflow_messages import DAILY, weekday_words
-from workflow_messages.conditions import Condition, Event, Wait, records
+from workflow_messages.conditions import Condition, Event, Wait
+from workflow_messages.conditions import records as condition_records
 from workflow_messages.named_calendars import NamedCalendar
-from workflow_messages.params import Param
-from workflow_messages.params import records as param_records
+from workflow_messages.params import Param, records
 
 __all__ = ["After", "Event", "Job", "NamedCalendar", "Param", "Wait", "Workflow"]
 
@@ -75,7 +75,7 @@ class Job:
             **({"priority": self.priority} if self.priority != DEFAULT_PRIORITY else {}),
             **({"calendar": self.calendar} if self.calendar is not None else {}),  # likewise
             **({"deadline": self.deadline} if self.deadline is not None else {}),
-            **({"conditions": records(self.conditions)} if self.conditions else {}),  # likewise
+            **({"conditions": condition_records(self.conditions)} if self.conditions else {}),  # likewise
         }
 
 
@@ -116,7 +116,7 @@ class Workflow:
         the XML was laid out; any change of meaning gives a new one."""
         definition: dict[str, Any] = {"workflow": self.name, "jobs": [job.definition() for job in self.jobs]}
         if self.params:  # only when declared: a workflow without keeps the version it had
-            definition["params"] = param_records(self.params)
+            definition["params"] = records(self.params)
         if self.calendars:  # likewise
             definition["calendars"] = [calendar.record() for calendar in self.calendars]
         if self.deadline is not None:  # likewise
