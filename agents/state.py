@@ -24,18 +24,30 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from agents import cancel_and_rerun, catalogue, deadlines, firing, forgetting, refusals, run_queue, snapshot
+from agents import (
+    cancel_and_rerun,
+    catalogue,
+    conditions,
+    deadlines,
+    firing,
+    forgetting,
+    refusals,
+    run_queue,
+    snapshot,
+)
 from agents.catalogue import Deployment, Owner
 from agents.commands import (
     Cancel,
     DefineJob,
     Deploy,
     DeploymentCommand,
+    Facts,
     Rerun,
     Undeploy,
     WantRegistration,
     read_envelope,
 )
+from agents.conditions import Fact
 from agents.envelope import Registration, ack_fields
 from agents.events import (
     Delivered,
@@ -98,6 +110,10 @@ class Agent:
         # [...]}): no generation starts on it, and it is dropped once no generation runs on it
         self.retired: set[tuple[str, str]] = set()
         self.installs = 0  # deployments created: the next one's install order
+        # what conditions on other workflows and events were delivered, by subscription; and the
+        # runs held until their conditions hold (agents.conditions)
+        self.facts: dict[str, list[Fact]] = {}
+        self.held: list[Run] = []
         self.swept = 0.0  # the last minute of ``now`` (now // SWEEP_EVERY) swept
 
     def handle(self, event: Event, now: float) -> list[Effect]:
@@ -173,4 +189,5 @@ _COMMANDS: dict[type, Callable[[Agent, Any, float], cancel_and_rerun.Operated]] 
     Undeploy: _deployment_command,
     Cancel: cancel_and_rerun.cancel,
     Rerun: cancel_and_rerun.rerun,
+    Facts: conditions.facts_command,
 }

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lxml import etree
 
-from wfm.workflow import calendars
+from wfm.workflow import calendars, conditions
 from wfm.workflow.checks import DEFAULT_PRIORITY, PRIORITY_RULE, RETRIES_RULE, TIMEOUT_RULE
 from wfm.workflow.errors import DefinitionError, Problem
 from wfm.workflow.model import After, Job, Param, Workflow
@@ -54,6 +54,11 @@ _SCHEMA_MESSAGES: list[tuple[re.Pattern[str], str]] = [
         re.compile(r"Element 'calendar': This element is not expected"),
         "unexpected <calendar> (a workflow declares its <calendar> elements after its <param>"
         " elements and before its jobs)",
+    ),
+    (
+        re.compile(r"Element '(wait|event)': This element is not expected"),
+        "unexpected <{0}> (a job holds its <after> elements, then its <wait> and <event> elements,"
+        " then exactly one <command>)",
     ),
     (
         re.compile(r"Element '(after|command)': This element is not expected"),
@@ -184,4 +189,7 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
     )
     command = (element.findtext("command") or "").strip()
     agent, calendar, deadline = element.get("agent", ""), element.get("calendar"), element.get("deadline")
-    return Job(name, agent, command, weekdays, timeout, retries, after, line, priority, calendar, deadline)
+    waits = conditions.read(element)
+    return Job(
+        name, agent, command, weekdays, timeout, retries, after, line, priority, calendar, deadline, waits
+    )
