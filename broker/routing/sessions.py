@@ -137,6 +137,15 @@ class Sessions(Stateful):
             out += self._drop(hop)
         return out
 
+    def ends_by(self, hop: str, now: float) -> bool:
+        """Whether ``hop`` is away and its grace period is over by ``now``. An adapter asks
+        before it takes a peer's link: a session that ends as the peer comes back must be
+        withdrawn first (a ``Tick``), for the hellos already named the kept channel, and the
+        ``LinkUp`` that withdrew it would open a channel of that name with its seqs starting
+        again at 1: the peer, resuming, would drop them as taken before and keep everything
+        it had sent us, which we forgot (see ``broker.transport.peers``)."""
+        return self.away.get(hop, float("inf")) <= now
+
     def own(self, hop: str, entry_id: str, request: RequestKey) -> None:
         self.requests[entry_id] = request
         self.owned[hop].add(entry_id)

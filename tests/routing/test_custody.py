@@ -141,6 +141,43 @@ def test_a_neighbour_that_forgot_us_while_we_kept_it_is_taken_for_new_on_both_si
     assert overlay.clients["sc"].take() == ["[class,c]"]
 
 
+def test_a_neighbour_whose_grace_ends_as_it_links_again_is_forgotten_before_the_hellos() -> None:
+    """B2 kept B3's session past its grace with nothing to end it (both were down), and B3's
+    link was its first input after: withdrawn by that LinkUp, the session went with the channel
+    both hellos had named, and a new one of the same name started its seqs at 1 again. B3,
+    resuming, dropped them as resent and never sent again what B2 forgot: here a subscription,
+    in a demo's brokers a composite's part (placed towards B3, never detected there)."""
+    overlay = line(grace=60)
+    sub = overlay.clients["sub"]
+    sub.subscribe("[class,eq,a]")
+    sub.subscribe_composite(JOIN)
+    overlay.disconnect("B2", "B3")
+    overlay.routers["B3"].sessions.away["B2"] = overlay.now + 600  # B3 keeps B2 longer
+    overlay.now += 61  # and no Tick: B2 hears nothing before B3's link is back
+    overlay.connect("B2", "B3")
+    overlay.clients["pa"].publish("[class,a],[x,back]")
+    overlay.clients["pb"].publish("[class,b],[x,back]")
+    assert sub.take() == ["[class,a],[x,back]"]
+    assert sub.fired() == [["[class,a],[x,back]", "[class,b],[x,back]"]]
+    assert overlay.routers["B3"].custody.peer_epoch("B2") == overlay.routers["B2"].custody.channels["B3"].name
+    assert all(r.counters["dropped.resent"] == 0 for r in overlay.routers.values())
+
+
+def test_a_client_whose_grace_ends_as_it_reconnects_is_told_its_session_is_new() -> None:
+    overlay = line(grace=60)
+    sub = overlay.clients["sub"]
+    sub.subscribe("[class,eq,a]")
+    overlay.clients["pa"].publish("[class,a],[x,before]")
+    assert sub.take() == ["[class,a],[x,before]"] and sub.took == 1
+    overlay.drop_client("sub")
+    overlay.now += 61  # no Tick: its reconnection is the first input past its grace
+    overlay.reconnect("sub")
+    assert sub.took == 0  # a new channel, not the one it had: it knows to ask again
+    sub.subscribe("[class,eq,a]")
+    overlay.clients["pa"].publish("[class,a],[x,after]")
+    assert sub.take() == ["[class,a],[x,after]"]
+
+
 def test_what_was_held_for_a_neighbour_that_forgot_us_goes_again_on_the_new_channel() -> None:
     overlay = line(grace=60)
     overlay.clients["sub"].subscribe("[class,eq,a]")
