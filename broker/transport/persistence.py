@@ -39,6 +39,18 @@ a detection (``broker.routing.composites``) its requesters' priorities, within f
 pickled without them comes back with the default priority (4) for everything, which is what
 it had, so neither replaying the same records nor the peers' seqs change.
 
+**What an upgrade tells the neighbours.** The state an older version left may be out of step
+with what its neighbours have of it, and nothing in it tells: older brokers let a neighbour's
+``LinkUp`` end the session it resumed (``Sessions.ends_by`` says why that can no longer happen),
+and the neighbour dropped what came on the channel opened in its place as resent, so it lacked
+advertisements, subscriptions and composite parts this broker believed it had (a workflow's
+``APPL_END`` never came). So a log of an older format, once replayed, marks every neighbour's
+channel (``Custody.reannounce_all``): at its next resume the broker tells the neighbour again
+everything it told it and did not withdraw (``Tables.announced``, ``Composites.announced``),
+once. The neighbour drops what it had as duplicates and takes what it lacked. What it has and
+should not (a withdrawal it dropped) stays until it goes by itself; the join state on both
+sides is kept.
+
 A pickle names each class by its module and name, so a class that moves or is renamed would
 make every log written before unreadable: ``MOVED`` and ``RENAMED`` map what a readable format
 may name to where and what the classes are now, and everything this module reads goes through
@@ -199,6 +211,7 @@ class RouterLog:
             self.clock.monotonic() - started,
         )
         if written != SNAPSHOT_FORMAT:  # at once: an older broker would misread these records
+            router.custody.reannounce_all()  # and what older versions left may be amiss
             self.checkpoint(router)
         return router
 
