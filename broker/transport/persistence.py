@@ -33,7 +33,9 @@ of service (``broker.messages.qos``) and subscriptions a lease: one pickled by f
 back with the defaults. 13 carries a window per channel (``broker.routing.backlog``): the same
 records would give some messages their seqs later, so a log of 11 or 12 is replayed without a
 window, as it was written, and windows apply from its checkpoint on; a channel, a detection
-pickled before come back with an empty backlog and the default priorities. Format 12 never left
+pickled before come back with an empty backlog and the default priorities. Brokers of the
+development version that brought windows wrote format 12 too: a snapshot whose channels have
+a backlog's slots (``WINDOW_SLOT``) says so, and its log is replayed with windows. Format 12 never left
 development, so 13 reads 11 too. Composite subscriptions and their notifications gained a priority, and
 a detection (``broker.routing.composites``) its requesters' priorities, within format 12: one
 pickled without them comes back with the default priority (4) for everything, which is what
@@ -81,6 +83,9 @@ log = logging.getLogger("broker")
 SNAPSHOT_FORMAT = 13
 READABLE = (11, 12, 13)  # the formats before, and this one (see the module's docstring)
 WINDOWED = 13  # the first format whose brokers carried a window per channel (``routing.backlog``)
+# a slot of a channel with a window: development brokers carried windows under format 12 too
+# (their snapshots name it), and their logs replay with windows like those of 13
+WINDOW_SLOT = b"waiting_weight"
 _WIRE = b"W"  # a record of an input from a link: this, the clock and the hop's length, the hop, a frame
 _WIRE_HEAD = struct.Struct(">dH")
 _FRAME_AT = len(_WIRE) + _WIRE_HEAD.size
@@ -182,8 +187,9 @@ class RouterLog:
             )
         router, written = self._router(snapshot)
         window = router.custody.window, router.custody.window_bytes
-        if written < WINDOWED:  # a broker that carried everything at once wrote these records:
-            # replayed so, each message gets the seq it was sent under (a peer took them so)
+        if written < WINDOWED and WINDOW_SLOT not in snapshot:  # a broker that carried
+            # everything at once wrote these records: replayed so, each message gets the seq it
+            # was sent under (a peer took them so)
             router.custody.window = router.custody.window_bytes = sys.maxsize
         quiet = logging.getLogger("broker.routing")
         level = quiet.level
