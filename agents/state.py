@@ -24,7 +24,17 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from agents import cancel_and_rerun, catalogue, deadlines, firing, forgetting, refusals, run_queue, snapshot
+from agents import (
+    cancel_and_rerun,
+    catalogue,
+    deadlines,
+    firing,
+    forgetting,
+    overlap,
+    refusals,
+    run_queue,
+    snapshot,
+)
 from agents.catalogue import Deployment, Owner
 from agents.commands import (
     Cancel,
@@ -102,7 +112,7 @@ class Agent:
 
     def handle(self, event: Event, now: float) -> list[Effect]:
         effects = forgetting.sweep(self, now) + _EVENTS[type(event)](self, event, now)
-        return effects + deadlines.check(self, now)
+        return effects + overlap.check(self, now, firing.begin) + deadlines.check(self, now)
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as JSON-able data: :meth:`restore` on a new agent gives the same state."""

@@ -25,7 +25,7 @@ from wfm.deploy import deploy as deploy_plan
 from wfm.operations import Deployed, NoReply, Session
 from wfm.signing import Deployer, signer_of
 from wfm.triggers import check_workflow
-from wfm.workflow import DefinitionError, Plan, Problem, Workflow, calendars, load, translate
+from wfm.workflow import DefinitionError, Plan, Problem, Workflow, calendars, load, overlap, translate
 
 Sign = Callable[[Publication], Publication]
 
@@ -64,9 +64,13 @@ def validate(files: tuple[Path, ...], output: str) -> None:
             record = {"file": str(file), "ok": True, "workflow": workflow.name, "jobs": len(workflow.jobs)}
             if workflow.calendars:  # only when declared: the same answer as before for the others
                 record["calendars"] = calendars.listing(workflow)
+            if workflow.overlap is not None:  # likewise
+                record["overlap"] = overlap.listing(workflow)
             click.echo(json.dumps({**record, "agents": list(workflow.agents), "problems": []}))
         else:
             click.echo(f"{file}: ok ({len(workflow.jobs)} jobs, agents {', '.join(workflow.agents)})")
+            if workflow.overlap is not None:
+                click.echo(f"  {workflow.overlap.describe()}")
             for line in calendars.lines(workflow):
                 click.echo(f"  {line}")
     if failed:

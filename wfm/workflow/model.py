@@ -18,9 +18,10 @@ from wfm.workflow.checks import DEFAULT_PRIORITY, find_problems
 from wfm.workflow.errors import DefinitionError
 from workflow_messages import DAILY, weekday_words
 from workflow_messages.named_calendars import NamedCalendar
+from workflow_messages.overlap import Overlap
 from workflow_messages.params import Param, records
 
-__all__ = ["After", "Job", "NamedCalendar", "Param", "Workflow"]
+__all__ = ["After", "Job", "NamedCalendar", "Overlap", "Param", "Workflow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,8 @@ class Workflow:
     params: tuple[Param, ...] = ()
     calendars: tuple[NamedCalendar, ...] = ()  # ``<calendar>``: :mod:`workflow_messages.named_calendars`
     deadline: str | None = None  # when APPL_END must have come (workflow_messages.deadlines)
+    # ``max-active`` and ``overlap``: generations at once (None: unlimited), workflow_messages.overlap
+    overlap: Overlap | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "jobs", tuple(self.jobs))
@@ -115,6 +118,8 @@ class Workflow:
             definition["calendars"] = [calendar.record() for calendar in self.calendars]
         if self.deadline is not None:  # likewise
             definition["deadline"] = self.deadline
+        if self.overlap is not None:  # likewise
+            definition["overlap"] = self.overlap.record()
         canonical = json.dumps(
             definition,
             sort_keys=True,
