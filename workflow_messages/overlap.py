@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "MAX_ACTIVE_RULE",
     "POLICIES",
+    "QUEUED",
     "SKIPPED",
     "Overlap",
     "overlap_problems",
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 SKIPPED = "SKIPPED"  # APPL_END of a generation not started: the limit was reached (overlap="skip")
+# a generation waiting its turn, as wfm runs and the dashboard show it: its APPL_START's state in
+# the coordinator's answer to RUNS (``busy``), upper-cased as every job state is
+QUEUED = "QUEUED"
 POLICIES = ("queue", "skip", "cancel")
 DEFAULT_POLICY = "queue"
 MAX_ACTIVE = 10_000  # more is no limit at all, and most likely a typing slip
@@ -54,16 +58,16 @@ class Overlap:
         return {"max_active": self.max_active, "policy": self.policy}
 
     def describe(self) -> str:
-        """``at most 2 generations at once; a Trigger beyond waits its turn`` (``wfm validate``)."""
+        """``at most 2 generations at once; a Trigger beyond waits its turn (overlap=queue)`` (``wfm
+        validate``)."""
         beyond = {
             "queue": "waits its turn",
             "skip": "is skipped",
             "cancel": "cancels the oldest running",
         }[self.policy]
         plural = "s" if self.max_active != 1 else ""
-        return (
-            f"at most {self.max_active} generation{plural} at once; a Trigger beyond {beyond} ({self.policy})"
-        )
+        at_once = f"at most {self.max_active} generation{plural} at once"
+        return f"{at_once}; a Trigger beyond {beyond} (overlap={self.policy})"
 
 
 def overlap_problems(overlap: Overlap) -> list[str]:

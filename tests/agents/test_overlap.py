@@ -13,6 +13,8 @@ import pytest
 from agents.events import Delivered, Effect, Event, Finished, Incoming, Result, Stop, TimePassed
 from agents.journal import Journal
 from agents.queries import answer_query
+from agents.registering import Registering
+from agents.registering import _name as registering_name
 from agents.state import Agent
 from broker.language import Publication
 from tests.agents.test_state import install, journaled, published, runs
@@ -275,3 +277,23 @@ def snapshotted(agent: Agent) -> Agent:
     restored = Agent(agent.name)
     restored.restore(json.loads(json.dumps(agent.snapshot())))
     return restored
+
+
+def test_a_firing_a_kept_session_delivers_before_the_restarted_agent_asks_again_reaches_its_job() -> None:
+    """A broker that kept the coordinator's session while it was away (kill -9) delivers the
+    firings it held under the ids of the last run, maybe before the new run has asked for those
+    registrations again: each id ends with the registration's name, the same in every run."""
+
+    class Fresh:
+        """A client of the new run, which holds no registration yet."""
+
+        def name_of(self, known_id: str) -> str | None:
+            return None
+
+    agent = coordinator(1, "queue")
+    registering = Registering(agent)
+    end_key = key(agent, "APPL_END")
+    held = f"B1/agentA-1/{registering_name(end_key)}"
+    assert registering.key_of(Fresh(), held) == end_key  # type: ignore[arg-type]
+    assert registering.key_of(Fresh(), "B1/agentA-1/k0000") is None  # not wanted: dropped
+    assert registering.key_of(Fresh(), "not an id") is None
