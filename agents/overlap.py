@@ -116,6 +116,7 @@ def check(agent: Agent, now: float, begin: Begin) -> list[Effect]:
             generation.queued = []
             del generation.jobs[APPL_START]
             generation.version = info.version
+            generation.since = now  # it starts now: what its deadline counts from, as elsewhere
             log.info("%s %s starts: its turn came", workflow, gid)
             effects += begin(agent, info, gid, publications, {}, now)  # (its params are recorded)
     return effects

@@ -93,6 +93,7 @@ def test_with_limit_1_and_queue_triggers_wait_and_start_one_after_the_other_in_o
     assert arrive(agent, "g2", 13.0) == []  # its Trigger delivered again: a duplicate
     effects = run_through(agent, "g1", 20.0)
     assert said(effects)[-2:] == [("g1", "APPL_END", "SUCCESS"), ("g2", "APPL_START", "SUCCESS")]
+    assert agent.generations["LIM", "g2"].since == 21.0  # started then: its deadline counts from it
     assert said(run_through(agent, "g2", 30.0))[-2:] == [
         ("g2", "APPL_END", "SUCCESS"),
         ("g3", "APPL_START", "SUCCESS"),

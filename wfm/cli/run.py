@@ -108,7 +108,10 @@ def trigger(
     at once (exit status 1), and nothing is published. If no agent answers, or this identity may
     not ask (a scheduler's), it triggers unchecked. Then exits once the broker has acknowledged
     the Trigger and the workflow's coordinator has started the generation (its APPL_START): exit
-    status 1 if none did within --wait seconds (its coordinator is not running). A Trigger the
+    status 1 if none did within --wait seconds (its coordinator is not running), unless the
+    coordinator holds it waiting its turn (the workflow's max-active, overlap="queue" or
+    "cancel": said on stderr, exit status 0); one it skipped (overlap="skip") is exit status 1,
+    saying why. A Trigger the
     broker did not acknowledge in time (exit status 3) stays in the outbox, and the next wfm
     trigger sends it first, under the same id: the overlay drops it if it got through after all.
     Triggers in the same outbox go one process at a time.

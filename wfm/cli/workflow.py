@@ -47,7 +47,8 @@ timeout_option = click.option(
 def validate(files: tuple[Path, ...], output: str) -> None:
     """Check workflow definitions: every problem is printed as FILE:LINE: message on stderr, and
     exit status 1 if any file has one. -o json: one object per file on stdout, {"file", "ok",
-    "workflow", "jobs", "agents", "problems": [{"line", "message"}]}."""
+    "workflow", "jobs", "agents", "problems": [{"line", "message"}]}, with "calendars" and
+    "overlap" ({"max_active", "policy"}) for a workflow that declares them."""
     failed = False
     for file in files:
         try:
