@@ -94,23 +94,23 @@ def admit(
 def check(agent: Agent, now: float, begin: Begin) -> list[Effect]:
     """After every event: end the waiting generations that were cancelled or whose Trigger
     expired, then start waiting ones, oldest first, while the limit of their workflow's current
-    version leaves room (any, if that version has no limit)."""
+    version leaves room (any, if that version has no limit). A version that moved the
+    coordinator to another agent ends those still waiting here: the new one never heard of them."""
     if not any(_limited(deployment.jobs.get(APPL_START)) for deployment in agent.deployments.values()):
         return []  # most agents, at most events: no scan of the generations
+    held = {workflow for (workflow, _), generation in agent.generations.items() if generation.queued}
     effects: list[Effect] = []
-    for workflow in dict.fromkeys(w for w, _ in agent.generations):
-        queue = waiting(agent, workflow)
-        if not queue:
-            continue
-        for gid in queue:
+    for workflow in sorted(held):
+        for gid in waiting(agent, workflow):
             effects += _expire_or_drop(agent, workflow, gid, now)
         current = agent.current(workflow)
         info = None if current is None else agent.deployments[workflow, current].jobs.get(APPL_START)
         if info is None:
-            continue  # no version starts generations here now: they wait for one that does
+            effects += _moved(agent, workflow, current, now)
+            continue
         limit = info.overlap
-        room = len(queue) if limit is None else limit.max_active - len(running(agent, workflow))
-        for gid in waiting(agent, workflow)[: max(room, 0)]:
+        room = None if limit is None else limit.max_active - len(running(agent, workflow))
+        for gid in waiting(agent, workflow)[: None if room is None else max(room, 0)]:
             generation = agent.generations[workflow, gid]
             publications = _firing(generation)
             generation.queued = []
@@ -120,6 +120,21 @@ def check(agent: Agent, now: float, begin: Begin) -> list[Effect]:
             log.info("%s %s starts: its turn came", workflow, gid)
             effects += begin(agent, info, gid, publications, {}, now)  # (its params are recorded)
     return effects
+
+
+def _moved(agent: Agent, workflow: str, current: str | None, now: float) -> list[Effect]:
+    """No version here starts generations of ``workflow`` any more: the waiting ones end."""
+    where = (
+        "no version here starts generations of it any more"
+        if current is None
+        else f"version {current} has another coordinator"
+    )
+    detail = f"cancelled while queued: {where}; nothing ran (trigger it again)"
+    return [
+        e
+        for gid in waiting(agent, workflow)
+        for e in _end_waiting(agent, workflow, gid, CANCELLED, detail, now)
+    ]
 
 
 def replaced(agent: Agent, workflow: str, version: str, gid: str, now: float) -> list[Effect]:

@@ -38,7 +38,13 @@ def coordinator(limit: int = 1, policy: str = "queue") -> Agent:
 
 
 def key(agent: Agent, job: str, command: str = "COMPOSITESUBSCRIBE") -> str:
-    return next(k for k, (_, _, j) in agent.owners.items() if j == job and agent.wanted[k].command == command)
+    """The registration of ``job`` of the version deployed last."""
+    current = version(agent)
+    return next(
+        k
+        for k, (_, v, j) in agent.owners.items()
+        if j == job and v in (current, "") and agent.wanted[k].command == command
+    )
 
 
 def version(agent: Agent) -> str:
@@ -298,3 +304,42 @@ def test_a_firing_a_kept_session_delivers_before_the_restarted_agent_asks_again_
     assert registering.key_of(Fresh(), held) == end_key  # type: ignore[arg-type]
     assert registering.key_of(Fresh(), "B1/agentA-1/k0000") is None  # not wanted: dropped
     assert registering.key_of(Fresh(), "not an id") is None
+
+
+def test_a_new_version_with_a_higher_limit_starts_the_waiting_ones_it_has_room_for() -> None:
+    agent = coordinator(1, "queue")
+    arrive(agent, "g1", 10.0)
+    arrive(agent, "g2", 11.0)
+    arrive(agent, "g3", 12.0)
+    wider = plan(2, "queue")
+    effects = install(agent, wider)  # g1 runs on the old version, and counts
+    assert said(effects) == [("g2", "APPL_START", "SUCCESS")]
+    assert [p["version"] for p in published(effects) if p.cls == "JOBSTATUS"] == [wider.version]
+    assert said(end(agent, "g2", 13.0)) == [("g2", "APPL_END", "SUCCESS"), ("g3", "APPL_START", "SUCCESS")]
+
+
+def test_a_new_version_that_moves_the_coordinator_away_ends_the_waiting_ones() -> None:
+    agent = coordinator(1, "queue")
+    arrive(agent, "g1", 10.0)
+    arrive(agent, "g2", 11.0)
+    jobs = (Job("JobA", "agentX", "a"), Job("JobB", "agentA", "b", after=(After("JobA"),)))
+    moved = translate(Workflow("LIM", jobs, overlap=Overlap(1)))
+    [gone] = [p for p in published(install(agent, moved)) if p.cls == "JOBSTATUS"]
+    assert (gone["GID"], gone["jobname"], gone["status"]) == ("g2", "APPL_END", "CANCELLED")
+    where = f"version {moved.version} has another coordinator"
+    assert gone["detail"] == f"cancelled while queued: {where}; nothing ran (trigger it again)"
+
+
+def test_a_waiting_generations_deadline_counts_from_when_it_starts() -> None:
+    agent = Agent("agentA")
+    jobs = (Job("JobA", "agentA", "a"), Job("JobB", "agentB", "b", after=(After("JobA"),)))
+    install(agent, translate(Workflow("LIM", jobs, deadline="1m", overlap=Overlap(1))))
+    arrive(agent, "g1", 10.0)
+    arrive(agent, "g2", 11.0)
+    missed = published(agent.handle(TimePassed(), 200.0))
+    assert [(p["GID"], p["status"]) for p in missed] == [("g1", "DEADLINE")]  # g2 has not started
+    run_through(agent, "g1", 300.0)  # g2 starts at 301
+    assert published(agent.handle(TimePassed(), 360.0)) == []
+    assert [(p["GID"], p["status"]) for p in published(agent.handle(TimePassed(), 361.0))] == [
+        ("g2", "DEADLINE")
+    ]
