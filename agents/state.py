@@ -13,8 +13,8 @@ the router does its messages, and so does an envelope's command, read once at th
 (:mod:`agents.catalogue`), firings (:mod:`agents.firing`), the statuses followed and the
 coordinator's (:mod:`agents.coordinator`), the run queue (:mod:`agents.run_queue`), the statuses
 published (:mod:`agents.publishing`), forgetting (:mod:`agents.forgetting`), cancel and rerun
-(:mod:`agents.cancel_and_rerun`), what is refused (:mod:`agents.refusals`) and the snapshot
-(:mod:`agents.snapshot`).
+(:mod:`agents.cancel_and_rerun`), what is refused (:mod:`agents.refusals`), the snapshot
+(:mod:`agents.snapshot`) and a workflow's limit on generations at once (:mod:`agents.overlap`).
 """
 
 from __future__ import annotations
