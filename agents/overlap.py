@@ -78,7 +78,7 @@ def admit(
         return unstarted.end(agent, workflow, info.version, gid, SKIPPED, detail, publications, now)
     if not full and not queue:  # (those waiting go first: they wait for room only)
         return None
-    effects = _replace(agent, info, gid, active, queue, now) if limit.policy == "cancel" else []
+    effects = _replace(agent, info, gid, active, queue, now) if limit.policy == "cancel" and full else []
     generation = agent.generations[workflow, gid]
     generation.jobs[APPL_START] = "queued"
     generation.queued = [str(p) for p in publications]
