@@ -38,14 +38,14 @@ def lasting(tmp_path: Path) -> Iterator[Overlay]:
 
 
 def one_at_a_time(tmp: Path, order: Path) -> Path:
-    """First on agentA (the coordinator), then Work on agentB, which takes 4 s in g1 (the others
+    """First on agentA (the coordinator), then Work on agentB, which takes 5 s in g1 (the others
     wait meanwhile) and 0.5 s in the others: each appends to ``order`` when it starts and ends,
     so overlapping generations would interleave there."""
     path = tmp / "one.xml"
     path.write_text(f"""<workflow name="ONE" max-active="1" overlap="queue">
   <job name="First" agent="agentA"><command>echo "First $WFM_GID" >> {order}; sh {STEP} first</command></job>
   <job name="Work" agent="agentB"><after job="First"/>
-    <command>echo "Work $WFM_GID" >> {order}; if [ $WFM_GID = g1 ]; then sleep 4; else sleep 0.5; fi
+    <command>echo "Work $WFM_GID" >> {order}; if [ $WFM_GID = g1 ]; then sleep 5; else sleep 0.5; fi
       sh {STEP} work; echo "Worked $WFM_GID" >> {order}</command>
   </job>
 </workflow>""")
@@ -72,13 +72,11 @@ def test_three_triggers_run_one_after_the_other_through_a_kill_of_the_coordinato
     out, err = third.communicate()
     assert third.returncode == 0, err
     assert out == "g3\n" and "ONE generation g3 is queued" in err
-    # kill -9 of the coordinator while g2 and g3 wait their turn, then back
+    # kill -9 of the coordinator while g3 (and g2, unless this machine is slow) waits, then back
     coordinator = overlay.agents["agentA"]
     coordinator.send_signal(signal.SIGKILL)
     coordinator.wait(5)
-    assert "Worked g1" not in (order.read_text() if order.exists() else ""), (
-        "too slow to kill while one waited"
-    )
+    assert "Work g3" not in (order.read_text() if order.exists() else ""), "g3 had started: too slow"
     overlay.start("agentA")
     overlay.wait_end("ONE", GIDS, timeout=40)
     wait_for(lambda: order.read_text().count("Worked") == 3, "the last Work's line")
