@@ -433,4 +433,3 @@ class RouterService:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await wake.wait()
-

@@ -20,9 +20,10 @@ from workflow_messages import DAILY, weekday_words
 from workflow_messages.conditions import Condition, Event, Wait
 from workflow_messages.conditions import records as condition_records
 from workflow_messages.named_calendars import NamedCalendar
+from workflow_messages.overlap import Overlap
 from workflow_messages.params import Param, records
 
-__all__ = ["After", "Event", "Job", "NamedCalendar", "Param", "Wait", "Workflow"]
+__all__ = ["After", "Event", "Job", "NamedCalendar", "Overlap", "Param", "Wait", "Workflow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,8 @@ class Workflow:
     params: tuple[Param, ...] = ()
     calendars: tuple[NamedCalendar, ...] = ()  # ``<calendar>``: :mod:`workflow_messages.named_calendars`
     deadline: str | None = None  # when APPL_END must have come (workflow_messages.deadlines)
+    # ``max-active`` and ``overlap``: generations at once (None: unlimited), workflow_messages.overlap
+    overlap: Overlap | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "jobs", tuple(self.jobs))
@@ -121,6 +124,8 @@ class Workflow:
             definition["calendars"] = [calendar.record() for calendar in self.calendars]
         if self.deadline is not None:  # likewise
             definition["deadline"] = self.deadline
+        if self.overlap is not None:  # likewise
+            definition["overlap"] = self.overlap.record()
         canonical = json.dumps(
             definition,
             sort_keys=True,
