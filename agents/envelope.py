@@ -31,6 +31,7 @@ from workflow_messages import (
     trigger_atom,
     trigger_date,
 )
+from workflow_messages.approvals import parse_approval
 from workflow_messages.deadlines import parse_deadline
 from workflow_messages.named_calendars import NamedCalendar, read_record
 from workflow_messages.operations import decode_content
@@ -60,6 +61,9 @@ COMMANDS = (
     "UNDEPLOY",
     "CANCEL",
     "RERUN",
+    "HOLD",
+    "RELEASE",
+    "APPROVE",
 )
 
 
@@ -96,6 +100,7 @@ class JobInfo:
     priority: int = 4  # of the job's statuses (``broker.messages.qos``)
     named: NamedCalendar | None = None  # its definition's ``calendar="NAME"``, if any
     deadline: str | None = None  # when it must have ended (APPL_END's: the generation's), if ever
+    approval: tuple[str, ...] = ()  # an approval step: the roles that may approve it (no command)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,8 +283,9 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         )
     command, words, retries = data.get("command"), data.get("schedule", ["daily"]), data.get("retries", 0)
     timeout = data.get("timeout")
-    if not isinstance(command, str) or not command.strip():
-        raise ValueError("JOBINFO needs a non-empty command")
+    approval = parse_approval(data.get("approval", []))
+    if not isinstance(command, str) or bool(approval) == bool(command.strip()):
+        raise ValueError("JOBINFO needs a non-empty command, or an empty one for an approval step")
     if not isinstance(words, list) or not all(isinstance(word, str) for word in words) or not words:
         raise ValueError("JOBINFO schedule must be a non-empty list of day words")
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
@@ -313,6 +319,7 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         priority=priority,
         named=None if data.get("calendar") is None else read_record(data["calendar"]),
         deadline=deadline,
+        approval=approval,
     )
 
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from agents import coordinator, forgetting, publishing, refusals, run_queue
+from agents import approvals, coordinator, forgetting, publishing, refusals, run_queue
 from agents.envelope import JobInfo, firing_date
 from agents.events import Delivered, Effect, Emit, Run
 from agents.generations import NOT_RUN, GenerationState
@@ -152,6 +152,8 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
         " ".join(sorted(upstream)),
         encode_params(params) if params else "",
     )
+    if info.approval:  # an approval step runs nothing: it waits for wfm approve
+        return approvals.await_approval(agent, run, now)
     agent.pending.append(run_queue.Pending(run))
     return run_queue.pump(agent, now)
 

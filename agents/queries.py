@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agents.holds import shown
 from agents.state import Agent
 from broker.language import Publication
 from broker.transport import MAX_FRAME
@@ -118,6 +119,7 @@ def _deployments(agent: Agent, command_limit: int | None = None) -> list[dict[st
                 "timeout": info.timeout,
                 "retries": info.retries,
                 **({"calendar": info.named.record()} if info.named is not None else {}),
+                **({"approval": list(info.approval)} if info.approval else {}),
             }
             for job, info in deployment.jobs.items()
             if job not in VIRTUAL
@@ -145,6 +147,7 @@ def _runs(agent: Agent, workflow: str, prefix: str, limit: int) -> list[dict[str
             continue
         generation = agent.generations.get((w, gid))
         busy = {} if generation is None else {j: s for j, s in generation.jobs.items() if s != "done"}
+        busy = {j: shown(agent, w, gid, j, s) for j, s in busy.items()}  # queued but held: held
         cancelled = generation is not None and generation.cancelled
         found.append(
             {

@@ -14,7 +14,8 @@ from dataclasses import asdict, astuple
 from typing import TYPE_CHECKING, Any
 
 from agents import catalogue
-from agents.commands import Cancel, Rerun, read_command
+from agents.approvals import Awaiting
+from agents.commands import DeploymentCommand, read_command
 from agents.envelope import Control
 from agents.events import Run
 from agents.generations import GenerationState
@@ -60,6 +61,13 @@ def snapshot(agent: Agent) -> dict[str, Any]:
         "trust": agent.trust.snapshot(),
         "outcomes": [[workflow, gid, record] for (workflow, gid), record in agent.outcomes.items()],
         "retired": sorted(agent.retired),
+        # only when there are (most agents have none): agents.holds, agents.approvals
+        **({"holds": sorted(map(list, agent.holds))} if agent.holds else {}),
+        **(
+            {"approvals": [[asdict(a.run), a.since] for a in agent.approvals.values()]}
+            if agent.approvals
+            else {}
+        ),
     }
 
 
@@ -87,6 +95,10 @@ def restore(agent: Agent, saved_state: dict[str, Any]) -> None:
     agent.outcomes = OrderedDict(((w, g), record) for w, g, record in saved_state.get("outcomes", []))
     # after the deployments, whose envelopes (applied again) would end the retirements
     agent.retired = {(w, v) for w, v in saved_state.get("retired", []) if (w, v) in agent.deployments}
+    agent.holds = {(w, j, g) for w, j, g in saved_state.get("holds", [])}  # none in older snapshots
+    for run, since in saved_state.get("approvals", []):
+        awaiting = Awaiting(Run(**run), since)
+        agent.approvals[awaiting.run.workflow, awaiting.run.gid, awaiting.run.job] = awaiting
 
 
 def _reapply(agent: Agent, control: Control) -> None:
@@ -94,7 +106,7 @@ def _reapply(agent: Agent, control: Control) -> None:
     is skipped: an agent that cannot start is worse than one version missing."""
     try:
         command = read_command(control)
-        if isinstance(command, Cancel | Rerun):
+        if not isinstance(command, DeploymentCommand):
             raise ValueError("not a deployment's envelope")
         catalogue.apply(agent, command)
     except ValueError as error:

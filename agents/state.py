@@ -24,13 +24,28 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from agents import cancel_and_rerun, catalogue, deadlines, firing, forgetting, refusals, run_queue, snapshot
+from agents import (
+    approvals,
+    cancel_and_rerun,
+    catalogue,
+    deadlines,
+    firing,
+    forgetting,
+    hold_and_release,
+    holds,
+    refusals,
+    run_queue,
+    snapshot,
+)
+from agents.approvals import Awaiting
 from agents.catalogue import Deployment, Owner
 from agents.commands import (
+    Approve,
     Cancel,
     DefineJob,
     Deploy,
     DeploymentCommand,
+    Hold,
     Rerun,
     Undeploy,
     WantRegistration,
@@ -99,10 +114,13 @@ class Agent:
         self.retired: set[tuple[str, str]] = set()
         self.installs = 0  # deployments created: the next one's install order
         self.swept = 0.0  # the last minute of ``now`` (now // SWEEP_EVERY) swept
+        self.holds: set[holds.Rule] = set()  # wfm hold: what may not start (agents.holds)
+        # (workflow, gid, job) -> an approval step waiting for wfm approve (agents.approvals)
+        self.approvals: dict[tuple[str, str, str], Awaiting] = {}
 
     def handle(self, event: Event, now: float) -> list[Effect]:
         effects = forgetting.sweep(self, now) + _EVENTS[type(event)](self, event, now)
-        return effects + deadlines.check(self, now)
+        return effects + approvals.check(self, now) + deadlines.check(self, now)
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as JSON-able data: :meth:`restore` on a new agent gives the same state."""
@@ -126,8 +144,15 @@ class Agent:
         return set(self.generations) | {(r.workflow, r.gid) for r in self.running.values()}
 
     def next_wakeup(self) -> float | None:
-        """When the earliest retry is due, for the adapter's timer."""
-        return min((p.at for p in self.pending if p.at is not None), default=None)
+        """When the earliest retry is due, for the adapter's timer (a held one is not due)."""
+        return min(
+            (
+                p.at
+                for p in self.pending
+                if p.at is not None and not holds.held(self, p.run.workflow, p.run.gid, p.run.job)
+            ),
+            default=None,
+        )
 
     def current(self, workflow: str) -> str | None:
         """The version new generations of ``workflow`` start on (:func:`agents.catalogue.current`)."""
@@ -139,11 +164,11 @@ def _incoming(agent: Agent, event: Incoming, now: float) -> list[Effect]:
     publication: Publication = event.publication
     fields = ack_fields(publication)
     try:
-        agent.trust.admit(publication, now)
+        signer = agent.trust.admit(publication, now)
     except Refusal as refusal:
         return [Emit(ack(agent.name, fields, "REFUSED", refusals.refuse(agent, refusal, fields, now)))]
     try:
-        command = read_envelope(publication, agent.name)
+        command = read_envelope(publication, agent.name, signer)
         result, detail, effects = _COMMANDS[type(command)](agent, command, now)
     except ValueError as error:
         log.warning("bad envelope %s: %s", publication, error)
@@ -173,4 +198,6 @@ _COMMANDS: dict[type, Callable[[Agent, Any, float], cancel_and_rerun.Operated]] 
     Undeploy: _deployment_command,
     Cancel: cancel_and_rerun.cancel,
     Rerun: cancel_and_rerun.rerun,
+    Hold: hold_and_release.hold,
+    Approve: approvals.approve,
 }
