@@ -23,6 +23,7 @@ from wfm.workflow.checks import DEFAULT_PRIORITY, PRIORITY_RULE, RETRIES_RULE, T
 from wfm.workflow.errors import DefinitionError, Problem
 from wfm.workflow.model import After, Job, Param, Workflow
 from workflow_messages import DAILY, parse_weekdays
+from workflow_messages.approvals import approval_roles
 from workflow_messages.params import parse_value
 
 __all__ = ["load", "loads"]
@@ -184,4 +185,13 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
     )
     command = (element.findtext("command") or "").strip()
     agent, calendar, deadline = element.get("agent", ""), element.get("calendar"), element.get("deadline")
-    return Job(name, agent, command, weekdays, timeout, retries, after, line, priority, calendar, deadline)
+    approval: tuple[str, ...] = ()
+    text = element.get("approval")
+    if text is not None:
+        try:
+            approval = approval_roles(text)
+        except ValueError as error:
+            problems.append(Problem(line, f"{label}: {error}"))
+    return Job(
+        name, agent, command, weekdays, timeout, retries, after, line, priority, calendar, deadline, approval
+    )

@@ -51,6 +51,8 @@ class Job:
     priority: int = DEFAULT_PRIORITY
     calendar: str | None = None  # the name of one of the workflow's calendars (``calendar="NAME"``)
     deadline: str | None = None  # when it must have ended (workflow_messages.deadlines)
+    # an approval step (no command): the roles that may approve it (workflow_messages.approvals)
+    approval: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weekdays", frozenset(self.weekdays))
@@ -70,6 +72,7 @@ class Job:
             **({"priority": self.priority} if self.priority != DEFAULT_PRIORITY else {}),
             **({"calendar": self.calendar} if self.calendar is not None else {}),  # likewise
             **({"deadline": self.deadline} if self.deadline is not None else {}),
+            **({"approval": list(self.approval)} if self.approval else {}),
         }
 
 
