@@ -54,5 +54,5 @@ def _still(agent: Agent, workflow: str, waiting: int = 0) -> str:
     rules = sorted(rule for rule in agent.holds if rule[0] == workflow)
     if not rules:
         return ""
-    queued = f", {waiting} queued runs still wait" if waiting else ""
+    queued = f"; {waiting} queued here still wait" if waiting else ""
     return f" (still held: {'; '.join(map(described, rules))}{queued})"
