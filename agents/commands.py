@@ -25,10 +25,10 @@ from agents.envelope import (
 )
 from broker.language import Publication
 from workflow_messages import check_gid, check_name, undeploy_order
+from workflow_messages.approvals import MAX_COMMENT
 from workflow_messages.operations import APPROVE, CANCEL, HOLD, RELEASE, RERUN, decode_content
 
 __all__ = [
-    "MAX_COMMENT",
     "Approve",
     "Cancel",
     "Command",
@@ -121,7 +121,6 @@ class Approve:
 
 DeploymentCommand = DefineJob | WantRegistration | Deploy | Undeploy  # what changes the catalogue
 Command = DeploymentCommand | Cancel | Rerun | Hold | Approve
-MAX_COMMENT = 500  # characters of an approval's comment: it goes into the job's status detail
 
 
 def read_envelope(publication: Publication, agent: str, signer: str = "") -> Command:

@@ -1,7 +1,8 @@
-"""Asking agents what is deployed, what ran and what a job printed; cancelling and rerunning
-generations. The library behind ``wfm workflows``, ``runs``, ``logs``, ``cancel``, ``rerun`` and
-the web dashboard: a :class:`Session` is one broker connection; its methods return values and raise
-:class:`NoReply` (a timeout: some agent did not answer) or :class:`UnknownWorkflow`.
+"""Asking agents what is deployed, what ran and what a job printed; cancelling, rerunning and
+holding generations, approving approval steps. The library behind ``wfm workflows``, ``runs``,
+``logs``, ``cancel``, ``rerun``, ``hold``, ``release``, ``approve`` and the web dashboard: a
+:class:`Session` is one broker connection; its methods return values and raise :class:`NoReply` (a
+timeout: some agent did not answer) or :class:`UnknownWorkflow`.
 
 Agents answer over the overlay (shapes in :mod:`workflow_messages.operations`). A question to
 every agent cannot know how many will answer, so it is answered once :data:`QUIET` seconds pass
@@ -42,7 +43,10 @@ from workflow_messages import (
 )
 from workflow_messages.operations import (
     ANY,
+    APPROVE,
     CANCEL,
+    HOLD,
+    RELEASE,
     RERUN,
     answer_subscription,
     decode_content,
@@ -431,6 +435,41 @@ class Session:
                 " (--force cancels it before it starts)"
             )
         return await self.operate(workflow, CANCEL, {"gid": gid}, sorted(deployed.held), sign)
+
+    async def hold(
+        self, workflow: str, sign: Sign, job: str | None = None, gid: str | None = None, release: bool = False
+    ) -> dict[str, tuple[str, str]]:
+        """Hold (or ``release``) ``job`` (None: every job) of ``workflow`` in generation ``gid``
+        (None: every generation, new ones too) on every agent of the workflow: agent -> (result,
+        detail). UnknownWorkflow, sending nothing, if the workflow has no such job."""
+        await self.advertise_operations(workflow)
+        deployed = await self.deployed(workflow)
+        deployed.check(self.timeout)
+        assert deployed.graph is not None  # checked
+        if job is not None and job not in deployed.graph:
+            raise UnknownWorkflow(f"{workflow} has no job {job} (jobs: {', '.join(sorted(deployed.graph))})")
+        content = {"job": job or ANY, "gid": gid or ANY}
+        return await self.operate(
+            workflow, RELEASE if release else HOLD, content, sorted(deployed.held), sign
+        )
+
+    async def approve(
+        self, workflow: str, job: str, gid: str, sign: Sign, approved: bool = True, comment: str = ""
+    ) -> tuple[str, str, str]:
+        """Approve (or reject) the approval step ``job`` of generation ``gid``, on its agent:
+        (agent, result, detail). UnknownWorkflow, sending nothing, if ``job`` is no approval step."""
+        await self.advertise_operations(workflow)
+        deployed = await self.deployed(workflow)
+        if job not in deployed.jobs and deployed.graph is not None and job in deployed.graph:
+            raise NoReply(f"no answer within {self.timeout:g} s from the agent of {workflow}'s {job}")
+        if job not in deployed.jobs:
+            raise UnknownWorkflow(f"{workflow} has no job {job} (jobs: {', '.join(sorted(deployed.jobs))})")
+        if not deployed.jobs[job].get("approval"):
+            raise UnknownWorkflow(f"{job} of {workflow} is not an approval step: it runs its command")
+        agent = deployed.jobs[job]["agent"]
+        content = {"gid": gid, "job": job, "verdict": "approve" if approved else "reject", "comment": comment}
+        acks = await self.operate(workflow, APPROVE, content, [agent], sign)
+        return (agent, *acks[agent])
 
     async def rerun(
         self,

@@ -5,10 +5,18 @@ neither ``wfm validate`` nor an agent takes what the other would refuse."""
 
 from __future__ import annotations
 
-__all__ = ["APPROVAL_ROLES", "APPROVAL_RULE", "approval_roles", "parse_approval", "verdict_detail"]
+__all__ = [
+    "APPROVAL_ROLES",
+    "APPROVAL_RULE",
+    "MAX_COMMENT",
+    "approval_roles",
+    "parse_approval",
+    "verdict_detail",
+]
 
 # the roles an approval may name: those who may sign an operation (agents.trust.OPERATOR_ROLES)
 APPROVAL_ROLES = ("operator", "deployer")
+MAX_COMMENT = 500  # characters of an approval's comment: it goes into the step's status detail
 APPROVAL_RULE = f"approval is a comma list of the roles that may approve: {', '.join(APPROVAL_ROLES)}"
 
 

@@ -1,0 +1,70 @@
+"""``wfm hold``, ``wfm release`` and ``wfm approve`` against real brokers and agents (the agents'
+tests' overlay: B1 - B2 - B3, agentA, agentB, agentC), each agent killed -9 while its job waits:
+a held job starts only once released, an approval step waiting for approval is still approvable
+after a restart, and every job runs once."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from tests.agents.test_processes import STEP, Overlay, overlay
+from tests.processes import quiet, wait_for
+from tests.wfm.test_operations import lines, wfm
+
+__all__ = ["overlay"]  # the fixture
+
+SHIP = f"""<workflow name="SHIP">
+  <job name="Build" agent="agentA"><command>sh {STEP} build</command></job>
+  <job name="SignOff" agent="agentB" approval="operator,deployer"><after job="Build"/></job>
+  <job name="Ship" agent="agentC"><after job="SignOff"/><command>sh {STEP} ship</command></job>
+</workflow>
+"""
+
+
+def states(overlay: Overlay) -> dict[str, object]:
+    """The jobs of SHIP's g1 as wfm runs shows them."""
+    found = [r for r in lines(wfm(overlay, "runs", "SHIP", "-o", "json")) if r["gid"] == "g1"]
+    return found[0]["jobs"] if found else {}  # type: ignore[return-value]
+
+
+def killed(overlay: Overlay, agent: str) -> None:
+    """kill -9 ``agent`` and start it again on its state directory."""
+    overlay.agents[agent].send_signal(signal.SIGKILL)
+    overlay.agents[agent].wait(5)
+    overlay.start(agent)
+    quiet(overlay.uris)
+
+
+def test_held_and_awaiting_approval_over_kill_9_run_once_when_released_and_approved(
+    overlay: Overlay, tmp_path: Path
+) -> None:
+    ship = tmp_path / "ship.xml"
+    ship.write_text(SHIP)
+    overlay.deploy(ship)
+    held = lines(wfm(overlay, "hold", "SHIP", "--job", "Ship", "-o", "json"))
+    assert sorted((r["agent"], r["result"]) for r in held) == [(f"agent{x}", "OK") for x in "ABC"]
+    overlay.trigger("SHIP", ["g1"])
+    wait_for(lambda: states(overlay).get("SignOff") == "AWAITING", "SignOff awaiting approval")
+    killed(overlay, "agentB")
+    done = wfm(overlay, "approve", "SHIP", "SignOff", "g1", "--comment", "ship it", "-o", "json")
+    [approved] = lines(done)
+    assert (approved["agent"], approved["result"], approved["verdict"]) == ("agentB", "OK", "approve")
+    assert str(approved["detail"]).startswith("approved by sha256:") and approved["detail"].endswith(
+        ": ship it"
+    )
+    wait_for(lambda: states(overlay).get("Ship") == "HELD", "Ship held")
+    killed(overlay, "agentC")
+    assert not (overlay.output / "SHIP" / "g1" / "Ship.txt").exists()
+    released = lines(wfm(overlay, "release", "SHIP", "--job", "Ship", "-o", "json"))
+    assert {r["agent"]: r["detail"] for r in released}["agentC"] == "job Ship of SHIP released: 1 started"
+    overlay.wait_end("SHIP", ["g1"])
+    assert overlay.states("SHIP", "g1") == {
+        "APPL_START": "SUCCESS",
+        "Build": "SUCCESS",
+        "SignOff": "SUCCESS",
+        "Ship": "SUCCESS",
+        "APPL_END": "SUCCESS",
+    }
+    assert overlay.statuses["SHIP", "g1"]["SignOff"]["detail"] == approved["detail"]
+    assert overlay.records("SHIP", "g1") == {"Build": 1, "Ship": 1}
