@@ -1,8 +1,8 @@
-"""Approval steps (``<job approval="operator">``, ``wfm approve``): a job with no command that,
-when its condition fires, waits for a person. An APPROVE envelope signed by an identity of one of
-the roles the job names ends it SUCCESS (or, rejected, FAILURE), its status detail naming who
-decided (and so the history does); its ``timeout``, if any, ends it FAILURE when nobody decided in
-time; a cancelled generation ends it NORUN.
+"""Approval steps (a job's ``<approval roles="operator"/>``, ``wfm approve``): a job with no
+command that, when its condition fires, waits for a person. An APPROVE envelope signed by an
+identity of one of the roles the job names ends it SUCCESS (or, rejected, FAILURE), its status
+detail naming who decided (and so the history does); its ``timeout``, if any, ends it FAILURE
+when nobody decided in time; a cancelled generation ends it NORUN.
 
 What waits is :attr:`Agent.approvals <agents.state.Agent.approvals>`: set by a firing and ended
 by an envelope, both in the journal, and checked after every event as deadlines are (the

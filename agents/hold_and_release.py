@@ -39,6 +39,8 @@ def hold(agent: Agent, command: Hold, now: float) -> Operated:
         return "OK", detail, effects
     if rule in agent.holds:
         return "UNCHANGED", f"{what} was held already", []
+    if (workflow, command.gid) in agent.ended:  # its holds were forgotten with it: never again
+        return "UNCHANGED", f"generation {command.gid} is over here: nothing to hold", []
     agent.holds.add(rule)
     waiting = sum(
         held(agent, workflow, p.run.gid, p.run.job) for p in agent.pending if p.run.workflow == workflow

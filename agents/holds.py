@@ -18,7 +18,7 @@ from workflow_messages.operations import ANY
 if TYPE_CHECKING:
     from agents.state import Agent
 
-__all__ = ["HELD", "Rule", "described", "held", "shown"]
+__all__ = ["HELD", "Rule", "described", "forget", "held", "shown"]
 
 HELD = "held"  # how wfm runs shows a queued job a hold keeps from starting
 
@@ -35,6 +35,12 @@ def held(agent: Agent, workflow: str, gid: str, job: str) -> bool:
 def shown(agent: Agent, workflow: str, gid: str, job: str, state: str) -> str:
     """A job's state as wfm runs shows it: queued (or waiting for a retry) but held is ``held``."""
     return HELD if state in ("queued", "waiting") and held(agent, workflow, gid, job) else state
+
+
+def forget(agent: Agent, workflow: str, gid: str) -> None:
+    """The generation is over here: the holds of it alone hold nothing any more."""
+    if agent.holds:
+        agent.holds -= {rule for rule in agent.holds if rule[0] == workflow and rule[2] == gid}
 
 
 def described(rule: Rule) -> str:

@@ -1,13 +1,14 @@
 """Approval steps: a job with no command that a person approves (SUCCESS) or rejects (FAILURE)
-with ``wfm approve``. Its definition names the roles that may (``approval="operator"``), read here
-from the XML attribute and from the JOBINFO or DEPLOY that carries it, by the same rule, so that
-neither ``wfm validate`` nor an agent takes what the other would refuse."""
+with ``wfm approve``. Its definition names the roles that may (``<approval roles="operator"/>``),
+read here from the XML attribute and from the JOBINFO or DEPLOY that carries it, by the same rule,
+so that neither ``wfm validate`` nor an agent takes what the other would refuse."""
 
 from __future__ import annotations
 
 __all__ = [
     "APPROVAL_ROLES",
     "APPROVAL_RULE",
+    "DEFAULT_ROLES",
     "MAX_COMMENT",
     "approval_roles",
     "parse_approval",
@@ -17,11 +18,12 @@ __all__ = [
 # the roles an approval may name: those who may sign an operation (agents.trust.OPERATOR_ROLES)
 APPROVAL_ROLES = ("operator", "deployer")
 MAX_COMMENT = 500  # characters of an approval's comment: it goes into the step's status detail
-APPROVAL_RULE = f"approval is a comma list of the roles that may approve: {', '.join(APPROVAL_ROLES)}"
+DEFAULT_ROLES = ",".join(APPROVAL_ROLES)  # an <approval> without roles: whoever may operate
+APPROVAL_RULE = f"approval roles are a comma list of the roles that may approve: {', '.join(APPROVAL_ROLES)}"
 
 
 def approval_roles(text: str) -> tuple[str, ...]:
-    """The roles of an ``approval="operator,deployer"`` attribute, sorted; ValueError otherwise."""
+    """The roles of an ``<approval roles="operator,deployer"/>``, sorted; ValueError otherwise."""
     return parse_approval([word.strip() for word in text.split(",")])
 
 

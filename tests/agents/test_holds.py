@@ -14,7 +14,18 @@ from agents.state import Agent
 from agents.trust import Trust
 from broker.language import Publication
 from tests.agents.test_operations import ack_of, operate
-from tests.agents.test_state import FRIDAY, MONDAY, fire, install, key, published, runs, status, trigger
+from tests.agents.test_state import (
+    FRIDAY,
+    MONDAY,
+    end_here,
+    fire,
+    install,
+    key,
+    published,
+    runs,
+    status,
+    trigger,
+)
 from tests.agents.test_trust import CA
 from tests.signing import DEPLOYER, signed_trigger
 from wfm.signing import Deployer
@@ -26,7 +37,9 @@ SHIP = translate(
     loads(
         """<workflow name="SHIP">
              <job name="Build" agent="agentA"><command>make</command></job>
-             <job name="SignOff" agent="agentA" approval="operator" timeout="600"><after job="Build"/></job>
+             <job name="SignOff" agent="agentA" timeout="600">
+               <after job="Build"/><approval roles="operator"/>
+             </job>
              <job name="Ship" agent="agentA"><after job="SignOff"/><command>ship</command></job>
            </workflow>"""
     )
@@ -105,6 +118,20 @@ def test_a_held_workflow_holds_every_job_of_every_generation_and_a_gid_hold_only
     assert "still held: every job of PAYROLL in generation g1; 1 queued here still wait)" in detail
     [g1] = runs(operate(agent, RELEASE, gid="g1"))
     assert g1.gid == "g1"
+
+
+def test_the_holds_of_a_generation_go_with_it() -> None:
+    agent = Agent("agentB")
+    install(agent)
+    operate(agent, HOLD, gid="g1")
+    operate(agent, HOLD, job="JobB")
+    end_here(agent, "g1", 2.0)  # every job of agentB published in g1: over here
+    assert agent.holds == {("PAYROLL", "JobB", "*")}
+    assert ack_of(operate(agent, HOLD, gid="g1", now=3.0)) == (
+        "UNCHANGED",
+        "generation g1 is over here: nothing to hold",
+    )
+    assert agent.holds == {("PAYROLL", "JobB", "*")}
 
 
 def test_a_hold_leaves_a_running_job_alone_and_keeps_its_retry_from_starting() -> None:

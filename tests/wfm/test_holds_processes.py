@@ -16,7 +16,7 @@ __all__ = ["overlay"]  # the fixture
 
 SHIP = f"""<workflow name="SHIP">
   <job name="Build" agent="agentA"><command>sh {STEP} build</command></job>
-  <job name="SignOff" agent="agentB" approval="operator,deployer"><after job="Build"/></job>
+  <job name="SignOff" agent="agentB"><after job="Build"/><approval/></job>
   <job name="Ship" agent="agentC"><after job="SignOff"/><command>sh {STEP} ship</command></job>
 </workflow>
 """

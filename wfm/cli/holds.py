@@ -124,7 +124,7 @@ def approve(
     output: str,
     deployer: Callable[[], Deployer],
 ) -> None:
-    """Approve the approval step JOB of generation GID of WORKFLOW (a job with approval="ROLES"
+    """Approve the approval step JOB of generation GID of WORKFLOW (a job with an <approval>
     whose condition fired): it ends SUCCESS, or with --reject FAILURE, its status detail naming
     who decided (with --tls, an identity of a role the job names). Exit status 1 if JOB is no
     approval step, does not await approval in GID, or its agent refused; 3 if it did not answer."""

@@ -104,7 +104,7 @@ def _deadline_problems(deadline: str | None, label: str, line: int | None) -> It
 
 
 def _approval_problems(job: Job, label: str) -> Iterator[Problem]:
-    """An approval step (``approval="ROLES"``) runs nothing, once: no command, no retries."""
+    """An approval step (``<approval roles="ROLES"/>``) runs nothing, once: no command, no retries."""
     try:
         parse_approval(list(job.approval))
     except ValueError as error:
