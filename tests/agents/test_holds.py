@@ -10,9 +10,11 @@ from pathlib import Path
 from agents.events import Delivered, Effect, Event, Finished, Incoming, Result, TimePassed
 from agents.journal import Journal
 from agents.queries import answer_query
+from agents.service import AgentService
 from agents.state import Agent
 from agents.trust import Trust
 from broker.language import Publication
+from broker.transport.uri import BrokerURI
 from tests.agents.test_operations import ack_of, operate
 from tests.agents.test_state import (
     FRIDAY,
@@ -28,6 +30,8 @@ from tests.agents.test_state import (
 )
 from tests.agents.test_trust import CA
 from tests.signing import DEPLOYER, signed_trigger
+from tests.wfm.test_metrics import at, scrape
+from wfm.metrics.families import agent_metrics
 from wfm.signing import Deployer
 from wfm.workflow import loads, translate
 from workflow_messages import job_status
@@ -331,3 +335,26 @@ def test_with_a_ca_only_an_operator_approves_and_forged_or_unauthorised_approval
     assert ack_of(effects) == ("OK", "approved by operator alice: ship it")
     [success] = [p for p in published(effects) if p.cls == "JOBSTATUS"]
     assert (success["status"], success["detail"]) == ("SUCCESS", "approved by operator alice: ship it")
+
+
+def test_the_metrics_count_held_runs_and_steps_awaiting_approval(tmp_path: Path) -> None:
+    agent = shipped(Agent("agentA"))
+    agent.handle(Incoming(DEPLOYER.sign(operation("agentA", "SHIP", HOLD, {"job": "Build"}))), 1.0)
+    for gid in ("g1", "g2"):
+        started = job_status("SHIP", "APPL_START", gid, "SUCCESS", "", version=SHIP.version, agent="agentA")
+        agent.handle(
+            Delivered(
+                key(agent, "Build", version=SHIP.version),
+                (signed_trigger("SHIP", gid, MONDAY, at=1.0), started),
+            ),
+            1.0,
+        )
+    agent.handle(fired(agent, "SignOff", "g3", "Build"), 1.0)
+    service = AgentService(agent, BrokerURI("127.0.0.1", 1, "B1"), tmp_path / "state", tmp_path)
+    service.journal.close()
+    found = scrape(agent_metrics(service))
+    waiting = {
+        reason: at(found, "wfm_agent_runs_waiting", reason=reason, agent="agentA")
+        for reason in ("slot", "retry", "held", "approval")
+    }
+    assert waiting == {"slot": 0, "retry": 0, "held": 2, "approval": 1}
