@@ -13,8 +13,9 @@ the router does its messages, and so does an envelope's command, read once at th
 (:mod:`agents.catalogue`), firings (:mod:`agents.firing`), the statuses followed and the
 coordinator's (:mod:`agents.coordinator`), the run queue (:mod:`agents.run_queue`), the statuses
 published (:mod:`agents.publishing`), forgetting (:mod:`agents.forgetting`), cancel and rerun
-(:mod:`agents.cancel_and_rerun`), what is refused (:mod:`agents.refusals`) and the snapshot
-(:mod:`agents.snapshot`).
+(:mod:`agents.cancel_and_rerun`), holds (:mod:`agents.holds`, :mod:`agents.hold_and_release`),
+approval steps (:mod:`agents.approvals`), what is refused (:mod:`agents.refusals`) and the
+snapshot (:mod:`agents.snapshot`).
 """
 
 from __future__ import annotations
