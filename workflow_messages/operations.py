@@ -1,5 +1,6 @@
 """Asking agents and acting on generations: the queries ``wfm workflows``, ``wfm runs`` and ``wfm
-logs`` send, the answers, and the CANCEL and RERUN envelopes of ``wfm cancel`` and ``wfm rerun``.
+logs`` send, the answers, and the envelopes of ``wfm cancel``, ``rerun``, ``hold``, ``release`` and
+``approve``.
 
 Queries read and change nothing, so they are a class of their own, ``AGENT_QUERY``, unsigned::
 
