@@ -1,15 +1,19 @@
 """``wfm hold``, ``wfm release`` and ``wfm approve`` against real brokers and agents (the agents'
-tests' overlay: B1 - B2 - B3, agentA, agentB, agentC), each agent killed -9 while its job waits:
-a held job starts only once released, an approval step waiting for approval is still approvable
-after a restart, and every job runs once."""
+tests' overlay: B1 - B2 - B3, agentA, agentB, agentC), each agent killed -9 while its job waits
+(and the held one's again once it journaled the release, before acting on it): a held job starts
+only once released, an approval step waiting for approval is still approvable after a restart,
+and every job runs once."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+import subprocess
 from pathlib import Path
 
 from tests.agents.test_processes import STEP, Overlay, overlay
-from tests.processes import quiet, wait_for
+from tests.processes import WFM, quiet, wait_for
 from tests.wfm.test_operations import lines, wfm
 
 __all__ = ["overlay"]  # the fixture
@@ -28,11 +32,15 @@ def states(overlay: Overlay) -> dict[str, object]:
     return found[0]["jobs"] if found else {}  # type: ignore[return-value]
 
 
-def killed(overlay: Overlay, agent: str) -> None:
-    """kill -9 ``agent`` and start it again on its state directory."""
+def killed(overlay: Overlay, agent: str, failpoints: str = "") -> None:
+    """kill -9 ``agent`` and start it again on its state directory (with ``failpoints`` armed)."""
     overlay.agents[agent].send_signal(signal.SIGKILL)
     overlay.agents[agent].wait(5)
-    overlay.start(agent)
+    os.environ["WFM_FAILPOINTS"] = failpoints
+    try:
+        overlay.start(agent)
+    finally:
+        del os.environ["WFM_FAILPOINTS"]
     quiet(overlay.uris)
 
 
@@ -54,10 +62,20 @@ def test_held_and_awaiting_approval_over_kill_9_run_once_when_released_and_appro
         ": ship it"
     )
     wait_for(lambda: states(overlay).get("Ship") == "HELD", "Ship held")
-    killed(overlay, "agentC")
+    # killed while held; then again with the RELEASE in its journal, before it acted on it
+    killed(overlay, "agentC", failpoints="agent.journaled.RELEASE:1")
     assert not (overlay.output / "SHIP" / "g1" / "Ship.txt").exists()
-    released = lines(wfm(overlay, "release", "SHIP", "--job", "Ship", "-o", "json"))
-    assert {r["agent"]: r["detail"] for r in released}["agentC"] == "job Ship of SHIP released: 1 started"
+    release = [WFM, "release", "SHIP", "--job", "Ship", "-o", "json", "--broker", str(overlay.uris["B1"])]
+    releasing = subprocess.Popen(release, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert overlay.agents["agentC"].wait(10) == -signal.SIGKILL
+    overlay.start("agentC")
+    out, err = releasing.communicate(timeout=20)
+    assert releasing.returncode == 0, err
+    released = {r["agent"]: r["detail"] for r in map(json.loads, out.splitlines())}
+    assert "failpoint agent.journaled.RELEASE (pass 1): killed" in (tmp_path / "agentC.log").read_text()
+    # its outbox kept the acknowledgement of the release it journaled (replayed, it started Ship),
+    # unless the release sent again came first and found nothing held
+    assert released["agentC"] in ("job Ship of SHIP released: 1 started", "job Ship of SHIP was not held")
     overlay.wait_end("SHIP", ["g1"])
     assert overlay.states("SHIP", "g1") == {
         "APPL_START": "SUCCESS",
