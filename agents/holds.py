@@ -18,7 +18,7 @@ from workflow_messages.operations import ANY
 if TYPE_CHECKING:
     from agents.state import Agent
 
-__all__ = ["HELD", "Rule", "described", "forget", "held", "shown"]
+__all__ = ["HELD", "Rule", "described", "forget", "held", "on_hold", "shown"]
 
 HELD = "held"  # how wfm runs shows a queued job a hold keeps from starting
 
@@ -35,6 +35,11 @@ def held(agent: Agent, workflow: str, gid: str, job: str) -> bool:
 def shown(agent: Agent, workflow: str, gid: str, job: str, state: str) -> str:
     """A job's state as wfm runs shows it: queued (or waiting for a retry) but held is ``held``."""
     return HELD if state in ("queued", "waiting") and held(agent, workflow, gid, job) else state
+
+
+def on_hold(agent: Agent, workflow: str) -> list[list[str]]:
+    """The rules of ``workflow``, ``[[job or *, gid or *], ...]`` sorted: what WORKFLOWS answers."""
+    return sorted([job, gid] for w, job, gid in agent.holds if w == workflow)
 
 
 def forget(agent: Agent, workflow: str, gid: str) -> None:

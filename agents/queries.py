@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agents.holds import shown
+from agents.holds import on_hold, shown
 from agents.state import Agent
 from broker.language import Publication
 from broker.transport import MAX_FRAME
@@ -133,6 +133,8 @@ def _deployments(agent: Agent, command_limit: int | None = None) -> list[dict[st
                 "graph": end.graph if end is not None else None,
                 "jobs": jobs,
                 "params": records(deployment.params),
+                # wfm hold's rules of the workflow here, [[job or *, gid or *], ...], when any
+                **({"holds": held} if (held := on_hold(agent, workflow)) else {}),
             }
         )
     return sorted(found, key=lambda deployment: not deployment["current"])  # stable: by name then

@@ -112,6 +112,7 @@ class Deployed:
     coordinators: set[str] = field(default_factory=set)  # agents with APPL_END of any version
     # the run parameters the current version declares (none from agents older than parameters)
     params: tuple[Param, ...] = ()
+    holds: set[tuple[str, str]] = field(default_factory=set)  # wfm hold's (job or *, gid or *)
 
     def resolve(self, given: Mapping[str, str]) -> dict[str, str]:
         """``given`` checked against the declared parameters, defaults filled in (BadParams)."""
@@ -143,6 +144,7 @@ class Deployed:
             "jobs": self.jobs,
             "graph": self.graph,
             "params": records(self.params),
+            "holds": [{"job": job, "gid": gid} for job, gid in sorted(self.holds)],
         }
 
 
@@ -635,6 +637,7 @@ def _describe(found: dict[str, Deployed], agent: str, deployments: list[dict[str
         workflow = found.setdefault(deployment["workflow"], Deployed(deployment["workflow"]))
         workflow.versions.add(deployment["version"])
         workflow.held.setdefault(agent, set()).add(deployment["version"])
+        workflow.holds.update((str(job), str(gid)) for job, gid in deployment.get("holds", []))
         if deployment["coordinator"]:
             workflow.coordinators.add(agent)
         if not deployment["current"]:

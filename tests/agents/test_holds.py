@@ -280,13 +280,19 @@ def test_an_awaiting_approval_survives_a_restart() -> None:
     assert done["status"] == "SUCCESS"
 
 
-def test_the_workflows_answer_says_which_jobs_are_approval_steps() -> None:
+def test_the_workflows_answer_says_which_jobs_are_approval_steps_and_what_is_on_hold() -> None:
     agent = shipped(Agent("agentA"))
     answered = answer_query(agent, query("agentA", "WORKFLOWS", "r1", {}))
     assert isinstance(answered, Publication)
     [deployment] = decode_content(answered["content"])["deployments"]
     assert deployment["jobs"]["SignOff"]["approval"] == ["operator"]
-    assert "approval" not in deployment["jobs"]["Ship"]
+    assert "approval" not in deployment["jobs"]["Ship"] and "holds" not in deployment
+    agent.handle(Incoming(DEPLOYER.sign(operation("agentA", "SHIP", HOLD, {"job": "Ship"}))), 1.0)
+    agent.handle(Incoming(DEPLOYER.sign(operation("agentA", "SHIP", HOLD, {"gid": "g7"}))), 1.0)
+    answered = answer_query(agent, query("agentA", "WORKFLOWS", "r2", {}))
+    assert isinstance(answered, Publication)
+    [deployment] = decode_content(answered["content"])["deployments"]
+    assert deployment["holds"] == [["*", "g7"], ["Ship", "*"]]
 
 
 # who may approve, with a CA -----------------------------------------------------------------------

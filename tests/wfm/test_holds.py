@@ -105,3 +105,18 @@ def test_an_approval_goes_to_the_step_s_agent_and_only_for_an_approval_step(
 def test_bad_arguments_are_usage_errors_and_send_nothing(args: list[str], message: str) -> None:
     done = CliRunner().invoke(cli, [*args, "--broker", "socket://127.0.0.1:1/B1"])
     assert done.exit_code == 2 and message in done.output
+
+
+def test_wfm_workflows_says_what_is_on_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    deployment = {"workflow": "SHIP", "version": "v2", "current": True, "coordinator": False, "jobs": {}}
+    answers = {
+        "agentA": {
+            "deployments": [{**deployment, "coordinator": True, "graph": GRAPH, "holds": [["Ship", "*"]]}]
+        },
+        "agentB": {"deployments": [{**deployment, "holds": [["*", "g1"], ["Ship", "*"]]}]},
+        "agentC": {"deployments": [deployment]},  # an agent older than holds
+    }
+    the = Session(None, None, 1.0)  # type: ignore[arg-type]
+    monkeypatch.setattr(the, "ask", lambda *_, **__: asyncio.sleep(0, answers))
+    [ship], _ = asyncio.run(the.workflows())
+    assert ship.record()["holds"] == [{"job": "*", "gid": "g1"}, {"job": "Ship", "gid": "*"}]

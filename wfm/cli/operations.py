@@ -24,6 +24,7 @@ from wfm.operations import BadParams, NoReply, Session, generation_record, newes
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow, default_outbox
 from workflow_messages import NORUN
+from workflow_messages.operations import ANY
 
 T = TypeVar("T")
 TIMED_OUT = 3
@@ -76,14 +77,25 @@ def workflows(broker_uri: Brokers, timeout: float, output: str) -> None:
         for workflow in found:
             _json(workflow.record())
         return
-    table = Table("workflow", "version", "coordinator", "agents (jobs)", "older versions (held by)")
+    table = Table(
+        "workflow",
+        "version",
+        "coordinator",
+        "agents (jobs)",
+        "older versions (held by)",
+        "on hold (wfm hold)",
+    )
     for workflow in found:
         jobs = "; ".join(f"{agent} ({', '.join(jobs)})" for agent, jobs in workflow.agents.items())
         older = ", ".join(
             f"{version} ({', '.join(a for a, held in sorted(workflow.held.items()) if version in held)})"
             for version in sorted(workflow.versions - {workflow.version})
         )  # who still has each: a retired agent finishing its generations, say
-        table.add_row(workflow.workflow, workflow.version, workflow.coordinator or "?", jobs, older)
+        holds = "; ".join(
+            f"{'every job' if job == ANY else job}{'' if gid == ANY else f' in {gid}'}"
+            for job, gid in sorted(workflow.holds)
+        )
+        table.add_row(workflow.workflow, workflow.version, workflow.coordinator or "?", jobs, older, holds)
     Console().print(table)
     click.echo(f"{len(agents)} agents answered: {', '.join(agents)}", err=True)
 
