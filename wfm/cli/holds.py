@@ -22,7 +22,8 @@ WHAT = """Without --job, every job of WORKFLOW; without --gid, every generation,
 yet included."""
 
 
-def job_name(name: str) -> str:
+def _job_name(name: str) -> str:
+    """A job name checked as wfm validate checks it."""
     return check_name(name, "job name")
 
 
@@ -32,7 +33,10 @@ def _what(command: Callable[..., Any]) -> Callable[..., Any]:
         (
             workflow_argument,
             click.option(
-                "--job", metavar="JOB", callback=checked(job_name), help="Only this job [default: every job]."
+                "--job",
+                metavar="JOB",
+                callback=checked(_job_name),
+                help="Only this job [default: every job].",
             ),
             click.option(
                 "--gid",
@@ -65,7 +69,7 @@ def _answered(
         raise click.exceptions.Exit(1)
 
 
-def _held(release: bool) -> Callable[..., None]:
+def _holding(release: bool) -> Callable[..., None]:
     def command(
         workflow: str,
         job: str | None,
@@ -91,19 +95,19 @@ hold = click.command(
 (held in wfm runs) until wfm release. A job already running goes on. {WHAT} Every agent of the
 workflow keeps the hold (over restarts). Signed like a deployment: a deployer's or an operator's
 key. Exit status 1 if an agent refused, 3 if one did not answer.""",
-)(_what(_held(release=False)))
+)(_what(_holding(release=False)))
 
 release = click.command(
     "release",
     help=f"""Release what wfm hold held, exactly as it was named (releasing one job of a workflow held
 whole leaves it held; the answer says what is still held): held jobs whose condition fired start,
 once. {WHAT} Exit status 1 if an agent refused, 3 if one did not answer.""",
-)(_what(_held(release=True)))
+)(_what(_holding(release=True)))
 
 
 @click.command()
 @workflow_argument
-@click.argument("job", callback=checked(job_name))
+@click.argument("job", callback=checked(_job_name))
 @click.argument("gid", callback=checked(check_gid))
 @click.option("--reject", is_flag=True, help="Reject: the step ends FAILURE [default: approve, SUCCESS].")
 @click.option(
