@@ -370,13 +370,14 @@ class Session:
             answers = await self.ask("LOGS", content, [agent])
         except NoReply:
             raise
-        except RemoteError:  # no log: a job that did not run (NORUN) has none, and says so
-            state = await self._state(agent, workflow, job, gid)
-            if state is None or state.get("status") != NORUN:
+        except RemoteError:  # no log: a job that did not run (NORUN) has none, and says so, as
+            state = await self._state(agent, workflow, job, gid)  # does an approval step that ended
+            approval = bool(deployed.jobs[job].get("approval"))
+            if state is None or (state.get("status") != NORUN and not approval):
                 raise
             detail = str(state.get("detail", ""))
             empty = {"attempts": [], "attempt": 0, "size": 0, "truncated": False, "ended": True, "text": ""}
-            return {"agent": agent, **empty, "status": NORUN, "detail": detail}
+            return {"agent": agent, **empty, "status": str(state["status"]), "detail": detail}
         return {"agent": agent, **answers[agent]}
 
     async def _state(self, agent: str, workflow: str, job: str, gid: str) -> dict[str, Any] | None:

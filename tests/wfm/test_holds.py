@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from broker.errors import RemoteError
 from wfm.cli import cli
 from wfm.operations import Deployed, NoReply, Session, UnknownWorkflow
 
@@ -120,3 +121,25 @@ def test_wfm_workflows_says_what_is_on_hold(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(the, "ask", lambda *_, **__: asyncio.sleep(0, answers))
     [ship], _ = asyncio.run(the.workflows())
     assert ship.record()["holds"] == [{"job": "*", "gid": "g1"}, {"job": "Ship", "gid": "*"}]
+
+
+def test_an_approval_step_has_no_log_and_wfm_logs_says_how_it_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    the, _ = session(monkeypatch)
+    ended = {"status": "SUCCESS", "detail": "approved by operator alice: ok", "attempt": 1}
+    runs = {"generations": [{"gid": "g1", "jobs": {"SignOff": ended}}]}
+
+    async def ask(kind: str, content: dict[str, Any], *_: object) -> dict[str, Any]:
+        if kind == "LOGS":
+            raise RemoteError(f"agentB: no log of {content['job']} in g1")
+        return {"agentB": runs}
+
+    monkeypatch.setattr(the, "ask", ask)
+    found = asyncio.run(the.logs("SHIP", "SignOff", "g1"))
+    assert (found["status"], found["detail"], found["text"]) == (
+        "SUCCESS",
+        "approved by operator alice: ok",
+        "",
+    )
+    with pytest.raises(RemoteError, match="no log of Ship"):  # a job that runs a command: no log is an error
+        runs["generations"][0]["jobs"] = {"Ship": ended}
+        asyncio.run(the.logs("SHIP", "Ship", "g1"))
