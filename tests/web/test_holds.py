@@ -33,6 +33,10 @@ class Holding(Agents):
             raise UnknownWorkflow(f"{workflow} has no job JobZ (jobs: JobA, JobB, JobC)")
         return {"agentA": ("OK", "held"), "agentB": ("UNCHANGED", "held already")}
 
+    async def logs(self, workflow: str, job: str, gid: str, attempt: int) -> dict[str, Any]:
+        empty = {"attempts": [], "attempt": 0, "size": 0, "truncated": False, "ended": True, "text": ""}
+        return {"agent": "agentA", **empty, "status": "SUCCESS", "detail": "approved by operator ops: ok"}
+
     async def approve(
         self, workflow: str, job: str, gid: str, sign: Any, approved: bool = True, comment: str = ""
     ) -> tuple[str, str, str]:
@@ -152,3 +156,9 @@ def test_approve_and_reject_as_an_operator_name_who_decided(tmp_path: Path, cert
     ):
         assert web.post("/api/approve", json={**RUN, "job": "JobA", **bad}).status_code == 400
     assert [d[4] for d in agents.done] == [True, False, True]
+
+
+def test_an_approval_step_s_log_panel_says_who_decided(tmp_path: Path) -> None:
+    board, _ = holding(tmp_path)
+    panel = client(board).get("/fragment/logs", params={**RUN, "job": "JobA"}).text
+    assert "<p>no log: SUCCESS (approved by operator ops: ok); on agentA</p>" in panel

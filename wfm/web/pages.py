@@ -595,6 +595,8 @@ def job_log(found: Mapping[str, Any]) -> str:
         facts.append(f"the last {len(found['text'].encode())} of {found['size']} bytes")
     if not found["ended"]:
         facts.append("still running")
+    if "status" in found:  # it ran nothing (NORUN, an approval step): why there is no log
+        facts[0] = f"no log: {found['status']}" + (f" ({found['detail']})" if found["detail"] else "")
     return (
         f'<section class="log" data-log="{_a(found["job"])}" data-gid="{_a(found["gid"])}">'
         f"<h2>Log of {escape(found['job'])} in {escape(found['workflow'])}"
