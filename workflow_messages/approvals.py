@@ -5,6 +5,8 @@ so that neither ``wfm validate`` nor an agent takes what the other would refuse.
 
 from __future__ import annotations
 
+from workflow_messages._build import text_value
+
 __all__ = [
     "APPROVAL_ROLES",
     "APPROVAL_RULE",
@@ -39,6 +41,7 @@ def parse_approval(value: object) -> tuple[str, ...]:
 
 
 def verdict_detail(approved: bool, signer: str, comment: str) -> str:
-    """The detail of an approval step's status: who decided, and why if they said."""
+    """The detail of an approval step's status: who decided, and why if they said; as the status
+    carries it (on one line, cut to its length), so that an approval sent again finds it equal."""
     said = f": {comment}" if comment else ""
-    return f"{'approved' if approved else 'rejected'} by {signer}{said}"
+    return text_value(f"{'approved' if approved else 'rejected'} by {signer}{said}")

@@ -240,6 +240,12 @@ def test_an_approval_step_waits_and_an_approval_ends_it_success_naming_who() -> 
         f"SignOff of g1 was {detail} already",
     )
     assert ack_of(agent.handle(Incoming(approval("g1", "reject")), 31.0))[0] == "ERROR"
+    # a comment on several lines is kept on one, in the status as in the acknowledgement
+    agent.handle(fired(agent, "SignOff", "g2", "Build"), 32.0)
+    first = ack_of(agent.handle(Incoming(approval("g2", comment="checked\nby 'me' and \"you\"")), 33.0))
+    assert first[0] == "OK" and first[1].endswith(": checked by 'me' and 'you'")
+    again = ack_of(agent.handle(Incoming(approval("g2", comment="checked\nby 'me' and \"you\"")), 34.0))
+    assert again[0] == "UNCHANGED"
     assert runs(agent.handle(fired(agent, "SignOff", "g1", "Build"), 32.0)) == []  # a duplicate firing
 
 
