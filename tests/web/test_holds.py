@@ -31,7 +31,7 @@ class Holding(Agents):
         self.done.append(("release" if release else "hold", workflow, job, gid))
         if job == "JobZ":
             raise UnknownWorkflow(f"{workflow} has no job JobZ (jobs: JobA, JobB, JobC)")
-        return {"agentA": ("OK", "held"), "agentB": ("UNCHANGED", "held already")}
+        return {"agentA": ("OK", "released" if release else "held"), "agentB": ("UNCHANGED", "held already")}
 
     async def logs(self, workflow: str, job: str, gid: str, attempt: int) -> dict[str, Any]:
         empty = {"attempts": [], "attempt": 0, "size": 0, "truncated": False, "ended": True, "text": ""}

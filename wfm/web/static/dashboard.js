@@ -52,10 +52,25 @@
       const response = await fetch(runUrl, {cache: "no-store"});
       if (response.status === 401) return signedOut();
       const text = await response.text();
-      if (mine === askedRun) runPanel.innerHTML = text;
+      if (mine === askedRun) redraw(runPanel, text);
     } catch (error) {
       live.textContent = "server unreachable";
     }
+  }
+
+  // what the operator chose or is typing in the open generation (a scope, a comment) outlives
+  // its redraws, which come with every change of its jobs
+  const KEPT = ["[data-approval-comment]", "[data-hold-scope]", "[data-rerun-from]"];
+  function redraw(panel, html) {
+    const kept = KEPT.map((selector) => panel.querySelector(selector))
+      .map((field) => field && {value: field.value, focused: field === document.activeElement});
+    panel.innerHTML = html;
+    KEPT.forEach((selector, i) => {
+      const field = panel.querySelector(selector);
+      if (!field || !kept[i]) return;
+      field.value = kept[i].value;
+      if (kept[i].focused) field.focus();
+    });
   }
 
   function markOpen() {
