@@ -32,7 +32,8 @@ def test_the_buttons_send_what_the_operator_chose_and_say_what_the_agents_answer
     with serving(board) as url:
         page = browser.new_page()  # type: ignore[attr-defined]
         errors: list[str] = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.on("pageerror", lambda error: errors.append(f"pageerror: {error}"))
+        page.on("console", lambda message: errors.append(f"{message.type}: {message.text}"))
         page.goto(url)
         page.click('tr.run[data-gid="g1"]')
         page.wait_for_selector('[data-approval-job="JobA"]')
@@ -53,4 +54,4 @@ def test_the_buttons_send_what_the_operator_chose_and_say_what_the_agents_answer
         ("approve", "PAYROLL", "JobA", "g1", True, "looks fine"),
         ("approve", "PAYROLL", "JobA", "g1", False, "looks fine"),
     ]
-    assert errors == []
+    assert not [line for line in errors if "Content Security Policy" in line or "error" in line], errors
