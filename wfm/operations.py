@@ -132,6 +132,13 @@ class Deployed:
             what = ", ".join(missing)
             raise NoReply(f"no answer within {timeout:g} s from the agent of {self.workflow}'s {what}")
 
+    def on_hold(self) -> list[str]:
+        """What is on hold, in words: ``every job``, ``Ship``, ``every job in g1``, ``Ship in g1``."""
+        return [
+            f"{'every job' if job == ANY else job}{'' if gid == ANY else f' in {gid}'}"
+            for job, gid in sorted(self.holds)
+        ]
+
     def record(self) -> dict[str, Any]:
         """What ``-o json`` prints for it."""
         return {

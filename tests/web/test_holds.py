@@ -11,13 +11,18 @@ from typing import Any
 from broker.transport.tls import Identity
 from tests.web.test_app import Agents, client, dashboard, status
 from wfm.monitor import Monitor
-from wfm.operations import UnknownWorkflow
+from wfm.operations import Deployed, UnknownWorkflow
 
 RUN = {"workflow": "PAYROLL", "gid": "g1"}
 
 
 class Holding(Agents):
     """Agents asked while g1 runs: JobA awaits approval, JobB is held; what they were asked, in ``done``."""
+
+    async def workflows(self) -> tuple[list[Deployed], list[str]]:
+        found, agents = await super().workflows()
+        found[0].holds = {("JobB", "*"), ("*", "g9")}
+        return found, agents
 
     async def runs(self, workflow: str, limit: int, gid: str = "", into: Monitor | None = None) -> Monitor:
         assert into is not None
@@ -162,3 +167,9 @@ def test_an_approval_step_s_log_panel_says_who_decided(tmp_path: Path) -> None:
     board, _ = holding(tmp_path)
     panel = client(board).get("/fragment/logs", params={**RUN, "job": "JobA"}).text
     assert "<p>no log: SUCCESS (approved by operator ops: ok); on agentA</p>" in panel
+
+
+def test_the_workflows_page_says_what_is_on_hold(tmp_path: Path) -> None:
+    board, _ = holding(tmp_path)
+    page = client(board).get("/fragment/workflows").text
+    assert '<span class="on-hold">on hold: every job in g9; JobB</span>' in page

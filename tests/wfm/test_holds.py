@@ -121,6 +121,7 @@ def test_wfm_workflows_says_what_is_on_hold(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(the, "ask", lambda *_, **__: asyncio.sleep(0, answers))
     [ship], _ = asyncio.run(the.workflows())
     assert ship.record()["holds"] == [{"job": "*", "gid": "g1"}, {"job": "Ship", "gid": "*"}]
+    assert ship.on_hold() == ["every job in g1", "Ship"]
 
 
 def test_an_approval_step_has_no_log_and_wfm_logs_says_how_it_ended(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,6 @@ from wfm.monitor import Monitor
 from wfm.operations import BadParams, NoReply, Session, generation_record, newest, stored_runs
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow, default_outbox
-from workflow_messages.operations import ANY
 
 T = TypeVar("T")
 TIMED_OUT = 3
@@ -90,10 +89,7 @@ def workflows(broker_uri: Brokers, timeout: float, output: str) -> None:
             f"{version} ({', '.join(a for a, held in sorted(workflow.held.items()) if version in held)})"
             for version in sorted(workflow.versions - {workflow.version})
         )  # who still has each: a retired agent finishing its generations, say
-        holds = "; ".join(
-            f"{'every job' if job == ANY else job}{'' if gid == ANY else f' in {gid}'}"
-            for job, gid in sorted(workflow.holds)
-        )
+        holds = "; ".join(workflow.on_hold())
         table.add_row(workflow.workflow, workflow.version, workflow.coordinator or "?", jobs, older, holds)
     Console().print(table)
     click.echo(f"{len(agents)} agents answered: {', '.join(agents)}", err=True)

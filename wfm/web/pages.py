@@ -280,6 +280,8 @@ def workflows(definitions: Sequence[Mapping[str, Any]], agents_error: str | None
             facts += [f"agents {escape(', '.join(d['agents']))} (coordinator {escape(d['coordinator'])})"]
             if d["missing"]:
                 facts.append(f'<span class="problem">no answer for {escape(", ".join(d["missing"]))}</span>')
+            if d.get("holds"):
+                facts.append(f'<span class="on-hold">on hold: {escape("; ".join(d["holds"]))}</span>')
             if "file_version" in d:
                 facts.append(f"{escape(d['file'])} has version {escape(d['file_version'])}, not deployed")
         else:
