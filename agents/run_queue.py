@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from agents import publishing
+from agents import holds, publishing
 from agents.events import Effect, Finished, Lost, Result, Run, Start
 from agents.generations import NOT_RUN
 from workflow_messages import FAILURE, SUCCESS
@@ -31,13 +31,15 @@ class Pending:
 
 
 def pump(agent: Agent, now: float) -> list[Effect]:
-    """Start due runs, oldest first, up to ``max_jobs`` at once."""
+    """Start due runs not held, oldest first, up to ``max_jobs`` at once."""
     effects: list[Effect] = []
     for pending in list(agent.pending):
         if len(agent.running) >= agent.max_jobs:
             break
         if pending.at is not None and pending.at > now:
             continue
+        if holds.held(agent, pending.run.workflow, pending.run.gid, pending.run.job):
+            continue  # until released (agents.holds)
         agent.pending.remove(pending)
         run = pending.run
         agent.running[run.workflow, run.gid, run.job] = run

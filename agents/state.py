@@ -13,7 +13,8 @@ the router does its messages, and so does an envelope's command, read once at th
 (:mod:`agents.catalogue`), firings (:mod:`agents.firing`), the statuses followed and the
 coordinator's (:mod:`agents.coordinator`), the run queue (:mod:`agents.run_queue`), the statuses
 published (:mod:`agents.publishing`), forgetting (:mod:`agents.forgetting`), cancel and rerun
-(:mod:`agents.cancel_and_rerun`), what is refused (:mod:`agents.refusals`), the snapshot
+(:mod:`agents.cancel_and_rerun`), holds (:mod:`agents.holds`, :mod:`agents.hold_and_release`),
+approval steps (:mod:`agents.approvals`), what is refused (:mod:`agents.refusals`), the snapshot
 (:mod:`agents.snapshot`) and a workflow's limit on generations at once (:mod:`agents.overlap`).
 """
 
@@ -25,24 +26,30 @@ from collections.abc import Callable
 from typing import Any
 
 from agents import (
+    approvals,
     cancel_and_rerun,
     catalogue,
     conditions,
     deadlines,
     firing,
     forgetting,
+    hold_and_release,
+    holds,
     overlap,
     refusals,
     run_queue,
     snapshot,
 )
+from agents.approvals import Awaiting
 from agents.catalogue import Deployment, Owner
 from agents.commands import (
+    Approve,
     Cancel,
     DefineJob,
     Deploy,
     DeploymentCommand,
     Facts,
+    Hold,
     Rerun,
     Undeploy,
     WantRegistration,
@@ -116,10 +123,18 @@ class Agent:
         self.facts: dict[str, list[Fact]] = {}
         self.held: list[Run] = []
         self.swept = 0.0  # the last minute of ``now`` (now // SWEEP_EVERY) swept
+        self.holds: set[holds.Rule] = set()  # wfm hold: what may not start (agents.holds)
+        # (workflow, gid, job) -> an approval step waiting for wfm approve (agents.approvals)
+        self.approvals: dict[tuple[str, str, str], Awaiting] = {}
 
     def handle(self, event: Event, now: float) -> list[Effect]:
         effects = forgetting.sweep(self, now) + _EVENTS[type(event)](self, event, now)
-        return effects + overlap.check(self, now, firing.begin) + deadlines.check(self, now)
+        return (
+            effects
+            + overlap.check(self, now, firing.begin)
+            + approvals.check(self, now)
+            + deadlines.check(self, now)
+        )
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as JSON-able data: :meth:`restore` on a new agent gives the same state."""
@@ -143,8 +158,15 @@ class Agent:
         return set(self.generations) | {(r.workflow, r.gid) for r in self.running.values()}
 
     def next_wakeup(self) -> float | None:
-        """When the earliest retry is due, for the adapter's timer."""
-        return min((p.at for p in self.pending if p.at is not None), default=None)
+        """When the earliest retry is due, for the adapter's timer (a held one is not due)."""
+        return min(
+            (
+                p.at
+                for p in self.pending
+                if p.at is not None and not holds.held(self, p.run.workflow, p.run.gid, p.run.job)
+            ),
+            default=None,
+        )
 
     def current(self, workflow: str) -> str | None:
         """The version new generations of ``workflow`` start on (:func:`agents.catalogue.current`)."""
@@ -156,11 +178,11 @@ def _incoming(agent: Agent, event: Incoming, now: float) -> list[Effect]:
     publication: Publication = event.publication
     fields = ack_fields(publication)
     try:
-        agent.trust.admit(publication, now)
+        signer = agent.trust.admit(publication, now)
     except Refusal as refusal:
         return [Emit(ack(agent.name, fields, "REFUSED", refusals.refuse(agent, refusal, fields, now)))]
     try:
-        command = read_envelope(publication, agent.name)
+        command = read_envelope(publication, agent.name, signer)
         result, detail, effects = _COMMANDS[type(command)](agent, command, now)
     except ValueError as error:
         log.warning("bad envelope %s: %s", publication, error)
@@ -191,4 +213,6 @@ _COMMANDS: dict[type, Callable[[Agent, Any, float], cancel_and_rerun.Operated]] 
     Cancel: cancel_and_rerun.cancel,
     Rerun: cancel_and_rerun.rerun,
     Facts: conditions.facts_command,
+    Hold: hold_and_release.hold,
+    Approve: approvals.approve,
 }

@@ -56,6 +56,8 @@ class Job:
     deadline: str | None = None  # when it must have ended (workflow_messages.deadlines)
     # ``<wait>``, ``<event>``: what else it waits for (workflow_messages.conditions)
     conditions: tuple[Condition, ...] = ()
+    # an approval step (no command): the roles that may approve it (workflow_messages.approvals)
+    approval: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weekdays", frozenset(self.weekdays))
@@ -77,6 +79,7 @@ class Job:
             **({"calendar": self.calendar} if self.calendar is not None else {}),  # likewise
             **({"deadline": self.deadline} if self.deadline is not None else {}),
             **({"conditions": condition_records(self.conditions)} if self.conditions else {}),  # likewise
+            **({"approval": list(self.approval)} if self.approval else {}),
         }
 
 
