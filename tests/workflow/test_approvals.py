@@ -50,6 +50,10 @@ def test_bad_approval_steps_are_reported_at_their_lines() -> None:
     ) == [
         (3, "unexpected <approval> (a job holds its <after> elements, then one <command> or one <approval>)")
     ]
+    assert problems(
+        '<workflow name="W">\n<job name="A" agent="a">\n<event filter="[class,eq,\'X\']"/><approval/></job>'
+        "</workflow>"
+    ) == [(2, "job 'A' is an approval step: it waits on no <wait> or <event> (put them on a job before it)")]
     with pytest.raises(DefinitionError, match="job 'A' is an approval step: it has no command"):
         Workflow("W", (Job("A", "a", "x", approval=("operator",)),))
     with pytest.raises(DefinitionError, match="job 'A': approval roles are"):

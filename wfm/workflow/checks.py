@@ -108,7 +108,9 @@ def _deadline_problems(deadline: str | None, label: str, line: int | None) -> It
 
 
 def _approval_problems(job: Job, label: str) -> Iterator[Problem]:
-    """An approval step (``<approval roles="ROLES"/>``) runs nothing, once: no command, no retries."""
+    """An approval step (``<approval roles="ROLES"/>``) runs nothing, once: no command, no retries;
+    and waits for its predecessors only (an agent holds a job on its conditions before it runs,
+    and an approval step does not run)."""
     try:
         parse_approval(list(job.approval))
     except ValueError as error:
@@ -117,6 +119,11 @@ def _approval_problems(job: Job, label: str) -> Iterator[Problem]:
         yield Problem(job.line, f"{label} is an approval step: it has no command")
     if job.retries:
         yield Problem(job.line, f"{label} is an approval step: it has no retries")
+    if job.conditions:
+        yield Problem(
+            job.line,
+            f"{label} is an approval step: it waits on no <wait> or <event> (put them on a job before it)",
+        )
 
 
 def _name_problems(name: str, what: str, line: int | None) -> Iterator[Problem]:

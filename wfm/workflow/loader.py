@@ -59,11 +59,11 @@ _SCHEMA_MESSAGES: list[tuple[re.Pattern[str], str]] = [
     (
         re.compile(r"Element '(wait|event)': This element is not expected"),
         "unexpected <{0}> (a job holds its <after> elements, then its <wait> and <event> elements,"
-        " then exactly one <command>)",
+        " then one <command> or one <approval>)",
     ),
     (
         re.compile(r"Element '(after|command)': This element is not expected"),
-        "unexpected <{0}> (a job holds its <after> elements, then exactly one <command>)",
+        "unexpected <{0}> (a job holds its <after> elements, then one <command> or one <approval>)",
     ),
     (
         re.compile(r"Element 'approval': This element is not expected"),
@@ -204,13 +204,6 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
             approval = approval_roles(asked.get("roles", DEFAULT_ROLES))
         except ValueError as error:
             problems.append(Problem(asked.sourceline, f"{label}: {error}"))
-        if waits:
-            problems.append(
-                Problem(
-                    asked.sourceline,
-                    f"{label}: an approval step waits on no <wait> or <event>: put them on a job before it",
-                )
-            )
     return Job(
         name,
         agent,
