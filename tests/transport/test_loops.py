@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,13 @@ from broker import loops
 from broker.client import Client
 from broker.errors import LocalError
 from broker.transport.tls import Identity
-from tests.agents.test_processes import HOMES, LINE, MONDAY, WORKFLOWS, Overlay
+from tests.agents.test_processes import MONDAY, WORKFLOWS, Overlay, overlay
 from tests.processes import WFM, brokers, quiet, status
 from tests.transport.harness import free_port, run
 
 pytest.importorskip("uvloop")
+
+__all__ = ["overlay"]  # three brokers in a line and an agent on each, as real processes
 
 
 def test_the_loop_is_the_standard_one_unless_wfm_loop_names_another() -> None:
@@ -56,7 +57,7 @@ def on_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("on_uvloop")
 def test_tls_brokers_and_clients_on_uvloop(certs: Path) -> None:
-    """Mutual TLS between brokers and with clients (asyncio's start_tls on uvloop's transports),
+    """Mutual TLS between brokers and with clients (the broker accepting, the clients dialling),
     and a publication across the link."""
     alice = Identity(certs, "alice")
     with brokers({"B1": [], "B2": ["B1"]}, certs=certs) as uris:
@@ -79,24 +80,12 @@ def test_tls_brokers_and_clients_on_uvloop(certs: Path) -> None:
         run(scenario(), timeout=60)
 
 
-@pytest.fixture
-def uv_overlay(on_uvloop: None, tmp_path: Path) -> Iterator[Overlay]:
-    with brokers(LINE, heartbeat=1.0) as uris:
-        world = Overlay(uris, tmp_path)
-        try:
-            for name in HOMES:
-                world.start(name, "--max-jobs", "8")
-            quiet(uris)
-            yield world
-        finally:
-            world.stop()
-
-
-def test_a_workflow_on_uvloop_brokers_and_agents(uv_overlay: Overlay) -> None:
-    assert {status(uri)["loop"] for uri in uv_overlay.uris.values()} == {"uvloop"}
-    uv_overlay.deploy(WORKFLOWS / "payroll.xml")
-    quiet(uv_overlay.uris)
-    uv_overlay.trigger("PAYROLL", ["mon"], MONDAY)
-    uv_overlay.wait_end("PAYROLL", ["mon"])
-    assert uv_overlay.states("PAYROLL", "mon")["APPL_END"] == "SUCCESS"
-    assert uv_overlay.records("PAYROLL", "mon") == {"JobA": 1, "JobB": 1, "JobD": 1}
+def test_a_workflow_on_uvloop_brokers_and_agents(on_uvloop: None, overlay: Overlay) -> None:
+    """``on_uvloop`` first: the overlay's brokers and agents start with ``WFM_LOOP`` set."""
+    assert {status(uri)["loop"] for uri in overlay.uris.values()} == {"uvloop"}
+    overlay.deploy(WORKFLOWS / "payroll.xml")
+    quiet(overlay.uris)
+    overlay.trigger("PAYROLL", ["mon"], MONDAY)
+    overlay.wait_end("PAYROLL", ["mon"])
+    assert overlay.states("PAYROLL", "mon")["APPL_END"] == "SUCCESS"
+    assert overlay.records("PAYROLL", "mon") == {"JobA": 1, "JobB": 1, "JobD": 1}
