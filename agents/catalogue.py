@@ -20,6 +20,7 @@ from agents.envelope import Control, JobInfo, Registration, registrations
 from agents.events import Effect, Register, Withdraw
 from workflow_messages import APPL_END, APPL_START, digest, start_subscription
 from workflow_messages.params import Param
+from workflow_messages.pools import PoolDeclaration
 
 if TYPE_CHECKING:
     from agents.state import Agent
@@ -69,6 +70,7 @@ class Deployment:
     # the run parameters its DEPLOY declares: a firing's Trigger is checked against them, and
     # their defaults filled in (none for one deployed by the per-job commands)
     params: tuple[Param, ...] = ()
+    pools: tuple[PoolDeclaration, ...] = ()  # the pools its DEPLOY declares (:mod:`agents.pools`)
 
     def add(self, info: JobInfo) -> None:
         self.jobs[info.job] = info
@@ -179,6 +181,7 @@ def _deploy(agent: Agent, command: Deploy) -> Applied:
         deployment.parts, deployment.split, deployment.parts_in = *split, set()
     deployment.parts_in.add(deploy.part)
     deployment.params = deploy.params  # part of the version: every part says the same
+    deployment.pools = deploy.pools  # likewise
     if deploy.coordinator:
         deployment.signers.update({APPL_START: deploy.coordinator, APPL_END: deploy.coordinator})
     changed = False

@@ -35,6 +35,7 @@ from workflow_messages.deadlines import parse_deadline
 from workflow_messages.named_calendars import NamedCalendar, read_record
 from workflow_messages.operations import decode_content
 from workflow_messages.params import Param, parse_declarations
+from workflow_messages.pools import PoolDeclaration, read_declarations
 
 __all__ = [
     "COMMANDS",
@@ -96,6 +97,7 @@ class JobInfo:
     priority: int = 4  # of the job's statuses (``broker.messages.qos``)
     named: NamedCalendar | None = None  # its definition's ``calendar="NAME"``, if any
     deadline: str | None = None  # when it must have ended (APPL_END's: the generation's), if ever
+    pool: str | None = None  # the pool whose slot its runs take (``DeployPart.pools``), if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,7 @@ class DeployPart:
     split: str = ""
     coordinator: str = ""  # the agent that signs APPL_START and APPL_END ("" if not said)
     params: tuple[Param, ...] = ()  # the run parameters the workflow declares (none if not said)
+    pools: tuple[PoolDeclaration, ...] = ()  # the pools the workflow declares (none if not said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +229,12 @@ def parse_deploy(control: Control) -> DeployPart:
     coordinator = data.get("coordinator", "")
     if not isinstance(coordinator, str):
         raise ValueError(f"DEPLOY coordinator {coordinator!r}: it must be an agent name")
-    return DeployPart(part, parts, infos, split, coordinator, parse_declarations(data.get("params")))
+    pools = read_declarations(data.get("pools"))
+    for info in infos:
+        if info.pool is not None and info.pool not in (pool.name for pool in pools):
+            raise ValueError(f"DEPLOY job {info.job!r}: pool {info.pool!r} is not declared")
+    params = parse_declarations(data.get("params"))
+    return DeployPart(part, parts, infos, split, coordinator, params, pools)
 
 
 def registrations(info: JobInfo, coordinator: str = "") -> list[Registration]:
@@ -284,6 +292,9 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         raise ValueError("JOBINFO schedule must be a non-empty list of day words")
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
         raise ValueError("JOBINFO retries must be an integer from 0 to 100")
+    pool = data.get("pool")
+    if pool is not None:
+        check_name(pool, "JOBINFO pool")
     priority = data.get("priority", 4)
     if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
         raise ValueError("JOBINFO priority must be an integer from 0 to 9")
@@ -313,6 +324,7 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         priority=priority,
         named=None if data.get("calendar") is None else read_record(data["calendar"]),
         deadline=deadline,
+        pool=pool,
     )
 
 

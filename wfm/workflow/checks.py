@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from broker.language.values import is_number
 from broker.messages.qos import DEFAULT_QOS
 from broker.transport import MAX_FRAME
-from wfm.workflow import calendars
+from wfm.workflow import calendars, pools
 from wfm.workflow.errors import Problem, first_on
 from workflow_messages import APPL_END, APPL_START, DAILY, check_name, find_cycles
 from workflow_messages.deadlines import parse_deadline
@@ -50,6 +50,7 @@ def find_problems(workflow: Workflow) -> list[Problem]:
     problems.extend(_param_problems(workflow))
     problems.extend(calendars.problems(workflow))
     problems.extend(_deadline_problems(workflow.deadline, f"workflow {workflow.name!r}", workflow.line))
+    problems.extend(pools.problems(workflow))
     first: dict[str, Job] = {}
     for job in workflow.jobs:
         if job.name in first:

@@ -19,8 +19,9 @@ from wfm.workflow.errors import DefinitionError
 from workflow_messages import DAILY, weekday_words
 from workflow_messages.named_calendars import NamedCalendar
 from workflow_messages.params import Param, records
+from workflow_messages.pools import DEFAULT_LEASE, PoolDeclaration
 
-__all__ = ["After", "Job", "NamedCalendar", "Param", "Workflow"]
+__all__ = ["After", "Job", "NamedCalendar", "Param", "Pool", "Workflow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,20 @@ class After:
 
     job: str
     on: str = "success"
+    line: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """``<pool name slots keeper lease>``: at most ``slots`` jobs naming it in ``pool=`` run at
+    once, across every agent and every workflow that declares it. ``keeper`` is the agent that
+    hands out its slots (None: the agent of the first job in the pool); ``lease`` how many seconds
+    a holder's slot outlives the holder's silence (docs/workflows.md, Pools)."""
+
+    name: str
+    slots: int
+    keeper: str | None = None
+    lease: float = DEFAULT_LEASE
     line: int | None = field(default=None, compare=False)
 
 
@@ -51,6 +66,7 @@ class Job:
     priority: int = DEFAULT_PRIORITY
     calendar: str | None = None  # the name of one of the workflow's calendars (``calendar="NAME"``)
     deadline: str | None = None  # when it must have ended (workflow_messages.deadlines)
+    pool: str | None = None  # the name of one of the workflow's pools (``pool="NAME"``)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weekdays", frozenset(self.weekdays))
@@ -70,6 +86,7 @@ class Job:
             **({"priority": self.priority} if self.priority != DEFAULT_PRIORITY else {}),
             **({"calendar": self.calendar} if self.calendar is not None else {}),  # likewise
             **({"deadline": self.deadline} if self.deadline is not None else {}),
+            **({"pool": self.pool} if self.pool is not None else {}),
         }
 
 
@@ -86,11 +103,13 @@ class Workflow:
     params: tuple[Param, ...] = ()
     calendars: tuple[NamedCalendar, ...] = ()  # ``<calendar>``: :mod:`workflow_messages.named_calendars`
     deadline: str | None = None  # when APPL_END must have come (workflow_messages.deadlines)
+    pools: tuple[Pool, ...] = ()  # ``<pool>``: concurrency limits its jobs name in ``pool=``
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "jobs", tuple(self.jobs))
         object.__setattr__(self, "params", tuple(self.params))
         object.__setattr__(self, "calendars", tuple(self.calendars))
+        object.__setattr__(self, "pools", tuple(self.pools))
         problems = find_problems(self)
         if problems:
             raise DefinitionError(problems)
@@ -105,6 +124,17 @@ class Workflow:
         """The agent of the first start job: it runs the virtual jobs APPL_START and APPL_END."""
         return next(job.agent for job in self.jobs if not job.after)
 
+    def keeper(self, pool: Pool) -> str:
+        """The agent that keeps ``pool``'s slots: its ``keeper``, or the agent of its first job."""
+        if pool.keeper is not None:
+            return pool.keeper
+        return next((job.agent for job in self.jobs if job.pool == pool.name), "")
+
+    def pool_declaration(self, pool: Pool) -> PoolDeclaration:
+        """``pool`` as the agents get it: its keeper named, and the agent of each job in it."""
+        jobs = {job.name: job.agent for job in self.jobs if job.pool == pool.name}
+        return PoolDeclaration(pool.name, pool.slots, self.keeper(pool), pool.lease, jobs)
+
     def version(self) -> str:
         """A short sha256 of the canonical definition: equal definitions, equal versions, however
         the XML was laid out; any change of meaning gives a new one."""
@@ -115,6 +145,8 @@ class Workflow:
             definition["calendars"] = [calendar.record() for calendar in self.calendars]
         if self.deadline is not None:  # likewise
             definition["deadline"] = self.deadline
+        if self.pools:  # likewise
+            definition["pools"] = [self.pool_declaration(pool).record() for pool in self.pools]
         canonical = json.dumps(
             definition,
             sort_keys=True,
