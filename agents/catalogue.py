@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from agents import pools
 from agents.commands import DefineJob, Deploy, DeploymentCommand, Undeploy, WantRegistration
 from agents.envelope import Control, JobInfo, Registration, registrations
 from agents.events import Effect, Register, Withdraw
@@ -86,10 +87,10 @@ class Deployment:
 def apply(agent: Agent, command: DeploymentCommand) -> Applied:
     """Change the catalogue as ``command`` says: the acknowledgement's result, and the effects.
     Raises ``ValueError`` (ERROR) before it changes anything."""
-    applied = _APPLY[type(command)](agent, command)
+    result, effects = _APPLY[type(command)](agent, command)
     if not isinstance(command, Undeploy):
         agent.retired.discard((command.control.workflow, command.control.version))  # deployed here again
-    return applied
+    return result, effects + pools.sync(agent)
 
 
 def _define_job(agent: Agent, command: DefineJob) -> Applied:
@@ -171,6 +172,7 @@ def _deploy(agent: Agent, command: Deploy) -> Applied:
     Everything is checked and built before anything changes: an envelope acknowledged ERROR
     leaves no trace (a half-installed one would be in the next snapshot, and fail again there)."""
     control, deploy = command.control, command.part
+    pools.conflicts(agent, control.workflow, deploy.pools)
     built = [(info, registrations(info, deploy.coordinator)) for info in deploy.jobs]
     deployment = _deployment_of(agent, control.workflow, control.version)
     deployment.ends_here = True

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import asdict, astuple
 from typing import TYPE_CHECKING, Any
 
-from agents import catalogue
+from agents import catalogue, pools
 from agents.commands import Cancel, Rerun, read_command
 from agents.envelope import Control
 from agents.events import Run
@@ -60,6 +60,7 @@ def snapshot(agent: Agent) -> dict[str, Any]:
         "trust": agent.trust.snapshot(),
         "outcomes": [[workflow, gid, record] for (workflow, gid), record in agent.outcomes.items()],
         "retired": sorted(agent.retired),
+        **pools.snapshot(agent),  # only when the agent keeps or asks for a pool's slots
     }
 
 
@@ -87,6 +88,7 @@ def restore(agent: Agent, saved_state: dict[str, Any]) -> None:
     agent.outcomes = OrderedDict(((w, g), record) for w, g, record in saved_state.get("outcomes", []))
     # after the deployments, whose envelopes (applied again) would end the retirements
     agent.retired = {(w, v) for w, v in saved_state.get("retired", []) if (w, v) in agent.deployments}
+    pools.restore(agent, saved_state.get("pools"))
 
 
 def _reapply(agent: Agent, control: Control) -> None:

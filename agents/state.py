@@ -24,7 +24,17 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from agents import cancel_and_rerun, catalogue, deadlines, firing, forgetting, refusals, run_queue, snapshot
+from agents import (
+    cancel_and_rerun,
+    catalogue,
+    deadlines,
+    firing,
+    forgetting,
+    pools,
+    refusals,
+    run_queue,
+    snapshot,
+)
 from agents.catalogue import Deployment, Owner
 from agents.commands import (
     Cancel,
@@ -99,10 +109,16 @@ class Agent:
         self.retired: set[tuple[str, str]] = set()
         self.installs = 0  # deployments created: the next one's install order
         self.swept = 0.0  # the last minute of ``now`` (now // SWEEP_EVERY) swept
+        # pools (:mod:`agents.pools`): as keeper, pool -> (workflow, gid, job) -> hold, the count
+        # of requests that arrived, and the holds released lately; as holder, the runs asking
+        self.keeping: dict[str, dict[tuple[str, str, str], pools.Hold]] = {}
+        self.pool_arrivals = 0
+        self.released: OrderedDict[tuple[str, ...], None] = OrderedDict()
+        self.asking: dict[tuple[str, str, str], pools.Asking] = {}
 
     def handle(self, event: Event, now: float) -> list[Effect]:
         effects = forgetting.sweep(self, now) + _EVENTS[type(event)](self, event, now)
-        return effects + deadlines.check(self, now)
+        return effects + deadlines.check(self, now) + pools.check(self, now)
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as JSON-able data: :meth:`restore` on a new agent gives the same state."""
@@ -126,8 +142,10 @@ class Agent:
         return set(self.generations) | {(r.workflow, r.gid) for r in self.running.values()}
 
     def next_wakeup(self) -> float | None:
-        """When the earliest retry is due, for the adapter's timer."""
-        return min((p.at for p in self.pending if p.at is not None), default=None)
+        """When the earliest retry is due, or a pool's request or lease, for the adapter's timer."""
+        retry = min((p.at for p in self.pending if p.at is not None), default=None)
+        pool = pools.next_wakeup(self)
+        return retry if pool is None else pool if retry is None else min(retry, pool)
 
     def current(self, workflow: str) -> str | None:
         """The version new generations of ``workflow`` start on (:func:`agents.catalogue.current`)."""
@@ -161,7 +179,11 @@ Handler = Callable[[Agent, Any, float], list[Effect]]
 
 _EVENTS: dict[type, Handler] = {
     Incoming: _incoming,
-    Delivered: firing.delivered,
+    Delivered: lambda agent, event, now: (
+        pools.delivered(agent, event.key, event.publications, now)
+        if event.key.startswith(pools.KEY)
+        else firing.delivered(agent, event, now)
+    ),
     Finished: run_queue.finished,
     Lost: run_queue.lost,
     TimePassed: lambda agent, event, now: run_queue.pump(agent, now),
