@@ -71,6 +71,7 @@ from workflow_messages import JOBSTATUS, ack_advertisement, control_subscription
 from workflow_messages.alerts import alert_advertisement, job_alert
 from workflow_messages.deadlines import alert_quality
 from workflow_messages.operations import answer, answer_advertisement, query_subscription
+from workflow_messages.pools import POOL
 from workflow_messages.signature import Author
 
 __all__ = ["AgentService"]
@@ -238,6 +239,8 @@ class AgentService:
         for effect in effects:
             if isinstance(effect, Start):
                 self._supervise(effect.run)
+            elif isinstance(effect, Stop) and effect.kill:  # its pool slot: not a second longer
+                stop(effect.run, self.state_dir, signal.SIGKILL)
             elif isinstance(effect, Stop):
                 self._stop(effect.run)
 
@@ -295,7 +298,7 @@ class AgentService:
                     await self.prune_due.wait()
 
     def _signed(self, publication: Publication) -> Publication:
-        if self.author is None or publication.cls != JOBSTATUS:
+        if self.author is None or publication.cls not in (JOBSTATUS, POOL):
             return publication
         return self.author.sign_publication(publication)
 
