@@ -28,10 +28,11 @@ from agents.trust import Trust
 from broker.language import Publication
 from tests.agents.test_trust import CA, NOW
 from tests.signing import signed
+from wfm.security.acl import load_policy
 from wfm.signing import Deployer
 from wfm.workflow import loads, translate
 from workflow_messages import JOBSTATUS, job_status
-from workflow_messages.pools import POOL, pool_message
+from workflow_messages.pools import POOL, pool_advertisement, pool_message, pool_subscription
 
 DEFINITION = """<workflow name="W">
   <pool name="db" slots="SLOTS" lease="8"/>
@@ -288,3 +289,15 @@ def test_an_agent_without_pools_registers_nothing_for_them() -> None:
             agent.handle(Incoming(envelope), T0)
     assert agent.deployments and not any(key.startswith(pools.KEY) for key in agent.wanted)
     assert "pools" not in agent.snapshot()
+
+
+def test_the_default_acl_lets_an_agent_send_pool_messages_as_itself_and_read_those_to_it() -> None:
+    policy = load_policy()
+    mine = pool_advertisement("a1")
+    assert policy.may_advertise("a1", "agent", mine) is None
+    assert policy.may_subscribe("a1", "agent", pool_subscription("a1")) is None
+    assert policy.may_subscribe("a1", "agent", pool_subscription("a2")) is not None
+    grant = pool_message("grant", "a2", "a1", ("db", "W", "g1", "B"), "v", 1.0)
+    assert policy.may_publish("a2", "agent", grant, 0.0) is None
+    assert policy.may_publish("a1", "agent", grant, 0.0) is not None  # as someone else
+    assert policy.may_publish("c", "client", grant, 0.0) is not None
