@@ -227,7 +227,7 @@ def _remove(agent: Agent, workflow: str, version: str) -> list[Effect]:
         agent.wanted.pop(key, None)
         agent.owners.pop(key, None)
     log.info("removed %s version %s", workflow, version)
-    return [Withdraw(key) for key in sorted(deployment.keys)] + _starts(agent, workflow)
+    return [Withdraw(key) for key in sorted(deployment.keys)] + _starts(agent, workflow) + pools.sync(agent)
 
 
 def _starts(agent: Agent, workflow: str) -> list[Effect]:

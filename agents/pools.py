@@ -62,6 +62,7 @@ __all__ = [
     "check",
     "conflicts",
     "delivered",
+    "expire",
     "may_start",
     "next_wakeup",
     "restore",
@@ -167,8 +168,17 @@ def may_start(agent: Agent, run: Run, now: float) -> bool:
     return window is not None and now < window
 
 
+def expire(agent: Agent, now: float) -> list[Effect]:
+    """Before every event: the keeper takes back what lapsed by ``now``, so that an event is
+    decided on the same holds whether or not a tick came between (a tick that changed nothing
+    visible is not journaled, and a replay must decide the event as the first run did)."""
+    return _keep(agent, now) if agent.keeping else []
+
+
 def check(agent: Agent, now: float) -> list[Effect]:
     """After every event: the holder's requests and fencing, the keeper's expired leases."""
+    if not (agent.asking or agent.keeping or any(d.pools for d in agent.deployments.values())):
+        return []  # most agents: no scan of their queue at every event
     return _hold(agent, now) + _keep(agent, now)
 
 

@@ -117,7 +117,8 @@ class Agent:
         self.asking: dict[tuple[str, str, str], pools.Asking] = {}
 
     def handle(self, event: Event, now: float) -> list[Effect]:
-        effects = forgetting.sweep(self, now) + _EVENTS[type(event)](self, event, now)
+        effects = forgetting.sweep(self, now) + pools.expire(self, now)
+        effects += _EVENTS[type(event)](self, event, now)
         return effects + deadlines.check(self, now) + pools.check(self, now)
 
     def snapshot(self) -> dict[str, Any]:

@@ -63,6 +63,7 @@ class Net:
     cut: set[str] = field(default_factory=set)
     held: list[tuple[str, Publication]] = field(default_factory=list)
     events: dict[str, list[tuple[Event, float]]] = field(default_factory=dict)  # each agent's journal
+    emitted: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # each agent's POOL ops, jobs
 
     def __post_init__(self) -> None:
         plan = translate(loads(DEFINITION.replace("SLOTS", str(self.slots))))
@@ -77,8 +78,10 @@ class Net:
         self.trigger_author = deployer
 
     def handle(self, name: str, event: Event, now: float) -> list[Effect]:
-        self.events[name].append((event, now))
         effects = self.agents[name].handle(event, now)
+        if effects or not isinstance(event, TimePassed):  # what the adapter journals
+            self.events[name].append((event, now))
+            self.emitted.setdefault(name, []).extend(pool_ops(effects))
         for effect in effects:
             if isinstance(effect, Start):
                 self.started.append((now, effect.run.gid, effect.run.job))
@@ -223,6 +226,29 @@ def test_replaying_the_keeper_s_events_gives_the_same_holds_and_grants() -> None
     holder = Agent("h", trust=Trust(ca=net.ca.certificate))
     holder.restore(json.loads(json.dumps(net.agents["h"].snapshot())))
     assert holder.asking == net.agents["h"].asking
+
+
+def pool_ops(effects: list[Effect]) -> list[tuple[str, str]]:
+    return [
+        (str(e.publication["op"]), str(e.publication["jobname"]))
+        for e in effects
+        if isinstance(e, Emit) and e.publication.cls == POOL
+    ]
+
+
+def test_a_replay_decides_as_the_first_run_when_a_lease_lapsed_at_an_unjournaled_tick() -> None:
+    """B's lease lapses with nobody waiting (a tick that emits nothing is not journaled); its late
+    renewals then come: the keeper answered "revoked", and so does its replay."""
+    net = Net()
+    net.fire("B", "g1", T0)
+    net.cut.add("h")
+    net.tick(T0 + 20)
+    net.finish("g1", "B", T0 + 20, ok=False)  # killed by its agent's fencing
+    net.join("h", T0 + 21)
+    assert ("revoked", "B") in net.emitted["k"]
+    again = Agent("k", max_jobs=10, trust=Trust(ca=net.ca.certificate))
+    replayed = [op for event, now in net.events["k"] for op in pool_ops(again.handle(event, now))]
+    assert replayed == net.emitted["k"] and again.keeping == net.agents["k"].keeping
 
 
 def test_forged_grants_releases_and_statuses_change_nothing() -> None:
