@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tests.agents.test_processes import Overlay, overlay
 from tests.processes import wait_for
+from tests.wfm.test_operations import lines, wfm
 
 __all__ = ["overlay"]  # the fixture
 
@@ -78,7 +79,10 @@ def test_one_slot_across_two_agents_a_dead_host_and_a_killed_keeper(overlay: Ove
     held = overlay.output / "H.h1.pid"
     wait_for(held.exists, "H holds the slot")
     overlay.trigger("POOLED", ["g1"])
-    time.sleep(0.5)  # the requests of g1 reach the keeper, and wait
+    waiting = {"P1": "WAITING FOR POOL ONE", "P2": "WAITING FOR POOL ONE", "P3": "WAITING FOR POOL ONE"}
+    deadline = time.monotonic() + 10
+    while (runs := lines(wfm(overlay, "runs", "POOLED", "-o", "json"))) == [] or runs[0]["jobs"] != waiting:
+        assert time.monotonic() < deadline, f"wfm runs does not show g1 waiting for the pool: {runs}"
     died = kill_host(overlay, "agentB", held)
     wait_for(lambda: "P1 g1 end" in (overlay.output / "pool.log").read_text(), "P1 ran", timeout=3 * LEASE)
     p1 = next(start for start, _, run in intervals(overlay, {}) if run == "P1 g1")
