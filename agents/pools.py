@@ -250,7 +250,7 @@ def _answer(agent: Agent, message: PoolMessage, now: float) -> list[Effect]:
             log.warning("%s: pool %s revoked its slot: killed", agent.running[key].label, message.pool)
             del agent.asking[key]
             return [Stop(agent.running[key], kill=True)]
-        asking.confirmed, asking.sent = None, float("-inf")  # ask again at once
+        asking.confirmed, asking.sent = None, now - asking.lease  # ask again at once
         return []
     # the keeper echoes our clock on the request it answers: never later than now, unless forged
     confirmed = min(message.asked, now)
