@@ -68,6 +68,7 @@ __all__ = [
     "restore",
     "snapshot",
     "sync",
+    "windows",
 ]
 
 log = logging.getLogger(__name__)
@@ -180,6 +181,16 @@ def check(agent: Agent, now: float) -> list[Effect]:
     if not (agent.asking or agent.keeping or any(d.pools for d in agent.deployments.values())):
         return []  # most agents: no scan of their queue at every event
     return _hold(agent, now) + _keep(agent, now)
+
+
+def windows(agent: Agent) -> dict[Run, float]:
+    """The running runs that hold a slot, and until when each may run: what the adapter tells
+    their supervisor, which kills them then if the agent cannot (killed or frozen)."""
+    return {
+        agent.running[key]: window
+        for key, asking in agent.asking.items()
+        if key in agent.running and (window := asking.window()) is not None
+    }
 
 
 def next_wakeup(agent: Agent) -> float | None:

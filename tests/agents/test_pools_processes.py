@@ -108,6 +108,9 @@ def test_one_slot_across_two_agents_a_dead_host_and_a_killed_keeper(overlay: Ove
     }
     overlay.wait_end("HOLDER", ["h1"], timeout=10)
     assert overlay.states("HOLDER", "h1")["H"] == "FAILURE"  # lost with its host, not run again
+    # agentB told the supervisor of each run in the pool until when it may run (its window)
+    lease = overlay.tmp / "agentB" / "logs" / "POOLED" / "g1" / "P2.1.lease"
+    assert float(lease.read_text()) > p1
     runs = intervals(overlay, {"H h1": died})
     assert [run for _, _, run in runs][:2] == ["H h1", "P1 g1"] and len(runs) == 4
     assert_one_at_a_time(runs)
