@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/regex.py
 	$(BIN)/python benchmarks/signing.py
 	$(BIN)/python benchmarks/web.py
+	$(BIN)/python benchmarks/codec.py
 	$(BIN)/python benchmarks/overlay.py
 	$(BIN)/python benchmarks/composite_traffic.py --plot docs/composite_traffic.png
 	$(BIN)/python benchmarks/workflows.py

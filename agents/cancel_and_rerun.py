@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agents import publishing
+from agents import conditions, publishing
 from agents.commands import Cancel, Rerun
 from agents.events import Effect, Result, Stop
 from agents.generations import NOT_RUN, GenerationState
@@ -38,6 +38,7 @@ def cancel(agent: Agent, command: Cancel, now: float) -> Operated:
         status = NORUN if pending.at is None else FAILURE
         detail = NOT_RUN if pending.at is None else f"{NOT_RUN} before attempt {pending.run.attempt}"
         effects += publishing.done(agent, pending.run, status, Result(False, detail, now, 0.0), now)
+    effects += conditions.release_cancelled(agent, workflow, gid, now)
     stopping = [run for run in agent.running.values() if (run.workflow, run.gid) == (workflow, gid)]
     effects += [Stop(run) for run in stopping]
     if not seen:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from agents import pools
+from agents import condition_keys, pools
 from agents.commands import DefineJob, Deploy, DeploymentCommand, Undeploy, WantRegistration
 from agents.envelope import Control, JobInfo, Registration, registrations
 from agents.events import Effect, Register, Withdraw
@@ -192,8 +192,8 @@ def _deploy(agent: Agent, command: Deploy) -> Applied:
         changed |= deployment.jobs.get(info.job) != info
         deployment.add(info)
         owner = Owner(info.workflow, info.version, info.job)
-        for registration in wanted:
-            key = owner.key(registration.command)
+        keyed = [(owner.key(r.command), r) for r in wanted] + condition_keys.registrations(owner, info)
+        for key, registration in keyed:
             if key not in agent.wanted:
                 deployment.keys.add(key)
                 agent.wanted[key] = registration
@@ -226,6 +226,7 @@ def _remove(agent: Agent, workflow: str, version: str) -> list[Effect]:
     for key in deployment.keys:
         agent.wanted.pop(key, None)
         agent.owners.pop(key, None)
+    condition_keys.drop_unsubscribed(agent)
     log.info("removed %s version %s", workflow, version)
     return [Withdraw(key) for key in sorted(deployment.keys)] + _starts(agent, workflow) + pools.sync(agent)
 

@@ -25,6 +25,7 @@ from agents.envelope import (
 )
 from broker.language import Publication
 from workflow_messages import check_gid, undeploy_order
+from workflow_messages.conditions import read_facts
 from workflow_messages.operations import CANCEL, RERUN, decode_content
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "DefineJob",
     "Deploy",
     "DeploymentCommand",
+    "Facts",
     "Rerun",
     "Undeploy",
     "WantRegistration",
@@ -92,8 +94,17 @@ class Rerun:
     reuse: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """FACTS: publications the history kept for conditions' subscriptions (subscription text,
+    publication), sent by ``wfm deploy`` once the subscriptions are made."""
+
+    control: Control
+    facts: tuple[tuple[str, Publication], ...]
+
+
 DeploymentCommand = DefineJob | WantRegistration | Deploy | Undeploy  # what changes the catalogue
-Command = DeploymentCommand | Cancel | Rerun
+Command = DeploymentCommand | Cancel | Rerun | Facts
 
 
 def read_envelope(publication: Publication, agent: str) -> Command:
@@ -112,6 +123,8 @@ def read_command(control: Control) -> Command:
         return Undeploy(control, undeploy_order(control.content))
     if command in (CANCEL, RERUN):
         return _operation(control)
+    if command == "FACTS":
+        return Facts(control, tuple(read_facts(control.content)))
     return WantRegistration(control, parse_registration(control))
 
 

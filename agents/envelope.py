@@ -31,6 +31,7 @@ from workflow_messages import (
     trigger_atom,
     trigger_date,
 )
+from workflow_messages.conditions import Condition, read_records
 from workflow_messages.deadlines import parse_deadline
 from workflow_messages.named_calendars import NamedCalendar, read_record
 from workflow_messages.operations import decode_content
@@ -61,6 +62,7 @@ COMMANDS = (
     "UNDEPLOY",
     "CANCEL",
     "RERUN",
+    "FACTS",  # what the history kept for a job's conditions (agents.conditions)
 )
 
 
@@ -97,6 +99,7 @@ class JobInfo:
     priority: int = 4  # of the job's statuses (``broker.messages.qos``)
     named: NamedCalendar | None = None  # its definition's ``calendar="NAME"``, if any
     deadline: str | None = None  # when it must have ended (APPL_END's: the generation's), if ever
+    conditions: tuple[Condition, ...] = ()  # on other workflows and events (workflow_messages.conditions)
     pool: str | None = None  # the pool whose slot its runs take (``DeployPart.pools``), if any
 
 
@@ -324,6 +327,7 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         priority=priority,
         named=None if data.get("calendar") is None else read_record(data["calendar"]),
         deadline=deadline,
+        conditions=read_records(data.get("conditions", [])),
         pool=pool,
     )
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from agents import coordinator, forgetting, publishing, refusals, run_queue
+from agents import condition_keys, conditions, coordinator, forgetting, publishing, refusals, run_queue
 from agents.envelope import JobInfo, firing_date
 from agents.events import Delivered, Effect, Emit, Run
 from agents.generations import NOT_RUN, GenerationState
@@ -50,6 +50,8 @@ def delivered(agent: Agent, event: Delivered, now: float) -> list[Effect]:
     owner = agent.owners.get(event.key)
     if owner is None:
         return []  # withdrawn meanwhile
+    if condition_keys.is_condition(event.key):
+        return conditions.arrived(agent, event.key, event.publications, now)
     if agent.wanted[event.key].command == "SUBSCRIBE":
         return [e for p in event.publications for e in coordinator.status(agent, p, now)]
     info = agent.deployments[owner.workflow, owner.version].jobs.get(owner.job)
@@ -152,6 +154,8 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
         " ".join(sorted(upstream)),
         encode_params(params) if params else "",
     )
+    if info.conditions:  # on other workflows or events: held until they hold
+        return conditions.queue(agent, info, run, now)
     agent.pending.append(run_queue.Pending(run))
     return run_queue.pump(agent, now)
 

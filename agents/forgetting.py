@@ -49,6 +49,7 @@ def _end(agent: Agent, workflow: str, gid: str, at: float) -> list[Pending]:
     agent.generations.pop((workflow, gid), None)
     dropped = [p for p in agent.pending if (p.run.workflow, p.run.gid) == (workflow, gid)]
     agent.pending = [p for p in agent.pending if (p.run.workflow, p.run.gid) != (workflow, gid)]
+    agent.held = [r for r in agent.held if (r.workflow, r.gid) != (workflow, gid)]  # agents.conditions
     agent.ended[workflow, gid] = at
     while len(agent.ended) > MAX_ENDED:  # memory and snapshot stay bounded at any rate
         agent.ended.popitem(last=False)

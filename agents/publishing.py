@@ -99,6 +99,7 @@ def publication(
         skipped=skipped,
         failed=failed or (),
         cancelled=generation is not None and generation.halted,
+        date=(agent.outcomes.get((workflow, gid)) or {}).get("date") or "",
     )
     record = {
         name: status_publication[name] for name in ("status", "detail", "attempt", "started", "duration")

@@ -15,10 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agents.conditions import waiting_for
 from agents.state import Agent
 from broker.language import Publication
 from broker.transport import MAX_FRAME
 from workflow_messages import APPL_END, APPL_START, check_gid, weekday_words
+from workflow_messages.conditions import records as condition_records
 from workflow_messages.operations import ANY, answer, decode_content, encode_content
 from workflow_messages.params import records
 
@@ -118,6 +120,7 @@ def _deployments(agent: Agent, command_limit: int | None = None) -> list[dict[st
                 "timeout": info.timeout,
                 "retries": info.retries,
                 **({"calendar": info.named.record()} if info.named is not None else {}),
+                **({"conditions": condition_records(info.conditions)} if info.conditions else {}),
             }
             for job, info in deployment.jobs.items()
             if job not in VIRTUAL
@@ -146,6 +149,7 @@ def _runs(agent: Agent, workflow: str, prefix: str, limit: int) -> list[dict[str
         generation = agent.generations.get((w, gid))
         busy = {} if generation is None else {j: s for j, s in generation.jobs.items() if s != "done"}
         cancelled = generation is not None and generation.cancelled
+        held = {r.job: waiting_for(agent, r) for r in agent.held if (r.workflow, r.gid) == (w, gid)}
         found.append(
             {
                 "gid": gid,
@@ -154,6 +158,7 @@ def _runs(agent: Agent, workflow: str, prefix: str, limit: int) -> list[dict[str
                 "busy": busy,
                 "cancelled": cancelled,
                 "params": record.get("params", {}),  # absent from older outcomes
+                **({"waiting": held} if held else {}),  # held jobs: the conditions they wait for
             }
         )
         if len(found) == limit:

@@ -13,8 +13,8 @@ from collections import OrderedDict
 from dataclasses import asdict, astuple
 from typing import TYPE_CHECKING, Any
 
-from agents import catalogue, pools
-from agents.commands import Cancel, Rerun, read_command
+from agents import catalogue, conditions, pools
+from agents.commands import Cancel, Facts, Rerun, read_command
 from agents.envelope import Control
 from agents.events import Run
 from agents.generations import GenerationState
@@ -60,6 +60,7 @@ def snapshot(agent: Agent) -> dict[str, Any]:
         "trust": agent.trust.snapshot(),
         "outcomes": [[workflow, gid, record] for (workflow, gid), record in agent.outcomes.items()],
         "retired": sorted(agent.retired),
+        **conditions.snapshot(agent),
         **pools.snapshot(agent),  # only when the agent keeps or asks for a pool's slots
     }
 
@@ -88,6 +89,7 @@ def restore(agent: Agent, saved_state: dict[str, Any]) -> None:
     agent.outcomes = OrderedDict(((w, g), record) for w, g, record in saved_state.get("outcomes", []))
     # after the deployments, whose envelopes (applied again) would end the retirements
     agent.retired = {(w, v) for w, v in saved_state.get("retired", []) if (w, v) in agent.deployments}
+    conditions.restore(agent, saved_state)
     pools.restore(agent, saved_state.get("pools"))
 
 
@@ -96,7 +98,7 @@ def _reapply(agent: Agent, control: Control) -> None:
     is skipped: an agent that cannot start is worse than one version missing."""
     try:
         command = read_command(control)
-        if isinstance(command, Cancel | Rerun):
+        if isinstance(command, Cancel | Rerun | Facts):
             raise ValueError("not a deployment's envelope")
         catalogue.apply(agent, command)
     except ValueError as error:

@@ -27,6 +27,7 @@ from typing import Any
 from agents import (
     cancel_and_rerun,
     catalogue,
+    conditions,
     deadlines,
     firing,
     forgetting,
@@ -41,11 +42,13 @@ from agents.commands import (
     DefineJob,
     Deploy,
     DeploymentCommand,
+    Facts,
     Rerun,
     Undeploy,
     WantRegistration,
     read_envelope,
 )
+from agents.conditions import Fact
 from agents.envelope import Registration, ack_fields
 from agents.events import (
     Delivered,
@@ -108,6 +111,10 @@ class Agent:
         # [...]}): no generation starts on it, and it is dropped once no generation runs on it
         self.retired: set[tuple[str, str]] = set()
         self.installs = 0  # deployments created: the next one's install order
+        # what conditions on other workflows and events were delivered, by subscription; and the
+        # runs held until their conditions hold (agents.conditions)
+        self.facts: dict[str, list[Fact]] = {}
+        self.held: list[Run] = []
         self.swept = 0.0  # the last minute of ``now`` (now // SWEEP_EVERY) swept
         # pools (:mod:`agents.pools`): as keeper, pool -> (workflow, gid, job) -> hold, the count
         # of requests that arrived, and the holds released lately; as holder, the runs asking
@@ -196,4 +203,5 @@ _COMMANDS: dict[type, Callable[[Agent, Any, float], cancel_and_rerun.Operated]] 
     Undeploy: _deployment_command,
     Cancel: cancel_and_rerun.cancel,
     Rerun: cancel_and_rerun.rerun,
+    Facts: conditions.facts_command,
 }

@@ -10,7 +10,9 @@ one or more subscribers (multiprocessing). Figures:
 * CPU time per publication of the server, the publisher and the subscriber (what bounds
   throughput when the processes share a few cores, and what load distorts least);
 * the first and the last again over mutual TLS (every client and the broker with a certificate of
-  a CA made for the run), against the plain figures of the same run (``--tls-only``: just these).
+  a CA made for the run), against the plain figures of the same run (``--tls-only``: just these);
+* with ``--loops`` (only these): the first and the last with the broker and our clients on uvloop
+  against the standard loop (``WFM_LOOP``, :mod:`broker.loops`), rounds alternating.
 
 Redis (``PUBLISH``/``SUBSCRIBE``) and NATS (core subjects) get the same shapes (one server each;
 a chain does not exist there, so the 3-broker figure is compared with the single server), messages
@@ -41,6 +43,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from broker import loops
 from broker.client import BrokerList, Client
 from broker.client.reconnect import brokers as broker_list
 from broker.language import Publication
@@ -147,7 +150,7 @@ def our_subscriber(uri: BrokerList, count: int, ready: Any, results: Any) -> Non
                 latencies.append(last - delivery.publication["t"])  # type: ignore[operator]
             results.put({"first": first, "last": last, "latencies": latencies})
 
-    asyncio.run(run())
+    loops.run(run(), loops.loop_factory(loops.chosen()))
 
 
 async def paced(start: float, count: int, rate: float) -> AsyncIterator[int]:
@@ -177,7 +180,7 @@ def our_publisher(uri: BrokerList, count: int, rate: float, subscribers: int, re
             await client.publish(Publication(CLASS, {"seq": -1, "t": time.time(), "pad": PAYLOAD}))
             results.put({"start": start})
 
-    asyncio.run(run())
+    loops.run(run(), loops.loop_factory(loops.chosen()))
 
 
 def holder(uri: BrokerList, count: int, ready: Any, stop: Any) -> None:
@@ -502,8 +505,15 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=30_000, help="publications per throughput figure")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; each figure is their median")
     parser.add_argument("--tls-only", action="store_true", help="only TLS against plain, through one broker")
+    parser.add_argument(
+        "--loops", action="store_true", help="only uvloop against the standard loop, 1 broker"
+    )
     args = parser.parse_args()
     count = args.count
+    if args.loops:
+        rows = loop_rows(count, args.repeat)
+        print("RESULT " + json.dumps({"benchmark": "overlay", "cores": os.cpu_count(), **rows}))
+        return
     if args.tls_only:
         print("RESULT " + json.dumps({"benchmark": "overlay", "cores": os.cpu_count(), **tls_rows(count)}))
         return
@@ -585,6 +595,35 @@ def tls_rows(count: int, plain: dict[str, dict[str, float]] | None = None) -> di
             flush=True,
         )
         result[f"tls_{KEYS[name]}"] = {"tls": tls[name], "plain": plain[name], "ratio": round(ratio, 3)}
+    return result
+
+
+def loop_rows(count: int, repeat: int) -> dict[str, Any]:
+    """Through one broker (with 1,000 other subscriptions), the broker and our clients on uvloop
+    against the standard loop, the loops taking turns each round: throughput ratio uvloop/asyncio
+    (higher is better), p99 latency ratio (lower is better) and CPU per publication of each."""
+    shapes = {"1 broker, 1 subscriber": (count, 0.0), "latency at 1,000/s": (3000, 1000.0)}
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {
+        loop: {name: [] for name in shapes} for loop in loops.LOOPS
+    }
+    for _ in range(repeat):
+        for loop in loops.LOOPS:
+            os.environ[loops.ENV] = loop  # the broker process and our clients' processes inherit it
+            with brokers(1) as (b1,), other_subscriptions(b1, 1000):
+                for name, (n, rate) in shapes.items():
+                    runs[loop][name].append(measure_ours(b1, b1, n, rate=rate))
+    os.environ.pop(loops.ENV)
+    result: dict[str, Any] = {}
+    for name in shapes:
+        latency = name.startswith("latency")
+        uv, standard = median_row(runs["uvloop"][name]), median_row(runs["asyncio"][name])
+        ratio = _ratio(uv, standard, latency)
+        print(
+            f"{name + ', uvloop':26} ours {_figure(uv, latency):30} asyncio {_figure(standard, latency):30}"
+            f" ratio {ratio:.2f}" + ("" if latency else f"; CPU uvloop {_cpu(uv)}, asyncio {_cpu(standard)}"),
+            flush=True,
+        )
+        result[f"uvloop_{KEYS[name]}"] = {"uvloop": uv, "asyncio": standard, "ratio": round(ratio, 3)}
     return result
 
 

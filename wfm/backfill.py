@@ -7,6 +7,10 @@ again, those still running are waited for, and the others are triggered, at most
 running at once. Even a Trigger sent twice (a rerun racing the first, a Trigger published again
 because its APPL_START was slow to come) starts nothing twice: the coordinator runs a gid once.
 
+A date a schedule already ran (``wfm schedule``, whose gids are its slots': :func:`wfm.slots.slot_gid`)
+is that generation's when the caller names the slots (``scheduled``): it is reported, or waited
+for, as the backfill's own, not run a second time.
+
 Limits: "done" is what the coordinator remembers. It lists the outcomes of its last 500
 generations (``agents.publishing.MAX_OUTCOMES``); one that ended before those is answered as
 ``ended`` (status ENDED here: done, outcome unknown) while it remembers it (``--keep-days``);
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
@@ -79,41 +83,53 @@ async def backfill(
     tag: str = "backfill",
     planned: Callable[[int, int], None] = lambda total, earlier: None,
     ended: Callable[[Outcome], None] = lambda outcome: None,
+    params: Mapping[str, str] | None = None,
+    scheduled: Callable[[date], Iterable[str]] = lambda day: (),
 ) -> list[Outcome]:
     """Run ``workflow`` once per date of ``days``, at most ``concurrency`` generations at once
     (those found running count), and return every date's outcome, in date order. ``planned(total,
     earlier)`` is told how many dates there are and how many ended before; ``ended`` each
-    outcome as it comes (the earlier ones first). UnknownWorkflow if no agent has the workflow,
-    NoReply if its coordinator does not answer."""
+    outcome as it comes (the earlier ones first). ``params``: the run parameters of every
+    generation started, checked against the workflow's declarations (BadParams). ``scheduled``:
+    the gids a schedule gives a date (its slots'): a date one of them ran is not run again.
+    UnknownWorkflow if no agent has the workflow, NoReply if its coordinator does not answer."""
     deployed = await session.deployed(workflow)
     deployed.check(session.timeout)
+    values = deployed.resolve(params or {})
     coordinator = deployed.coordinator
     if coordinator is None:
         raise NoReply(f"no answer within {session.timeout:g} s from the coordinator of {workflow}")
     gids = {backfill_gid(day, tag): day for day in days}
+    slots = {slot: gid for gid, day in gids.items() for slot in scheduled(day)}  # -> the date's gid
     # subscribed before anything is asked or sent: no start or end falls between
     async with await session.client.subscribe(_starts_and_ends(workflow)) as statuses:
-        watch = _Watch(statuses, set(gids))
+        watch = _Watch(statuses, set(gids) | set(slots))
         reading = asyncio.create_task(watch.read())
         try:
-            known = await _known(session, workflow, coordinator, list(gids))
+            known = await _known(session, workflow, coordinator, [*gids, *slots])
+            runs = {gid: gid for gid in gids}  # the generation that is each date's
+            for slot, gid in sorted(slots.items()):
+                if slot in known and gid not in known and runs[gid] == gid:
+                    runs[gid] = slot
             outcomes: dict[str, Outcome] = {}
-            for gid, status in known.items():
-                if status is not None:
-                    outcomes[gid] = Outcome(gids[gid], gid, status, earlier=True)
+            for gid, run in runs.items():
+                if (status := known.get(run)) is not None:
+                    outcomes[gid] = Outcome(gids[gid], run, status, earlier=True)
             planned(len(gids), len(outcomes))
             for gid in sorted(outcomes):
                 ended(outcomes[gid])
             await session.client.advertise(trigger_advertisement())
-            slots = asyncio.Semaphore(concurrency)
+
+            running = asyncio.Semaphore(concurrency)
 
             async def one(gid: str) -> None:
                 async def publish() -> None:
-                    await _publish(session, sign, workflow, gid, gids[gid])
+                    await _publish(session, sign, workflow, gid, gids[gid], values)
 
-                async with slots:
-                    status = await watch.run(gid, None if gid in known else publish)
-                outcomes[gid] = Outcome(gids[gid], gid, status)
+                run = runs[gid]
+                async with running:
+                    status = await watch.run(run, None if run in known else publish)
+                outcomes[gid] = Outcome(gids[gid], run, status)
                 ended(outcomes[gid])
 
             async with asyncio.TaskGroup() as group:
@@ -158,8 +174,10 @@ async def _known(session: Session, workflow: str, coordinator: str, gids: list[s
     return found
 
 
-async def _publish(session: Session, sign: Deployer, workflow: str, gid: str, day: date) -> None:
-    await session.client.publish(sign.sign_publication(trigger(workflow, gid, day)))
+async def _publish(
+    session: Session, sign: Deployer, workflow: str, gid: str, day: date, params: Mapping[str, str]
+) -> None:
+    await session.client.publish(sign.sign_publication(trigger(workflow, gid, day, params=params)))
 
 
 class _Watch:

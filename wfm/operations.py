@@ -40,6 +40,7 @@ from workflow_messages import (
     monitor_subscriptions,
     resolve,
 )
+from workflow_messages.conditions import held
 from workflow_messages.operations import (
     ANY,
     CANCEL,
@@ -319,8 +320,10 @@ class Session:
             )
         if generation.get("cancelled"):
             self.cancelled.add((workflow, gid))
+        waiting = generation.get("waiting", {})  # held jobs: what they wait for (agents.conditions)
         states: dict[str, dict[str, Value]] = {
-            job: {"status": state.upper()} for job, state in generation["busy"].items()
+            job: {"status": state.upper(), **({"detail": held(waiting[job])} if job in waiting else {})}
+            for job, state in generation["busy"].items()
         }
         states |= generation["jobs"]
         for job, state in states.items():

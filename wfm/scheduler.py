@@ -50,9 +50,13 @@ def fire(
     if not entry.calendar.allows(slot.date()):
         return None
     gid = slot_gid(entry.workflow, slot)
+
+    def send() -> None:
+        publisher.publish(entry.workflow, gid, slot.date(), signed_at=slot.timestamp(), params=entry.params)
+
     for _ in range(int(retry_for // RETRY_EVERY)):  # the tries that are followed by a wait
         try:
-            publisher.publish(entry.workflow, gid, slot.date(), signed_at=slot.timestamp())
+            send()
             return gid
         except (ConnectionError, OSError, TimeoutError) as error:
             log.warning(
@@ -60,8 +64,7 @@ def fire(
             )
             if wait(RETRY_EVERY):
                 raise
-    # the last try: its error is the caller's
-    publisher.publish(entry.workflow, gid, slot.date(), signed_at=slot.timestamp())
+    send()  # the last try: its error is the caller's
     return gid
 
 

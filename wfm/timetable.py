@@ -10,24 +10,31 @@ A config (TOML) has one table per workflow::
                                     # (or 6 fields, seconds first: "*/5 * * * * *", every 5 s)
     calendar = "workdays"           # schedule words, as in the XML: daily (default), workdays, mon,fri ...
     holidays = "holidays-2026.txt"  # optional: one YYYY-MM-DD a line, '#' comments; relative to the config
+    params = { REGION = "eu", BATCH = 500 }  # optional: run parameters every slot's Trigger carries
+
+A parameter's value may be a TOML string, integer, float, boolean or date; it goes out as text (a
+boolean ``true``/``false``, a date ``YYYY-MM-DD``) and the workflow's agents check it against its
+declarations, filling in the defaults of those not given. Schedulers that run side by side must
+share the config: the first Trigger of a slot to reach the coordinator starts it.
 """
 
 from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from datetime import date, datetime, tzinfo
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, tzinfo
 from pathlib import Path
 
 from apscheduler.triggers.cron import CronTrigger
 
 from wfm.triggers import check_workflow, parse_date
 from workflow_messages import Calendar, parse_weekdays
+from workflow_messages.params import MAX_PARAMS, MAX_VALUE, check_param_name
 
 __all__ = ["Entry", "fires", "load_config", "parse_config", "parse_cron", "parse_holidays"]
 
-_KEYS = {"cron", "calendar", "holidays"}
+_KEYS = {"cron", "calendar", "holidays", "params"}
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,7 @@ class Entry:
     workflow: str
     cron: CronTrigger
     calendar: Calendar
+    params: Mapping[str, str] = field(default_factory=dict)  # the run parameters its Triggers carry
 
 
 def parse_holidays(text: str, source: str) -> frozenset[date]:
@@ -112,7 +120,32 @@ def _entry(
     if holidays is not None and not isinstance(holidays, str):
         raise ValueError("holidays must be the name of a file")
     days = read_holidays(holidays) if holidays else frozenset()
-    return Entry(workflow, cron, Calendar(parse_weekdays(values["calendar"]), days))
+    params = _params(table.get("params", {}))
+    return Entry(workflow, cron, Calendar(parse_weekdays(values["calendar"]), days), params)
+
+
+def _params(table: object) -> dict[str, str]:
+    """The ``params`` table as the text a Trigger carries; ValueError naming the parameter."""
+    if not isinstance(table, dict):
+        raise ValueError("params must be a table such as { REGION = 'eu', BATCH = 500 }")
+    if len(table) > MAX_PARAMS:
+        raise ValueError(f"params: {len(table)} parameters, more than {MAX_PARAMS}")
+    values = {}
+    for key, value in table.items():
+        name = check_param_name(key)
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int | float | str) or (
+            isinstance(value, date) and not isinstance(value, datetime)
+        ):
+            text = value.isoformat() if isinstance(value, date) else str(value)
+        else:
+            kind = "a time" if isinstance(value, datetime | time) else type(value).__name__
+            raise ValueError(f"params.{name}: {kind} is not a value (text, number, boolean or date)")
+        if len(text) > MAX_VALUE or "\x00" in text:
+            raise ValueError(f"params.{name}: longer than {MAX_VALUE} characters or holds a NUL")
+        values[name] = text
+    return values
 
 
 def parse_cron(text: str, timezone: tzinfo) -> CronTrigger:

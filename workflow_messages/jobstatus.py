@@ -30,7 +30,7 @@ __all__ = [
     "status_advertisement",
 ]
 
-STATUS_STRINGS = ("GID", "status", "detail", "version", "agentname", "failed", "signer", "signature")
+STATUS_STRINGS = ("GID", "status", "detail", "version", "agentname", "failed", "signer", "signature", "date")
 STATUS_NUMBERS = ("attempt", "started", "duration", "skipped", "cancelled", "sequence")
 
 
@@ -42,7 +42,8 @@ def status_advertisement(workflow: str, job: str) -> Filter:
     ``failed`` (the jobs of the generation this status follows from that failed, see
     :func:`job_status`) and ``cancelled`` (1: published in a cancelled generation); with TLS, the
     agent signs each status (``sequence``, ``signer``, ``signature``: agents act on one only if the
-    agent the job is deployed on signed it)."""
+    agent the job is deployed on signed it); ``date``, the generation's (its Trigger's, YYYY-MM-DD), for
+    the jobs of other workflows that wait for it (:mod:`workflow_messages.conditions`)."""
     return filter_of(
         JOBSTATUS, {"applname": workflow, "jobname": job}, present=STATUS_STRINGS, numbers=STATUS_NUMBERS
     )
@@ -63,13 +64,16 @@ def job_status(
     skipped: bool = False,
     failed: Iterable[str] = (),
     cancelled: bool = False,
+    date: str = "",
 ) -> Publication:
     """A JOBSTATUS publication, fitting :func:`status_advertisement`. ``failed`` names the failed
     jobs upstream (the job itself too if ``status`` is FAILURE): carried from status to status, it
     tells the coordinator, which sees only the end jobs' statuses, which jobs failed anywhere.
     ``cancelled`` travels the same way: the status of a run a cancellation stopped may reach the
     next job's agent before that agent's own CANCEL does, and that job (an ``on="failure"``
-    alert, say) must not run then either."""
+    alert, say) must not run then either. ``date`` (YYYY-MM-DD, left out when "": a status
+    decided before the Trigger's date was read) is the generation's, what another workflow's
+    ``<wait>`` joins on: two workflows' generations share no gid."""
     values: dict[str, Value] = {
         "applname": workflow,
         "jobname": job,
@@ -85,6 +89,8 @@ def job_status(
         "failed": " ".join(sorted(set(failed))),
         "cancelled": int(cancelled),
     }
+    if date:
+        values["date"] = date
     return Publication(JOBSTATUS, values)
 
 

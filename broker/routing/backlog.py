@@ -28,8 +28,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from broker.messages import Message
+from broker.routing.snapshots import restore_slots
 
 __all__ = ["FAIR_EVERY", "WINDOW", "WINDOW_BYTES", "Lanes"]
 
@@ -45,6 +47,11 @@ class Lanes:
     lanes with something in them are kept."""
 
     lanes: dict[int, OrderedDict[int, tuple[Message, int]]] = field(default_factory=dict)
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        """Lanes pickled while they kept a count of their own (the channel counts what waits)
+        come back without it."""
+        restore_slots(self, state)
 
     def add(self, priority: int, ticket: int, message: Message, weight: int) -> None:
         lane = self.lanes.get(priority)

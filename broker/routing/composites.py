@@ -195,6 +195,15 @@ class Composites(Stateful):
         del self.detections[detection.id], self.shared[key]
         return self._unplace(detection)
 
+    def announced(self, hop: str) -> Output:
+        """The part of each detection placed at the neighbour ``hop``, asked for again (it takes
+        one it has for a change of priority that changes nothing): see ``Tables.announced``."""
+        return [
+            (hop, self._part(detection))
+            for detection in self.detections.values()
+            if detection.placement is not None and detection.placement.forward == hop
+        ]
+
     def link_down(self, hop: str) -> Output:
         """A neighbour is gone: drop what it asked for, and place again what was sent to it."""
         out: Output = []

@@ -107,6 +107,8 @@ class Channel:
     tickets: int = 0  # arrivals into the backlog, counted: a message's ticket says how old it is
     turns: int = 0  # messages taken from the backlog: every FAIR_EVERY-th goes by age
     credits: int | None = None  # a client that pulls: how many more data messages it asked for
+    # a neighbour's: at its next resume, tell it again everything we told it (``sessions``)
+    reannounce: bool = False
 
     def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
         """A channel pickled before it had a backlog gets an empty one."""
@@ -255,6 +257,19 @@ class Custody(Stateful):
                         out.append((hop, message))
         self.counters["resent.new_channel"] += len(out)
         return out
+
+    def reannounce_all(self) -> None:
+        """Every neighbour's channel is to be told again what we told it, at its next resume:
+        a state written by an older version may not be what the neighbours have of it
+        (``broker.transport.persistence``)."""
+        for channel in self.channels.values():
+            channel.reannounce = not channel.client
+
+    def reannouncing(self, hop: str) -> bool:
+        """Whether the neighbour ``hop``, resuming, is to be told again what we told it (once)."""
+        channel = self.channels[hop]
+        due, channel.reannounce = channel.reannounce, False
+        return due
 
     def peer_epoch(self, hop: str) -> str | None:
         channel = self.channels.get(hop)

@@ -87,6 +87,11 @@ class Forwarding:
         self.sent.pop(hop, None)
         self.held.pop(hop, None)
 
+    def sent_to(self, hop: Hashable) -> list[tuple[str, Filter, str]]:
+        """What the neighbour should have of ours: (the id it went under, its filter, the entry
+        whose ttl it carries), in the order sent."""
+        return [(entry, value, entry) for entry, value in self.sent.get(hop, {}).items()]
+
     def held_count(self) -> int:
         return sum(map(len, self.held.values()))
 
@@ -144,6 +149,12 @@ class Twins:
         """The link is gone: nothing is at the other end any more."""
         for table in (self.groups, self.member_of, self.wires):
             table.pop(hop, None)
+
+    def sent_to(self, hop: Hashable) -> list[tuple[str, Filter, str]]:
+        """What the neighbour should have of ours: each group under its wire id, with a member
+        whose ttl it carries (see ``Forwarding.sent_to``)."""
+        groups = self.groups.get(hop, {})
+        return [(wire, _filter(key), next(iter(members))) for key, (wire, members) in groups.items()]
 
     def held_count(self) -> int:
         return sum(len(members) - 1 for groups in self.groups.values() for _, members in groups.values())

@@ -9,8 +9,11 @@ their detectors; what it sends the peer meanwhile is held in the peer's custody 
 (``custody``), bounded and in order. If the peer comes back within the grace period it gets what
 was held, then live traffic; if not, its entries are withdrawn as they were at once before. A
 neighbour that comes back naming a channel we do not know (it restarted without its log, or it
-forgot us) is taken for a new neighbour. The router has no clock: ``expire(now)`` runs on every
-message it handles, and the adapter sends ``Tick`` so that a quiet broker expires sessions too.
+forgot us) is taken for a new neighbour. A session whose grace is over is withdrawn before its
+peer's link is taken (``ends_by``), so the peer's next hello finds a new channel; one marked to
+be told again (after an upgrade, ``Custody.reannounce_all``) is, as it resumes. The router has
+no clock: ``expire(now)`` runs on every message it handles, and the adapter sends ``Tick`` so
+that a quiet broker expires sessions too.
 """
 
 from __future__ import annotations
@@ -92,7 +95,10 @@ class Sessions(Stateful):
         if hop in self.tables.neighbors:
             self.away.pop(hop, None)
             if self.custody.peer_epoch(hop) == up.epoch:
-                return self.custody.resume(hop, up.resume)
+                out = self.custody.resume(hop, up.resume)
+                if self.custody.reannouncing(hop):  # after an upgrade: see ``Custody.reannounce_all``
+                    out += self.tables.announced(hop) + self.composites.announced(hop)
+                return out
             stranded = self.custody.stranded(hop, partial(self.tables.advertised_to, hop))
             log.warning(
                 "neighbour %s is back on a new channel (it restarted without its state, or forgot us): "
@@ -136,6 +142,15 @@ class Sessions(Stateful):
             log.warning("%s did not come back in %g s: withdrawn", hop, self.grace)
             out += self._drop(hop)
         return out
+
+    def ends_by(self, hop: str, now: float) -> bool:
+        """Whether ``hop`` is away and its grace period is over by ``now``. An adapter asks
+        before it takes a peer's link: a session that ends as the peer comes back must be
+        withdrawn first (a ``Tick``), for the hellos already named the kept channel, and the
+        ``LinkUp`` that withdrew it would open a channel of that name with its seqs starting
+        again at 1: the peer, resuming, would drop them as taken before and keep everything
+        it had sent us, which we forgot (see ``broker.transport.peers``)."""
+        return self.away.get(hop, float("inf")) <= now
 
     def own(self, hop: str, entry_id: str, request: RequestKey) -> None:
         self.requests[entry_id] = request

@@ -39,8 +39,9 @@ class Stateful:
 
 def restore_slots(record: Any, state: tuple[None, dict[str, Any]]) -> None:
     """Unpickle a slotted dataclass ``record`` (its state is its slots by name) pickled by a
-    version with fewer fields: those it lacks take their defaults. A record whose shape grew
-    calls it from its ``__setstate__``, so the snapshot's format need not change."""
+    version with other fields: those it lacks take their defaults, those it no longer has are
+    left out. A record whose shape changed so calls it from its ``__setstate__``, so the
+    snapshot's format need not change."""
     slots = state[1]
     for item in fields(record):
         if item.name in slots:

@@ -113,6 +113,19 @@ class Tables(Stateful):
                 out += self._want(hop, sub_id, sub)
         return out
 
+    def announced(self, hop: str) -> Output:
+        """Every advertisement and subscription we told the neighbour ``hop`` of and did not
+        withdraw, told again (it drops those it has as duplicates): for a neighbour whose
+        tables may lack some (``Sessions.neighbor_up``)."""
+        out: Output = [
+            (hop, Advertise(wire, value, max(self.srt[entry].ttl - 1, 0)))
+            for wire, value, entry in self.advertisements.sent_to(hop)
+        ]
+        return out + [
+            (hop, Subscribe(wire, value, max(self.prt[entry].ttl - 1, 0)))
+            for wire, value, entry in self.subscriptions.sent_to(hop)
+        ]
+
     def remove_neighbor(self, hop: str) -> Output:
         """A neighbour's link is gone, and with it everything learned through it."""
         self.neighbors.discard(hop)

@@ -211,7 +211,13 @@ class Overlay:
         return LinkUp(True, names[speaker], took if knows == names[listener] else None, name=names[listener])
 
     def _link(self, a: str, b: str) -> None:
-        """Both hellos of a link between ``a`` and ``b`` (a client, or a broker), then the LinkUps."""
+        """Both hellos of a link between ``a`` and ``b`` (a client, or a broker), then the LinkUps.
+        A broker that kept a session for the other whose grace is over withdraws it first, as
+        ``RouterDriver.session_ends`` has it, so its hello names a new channel."""
+        for broker, hop in ((a, b), (b, a)):
+            if broker in self.routers and self.routers[broker].sessions.ends_by(hop, self.now):
+                for target, out in self.routers[broker].handle(Tick(), "", self.now):
+                    self._send(broker, target, out)
         names = {x: self._name(x, y) for x, y in ((a, b), (b, a)) if x in self.routers}
         ups = [(x, y, self._hello(x, y, names)) for x, y in ((a, b), (b, a)) if x in self.routers]
         for listener, speaker, up in ups:
@@ -264,6 +270,8 @@ class Overlay:
         for hop in [hop for hop, channel in router.custody.channels.items() if channel.up]:
             router.handle(LinkDown(), hop, self.now)  # before any link is back, as ``RouterService``
             # restores: what this sends goes nowhere (custody holds what it carries, for the resume)
+        if router.sessions.away:  # and sessions whose grace ran out while it was down end
+            router.handle(Tick(), "", self.now)
         for other in self._neighbours(broker_id) if neighbours else []:
             self._link(broker_id, other)
         for client in self.clients.values():

@@ -75,6 +75,8 @@ class RouterDriver:
         for hop, channel in list(self.router.custody.channels.items()):
             if channel.up:
                 self.feed(LinkDown(), hop)
+        if self.router.sessions.away:  # those whose grace ran out while it was down go now,
+            self.feed(Tick(), "")  # before any link: see ``session_ends``
         for hop, channel in self.router.custody.channels.items():  # all of it in the log; no
             self._taken[hop] = (channel.name, channel.acked)  # stand-in holds a Took back now
 
@@ -162,6 +164,21 @@ class RouterDriver:
             logged, seq = self._taken.get(hop, ("", 0))
             took = seq if logged == name else 0
         return Hello("broker", self.name, epoch=name, peer_epoch=peer_epoch, took=took, site=self.site)
+
+    def session_ends(self, hop: str) -> bool:
+        """Whether the session kept for ``hop`` ends as its link comes (its grace period is over,
+        or will be within a ``TICK``): then the link must not be taken. The hellos named the
+        kept channel, and a ``LinkUp`` that withdrew the session as it was handled would open a
+        channel of the same name with seqs from 1, which the peer would take for the one it
+        resumes (``Sessions.ends_by``). One that is over is withdrawn now (a ``Tick``), so the
+        peer's next link is to a new channel, and both sides start afresh."""
+        now = self.clock.time()
+        sessions = self.router.sessions
+        if sessions.ends_by(hop, now):
+            self.feed(Tick(), "")
+            self.forget_gone()
+            return True
+        return sessions.ends_by(hop, now + TICK)
 
     def channel(self, hop: str) -> str:
         """The name of our channel with ``hop`` as the hello that linked it gave it."""

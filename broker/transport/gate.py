@@ -32,6 +32,7 @@ from broker.transport.handshake import (
     tls_failure,
 )
 from broker.transport.link import Link, Reader, Writer
+from broker.transport.network import Accepted
 from broker.transport.tls import Identity, Peer, peer
 
 __all__ = ["Gate", "Shaken"]
@@ -43,11 +44,11 @@ Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 @dataclass(eq=False, slots=True)
 class _Connection:
-    """A connection in handshake: its handler (cancelled to make room for another), its stream,
+    """A connection in handshake: its handler (cancelled to make room for another), the socket,
     and whether it was so cancelled."""
 
     task: asyncio.Task[Any]
-    writer: asyncio.StreamWriter
+    accepted: Accepted
     evicted: bool = False
 
 
@@ -74,52 +75,47 @@ class Gate:
         self._spawn: Spawn | None = None  # how the watch runs the closing of a revoked link
 
     async def accept(self, reader: Reader, writer: Writer, answer: Answer) -> Shaken | None:
-        """The handshake of an accepted connection (TLS with an identity, then the hellos); None if
-        it failed or was refused (counted, logged, closed)."""
+        """The handshake of an accepted connection without TLS (the hellos); None if it failed or
+        was refused (counted, logged, closed)."""
+        assert self.tls is None
+        return await self._hello(reader, writer, None, answer)
+
+    async def accept_tls(self, accepted: Accepted, answer: Answer) -> Shaken | None:
+        """The handshakes of an accepted connection nothing has read yet (admission, TLS, the
+        hellos); None if one failed or was refused (counted, logged, closed)."""
+        assert self.tls is not None
         task = asyncio.current_task()
         assert task is not None
-        connection: _Connection | None = None
-        if self.tls is not None:
-            assert isinstance(writer, asyncio.StreamWriter)  # TLS needs a socket
-            connection = _Connection(task, writer)
-            verdict = self.admission.begin(_address(writer), connection)
-            if (evicted := verdict.evicted) is not None:
-                evicted.evicted = True
-                self.refused(evicted.writer, "handshake_refused", verdict.reason)
-                evicted.task.cancel()
-            if not verdict.admitted:
-                self.refused(writer, "handshake_refused", verdict.reason)
-                writer.transport.abort()
-                return None
-        try:
-            return await self._handshake(reader, writer, answer)
-        except asyncio.CancelledError:
-            if connection is None or not connection.evicted:
-                raise
-            task.uncancel()  # closed to make room: counted and logged already
-            connection.writer.transport.abort()
+        connection = _Connection(task, accepted)
+        verdict = self.admission.begin(accepted.address[0], connection)
+        if (evicted := verdict.evicted) is not None:
+            evicted.evicted = True
+            self.refused(evicted.accepted.address, "handshake_refused", verdict.reason)
+            evicted.task.cancel()
+        if not verdict.admitted:
+            self.refused(accepted.address, "handshake_refused", verdict.reason)
+            accepted.close()
             return None
-        finally:
-            if connection is not None:
-                self.admission.end(connection)
-
-    async def _handshake(self, reader: Reader, writer: Writer, answer: Answer) -> Shaken | None:
-        who: Peer | None = None
-        if self.tls is not None:
-            assert isinstance(writer, asyncio.StreamWriter)  # TLS needs a socket
-            # the first await: asyncio hands the bytes already received to the TLS layer only
-            # if nothing read the stream before it
+        try:
             try:
-                await writer.start_tls(self.tls.server, ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+                reader, writer = await accepted.secured(self.tls.server, HANDSHAKE_TIMEOUT)
             except (OSError, ssl.SSLError, TimeoutError) as error:
                 revoked = getattr(error, "verify_code", None) == X509_V_ERR_CERT_REVOKED
                 counter = "revoked_refused" if revoked else "tls_refused"
-                self.refused(writer, counter, f"TLS handshake failed: {tls_failure(error)}")
-                # start_tls closed the socket; the stream never hears of it (its protocol was
-                # handed to the TLS layer), so waiting for it to close would wait for ever
-                writer.close()
+                self.refused(accepted.address, counter, f"TLS handshake failed: {tls_failure(error)}")
                 return None
             who = peer(writer.get_extra_info("peercert"))
+            return await self._hello(reader, writer, who, answer)
+        except asyncio.CancelledError:
+            if not connection.evicted:
+                raise
+            task.uncancel()  # closed to make room: counted and logged already
+            accepted.close()
+            return None
+        finally:
+            self.admission.end(connection)
+
+    async def _hello(self, reader: Reader, writer: Writer, who: Peer | None, answer: Answer) -> Shaken | None:
         link = Link(reader, writer, "incoming", self.queue_limit, clock=self.clock)
         if who is not None:
             self.verified[link] = who
@@ -138,7 +134,7 @@ class Gate:
             await self._unshaken(link)
             return None
         if who is not None and (reason := impostor(hello, who)):
-            self.refused(writer, "identity_refused", reason)
+            self.refused(_peer_address(writer), "identity_refused", reason)
             await self._refuse(link, reason)
             return None
         ours = answer(hello)
@@ -157,10 +153,9 @@ class Gate:
         self.verified.pop(link, None)
         await link.wait_closed()
 
-    def refused(self, writer: Writer, counter: str, reason: str) -> None:
+    def refused(self, address: tuple[str, int], counter: str, reason: str) -> None:
         """Count a refused peer; log it once per address (then once a minute with how many more)."""
         self.counters[counter] += 1
-        address = writer.get_extra_info("peername") or ("?", 0)
         unlogged = self.refusal_log.admit(str(address[0]), self.clock.monotonic())
         if unlogged is not None:
             more = f" ({unlogged} more from there not logged since the last)" if unlogged else ""
@@ -200,5 +195,6 @@ class Gate:
             self._spawn(link.flush_and_close("certificate revoked"))
 
 
-def _address(writer: Writer) -> str:
-    return str((writer.get_extra_info("peername") or ("?", 0))[0])
+def _peer_address(writer: Writer) -> tuple[str, int]:
+    address = writer.get_extra_info("peername") or ("?", 0)
+    return str(address[0]), int(address[1])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from broker.transport.network import Handler
+from broker.transport.network import Handler, TLSHandler
 from broker.transport.uri import BrokerURI
 
 __all__ = ["MemoryNetwork", "MemoryReader", "MemoryWriter", "memory_pair"]
@@ -119,6 +119,9 @@ class MemoryNetwork:
             raise OSError(f"{uri.host}:{uri.port} is in use already")
         listener = self._listening[where] = _Listener(self, where, handler)
         return listener
+
+    async def listen_tls(self, uri: BrokerURI, handler: TLSHandler) -> _Listener:
+        raise TypeError("TLS needs a socket: not in memory")
 
     async def open(self, uri: BrokerURI) -> tuple[MemoryReader, MemoryWriter]:
         listener = self._listening.get((uri.host, uri.port))

@@ -66,6 +66,10 @@ class Peers:
         if hop in self.links:
             await link.wait_closed()
             return
+        if self.driver.session_ends(hop):  # it links again, to a new channel
+            await link.flush_and_close("its session ended as it came back: link again for a new one")
+            await link.wait_closed()
+            return
         ours = self.driver.channel(hop)
         if ours != sent.epoch:  # our channel changed since the hello went: it named the wrong one
             await link.flush_and_close("the channel changed during the handshake")

@@ -33,11 +33,25 @@ of service (``broker.messages.qos``) and subscriptions a lease: one pickled by f
 back with the defaults. 13 carries a window per channel (``broker.routing.backlog``): the same
 records would give some messages their seqs later, so a log of 11 or 12 is replayed without a
 window, as it was written, and windows apply from its checkpoint on; a channel, a detection
-pickled before come back with an empty backlog and the default priorities. Format 12 never left
+pickled before come back with an empty backlog and the default priorities. Brokers of the
+development version that brought windows wrote format 12 too: a snapshot whose channels have
+a backlog's slots (``WINDOW_SLOT``) says so, and its log is replayed with windows. Format 12 never left
 development, so 13 reads 11 too. Composite subscriptions and their notifications gained a priority, and
 a detection (``broker.routing.composites``) its requesters' priorities, within format 12: one
 pickled without them comes back with the default priority (4) for everything, which is what
 it had, so neither replaying the same records nor the peers' seqs change.
+
+**What an upgrade tells the neighbours.** The state an older version left may be out of step
+with what its neighbours have of it, and nothing in it tells: older brokers let a neighbour's
+``LinkUp`` end the session it resumed (``Sessions.ends_by`` says why that can no longer happen),
+and the neighbour dropped what came on the channel opened in its place as resent, so it lacked
+advertisements, subscriptions and composite parts this broker believed it had (a workflow's
+``APPL_END`` never came). So a log of an older format, once replayed, marks every neighbour's
+channel (``Custody.reannounce_all``): at its next resume the broker tells the neighbour again
+everything it told it and did not withdraw (``Tables.announced``, ``Composites.announced``),
+once. The neighbour drops what it had as duplicates and takes what it lacked. What it has and
+should not (a withdrawal it dropped) stays until it goes by itself; the join state on both
+sides is kept.
 
 A pickle names each class by its module and name, so a class that moves or is renamed would
 make every log written before unreadable: ``MOVED`` and ``RENAMED`` map what a readable format
@@ -69,6 +83,9 @@ log = logging.getLogger("broker")
 SNAPSHOT_FORMAT = 13
 READABLE = (11, 12, 13)  # the formats before, and this one (see the module's docstring)
 WINDOWED = 13  # the first format whose brokers carried a window per channel (``routing.backlog``)
+# a slot of a channel with a window: development brokers carried windows under format 12 too
+# (their snapshots name it), and their logs replay with windows like those of 13
+WINDOW_SLOT = b"waiting_weight"
 _WIRE = b"W"  # a record of an input from a link: this, the clock and the hop's length, the hop, a frame
 _WIRE_HEAD = struct.Struct(">dH")
 _FRAME_AT = len(_WIRE) + _WIRE_HEAD.size
@@ -170,8 +187,9 @@ class RouterLog:
             )
         router, written = self._router(snapshot)
         window = router.custody.window, router.custody.window_bytes
-        if written < WINDOWED:  # a broker that carried everything at once wrote these records:
-            # replayed so, each message gets the seq it was sent under (a peer took them so)
+        if written < WINDOWED and WINDOW_SLOT not in snapshot:  # a broker that carried
+            # everything at once wrote these records: replayed so, each message gets the seq it
+            # was sent under (a peer took them so)
             router.custody.window = router.custody.window_bytes = sys.maxsize
         quiet = logging.getLogger("broker.routing")
         level = quiet.level
@@ -199,6 +217,7 @@ class RouterLog:
             self.clock.monotonic() - started,
         )
         if written != SNAPSHOT_FORMAT:  # at once: an older broker would misread these records
+            router.custody.reannounce_all()  # and what older versions left may be amiss
             self.checkpoint(router)
         return router
 

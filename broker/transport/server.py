@@ -38,10 +38,10 @@ from broker.transport.backoff import Backoff
 from broker.transport.codec import carriable
 from broker.transport.dialer import dial
 from broker.transport.driver import RouterDriver
-from broker.transport.gate import Gate
+from broker.transport.gate import Gate, Shaken
 from broker.transport.handshake import HANDSHAKE_TIMEOUT, Misconfigured, ServedElsewhere
 from broker.transport.link import Link, Reader, Writer
-from broker.transport.network import TCP, Listening, Network
+from broker.transport.network import TCP, Accepted, Listening, Network
 from broker.transport.peers import Peers
 from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync, RouterLog
 from broker.transport.tls import Identity, Peer
@@ -183,7 +183,10 @@ class RouterService:
         if self.log_file is not None and self.driver.commits is not None:
             self.driver.restore(self.log_file)
             self._spawn(self.driver.commits.run())
-        self._server = await self.network.listen(self.uri, self._accept)
+        if self.tls is None:
+            self._server = await self.network.listen(self.uri, self._accept)
+        else:
+            self._server = await self.network.listen_tls(self.uri, self._accept_tls)
         if self.site is not None:
             kept = f"with site {self.site.config.name}'s log in {self.site.disk.directory}"
         else:
@@ -250,7 +253,7 @@ class RouterService:
         URIs of the neighbours it dials and the frames each broker link carried (``full``: so a
         dashboard can walk the overlay from one broker to the next and show each link's rates; not
         for a client that may not see detail) and the link counters."""
-        added: dict[str, Any] = {"uri": str(self.uri)}
+        added: dict[str, Any] = {"uri": str(self.uri), "loop": _loop_name()}
         if full:
             added["neighbor_uris"] = {neighbor.id: str(neighbor) for neighbor in self.neighbors}
             added["link_frames"] = {  # per neighbour: frames received, frames sent
@@ -266,11 +269,18 @@ class RouterService:
     # links --------------------------------------------------------------------------------------
 
     async def _accept(self, reader: Reader, writer: Writer) -> None:
+        await self._serve(self.gate.accept(reader, writer, self._answer))
+
+    async def _accept_tls(self, accepted: Accepted) -> None:
+        await self._serve(self.gate.accept_tls(accepted, self._answer))
+
+    async def _serve(self, handshake: Coroutine[Any, Any, Shaken | None]) -> None:
+        """Serve a connection once its handshake (TLS, hellos) is done, until it ends."""
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
-        shaken = await self.gate.accept(reader, writer, self._answer)
+        shaken = await handshake
         if shaken is not None:
             link, hello, sent, who = shaken
             try:
@@ -421,3 +431,8 @@ class RouterService:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await wake.wait()
+
+
+def _loop_name() -> str:
+    """``asyncio`` or ``uvloop``: the event loop this broker runs on (:mod:`broker.loops`)."""
+    return type(asyncio.get_running_loop()).__module__.partition(".")[0]

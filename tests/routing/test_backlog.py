@@ -193,6 +193,17 @@ def test_a_channel_pickled_without_a_backlog_restores_with_an_empty_one() -> Non
     assert old == channel
 
 
+def test_lanes_pickled_with_the_count_they_once_kept_restore_without_it() -> None:
+    """Brokers of format 12 with windows kept a count in Lanes: their snapshots still load."""
+    lanes = backlog.Lanes()
+    lanes.add(7, 1, Took(1), 256)
+    state = lanes.__reduce_ex__(5)[2]
+    state[1]["count"] = 1
+    old = backlog.Lanes.__new__(backlog.Lanes)
+    old.__setstate__(state)
+    assert old == lanes and old.take(oldest=False) == (Took(1), 256)
+
+
 def test_a_pulling_client_gets_what_it_asked_for_and_the_rest_waits() -> None:
     router = wired()
     router.handle(Pull(0), "sub", 5.0)

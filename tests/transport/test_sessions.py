@@ -4,14 +4,25 @@ whose link is cut gets, once it reconnects, what was published while it was away
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from broker.client import Client, RefusedError
+from broker.clock import ManualClock
 from broker.language import Publication
+from broker.messages import LinkDown, LinkUp
+from broker.routing.router import Router
+from broker.transport.driver import RouterDriver
 from broker.transport.server import RouterService
 from tests.client.test_reconnect import ADV, FAST
 from tests.transport.harness import run, until, uri
+
+LOG = logging.LoggerAdapter(logging.getLogger("test"), {})
 
 
 class Gate:
@@ -151,3 +162,81 @@ def test_a_client_that_closes_without_bye_keeps_its_session_for_its_restart() ->
         await b.stop()
 
     run(scenario())
+
+
+@dataclass
+class Later:
+    """The system's clocks, ``offset`` seconds later by ``time``: brokers stopped for longer
+    than their grace period, without waiting for it."""
+
+    offset: float = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+
+def test_a_neighbour_whose_grace_ran_out_while_both_were_down_is_forgotten_on_both_sides(
+    tmp_path: Path,
+) -> None:
+    """B3 stops, B2 keeps its session, B2 stops; both come back after B2's grace for B3 is over
+    (not B3's for B2), B3's link first. Its LinkUp must not be what withdraws B3's session: the
+    hellos named the kept channel, and B3 would resume it while B2 had forgotten what came
+    through it (the advertisement here). B2 withdraws it first, so B3 finds a new channel and
+    tells B2 again."""
+
+    async def scenario() -> None:
+        clock = Later()
+        u2, u3 = uri("B2"), uri("B3")
+
+        def b2() -> RouterService:
+            return RouterService(u2, session_grace=60.0, data=tmp_path / "b2", clock=clock)
+
+        def b3() -> RouterService:
+            return RouterService(u3, [u2], session_grace=600.0, data=tmp_path / "b3", clock=clock)
+
+        def advertised_from_b3(broker: RouterService) -> bool:
+            return any(entry.hop == "B3" for entry in broker.router.tables.srt.values())
+
+        first, second = b2(), b3()
+        await first.start()
+        await second.start()
+        pub = await Client.connect(u3, "pub", backoff=FAST)
+        await pub.advertise(ADV)
+        await until(lambda: advertised_from_b3(first), what="B2 told of the advertisement")
+        await second.stop()
+        await until(lambda: "B3" in first.router.sessions.away, what="B3's session kept")
+        await first.stop()
+        clock.offset = 120.0
+        first, second = b2(), b3()
+        await first.start()
+        await second.start()
+        await until(lambda: "B3" in first.links and "B2" in second.links and pub.connected, what="linked")
+        await until(lambda: advertised_from_b3(first), what="B2 told of the advertisement again")
+        assert second.router.custody.peer_epoch("B2") == first.router.custody.channels["B3"].name
+        assert first.router.counters["sessions_expired"] == 1
+        assert all(b.router.counters["dropped.resent"] == 0 for b in (first, second))
+        await pub.close()
+        for broker in (second, first):
+            await broker.stop()
+
+    run(scenario())
+
+
+def test_a_link_that_comes_as_its_session_ends_is_not_taken_and_an_ended_session_goes_first() -> None:
+    """``Peers.serve`` asks ``session_ends`` before it takes a link: a session that is over is
+    withdrawn then (so the peer's next hello finds a new channel), and one that would be over
+    within a Tick is not resumed either (its LinkUp, handled a moment later, could end it)."""
+    clock = ManualClock()
+    driver = RouterDriver(Router("B2", session_grace=60), {}, None, Counter(), LOG, clock)
+    driver.feed(LinkUp(True, "B3.1:1", name="B2.1:1"), "B3")
+    driver.feed(LinkDown(), "B3")
+    clock.advance(58.5)
+    assert not driver.session_ends("B3")
+    clock.advance(1)
+    assert driver.session_ends("B3") and "B3" in driver.router.custody.channels
+    clock.advance(1)
+    assert driver.session_ends("B3") and "B3" not in driver.router.custody.channels
+    assert driver.router.counters["sessions_expired"] == 1 and not driver.session_ends("B3")

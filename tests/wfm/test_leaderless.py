@@ -12,8 +12,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tzlocal import get_localzone
+
 from tests.agents.test_processes import STEP, Overlay, overlay, workflow
 from tests.processes import WFM, handling, quiet, wait_for
+from wfm.slots import slot_gid
 
 __all__ = ["overlay"]  # three brokers in a line and an agent on each, as real processes
 
@@ -112,6 +115,13 @@ def test_three_schedulers_two_killed_and_restarted_start_each_slot_once(overlay:
         assert downtime <= set(fired(overlay, n)), n
 
 
+def schedule(overlay: Overlay) -> Path:
+    """DAILY's schedule: 06:00 on workdays, in this host's time zone (as ``wfm backfill`` reads it)."""
+    config = overlay.tmp / "daily.toml"
+    config.write_text('[workflows.DAILY]\ncron = "0 6 * * *"\ncalendar = "workdays"\n')
+    return config
+
+
 def backfill(overlay: Overlay, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
@@ -122,8 +132,8 @@ def backfill(overlay: Overlay, *extra: str) -> subprocess.Popen[str]:
             "2026-11-02",  # a Monday
             "--to",
             "2026-11-08",
-            "--calendar",
-            "workdays",
+            "--schedule",
+            str(schedule(overlay)),
             "--broker",
             str(overlay.uris["B1"]),
             "-o",
@@ -144,10 +154,19 @@ def test_a_backfill_interrupted_then_rerun_runs_every_workday_once(overlay: Over
     )
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("wfm: error: ") and "NOPE" in done.stderr
+    undeclared = [WFM, "backfill", "DAILY", "--from", "2026-11-02", "--to", "2026-11-03", "--param", "X=1"]
+    done = subprocess.run(
+        [*undeclared, "--broker", str(overlay.uris["B1"])], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2 and "unknown parameter X (declared: none); nothing started" in done.stderr
 
-    gids = [f"2026110{d}-backfill" for d in range(2, 7)]  # Monday to Friday
+    # the schedule ran Monday's slot: that generation is Monday's, not run again
+    monday = slot_gid("DAILY", datetime(2026, 11, 2, 6, tzinfo=get_localzone()))
+    overlay.trigger("DAILY", [monday], "2026.11.02")
+    overlay.wait_end("DAILY", [monday])
+    gids = [monday] + [f"2026110{d}-backfill" for d in range(3, 7)]  # Monday to Friday
     first = backfill(overlay, "--concurrency", "2")
-    wait_for(lambda: len(started(overlay, "DAILY")) >= 2, "two dates started", timeout=20)
+    wait_for(lambda: len(started(overlay, "DAILY")) >= 3, "two dates started", timeout=20)
     handling(first, signal.SIGINT)
     first.send_signal(signal.SIGINT)  # Ctrl-C with two generations running
     out, err = first.communicate(timeout=10)
@@ -159,7 +178,8 @@ def test_a_backfill_interrupted_then_rerun_runs_every_workday_once(overlay: Over
     out, err = again.communicate(timeout=60)
     assert again.returncode == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
-    assert sorted(row["gid"] for row in rows) == gids
+    assert sorted(row["gid"] for row in rows) == sorted(gids)
+    assert [row["date"] for row in rows if row["gid"] == monday and row["earlier"]] == ["2026-11-02"]
     assert {row["status"] for row in rows} == {"SUCCESS"}
     assert "5 dates" in err
     overlay.wait_end("DAILY", gids)

@@ -23,7 +23,10 @@ class FlakyPublisher:
         self.failures = failures
         self.tried: list[str] = []
 
-    def publish(self, workflow: str, gid: str, day: object, signed_at: float | None = None) -> None:
+    def publish(
+        self, workflow: str, gid: str, day: object, signed_at: float | None = None, params: object = None
+    ) -> None:
+        self.params = params
         self.tried.append(gid)
         if len(self.tried) <= self.failures:
             raise NoAnswer("B1 did not answer Publish 1 within 10 s")
@@ -48,3 +51,10 @@ def test_a_stop_ends_the_tries_at_once() -> None:
     with pytest.raises(NoAnswer):
         fire(ENTRY, publisher, NOW, lambda seconds: True)  # type: ignore[arg-type]
     assert len(publisher.tried) == 1
+
+
+def test_a_fire_carries_the_entry_s_run_parameters() -> None:
+    entry = Entry(ENTRY.workflow, ENTRY.cron, ENTRY.calendar, {"REGION": "eu"})
+    publisher = FlakyPublisher(failures=0)
+    assert fire(entry, publisher, NOW, lambda seconds: False) is not None  # type: ignore[arg-type]
+    assert publisher.params == {"REGION": "eu"}

@@ -86,7 +86,10 @@ class Publisher:
     def __init__(self) -> None:
         self.published: list[tuple[str, str, date, float | None]] = []
 
-    def publish(self, workflow: str, gid: str, day: date, signed_at: float | None = None) -> None:
+    def publish(
+        self, workflow: str, gid: str, day: date, signed_at: float | None = None, params: object = None
+    ) -> None:
+        assert params == {}  # HOURLY's config gives none
         self.published.append((workflow, gid, day, signed_at))
 
 

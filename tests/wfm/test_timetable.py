@@ -71,6 +71,10 @@ def test_fires_in_an_empty_window() -> None:
         ("[workflows.P]\ncron = '0 6 * * *'\nholidays = 'missing.txt'\n", "cannot read holiday file"),
         ("[workflows.'2P']\ncron = '0 6 * * *'\n", "invalid workflow name '2P'"),
         ("[other]\n", "expected [workflows.NAME] tables"),
+        ("[workflows.P]\ncron = '0 6 * * *'\nparams = 'x'\n", "workflows.P: params must be a table"),
+        ("[workflows.P]\ncron = '0 6 * * *'\nparams = { 1A = 'x' }\n", "invalid parameter name '1A'"),
+        ("[workflows.P]\ncron = '0 6 * * *'\nparams = { A = [1] }\n", "params.A: list is not a value"),
+        ("[workflows.P]\ncron = '0 6 * * *'\nparams = { A = 07:30:00 }\n", "params.A: a time is not"),
         ("[workflows.P\n", "schedule.toml: "),
     ],
 )
@@ -79,3 +83,18 @@ def test_config_errors_are_one_line(tmp_path: Path, text: str, message: str) -> 
         load_config(config(tmp_path, text), UTC)
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_run_parameters_go_out_as_text(tmp_path: Path) -> None:
+    """A TOML value of any scalar type becomes the text a Trigger carries; the agents check it
+    against the workflow's declarations (types, defaults), as they do ``wfm trigger --param``'s."""
+    text = """
+[workflows.P]
+cron = "0 6 * * *"
+params = { REGION = "eu", BATCH = 500, RATE = 0.5, DRY = false, DAY = 2026-12-01 }
+[workflows.Q]
+cron = "0 7 * * *"
+"""
+    p, q = load_config(config(tmp_path, text), UTC)
+    assert p.params == {"REGION": "eu", "BATCH": "500", "RATE": "0.5", "DRY": "false", "DAY": "2026-12-01"}
+    assert q.params == {}

@@ -7,7 +7,7 @@ import asyncio
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import date
+from datetime import date, datetime, time, timedelta
 from pathlib import Path
 
 import click
@@ -19,9 +19,11 @@ from broker.client import Brokers, ConnectError, RefusedError, brokers
 from wfm import backfill as backfilling
 from wfm.backfill import ENDED, NOT_STARTED, Outcome, backfill_dates
 from wfm.cli import TimedOut
-from wfm.cli.options import broker_option, checked, output_option
+from wfm.cli.options import broker_option, checked, output_option, params_option
+from wfm.operations import BadParams
 from wfm.signing import signer_of
-from wfm.timetable import load_config, parse_holidays
+from wfm.slots import slot_gid
+from wfm.timetable import Entry, fires, load_config, parse_holidays
 from wfm.triggers import check_workflow, parse_date
 from workflow_messages import SUCCESS, Calendar, check_gid, parse_weekdays
 
@@ -65,6 +67,7 @@ ASK_TIMEOUT = 5.0  # seconds the agents have to say what is deployed and what ra
 @click.option(
     "--timeout", type=click.FloatRange(0, min_open=True), help="Give up after S seconds (exit status 3)."
 )
+@params_option
 @broker_option
 @output_option
 def backfill(
@@ -77,6 +80,7 @@ def backfill(
     concurrency: int,
     tag: str,
     timeout: float | None,
+    params: dict[str, str],
     broker_uri: Brokers,
     output: str,
 ) -> None:
@@ -87,7 +91,10 @@ def backfill(
     The calendar is that of WORKFLOW in a wfm schedule config (--schedule), or --calendar and
     --holidays, else every date. A date's generation is DATE-TAG: run again, the same backfill
     skips the dates whose generation ended (shown as before, "earlier"), waits for those still
-    running and starts the others, never one twice. Ctrl-C (exit status 130) leaves the
+    running and starts the others, never one twice. With --schedule, a date that schedule
+    already ran (a generation of one of its slots that day) is that generation's, not run again.
+    Run parameters: --param KEY=VALUE (checked against the workflow's declarations: exit status
+    2), else the schedule's params, else the declared defaults. Ctrl-C (exit status 130) leaves the
     generations already started running; the next run picks them up. Exit status 1 if a
     generation ended other than SUCCESS (ENDED: before, its outcome no longer listed, is done)
     or did not start (NOT_STARTED: its coordinator answered none of 3 Triggers)."""
@@ -95,8 +102,11 @@ def backfill(
         check_gid(f"20261101-{tag}")
     except ValueError:
         raise click.BadParameter(f"{tag!r}: letters, digits and _ . : - only", param_hint="--tag") from None
+    entry = _entry(workflow, schedule_file) if schedule_file is not None else None
+    if entry is not None and (calendar is not None or holidays is not None):
+        raise click.UsageError("--schedule gives the calendar: not with --calendar or --holidays")
     try:
-        days = backfill_dates(first, last, _calendar(workflow, schedule_file, calendar, holidays))
+        days = backfill_dates(first, last, entry.calendar if entry else _calendar(calendar, holidays))
     except ValueError as error:
         raise click.UsageError(str(error)) from None
     if not days:
@@ -115,7 +125,18 @@ def backfill(
         from wfm.operations import Session
 
         async with Session.connect(broker_uri, ASK_TIMEOUT) as session:
-            work = backfilling.backfill(session, workflow, days, sign, concurrency, tag, planned, ended)
+            work = backfilling.backfill(
+                session,
+                workflow,
+                days,
+                sign,
+                concurrency,
+                tag,
+                planned,
+                ended,
+                params or (entry.params if entry else {}),
+                _slots(entry) if entry else lambda day: (),
+            )
             return await asyncio.wait_for(work, timeout)
 
     try:
@@ -126,6 +147,8 @@ def backfill(
                 advance(outcome)
 
             outcomes = asyncio.run(run(planned, ended))
+    except BadParams as error:
+        raise click.UsageError(f"{error}; nothing started") from None
     except RefusedError as error:
         raise click.ClickException(
             f"cannot backfill {workflow}: {error} (asking the agents what ran needs an operator's "
@@ -147,20 +170,29 @@ def backfill(
         raise click.exceptions.Exit(1)
 
 
-def _calendar(
-    workflow: str, schedule_file: Path | None, words: str | None, holidays: Path | None
-) -> Calendar:
-    if schedule_file is not None:
-        if words is not None or holidays is not None:
-            raise click.UsageError("--schedule gives the calendar: not with --calendar or --holidays")
-        try:
-            entries = load_config(schedule_file, get_localzone())
-        except ValueError as error:
-            raise click.ClickException(str(error)) from None
-        entry = next((e for e in entries if e.workflow == workflow), None)
-        if entry is None:
-            raise click.ClickException(f"{schedule_file} has no [workflows.{workflow}]")
-        return entry.calendar
+def _entry(workflow: str, schedule_file: Path) -> Entry:
+    """WORKFLOW's table of a wfm schedule config: its calendar, slots and run parameters."""
+    try:
+        entries = load_config(schedule_file, get_localzone())
+    except ValueError as error:
+        raise click.ClickException(str(error)) from None
+    entry = next((e for e in entries if e.workflow == workflow), None)
+    if entry is None:
+        raise click.ClickException(f"{schedule_file} has no [workflows.{workflow}]")
+    return entry
+
+
+def _slots(entry: Entry) -> Callable[[date], list[str]]:
+    """The gids wfm schedule gives a date: those of its slots that day (in the schedule's zone)."""
+
+    def of(day: date) -> list[str]:
+        start = datetime.combine(day, time(), entry.cron.timezone)
+        return [slot_gid(entry.workflow, at) for at, _, _ in fires([entry], start, start + timedelta(days=1))]
+
+    return of
+
+
+def _calendar(words: str | None, holidays: Path | None) -> Calendar:
     try:
         weekdays = parse_weekdays(words or "daily")
     except ValueError as error:

@@ -209,7 +209,7 @@ def schedule(
 ) -> None:
     """Trigger workflows by cron expression and business calendar until SIGINT/SIGTERM.
 
-    CONFIG is a TOML file with one [workflows.NAME] table each (cron, calendar, holidays; see
+    CONFIG is a TOML file with one [workflows.NAME] table each (cron, calendar, holidays, params; see
     docs/workflows.md). Each trigger prints "TIME WORKFLOW DATE GID" on stdout (-o json: one
     object {"time", "workflow", "date", "gid"}; --dry-run has no gid); TIME is the slot's.
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import click
 
+from broker import loops
 from broker.errors import LocalError
 
 if TYPE_CHECKING:
@@ -91,11 +92,16 @@ def exposed(address: Address | None, families: Families) -> Exposition | None:
 
 
 def serve(service: Service, metrics: Exposition | None = None) -> None:
-    """Run ``service`` in a new event loop until it returns; SIGINT and SIGTERM ask it to stop.
-    ``metrics`` (``--metrics``, already listening) reads the service's state on that loop, and
-    stops serving when the service has stopped."""
+    """Run ``service`` in a new event loop (the one ``WFM_LOOP`` chooses: :mod:`broker.loops`)
+    until it returns; SIGINT and SIGTERM ask it to stop. ``metrics`` (``--metrics``, already
+    listening) reads the service's state on that loop, and stops serving when the service has
+    stopped."""
     try:
-        asyncio.run(_serve(service, metrics))
+        factory = loops.loop_factory(loops.chosen())
+    except LocalError as error:
+        raise click.ClickException(str(error)) from None
+    try:
+        loops.run(_serve(service, metrics), factory)
     finally:
         if metrics is not None:
             metrics.close()

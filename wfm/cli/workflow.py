@@ -15,13 +15,15 @@ import click
 from broker.client import Brokers, ConnectError, RefusedError
 from broker.client.reconnect import BrokerList
 from broker.errors import LinkClosed
-from broker.language import Publication
+from broker.language import Filter, Publication
 from broker.transport.tls import Identity
+from wfm import facts
 from wfm.cli import TimedOut
 from wfm.cli.options import broker_uri_option, output_option
 from wfm.cli.progress import progress
 from wfm.deploy import AgentReport, ordered_batches, silent_agents, undeploy_publications, withdraw
 from wfm.deploy import deploy as deploy_plan
+from wfm.history.asker import HistoryError
 from wfm.operations import Deployed, NoReply, Session
 from wfm.signing import Deployer, signer_of
 from wfm.triggers import check_workflow
@@ -131,6 +133,39 @@ def deploy(
         return
     batches = ordered_batches(plan, workflow.coordinator)
     _send(broker_uri, plan, batches, timeout, output, deployer, replace=True)
+    if filters := facts.wanted(workflow):
+        _send_facts(_needed(broker_uri), plan, filters, timeout, deployer().sign)
+
+
+def _send_facts(
+    uri: Brokers, plan: Plan, filters: dict[str, list[Filter]], timeout: float, sign: Sign
+) -> None:
+    """History, then live, for the workflow's conditions (:mod:`wfm.facts`): what the historians
+    kept for them goes to the waiting jobs' agents. Its problems are warnings on stderr: the
+    deployment is done, and its conditions go on live."""
+
+    def warn(problem: str) -> None:
+        click.echo(f"wfm: warning: {plan.workflow} {plan.version}: {problem}", err=True)
+
+    try:
+        with progress(f"asking the history for the conditions of {plan.workflow}") as say:
+            found, warnings = asyncio.run(
+                facts.ask_past(uri, (f for fs in filters.values() for f in fs), timeout)
+            )
+            envelopes = facts.facts_publications(plan, filters, found)
+            reports = (
+                asyncio.run(deploy_plan(uri, plan, [envelopes], timeout, sign, say)) if envelopes else []
+            )
+    except (ConnectError, OSError, RefusedError, LinkClosed, HistoryError) as error:
+        warn(f"cannot ask the history ({error}): its conditions see only what is published from now on")
+        return
+    for problem in warnings:
+        warn(problem)
+    for report in reports:
+        for problem in report.errors:
+            warn(f"{report.agent}: {problem}")
+        if report.missing:
+            warn(f"{report.agent} did not acknowledge {report.missing} FACTS envelopes")
 
 
 @click.command()

@@ -18,6 +18,7 @@ from wfm.triggers import check_workflow, parse_date
 from wfm.web.svg import Bar, Edge, Node, Series, dag_svg, gantt_svg, graph_svg, line_chart_svg
 from workflow_messages import APPL_END, APPL_START, EXPIRED
 from workflow_messages.calendars import DAYS
+from workflow_messages.conditions import label
 
 __all__ = [
     "PAGES",
@@ -299,6 +300,11 @@ def _dag(
 ) -> str:
     nodes = [Node(j["job"], f"{j['agent']} · {_days(j['schedule'])}") for j in definition["jobs"]]
     edges = [Edge(after, j["job"], on) for j in definition["jobs"] for after, on in j["after"]]
+    # what a job waits for outside its workflow (<wait>, <event>): a box of its own, and an edge
+    waits = [(label(c), j["job"]) for j in definition["jobs"] for c in j.get("conditions", [])]
+    names = dict.fromkeys(name for (name, _), _ in waits)
+    nodes += [Node(name, "event" if name.startswith("event ") else "other workflow") for name in names]
+    edges += [Edge(name, job, on) for (name, on), job in waits]
     known = {n.name for n in nodes}
     nodes += [Node(job) for job in (states or {}) if job not in known]  # statuses of jobs not defined here
     return dag_svg(nodes, edges, states, running, now)

@@ -101,6 +101,8 @@ def described(deployed: Sequence[Deployed], files: Sequence[dict[str, Any]]) -> 
                         "agent": workflow.jobs.get(job, {}).get("agent", "?"),
                         "schedule": workflow.jobs.get(job, {}).get("schedule", "?"),
                         "after": graph.get(job, []),
+                        # <wait>, <event>: only a job that has them says so
+                        **{k: v for k, v in workflow.jobs.get(job, {}).items() if k == "conditions"},
                     }
                     for job in order
                 ],

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from broker.language.values import is_number
 from broker.messages.qos import DEFAULT_QOS
 from broker.transport import MAX_FRAME
-from wfm.workflow import calendars, pools
+from wfm.workflow import calendars, conditions, pools
 from wfm.workflow.errors import Problem, first_on
 from workflow_messages import APPL_END, APPL_START, DAILY, check_name, find_cycles
 from workflow_messages.deadlines import parse_deadline
@@ -137,6 +137,7 @@ def _job_problems(job: Job, known: dict[str, Job]) -> Iterator[Problem]:
     if not isinstance(job.priority, int) or isinstance(job.priority, bool) or not 0 <= job.priority <= 9:
         yield Problem(job.line, f"{label}: {PRIORITY_RULE}, not {job.priority!r}")
     yield from _deadline_problems(job.deadline, label, job.line)
+    yield from conditions.problems(job)
     seen: dict[str, int | None] = {}
     for after in job.after:
         line = after.line or job.line

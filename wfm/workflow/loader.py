@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lxml import etree
 
-from wfm.workflow import calendars
+from wfm.workflow import calendars, conditions
 from wfm.workflow.checks import DEFAULT_PRIORITY, PRIORITY_RULE, RETRIES_RULE, TIMEOUT_RULE
 from wfm.workflow.errors import DefinitionError, Problem
 from wfm.workflow.model import After, Job, Param, Pool, Workflow
@@ -60,6 +60,11 @@ _SCHEMA_MESSAGES: list[tuple[re.Pattern[str], str]] = [
         re.compile(r"Element 'pool': This element is not expected"),
         "unexpected <pool> (a workflow declares its <pool> elements after its <param> and"
         " <calendar> elements and before its jobs)",
+    ),
+    (
+        re.compile(r"Element '(wait|event)': This element is not expected"),
+        "unexpected <{0}> (a job holds its <after> elements, then its <wait> and <event> elements,"
+        " then exactly one <command>)",
     ),
     (
         re.compile(r"Element '(after|command)': This element is not expected"),
@@ -210,7 +215,19 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
     )
     command = (element.findtext("command") or "").strip()
     agent, calendar, deadline = element.get("agent", ""), element.get("calendar"), element.get("deadline")
-    pool = element.get("pool")
+    waits, pool = conditions.read(element), element.get("pool")
     return Job(
-        name, agent, command, weekdays, timeout, retries, after, line, priority, calendar, deadline, pool
+        name,
+        agent,
+        command,
+        weekdays,
+        timeout,
+        retries,
+        after,
+        line,
+        priority,
+        calendar,
+        deadline,
+        waits,
+        pool,
     )

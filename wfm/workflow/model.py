@@ -17,11 +17,13 @@ from typing import Any
 from wfm.workflow.checks import DEFAULT_PRIORITY, find_problems
 from wfm.workflow.errors import DefinitionError
 from workflow_messages import DAILY, weekday_words
+from workflow_messages.conditions import Condition, Event, Wait
+from workflow_messages.conditions import records as condition_records
 from workflow_messages.named_calendars import NamedCalendar
 from workflow_messages.params import Param, records
 from workflow_messages.pools import DEFAULT_LEASE, PoolDeclaration
 
-__all__ = ["After", "Job", "NamedCalendar", "Param", "Pool", "Workflow"]
+__all__ = ["After", "Event", "Job", "NamedCalendar", "Param", "Pool", "Wait", "Workflow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +68,14 @@ class Job:
     priority: int = DEFAULT_PRIORITY
     calendar: str | None = None  # the name of one of the workflow's calendars (``calendar="NAME"``)
     deadline: str | None = None  # when it must have ended (workflow_messages.deadlines)
+    # ``<wait>``, ``<event>``: what else it waits for (workflow_messages.conditions)
+    conditions: tuple[Condition, ...] = ()
     pool: str | None = None  # the name of one of the workflow's pools (``pool="NAME"``)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weekdays", frozenset(self.weekdays))
         object.__setattr__(self, "after", tuple(self.after))
+        object.__setattr__(self, "conditions", tuple(self.conditions))
 
     def definition(self) -> dict[str, Any]:
         """What the job means, as JSON-ready data (no line): the basis of versions and JOBINFO."""
@@ -86,6 +91,7 @@ class Job:
             **({"priority": self.priority} if self.priority != DEFAULT_PRIORITY else {}),
             **({"calendar": self.calendar} if self.calendar is not None else {}),  # likewise
             **({"deadline": self.deadline} if self.deadline is not None else {}),
+            **({"conditions": condition_records(self.conditions)} if self.conditions else {}),  # likewise
             **({"pool": self.pool} if self.pool is not None else {}),
         }
 
