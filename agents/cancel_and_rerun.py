@@ -14,15 +14,14 @@ from workflow_messages import FAILURE, NORUN
 if TYPE_CHECKING:
     from agents.state import Agent
 
-__all__ = ["Operated", "cancel", "rerun"]
+__all__ = ["Operated", "cancel", "halt", "rerun"]
 
 Operated = tuple[str, str, list[Effect]]
 
 
 def cancel(agent: Agent, command: Cancel, now: float) -> Operated:
-    """Record the cancellation (the envelope is in the journal), drop the generation's queued
-    runs (NORUN; FAILURE for one waiting for a retry) and stop its running ones. Jobs that fire
-    later publish NORUN; the coordinator ends it CANCELLED."""
+    """Record the cancellation (the envelope is in the journal) and :func:`halt` the generation.
+    Jobs that fire later publish NORUN; the coordinator ends it CANCELLED."""
     workflow, gid = command.control.workflow, command.gid
     if (workflow, gid) in agent.ended:
         return "UNCHANGED", f"generation {gid} is over", []
@@ -30,6 +29,19 @@ def cancel(agent: Agent, command: Cancel, now: float) -> Operated:
     generation = agent.generations.setdefault((workflow, gid), GenerationState(since=now))
     if generation.cancelled:
         return "UNCHANGED", f"generation {gid} was cancelled already", []
+    effects, stopped, queued = halt(agent, generation, workflow, gid, now)
+    if not seen:
+        return "OK", f"generation {gid} not seen here yet: its jobs will not run", effects
+    return "OK", f"{stopped} running stopped, {queued} queued not run", effects
+
+
+def halt(
+    agent: Agent, generation: GenerationState, workflow: str, gid: str, now: float
+) -> tuple[list[Effect], int, int]:
+    """Mark the generation cancelled, drop its queued runs (NORUN; FAILURE for one waiting for a
+    retry) and stop its running ones: ``wfm cancel``'s, and the coordinator's when the
+    workflow's ``overlap="cancel"`` replaces it (:mod:`agents.overlap`). The effects, and how many
+    runs were stopped and how many queued ones dropped."""
     generation.cancelled = True
     queued = [p for p in agent.pending if (p.run.workflow, p.run.gid) == (workflow, gid)]
     agent.pending = [p for p in agent.pending if p not in queued]
@@ -41,9 +53,7 @@ def cancel(agent: Agent, command: Cancel, now: float) -> Operated:
     effects += conditions.release_cancelled(agent, workflow, gid, now)
     stopping = [run for run in agent.running.values() if (run.workflow, run.gid) == (workflow, gid)]
     effects += [Stop(run) for run in stopping]
-    if not seen:
-        return "OK", f"generation {gid} not seen here yet: its jobs will not run", effects
-    return "OK", f"{len(stopping)} running stopped, {len(queued)} queued not run", effects
+    return effects, len(stopping), len(queued)
 
 
 def rerun(agent: Agent, command: Rerun, now: float) -> Operated:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agents import forgetting, publishing, refusals
+from agents import forgetting, overlap, publishing, refusals
 from agents.events import Effect, Emit
 from agents.generations import NOT_RUN, GenerationState
 from broker.language import Publication
@@ -41,6 +41,8 @@ def status(agent: Agent, publication: Publication, now: float) -> list[Effect]:
         return forgetting.forget(agent, workflow, gid, version, now)
     if (workflow, gid) in agent.ended:
         return []
+    if job == APPL_START and parsed.status == CANCELLED:  # the coordinator replaced it (overlap)
+        return overlap.replaced(agent, workflow, version, gid, now)
     if job == APPL_START:
         agent.generations.setdefault((workflow, gid), GenerationState(since=now)).version = version
     generation = agent.generations.get((workflow, gid))

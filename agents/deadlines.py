@@ -44,8 +44,8 @@ def check(agent: Agent, now: float) -> list[Effect]:
         return []
     effects: list[Effect] = []
     for (workflow, gid), generation in agent.generations.items():
-        if generation.since is None or generation.halted:
-            continue
+        if generation.since is None or generation.halted or generation.queued:
+            continue  # (queued: it has not started, agents.overlap)
         for job, deadline in watched.get((workflow, generation.version or ""), ()):
             if job in generation.missed or generation.jobs.get(job) == "done":
                 continue

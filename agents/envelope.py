@@ -35,6 +35,7 @@ from workflow_messages.conditions import Condition, read_records
 from workflow_messages.deadlines import parse_deadline
 from workflow_messages.named_calendars import NamedCalendar, read_record
 from workflow_messages.operations import decode_content
+from workflow_messages.overlap import Overlap, read_overlap
 from workflow_messages.params import Param, parse_declarations
 from workflow_messages.pools import PoolDeclaration, read_declarations
 
@@ -100,6 +101,7 @@ class JobInfo:
     named: NamedCalendar | None = None  # its definition's ``calendar="NAME"``, if any
     deadline: str | None = None  # when it must have ended (APPL_END's: the generation's), if ever
     conditions: tuple[Condition, ...] = ()  # on other workflows and events (workflow_messages.conditions)
+    overlap: Overlap | None = None  # APPL_START's: generations at once (None: unlimited)
     pool: str | None = None  # the pool whose slot its runs take (``DeployPart.pools``), if any
 
 
@@ -284,8 +286,17 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         parse_deadline(deadline)  # ValueError: the envelope is refused
     if virtual:
         cwd = _cwd(data)
+        overlap = read_overlap(data.get("overlap"))  # ValueError: the envelope is refused
         return JobInfo(
-            workflow, version, job, virtual=True, graph=graph, cwd=cwd, agents=agents, deadline=deadline
+            workflow,
+            version,
+            job,
+            virtual=True,
+            graph=graph,
+            cwd=cwd,
+            agents=agents,
+            deadline=deadline,
+            overlap=overlap,
         )
     command, words, retries = data.get("command"), data.get("schedule", ["daily"]), data.get("retries", 0)
     timeout = data.get("timeout")

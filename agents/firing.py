@@ -6,13 +6,21 @@ APPL_END). Deliveries for plain subscriptions are statuses, the :mod:`agents.coo
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from agents import condition_keys, conditions, coordinator, forgetting, publishing, refusals, run_queue
+from agents import (
+    condition_keys,
+    conditions,
+    coordinator,
+    overlap,
+    publishing,
+    refusals,
+    run_queue,
+    unstarted,
+)
 from agents.envelope import JobInfo, firing_date
 from agents.events import Delivered, Effect, Emit, Run
 from agents.generations import NOT_RUN, GenerationState
@@ -40,7 +48,7 @@ from workflow_messages.params import encode_params, resolve, trigger_params
 if TYPE_CHECKING:
     from agents.state import Agent
 
-__all__ = ["delivered"]
+__all__ = ["begin", "delivered"]
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +114,9 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
         return []  # a duplicate firing
     if expires is not None and expired(expires, now):
         return _expire(agent, info, gid, expires, publications, now)
+    if info.job == APPL_START:  # unless the workflow's limit on generations at once holds it
+        held = overlap.admit(agent, info, gid, publications, params, now)
+        return begin(agent, info, gid, publications, params, now) if held is None else held
     statuses = {str(p.get("jobname")): p for p in publications if p.cls == JOBSTATUS}
     generation.cancelled_upstream |= any(p.get("cancelled") == 1 for p in statuses.values())
     upstream = failures(statuses.values())
@@ -123,12 +134,7 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
         date = firing_date(publications)
     except ValueError as error:
         return _report(agent, info, gid, FAILURE, str(error), now, upstream)
-    recorded = publishing.outcome(agent, info.workflow, gid)
-    recorded["date"] = date.isoformat()
-    if params:  # only when there are: a record per generation for 500 generations
-        recorded["params"] = params
-    if info.job == APPL_START:
-        return _report(agent, info, gid, SUCCESS, f"trigger for {date.isoformat()}", now)
+    _record(agent, info.workflow, gid, date.isoformat(), params)
     # every status carries on the failures before it: APPL_END knows of them only that way
     if generation.halted:
         return _report(agent, info, gid, NORUN, NOT_RUN, now, upstream)
@@ -158,6 +164,32 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
         return conditions.queue(agent, info, run, now)
     agent.pending.append(run_queue.Pending(run))
     return run_queue.pump(agent, now)
+
+
+def begin(
+    agent: Agent,
+    info: JobInfo,
+    gid: str,
+    publications: tuple[Publication, ...],
+    params: dict[str, str],
+    now: float,
+) -> list[Effect]:
+    """APPL_START (``info``): the generation starts now, on the Trigger among ``publications``
+    (at its firing, or when its turn came: :mod:`agents.overlap`)."""
+    try:
+        date = firing_date(publications)
+    except ValueError as error:
+        return _report(agent, info, gid, FAILURE, str(error), now)
+    _record(agent, info.workflow, gid, date.isoformat(), params)
+    return _report(agent, info, gid, SUCCESS, f"trigger for {date.isoformat()}", now)
+
+
+def _record(agent: Agent, workflow: str, gid: str, date: str, params: dict[str, str]) -> None:
+    """The generation's date and run parameters, in the outcome ``wfm runs`` is answered."""
+    recorded = publishing.outcome(agent, workflow, gid)
+    recorded["date"] = date
+    if params:  # only when there are: a record per generation for 500 generations
+        recorded["params"] = params
 
 
 def _report(
@@ -196,24 +228,14 @@ def _report(
 def _expire(
     agent: Agent, info: JobInfo, gid: str, expires: float, publications: tuple[Publication, ...], now: float
 ) -> list[Effect]:
-    """APPL_START fired after its Trigger expired: the generation does not start. No APPL_START
-    is published, so no job of it fires anywhere; its APPL_END, status EXPIRED, goes out at once
-    (clearing the brokers' join state of it, showing it ended to monitors and the history), and
-    the generation is over here: a firing of it delivered again, before or after a restart, is a
-    duplicate, as is one of a generation that started on time and whose Trigger is delivered
-    again after its expiry."""
-    generation = agent.generations[info.workflow, gid]
-    generation.jobs[APPL_START] = "done"
-    generation.ended = True
-    with contextlib.suppress(ValueError):  # a bad date does not matter to a generation that does not run
-        publishing.outcome(agent, info.workflow, gid)["date"] = firing_date(publications).isoformat()
+    """APPL_START fired after its Trigger expired: the generation does not start
+    (:func:`agents.unstarted.end`, status EXPIRED), as is one of a generation that started on
+    time and whose Trigger is delivered again after its expiry."""
     at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
     late = f"{now - expires:.3f} s after its expiry ({at})"
     detail = f"expired: the Trigger reached {agent.name} {late}; nothing ran"
     log.warning("%s %s not started: %s", info.workflow, gid, detail)
-    workflow, version = info.workflow, info.version
-    end = publishing.publication(agent, workflow, version, APPL_END, gid, EXPIRED, detail, started=now)
-    return [Emit(end), *forgetting.forget(agent, info.workflow, gid, info.version, now)]
+    return unstarted.end(agent, info.workflow, info.version, gid, EXPIRED, detail, publications, now)
 
 
 def _params(agent: Agent, info: JobInfo, publications: tuple[Publication, ...]) -> dict[str, str]:

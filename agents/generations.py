@@ -28,6 +28,9 @@ class GenerationState:
     # (anyone may publish a status)
     cancelled_upstream: bool = False
     missed: list[str] = field(default_factory=list)  # jobs whose deadline's alert went out here
+    # coordinator: the firing (its publications' text) of a generation waiting its turn under the
+    # workflow's limit on generations at once (agents.overlap); empty once started, or if never held
+    queued: list[str] = field(default_factory=list)
 
     @property
     def halted(self) -> bool:

@@ -23,7 +23,8 @@ import logging
 from agents.envelope import Registration
 from agents.state import Agent
 from broker.client import Client, RefusedError
-from broker.errors import LinkClosed
+from broker.errors import LinkClosed, ParseError
+from broker.messages.ids import OverlayId
 
 __all__ = ["CONTROL", "OWN", "QUERY", "Registering"]
 
@@ -64,9 +65,23 @@ class Registering:
 
     def key_of(self, client: Client, subscription: str) -> str | None:
         """The key a delivery for ``subscription`` (an id) belongs to; None for one the client
-        does not hold (withdrawn)."""
+        does not hold (withdrawn) and the state machine no longer wants.
+
+        A broker that kept the agent's session through a restart delivers what it held for it
+        (a job's firing that came while the agent was away) under the ids it gave the last run,
+        maybe before this run has asked for those registrations again: the id ends with the name
+        the registration is requested under, the same in every run (:func:`_name`)."""
         name = client.name_of(subscription)
-        return None if name is None else OWN_KEYS.get(name) or self.by_name.get(name)
+        if name is None:
+            return self._wanted_by_name(subscription)
+        return OWN_KEYS.get(name) or self.by_name.get(name)
+
+    def _wanted_by_name(self, subscription: str) -> str | None:
+        try:
+            name = OverlayId.parse(subscription).ref
+        except ParseError:
+            return None
+        return next((key for key in self.agent.wanted if _name(key) == name), None)
 
     def reconcile(self) -> None:
         """Issue what the state machine wants and is not issued, withdraw what it no longer wants."""

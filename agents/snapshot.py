@@ -50,6 +50,7 @@ def snapshot(agent: Agent) -> dict[str, Any]:
                 g.reused,
                 g.cancelled_upstream,
                 g.missed,
+                g.queued,
             ]
             for (workflow, gid), g in agent.generations.items()
         ],

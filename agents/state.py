@@ -13,8 +13,8 @@ the router does its messages, and so does an envelope's command, read once at th
 (:mod:`agents.catalogue`), firings (:mod:`agents.firing`), the statuses followed and the
 coordinator's (:mod:`agents.coordinator`), the run queue (:mod:`agents.run_queue`), the statuses
 published (:mod:`agents.publishing`), forgetting (:mod:`agents.forgetting`), cancel and rerun
-(:mod:`agents.cancel_and_rerun`), what is refused (:mod:`agents.refusals`) and the snapshot
-(:mod:`agents.snapshot`).
+(:mod:`agents.cancel_and_rerun`), what is refused (:mod:`agents.refusals`), the snapshot
+(:mod:`agents.snapshot`) and a workflow's limit on generations at once (:mod:`agents.overlap`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from agents import (
     deadlines,
     firing,
     forgetting,
+    overlap,
     pools,
     refusals,
     run_queue,
@@ -126,7 +127,8 @@ class Agent:
     def handle(self, event: Event, now: float) -> list[Effect]:
         effects = forgetting.sweep(self, now) + pools.expire(self, now)
         effects += _EVENTS[type(event)](self, event, now)
-        return effects + deadlines.check(self, now) + pools.check(self, now)
+        effects += overlap.check(self, now, firing.begin) + deadlines.check(self, now)
+        return effects + pools.check(self, now)
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as JSON-able data: :meth:`restore` on a new agent gives the same state."""

@@ -52,6 +52,7 @@ from workflow_messages.operations import (
     query,
     query_advertisement,
 )
+from workflow_messages.overlap import QUEUED
 from workflow_messages.params import parse_declarations, records
 
 __all__ = [
@@ -171,13 +172,19 @@ def generation_record(generation: Generation, cancelled: bool = False) -> dict[s
         "workflow": generation.workflow,
         "gid": generation.gid,
         "date": generation.date,
-        "status": end.status if end is not None else ("CANCELLING" if cancelled else "RUNNING"),
+        "status": end.status if end is not None else ("CANCELLING" if cancelled else _unended(generation)),
         "detail": end.detail if end is not None else "",
         "started": started,
         "duration": None if end is None or started is None else round(max(ends) - started, 3),
         "jobs": {job: state.status for job, state in jobs.items()},
         "params": generation.params or {},
     }
+
+
+def _unended(generation: Generation) -> str:
+    """RUNNING, or QUEUED while its coordinator holds it waiting its turn (``max-active``)."""
+    start = generation.jobs.get(APPL_START)
+    return QUEUED if start is not None and start.status == QUEUED else "RUNNING"
 
 
 def stored_runs(store: Any, workflow: str, into: Monitor | None = None) -> Monitor:

@@ -24,18 +24,21 @@ from wfm.state import state_home
 from workflow_messages import (
     APPL_END,
     APPL_START,
+    CANCELLED,
     EXPIRED,
     JOBSTATUS,
     check_gid,
     trigger,
     trigger_advertisement,
 )
+from workflow_messages.overlap import SKIPPED
 
 __all__ = [
     "MAX_TTL",
     "Expired",
     "NotAcknowledged",
     "NotStarted",
+    "Skipped",
     "TriggerPublisher",
     "check_gid",
     "check_workflow",
@@ -67,6 +70,11 @@ class NotStarted(RemoteError):
 class Expired(NotStarted):
     """The Trigger reached the workflow's coordinator after its expiry (``--ttl``): the generation
     did not start and ended EXPIRED."""
+
+
+class Skipped(NotStarted):
+    """The Trigger reached the workflow's coordinator while as many generations ran as the
+    workflow allows, and its ``overlap="skip"``: the generation did not start and ended SKIPPED."""
 
 
 def default_outbox() -> Path:
@@ -214,13 +222,20 @@ class TriggerPublisher:
 def _wait_start(client: BlockingClient, subscription: str, timeout: float, what: str) -> None:
     delivery = client.receive(timeout)
     client.unsubscribe(subscription)
-    if delivery is not None and delivery.publication.get("status") == EXPIRED:
-        raise Expired(f"{what} was not started: {delivery.publication.get('detail') or EXPIRED}")
+    status = None if delivery is None else delivery.publication.get("status")
+    if delivery is not None and status in _NOT_STARTED:
+        detail = delivery.publication.get("detail") or status
+        raise _NOT_STARTED[str(status)](f"{what} was not started: {detail}")
     if delivery is None:
         raise NotStarted(
             f"nothing started {what} within {timeout:g} s: no workflow of that name is deployed"
             " (wfm deploy), or its coordinator agent is not running; the Trigger stays published"
         )
+
+
+# APPL_END's status when it comes first: the generation ended without starting (CANCELLED: while
+# it waited its turn under the workflow's limit on generations at once)
+_NOT_STARTED: dict[str, type[NotStarted]] = {EXPIRED: Expired, SKIPPED: Skipped, CANCELLED: NotStarted}
 
 
 def _start_of(workflow: str, gid: str) -> Filter:

@@ -169,6 +169,7 @@ class RouterService:
             tls, queue_limit, self.counters, self.log, clock, max_handshakes, max_handshakes_per_address
         )
         self._server: Listening | None = None
+        self.loop = ""  # the event loop it runs on, from start on: asyncio or uvloop (broker.loops)
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[asyncio.Task[Any]] = set()  # accepted-connection handlers
         self._wakes: dict[str, asyncio.Event] = {}  # broker dialled -> wakes its loop (_keep_linked)
@@ -180,6 +181,7 @@ class RouterService:
     # lifecycle ----------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.loop = type(asyncio.get_running_loop()).__module__.partition(".")[0]
         if self.log_file is not None and self.driver.commits is not None:
             self.driver.restore(self.log_file)
             self._spawn(self.driver.commits.run())
@@ -253,7 +255,7 @@ class RouterService:
         URIs of the neighbours it dials and the frames each broker link carried (``full``: so a
         dashboard can walk the overlay from one broker to the next and show each link's rates; not
         for a client that may not see detail) and the link counters."""
-        added: dict[str, Any] = {"uri": str(self.uri), "loop": _loop_name()}
+        added: dict[str, Any] = {"uri": str(self.uri), "loop": self.loop}
         if full:
             added["neighbor_uris"] = {neighbor.id: str(neighbor) for neighbor in self.neighbors}
             added["link_frames"] = {  # per neighbour: frames received, frames sent
@@ -431,8 +433,3 @@ class RouterService:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await wake.wait()
-
-
-def _loop_name() -> str:
-    """``asyncio`` or ``uvloop``: the event loop this broker runs on (:mod:`broker.loops`)."""
-    return type(asyncio.get_running_loop()).__module__.partition(".")[0]

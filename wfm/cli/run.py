@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -18,6 +19,7 @@ from rich.live import Live
 from tzlocal import get_localzone
 
 from broker.client import Brokers, ConnectError, RefusedError
+from broker.errors import RemoteError
 from wfm.cli import TimedOut
 from wfm.cli.options import METRICS, broker_option, broker_uri_option, checked, output_option, params_option
 from wfm.cli.progress import progress
@@ -31,6 +33,7 @@ from wfm.slots import SlotState, default_state, parse_catch_up
 from wfm.timetable import Entry, fires, load_config
 from wfm.topology import load_topology
 from wfm.triggers import (
+    NotStarted,
     TriggerPublisher,
     check_gid,
     check_workflow,
@@ -40,6 +43,7 @@ from wfm.triggers import (
     parse_ttl,
 )
 from wfm.up import Started, agent_names, serve
+from workflow_messages import APPL_START
 
 # seconds wfm monitor --gid waits for a historian to answer what it holds of the generation
 CATCH_UP_TIMEOUT = 3.0
@@ -104,7 +108,10 @@ def trigger(
     at once (exit status 1), and nothing is published. If no agent answers, or this identity may
     not ask (a scheduler's), it triggers unchecked. Then exits once the broker has acknowledged
     the Trigger and the workflow's coordinator has started the generation (its APPL_START): exit
-    status 1 if none did within --wait seconds (its coordinator is not running). A Trigger the
+    status 1 if none did within --wait seconds (its coordinator is not running), unless the
+    coordinator holds it waiting its turn (the workflow's max-active, overlap="queue" or
+    "cancel": said on stderr, exit status 0); one it skipped (overlap="skip") is exit status 1,
+    saying why. A Trigger the
     broker did not acknowledge in time (exit status 3) stays in the outbox, and the next wfm
     trigger sends it first, under the same id: the overlay drops it if it got through after all.
     Triggers in the same outbox go one process at a time.
@@ -129,9 +136,18 @@ def trigger(
             params = deployed.resolve(params)
         except BadParams as error:
             raise click.UsageError(f"{error}; nothing published") from None
+    expires = None
     try:
         with TriggerPublisher(broker_uri, outbox=outbox or default_outbox()) as publisher:
             expires = publisher.publish(workflow, gid, day, started_within=wait, ttl=ttl, params=params)
+    except NotStarted as error:  # (Expired and Skipped ended it: an error)
+        if type(error) is not NotStarted or deployed is None or not _queued(broker_uri, deployed, gid):
+            raise
+        click.echo(
+            f"wfm: {workflow} generation {gid} is queued: as many generations of {workflow} run as its"
+            " max-active allows, and it starts when one ends (wfm runs lists it as QUEUED)",
+            err=True,
+        )
     except (ConnectError, OSError) as error:
         raise click.ClickException(f"cannot trigger {workflow}: {error}") from None
     except TimeoutError as error:
@@ -147,6 +163,26 @@ def trigger(
         click.echo(json.dumps(record if expires is None else {**record, "expires": expires}))
     else:
         click.echo(gid)
+
+
+def _queued(uri: Brokers, deployed: Deployed, gid: str) -> bool:
+    """Whether the workflow's coordinator holds generation ``gid`` waiting its turn (the
+    workflow's ``max-active``, docs/workflows.md): why its APPL_START may not have come."""
+    coordinator = deployed.coordinator
+    if coordinator is None:
+        return False
+
+    async def ask() -> dict[str, dict[str, Any]]:
+        async with Session.connect(uri, CHECK_TIMEOUT) as session:
+            content = {"workflow": deployed.workflow, "gid": gid, "limit": 1}
+            return await session.ask("RUNS", content, [coordinator])
+
+    try:
+        answers = asyncio.run(ask())
+    except (NoReply, RemoteError, ConnectError, OSError):
+        return False  # then it did not start, as far as anyone can tell
+    found = [g for answer in answers.values() for g in answer.get("generations", [])]
+    return any(g.get("gid") == gid and g.get("busy", {}).get(APPL_START) == "queued" for g in found)
 
 
 def _check_deployed(uri: Brokers, workflow: str) -> Deployed | None:

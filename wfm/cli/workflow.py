@@ -27,7 +27,7 @@ from wfm.history.asker import HistoryError
 from wfm.operations import Deployed, NoReply, Session
 from wfm.signing import Deployer, signer_of
 from wfm.triggers import check_workflow
-from wfm.workflow import DefinitionError, Plan, Problem, Workflow, calendars, load, translate
+from wfm.workflow import DefinitionError, Plan, Problem, Workflow, calendars, load, overlap, translate
 
 Sign = Callable[[Publication], Publication]
 
@@ -49,7 +49,8 @@ timeout_option = click.option(
 def validate(files: tuple[Path, ...], output: str) -> None:
     """Check workflow definitions: every problem is printed as FILE:LINE: message on stderr, and
     exit status 1 if any file has one. -o json: one object per file on stdout, {"file", "ok",
-    "workflow", "jobs", "agents", "problems": [{"line", "message"}]}."""
+    "workflow", "jobs", "agents", "problems": [{"line", "message"}]}, with "calendars" and
+    "overlap" ({"max_active", "policy"}) for a workflow that declares them."""
     failed = False
     for file in files:
         try:
@@ -66,9 +67,13 @@ def validate(files: tuple[Path, ...], output: str) -> None:
             record = {"file": str(file), "ok": True, "workflow": workflow.name, "jobs": len(workflow.jobs)}
             if workflow.calendars:  # only when declared: the same answer as before for the others
                 record["calendars"] = calendars.listing(workflow)
+            if workflow.overlap is not None:  # likewise
+                record["overlap"] = overlap.listing(workflow)
             click.echo(json.dumps({**record, "agents": list(workflow.agents), "problems": []}))
         else:
             click.echo(f"{file}: ok ({len(workflow.jobs)} jobs, agents {', '.join(workflow.agents)})")
+            if workflow.overlap is not None:
+                click.echo(f"  {workflow.overlap.describe()}")
             for line in calendars.lines(workflow):
                 click.echo(f"  {line}")
     if failed:

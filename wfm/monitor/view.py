@@ -10,11 +10,13 @@ from rich.text import Text
 
 from wfm.monitor.model import Generation, JobState, Monitor
 from workflow_messages import APPL_END, APPL_START, EXPIRED, FAILURE, NORUN, SUCCESS
+from workflow_messages.overlap import SKIPPED
 
 __all__ = ["STYLES", "render"]
 
-# EXPIRED: APPL_END of a generation whose Trigger came too late to start it (nothing ran)
-STYLES = {SUCCESS: "green", FAILURE: "bold red", NORUN: "dim", EXPIRED: "magenta"}
+# EXPIRED: APPL_END of a generation whose Trigger came too late to start it (nothing ran);
+# SKIPPED: of one beyond its workflow's max-active, with overlap="skip" (nothing ran either)
+STYLES = {SUCCESS: "green", FAILURE: "bold red", NORUN: "dim", EXPIRED: "magenta", SKIPPED: "magenta"}
 SKIPPED_STYLE = "yellow"  # a NORUN on a branch not taken (its detail says why)
 MISSED_STYLE = "bold magenta"  # a job (or the generation) past its deadline
 

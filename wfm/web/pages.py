@@ -19,6 +19,7 @@ from wfm.web.svg import Bar, Edge, Node, Series, dag_svg, gantt_svg, graph_svg, 
 from workflow_messages import APPL_END, APPL_START, EXPIRED
 from workflow_messages.calendars import DAYS
 from workflow_messages.conditions import label
+from workflow_messages.overlap import SKIPPED
 
 __all__ = [
     "PAGES",
@@ -49,6 +50,8 @@ QUEUED, RUNNING, WAITING = "QUEUED", "RUNNING", "WAITING"  # WAITING: for its ne
 # a generation nobody started: a Trigger seen, but no status (no APPL_START: no coordinator has
 # its workflow, or it was triggered a moment ago); "starting" for NOT_STARTED_AFTER seconds
 STARTING, NOT_STARTED = "starting", "not started"
+# a generation its coordinator holds waiting its turn: its workflow's max-active generations run
+WAITING_TURN = "queued"
 NOT_STARTED_AFTER = 30.0
 
 
@@ -69,6 +72,9 @@ class Live:
         after the dashboard first saw it."""
         if generation.end is not None:
             return generation.end.status
+        start = generation.jobs.get(APPL_START)
+        if start is not None and start.status == QUEUED:  # its coordinator holds it (max-active)
+            return WAITING_TURN
         if generation.jobs:
             return "running"
         seen = self.seen.get((generation.workflow, generation.gid), self.now)
@@ -411,7 +417,17 @@ class RunsQuery:
 
 
 RUNS_PAGE = 50  # generations per page of the Runs grid
-OUTCOMES = ("running", STARTING, NOT_STARTED, "SUCCESS", "FAILURE", "CANCELLED", EXPIRED)
+OUTCOMES = (
+    "running",
+    WAITING_TURN,
+    STARTING,
+    NOT_STARTED,
+    "SUCCESS",
+    "FAILURE",
+    "CANCELLED",
+    EXPIRED,
+    SKIPPED,
+)
 
 
 def runs(

@@ -17,6 +17,7 @@ from wfm.workflow import calendars, conditions, pools
 from wfm.workflow.errors import Problem, first_on
 from workflow_messages import APPL_END, APPL_START, DAILY, check_name, find_cycles
 from workflow_messages.deadlines import parse_deadline
+from workflow_messages.overlap import overlap_problems
 from workflow_messages.params import MAX_PARAMS, PARAM_TYPES, check_param_name, parse_value
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ def find_problems(workflow: Workflow) -> list[Problem]:
     problems.extend(_param_problems(workflow))
     problems.extend(calendars.problems(workflow))
     problems.extend(_deadline_problems(workflow.deadline, f"workflow {workflow.name!r}", workflow.line))
+    if workflow.overlap is not None:
+        label = f"workflow {workflow.name!r}"
+        problems.extend(Problem(workflow.line, f"{label}: {m}") for m in overlap_problems(workflow.overlap))
     problems.extend(pools.problems(workflow))
     first: dict[str, Job] = {}
     for job in workflow.jobs:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lxml import etree
 
-from wfm.workflow import calendars, conditions
+from wfm.workflow import calendars, conditions, overlap
 from wfm.workflow.checks import DEFAULT_PRIORITY, PRIORITY_RULE, RETRIES_RULE, TIMEOUT_RULE
 from wfm.workflow.errors import DefinitionError, Problem
 from wfm.workflow.model import After, Job, Param, Pool, Workflow
@@ -125,10 +125,19 @@ def loads(data: bytes | str, source: str | None = None) -> Workflow:
     params = tuple(_param(element) for element in root.iterchildren("param"))
     folder = None if source is None else Path(source).parent  # a holiday file is relative to it
     declared = tuple(calendars.read(e, problems, folder) for e in root.iterchildren("calendar"))
+    limit = overlap.read(root, problems)
     pools = tuple(_pool(element, problems) for element in root.iterchildren("pool"))
     try:
         workflow = Workflow(
-            root.get("name"), jobs, source, root.sourceline, params, declared, root.get("deadline"), pools
+            root.get("name"),
+            jobs,
+            source,
+            root.sourceline,
+            params,
+            declared,
+            root.get("deadline"),
+            limit,
+            pools,
         )
     except DefinitionError as error:
         problems.extend(error.problems)

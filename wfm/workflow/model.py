@@ -20,10 +20,11 @@ from workflow_messages import DAILY, weekday_words
 from workflow_messages.conditions import Condition, Event, Wait
 from workflow_messages.conditions import records as condition_records
 from workflow_messages.named_calendars import NamedCalendar
+from workflow_messages.overlap import Overlap
 from workflow_messages.params import Param, records
 from workflow_messages.pools import DEFAULT_LEASE, PoolDeclaration
 
-__all__ = ["After", "Event", "Job", "NamedCalendar", "Param", "Pool", "Wait", "Workflow"]
+__all__ = ["After", "Event", "Job", "NamedCalendar", "Overlap", "Param", "Pool", "Wait", "Workflow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,8 @@ class Workflow:
     params: tuple[Param, ...] = ()
     calendars: tuple[NamedCalendar, ...] = ()  # ``<calendar>``: :mod:`workflow_messages.named_calendars`
     deadline: str | None = None  # when APPL_END must have come (workflow_messages.deadlines)
+    # ``max-active`` and ``overlap``: generations at once (None: unlimited), workflow_messages.overlap
+    overlap: Overlap | None = None
     pools: tuple[Pool, ...] = ()  # ``<pool>``: concurrency limits its jobs name in ``pool=``
 
     def __post_init__(self) -> None:
@@ -151,6 +154,8 @@ class Workflow:
             definition["calendars"] = [calendar.record() for calendar in self.calendars]
         if self.deadline is not None:  # likewise
             definition["deadline"] = self.deadline
+        if self.overlap is not None:  # likewise
+            definition["overlap"] = self.overlap.record()
         if self.pools:  # likewise
             definition["pools"] = [self.pool_declaration(pool).record() for pool in self.pools]
         canonical = json.dumps(

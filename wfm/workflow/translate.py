@@ -124,7 +124,10 @@ def translate(workflow: Workflow) -> Plan:
     ends = [job for job in graph if job not in waited_for]
     agents = [coordinator, *(agent for agent in workflow.agents if agent != coordinator)]
     entries: dict[str, list[dict[str, Any]]] = {agent: [] for agent in agents}
-    entries[coordinator].append({"job": APPL_START, "virtual": True})
+    start: dict[str, Any] = {"job": APPL_START, "virtual": True}
+    if workflow.overlap is not None:  # the coordinator decides when a generation starts
+        start["overlap"] = workflow.overlap.record()
+    entries[coordinator].append(start)
     for job in workflow.jobs:
         definition = job.definition()
         del definition["agent"]  # the envelope's agentname says it
