@@ -10,7 +10,7 @@ agent changes anything, which acknowledges the envelope ERROR.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from agents.envelope import (
@@ -24,17 +24,20 @@ from agents.envelope import (
     parse_registration,
 )
 from broker.language import Publication
-from workflow_messages import check_gid, undeploy_order
+from workflow_messages import check_gid, check_name, undeploy_order
+from workflow_messages.approvals import MAX_COMMENT
 from workflow_messages.conditions import read_facts
-from workflow_messages.operations import CANCEL, RERUN, decode_content
+from workflow_messages.operations import APPROVE, CANCEL, HOLD, RELEASE, RERUN, decode_content
 
 __all__ = [
+    "Approve",
     "Cancel",
     "Command",
     "DefineJob",
     "Deploy",
     "DeploymentCommand",
     "Facts",
+    "Hold",
     "Rerun",
     "Undeploy",
     "WantRegistration",
@@ -103,13 +106,39 @@ class Facts:
     facts: tuple[tuple[str, Publication], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """HOLD (or, ``release``, RELEASE) job ``job`` of the envelope's workflow in generation
+    ``gid``; either may be ``*`` (every job, every generation, new ones included)."""
+
+    control: Control
+    job: str
+    gid: str
+    release: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Approve:
+    """APPROVE (or, not ``approved``, reject) the approval step ``job`` of generation ``gid``;
+    ``signer`` is who signed the envelope, as the agent's trust names it."""
+
+    control: Control
+    gid: str
+    job: str
+    approved: bool
+    comment: str
+    signer: str = ""
+
+
 DeploymentCommand = DefineJob | WantRegistration | Deploy | Undeploy  # what changes the catalogue
-Command = DeploymentCommand | Cancel | Rerun | Facts
+Command = DeploymentCommand | Cancel | Rerun | Facts | Hold | Approve
 
 
-def read_envelope(publication: Publication, agent: str) -> Command:
-    """The command of an AGENT_CTL envelope addressed to ``agent``, its content checked."""
-    return read_command(parse_control(publication, agent))
+def read_envelope(publication: Publication, agent: str, signer: str = "") -> Command:
+    """The command of an AGENT_CTL envelope addressed to ``agent``, its content checked;
+    ``signer`` (who signed it) is kept in an APPROVE's record, whose job's status names it."""
+    command = read_command(parse_control(publication, agent))
+    return replace(command, signer=signer) if isinstance(command, Approve) else command
 
 
 def read_command(control: Control) -> Command:
@@ -125,6 +154,10 @@ def read_command(control: Control) -> Command:
         return _operation(control)
     if command == "FACTS":
         return Facts(control, tuple(read_facts(control.content)))
+    if command in (HOLD, RELEASE):
+        return _hold(control)
+    if command == APPROVE:
+        return _approve(control)
     return WantRegistration(control, parse_registration(control))
 
 
@@ -143,3 +176,34 @@ def _operation(control: Control) -> Cancel | Rerun:
     if not isinstance(reuse, list) or not all(isinstance(job, str) for job in reuse):
         raise ValueError("RERUN needs reuse, a list of job names")
     return Rerun(control, gid, new, tuple(reuse))
+
+
+def _hold(control: Control) -> Hold:
+    data = decode_content(control.content)
+    job, gid = data.get("job", "*"), data.get("gid", "*")
+    if not isinstance(job, str) or not isinstance(gid, str):
+        raise ValueError(f"{control.command} needs a string job and gid (* for every one)")
+    if job != "*":
+        check_name(job, f"{control.command}: job name")
+    if gid != "*":
+        check_gid(gid)
+    return Hold(control, job, gid, control.command == RELEASE)
+
+
+def _approve(control: Control) -> Approve:
+    data = decode_content(control.content)
+    gid, job, verdict, comment = (
+        data.get("gid"),
+        data.get("job"),
+        data.get("verdict"),
+        data.get("comment", ""),
+    )
+    if not isinstance(gid, str) or not gid or not isinstance(job, str):
+        raise ValueError("APPROVE needs a gid and a job")
+    check_gid(gid)
+    check_name(job, "APPROVE: job name")
+    if verdict not in ("approve", "reject"):
+        raise ValueError(f"APPROVE verdict {verdict!r}: it must be approve or reject")
+    if not isinstance(comment, str) or len(comment) > MAX_COMMENT:
+        raise ValueError(f"APPROVE comment must be a string of at most {MAX_COMMENT} characters")
+    return Approve(control, gid, job, verdict == "approve", comment)

@@ -31,6 +31,7 @@ from workflow_messages import (
     trigger_atom,
     trigger_date,
 )
+from workflow_messages.approvals import parse_approval
 from workflow_messages.conditions import Condition, read_records
 from workflow_messages.deadlines import parse_deadline
 from workflow_messages.named_calendars import NamedCalendar, read_record
@@ -64,6 +65,9 @@ COMMANDS = (
     "CANCEL",
     "RERUN",
     "FACTS",  # what the history kept for a job's conditions (agents.conditions)
+    "HOLD",
+    "RELEASE",
+    "APPROVE",
 )
 
 
@@ -102,6 +106,7 @@ class JobInfo:
     deadline: str | None = None  # when it must have ended (APPL_END's: the generation's), if ever
     conditions: tuple[Condition, ...] = ()  # on other workflows and events (workflow_messages.conditions)
     overlap: Overlap | None = None  # APPL_START's: generations at once (None: unlimited)
+    approval: tuple[str, ...] = ()  # an approval step: the roles that may approve it (no command)
     pool: str | None = None  # the pool whose slot its runs take (``DeployPart.pools``), if any
 
 
@@ -300,8 +305,9 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         )
     command, words, retries = data.get("command"), data.get("schedule", ["daily"]), data.get("retries", 0)
     timeout = data.get("timeout")
-    if not isinstance(command, str) or not command.strip():
-        raise ValueError("JOBINFO needs a non-empty command")
+    approval = parse_approval(data.get("approval", []))
+    if not isinstance(command, str) or bool(approval) == bool(command.strip()):
+        raise ValueError("JOBINFO needs a non-empty command, or an empty one for an approval step")
     if not isinstance(words, list) or not all(isinstance(word, str) for word in words) or not words:
         raise ValueError("JOBINFO schedule must be a non-empty list of day words")
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
@@ -339,6 +345,7 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         named=None if data.get("calendar") is None else read_record(data["calendar"]),
         deadline=deadline,
         conditions=read_records(data.get("conditions", [])),
+        approval=approval,
         pool=pool,
     )
 

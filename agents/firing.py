@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from agents import (
+    approvals,
     condition_keys,
     conditions,
     coordinator,
@@ -162,6 +163,8 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
     )
     if info.conditions:  # on other workflows or events: held until they hold
         return conditions.queue(agent, info, run, now)
+    if info.approval:  # an approval step runs nothing: it waits for wfm approve
+        return approvals.await_approval(agent, run, now)
     agent.pending.append(run_queue.Pending(run))
     return run_queue.pump(agent, now)
 

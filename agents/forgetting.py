@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from agents import catalogue
+from agents import catalogue, holds
 from agents.events import Effect
 
 if TYPE_CHECKING:
@@ -45,8 +45,9 @@ def forget(agent: Agent, workflow: str, gid: str, version: str, now: float) -> l
 
 
 def _end(agent: Agent, workflow: str, gid: str, at: float) -> list[Pending]:
-    """Drop the generation and its queued runs (returned), and remember it ended ``at``."""
+    """Drop the generation, its queued runs (returned) and its holds, and remember it ended ``at``."""
     agent.generations.pop((workflow, gid), None)
+    holds.forget(agent, workflow, gid)
     dropped = [p for p in agent.pending if (p.run.workflow, p.run.gid) == (workflow, gid)]
     agent.pending = [p for p in agent.pending if (p.run.workflow, p.run.gid) != (workflow, gid)]
     agent.held = [r for r in agent.held if (r.workflow, r.gid) != (workflow, gid)]  # agents.conditions

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from agents import refusals, run_queue
 from agents.envelope import Registration
 from agents.events import Effect, Emit, Register, Run, Stop, Withdraw
+from agents.holds import held
 from agents.trust import Refusal
 from broker.language import Publication
 from workflow_messages import parse_job_status
@@ -210,7 +211,11 @@ def next_wakeup(agent: Agent) -> float | None:
 
 def _hold(agent: Agent, now: float) -> list[Effect]:
     effects: list[Effect] = []
-    due = {(p.run.workflow, p.run.gid, p.run.job): p.run for p in agent.pending}
+    due = {  # a held run (wfm hold) asks for no slot until it is released
+        (p.run.workflow, p.run.gid, p.run.job): p.run
+        for p in agent.pending
+        if not held(agent, p.run.workflow, p.run.gid, p.run.job)
+    }
     for key in [k for k in agent.asking if k not in due and k not in agent.running]:
         del agent.asking[key]  # its run is over (its status gives the slot back) or dropped
     for key, run in due.items():

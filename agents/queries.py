@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.conditions import waiting_for
+from agents.holds import on_hold, shown
 from agents.state import Agent
 from broker.language import Publication
 from broker.transport import MAX_FRAME
@@ -121,6 +122,7 @@ def _deployments(agent: Agent, command_limit: int | None = None) -> list[dict[st
                 "retries": info.retries,
                 **({"calendar": info.named.record()} if info.named is not None else {}),
                 **({"conditions": condition_records(info.conditions)} if info.conditions else {}),
+                **({"approval": list(info.approval)} if info.approval else {}),
             }
             for job, info in deployment.jobs.items()
             if job not in VIRTUAL
@@ -134,6 +136,8 @@ def _deployments(agent: Agent, command_limit: int | None = None) -> list[dict[st
                 "graph": end.graph if end is not None else None,
                 "jobs": jobs,
                 "params": records(deployment.params),
+                # wfm hold's rules of the workflow here, [[job or *, gid or *], ...], when any
+                **({"holds": held} if (held := on_hold(agent, workflow)) else {}),
             }
         )
     return sorted(found, key=lambda deployment: not deployment["current"])  # stable: by name then
@@ -148,6 +152,7 @@ def _runs(agent: Agent, workflow: str, prefix: str, limit: int) -> list[dict[str
             continue
         generation = agent.generations.get((w, gid))
         busy = {} if generation is None else {j: s for j, s in generation.jobs.items() if s != "done"}
+        busy = {j: shown(agent, w, gid, j, s) for j, s in busy.items()}  # queued but held: held
         cancelled = generation is not None and generation.cancelled
         held = {r.job: waiting_for(agent, r) for r in agent.held if (r.workflow, r.gid) == (w, gid)}
         found.append(

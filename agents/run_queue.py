@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from agents import pools, publishing
+from agents import holds, pools, publishing
 from agents.events import Effect, Finished, Lost, Result, Run, Start
 from agents.generations import NOT_RUN
 from workflow_messages import FAILURE, SUCCESS
@@ -32,13 +32,15 @@ class Pending:
 
 
 def pump(agent: Agent, now: float) -> list[Effect]:
-    """Start due runs, oldest first, up to ``max_jobs`` at once."""
+    """Start due runs not held, oldest first, up to ``max_jobs`` at once."""
     effects: list[Effect] = []
     for pending in list(agent.pending):
         if len(agent.running) >= agent.max_jobs:
             break
         if pending.at is not None and pending.at > now:
             continue
+        if holds.held(agent, pending.run.workflow, pending.run.gid, pending.run.job):
+            continue  # until released (agents.holds)
         if not pools.may_start(agent, pending.run, now):
             continue  # waiting for a slot of its pool
         agent.pending.remove(pending)

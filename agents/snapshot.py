@@ -14,7 +14,8 @@ from dataclasses import asdict, astuple
 from typing import TYPE_CHECKING, Any
 
 from agents import catalogue, conditions, pools
-from agents.commands import Cancel, Facts, Rerun, read_command
+from agents.approvals import Awaiting
+from agents.commands import DeploymentCommand, read_command
 from agents.envelope import Control
 from agents.events import Run
 from agents.generations import GenerationState
@@ -62,6 +63,13 @@ def snapshot(agent: Agent) -> dict[str, Any]:
         "outcomes": [[workflow, gid, record] for (workflow, gid), record in agent.outcomes.items()],
         "retired": sorted(agent.retired),
         **conditions.snapshot(agent),
+        # only when there are (most agents have none): agents.holds, agents.approvals
+        **({"holds": sorted(map(list, agent.holds))} if agent.holds else {}),
+        **(
+            {"approvals": [[asdict(a.run), a.since] for a in agent.approvals.values()]}
+            if agent.approvals
+            else {}
+        ),
         **pools.snapshot(agent),  # only when the agent keeps or asks for a pool's slots
     }
 
@@ -91,6 +99,10 @@ def restore(agent: Agent, saved_state: dict[str, Any]) -> None:
     # after the deployments, whose envelopes (applied again) would end the retirements
     agent.retired = {(w, v) for w, v in saved_state.get("retired", []) if (w, v) in agent.deployments}
     conditions.restore(agent, saved_state)
+    agent.holds = {(w, j, g) for w, j, g in saved_state.get("holds", [])}  # none in older snapshots
+    for run, since in saved_state.get("approvals", []):
+        awaiting = Awaiting(Run(**run), since)
+        agent.approvals[awaiting.run.workflow, awaiting.run.gid, awaiting.run.job] = awaiting
     pools.restore(agent, saved_state.get("pools"))
 
 
@@ -99,7 +111,7 @@ def _reapply(agent: Agent, control: Control) -> None:
     is skipped: an agent that cannot start is worse than one version missing."""
     try:
         command = read_command(control)
-        if isinstance(command, Cancel | Rerun | Facts):
+        if not isinstance(command, DeploymentCommand):
             raise ValueError("not a deployment's envelope")
         catalogue.apply(agent, command)
     except ValueError as error:

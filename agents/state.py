@@ -13,7 +13,8 @@ the router does its messages, and so does an envelope's command, read once at th
 (:mod:`agents.catalogue`), firings (:mod:`agents.firing`), the statuses followed and the
 coordinator's (:mod:`agents.coordinator`), the run queue (:mod:`agents.run_queue`), the statuses
 published (:mod:`agents.publishing`), forgetting (:mod:`agents.forgetting`), cancel and rerun
-(:mod:`agents.cancel_and_rerun`), what is refused (:mod:`agents.refusals`), the snapshot
+(:mod:`agents.cancel_and_rerun`), holds (:mod:`agents.holds`, :mod:`agents.hold_and_release`),
+approval steps (:mod:`agents.approvals`), what is refused (:mod:`agents.refusals`), the snapshot
 (:mod:`agents.snapshot`) and a workflow's limit on generations at once (:mod:`agents.overlap`).
 """
 
@@ -25,25 +26,31 @@ from collections.abc import Callable
 from typing import Any
 
 from agents import (
+    approvals,
     cancel_and_rerun,
     catalogue,
     conditions,
     deadlines,
     firing,
     forgetting,
+    hold_and_release,
+    holds,
     overlap,
     pools,
     refusals,
     run_queue,
     snapshot,
 )
+from agents.approvals import Awaiting
 from agents.catalogue import Deployment, Owner
 from agents.commands import (
+    Approve,
     Cancel,
     DefineJob,
     Deploy,
     DeploymentCommand,
     Facts,
+    Hold,
     Rerun,
     Undeploy,
     WantRegistration,
@@ -117,6 +124,9 @@ class Agent:
         self.facts: dict[str, list[Fact]] = {}
         self.held: list[Run] = []
         self.swept = 0.0  # the last minute of ``now`` (now // SWEEP_EVERY) swept
+        self.holds: set[holds.Rule] = set()  # wfm hold: what may not start (agents.holds)
+        # (workflow, gid, job) -> an approval step waiting for wfm approve (agents.approvals)
+        self.approvals: dict[tuple[str, str, str], Awaiting] = {}
         # pools (:mod:`agents.pools`): as keeper, pool -> (workflow, gid, job) -> hold, the count
         # of requests that arrived, and the holds released lately; as holder, the runs asking
         self.keeping: dict[str, dict[tuple[str, str, str], pools.Hold]] = {}
@@ -127,8 +137,13 @@ class Agent:
     def handle(self, event: Event, now: float) -> list[Effect]:
         effects = forgetting.sweep(self, now) + pools.expire(self, now)
         effects += _EVENTS[type(event)](self, event, now)
-        effects += overlap.check(self, now, firing.begin) + deadlines.check(self, now)
-        return effects + pools.check(self, now)
+        return (
+            effects
+            + overlap.check(self, now, firing.begin)
+            + approvals.check(self, now)
+            + deadlines.check(self, now)
+            + pools.check(self, now)
+        )
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as JSON-able data: :meth:`restore` on a new agent gives the same state."""
@@ -152,8 +167,16 @@ class Agent:
         return set(self.generations) | {(r.workflow, r.gid) for r in self.running.values()}
 
     def next_wakeup(self) -> float | None:
-        """When the earliest retry is due, or a pool's request or lease, for the adapter's timer."""
-        retry = min((p.at for p in self.pending if p.at is not None), default=None)
+        """When the earliest retry is due (a held one is not due), or a pool's request or lease,
+        for the adapter's timer."""
+        retry = min(
+            (
+                p.at
+                for p in self.pending
+                if p.at is not None and not holds.held(self, p.run.workflow, p.run.gid, p.run.job)
+            ),
+            default=None,
+        )
         pool = pools.next_wakeup(self)
         return retry if pool is None else pool if retry is None else min(retry, pool)
 
@@ -167,11 +190,11 @@ def _incoming(agent: Agent, event: Incoming, now: float) -> list[Effect]:
     publication: Publication = event.publication
     fields = ack_fields(publication)
     try:
-        agent.trust.admit(publication, now)
+        signer = agent.trust.admit(publication, now)
     except Refusal as refusal:
         return [Emit(ack(agent.name, fields, "REFUSED", refusals.refuse(agent, refusal, fields, now)))]
     try:
-        command = read_envelope(publication, agent.name)
+        command = read_envelope(publication, agent.name, signer)
         result, detail, effects = _COMMANDS[type(command)](agent, command, now)
     except ValueError as error:
         log.warning("bad envelope %s: %s", publication, error)
@@ -206,4 +229,6 @@ _COMMANDS: dict[type, Callable[[Agent, Any, float], cancel_and_rerun.Operated]] 
     Cancel: cancel_and_rerun.cancel,
     Rerun: cancel_and_rerun.rerun,
     Facts: conditions.facts_command,
+    Hold: hold_and_release.hold,
+    Approve: approvals.approve,
 }

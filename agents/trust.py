@@ -11,13 +11,15 @@ An envelope makes the agent run commands, so before acting on one the agent chec
    loudly, kept in the agent's snapshot so a restart does not reopen it);
 3. downgrade: an envelope for another version of a workflow than the one deployed last, signed
    before that one was (a lower sequence), or signed before the workflow was undeployed (not for
-   CANCEL and RERUN: they act on a generation and deploy no version, which is ``*`` in them);
+   the operations, CANCEL, RERUN, HOLD, RELEASE and APPROVE: they act on generations and deploy no
+   version, which is ``*`` in them);
 4. replay: a sequence not above the last one accepted from the same signer for the same workflow
    (per workflow, so that a deployer deploying two workflows at once does not refuse itself).
 
 Sequences are the deployer's clock in microseconds (:mod:`wfm.deploy`), so the downgrade rule
 compares the sequences of different deployers: their clocks must agree to within the time between
-two deployments of one workflow. CANCEL and RERUN may also be signed by an ``operator``.
+two deployments of one workflow. The operations may also be signed by an ``operator`` (an
+approval step may take only some of these roles: :mod:`agents.approvals`).
 
 A firing is acted on only if every publication in it is admitted (:meth:`Trust.admit_trigger`,
 :meth:`Trust.admit_status`; the firing's shape is :mod:`agents.firing`'s to check), so a broker can
@@ -87,7 +89,7 @@ log = logging.getLogger(__name__)
 DEPLOYER = "deployer"  # the role (certificate OU) that may sign envelopes
 AGENT = "agent"  # the role that signs job statuses
 HISTORIAN = "historian"  # the role that signs history answers
-OPERATOR_ROLES = (DEPLOYER, "operator")  # who may sign CANCEL and RERUN
+OPERATOR_ROLES = (DEPLOYER, "operator")  # who may sign the operations (CANCEL, RERUN, HOLD, ...)
 TRIGGER_ROLES = (DEPLOYER, "operator", "scheduler")  # who may sign a Trigger
 CLOCK_SKEW = 300.0  # seconds a Trigger's signer's clock may be ahead of an agent's
 

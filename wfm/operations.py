@@ -1,7 +1,8 @@
-"""Asking agents what is deployed, what ran and what a job printed; cancelling and rerunning
-generations. The library behind ``wfm workflows``, ``runs``, ``logs``, ``cancel``, ``rerun`` and
-the web dashboard: a :class:`Session` is one broker connection; its methods return values and raise
-:class:`NoReply` (a timeout: some agent did not answer) or :class:`UnknownWorkflow`.
+"""Asking agents what is deployed, what ran and what a job printed; cancelling, rerunning and
+holding generations, approving approval steps. The library behind ``wfm workflows``, ``runs``,
+``logs``, ``cancel``, ``rerun``, ``hold``, ``release``, ``approve`` and the web dashboard: a
+:class:`Session` is one broker connection; its methods return values and raise :class:`NoReply` (a
+timeout: some agent did not answer) or :class:`UnknownWorkflow`.
 
 Agents answer over the overlay (shapes in :mod:`workflow_messages.operations`). A question to
 every agent cannot know how many will answer, so it is answered once :data:`QUIET` seconds pass
@@ -43,7 +44,10 @@ from workflow_messages import (
 from workflow_messages.conditions import held
 from workflow_messages.operations import (
     ANY,
+    APPROVE,
     CANCEL,
+    HOLD,
+    RELEASE,
     RERUN,
     answer_subscription,
     decode_content,
@@ -110,6 +114,7 @@ class Deployed:
     coordinators: set[str] = field(default_factory=set)  # agents with APPL_END of any version
     # the run parameters the current version declares (none from agents older than parameters)
     params: tuple[Param, ...] = ()
+    holds: set[tuple[str, str]] = field(default_factory=set)  # wfm hold's (job or *, gid or *)
 
     def resolve(self, given: Mapping[str, str]) -> dict[str, str]:
         """``given`` checked against the declared parameters, defaults filled in (BadParams)."""
@@ -129,6 +134,13 @@ class Deployed:
             what = ", ".join(missing)
             raise NoReply(f"no answer within {timeout:g} s from the agent of {self.workflow}'s {what}")
 
+    def on_hold(self) -> list[str]:
+        """What is on hold, in words: ``every job``, ``Ship``, ``every job in g1``, ``Ship in g1``."""
+        return [
+            f"{'every job' if job == ANY else job}{'' if gid == ANY else f' in {gid}'}"
+            for job, gid in sorted(self.holds)
+        ]
+
     def record(self) -> dict[str, Any]:
         """What ``-o json`` prints for it."""
         return {
@@ -141,6 +153,7 @@ class Deployed:
             "jobs": self.jobs,
             "graph": self.graph,
             "params": records(self.params),
+            "holds": [{"job": job, "gid": gid} for job, gid in sorted(self.holds)],
         }
 
 
@@ -374,13 +387,14 @@ class Session:
             answers = await self.ask("LOGS", content, [agent])
         except NoReply:
             raise
-        except RemoteError:  # no log: a job that did not run (NORUN) has none, and says so
-            state = await self._state(agent, workflow, job, gid)
-            if state is None or state.get("status") != NORUN:
+        except RemoteError:  # no log: a job that did not run (NORUN) has none, and says so, as
+            state = await self._state(agent, workflow, job, gid)  # does an approval step that ended
+            approval = bool(deployed.jobs[job].get("approval"))
+            if state is None or (state.get("status") != NORUN and not approval):
                 raise
             detail = str(state.get("detail", ""))
             empty = {"attempts": [], "attempt": 0, "size": 0, "truncated": False, "ended": True, "text": ""}
-            return {"agent": agent, **empty, "status": NORUN, "detail": detail}
+            return {"agent": agent, **empty, "status": str(state["status"]), "detail": detail}
         return {"agent": agent, **answers[agent]}
 
     async def _state(self, agent: str, workflow: str, job: str, gid: str) -> dict[str, Any] | None:
@@ -441,6 +455,41 @@ class Session:
                 " (--force cancels it before it starts)"
             )
         return await self.operate(workflow, CANCEL, {"gid": gid}, sorted(deployed.held), sign)
+
+    async def hold(
+        self, workflow: str, sign: Sign, job: str | None = None, gid: str | None = None, release: bool = False
+    ) -> dict[str, tuple[str, str]]:
+        """Hold (or ``release``) ``job`` (None: every job) of ``workflow`` in generation ``gid``
+        (None: every generation, new ones too) on every agent of the workflow: agent -> (result,
+        detail). UnknownWorkflow, sending nothing, if the workflow has no such job."""
+        await self.advertise_operations(workflow)
+        deployed = await self.deployed(workflow)
+        deployed.check(self.timeout)
+        assert deployed.graph is not None  # checked
+        if job is not None and job not in deployed.graph:
+            raise UnknownWorkflow(f"{workflow} has no job {job} (jobs: {', '.join(sorted(deployed.graph))})")
+        content = {"job": job or ANY, "gid": gid or ANY}
+        return await self.operate(
+            workflow, RELEASE if release else HOLD, content, sorted(deployed.held), sign
+        )
+
+    async def approve(
+        self, workflow: str, job: str, gid: str, sign: Sign, approved: bool = True, comment: str = ""
+    ) -> tuple[str, str, str]:
+        """Approve (or reject) the approval step ``job`` of generation ``gid``, on its agent:
+        (agent, result, detail). UnknownWorkflow, sending nothing, if ``job`` is no approval step."""
+        await self.advertise_operations(workflow)
+        deployed = await self.deployed(workflow)
+        if job not in deployed.jobs and deployed.graph is not None and job in deployed.graph:
+            raise NoReply(f"no answer within {self.timeout:g} s from the agent of {workflow}'s {job}")
+        if job not in deployed.jobs:
+            raise UnknownWorkflow(f"{workflow} has no job {job} (jobs: {', '.join(sorted(deployed.jobs))})")
+        if not deployed.jobs[job].get("approval"):
+            raise UnknownWorkflow(f"{job} of {workflow} is not an approval step: it runs its command")
+        agent = deployed.jobs[job]["agent"]
+        content = {"gid": gid, "job": job, "verdict": "approve" if approved else "reject", "comment": comment}
+        acks = await self.operate(workflow, APPROVE, content, [agent], sign)
+        return (agent, *acks[agent])
 
     async def rerun(
         self,
@@ -606,6 +655,7 @@ def _describe(found: dict[str, Deployed], agent: str, deployments: list[dict[str
         workflow = found.setdefault(deployment["workflow"], Deployed(deployment["workflow"]))
         workflow.versions.add(deployment["version"])
         workflow.held.setdefault(agent, set()).add(deployment["version"])
+        workflow.holds.update((str(job), str(gid)) for job, gid in deployment.get("holds", []))
         if deployment["coordinator"]:
             workflow.coordinators.add(agent)
         if not deployment["current"]:

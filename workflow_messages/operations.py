@@ -1,5 +1,6 @@
 """Asking agents and acting on generations: the queries ``wfm workflows``, ``wfm runs`` and ``wfm
-logs`` send, the answers, and the CANCEL and RERUN envelopes of ``wfm cancel`` and ``wfm rerun``.
+logs`` send, the answers, and the envelopes of ``wfm cancel``, ``rerun``, ``hold``, ``release`` and
+``approve``.
 
 Queries read and change nothing, so they are a class of their own, ``AGENT_QUERY``, unsigned::
 
@@ -7,10 +8,11 @@ Queries read and change nothing, so they are a class of their own, ``AGENT_QUERY
     [class,AGENT_ANSWER],[agentname,A],[request,ID],[result,OK|ERROR],[content,JSON]
 
 Every agent subscribes to every query and answers those addressed to it or to ``*``; the asker
-subscribes to the answers of its own request id. CANCEL and RERUN change what agents run, so they
-are AGENT_CTL envelopes, signed by a deployer or an operator (``agents.trust.OPERATOR_ROLES``) and
-acknowledged with AGENT_ACK; their version and job are ``*`` (they act on a generation, whatever
-version it runs on).
+subscribes to the answers of its own request id. CANCEL, RERUN, HOLD, RELEASE and APPROVE change
+what agents run, so they are AGENT_CTL envelopes, signed by a deployer or an operator
+(``agents.trust.OPERATOR_ROLES``) and acknowledged with AGENT_ACK; their version and job are ``*``
+(they act on generations, whatever version they run on; the job a HOLD or an APPROVE is about is
+in its content).
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ from workflow_messages.names import AGENT_ACK, AGENT_ANSWER, AGENT_CTL, AGENT_QU
 
 __all__ = [
     "ANY",
+    "APPROVE",
     "CANCEL",
+    "HOLD",
     "MAX_CONTENT",
     "OPERATIONS",
     "QUERIES",
+    "RELEASE",
     "RERUN",
     "answer",
     "answer_advertisement",
@@ -43,7 +48,10 @@ __all__ = [
 
 ANY = "*"  # every agent (a query), any version or job (an operation)
 CANCEL, RERUN = "CANCEL", "RERUN"
-OPERATIONS = (CANCEL, RERUN)  # the AGENT_CTL commands that act on a generation, not a deployment
+HOLD, RELEASE, APPROVE = "HOLD", "RELEASE", "APPROVE"  # wfm hold, wfm release, wfm approve
+# the AGENT_CTL commands that act on generations, not on a deployment
+OPERATIONS = (CANCEL, RERUN, HOLD, RELEASE, APPROVE)
+
 QUERIES = ("WORKFLOWS", "RUNS", "LOGS")
 # characters of content decoded at most: a frame's payload (1 MiB, broker.transport.MAX_FRAME, which
 # this layer may not import); anything longer did not come in one message
@@ -112,7 +120,8 @@ def answer(agent: str, request: str, result: str, content: dict[str, Any]) -> Pu
 
 
 def operation(agent: str, workflow: str, command: str, content: dict[str, Any]) -> Publication:
-    """An unsigned CANCEL or RERUN envelope for ``agent`` (a deployer or an operator signs it)."""
+    """An unsigned operation envelope (:data:`OPERATIONS`) for ``agent`` (a deployer or an
+    operator signs it)."""
     return Publication(
         AGENT_CTL,
         {
@@ -127,7 +136,7 @@ def operation(agent: str, workflow: str, command: str, content: dict[str, Any]) 
 
 
 def operation_acks(workflow: str, command: str) -> Filter:
-    """Every agent's acknowledgements of ``command`` (CANCEL or RERUN) envelopes of ``workflow``."""
+    """Every agent's acknowledgements of ``command`` (one of :data:`OPERATIONS`) envelopes of ``workflow``."""
     return filter_of(
         AGENT_ACK, {"applname": workflow, "version": ANY, "command": command}, present=("agentname",)
     )

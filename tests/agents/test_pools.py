@@ -327,3 +327,16 @@ def test_the_default_acl_lets_an_agent_send_pool_messages_as_itself_and_read_tho
     assert policy.may_publish("a2", "agent", grant, 0.0) is None
     assert policy.may_publish("a1", "agent", grant, 0.0) is not None  # as someone else
     assert policy.may_publish("c", "client", grant, 0.0) is not None
+
+
+def test_a_held_job_asks_for_no_slot_until_released() -> None:
+    net = Net()
+    holder = net.agents["h"]
+    holder.holds = {("W", "B", "g1")}  # wfm hold: B of g1 may not start
+    net.fire("B", "g1", T0)
+    net.fire("A", "g1", T0 + 1)
+    assert net.busy() == ["A"] and ("acquire", "B") not in net.emitted["h"]
+    holder.holds = set()
+    net.finish("g1", "A", T0 + 2)
+    net.handle("h", TimePassed(), T0 + 3)
+    assert net.busy() == ["B"]

@@ -60,6 +60,9 @@ COMMANDS = {
     "logs": "operations",
     "cancel": "operations",
     "rerun": "operations",
+    "hold": "holds",
+    "release": "holds",
+    "approve": "holds",
     "alerts": "alerts",
 }
 

@@ -23,7 +23,6 @@ from wfm.monitor import Monitor
 from wfm.operations import BadParams, NoReply, Session, generation_record, newest, stored_runs
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow, default_outbox
-from workflow_messages import NORUN
 
 T = TypeVar("T")
 TIMED_OUT = 3
@@ -76,14 +75,22 @@ def workflows(broker_uri: Brokers, timeout: float, output: str) -> None:
         for workflow in found:
             _json(workflow.record())
         return
-    table = Table("workflow", "version", "coordinator", "agents (jobs)", "older versions (held by)")
+    table = Table(
+        "workflow",
+        "version",
+        "coordinator",
+        "agents (jobs)",
+        "older versions (held by)",
+        "on hold (wfm hold)",
+    )
     for workflow in found:
         jobs = "; ".join(f"{agent} ({', '.join(jobs)})" for agent, jobs in workflow.agents.items())
         older = ", ".join(
             f"{version} ({', '.join(a for a, held in sorted(workflow.held.items()) if version in held)})"
             for version in sorted(workflow.versions - {workflow.version})
         )  # who still has each: a retired agent finishing its generations, say
-        table.add_row(workflow.workflow, workflow.version, workflow.coordinator or "?", jobs, older)
+        holds = "; ".join(workflow.on_hold())
+        table.add_row(workflow.workflow, workflow.version, workflow.coordinator or "?", jobs, older, holds)
     Console().print(table)
     click.echo(f"{len(agents)} agents answered: {', '.join(agents)}", err=True)
 
@@ -216,15 +223,15 @@ def logs(
 ) -> None:
     """What JOB printed (stdout and stderr) in generation GID, fetched from its agent: the last 64
     KiB of it, saying on stderr when the log is longer. A job that did not run (NORUN: not
-    scheduled that day, skipped or cancelled) has no log: nothing on stdout, why on stderr
-    (-o json: "status" and "detail" added)."""
+    scheduled that day, skipped or cancelled) has no log, nor has an approval step: nothing on
+    stdout, why on stderr (-o json: "status" and "detail" added)."""
     found = _session(broker_uri, timeout, lambda session: session.logs(workflow, job, gid, attempt or 0))
     if output == "json":
         _json(found)
         return
-    if found.get("status") == NORUN:
+    if "status" in found:  # NORUN, or an approval step's end
         why = f": {found['detail']}" if found["detail"] else ""
-        click.echo(f"wfm: {job} did not run in {gid} (NORUN{why}), so it has no log", err=True)
+        click.echo(f"wfm: {job} did not run in {gid} ({found['status']}{why}), so it has no log", err=True)
         return
     click.echo(found["text"], nl=False)
     attempts = ", ".join(map(str, found["attempts"]))

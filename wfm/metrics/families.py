@@ -13,6 +13,7 @@ from prometheus_client.core import (
     Metric,
 )
 
+from agents import holds
 from wfm.metrics.exposition import Families
 
 if TYPE_CHECKING:
@@ -131,12 +132,16 @@ def agent_metrics(service: AgentService) -> Families:
         yield _gauge("wfm_agent_events_queued", "Events waiting for the agent's loop.", queued, labels)
         waiting = GaugeMetricFamily(
             "wfm_agent_runs_waiting",
-            "Runs waiting: for a job slot (reason=slot), or for their retry's backoff (reason=retry).",
+            "Runs waiting: for a job slot (reason=slot), for their retry's backoff (reason=retry),"
+            " for wfm release (reason=held), for wfm approve (reason=approval).",
             labels=["agent", "reason"],
         )
-        retrying = sum(1 for pending in agent.pending if pending.at is not None)
-        waiting.add_metric([agent.name, "slot"], len(agent.pending) - retrying)
+        held = [p for p in agent.pending if holds.held(agent, p.run.workflow, p.run.gid, p.run.job)]
+        retrying = sum(1 for pending in agent.pending if pending.at is not None and pending not in held)
+        waiting.add_metric([agent.name, "slot"], len(agent.pending) - retrying - len(held))
         waiting.add_metric([agent.name, "retry"], retrying)
+        waiting.add_metric([agent.name, "held"], len(held))
+        waiting.add_metric([agent.name, "approval"], len(agent.approvals))
         yield waiting
         yield _gauge("wfm_agent_runs_running", "Runs whose command runs now.", len(agent.running), labels)
         yield _gauge("wfm_agent_max_jobs", "Runs run at once at most (--max-jobs).", agent.max_jobs, labels)

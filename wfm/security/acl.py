@@ -4,9 +4,10 @@ The broker enforces rules it does not write (``broker.routing.acl``): the classe
 are this layer's. The defaults follow the roles of ``wfm certs``:
 
 * a **deployer** (``wfm deploy``) may publish and subscribe anything;
-* an **operator** (``wfm trigger``, ``cancel``, ``rerun``, ``alerts ack``, the dashboard of a team
-  that deploys elsewhere) publishes Triggers and envelopes (agents take only CANCEL and RERUN from
-  it) and acknowledgements (``ACK``), asks agents and historians, and subscribes to anything;
+* an **operator** (``wfm trigger``, ``cancel``, ``rerun``, ``hold``, ``release``, ``approve``,
+  ``alerts ack``, the dashboard of a team that deploys elsewhere) publishes Triggers and envelopes
+  (agents take only the operations, CANCEL, RERUN, HOLD, RELEASE and APPROVE, from it) and
+  acknowledgements (``ACK``), asks agents and historians, and subscribes to anything;
 * a **scheduler** (``wfm schedule``) publishes Triggers only, and reads the statuses that say a
   generation started;
 * an **agent** may subscribe only to its own AGENT_CTL envelopes, to job statuses and triggers (its

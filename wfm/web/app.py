@@ -7,8 +7,9 @@ says, over server-sent events, that something changed.
 
 Routes: ``/`` (= ``/runs``), ``/overlay``, ``/workflows``, ``/runs``, ``/history`` are pages; each
 has ``/fragment/...`` (the part that is redrawn) and ``/api/...`` (the same data as JSON);
-``/events`` is the event stream; ``POST /api/trigger``, ``/api/cancel`` and ``/api/rerun`` act
-(as a deployer only), ``/fragment/logs`` and ``/api/logs`` show a job's log. Every request passes
+``/events`` is the event stream; ``POST /api/trigger``, ``/api/cancel``, ``/api/rerun``,
+``/api/hold``, ``/api/release`` and ``/api/approve`` act (as a deployer or an operator only),
+``/fragment/logs`` and ``/api/logs`` show a job's log. Every request passes
 the guard first (``guard.py``: the token, JSON for actions, this server's Host and Origin); every
 response, refusals and errors included, carries the headers of ``headers.py`` (a strict
 Content-Security-Policy, nosniff, no Referer, no framing).
@@ -43,7 +44,7 @@ from wfm.monitor import Generation, Monitor, MonitorService
 from wfm.operations import Deployed, NoReply, Session, UnknownWorkflow
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow
-from wfm.web import pages
+from wfm.web import holding, pages
 from wfm.web.alerts import AlertBoard
 from wfm.web.guard import Guard, Guarded
 from wfm.web.headers import SecurityHeaders
@@ -58,6 +59,7 @@ from wfm.web.sources import (
     trigger,
     workflows,
 )
+from workflow_messages import check_name
 
 __all__ = ["Dashboard", "create_app"]
 
@@ -438,13 +440,53 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
             require_operator(dashboard.tls, "cancelling")
             workflow, gid = check_workflow(form["workflow"]), check_gid(form["gid"])
             acks = await dashboard.agents().cancel(workflow, gid, dashboard.sign)
-            refused = [f"{a}: {r} {d}" for a, (r, d) in sorted(acks.items()) if r not in ("OK", "UNCHANGED")]
+            agents, refused = holding.acks_record(acks)
             if refused:
                 raise RemoteError(f"cancel of {gid} refused by {'; '.join(refused)}")
-            agents = {agent: {"result": r, "detail": d} for agent, (r, d) in sorted(acks.items())}
             return {"workflow": workflow, "gid": gid, "agents": agents}
 
         return await acted(request, ("workflow", "gid"), act, "cannot cancel {gid}")
+
+    def holder(release: bool) -> Callable[[Request], Awaitable[JSONResponse]]:
+        verb = "release" if release else "hold"
+
+        async def api_hold(request: Request) -> JSONResponse:
+            async def act(form: dict[str, str]) -> dict[str, Any]:
+                require_operator(dashboard.tls, "releasing" if release else "holding")
+                workflow, job, gid = check_workflow(form["workflow"]), form.get("job"), form.get("gid")
+                job = None if not job or job == "*" else check_name(job, "job name")
+                gid = check_gid(gid) if gid else None
+                acks = await dashboard.agents().hold(workflow, dashboard.sign, job, gid, release)
+                agents, refused = holding.acks_record(acks)
+                if refused:
+                    raise RemoteError(f"{verb} refused by {'; '.join(refused)}")
+                return {"workflow": workflow, "job": job, "gid": gid, "agents": agents}
+
+            return await acted(request, ("workflow",), act, f"cannot {verb} {{workflow}}", ("job", "gid"))
+
+        return api_hold
+
+    async def api_approve(request: Request) -> JSONResponse:
+        async def act(form: dict[str, str]) -> dict[str, Any]:
+            require_operator(dashboard.tls, "approving")
+            workflow, gid = check_workflow(form["workflow"]), check_gid(form["gid"])
+            job, approved, comment = holding.verdict(form)
+            agent, result, detail = await dashboard.agents().approve(
+                workflow, job, gid, dashboard.sign, approved, comment
+            )
+            if result not in ("OK", "UNCHANGED"):
+                raise RemoteError(f"{agent}: {result} {detail}")
+            return {
+                "workflow": workflow,
+                "job": job,
+                "gid": gid,
+                "agent": agent,
+                "result": result,
+                "detail": detail,
+            }
+
+        required = ("workflow", "job", "gid", "verdict")
+        return await acted(request, required, act, "cannot decide {job} of {gid}", ("comment",))
 
     async def api_rerun(request: Request) -> JSONResponse:
         async def act(form: dict[str, str]) -> dict[str, Any]:
@@ -557,6 +599,9 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
         Route("/api/trigger", api_trigger, methods=["POST"]),
         Route("/api/cancel", api_cancel, methods=["POST"]),
         Route("/api/rerun", api_rerun, methods=["POST"]),
+        Route("/api/hold", holder(release=False), methods=["POST"]),
+        Route("/api/release", holder(release=True), methods=["POST"]),
+        Route("/api/approve", api_approve, methods=["POST"]),
         Route("/api/logs", api_logs),
         Route("/fragment/logs", logs_fragment),
         Route("/events", events),
@@ -569,7 +614,7 @@ def create_app(dashboard: Dashboard, guard: Guard, background: bool = True) -> S
     )
 
 
-PLACEHOLDERS = {"workflow": "NAME", "gid": "GID", "id": "ALERT"}
+PLACEHOLDERS = {"workflow": "NAME", "gid": "GID", "id": "ALERT", "job": "JOB", "verdict": "approve|reject"}
 
 
 def failure(error: Exception) -> tuple[int, str]:

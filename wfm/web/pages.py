@@ -15,6 +15,7 @@ from typing import Any
 from wfm.monitor import Generation, Monitor
 from wfm.operations import generation_record
 from wfm.triggers import check_workflow, parse_date
+from wfm.web import holding
 from wfm.web.svg import Bar, Edge, Node, Series, dag_svg, gantt_svg, graph_svg, line_chart_svg
 from workflow_messages import APPL_END, APPL_START, EXPIRED
 from workflow_messages.calendars import DAYS
@@ -286,6 +287,8 @@ def workflows(definitions: Sequence[Mapping[str, Any]], agents_error: str | None
             facts += [f"agents {escape(', '.join(d['agents']))} (coordinator {escape(d['coordinator'])})"]
             if d["missing"]:
                 facts.append(f'<span class="problem">no answer for {escape(", ".join(d["missing"]))}</span>')
+            if d.get("holds"):
+                facts.append(f'<span class="on-hold">on hold: {escape("; ".join(d["holds"]))}</span>')
             if "file_version" in d:
                 facts.append(f"{escape(d['file'])} has version {escape(d['file_version'])}, not deployed")
         else:
@@ -529,7 +532,8 @@ def run(
     gid: str,
     live: Live | None = None,
 ) -> str:
-    """One generation: its outcome, its DAG coloured by job state, its timeline, Cancel or Rerun; a
+    """One generation: its outcome, its DAG coloured by job state, its timeline, Cancel or Rerun,
+    Hold, Release, and Approve or Reject for each approval step awaiting approval; a
     running job with its agent, its attempt and the time since it was ready, which the script
     keeps counting. ValueError if the dashboard does not know it."""
     live = live or Live()
@@ -566,6 +570,7 @@ def run(
         f' data-outcome="{_a(outcome)}"><h2>{escape(g.workflow)} <code>{escape(g.gid)}</code>'
         f' {escape(g.date or "")} <span class="outcome state-{_slug(outcome)}">{escape(outcome)}</span>'
         f"{escape(detail)}</h2>{_params(g)}{_missed(g)}{_actions(g, order, outcome)}"
+        f"{holding.controls(not g.ended and outcome not in (STARTING, NOT_STARTED), order, states)}"
         "<p>Click a job for its log.</p>"
         f'<div class="pictures">{_dag(definition, states, running, now)}{gantt_svg(bars)}'
         "</div></section>"
@@ -614,6 +619,8 @@ def job_log(found: Mapping[str, Any]) -> str:
         facts.append(f"the last {len(found['text'].encode())} of {found['size']} bytes")
     if not found["ended"]:
         facts.append("still running")
+    if "status" in found:  # it ran nothing (NORUN, an approval step): why there is no log
+        facts[0] = f"no log: {found['status']}" + (f" ({found['detail']})" if found["detail"] else "")
     return (
         f'<section class="log" data-log="{_a(found["job"])}" data-gid="{_a(found["gid"])}">'
         f"<h2>Log of {escape(found['job'])} in {escape(found['workflow'])}"

@@ -108,6 +108,7 @@ def described(deployed: Sequence[Deployed], files: Sequence[dict[str, Any]]) -> 
                 ],
                 "missing": workflow.unanswered(),
                 "deployed": True,
+                **({"holds": workflow.on_hold()} if workflow.holds else {}),  # wfm hold's, in words
             }
         )
     by_name = {d["name"]: d for d in found}

@@ -16,6 +16,7 @@ from broker.transport import MAX_FRAME
 from wfm.workflow import calendars, conditions, pools
 from wfm.workflow.errors import Problem, first_on
 from workflow_messages import APPL_END, APPL_START, DAILY, check_name, find_cycles
+from workflow_messages.approvals import parse_approval
 from workflow_messages.deadlines import parse_deadline
 from workflow_messages.overlap import overlap_problems
 from workflow_messages.params import MAX_PARAMS, PARAM_TYPES, check_param_name, parse_value
@@ -107,6 +108,18 @@ def _deadline_problems(deadline: str | None, label: str, line: int | None) -> It
             yield Problem(line, f"{label}: {error}")
 
 
+def _approval_problems(job: Job, label: str) -> Iterator[Problem]:
+    """An approval step (``<approval roles="ROLES"/>``) runs nothing, once: no command, no retries."""
+    try:
+        parse_approval(list(job.approval))
+    except ValueError as error:
+        yield Problem(job.line, f"{label}: {error}")
+    if job.command:
+        yield Problem(job.line, f"{label} is an approval step: it has no command")
+    if job.retries:
+        yield Problem(job.line, f"{label} is an approval step: it has no retries")
+
+
 def _name_problems(name: str, what: str, line: int | None) -> Iterator[Problem]:
     try:
         check_name(name, what)
@@ -123,7 +136,9 @@ def _job_problems(job: Job, known: dict[str, Job]) -> Iterator[Problem]:
         yield Problem(job.line, f"{label} has no agent")
     else:
         yield from _name_problems(job.agent, f"{label}: agent", job.line)
-    if not isinstance(job.command, str) or not job.command.strip():
+    if job.approval:
+        yield from _approval_problems(job, label)
+    elif not isinstance(job.command, str) or not job.command.strip():
         yield Problem(job.line, f"{label} has an empty command")
     elif (size := len(job.command.encode("utf-8", "surrogatepass"))) > MAX_COMMAND:
         yield Problem(

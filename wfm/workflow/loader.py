@@ -23,6 +23,7 @@ from wfm.workflow.checks import DEFAULT_PRIORITY, PRIORITY_RULE, RETRIES_RULE, T
 from wfm.workflow.errors import DefinitionError, Problem
 from wfm.workflow.model import After, Job, Param, Pool, Workflow
 from workflow_messages import DAILY, parse_weekdays
+from workflow_messages.approvals import DEFAULT_ROLES, approval_roles
 from workflow_messages.params import parse_value
 from workflow_messages.pools import DEFAULT_LEASE, LEASE_RULE, SLOTS_RULE
 
@@ -69,6 +70,10 @@ _SCHEMA_MESSAGES: list[tuple[re.Pattern[str], str]] = [
     (
         re.compile(r"Element '(after|command)': This element is not expected"),
         "unexpected <{0}> (a job holds its <after> elements, then exactly one <command>)",
+    ),
+    (
+        re.compile(r"Element 'approval': This element is not expected"),
+        "unexpected <approval> (a job holds its <after> elements, then one <command> or one <approval>)",
     ),
     (
         re.compile(r"Element '(\S+)': This element is not expected\. Expected is \( (\S+) \)"),
@@ -225,6 +230,21 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
     command = (element.findtext("command") or "").strip()
     agent, calendar, deadline = element.get("agent", ""), element.get("calendar"), element.get("deadline")
     waits, pool = conditions.read(element), element.get("pool")
+    approval: tuple[str, ...] = ()
+    asked = element.find("approval")
+    if asked is not None:  # an approval step: roles not understood are reported, and the default kept
+        approval = approval_roles(DEFAULT_ROLES)
+        try:
+            approval = approval_roles(asked.get("roles", DEFAULT_ROLES))
+        except ValueError as error:
+            problems.append(Problem(asked.sourceline, f"{label}: {error}"))
+        if waits:
+            problems.append(
+                Problem(
+                    asked.sourceline,
+                    f"{label}: an approval step waits on no <wait> or <event>: put them on a job before it",
+                )
+            )
     return Job(
         name,
         agent,
@@ -238,5 +258,6 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
         calendar,
         deadline,
         waits,
+        approval,
         pool,
     )

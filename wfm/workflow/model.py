@@ -71,6 +71,8 @@ class Job:
     deadline: str | None = None  # when it must have ended (workflow_messages.deadlines)
     # ``<wait>``, ``<event>``: what else it waits for (workflow_messages.conditions)
     conditions: tuple[Condition, ...] = ()
+    # an approval step (no command): the roles that may approve it (workflow_messages.approvals)
+    approval: tuple[str, ...] = ()
     pool: str | None = None  # the name of one of the workflow's pools (``pool="NAME"``)
 
     def __post_init__(self) -> None:
@@ -93,6 +95,7 @@ class Job:
             **({"calendar": self.calendar} if self.calendar is not None else {}),  # likewise
             **({"deadline": self.deadline} if self.deadline is not None else {}),
             **({"conditions": condition_records(self.conditions)} if self.conditions else {}),  # likewise
+            **({"approval": list(self.approval)} if self.approval else {}),
             **({"pool": self.pool} if self.pool is not None else {}),
         }
 

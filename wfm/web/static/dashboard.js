@@ -52,10 +52,25 @@
       const response = await fetch(runUrl, {cache: "no-store"});
       if (response.status === 401) return signedOut();
       const text = await response.text();
-      if (mine === askedRun) runPanel.innerHTML = text;
+      if (mine === askedRun) redraw(runPanel, text);
     } catch (error) {
       live.textContent = "server unreachable";
     }
+  }
+
+  // what the operator chose or is typing in the open generation (a scope, a comment) outlives
+  // its redraws, which come with every change of its jobs
+  const KEPT = ["[data-approval-comment]", "[data-hold-scope]", "[data-rerun-from]"];
+  function redraw(panel, html) {
+    const kept = KEPT.map((selector) => panel.querySelector(selector))
+      .map((field) => field && {value: field.value, focused: field === document.activeElement});
+    panel.innerHTML = html;
+    KEPT.forEach((selector, i) => {
+      const field = panel.querySelector(selector);
+      if (!field || !kept[i]) return;
+      field.value = kept[i].value;
+      if (kept[i].focused) field.focus();
+    });
   }
 
   function markOpen() {
@@ -108,15 +123,24 @@
 
   async function act(what, body) {
     const result = document.getElementById("action-result");
-    result.textContent = what + " " + body.gid + " ...";
+    result.textContent = what + " " + (body.gid || body.job || body.workflow) + " ...";
     result.className = "";
     const response = await fetch("/api/" + what, {
       method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body),
     });
     const answer = await response.json();
-    result.textContent = answer.error ? answer.error
-      : what === "rerun" ? "rerunning " + answer.rerun_of + " as " + answer.gid : "cancelled " + answer.gid;
+    result.textContent = answer.error ? answer.error : said(what, answer);
     result.className = answer.error ? "problem" : "ok";
+  }
+
+  // what an action's answer says: hold and release, what each agent answered (what is still held)
+  function said(what, answer) {
+    if (what === "rerun") return "rerunning " + answer.rerun_of + " as " + answer.gid;
+    if (what === "approve") return answer.detail;
+    if (what === "hold" || what === "release") {
+      return Object.entries(answer.agents).map(([agent, ack]) => agent + ": " + ack.detail).join("; ");
+    }
+    return "cancelled " + answer.gid;
   }
 
   const filter = document.getElementById("runs-filter");
@@ -163,6 +187,14 @@
       const job = event.target.closest("[data-job]");
       if (action && action.dataset.action === "rerun") {
         act("rerun", {...body, from: run.querySelector("[data-rerun-from]").value});
+      } else if (action && action.dataset.approvalJob) {
+        const comment = run.querySelector("[data-approval-comment]").value;
+        act("approve", {...body, job: action.dataset.approvalJob, verdict: action.dataset.action, comment});
+      } else if (action && (action.dataset.action === "hold" || action.dataset.action === "release")) {
+        // the scope: "" this generation, a job in every generation, "*" every job of the workflow
+        const scope = run.querySelector("[data-hold-scope]").value;
+        act(action.dataset.action, scope === "" ? body
+          : {workflow: body.workflow, ...(scope === "*" ? {} : {job: scope})});
       } else if (action) {
         act(action.dataset.action, body);
       } else if (job) {
