@@ -15,12 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from agents import condition_keys
+from agents import condition_keys, pools
 from agents.commands import DefineJob, Deploy, DeploymentCommand, Undeploy, WantRegistration
 from agents.envelope import Control, JobInfo, Registration, registrations
 from agents.events import Effect, Register, Withdraw
 from workflow_messages import APPL_END, APPL_START, digest, start_subscription
 from workflow_messages.params import Param
+from workflow_messages.pools import PoolDeclaration
 
 if TYPE_CHECKING:
     from agents.state import Agent
@@ -70,6 +71,7 @@ class Deployment:
     # the run parameters its DEPLOY declares: a firing's Trigger is checked against them, and
     # their defaults filled in (none for one deployed by the per-job commands)
     params: tuple[Param, ...] = ()
+    pools: tuple[PoolDeclaration, ...] = ()  # the pools its DEPLOY declares (:mod:`agents.pools`)
 
     def add(self, info: JobInfo) -> None:
         self.jobs[info.job] = info
@@ -85,10 +87,10 @@ class Deployment:
 def apply(agent: Agent, command: DeploymentCommand) -> Applied:
     """Change the catalogue as ``command`` says: the acknowledgement's result, and the effects.
     Raises ``ValueError`` (ERROR) before it changes anything."""
-    applied = _APPLY[type(command)](agent, command)
+    result, effects = _APPLY[type(command)](agent, command)
     if not isinstance(command, Undeploy):
         agent.retired.discard((command.control.workflow, command.control.version))  # deployed here again
-    return applied
+    return result, effects + pools.sync(agent)
 
 
 def _define_job(agent: Agent, command: DefineJob) -> Applied:
@@ -170,6 +172,7 @@ def _deploy(agent: Agent, command: Deploy) -> Applied:
     Everything is checked and built before anything changes: an envelope acknowledged ERROR
     leaves no trace (a half-installed one would be in the next snapshot, and fail again there)."""
     control, deploy = command.control, command.part
+    pools.conflicts(agent, control.workflow, deploy.pools)
     built = [(info, registrations(info, deploy.coordinator)) for info in deploy.jobs]
     deployment = _deployment_of(agent, control.workflow, control.version)
     deployment.ends_here = True
@@ -180,6 +183,7 @@ def _deploy(agent: Agent, command: Deploy) -> Applied:
         deployment.parts, deployment.split, deployment.parts_in = *split, set()
     deployment.parts_in.add(deploy.part)
     deployment.params = deploy.params  # part of the version: every part says the same
+    deployment.pools = deploy.pools  # likewise
     if deploy.coordinator:
         deployment.signers.update({APPL_START: deploy.coordinator, APPL_END: deploy.coordinator})
     changed = False
@@ -224,7 +228,7 @@ def _remove(agent: Agent, workflow: str, version: str) -> list[Effect]:
         agent.owners.pop(key, None)
     condition_keys.drop_unsubscribed(agent)
     log.info("removed %s version %s", workflow, version)
-    return [Withdraw(key) for key in sorted(deployment.keys)] + _starts(agent, workflow)
+    return [Withdraw(key) for key in sorted(deployment.keys)] + _starts(agent, workflow) + pools.sync(agent)
 
 
 def _starts(agent: Agent, workflow: str) -> list[Effect]:

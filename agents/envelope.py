@@ -38,6 +38,7 @@ from workflow_messages.named_calendars import NamedCalendar, read_record
 from workflow_messages.operations import decode_content
 from workflow_messages.overlap import Overlap, read_overlap
 from workflow_messages.params import Param, parse_declarations
+from workflow_messages.pools import PoolDeclaration, read_declarations
 
 __all__ = [
     "COMMANDS",
@@ -106,6 +107,7 @@ class JobInfo:
     conditions: tuple[Condition, ...] = ()  # on other workflows and events (workflow_messages.conditions)
     overlap: Overlap | None = None  # APPL_START's: generations at once (None: unlimited)
     approval: tuple[str, ...] = ()  # an approval step: the roles that may approve it (no command)
+    pool: str | None = None  # the pool whose slot its runs take (``DeployPart.pools``), if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +121,7 @@ class DeployPart:
     split: str = ""
     coordinator: str = ""  # the agent that signs APPL_START and APPL_END ("" if not said)
     params: tuple[Param, ...] = ()  # the run parameters the workflow declares (none if not said)
+    pools: tuple[PoolDeclaration, ...] = ()  # the pools the workflow declares (none if not said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +239,12 @@ def parse_deploy(control: Control) -> DeployPart:
     coordinator = data.get("coordinator", "")
     if not isinstance(coordinator, str):
         raise ValueError(f"DEPLOY coordinator {coordinator!r}: it must be an agent name")
-    return DeployPart(part, parts, infos, split, coordinator, parse_declarations(data.get("params")))
+    pools = read_declarations(data.get("pools"))
+    for info in infos:
+        if info.pool is not None and info.pool not in (pool.name for pool in pools):
+            raise ValueError(f"DEPLOY job {info.job!r}: pool {info.pool!r} is not declared")
+    params = parse_declarations(data.get("params"))
+    return DeployPart(part, parts, infos, split, coordinator, params, pools)
 
 
 def registrations(info: JobInfo, coordinator: str = "") -> list[Registration]:
@@ -304,6 +312,9 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         raise ValueError("JOBINFO schedule must be a non-empty list of day words")
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
         raise ValueError("JOBINFO retries must be an integer from 0 to 100")
+    pool = data.get("pool")
+    if pool is not None:
+        check_name(pool, "JOBINFO pool")
     priority = data.get("priority", 4)
     if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
         raise ValueError("JOBINFO priority must be an integer from 0 to 9")
@@ -335,6 +346,7 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         deadline=deadline,
         conditions=read_records(data.get("conditions", [])),
         approval=approval,
+        pool=pool,
     )
 
 

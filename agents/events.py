@@ -141,9 +141,11 @@ class Start:
 
 @dataclass(frozen=True, slots=True)
 class Stop:
-    """Stop ``run``, its generation was cancelled: a :class:`Finished` (or :class:`Lost`) follows."""
+    """Stop ``run``, its generation was cancelled: a :class:`Finished` (or :class:`Lost`) follows.
+    ``kill``: at once (SIGKILL), not after a grace: its pool slot may be given away (:mod:`agents.pools`)."""
 
     run: Run
+    kill: bool = False
 
 
 Effect = Register | Withdraw | Emit | Start | Stop

@@ -1,5 +1,6 @@
-"""The run queue: runs wait their turn (at most ``max_jobs`` at once) or their retry's backoff,
-start, and end in a status; a failed attempt is retried as the job's ``retries`` allow."""
+"""The run queue: runs wait their turn (at most ``max_jobs`` at once), their retry's backoff or
+a slot of their pool (:mod:`agents.pools`), start, and end in a status; a failed attempt is
+retried as the job's ``retries`` allow."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from agents import holds, publishing
+from agents import holds, pools, publishing
 from agents.events import Effect, Finished, Lost, Result, Run, Start
 from agents.generations import NOT_RUN
 from workflow_messages import FAILURE, SUCCESS
@@ -40,6 +41,8 @@ def pump(agent: Agent, now: float) -> list[Effect]:
             continue
         if holds.held(agent, pending.run.workflow, pending.run.gid, pending.run.job):
             continue  # until released (agents.holds)
+        if not pools.may_start(agent, pending.run, now):
+            continue  # waiting for a slot of its pool
         agent.pending.remove(pending)
         run = pending.run
         agent.running[run.workflow, run.gid, run.job] = run

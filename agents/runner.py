@@ -61,6 +61,7 @@ __all__ = [
     "log_tail",
     "prune",
     "stop",
+    "write_lease",
 ]
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,21 @@ def log_path(state_dir: Path, run: Run) -> Path:
 
 
 @functools.lru_cache(maxsize=256)
+def write_lease(state_dir: Path, run: Run, until: float) -> None:
+    """Tell ``run``'s supervisor to kill it at ``until`` (epoch seconds) unless told a later time
+    first (:func:`agents.supervisor.read_lease`): the ``.lease`` file beside its log, replaced
+    whole. Not synced: it matters while the machine is up. A file that cannot be written leaves
+    the one before, which lets the run go on for less time, not more."""
+    path = log_path(state_dir, run).with_suffix(".lease")
+    written = path.with_name(path.name + ".new")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        written.write_text(repr(until))
+        os.replace(written, path)
+    except OSError as error:
+        log.warning("%s: cannot renew its lease file %s: %s", run.label, path, error)
+
+
 def _generation_folder(state_dir: Path, workflow: str, gid: str) -> Path:
     return _inside_logs(state_dir, generation_dir(state_dir, workflow, gid))
 
@@ -363,6 +379,9 @@ def _outcome(data: dict[str, Any], log_file: Path) -> Result:
         started, duration = float(data["started"]), float(data["duration"])
         if "error" in data:
             return Result(False, str(data["error"]), started, duration)
+        if data.get("fenced") is True:
+            detail = f"killed by its supervisor after {duration:.3f} s: its pool slot's lease ran out"
+            return Result(False, f"{detail}; log {log_file}", started, duration)
         code = data["code"]
         if code is None:
             timeout = float(data["timeout"])

@@ -29,6 +29,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agents import pools
 from agents.durations import Durations
 from agents.events import (
     Delivered,
@@ -48,7 +49,7 @@ from agents.events import (
 from agents.journal import Journal
 from agents.queries import LogRequest, answer_query
 from agents.registering import CONTROL, OWN, QUERY, Registering
-from agents.runner import Retention, SupervisorClient, log_tail, prune, stop
+from agents.runner import Retention, SupervisorClient, log_tail, prune, stop, write_lease
 from agents.state import Agent
 from broker import failpoints
 from broker.client import (
@@ -71,6 +72,7 @@ from workflow_messages import JOBSTATUS, ack_advertisement, control_subscription
 from workflow_messages.alerts import alert_advertisement, job_alert
 from workflow_messages.deadlines import alert_quality
 from workflow_messages.operations import answer, answer_advertisement, query_subscription
+from workflow_messages.pools import POOL
 from workflow_messages.signature import Author
 
 __all__ = ["AgentService"]
@@ -113,6 +115,7 @@ class AgentService:
         self.behind: dict[int, Delivery] = {}
         self.outbox: list[Publication] = []  # publications made before the first connection
         self.runs: set[asyncio.Task[None]] = set()
+        self.leases: dict[Run, float] = {}  # the lease last written for each run in a pool
         self.unsynced_since: float | None = None  # when the oldest record not fsync'd was handled
         self.offload = Offload()  # where the journal's fsyncs run: on the loop while the disk is fast
         # a busy agent prunes sooner than every PRUNE_EVERY: after a tenth of --keep-runs more
@@ -234,10 +237,17 @@ class AgentService:
         self._act(effects)
 
     def _act(self, effects: list[Effect]) -> None:
-        """Start (or re-attach to) and stop runs."""
+        """Renew the leases of runs in pools, then start (or re-attach to) and stop runs."""
+        windows = pools.windows(self.agent)
+        for run, until in windows.items():
+            if self.leases.get(run) != until:
+                write_lease(self.state_dir, run, until)
+        self.leases = windows
         for effect in effects:
             if isinstance(effect, Start):
                 self._supervise(effect.run)
+            elif isinstance(effect, Stop) and effect.kill:  # its pool slot: not a second longer
+                stop(effect.run, self.state_dir, signal.SIGKILL)
             elif isinstance(effect, Stop):
                 self._stop(effect.run)
 
@@ -295,7 +305,7 @@ class AgentService:
                     await self.prune_due.wait()
 
     def _signed(self, publication: Publication) -> Publication:
-        if self.author is None or publication.cls != JOBSTATUS:
+        if self.author is None or publication.cls not in (JOBSTATUS, POOL):
             return publication
         return self.author.sign_publication(publication)
 

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import asdict, astuple
 from typing import TYPE_CHECKING, Any
 
-from agents import catalogue, conditions
+from agents import catalogue, conditions, pools
 from agents.approvals import Awaiting
 from agents.commands import DeploymentCommand, read_command
 from agents.envelope import Control
@@ -70,6 +70,7 @@ def snapshot(agent: Agent) -> dict[str, Any]:
             if agent.approvals
             else {}
         ),
+        **pools.snapshot(agent),  # only when the agent keeps or asks for a pool's slots
     }
 
 
@@ -102,6 +103,7 @@ def restore(agent: Agent, saved_state: dict[str, Any]) -> None:
     for run, since in saved_state.get("approvals", []):
         awaiting = Awaiting(Run(**run), since)
         agent.approvals[awaiting.run.workflow, awaiting.run.gid, awaiting.run.job] = awaiting
+    pools.restore(agent, saved_state.get("pools"))
 
 
 def _reapply(agent: Agent, control: Control) -> None:

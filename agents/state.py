@@ -36,6 +36,7 @@ from agents import (
     hold_and_release,
     holds,
     overlap,
+    pools,
     refusals,
     run_queue,
     snapshot,
@@ -126,14 +127,22 @@ class Agent:
         self.holds: set[holds.Rule] = set()  # wfm hold: what may not start (agents.holds)
         # (workflow, gid, job) -> an approval step waiting for wfm approve (agents.approvals)
         self.approvals: dict[tuple[str, str, str], Awaiting] = {}
+        # pools (:mod:`agents.pools`): as keeper, pool -> (workflow, gid, job) -> hold, the count
+        # of requests that arrived, and the holds released lately; as holder, the runs asking
+        self.keeping: dict[str, dict[tuple[str, str, str], pools.Hold]] = {}
+        self.pool_arrivals = 0
+        self.released: OrderedDict[tuple[str, ...], None] = OrderedDict()
+        self.asking: dict[tuple[str, str, str], pools.Asking] = {}
 
     def handle(self, event: Event, now: float) -> list[Effect]:
-        effects = forgetting.sweep(self, now) + _EVENTS[type(event)](self, event, now)
+        effects = forgetting.sweep(self, now) + pools.expire(self, now)
+        effects += _EVENTS[type(event)](self, event, now)
         return (
             effects
             + overlap.check(self, now, firing.begin)
             + approvals.check(self, now)
             + deadlines.check(self, now)
+            + pools.check(self, now)
         )
 
     def snapshot(self) -> dict[str, Any]:
@@ -158,8 +167,9 @@ class Agent:
         return set(self.generations) | {(r.workflow, r.gid) for r in self.running.values()}
 
     def next_wakeup(self) -> float | None:
-        """When the earliest retry is due, for the adapter's timer (a held one is not due)."""
-        return min(
+        """When the earliest retry is due (a held one is not due), or a pool's request or lease,
+        for the adapter's timer."""
+        retry = min(
             (
                 p.at
                 for p in self.pending
@@ -167,6 +177,8 @@ class Agent:
             ),
             default=None,
         )
+        pool = pools.next_wakeup(self)
+        return retry if pool is None else pool if retry is None else min(retry, pool)
 
     def current(self, workflow: str) -> str | None:
         """The version new generations of ``workflow`` start on (:func:`agents.catalogue.current`)."""
@@ -200,7 +212,11 @@ Handler = Callable[[Agent, Any, float], list[Effect]]
 
 _EVENTS: dict[type, Handler] = {
     Incoming: _incoming,
-    Delivered: firing.delivered,
+    Delivered: lambda agent, event, now: (
+        pools.delivered(agent, event.key, event.publications, now)
+        if event.key.startswith(pools.KEY)
+        else firing.delivered(agent, event, now)
+    ),
     Finished: run_queue.finished,
     Lost: run_queue.lost,
     TimePassed: lambda agent, event, now: run_queue.pump(agent, now),

@@ -51,6 +51,12 @@ by its log, ``logs/W/GID/JOB.ATTEMPT.log``) it answers, in this order:
 A folder in the per-run layout (a ``JOB.ATTEMPT.status`` and a ``JOB.ATTEMPT.pid`` file per run)
 is read when the runs file has nothing of a run.
 
+**Leases.** A run that holds a slot of a pool (``agents.pools``) has a ``.lease`` file beside its
+log, which its agent writes before asking for the run and replaces at every renewal of the slot:
+the time (epoch seconds) until which it may run. The daemon kills the run's process group when
+that time passes and the file says no later one (outcome ``"fenced": true``), so a run whose agent
+was killed or frozen stops using the slot before the pool's keeper gives it away.
+
 **Modes.** The state directory is its user's only (0700, made so by the agent), and what the
 daemon creates is 0600 besides: a run's log and the runs files hold commands' output, and
 ``logs/`` may be a link to another disk. The umask is left as the agent had it: the files a
@@ -341,16 +347,42 @@ Waiter = tuple[Connection, int]  # a connection and the id of its request
 
 
 class Command:
-    """A command running under this daemon, and who waits for its end."""
+    """A command running under this daemon, and who waits for its end. ``lease``: until when (epoch
+    seconds) its ``.lease`` file, which its agent keeps, lets it run (None: it has none)."""
 
-    __slots__ = ("clock", "deadline", "log", "pid", "started", "timed_out", "timeout", "waiters")
+    __slots__ = (
+        "clock",
+        "deadline",
+        "fenced",
+        "lease",
+        "log",
+        "pid",
+        "started",
+        "timed_out",
+        "timeout",
+        "waiters",
+    )
 
     def __init__(self, log: str, pid: int, started: float, timeout: float | None) -> None:
         self.log, self.pid, self.started, self.timeout = log, pid, started, timeout
         self.clock = time.monotonic()
         self.deadline = None if timeout is None else self.clock + timeout
         self.timed_out = False
+        self.lease = read_lease(log)
+        self.fenced = False  # killed when its lease ran out
         self.waiters: list[Waiter] = []
+
+
+def read_lease(log: str) -> float | None:
+    """The time (epoch seconds) the run of ``log`` may run until, as its agent last wrote it
+    beside the log (``.lease``: a run that holds a pool's slot, ``agents.pools``); None if it has
+    no lease file (or one that cannot be read: a half-written one is never seen, its agent
+    renames it into place)."""
+    try:
+        with open(beside(log, ".lease"), "rb") as file:
+            return float(file.read(64))
+    except (OSError, ValueError):
+        return None
 
 
 def _text(value: object, what: str) -> str:
@@ -465,6 +497,8 @@ class Daemon:
     def _wait(self) -> int:
         """Milliseconds poll() may wait: until the next timeout, or the end of the idle time."""
         ends = [command.deadline for command in self.commands.values() if command.deadline is not None]
+        to_clock = time.monotonic() - time.time()  # a lease is in epoch seconds (its agent's clock)
+        ends += [command.lease + to_clock for command in self.commands.values() if command.lease is not None]
         if self.quiet_since is not None:
             ends.append(self.quiet_since + IDLE)
         if not ends:
@@ -628,11 +662,20 @@ class Daemon:
         self.commands[request.log] = self.children[pid] = command  # before its SIGCHLD is handled
 
     def _expire(self, now: float) -> None:
-        """Kill the process group of every command past its timeout; its SIGCHLD tells its end."""
+        """Kill the process group of every command past its timeout, or past its lease as its
+        agent last renewed it (read again when the one known runs out); its SIGCHLD tells its
+        end. The lease is the agent's self-fencing (``agents.pools``) when the agent cannot do it
+        itself: killed or frozen while the slot's keeper may give the slot away."""
+        wall = time.time()
         for command in self.commands.values():
             if command.deadline is not None and now >= command.deadline:
                 command.deadline, command.timed_out = None, True
                 _kill_group(command.pid)
+            elif command.lease is not None and wall >= command.lease:
+                command.lease = read_lease(command.log)
+                if command.lease is None or wall >= command.lease:
+                    command.lease, command.fenced = None, True
+                    _kill_group(command.pid)
 
     def _reap(self) -> None:
         """Record the end of every command that ended (one SIGCHLD may stand for several), all
@@ -648,8 +691,11 @@ class Daemon:
                 outcome: dict[str, object] = {
                     "started": command.started,
                     "duration": time.monotonic() - command.clock,
-                    "code": None if command.timed_out else os.waitstatus_to_exitcode(status),
+                    "code": None
+                    if command.timed_out or command.fenced
+                    else os.waitstatus_to_exitcode(status),
                     "timeout": command.timeout,
+                    **({"fenced": True} if command.fenced else {}),
                 }
                 ended.append((command.log, outcome, command.waiters))
         self._record(ended)

@@ -20,8 +20,13 @@ machinery adds. The peer measured in the same run is Luigi (``peers_luigi.py``, 
 extra) on the chain and the 100 diamonds. Targets: the chain under 2 s, the 100 PAYROLL
 generations under 10 s.
 
-Run: ``python benchmarks/workflows.py`` (about a minute; ``--only schedulers`` for the last
-figure alone). The last line is one JSON object.
+The cost of a pool acquisition (``--only pool``): a 2-job workflow whose job on agent2 is in a
+pool of one slot kept by agent1 (its request and its grant cross the overlay both ways, signed),
+trigger to APPL_END, p50 of 20, against the same workflow without the pool in the same run; the
+difference is what waiting for the grant of a free slot costs.
+
+Run: ``python benchmarks/workflows.py`` (about a minute; ``--only schedulers`` or ``--only pool``
+for that figure alone). The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -101,7 +106,9 @@ WORKFLOWS = {
     "PAYROLL": [("JobA", ()), ("JobB", ("JobA",)), ("JobC", ("JobA",)), ("JobD", ("JobB", "JobC"))],
     "DIAMOND": [("A", ()), ("B", ("A",)), ("C", ("A",)), ("D", ("A",)), ("E", ("B", "C", "D"))],
     "TICK": [("A", ())],
+    "UNPOOLED": [("K", ()), ("A", ())],  # K on agent1 (the coordinator), A on agent2
 }
+POOL = '<pool name="p" slots="1" keeper="agent1"/>'  # POOLED: UNPOOLED with A in a pool agent1 keeps
 SCHEDULERS, SCHEDULED_FOR = 3, 10.0  # schedulers side by side, seconds of a cron of every second
 BIG = grid(10, 100)
 
@@ -225,14 +232,43 @@ def report_schedulers(b1: BrokerList) -> dict[str, int]:
     }
 
 
+def pooled() -> str:
+    """UNPOOLED, renamed POOLED, its job A in the pool of one slot that agent1 keeps."""
+    text = xml("POOLED", WORKFLOWS["UNPOOLED"])
+    text = text.replace('<workflow name="POOLED">', f'<workflow name="POOLED">\n  {POOL}')
+    return text.replace('<job name="A" agent="agent2">', '<job name="A" agent="agent2" pool="p">')
+
+
+def report_pool(b1: BrokerList) -> dict[str, float]:
+    """Trigger to APPL_END of POOLED and UNPOOLED, alternated, p50 of 20 each."""
+    watch = Watch(b1)
+    with TriggerPublisher(b1) as trigger:
+        for workflow in ("POOLED", "UNPOOLED"):  # the first generations pay for imports and connections
+            run(trigger, watch, workflow, [f"{workflow}-warm-up"])
+        times: dict[str, list[float]] = {"POOLED": [], "UNPOOLED": []}
+        for i in range(20):
+            for workflow, measured in times.items():
+                measured.append(run(trigger, watch, workflow, [f"{workflow}-{i}"]))
+    watch.client.close()
+    pool, plain = (statistics.median(times[w]) * 1000 for w in ("POOLED", "UNPOOLED"))
+    report("2-job workflow, one job in a pool of 1, p50", pool, "ms", "the same without a pool", plain)
+    print(f"{'a pool acquisition (free slot, over the overlay)':46} {pool - plain:9.1f} ms")
+    return {
+        "pool_p50_ms": round(pool, 1),
+        "no_pool_p50_ms": round(plain, 1),
+        "pool_ratio": round(pool / plain, 2),
+    }
+
+
 def main() -> None:
-    only = sys.argv[1:] == ["--only", "schedulers"]
+    only = sys.argv[1:] if sys.argv[1:] in (["--only", "schedulers"], ["--only", "pool"]) else None
     if sys.argv[1:] and not only:
-        sys.exit("usage: workflows.py [--only schedulers]")
+        sys.exit("usage: workflows.py [--only schedulers|pool]")
     with tempfile.TemporaryDirectory(prefix="wfm-bench-") as folder:
         directory = Path(folder)
         for name, jobs in WORKFLOWS.items():
             (directory / f"{name.lower()}.xml").write_text(xml(name, jobs))
+        (directory / "pooled.xml").write_text(pooled())
         started = time.perf_counter()
         up = subprocess.Popen(
             [sys.executable, "-m", "wfm.cli", "up", "--dir", folder, "--port", str(PORT)],
@@ -250,11 +286,16 @@ def main() -> None:
                     break
             else:
                 raise RuntimeError(f"wfm up did not start: {up.stderr.read() if up.stderr else ''}")
-            print(f"wfm up with 3 workflows ready in {time.perf_counter() - started:.1f} s")
+            print(
+                f"wfm up with {len(WORKFLOWS) + 1} workflows ready in {time.perf_counter() - started:.1f} s"
+            )
             tls = Identity(Path(os.environ["WFM_TLS"]), os.environ["WFM_IDENTITY"])
             b1 = brokers(BrokerURI("127.0.0.1", PORT, "B1")).secured(tls)
             results: dict[str, object] = {} if only else measure(directory, b1)
-            results |= report_schedulers(b1)
+            if only != ["--only", "schedulers"]:
+                results |= report_pool(b1)
+            if only != ["--only", "pool"]:
+                results |= report_schedulers(b1)
         finally:
             up.terminate()
             up.wait(30)

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Coroutine
 from pathlib import Path
@@ -679,3 +680,18 @@ def test_a_run_log_is_inside_the_logs_folder_and_one_file_name(tmp_path: Path) -
         log_path(tmp_path / "other", run("true", job="a/b"))
     inside = generation_dir(tmp_path / "other", "W", "g1") / "Job.1.log"
     assert log_path(tmp_path / "other", run("true")) == inside
+
+
+def test_a_run_whose_lease_runs_out_is_killed_by_its_supervisor_not_before(tmp_path: Path) -> None:
+    """A run in a pool whose agent is gone: its supervisor kills it when the lease its agent last
+    wrote runs out; a renewal written meanwhile is honoured."""
+    job = run("sleep 30")
+    began = time.time()
+    runner.write_lease(tmp_path, job, began + 1.0)
+    renewal = threading.Timer(0.5, lambda: runner.write_lease(tmp_path, job, began + 2.0))
+    renewal.start()
+    result = supervised(job, tmp_path, tmp_path)
+    renewal.join()
+    assert result is not None and not result.ok
+    assert result.detail.startswith("killed by its supervisor after ") and "lease ran out" in result.detail
+    assert 1.8 <= time.time() - began < 6

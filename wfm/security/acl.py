@@ -11,8 +11,8 @@ are this layer's. The defaults follow the roles of ``wfm certs``:
 * a **scheduler** (``wfm schedule``) publishes Triggers only, and reads the statuses that say a
   generation started;
 * an **agent** may subscribe only to its own AGENT_CTL envelopes, to job statuses and triggers (its
-  jobs' composite subscriptions) and to queries, and publish statuses, acknowledgements, answers
-  and alerts only as itself;
+  jobs' composite subscriptions), to queries and to the pool messages addressed to it, and publish
+  statuses, acknowledgements, answers, alerts and pool messages only as itself;
 * a **historian** subscribes to anything and publishes history answers only;
 * a **monitor** (``wfm monitor``, ``wfm history --broker``, ``wfm workflows``, ``wfm runs``,
   ``wfm logs``) subscribes to anything, and publishes only its own history questions and queries
@@ -47,6 +47,7 @@ from workflow_messages.names import (
     JOBSTATUS,
     TRIGGER,
 )
+from workflow_messages.pools import POOL
 
 __all__ = ["DEFAULT_ACL", "load_policy"]
 
@@ -62,6 +63,7 @@ _CONTROL = [
             AGENT_ANSWER,
             HISTORY_RESULT,
             ALERT,
+            POOL,
         )
     ),
     f"[class,eq,{HISTORY_QUERY}],[asker,neq,$IDENTITY]",  # a history question as anyone else
@@ -93,9 +95,11 @@ publish = [
     "[class,eq,{AGENT_ACK}],[agentname,eq,$IDENTITY]",
     "[class,eq,{AGENT_ANSWER}],[agentname,eq,$IDENTITY]",
     "[class,eq,{ALERT}],[agentname,eq,$IDENTITY]",
+    "[class,eq,{POOL}],[agentname,eq,$IDENTITY]",
 ]
 subscribe = [
     "[class,eq,{AGENT_CTL}],[agentname,eq,$IDENTITY]",
+    "[class,eq,{POOL}],[to,eq,$IDENTITY]",
     "[class,eq,{JOBSTATUS}]",
     "[class,eq,{TRIGGER}]",
     "[class,eq,{AGENT_QUERY}]",

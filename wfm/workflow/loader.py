@@ -21,10 +21,11 @@ from lxml import etree
 from wfm.workflow import calendars, conditions, overlap
 from wfm.workflow.checks import DEFAULT_PRIORITY, PRIORITY_RULE, RETRIES_RULE, TIMEOUT_RULE
 from wfm.workflow.errors import DefinitionError, Problem
-from wfm.workflow.model import After, Job, Param, Workflow
+from wfm.workflow.model import After, Job, Param, Pool, Workflow
 from workflow_messages import DAILY, parse_weekdays
 from workflow_messages.approvals import DEFAULT_ROLES, approval_roles
 from workflow_messages.params import parse_value
+from workflow_messages.pools import DEFAULT_LEASE, LEASE_RULE, SLOTS_RULE
 
 __all__ = ["load", "loads"]
 
@@ -55,6 +56,11 @@ _SCHEMA_MESSAGES: list[tuple[re.Pattern[str], str]] = [
         re.compile(r"Element 'calendar': This element is not expected"),
         "unexpected <calendar> (a workflow declares its <calendar> elements after its <param>"
         " elements and before its jobs)",
+    ),
+    (
+        re.compile(r"Element 'pool': This element is not expected"),
+        "unexpected <pool> (a workflow declares its <pool> elements after its <param> and"
+        " <calendar> elements and before its jobs)",
     ),
     (
         re.compile(r"Element '(wait|event)': This element is not expected"),
@@ -125,9 +131,18 @@ def loads(data: bytes | str, source: str | None = None) -> Workflow:
     folder = None if source is None else Path(source).parent  # a holiday file is relative to it
     declared = tuple(calendars.read(e, problems, folder) for e in root.iterchildren("calendar"))
     limit = overlap.read(root, problems)
+    pools = tuple(_pool(element, problems) for element in root.iterchildren("pool"))
     try:
         workflow = Workflow(
-            root.get("name"), jobs, source, root.sourceline, params, declared, root.get("deadline"), limit
+            root.get("name"),
+            jobs,
+            source,
+            root.sourceline,
+            params,
+            declared,
+            root.get("deadline"),
+            limit,
+            pools,
         )
     except DefinitionError as error:
         problems.extend(error.problems)
@@ -157,6 +172,25 @@ def _param(element: etree._Element) -> Param:
         with contextlib.suppress(ValueError):
             default = parse_value(kind, default)
     return Param(element.get("name"), kind, default, element.sourceline)
+
+
+def _pool(element: etree._Element, problems: list[Problem]) -> Pool:
+    """One ``<pool>``; a ``slots`` or ``lease`` that is no number is reported and replaced by one
+    that passes, so that the rest of the workflow is still checked."""
+    name, line = element.get("name"), element.sourceline
+    slots, lease = 1, DEFAULT_LEASE
+    text = element.get("slots")
+    if _RETRIES.match(text):
+        slots = int(text)  # 0 goes on to the checks, which report it
+    else:
+        problems.append(Problem(line, f"pool {name!r}: {SLOTS_RULE}, not {text!r}"))
+    text = element.get("lease")
+    if text is not None:
+        if _TIMEOUT.match(text):
+            lease = float(text)
+        else:
+            problems.append(Problem(line, f"pool {name!r}: {LEASE_RULE}, not {text!r}"))
+    return Pool(name, slots, element.get("keeper"), lease, line)
 
 
 def _job(element: etree._Element, problems: list[Problem]) -> Job:
@@ -195,7 +229,7 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
     )
     command = (element.findtext("command") or "").strip()
     agent, calendar, deadline = element.get("agent", ""), element.get("calendar"), element.get("deadline")
-    waits = conditions.read(element)
+    waits, pool = conditions.read(element), element.get("pool")
     approval: tuple[str, ...] = ()
     asked = element.find("approval")
     if asked is not None:  # an approval step: roles not understood are reported, and the default kept
@@ -218,4 +252,5 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
         deadline,
         waits,
         approval,
+        pool,
     )

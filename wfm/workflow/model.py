@@ -22,8 +22,9 @@ from workflow_messages.conditions import records as condition_records
 from workflow_messages.named_calendars import NamedCalendar
 from workflow_messages.overlap import Overlap
 from workflow_messages.params import Param, records
+from workflow_messages.pools import DEFAULT_LEASE, PoolDeclaration
 
-__all__ = ["After", "Event", "Job", "NamedCalendar", "Overlap", "Param", "Wait", "Workflow"]
+__all__ = ["After", "Event", "Job", "NamedCalendar", "Overlap", "Param", "Pool", "Wait", "Workflow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,20 @@ class After:
 
     job: str
     on: str = "success"
+    line: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """``<pool name slots keeper lease>``: at most ``slots`` jobs naming it in ``pool=`` run at
+    once, across every agent and every workflow that declares it. ``keeper`` is the agent that
+    hands out its slots (None: the agent of the first job in the pool); ``lease`` how many seconds
+    a holder's slot outlives the holder's silence (docs/workflows.md, Pools)."""
+
+    name: str
+    slots: int
+    keeper: str | None = None
+    lease: float = DEFAULT_LEASE
     line: int | None = field(default=None, compare=False)
 
 
@@ -58,6 +73,7 @@ class Job:
     conditions: tuple[Condition, ...] = ()
     # an approval step (no command): the roles that may approve it (workflow_messages.approvals)
     approval: tuple[str, ...] = ()
+    pool: str | None = None  # the name of one of the workflow's pools (``pool="NAME"``)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weekdays", frozenset(self.weekdays))
@@ -80,6 +96,7 @@ class Job:
             **({"deadline": self.deadline} if self.deadline is not None else {}),
             **({"conditions": condition_records(self.conditions)} if self.conditions else {}),  # likewise
             **({"approval": list(self.approval)} if self.approval else {}),
+            **({"pool": self.pool} if self.pool is not None else {}),
         }
 
 
@@ -98,11 +115,13 @@ class Workflow:
     deadline: str | None = None  # when APPL_END must have come (workflow_messages.deadlines)
     # ``max-active`` and ``overlap``: generations at once (None: unlimited), workflow_messages.overlap
     overlap: Overlap | None = None
+    pools: tuple[Pool, ...] = ()  # ``<pool>``: concurrency limits its jobs name in ``pool=``
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "jobs", tuple(self.jobs))
         object.__setattr__(self, "params", tuple(self.params))
         object.__setattr__(self, "calendars", tuple(self.calendars))
+        object.__setattr__(self, "pools", tuple(self.pools))
         problems = find_problems(self)
         if problems:
             raise DefinitionError(problems)
@@ -117,6 +136,17 @@ class Workflow:
         """The agent of the first start job: it runs the virtual jobs APPL_START and APPL_END."""
         return next(job.agent for job in self.jobs if not job.after)
 
+    def keeper(self, pool: Pool) -> str:
+        """The agent that keeps ``pool``'s slots: its ``keeper``, or the agent of its first job."""
+        if pool.keeper is not None:
+            return pool.keeper
+        return next((job.agent for job in self.jobs if job.pool == pool.name), "")
+
+    def pool_declaration(self, pool: Pool) -> PoolDeclaration:
+        """``pool`` as the agents get it: its keeper named, and the agent of each job in it."""
+        jobs = {job.name: job.agent for job in self.jobs if job.pool == pool.name}
+        return PoolDeclaration(pool.name, pool.slots, self.keeper(pool), pool.lease, jobs)
+
     def version(self) -> str:
         """A short sha256 of the canonical definition: equal definitions, equal versions, however
         the XML was laid out; any change of meaning gives a new one."""
@@ -129,6 +159,8 @@ class Workflow:
             definition["deadline"] = self.deadline
         if self.overlap is not None:  # likewise
             definition["overlap"] = self.overlap.record()
+        if self.pools:  # likewise
+            definition["pools"] = [self.pool_declaration(pool).record() for pool in self.pools]
         canonical = json.dumps(
             definition,
             sort_keys=True,

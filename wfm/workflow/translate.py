@@ -111,6 +111,11 @@ def translate(workflow: Workflow) -> Plan:
         base["cwd"] = posixpath.dirname(workflow.source)
     if workflow.params:  # every agent checks a Trigger's parameters and fills in their defaults
         base["params"] = records(workflow.params)
+    # every agent: its jobs' keepers and limits, and the keeper its pools' jobs (a pool no job
+    # uses limits nothing: it is not sent)
+    used = [declared for pool in workflow.pools if (declared := workflow.pool_declaration(pool)).jobs]
+    if used:
+        base["pools"] = [declared.record() for declared in used]
     graph = {
         job.name: [(a.job, a.on) for a in job.after] or [(APPL_START, "success")] for job in workflow.jobs
     }
