@@ -32,7 +32,12 @@ CASES = [
         "two commands",
         f'<workflow name="W">\n{JOB_A}\n<job name="B" agent="a"><command>x</command>\n'
         "<command>y</command></job></workflow>",
-        [(4, "unexpected <command> (a job holds its <after> elements, then one <command> or one <approval>)")],
+        [
+            (
+                4,
+                "unexpected <command> (a job holds its <after> elements, then one <command> or one <approval>)",
+            )
+        ],
     ),
     (
         "after after command",
