@@ -35,7 +35,8 @@ CASES = [
         [
             (
                 4,
-                "unexpected <command> (a job holds its <after> elements, then one <command> or one <approval>)",
+                "unexpected <command> (a job holds its <after> elements,"
+                " then one <command> or one <approval>)",
             )
         ],
     ),
