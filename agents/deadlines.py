@@ -23,6 +23,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from agents import publishing
 from agents.events import Effect, Emit
 from workflow_messages.deadlines import Deadline, deadline_alert, parse_deadline
 
@@ -53,6 +54,10 @@ def check(agent: Agent, now: float) -> list[Effect]:
             if now < due:
                 continue
             generation.missed.append(job)
+            # kept with the outcome too, which RUNS answers after the generation is forgotten
+            missed = publishing.outcome(agent, workflow, gid).setdefault("missed", [])
+            if job not in missed:
+                missed.append(job)
             alert = deadline_alert(workflow, job, gid, deadline.text, generation.since, due, agent.name)
             effects.append(Emit(alert))
     return effects

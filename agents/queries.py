@@ -163,6 +163,7 @@ def _runs(agent: Agent, workflow: str, prefix: str, limit: int) -> list[dict[str
                 "busy": busy,
                 "cancelled": cancelled,
                 "params": record.get("params", {}),  # absent from older outcomes
+                **({"missed": record["missed"]} if record.get("missed") else {}),  # deadlines
                 **({"waiting": held} if held else {}),  # held jobs: the conditions they wait for
             }
         )

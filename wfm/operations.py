@@ -41,7 +41,9 @@ from workflow_messages import (
     monitor_subscriptions,
     resolve,
 )
+from workflow_messages.alerts import ALERT
 from workflow_messages.conditions import held
+from workflow_messages.deadlines import DEADLINE
 from workflow_messages.operations import (
     ANY,
     APPROVE,
@@ -191,6 +193,7 @@ def generation_record(generation: Generation, cancelled: bool = False) -> dict[s
         "duration": None if end is None or started is None else round(max(ends) - started, 3),
         "jobs": {job: state.status for job, state in jobs.items()},
         "params": generation.params or {},
+        **({"missed": list(generation.missed)} if generation.missed else {}),  # deadlines' alerts
     }
 
 
@@ -340,6 +343,9 @@ class Session:
             )
         if generation.get("cancelled"):
             self.cancelled.add((workflow, gid))
+        for job in generation.get("missed", []):  # the alerts of the deadlines it missed
+            alert = {"class": ALERT, "applname": workflow, "GID": gid, "jobname": job, "status": DEADLINE}
+            monitor.receive(alert)
         waiting = generation.get("waiting", {})  # held jobs: what they wait for (agents.conditions)
         states: dict[str, dict[str, Value]] = {
             job: {"status": state.upper(), **({"detail": held(waiting[job])} if job in waiting else {})}

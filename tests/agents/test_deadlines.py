@@ -10,13 +10,14 @@ from pathlib import Path
 
 from agents.events import Delivered, Effect, Finished, Incoming, Result, TimePassed
 from agents.journal import Journal
+from agents.queries import answer_query
 from agents.state import Agent
 from broker.language import Publication
 from tests.agents.test_state import WORKFLOWS, install, journaled, key, published, runs, status, trigger
 from tests.signing import DEPLOYER, signed
 from wfm.workflow import loads, translate
 from workflow_messages.deadlines import alert_quality
-from workflow_messages.operations import CANCEL, operation
+from workflow_messages.operations import CANCEL, operation, query
 
 TEXT = (WORKFLOWS / "payroll.xml").read_text()
 PLAN = translate(
@@ -70,6 +71,11 @@ def test_a_job_still_running_at_its_deadline_publishes_one_alert_at_once() -> No
     assert alerts(agent.handle(TimePassed(), DUE + 60)) == []  # once
     ended = agent.handle(Finished(run, Result(True, "exit 0", T0 + 60, 3000)), DUE + 1200)
     assert [p.cls for p in published(ended)] == ["JOBSTATUS"]  # late, but no second alert
+    # wfm runs hears of it from the agent, after the generation is over too
+    reply = answer_query(agent, query("*", "RUNS", "r", {"workflow": "PAYROLL"}))
+    assert isinstance(reply, Publication)
+    [generation] = json.loads(str(reply["content"]))["generations"]
+    assert generation["missed"] == ["JobB"]
 
 
 def test_a_job_whose_predecessor_is_late_misses_its_deadline_without_having_started() -> None:

@@ -44,6 +44,8 @@ def test_a_job_past_its_deadline_raises_an_alert_before_it_ends(overlay: Overlay
     assert "Sleep" not in overlay.statuses.get(("LATE", "g1"), {}), "the alert came only after the job ended"
     overlay.wait_end("LATE", ["g1"])
     assert overlay.states("LATE", "g1")["Sleep"] == "SUCCESS"
+    [run] = [r for r in lines(wfm(overlay, "runs", "LATE", "-o", "json")) if r["gid"] == "g1"]
+    assert run["missed"] == ["Sleep"]  # wfm runs says so, from the agents, once it is over too
     done = wfm(overlay, "alerts", "ack", "LATE.Sleep.g1.deadline")
     assert done.returncode == 0, done.stderr
     assert [r for r in lines(wfm(overlay, "alerts", "-o", "json")) if r["gid"] == "g1"] == []

@@ -23,6 +23,7 @@ from wfm.monitor import Monitor
 from wfm.operations import BadParams, NoReply, Session, generation_record, newest, stored_runs
 from wfm.signing import Deployer
 from wfm.triggers import check_gid, check_workflow, default_outbox
+from workflow_messages import APPL_END
 
 T = TypeVar("T")
 TIMED_OUT = 3
@@ -206,6 +207,9 @@ def _table(records: list[dict[str, Any]]) -> Table:
         )
         duration = "" if r["duration"] is None else f"{r['duration']:.1f}s"
         jobs = " ".join(f"{job}:{status}" for job, status in r["jobs"].items())
+        if r.get("missed"):
+            late = ", ".join("the generation" if job == APPL_END else job for job in r["missed"])
+            jobs += f"  (deadline missed: {late})"
         table.add_row(r["gid"], r["date"] or "", r["status"], started, duration, jobs)
     return table
 
