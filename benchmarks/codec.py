@@ -2,7 +2,8 @@
 
 The frames a broker handles most: a client's ``Publish`` and the ``Deliver`` of it, each with the
 overlay benchmark's publication (a sequence number, a timestamp, 64 bytes of padding). Four
-figures, each the best of ``--rounds`` timed loops of ``--count`` frames:
+figures, each the best of ``--rounds`` timed loops of ``--count`` frames, the loops of the three
+taking turns:
 
 * encode: ``codec.encode`` (message to array, msgspec's msgpack encoder, length prefix) against
   the same with ``msgpack.Packer`` in place of msgspec's encoder, the codec's encoder before;
@@ -21,6 +22,7 @@ import os
 import struct
 import time
 from collections.abc import Callable
+from functools import partial
 
 import msgpack
 
@@ -38,14 +40,17 @@ def with_packer(message: WireMessage) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-def per_second(work: Callable[[], object], count: int, rounds: int) -> float:
-    best = float("inf")
+def per_second(works: list[Callable[[], object]], count: int, rounds: int) -> list[float]:
+    """Frames per second of each of ``works``: the best of ``rounds`` loops of ``count``, the
+    works taking turns in each round (so that a busy moment of the machine hits them alike)."""
+    best = [float("inf")] * len(works)
     for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(count):
-            work()
-        best = min(best, time.perf_counter() - start)
-    return count / best
+        for i, work in enumerate(works):
+            start = time.perf_counter()
+            for _ in range(count):
+                work()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return [count / seconds for seconds in best]
 
 
 def main() -> None:
@@ -61,10 +66,12 @@ def main() -> None:
     result: dict[str, object] = {"benchmark": "codec", "cores": os.cpu_count()}
     for name, message in messages.items():
         assert codec.encode(message) == with_packer(message)  # the same bytes
-        ours = per_second(lambda m=message: codec.encode(m), args.count, args.rounds)  # type: ignore[misc]
-        packer = per_second(lambda m=message: with_packer(m), args.count, args.rounds)  # type: ignore[misc]
         payload = codec.encode(message)[HEADER.size :]
-        decoded = per_second(lambda p=payload: codec.decode(p), args.count, args.rounds)  # type: ignore[misc]
+        ours, packer, decoded = per_second(
+            [partial(codec.encode, message), partial(with_packer, message), partial(codec.decode, payload)],
+            args.count,
+            args.rounds,
+        )
         print(
             f"{name:8} encode {ours:12,.0f}/s  msgpack Packer {packer:12,.0f}/s  ratio {ours / packer:.2f}"
             f"   decode {decoded:12,.0f}/s",
