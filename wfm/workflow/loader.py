@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
+from typing import TypeVar
 
 from lxml import etree
 
@@ -28,6 +30,9 @@ from workflow_messages.params import parse_value
 from workflow_messages.pools import DEFAULT_LEASE, LEASE_RULE, SLOTS_RULE
 
 __all__ = ["load", "loads"]
+
+N = TypeVar("N", int, float)  # a number read from an attribute
+D = TypeVar("D", int, float, None)  # its default
 
 _TIMEOUT = re.compile(r"\s*(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*\Z")
 _RETRIES = re.compile(r"\s*[0-9]+\s*\Z")
@@ -178,19 +183,37 @@ def _pool(element: etree._Element, problems: list[Problem]) -> Pool:
     """One ``<pool>``; a ``slots`` or ``lease`` that is no number is reported and replaced by one
     that passes, so that the rest of the workflow is still checked."""
     name, line = element.get("name"), element.sourceline
-    slots, lease = 1, DEFAULT_LEASE
-    text = element.get("slots")
-    if _RETRIES.match(text):
-        slots = int(text)  # 0 goes on to the checks, which report it
-    else:
-        problems.append(Problem(line, f"pool {name!r}: {SLOTS_RULE}, not {text!r}"))
-    text = element.get("lease")
-    if text is not None:
-        if _TIMEOUT.match(text):
-            lease = float(text)
-        else:
-            problems.append(Problem(line, f"pool {name!r}: {LEASE_RULE}, not {text!r}"))
+    label = f"pool {name!r}"
+    # slots 0 goes on to the checks, which report it
+    slots = _number(element, "slots", _RETRIES.match, int, 1, SLOTS_RULE, label, problems)
+    lease = _number(element, "lease", _TIMEOUT.match, float, DEFAULT_LEASE, LEASE_RULE, label, problems)
     return Pool(name, slots, element.get("keeper"), lease, line)
+
+
+def _number(
+    element: etree._Element,
+    attribute: str,
+    fits: Callable[[str], object],
+    convert: Callable[[str], N],
+    default: D,
+    rule: str,
+    label: str,
+    problems: list[Problem],
+) -> N | D:
+    """The number ``attribute`` of ``element`` holds, or ``default`` when it has none; text that
+    does not fit is reported (``label: rule, not 'text'``) and the default kept, so that the rest
+    of the workflow is still checked."""
+    text = element.get(attribute)
+    if text is None:
+        return default
+    if fits(text):
+        return convert(text)
+    problems.append(Problem(element.sourceline, f"{label}: {rule}, not {text!r}"))
+    return default
+
+
+def _positive(text: str) -> bool:
+    return bool(_TIMEOUT.match(text)) and float(text) > 0
 
 
 def _job(element: etree._Element, problems: list[Problem]) -> Job:
@@ -198,32 +221,18 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
     that the rest of the workflow is still checked."""
     name, line = element.get("name"), element.sourceline
     label = f"job {name!r}"
-    weekdays, timeout, retries = DAILY, None, 0
+    weekdays = DAILY
     text = element.get("schedule")
     if text is not None:
         try:
             weekdays = parse_weekdays(text)
         except ValueError as error:
             problems.append(Problem(line, f"{label}: {error}"))
-    text = element.get("timeout")
-    if text is not None:
-        if _TIMEOUT.match(text) and float(text) > 0:
-            timeout = float(text)
-        else:
-            problems.append(Problem(line, f"{label}: {TIMEOUT_RULE}, not {text!r}"))
-    text = element.get("retries")
-    if text is not None:
-        if _RETRIES.match(text):
-            retries = int(text)
-        else:
-            problems.append(Problem(line, f"{label}: {RETRIES_RULE}, not {text!r}"))
-    priority = DEFAULT_PRIORITY
-    text = element.get("priority")
-    if text is not None:
-        if _PRIORITY.match(text):
-            priority = int(text)
-        else:
-            problems.append(Problem(line, f"{label}: {PRIORITY_RULE}, not {text!r}"))
+    timeout: float | None = _number(element, "timeout", _positive, float, None, TIMEOUT_RULE, label, problems)
+    retries = _number(element, "retries", _RETRIES.match, int, 0, RETRIES_RULE, label, problems)
+    priority = _number(
+        element, "priority", _PRIORITY.match, int, DEFAULT_PRIORITY, PRIORITY_RULE, label, problems
+    )
     after = tuple(
         After(a.get("job"), a.get("on", "success"), a.sourceline) for a in element.iterchildren("after")
     )
