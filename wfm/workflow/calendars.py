@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from lxml import etree
 
-from wfm.workflow.errors import Problem, first_on
-from workflow_messages import DAILY, Calendar, check_name, parse_weekdays
+from wfm.workflow.errors import Problem, declared, first_on
+from workflow_messages import DAILY, Calendar, parse_weekdays
 from workflow_messages.named_calendars import MAX_HOLIDAYS, NamedCalendar, parse_holiday
 
 if TYPE_CHECKING:
@@ -79,23 +79,17 @@ def _holiday_file(path: Path) -> frozenset[date]:
 def problems(workflow: Workflow) -> Iterator[Problem]:
     """Names that are names, declared once, weekdays that are some, not too many holidays, and
     every job's ``calendar`` declared."""
-    first: dict[str, int | None] = {}
+    yield from declared(((named.name, named.line) for named in workflow.calendars), "calendar")
+    names = {named.name for named in workflow.calendars}
     for named in workflow.calendars:
         label = f"calendar {named.name!r}"
-        try:
-            check_name(named.name, "calendar name")
-        except ValueError as error:
-            yield Problem(named.line, str(error))
-        if named.name in first:
-            yield Problem(named.line, f"duplicate calendar {named.name!r}{first_on(first[named.name])}")
-        first.setdefault(named.name, named.line)
         if not named.calendar.weekdays or not named.calendar.weekdays <= DAILY:
             yield Problem(named.line, f"{label}: its days are a non-empty set of weekdays 0 (Monday) to 6")
         if len(named.calendar.holidays) > MAX_HOLIDAYS:
             yield Problem(named.line, f"{label}: more than {MAX_HOLIDAYS} holidays")
     for job in workflow.jobs:
-        if job.calendar is not None and job.calendar not in first:
-            known = f"declared: {', '.join(sorted(first))}" if first else "none is declared"
+        if job.calendar is not None and job.calendar not in names:
+            known = f"declared: {', '.join(sorted(names))}" if names else "none is declared"
             yield Problem(job.line, f"job {job.name!r}: unknown calendar {job.calendar!r} ({known})")
 
 

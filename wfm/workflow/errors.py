@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from broker.errors import LocalError
+from workflow_messages import check_name
 
-__all__ = ["DefinitionError", "Problem", "first_on"]
+__all__ = ["DefinitionError", "Problem", "declared", "first_on"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,20 @@ class Problem:
 
     def __str__(self) -> str:
         return self.message if self.line is None else f"line {self.line}: {self.message}"
+
+
+def declared(named: Iterable[tuple[str, int | None]], what: str) -> Iterator[Problem]:
+    """The problems of declarations (``what``: calendar, pool) given as (name, line): a name that
+    is not one, a name declared twice."""
+    first: dict[str, int | None] = {}
+    for name, line in named:
+        try:
+            check_name(name, f"{what} name")
+        except ValueError as error:
+            yield Problem(line, str(error))
+        if name in first:
+            yield Problem(line, f"duplicate {what} {name!r}{first_on(first[name])}")
+        first.setdefault(name, line)
 
 
 def first_on(line: int | None) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from wfm.workflow.errors import Problem, first_on
+from wfm.workflow.errors import Problem, declared
 from workflow_messages import check_name
 from workflow_messages.pools import LEASE_RULE, MAX_SLOTS, SLOTS_RULE, is_lease
 
@@ -23,17 +23,11 @@ __all__ = ["problems"]
 
 
 def problems(workflow: Workflow) -> Iterator[Problem]:
-    first: dict[str, int | None] = {}
+    yield from declared(((pool.name, pool.line) for pool in workflow.pools), "pool")
+    names = {pool.name for pool in workflow.pools}
     agents = set(workflow.agents)
     for pool in workflow.pools:
         label = f"pool {pool.name!r}"
-        try:
-            check_name(pool.name, "pool name")
-        except ValueError as error:
-            yield Problem(pool.line, str(error))
-        if pool.name in first:
-            yield Problem(pool.line, f"duplicate pool {pool.name!r}{first_on(first[pool.name])}")
-        first.setdefault(pool.name, pool.line)
         slots = pool.slots
         if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= MAX_SLOTS:
             yield Problem(pool.line, f"{label}: {SLOTS_RULE}, not {slots!r}")
@@ -52,6 +46,6 @@ def problems(workflow: Workflow) -> Iterator[Problem]:
                         f" (one of {', '.join(sorted(agents))})",
                     )
     for job in workflow.jobs:
-        if job.pool is not None and job.pool not in first:
-            known = f"declared: {', '.join(sorted(first))}" if first else "none is declared"
+        if job.pool is not None and job.pool not in names:
+            known = f"declared: {', '.join(sorted(names))}" if names else "none is declared"
             yield Problem(job.line, f"job {job.name!r}: unknown pool {job.pool!r} ({known})")
