@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from broker.client import Brokers
-from wfm.cli.operations import _json, _session, timeout_option, workflow_argument
+from wfm.cli.operations import _answered, _session, timeout_option, workflow_argument
 from wfm.cli.options import broker_option, checked, output_option
 from wfm.cli.workflow import signing_options
 from wfm.signing import Deployer
@@ -52,21 +52,6 @@ def _what(command: Callable[..., Any]) -> Callable[..., Any]:
     ):
         command = option(command)
     return command
-
-
-def _answered(
-    verb: str, workflow: str, acks: dict[str, tuple[str, str]], output: str, **record: str | bool | None
-) -> None:
-    """Each agent's acknowledgement on a line; exit status 1 if one did not take the envelope."""
-    for agent, (result, detail) in sorted(acks.items()):
-        if output == "json":
-            _json({"agent": agent, "workflow": workflow, **record, "result": result, "detail": detail})
-        else:
-            click.echo(f"{agent}: {result} {detail}")
-    refused = sorted(agent for agent, (result, _) in acks.items() if result not in ("OK", "UNCHANGED"))
-    if refused:
-        click.echo(f"wfm: error: {verb} refused by {', '.join(refused)}", err=True)
-        raise click.exceptions.Exit(1)
 
 
 def _holding(release: bool) -> Callable[..., None]:

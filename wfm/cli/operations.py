@@ -247,6 +247,21 @@ def logs(
     )
 
 
+def _answered(
+    verb: str, workflow: str, acks: dict[str, tuple[str, str]], output: str, **record: str | bool | None
+) -> None:
+    """Each agent's acknowledgement on a line; exit status 1 if one did not take the envelope."""
+    for agent, (result, detail) in sorted(acks.items()):
+        if output == "json":
+            _json({"agent": agent, "workflow": workflow, **record, "result": result, "detail": detail})
+        else:
+            click.echo(f"{agent}: {result} {detail}")
+    refused = sorted(agent for agent, (result, _) in acks.items() if result not in ("OK", "UNCHANGED"))
+    if refused:
+        click.echo(f"wfm: error: {verb} refused by {', '.join(refused)}", err=True)
+        raise click.exceptions.Exit(1)
+
+
 @click.command()
 @workflow_argument
 @gid_option
@@ -274,15 +289,7 @@ def cancel(
     an agent refused."""
     sign = deployer().sign
     acks = _session(broker_uri, timeout, lambda session: session.cancel(workflow, gid, sign, force))
-    for agent, (result, detail) in sorted(acks.items()):
-        if output == "json":
-            _json({"agent": agent, "workflow": workflow, "gid": gid, "result": result, "detail": detail})
-        else:
-            click.echo(f"{agent}: {result} {detail}")
-    refused = sorted(agent for agent, (result, _) in acks.items() if result not in ("OK", "UNCHANGED"))
-    if refused:
-        click.echo(f"wfm: error: cancel of {gid} refused by {', '.join(refused)}", err=True)
-        raise click.exceptions.Exit(1)
+    _answered(f"cancel of {gid}", workflow, acks, output, gid=gid)
 
 
 @click.command()
