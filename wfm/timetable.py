@@ -30,7 +30,7 @@ from apscheduler.triggers.cron import CronTrigger
 
 from wfm.triggers import check_workflow, parse_date
 from workflow_messages import Calendar, parse_weekdays
-from workflow_messages.params import MAX_PARAMS, MAX_VALUE, check_param_name
+from workflow_messages.params import MAX_PARAMS, check_param_name, parse_value
 
 __all__ = ["Entry", "fires", "load_config", "parse_config", "parse_cron", "parse_holidays"]
 
@@ -142,9 +142,10 @@ def _params(table: object) -> dict[str, str]:
         else:
             kind = "a time" if isinstance(value, datetime | time) else type(value).__name__
             raise ValueError(f"params.{name}: {kind} is not a value (text, number, boolean or date)")
-        if len(text) > MAX_VALUE or "\x00" in text:
-            raise ValueError(f"params.{name}: longer than {MAX_VALUE} characters or holds a NUL")
-        values[name] = text
+        try:
+            values[name] = parse_value("string", text)  # its length, no NUL: as every value's
+        except ValueError as error:
+            raise ValueError(f"params.{name}: {error}") from None
     return values
 
 
