@@ -72,9 +72,11 @@ from broker.messages import (
     Qos,
     Refuse,
     Renew,
+    Standby,
     StatusReply,
     StatusRequest,
     Subscribe,
+    TakeOver,
     Took,
     Unadvertise,
     Unsubscribe,
@@ -192,6 +194,7 @@ class Client(Stream):
         timeout: float = 10.0,
         *,
         retry_on_failed_connect: bool = False,
+        created: Callable[[Client], object] | None = None,
         **options: object,
     ) -> Client:
         """Connect to the first of ``uri`` (one broker, or a list to fail over along) that
@@ -202,10 +205,13 @@ class Client(Stream):
         publications are kept on disk until acknowledged (see ``outbox``); ``client_id`` is then
         the outbox's by default. With ``tls`` (an ``Identity``; by default ``uri``'s, if it is a
         ``BrokerList`` that has one), every link is mutual TLS and the id is scoped by the
-        identity's name (``NAME:ID``)."""
+        identity's name (``NAME:ID``). ``created`` is given the client before its first dial (to
+        set what its hello says, ``connection.noted``, and to find it from ``on_event``)."""
         targets = brokers(uri)
         options.setdefault("tls", targets.tls)
         client = cls(targets, client_id, queue_limit, timeout, **options)  # type: ignore[arg-type]
+        if created is not None:
+            created(client)
         backoff = client.connection.dialling.backoff
         first = backoff if retry_on_failed_connect else dataclasses.replace(backoff, attempts=len(targets))
         try:
@@ -518,6 +524,34 @@ class Client(Stream):
         advertisements they fit are made again. The first publication of this run sends them
         first otherwise. Returns how many."""
         return 0 if self.asking.storing is None else self.asking.storing.resend()
+
+    async def declare_standbys(self, keys: dict[str, tuple[tuple[str, ...], float]]) -> str:
+        """Tell the broker who may take which keys of this client's session over, and after how
+        many seconds of its link being down (``Standby``; replaces what was declared). Returns
+        once the broker has it; RefusedError otherwise."""
+        ref = self.refs.next()
+        declared = tuple((key, tuple(who), float(after)) for key, (who, after) in sorted(keys.items()))
+        return str(await self.asking.ask(Standby(ref, declared), ref))
+
+    async def take_over(self, primary: str, key: str) -> str:
+        """Ask the broker for ``key`` of client ``primary``'s session (``TakeOver``): returns
+        once granted; RefusedError with the broker's reason otherwise (not yet, or not you)."""
+        ref = self.refs.next()
+        return str(await self.asking.ask(TakeOver(ref, primary, key), ref))
+
+    def discard(self, unwanted: Callable[[Publication], bool]) -> list[Publication]:
+        """Take every publication not yet acknowledged that ``unwanted`` names out of what this
+        client would send or send again (its outbox included): its user knows it must not go
+        (a standby took over the runs whose statuses they are). Returns them."""
+        dropped: list[Publication] = []
+        for ref, pending in list(self.requests.pending.items()):
+            if isinstance(pending.message, Publish) and unwanted(pending.message.publication):
+                dropped.append(pending.message.publication)
+                self.asking.answered(ref, None)  # out of the outbox too
+        storing = self.asking.storing
+        if storing is not None:
+            dropped += storing.discard(unwanted)
+        return dropped
 
     async def status(self, detail: bool = False) -> dict[str, object]:
         """The broker's status; with ``detail``, its routing tables too (see ``Router.status``)."""

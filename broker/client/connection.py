@@ -21,6 +21,7 @@ from broker.client.reconnect import Backoff, ConnectionEvent, Greeting, dial_any
 from broker.clock import Clock
 from broker.errors import ConnectError, LinkClosed
 from broker.messages import Ping, WireMessage
+from broker.transport.handshake import HandedOver
 from broker.transport.link import Link
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
@@ -47,6 +48,7 @@ class Dialling:
 # Seconds of silence after which a broker of a replicated site is taken for frozen: it pings a
 # quiet link every second, and another broker of its site takes over our session at once.
 SITE_DEAD_AFTER = 3.0
+HANDED_OVER_RETRY = 0.2  # seconds between hellos refused as handed over, while our user takes note
 
 
 class LinkUser(Protocol):
@@ -86,6 +88,7 @@ class Connection:
         self.link: Link | None = None
         self.broker_id = ""
         self.paused = False
+        self.noted = ""  # the keys of our session we know were taken over (``Hello.noted``)
 
     @property
     def up(self) -> bool:
@@ -94,20 +97,30 @@ class Connection:
     async def dial(self, backoff: Backoff, stay: float = 0.0) -> tuple[int, Link, list[WireMessage]]:
         """Dial the brokers from the current one on (see ``reconnect.dial_any``)."""
         d = self.dialling
-        tls = None if d.tls is None else d.tls.client  # as of now: each dial sees the latest revocations
-        return await dial_any(
-            d.targets,
-            d.name,
-            d.timeout,
-            backoff,
-            self.index,
-            d.rng,
-            d.sleep,
-            self.greeting,
-            stay,
-            tls,
-            self.clock,
-        )
+        while True:
+            tls = None if d.tls is None else d.tls.client  # as of now: each dial sees the latest revocations
+            try:
+                return await dial_any(
+                    d.targets,
+                    d.name,
+                    d.timeout,
+                    backoff,
+                    self.index,
+                    d.rng,
+                    d.sleep,
+                    self.greeting,
+                    stay,
+                    tls,
+                    self.clock,
+                    lambda: self.noted,
+                )
+            except HandedOver as error:
+                # a standby took keys of our session over: our user must take note (and drop what
+                # it would re-send of them) before we link again, saying so (``noted``)
+                if self.on_event is None:
+                    raise
+                self.event(ConnectionEvent("handed over", self.dialling.targets[self.index].id, str(error)))
+                await d.sleep(HANDED_OVER_RETRY)
 
     def take(self, index: int, link: Link) -> None:
         self.index, self.link, self.broker_id = index, link, self.dialling.targets[index].id

@@ -20,7 +20,7 @@ from broker.errors import ConnectError
 from broker.messages import Hello, WireMessage
 from broker.transport.backoff import JITTER, Backoff
 from broker.transport.dialer import dial as connect
-from broker.transport.handshake import ServedElsewhere
+from broker.transport.handshake import HandedOver, ServedElsewhere
 from broker.transport.link import Link
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
@@ -109,15 +109,16 @@ async def dial(
     greeting: Greeting = _no_custody,
     tls: ssl.SSLContext | None = None,
     clock: Clock = SYSTEM,
+    noted: str = "",
 ) -> tuple[Link, list[WireMessage]]:
     """A link to ``target`` after the handshake (its hello in ``link.peer``), and what the broker
     sent behind its hello; over TLS if given ``tls``, to a broker whose certificate names it.
     ConnectError, with the reason, if the broker cannot be reached, refuses or is someone else.
-    The link reads ``clock`` (the client's) for when it last heard from the broker."""
+    The link reads ``clock`` (the client's) for when it last heard from the broker. ``noted``:
+    the keys of our session we know were taken over (``Hello.noted``)."""
     peer_epoch, took = greeting(target.id)
-    link, leftovers, _ = await connect(
-        target, Hello("client", name, peer_epoch=peer_epoch, took=took), timeout, tls, clock=clock
-    )
+    hello = Hello("client", name, peer_epoch=peer_epoch, took=took, noted=noted)
+    link, leftovers, _ = await connect(target, hello, timeout, tls, clock=clock)
     return link, [item for item in leftovers if not isinstance(item, Exception)]
 
 
@@ -133,6 +134,7 @@ async def dial_any(
     stay: float = 0.0,
     tls: ssl.SSLContext | None = None,
     clock: Clock = SYSTEM,
+    noted: Callable[[], str] = str,
 ) -> tuple[int, Link, list[WireMessage]]:
     """Dial ``targets`` in turn from ``start``, waiting ``backoff.delay(failures)`` before each
     attempt, until one answers: its index, link and leftovers; while the waits add up to less
@@ -141,7 +143,8 @@ async def dial_any(
     broker it names as the leader is dialled next: at once if it named another than itself and
     the attempt was not itself such a jump, else ``SENT_ON_RETRY`` later (a leader elected serves
     once caught up; names may be stale). ConnectError naming every broker once
-    ``backoff.attempts`` attempts have failed."""
+    ``backoff.attempts`` attempts have failed; HandedOver at once (``noted`` says what the hello
+    says we know of it: see ``Hello.noted``)."""
     failures = moved = sent_on = 0
     waited = 0.0
     errors: dict[BrokerURI, ConnectError] = {}
@@ -168,7 +171,9 @@ async def dial_any(
             index = (start + moved) % len(targets)
         jumped, named, at_once = at_once, None, False
         try:
-            link, leftovers = await dial(targets[index], name, timeout, greeting, tls, clock)
+            link, leftovers = await dial(targets[index], name, timeout, greeting, tls, clock, noted())
+        except HandedOver:
+            raise
         except ServedElsewhere as error:  # not a failure while its site elects, within reason
             errors[targets[index]] = error
             sent_on += 1

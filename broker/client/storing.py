@@ -16,6 +16,7 @@ from collections.abc import Callable
 from broker import failpoints
 from broker.client.outbox import Outbox, OutboxError
 from broker.errors import LinkClosed
+from broker.language import Publication
 from broker.messages import Publish
 
 __all__ = ["Send", "Storing"]
@@ -63,6 +64,22 @@ class Storing:
                 self.outbox.directory,
             )
         return len(left)
+
+    def discard(self, unwanted: Callable[[Publication], bool]) -> list[Publication]:
+        """Take what ``unwanted`` names out of what waits here (left by an earlier run, or on
+        its way to the disk) and out of the outbox; what was taken."""
+        dropped: list[Publication] = []
+        for message in [m for m in self._left if unwanted(m.publication)]:
+            self._left.remove(message)
+            self.outbox.remove(message.id)
+            dropped.append(message.publication)
+        for item in [item for item in self._storing if unwanted(item[0].publication)]:
+            self._storing.remove(item)
+            self.outbox.remove(item[0].id)
+            dropped.append(item[0].publication)
+            if item[1] is not None and not item[1].done():
+                item[1].set_result(None)
+        return dropped
 
     def store(self, message: Publish, future: Waiter | None) -> None:
         """Into the outbox; sent once on disk, in the order made."""

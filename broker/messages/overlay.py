@@ -47,9 +47,11 @@ __all__ = [
     "Refuse",
     "Renew",
     "Retained",
+    "Standby",
     "StatusReply",
     "StatusRequest",
     "Subscribe",
+    "TakeOver",
     "Took",
     "Unadvertise",
     "Unsubscribe",
@@ -397,6 +399,53 @@ class Refuse:
             raise ValueError("a refusal needs a reason")
 
 
+MAX_STANDBY_KEYS = 1000  # what one client may declare may be taken over (``Standby``)
+
+
+@dataclass(frozen=True, slots=True)
+class Standby:
+    """From a client: what of its session another client may take over, and when. Each of
+    ``keys`` is ``(key, identities, takeover)``: the identities (as the broker knows its
+    clients: a certificate's name, or without TLS the client's id up to its first ``:``) that may
+    take ``key`` over once the client's link has been down ``takeover`` seconds by the broker's
+    clock (``TakeOver``). It replaces what the client declared before; no keys: none."""
+
+    ref: str
+    keys: tuple[tuple[str, tuple[str, ...], float], ...]
+
+    def __post_init__(self) -> None:
+        _text(self.ref, "request ref")
+        if not isinstance(self.keys, tuple) or len(self.keys) > MAX_STANDBY_KEYS:
+            raise ValueError(f"a standby declaration holds at most {MAX_STANDBY_KEYS} keys")
+        for item in self.keys:
+            if not isinstance(item, tuple) or len(item) != 3:
+                raise ValueError("a standby key is (key, identities, takeover)")
+            key, identities, takeover = item
+            _text(key, "standby key")
+            if not isinstance(identities, tuple) or not 0 < len(identities) <= 32:
+                raise ValueError("a standby key names 1 to 32 identities")
+            for who in identities:
+                _text(who, "standby identity")
+            if isinstance(takeover, bool) or not isinstance(takeover, int | float) or not 0 < takeover < 1e9:
+                raise ValueError("a takeover is a number of seconds above 0")
+
+
+@dataclass(frozen=True, slots=True)
+class TakeOver:
+    """From a client: take ``key`` of the session of client ``primary`` over, as the primary's
+    ``Standby`` allows. Answered ``Ack`` (granted: the primary's session ends, its entries are
+    withdrawn) or ``Refuse`` (why not yet, or not at all)."""
+
+    ref: str
+    primary: str
+    key: str
+
+    def __post_init__(self) -> None:
+        _text(self.ref, "request ref")
+        _text(self.primary, "primary client")
+        _text(self.key, "standby key")
+
+
 @dataclass(frozen=True, slots=True)
 class StatusRequest:
     """``detail``: the reply also lists the routing tables and composite detections (bounded),
@@ -505,6 +554,8 @@ ClientMessage = (
     | StatusRequest
     | Bye
     | Took
+    | Standby
+    | TakeOver
 )
 # What crosses a link; LinkUp, LinkDown and Tick only ever come from the local adapter.
 LinkMessage = ClientMessage | Deliver | Notify | Retained | Ack | Refuse | StatusReply | Carry

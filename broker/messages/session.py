@@ -22,7 +22,10 @@ class Hello:
     client's is empty), the listener's epoch it knows (``peer_epoch``, empty if none) and the last
     seq it took from the listener in that epoch (``took``). A broker of a replicated site names
     its ``site``: its peers know it by the site's name, whichever of the site's brokers serves
-    (``docs/sites.md``)."""
+    (``docs/sites.md``). A client names in ``noted`` (comma-separated) the keys of its session
+    it knows were taken over (``Standby``, ``TakeOver``): its broker refuses the hello of a
+    client whose session was handed over until it says it knows (``docs/workflows.md``,
+    "Standby agents")."""
 
     kind: str
     id: str
@@ -31,6 +34,7 @@ class Hello:
     peer_epoch: str = ""
     took: int = 0
     site: str = ""
+    noted: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in ("client", "broker"):
@@ -47,6 +51,9 @@ class Hello:
         site = self.site
         if site and (self.kind != "broker" or not isinstance(site, str) or not PEER_ID.match(site)):
             raise ValueError(f"{site!r} is not a site name (a broker's: 1 to 64 of A-Z a-z 0-9 _ . : -)")
+        noted = self.noted
+        if noted and (self.kind != "client" or not isinstance(noted, str) or len(noted) > 65536):
+            raise ValueError("noted is a client's, a string of at most 65536 characters")
 
 
 @dataclass(frozen=True, slots=True)

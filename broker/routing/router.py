@@ -51,9 +51,11 @@ from broker.messages import (
     Refuse,
     Renew,
     Retained,
+    Standby,
     StatusReply,
     StatusRequest,
     Subscribe,
+    TakeOver,
     Tick,
     Took,
     Unadvertise,
@@ -480,6 +482,20 @@ class Router:
         onward = Cancel(message.id, message.mid, message.by, message.ttl - 1)
         return self.retention.cancel(message) + [(n, onward) for n in sorted(self.tables.neighbors - {hop})]
 
+    def _client_declares(self, message: Standby, hop: str, now: float) -> Output:
+        """What of the client's session its standbys may take over (``Sessions.declare``)."""
+        self.sessions.declare(hop, message.keys)
+        return [(hop, Ack(message.ref, f"{len(message.keys)} standby keys"))]
+
+    def _client_takes_over(self, message: TakeOver, hop: str, now: float) -> Output:
+        """A standby asks for a session's key (``Sessions.take_over``): granted, the primary's
+        session ends and what it had is withdrawn, as at the end of its grace."""
+        why, out = self.sessions.take_over(hop, message.primary, message.key, now)
+        if why is not None:
+            self.counters["refused.takeover"] += 1
+            return [(hop, Refuse(message.ref, why))]
+        return [(hop, Ack(message.ref, f"{message.key} of {message.primary} at {now!r}")), *out]
+
     def _client_cannot(self, message: Message, hop: str, now: float) -> Output:
         return self._refuse(hop, "", f"a client cannot send {type(message).__name__}")
 
@@ -680,6 +696,8 @@ _FROM_CLIENT: dict[type, Handler] = {
     StatusRequest: Router._status,
     Bye: lambda router, message, hop, now: router.sessions.leave(hop),  # gone for good: no grace
     Took: _took,
+    Standby: Router._client_declares,
+    TakeOver: Router._client_takes_over,
 }
 _FROM_BROKER: dict[type, Handler] = {
     Advertise: _live(Router._learn),

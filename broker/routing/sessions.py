@@ -14,12 +14,20 @@ peer's link is taken (``ends_by``), so the peer's next hello finds a new channel
 be told again (after an upgrade, ``Custody.reannounce_all``) is, as it resumes. The router has
 no clock: ``expire(now)`` runs on every message it handles, and the adapter sends ``Tick`` so
 that a quiet broker expires sessions too.
+
+A client may also declare who may take its session over (``Standby``, ``TakeOver``: the standby
+agents of ``docs/workflows.md``). What it declared (:class:`Declared`) outlives its session: the
+link's going down is the clock of a takeover, and a grant ends the session at once and stays as
+a tombstone, so that the client's next hello is refused until it says it knows (``Hello.noted``,
+:meth:`Sessions.handed_over`). Nothing here is looked at on a publication's way.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -27,14 +35,33 @@ from broker.messages import Advertise, CompositeSubscribe, LinkUp, Subscribe
 from broker.routing.composites import Composites
 from broker.routing.custody import Custody
 from broker.routing.leases import Leases
+from broker.routing.retained import identity
 from broker.routing.snapshots import Stateful
 from broker.routing.tables import Output, Tables
 
-__all__ = ["RequestKey", "Sessions", "request_key"]
+__all__ = ["HANDED_OVER", "Declared", "RequestKey", "Sessions", "request_key"]
 
 log = logging.getLogger(__name__)
 
 RequestKey = tuple[object, ...]
+# How a refusal of a client's hello begins whose session was handed over (``handed_over``); the
+# client's side reads it (``broker.transport.handshake.HandedOver``)
+HANDED_OVER = "handed over: "
+
+
+@dataclass(slots=True)
+class Declared:
+    """What a client declared may be taken over: key -> (identities, takeover seconds); ``left``
+    when its link went down (None while it is up); ``grants``, key -> (who, when), what was
+    taken over (its session ended then)."""
+
+    keys: dict[str, tuple[tuple[str, ...], float]]
+    left: float | None = None
+    grants: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+
+def _when(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
 
 def request_key(message: Advertise | Subscribe | CompositeSubscribe) -> RequestKey:
@@ -50,7 +77,7 @@ class Sessions(Stateful):
     neighbours) whose link is down and whose grace period is not over. ``grace`` 0 means none:
     a peer's entries are withdrawn as soon as its link goes."""
 
-    STATE = ("owned", "requests", "started", "away", "peers")
+    STATE = ("owned", "requests", "started", "away", "peers", "declared")
 
     def __init__(
         self,
@@ -72,14 +99,24 @@ class Sessions(Stateful):
         self.started: dict[str, str] = {}  # client hop -> when it connected (ms, hex): see PublicationId
         self.away: dict[str, float] = {}  # hop -> when its grace period ends, in the order they left
         self.peers: dict[str, tuple[str, str]] = {}  # client hop -> identity, role (its certificate's)
+        self.declared: dict[str, Declared] = {}  # client hop -> what may be taken over (``Standby``)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """A state from before standbys has no ``declared``: nothing was."""
+        super().restore({"declared": {}, **state})
 
     def connect(self, hop: str, now: float, up: LinkUp, peer: tuple[str, str] = ("", "")) -> Output:
         """A client's link is up: a new session, or the one kept for it, with what was held."""
+        declared = self.declared.get(hop)
         if hop in self.tables.clients:
             self.peers[hop] = peer
             self.away.pop(hop, None)
+            if declared is not None:
+                declared.left = None
             log.info("client %s came back", hop)
             return self.custody.resume(hop, up.resume)
+        if declared is not None:  # a new session: it declares again (the adapter let it in only
+            del self.declared[hop]  # if its hello noted what was handed over)
         if hop not in self.tables.neighbors:
             self.tables.add_client(hop)
             self.peers[hop] = peer
@@ -114,6 +151,9 @@ class Sessions(Stateful):
         """A peer's link went down: its session is kept for the grace period, or withdrawn now."""
         if hop in self.away or (hop not in self.tables.clients and hop not in self.tables.neighbors):
             return []
+        declared = self.declared.get(hop)
+        if declared is not None:
+            declared.left = now
         if self.grace <= 0 or self.owned.get(hop) == set():  # nothing to keep (``wfm status``, say)
             return self._drop(hop)
         self.away[hop] = now + self.grace
@@ -127,6 +167,7 @@ class Sessions(Stateful):
         if hop not in self.tables.clients or hop in self.away:
             return []
         log.info("client %s left for good", hop)
+        self.declared.pop(hop, None)  # gone on purpose: nothing to take over
         return self._withdraw_client(hop)
 
     def expire(self, now: float) -> Output:
@@ -190,6 +231,78 @@ class Sessions(Stateful):
         self.custody.close(hop)
         del self.started[hop], self.peers[hop]
         return out
+
+    # standbys ---------------------------------------------------------------------------------
+
+    def declare(self, hop: str, keys: tuple[tuple[str, tuple[str, ...], float], ...]) -> None:
+        """What client ``hop`` (connected) may have taken over from now on, replacing what it
+        declared before."""
+        if keys:
+            self.declared[hop] = Declared({key: (who, float(after)) for key, who, after in keys})
+        else:
+            self.declared.pop(hop, None)
+
+    def take_over(self, hop: str, primary: str, key: str, now: float) -> tuple[str | None, Output]:
+        """Client ``hop`` asks to take ``key`` of client ``primary`` over: (why not, nothing), or
+        (None, what ending the primary's session sends). Granted only to an identity the primary
+        declared for ``key``, once the primary's link has been down its ``takeover`` by this
+        clock (or again to whom it was granted), and only while nothing waits to be sent to the
+        asker (its deliveries then all precede the answer on its link: it has every status the
+        primary got to this broker before it acts on the grant)."""
+        who = self.peers[hop][0] or identity(hop)
+        declared = self.declared.get(primary)
+        if declared is None or key not in declared.keys:
+            return f"{primary} declared no takeover of {key} here", []
+        allowed, after = declared.keys[key]
+        if who not in allowed:
+            return f"{who} may not take {key} of {primary} over: only {', '.join(allowed)} may", []
+        granted = declared.grants.get(key)
+        if granted is not None and granted[0] != who:
+            return f"{key} of {primary} was handed over to {granted[0]} at {_when(granted[1])}", []
+        if granted is None:
+            if declared.left is None:
+                return f"{primary} is connected", []
+            down = now - declared.left
+            if down < after:
+                return (
+                    f"{primary}'s link has been down {down:.1f} s, less than the {after:g} s after which"
+                    f" {key} may be taken over",
+                    [],
+                )
+        channel = self.custody.channels.get(hop)
+        if channel is not None and channel.backlog:
+            return "deliveries for you wait here: ask again once they are sent", []
+        if granted is not None:
+            return None, []
+        declared.grants[key] = (who, now)
+        self.counters["sessions_handed_over"] += 1
+        log.warning(
+            "%s handed over to %s at %s: %s's link down for %.1f s (takeover %g s)",
+            key,
+            who,
+            _when(now),
+            primary,
+            now - (declared.left or now),
+            after,
+        )
+        if primary not in self.tables.clients:  # its grace was over: withdrawn then
+            return None, []
+        self.away.pop(primary, None)
+        return None, self._withdraw_client(primary)
+
+    def handed_over(self, hop: str, noted: str) -> str | None:
+        """Why client ``hop``'s hello is refused, if it is: its session was handed over and the
+        hello's ``noted`` does not name every key taken over. The adapter asks before it takes
+        a client's link, so a client that does not know yet re-sends nothing (its outbox holds
+        statuses of runs another now runs), and it then starts a new session."""
+        declared = self.declared.get(hop)
+        if declared is None or not declared.grants:
+            return None
+        known = set(noted.split(",")) if noted else set()
+        if declared.grants.keys() <= known:
+            return None
+        said = "; ".join(f"{key} to {who} at {at!r}" for key, (who, at) in sorted(declared.grants.items()))
+        return f"{HANDED_OVER}{said}"
 
     def status(self) -> dict[str, Any]:
         return {

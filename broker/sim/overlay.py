@@ -31,6 +31,7 @@ from broker.messages import (
     DEFAULT_QOS,
     Ack,
     Advertise,
+    Bye,
     Cancel,
     Carry,
     CompositeSubscribe,
@@ -42,7 +43,9 @@ from broker.messages import (
     Publish,
     Qos,
     Refuse,
+    Standby,
     Subscribe,
+    TakeOver,
     Tick,
     Took,
     Unadvertise,
@@ -66,6 +69,8 @@ class SimClient:
     took: int = 0  # the last carried delivery taken: what a reconnection resumes from
     taking: bool = True  # False: deliveries arrive but are never taken (a consumer that hangs)
     channel: str = ""  # the broker's name for the channel of its deliveries to this client
+    noted: str = ""  # what its hellos say it knows was taken over of its session (``Hello.noted``)
+    refused_hello: str = ""  # why its broker refused its last hello ("" if it did not)
 
     def _request(self, message: Message, ref: str) -> str:
         self.overlay._send(self.name, self.broker, message)
@@ -99,6 +104,20 @@ class SimClient:
         condition = parse_filter(clear, allow_variables=True) if isinstance(clear, str) else clear
         message = CompositeSubscribe(ref, parsed, condition, policy=Policy.named(policy), priority=priority)
         return self._request(message, ref)
+
+    def declare_standbys(self, keys: dict[str, tuple[tuple[str, ...], float]]) -> str:
+        ref = self._ref()
+        declared = tuple((key, who, after) for key, (who, after) in sorted(keys.items()))
+        return self._request(Standby(ref, declared), ref)
+
+    def take_over(self, primary: str, key: str) -> str:
+        ref = self._ref()
+        return self._request(TakeOver(ref, primary, key), ref)
+
+    def leave(self) -> None:
+        """Say goodbye (``Bye``): its session ends now."""
+        self.overlay._send(self.name, self.broker, Bye())
+        self.overlay.run()
 
     def fired(self) -> list[list[str]]:
         """Each composite notification so far as the canonical texts of its publications; then
@@ -214,6 +233,11 @@ class Overlay:
         """Both hellos of a link between ``a`` and ``b`` (a client, or a broker), then the LinkUps.
         A broker that kept a session for the other whose grace is over withdraws it first, as
         ``RouterDriver.session_ends`` has it, so its hello names a new channel."""
+        if a in self.clients and (handed := self.routers[b].sessions.handed_over(a, self.clients[a].noted)):
+            self.clients[a].refused_hello = handed  # as ``RouterService`` refuses its hello
+            return
+        if a in self.clients:
+            self.clients[a].refused_hello = ""
         for broker, hop in ((a, b), (b, a)):
             if broker in self.routers and self.routers[broker].sessions.ends_by(hop, self.now):
                 for target, out in self.routers[broker].handle(Tick(), "", self.now):

@@ -24,7 +24,9 @@ StatusReply           ``status``      ref, {str: msgpack-native value}
 Bye                   ``bye``         (none): a client leaves for good
 Carry                 ``carry``       seq, the carried message's array (one of the above)
 Took                  ``took``        seq: custody of everything carried up to it is taken
-Hello                 ``hello``       kind, id, version[, epoch, peer epoch, seq[, site]]: custody, a site
+Hello                 ``hello``       kind, id, version[, epoch, peer epoch, seq[, site[, noted]]]
+Standby               ``standby``     ref, [[key, [identity, ...], takeover seconds], ...]
+TakeOver              ``takeover``    ref, primary client, key
 Ping / Pong           ``ping/pong``   (none)
 VoteRequest           ``vote``        term, candidate, last index, last term, pre-vote
 VoteReply             ``voted``       term, voter, granted, pre-vote
@@ -90,9 +92,11 @@ from broker.messages import (
     Refuse,
     Renew,
     Retained,
+    Standby,
     StatusReply,
     StatusRequest,
     Subscribe,
+    TakeOver,
     Took,
     Unadvertise,
     Unsubscribe,
@@ -205,9 +209,12 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
         m.kind,
         m.id,
         m.version,
-        *((m.epoch, m.peer_epoch, m.took) if m.took or m.epoch or m.peer_epoch or m.site else ()),
-        *((m.site,) if m.site else ()),
+        *((m.epoch, m.peer_epoch, m.took) if m.took or m.epoch or m.peer_epoch or m.site or m.noted else ()),
+        *((m.site,) if m.site or m.noted else ()),
+        *((m.noted,) if m.noted else ()),
     ],
+    Standby: lambda m: ["standby", m.ref, [[key, list(who), takeover] for key, who, takeover in m.keys]],
+    TakeOver: lambda m: ["takeover", m.ref, m.primary, m.key],
     Ping: lambda m: ["ping"],
     Pong: lambda m: ["pong"],
     VoteRequest: lambda m: ["vote", m.term, m.candidate, m.last_index, m.last_term, m.pre_vote],
@@ -471,7 +478,9 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "status": ("StatusReply", 3, lambda a: StatusReply(a[1], _check_status(a[2]))),
     "carry": ("Carry", 3, lambda a: Carry(a[1], _carried(a[2]))),
     "took": ("Took", 2, lambda a: Took(a[1])),
-    "hello": ("Hello", 7, lambda a: Hello(*a[1:])),  # 4 without custody, 8 with a site: _OTHER_LENGTHS
+    "hello": ("Hello", 7, lambda a: Hello(*a[1:])),  # 4 without custody, 8 with a site, 9 noted
+    "standby": ("Standby", 3, lambda a: Standby(a[1], _to_standby_keys(a[2]))),
+    "takeover": ("TakeOver", 4, lambda a: TakeOver(a[1], a[2], a[3])),
     "ping": ("Ping", 1, lambda a: Ping()),
     "pong": ("Pong", 1, lambda a: Pong()),
     "vote": ("VoteRequest", 6, lambda a: VoteRequest(*a[1:])),
@@ -481,6 +490,15 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "install": ("InstallSnapshot", 6, lambda a: InstallSnapshot(*a[1:])),
     "piece": ("Piece", 3, lambda a: Piece(a[1], a[2])),
 }
+
+
+def _to_standby_keys(array: object) -> tuple[tuple[str, tuple[str, ...], float], ...]:
+    keys = []
+    for item in _array(array, "the standby keys"):
+        if type(item) is not list or len(item) != 3:
+            raise ValueError("a standby key must be an array [key, [identities], takeover]")
+        keys.append((item[0], tuple(_array(item[1], "the identities")), item[2]))
+    return tuple(keys)
 
 
 def _to_entries(array: object) -> tuple[Entry, ...]:
@@ -497,7 +515,7 @@ def _to_entries(array: object) -> tuple[Entry, ...]:
 # before policies) and a priority, a Notify with a priority, a StatusRequest without detail, a
 # Publish or Deliver with a quality of service.
 _OTHER_LENGTHS: dict[str, tuple[int, ...]] = {
-    "hello": (4, 8),
+    "hello": (4, 8, 9),
     "csub": (6, 7),
     "notify": (5,),
     "statreq": (2,),

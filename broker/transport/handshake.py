@@ -21,12 +21,15 @@ from broker.transport.uri import BrokerURI
 
 __all__ = [
     "ELSEWHERE",
+    "HANDED_OVER",
     "HANDSHAKE_TIMEOUT",
     "X509_V_ERR_CERT_REVOKED",
+    "HandedOver",
     "Misconfigured",
     "ServedElsewhere",
     "answer",
     "elsewhere",
+    "handed_over",
     "impostor",
     "not_the_broker",
     "opening",
@@ -40,6 +43,8 @@ X509_V_ERR_CERT_REVOKED = 23  # OpenSSL's verify code for a certificate a CRL re
 # How a refusal begins that sends the peer on to another broker of the same site: routine while a
 # site's leader changes, not a misconfiguration (``broker.sites.member``)
 ELSEWHERE = "served elsewhere: "
+# How a refusal begins of a client whose session another took over (``broker.routing.sessions``)
+HANDED_OVER = "handed over: "
 LEADS = " leads it"  # what follows the name of the broker such a refusal names as leading the site
 _NAMED = re.compile(r": (\S+)" + LEADS)
 
@@ -60,6 +65,29 @@ class ServedElsewhere(ConnectError):
     def __init__(self, message: str, leader: str = "") -> None:
         super().__init__(message)
         self.leader = leader
+
+
+class HandedOver(ConnectError):
+    """The broker refuses our hello: keys of our session were taken over by a standby and our
+    hello did not say we know (``Hello.noted``). ``grants``: key -> (who took it, when: the
+    broker's epoch seconds)."""
+
+    def __init__(self, message: str, grants: dict[str, tuple[str, float]]) -> None:
+        super().__init__(message)
+        self.grants = grants
+
+
+def handed_over(reason: str) -> dict[str, tuple[str, float]]:
+    """The grants a refusal (``HANDED_OVER`` then ``KEY to WHO at T; ...``) names."""
+    grants: dict[str, tuple[str, float]] = {}
+    for part in reason.removeprefix(HANDED_OVER).split("; "):
+        key, _, rest = part.partition(" to ")
+        who, _, at = rest.rpartition(" at ")
+        try:
+            grants[key] = (who, float(at))
+        except ValueError:
+            continue
+    return grants
 
 
 def elsewhere(me: str, site: str, leader: str | None) -> str:
@@ -97,6 +125,8 @@ def answer(target: BrokerURI, received: Received) -> tuple[Hello, list[WireMessa
         said = f"{target} refused the connection: {first.reason}"
         if first.reason.startswith(ELSEWHERE):
             raise ServedElsewhere(said, _leader_named(first.reason))
+        if first.reason.startswith(HANDED_OVER):
+            raise HandedOver(said, handed_over(first.reason))
         raise Misconfigured(said)
     if not isinstance(first, Hello) or first.kind != "broker" or first.id != target.id:
         said = f"{first.kind} {first.id!r}" if isinstance(first, Hello) else repr(first)

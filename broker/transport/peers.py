@@ -70,6 +70,10 @@ class Peers:
             await link.flush_and_close("its session ended as it came back: link again for a new one")
             await link.wait_closed()
             return
+        if hello.kind == "client" and self.driver.router.sessions.handed_over(hop, hello.noted):
+            await link.flush_and_close("its session was handed over during the handshake: link again")
+            await link.wait_closed()  # (the next hello is refused, saying so)
+            return
         ours = self.driver.channel(hop)
         if ours != sent.epoch:  # our channel changed since the hello went: it named the wrong one
             await link.flush_and_close("the channel changed during the handshake")

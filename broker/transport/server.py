@@ -310,6 +310,9 @@ class RouterService:
         hop = hello.site or hello.id
         if hello.id == self.uri.id or hop == self.router.id or hop in self.links:
             return f"{hello.kind} id {hop!r} is already connected"
+        if hello.kind == "client" and (handed := self.router.sessions.handed_over(hop, hello.noted)):
+            self.counters["handed_over_refused"] += 1  # it re-sends nothing of the session it lost
+            return handed
         return self.driver.hello(hop)
 
     def _claim_refused(self, hello: Hello) -> str | None:
