@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from agents import condition_keys, pools
+from agents import condition_keys, pools, standby
 from agents.commands import DefineJob, Deploy, DeploymentCommand, Undeploy, WantRegistration
 from agents.envelope import Control, JobInfo, Registration, registrations
 from agents.events import Effect, Register, Withdraw
@@ -90,7 +90,7 @@ def apply(agent: Agent, command: DeploymentCommand) -> Applied:
     result, effects = _APPLY[type(command)](agent, command)
     if not isinstance(command, Undeploy):
         agent.retired.discard((command.control.workflow, command.control.version))  # deployed here again
-    return result, effects + pools.sync(agent)
+    return result, effects + pools.sync(agent) + standby.sync(agent)
 
 
 def _define_job(agent: Agent, command: DefineJob) -> Applied:
@@ -174,6 +174,8 @@ def _deploy(agent: Agent, command: Deploy) -> Applied:
     control, deploy = command.control, command.part
     pools.conflicts(agent, control.workflow, deploy.pools)
     built = [(info, registrations(info, deploy.coordinator)) for info in deploy.jobs]
+    if (control.workflow, control.version) not in agent.deployments:
+        standby.redeployed(agent, control.workflow)  # who runs which job: as it says now
     deployment = _deployment_of(agent, control.workflow, control.version)
     deployment.ends_here = True
     deployment.envelopes[f"DEPLOY {digest(control.content)}"] = control
@@ -228,7 +230,12 @@ def _remove(agent: Agent, workflow: str, version: str) -> list[Effect]:
         agent.owners.pop(key, None)
     condition_keys.drop_unsubscribed(agent)
     log.info("removed %s version %s", workflow, version)
-    return [Withdraw(key) for key in sorted(deployment.keys)] + _starts(agent, workflow) + pools.sync(agent)
+    return (
+        [Withdraw(key) for key in sorted(deployment.keys)]
+        + _starts(agent, workflow)
+        + pools.sync(agent)
+        + standby.sync(agent)
+    )
 
 
 def _starts(agent: Agent, workflow: str) -> list[Effect]:

@@ -79,7 +79,7 @@ def _watched(
         watched = _WATCHED[key] = tuple(
             (job, _parsed(info.deadline))
             for job, info in deployment.jobs.items()
-            if info.deadline is not None
+            if info.deadline is not None and info.primary is None  # a standby's copy: its primary watches
         )
     return watched
 

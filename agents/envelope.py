@@ -39,6 +39,7 @@ from workflow_messages.operations import decode_content
 from workflow_messages.overlap import Overlap, read_overlap
 from workflow_messages.params import Param, parse_declarations
 from workflow_messages.pools import PoolDeclaration, read_declarations
+from workflow_messages.standby import MAX_TAKEOVER, MIN_TAKEOVER
 
 __all__ = [
     "COMMANDS",
@@ -108,6 +109,11 @@ class JobInfo:
     overlap: Overlap | None = None  # APPL_START's: generations at once (None: unlimited)
     approval: tuple[str, ...] = ()  # an approval step: the roles that may approve it (no command)
     pool: str | None = None  # the pool whose slot its runs take (``DeployPart.pools``), if any
+    # standby agents (agents.standby): who may take the job over, after how many seconds of its
+    # agent's link being down; ``primary``: on a standby's copy, the job's own agent
+    standby: tuple[str, ...] = ()
+    takeover: float = 0.0
+    primary: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +353,28 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
         conditions=read_records(data.get("conditions", [])),
         approval=approval,
         pool=pool,
+        **_standby(data),
     )
+
+
+def _standby(data: dict[str, Any]) -> dict[str, Any]:
+    """A job's standby agents, its takeover and, on a standby's copy, its primary; {} if none."""
+    standby, takeover, primary = data.get("standby", []), data.get("takeover"), data.get("primary")
+    if not standby and primary is None:
+        return {}
+    if not isinstance(standby, list) or not standby:
+        raise ValueError("JOBINFO standby must be a non-empty list of agent names")
+    for name in standby:
+        check_name(name, "JOBINFO standby")
+    if (
+        isinstance(takeover, bool)
+        or not isinstance(takeover, int | float)
+        or not MIN_TAKEOVER <= takeover <= MAX_TAKEOVER
+    ):
+        raise ValueError(f"JOBINFO takeover must be from {MIN_TAKEOVER:g} to {MAX_TAKEOVER:g} seconds")
+    if primary is not None:
+        check_name(primary, "JOBINFO primary")
+    return {"standby": tuple(standby), "takeover": float(takeover), "primary": primary}
 
 
 def firing_date(publications: tuple[Publication, ...]) -> dt.date:

@@ -18,6 +18,7 @@ __all__ = [
     "Emit",
     "Event",
     "Finished",
+    "HandedOver",
     "Incoming",
     "Lost",
     "Register",
@@ -25,6 +26,7 @@ __all__ = [
     "Run",
     "Start",
     "Stop",
+    "TakenOver",
     "TimePassed",
     "Withdraw",
 ]
@@ -106,7 +108,26 @@ class TimePassed:
     a message of the broker's adapter)."""
 
 
-Event = Incoming | Delivered | Finished | Lost | TimePassed
+@dataclass(frozen=True, slots=True)
+class TakenOver:
+    """This agent's broker granted it the job of standby key ``key`` (``WORKFLOW JOB``), whose
+    agent ``primary`` was gone for the job's takeover (:mod:`agents.standby`); ``at``: the time
+    the adapter had the grant."""
+
+    key: str
+    primary: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class HandedOver:
+    """This agent's broker refused its hello: jobs of its were taken over by standbys. ``grants``:
+    (key, who, when: the broker's clock) each."""
+
+    grants: tuple[tuple[str, str, float], ...]
+
+
+Event = Incoming | Delivered | Finished | Lost | TimePassed | TakenOver | HandedOver
 
 
 # effects --------------------------------------------------------------------------------------

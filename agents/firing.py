@@ -20,6 +20,7 @@ from agents import (
     publishing,
     refusals,
     run_queue,
+    standby,
     unstarted,
 )
 from agents.envelope import JobInfo, firing_date
@@ -49,7 +50,7 @@ from workflow_messages.params import encode_params, resolve, trigger_params
 if TYPE_CHECKING:
     from agents.state import Agent
 
-__all__ = ["begin", "delivered"]
+__all__ = ["begin", "delivered", "fire"]
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,15 @@ def delivered(agent: Agent, event: Delivered, now: float) -> list[Effect]:
     return _fired(agent, info, event.publications, now)
 
 
+def fire(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], now: float) -> list[Effect]:
+    """The firing of ``info``'s condition, decided as it came (a standby's held one, once it took
+    the job over: :mod:`agents.standby`)."""
+    return _fired(agent, info, publications, now)
+
+
 def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], now: float) -> list[Effect]:
+    if standby.ignored(agent, info):
+        return []  # handed over to a standby: it runs the job now
     gid = next((p.get("GID") for p in publications), None)
     if not isinstance(gid, str) or (info.workflow, gid) in agent.ended:
         return []
@@ -113,6 +122,8 @@ def _fired(agent: Agent, info: JobInfo, publications: tuple[Publication, ...], n
         generation.version = info.version
     if info.job in generation.jobs:
         return []  # a duplicate firing
+    if standby.passive(agent, info):  # a standby's copy: held until taken over, or answered
+        return standby.hold(agent, info, gid, publications, now)
     if expires is not None and expired(expires, now):
         return _expire(agent, info, gid, expires, publications, now)
     if info.job == APPL_START:  # unless the workflow's limit on generations at once holds it

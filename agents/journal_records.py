@@ -1,10 +1,10 @@
 """How the agent's journal writes an event it consumed: one JSON object a record.
 
-``{"t": now, "event": kind, ...}``, kind one of ``incoming``, ``delivery``, ``finished``, ``lost``
-and ``tick``, with the event's fields. A publication is kept as its structure, ``[class,
-{attribute: value}]``, not as its text, which a restart would have to parse again
-with the grammar, far slower than building it from the structure. Journals that hold the text,
-under ``publication`` / ``publications``, are read by :mod:`agents.old_journal`.
+``{"t": now, "event": kind, ...}``, kind one of ``incoming``, ``delivery``, ``finished``, ``lost``,
+``tick``, ``taken`` and ``handed`` (standby agents), with the event's fields. A publication is
+kept as its structure, ``[class, {attribute: value}]``, not as its text, which a restart would
+have to parse again with the grammar, far slower than building it from the structure. Journals
+that hold the text, under ``publication`` / ``publications``, are read by :mod:`agents.old_journal`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,18 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from agents.events import Delivered, Event, Finished, Incoming, Lost, Result, Run, TimePassed
+from agents.events import (
+    Delivered,
+    Event,
+    Finished,
+    HandedOver,
+    Incoming,
+    Lost,
+    Result,
+    Run,
+    TakenOver,
+    TimePassed,
+)
 from broker.language import Publication, parse_publication
 
 __all__ = ["decode", "encode", "fields"]
@@ -29,6 +40,10 @@ def fields(event: Event) -> dict[str, Any]:
         return {"event": "finished", "run": asdict(event.run), "result": asdict(event.result)}
     if isinstance(event, Lost):
         return {"event": "lost", "run": asdict(event.run)}
+    if isinstance(event, TakenOver):
+        return {"event": "taken", "key": event.key, "primary": event.primary, "at": event.at}
+    if isinstance(event, HandedOver):
+        return {"event": "handed", "grants": event.grants}
     return {"event": "tick"}
 
 
@@ -51,6 +66,10 @@ def decode(record: dict[str, Any]) -> tuple[Event, float]:
         event = Lost(Run(**record["run"]))
     elif kind == "tick":
         event = TimePassed()
+    elif kind == "taken":
+        event = TakenOver(record["key"], record["primary"], float(record["at"]))
+    elif kind == "handed":
+        event = HandedOver(tuple((str(k), str(who), float(at)) for k, who, at in record["grants"]))
     else:
         raise ValueError(f"unknown event {kind!r}")
     return event, float(record["t"])

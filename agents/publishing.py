@@ -83,8 +83,12 @@ def publication(
     skipped: bool = False,
     failed: list[str] | None = None,
 ) -> Publication:
-    """The JOBSTATUS this agent publishes, recorded in the generation's outcome."""
+    """The JOBSTATUS this agent publishes, recorded in the generation's outcome. A job taken
+    over from another agent (``agents.standby``) says so in its detail."""
     generation = agent.generations.get((workflow, gid))
+    took = agent.took_over.get((workflow, job))
+    if took is not None:
+        detail = f"taken over from {took[0]} by {agent.name}: {detail}"
     status_publication = job_status(
         workflow,
         job,
@@ -106,6 +110,8 @@ def publication(
     }
     if skipped:  # kept only when set: a record per job for 500 generations is the snapshot's bulk
         record["skipped"] = 1
+    if took is not None:  # likewise: whose job it was (wfm runs, the dashboard)
+        record["taken_over"] = took[0]
     outcome(agent, workflow, gid)["jobs"][job] = record
     return status_publication
 

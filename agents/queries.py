@@ -151,7 +151,11 @@ def _runs(agent: Agent, workflow: str, prefix: str, limit: int) -> list[dict[str
         if w != workflow or not gid.startswith(prefix):
             continue
         generation = agent.generations.get((w, gid))
-        busy = {} if generation is None else {j: s for j, s in generation.jobs.items() if s != "done"}
+        busy = (  # a standby's held copy is not busy here: its primary runs it
+            {}
+            if generation is None
+            else {j: s for j, s in generation.jobs.items() if s not in ("done", "standby")}
+        )
         busy = {j: shown(agent, w, gid, j, s) for j, s in busy.items()}  # queued but held: held
         cancelled = generation is not None and generation.cancelled
         held = {r.job: waiting_for(agent, r) for r in agent.held if (r.workflow, r.gid) == (w, gid)}

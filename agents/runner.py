@@ -380,7 +380,10 @@ def _outcome(data: dict[str, Any], log_file: Path) -> Result:
         if "error" in data:
             return Result(False, str(data["error"]), started, duration)
         if data.get("fenced") is True:
-            detail = f"killed by its supervisor after {duration:.3f} s: its pool slot's lease ran out"
+            detail = (
+                f"killed by its supervisor after {duration:.3f} s: its pool slot's lease ran out, or its"
+                " agent's link to its broker (a job with standby agents)"
+            )
             return Result(False, f"{detail}; log {log_file}", started, duration)
         code = data["code"]
         if code is None:

@@ -29,7 +29,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agents import pools
+from agents import pools, standby
 from agents.durations import Durations
 from agents.events import (
     Delivered,
@@ -37,12 +37,15 @@ from agents.events import (
     Emit,
     Event,
     Finished,
+    HandedOver,
     Incoming,
     Lost,
     Register,
+    Result,
     Run,
     Start,
     Stop,
+    TakenOver,
     TimePassed,
     Withdraw,
 )
@@ -68,12 +71,16 @@ from broker.errors import LinkClosed
 from broker.language import Publication
 from broker.messages import DEFAULT_QOS, Qos
 from broker.throttle import LogThrottle
+from broker.transport.handshake import HANDED_OVER, handed_over
+from broker.transport.link import Link
+from broker.transport.tls import client_id as client_id_of
 from workflow_messages import JOBSTATUS, ack_advertisement, control_subscription
-from workflow_messages.alerts import alert_advertisement, job_alert
+from workflow_messages.alerts import ALERT, alert_advertisement, job_alert
 from workflow_messages.deadlines import alert_quality
 from workflow_messages.operations import answer, answer_advertisement, query_subscription
 from workflow_messages.pools import POOL
 from workflow_messages.signature import Author
+from workflow_messages.standby import key as standby_key
 
 __all__ = ["AgentService"]
 
@@ -127,6 +134,17 @@ class AgentService:
         self.errors: Counter[str] = Counter()  # unexpected exceptions in handling one message, by where
         self.durations = Durations()  # how long runs took and how they ended (wfm agent --metrics)
         self._errors_logged = LogThrottle(burst=1)
+        # standby agents (agents.standby): as a primary, the declaration its broker confirmed on
+        # which link (its runs of jobs with standbys run only while it hears from the broker on
+        # that session), when it last heard, and the runs waiting for that; as a standby, when
+        # it last asked for each key
+        self.declared: dict[str, tuple[tuple[str, ...], float]] | None = None
+        self.confirmed: Link | None = None
+        self.heard: float | None = None
+        self.deferred: list[Run] = []
+        self.asked: dict[str, float] = {}
+        self.declaring: asyncio.Task[None] | None = None
+        self.any_client: Client | None = None  # the client, from before its first link
 
     def stop(self) -> None:
         self.stopping.set()
@@ -163,6 +181,7 @@ class AgentService:
                 else:
                     getter.cancel()
                     await self._handle(TimePassed())
+                self._standby()
         finally:
             stopping.cancel()
             connection.cancel()
@@ -234,22 +253,176 @@ class AgentService:
                 self.client.done(delivery)
         if self.journal.due():
             self.journal.compact(self.agent.snapshot())
+        if any(type(event) is HandedOver for event in events):  # before its next hello
+            self._discard_handed()
+        if self.any_client is not None:  # what its hello says it knows was handed over
+            self.any_client.connection.noted = standby.noted(self.agent)
         self._act(effects)
 
     def _act(self, effects: list[Effect]) -> None:
-        """Renew the leases of runs in pools, then start (or re-attach to) and stop runs."""
+        """Renew the leases of runs in pools and of jobs with standbys, then start (or re-attach
+        to) and stop runs. A run of a job with standbys starts only while this agent hears from
+        its broker on a session the broker confirmed (:meth:`_window`); else it waits here."""
         windows = pools.windows(self.agent)
+        for run in self.agent.running.values():
+            if (until := self._window(run)) is not None:
+                windows[run] = until
         for run, until in windows.items():
             if self.leases.get(run) != until:
                 write_lease(self.state_dir, run, until)
         self.leases = windows
         for effect in effects:
             if isinstance(effect, Start):
-                self._supervise(effect.run)
-            elif isinstance(effect, Stop) and effect.kill:  # its pool slot: not a second longer
+                if self._fenced(effect.run):
+                    self.deferred.append(effect.run)
+                else:
+                    self._supervise(effect.run)
+            elif not isinstance(effect, Stop):
+                continue
+            elif effect.run in self.deferred:  # never started: nothing to stop
+                self.deferred.remove(effect.run)
+                if not effect.kill:  # cancelled: it ends as a cancelled run does
+                    now = self.clock.time()
+                    self.events.put(Finished(effect.run, Result(False, "cancelled: not started", now, 0.0)))
+            elif effect.kill:  # its pool slot, or its job was handed over: not a second longer
                 stop(effect.run, self.state_dir, signal.SIGKILL)
-            elif isinstance(effect, Stop):
+            else:
                 self._stop(effect.run)
+        for run in [r for r in self.deferred if not self._fenced(r)]:
+            self.deferred.remove(run)
+            write_lease(self.state_dir, run, self._window(run) or 0.0)
+            self._supervise(run)
+
+    # standby agents ---------------------------------------------------------------------------
+
+    def _takeover(self, run: Run) -> float | None:
+        """The takeover of ``run``'s job if it has standbys and is this agent's own, else None."""
+        deployment = self.agent.deployments.get((run.workflow, run.version))
+        info = None if deployment is None else deployment.jobs.get(run.job)
+        if info is None or not info.standby or info.primary is not None:
+            return None
+        return info.takeover
+
+    def _window(self, run: Run) -> float | None:
+        """Until when ``run`` (of a job with standbys) may run: half its takeover after this
+        agent last heard from its broker on a confirmed session. The broker grants a standby
+        the job only after the whole takeover of its own clock from when the link went, which is
+        after that: so the run stops first while the two clocks' rates differ by less than a
+        third (as for pools). None for other runs."""
+        takeover = self._takeover(run)
+        if takeover is None:
+            return None
+        self._hear()
+        return None if self.heard is None else self.heard + takeover / 2
+
+    def _fenced(self, run: Run) -> bool:
+        window = self._window(run)
+        return (window is not None and self.clock.time() >= window - 0.05) or (
+            window is None and self._takeover(run) is not None
+        )
+
+    def _hear(self) -> None:
+        """When this agent last heard from its broker on the session it declared on."""
+        client = self.client
+        link = None if client is None else client.link
+        if link is None or link is not self.confirmed or link.closed is not None:
+            return
+        heard = self.clock.time() - (self.clock.monotonic() - link.last_received)
+        self.heard = heard if self.heard is None else max(self.heard, heard)
+
+    def _identity(self, agent: str) -> str:
+        """How the broker knows agent ``agent``'s client: its certificate's name with TLS, else
+        its client id (``{agent}-1``, as every agent connects)."""
+        return agent if getattr(self.uri, "tls", None) is not None else f"{agent}-1"
+
+    def _client_id(self, agent: str) -> str:
+        """The client id agent ``agent`` connects under (the broker's name for its session)."""
+        own = f"{agent}-1"
+        return client_id_of(agent, own) if getattr(self.uri, "tls", None) is not None else own
+
+    def _standby(self) -> None:
+        """Declare what the broker is to let this agent's standbys take over (when it changed),
+        and ask for the jobs this agent holds firings of for longer than their takeover."""
+        client = self.client
+        if client is None or not client.connected:
+            return
+        declared = {
+            key: (tuple(self._identity(s) for s in standbys), after)
+            for key, (standbys, after) in standby.declarations(self.agent).items()
+        }
+        if not declared and self.declared is None:
+            self.declared = declared  # nothing to declare, and nothing was: no request
+        if declared != self.declared and (self.declaring is None or self.declaring.done()):
+            self.declaring = asyncio.create_task(self._declare(client, declared))
+        now = self.clock.time()
+        for key, (primary, after) in standby.wanted(self.agent, now).items():
+            if now - self.asked.get(key, 0.0) >= max(0.5, after / 8):
+                self.asked[key] = now
+                task = asyncio.create_task(self._ask(client, primary, key))
+                self.runs.add(task)
+                task.add_done_callback(self.runs.discard)
+
+    async def _declare(self, client: Client, declared: dict[str, tuple[tuple[str, ...], float]]) -> None:
+        link = client.link
+        try:
+            await client.declare_standbys(declared)
+        except (RefusedError, LinkClosed, TimeoutError, OSError) as error:
+            log.warning(
+                "agent %s: its broker did not take its standby declaration: %s", self.agent.name, error
+            )
+            return
+        self.declared = declared
+        if client.link is link:  # the declaration and this link: a session the broker confirmed
+            self.confirmed = link
+            self._hear()
+            log.info("agent %s declared %d jobs its standbys may take over", self.agent.name, len(declared))
+
+    async def _ask(self, client: Client, primary: str, key: str) -> None:
+        """Ask the broker for ``key``; once granted, hand the grant in behind every delivery read
+        before it: the primary's final statuses that reached the broker came before the answer."""
+        try:
+            await client.take_over(self._client_id(primary), key)
+        except (RefusedError, LinkClosed, TimeoutError, OSError) as error:
+            log.info("agent %s: takeover of %s from %s not granted: %s", self.agent.name, key, primary, error)
+            return
+        while client.stats()["queued"]:
+            await asyncio.sleep(0.005)
+        self.events.put(TakenOver(key, primary, self.clock.time()))
+
+    def _handed_over(self, reason: str) -> None:
+        """The broker refused our hello: jobs of ours were taken over. The state machine hears of
+        it (:meth:`_handle` then takes their statuses out of the client's outbox); our next
+        hello says we know (``noted``), so nothing of them is ever sent on a new session."""
+        grants = handed_over(reason[reason.find(HANDED_OVER) :])
+        known = standby.noted(self.agent).split(",")
+        if not grants or all(k in known for k in grants):
+            return
+        log.warning("agent %s: its broker says %s", self.agent.name, reason)
+        self.events.put(HandedOver(tuple((k, who, at) for k, (who, at) in sorted(grants.items()))))
+
+    def _discard_handed(self) -> None:
+        """Take every status (and alert) of a job handed over out of what the client would send:
+        the state machine publishes none of them any more, and the standby runs those runs."""
+        keys = {standby_key(workflow, job) for workflow, job in self.agent.handed}
+
+        def unwanted(publication: Publication) -> bool:
+            if publication.cls not in (JOBSTATUS, ALERT):
+                return False
+            return standby_key(str(publication.get("applname")), str(publication.get("jobname"))) in keys
+
+        dropped = [] if self.any_client is None else self.any_client.discard(unwanted)
+        dropped += [p for p in self.outbox if unwanted(p)]
+        self.outbox = [p for p in self.outbox if not unwanted(p)]
+        gone = [(str(p.get("applname")), str(p.get("GID")), str(p.get("jobname"))) for p in dropped]
+        standby.forget(
+            self.agent, [item for item, p in zip(gone, dropped, strict=True) if p.cls == JOBSTATUS]
+        )
+        if dropped:
+            log.warning(
+                "agent %s: %d publications of jobs handed over taken out of its outbox",
+                self.agent.name,
+                len(dropped),
+            )
 
     def _stop(self, run: Run) -> None:
         """SIGTERM to the run's command, SIGKILL after STOP_GRACE if it still runs; its supervisor
@@ -347,6 +520,7 @@ class AgentService:
             self.uri,
             f"{self.agent.name}-1",
             retry_on_failed_connect=True,
+            created=self._created,
             backoff=DAEMON_BACKOFF,
             on_event=self._connection_event,
             outbox=self.state_dir / "outbox",  # statuses not yet acknowledged survive a restart
@@ -371,6 +545,10 @@ class AgentService:
             self._publish(publication)
         await self._read(client)
 
+    def _created(self, client: Client) -> None:
+        self.any_client = client
+        client.connection.noted = standby.noted(self.agent)
+
     async def _own(self, client: Client, name: str, request: Awaitable[T]) -> T:
         """One of the agent's own requests: a refusal says which, and whose."""
         try:
@@ -382,7 +560,10 @@ class AgentService:
 
     def _connection_event(self, event: ConnectionEvent) -> None:
         if event.kind == "reconnected":
+            self.confirmed, self.declared = None, None  # declared again on this session
             self.registering.reconcile()
+        elif event.kind == "handed over":
+            self._handed_over(event.reason)
         elif event.kind == "refused":
             self.registering.unrestored(event.request, event.broker, event.reason)
 

@@ -40,6 +40,7 @@ from agents import (
     refusals,
     run_queue,
     snapshot,
+    standby,
 )
 from agents.approvals import Awaiting
 from agents.catalogue import Deployment, Owner
@@ -64,11 +65,13 @@ from agents.events import (
     Emit,
     Event,
     Finished,
+    HandedOver,
     Incoming,
     Lost,
     Run,
     Start,
     Stop,
+    TakenOver,
     TimePassed,
 )
 from agents.forgetting import FORGET_AFTER
@@ -133,6 +136,12 @@ class Agent:
         self.pool_arrivals = 0
         self.released: OrderedDict[tuple[str, ...], None] = OrderedDict()
         self.asking: dict[tuple[str, str, str], pools.Asking] = {}
+        # standby agents (agents.standby): as a standby, the firings held for takeover by
+        # (workflow, gid, job) and the jobs taken over here, (workflow, job) -> (primary, when);
+        # as a primary, the jobs handed over from here, (workflow, job) -> (to whom, when)
+        self.standing_by: dict[tuple[str, str, str], standby.Held] = {}
+        self.took_over: dict[tuple[str, str], tuple[str, float]] = {}
+        self.handed: dict[tuple[str, str], tuple[str, float]] = {}
 
     def handle(self, event: Event, now: float) -> list[Effect]:
         effects = forgetting.sweep(self, now) + pools.expire(self, now)
@@ -215,11 +224,15 @@ _EVENTS: dict[type, Handler] = {
     Delivered: lambda agent, event, now: (
         pools.delivered(agent, event.key, event.publications, now)
         if event.key.startswith(pools.KEY)
+        else standby.delivered(agent, event.publications, now)
+        if event.key.startswith(standby.KEY)
         else firing.delivered(agent, event, now)
     ),
     Finished: run_queue.finished,
     Lost: run_queue.lost,
     TimePassed: lambda agent, event, now: run_queue.pump(agent, now),
+    TakenOver: standby.taken,
+    HandedOver: standby.handed_over,
 }
 _COMMANDS: dict[type, Callable[[Agent, Any, float], cancel_and_rerun.Operated]] = {
     DefineJob: _deployment_command,

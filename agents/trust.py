@@ -163,7 +163,8 @@ class Trust:
 
     def admit_status(self, status: Publication, now: float, agent: str | None) -> str:
         """Who signed ``status``, if the agent ``agent`` its job is deployed on did (None: the
-        deployment does not say; then any agent may sign for itself); else :class:`Refusal`.
+        deployment does not say; then any agent may sign for itself; several, space-separated:
+        the job's agent and its standbys, any of which may run it); else :class:`Refusal`.
         Without a CA: "" (statuses are not signed)."""
         if self.ca is None:
             return ""
@@ -172,9 +173,10 @@ class Trust:
         claimed = status.get("agentname")
         if claimed != name:
             raise Refusal("signer", who, f"{who} signed a status of agent {claimed!r}")
-        if agent is not None and agent != name:
+        if agent is not None and name not in agent.split():  # its agent, or one of its standbys
             job = status.get("jobname")
-            raise Refusal("signer", who, f"{who} signed a status of {job}, which is deployed on {agent}")
+            on = " or ".join(agent.split())
+            raise Refusal("signer", who, f"{who} signed a status of {job}, which is deployed on {on}")
         return who
 
     def _signer(self, signature: Signature, now: float, roles: tuple[str, ...], pin: bool = True) -> str:

@@ -72,6 +72,7 @@ __all__ = [
     "generation_record",
     "newest",
     "stored_runs",
+    "taken_over",
 ]
 
 QUIET = 0.5  # seconds without a new answer after which every agent that will answer has
@@ -194,7 +195,22 @@ def generation_record(generation: Generation, cancelled: bool = False) -> dict[s
         "jobs": {job: state.status for job, state in jobs.items()},
         "params": generation.params or {},
         **({"missed": list(generation.missed)} if generation.missed else {}),  # deadlines' alerts
+        **({"taken_over": taken} if (taken := taken_over(generation)) else {}),  # by standbys
     }
+
+
+TAKEN_OVER = "taken over from "  # how a status of a job a standby took over begins (agents.standby)
+
+
+def taken_over(generation: Generation) -> dict[str, str]:
+    """The jobs of ``generation`` a standby agent ran, taken over from their own agent: job ->
+    ``agentA by agentB``, as their statuses' details say."""
+    found: dict[str, str] = {}
+    for job, state in generation.jobs.items():
+        detail = str(getattr(state, "detail", "") or "")
+        if detail.startswith(TAKEN_OVER):
+            found[job] = detail[len(TAKEN_OVER) :].split(":", 1)[0]
+    return found
 
 
 def _unended(generation: Generation) -> str:

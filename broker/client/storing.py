@@ -42,6 +42,7 @@ class Storing:
         self._storer: asyncio.Task[None] | None = None
         # what an earlier run left in the outbox, re-sent by resend() or the first publication
         self._left: list[Publish] = outbox.recovered
+        self._discarded: set[str] = set()  # ids taken out while on their way to the disk
 
     def __len__(self) -> int:
         return len(self._storing)
@@ -73,12 +74,13 @@ class Storing:
             self._left.remove(message)
             self.outbox.remove(message.id)
             dropped.append(message.publication)
-        for item in [item for item in self._storing if unwanted(item[0].publication)]:
-            self._storing.remove(item)
-            self.outbox.remove(item[0].id)
-            dropped.append(item[0].publication)
-            if item[1] is not None and not item[1].done():
-                item[1].set_result(None)
+        for message, future in self._storing:  # (the storer pops them in order: left there)
+            if message.id not in self._discarded and unwanted(message.publication):
+                self._discarded.add(message.id)
+                self.outbox.remove(message.id)
+                dropped.append(message.publication)
+                if future is not None and not future.done():
+                    future.set_result(None)
         return dropped
 
     def store(self, message: Publish, future: Waiter | None) -> None:
@@ -113,6 +115,9 @@ class Storing:
                 if self._closing():
                     return  # on disk: the next run sends it
                 message, future = self._storing.popleft()
+                if message.id in self._discarded:  # its user took it back (``discard``)
+                    self._discarded.discard(message.id)
+                    continue
                 self._send(message, None if future is None or future.done() else future)
 
     def _refused(self, count: int, refused: OutboxError) -> None:

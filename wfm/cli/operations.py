@@ -210,6 +210,8 @@ def _table(records: list[dict[str, Any]]) -> Table:
         if r.get("missed"):
             late = ", ".join("the generation" if job == APPL_END else job for job in r["missed"])
             jobs += f"  (deadline missed: {late})"
+        for job, who in r.get("taken_over", {}).items():
+            jobs += f"  ({job} taken over from {who})"
         table.add_row(r["gid"], r["date"] or "", r["status"], started, duration, jobs)
     return table
 

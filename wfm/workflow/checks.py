@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from broker.language.values import is_number
 from broker.messages.qos import DEFAULT_QOS
 from broker.transport import MAX_FRAME
-from wfm.workflow import calendars, conditions, pools
+from wfm.workflow import calendars, conditions, pools, standby
 from wfm.workflow.errors import Problem, first_on
 from workflow_messages import APPL_END, APPL_START, DAILY, check_name, find_cycles
 from workflow_messages.approvals import parse_approval
@@ -56,6 +56,7 @@ def find_problems(workflow: Workflow) -> list[Problem]:
         label = f"workflow {workflow.name!r}"
         problems.extend(Problem(workflow.line, f"{label}: {m}") for m in overlap_problems(workflow.overlap))
     problems.extend(pools.problems(workflow))
+    problems.extend(standby.problems(workflow))
     first: dict[str, Job] = {}
     for job in workflow.jobs:
         if job.name in first:

@@ -262,4 +262,6 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
         waits,
         approval,
         pool,
+        tuple((element.get("standby") or "").split()),
+        element.get("takeover"),
     )

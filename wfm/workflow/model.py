@@ -23,6 +23,7 @@ from workflow_messages.named_calendars import NamedCalendar
 from workflow_messages.overlap import Overlap
 from workflow_messages.params import Param, records
 from workflow_messages.pools import DEFAULT_LEASE, PoolDeclaration
+from workflow_messages.standby import DEFAULT_TAKEOVER, parse_takeover
 
 __all__ = ["After", "Event", "Job", "NamedCalendar", "Overlap", "Param", "Pool", "Wait", "Workflow"]
 
@@ -74,9 +75,13 @@ class Job:
     # an approval step (no command): the roles that may approve it (workflow_messages.approvals)
     approval: tuple[str, ...] = ()
     pool: str | None = None  # the name of one of the workflow's pools (``pool="NAME"``)
+    # agents that take the job over when its own is gone for ``takeover`` (workflow_messages.standby)
+    standby: tuple[str, ...] = ()
+    takeover: str | None = None  # as written (``10m``); None: DEFAULT_TAKEOVER
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weekdays", frozenset(self.weekdays))
+        object.__setattr__(self, "standby", tuple(self.standby))
         object.__setattr__(self, "after", tuple(self.after))
         object.__setattr__(self, "conditions", tuple(self.conditions))
 
@@ -97,7 +102,17 @@ class Job:
             **({"conditions": condition_records(self.conditions)} if self.conditions else {}),  # likewise
             **({"approval": list(self.approval)} if self.approval else {}),
             **({"pool": self.pool} if self.pool is not None else {}),
+            **({"standby": list(self.standby), "takeover": self.takeover_seconds()} if self.standby else {}),
         }
+
+    def takeover_seconds(self) -> float:
+        """How long the job's agent may be gone before a standby takes the job over."""
+        if self.takeover is None:
+            return DEFAULT_TAKEOVER
+        try:
+            return parse_takeover(self.takeover)
+        except ValueError:
+            return DEFAULT_TAKEOVER  # (a problem of the definition, said by its checks)
 
 
 @dataclass(frozen=True, slots=True)

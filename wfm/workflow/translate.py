@@ -119,10 +119,16 @@ def translate(workflow: Workflow) -> Plan:
     graph = {
         job.name: [(a.job, a.on) for a in job.after] or [(APPL_START, "success")] for job in workflow.jobs
     }
-    placed = {APPL_START: coordinator, **{job.name: job.agent for job in workflow.jobs}}
+    # whose signature a job's statuses carry: its agent's, or one of its standbys' (who may have
+    # taken it over), space-separated
+    placed = {
+        APPL_START: coordinator,
+        **{job.name: " ".join((job.agent, *job.standby)) for job in workflow.jobs},
+    }
     waited_for = {pred for edges in graph.values() for pred, _ in edges}
     ends = [job for job in graph if job not in waited_for]
     agents = [coordinator, *(agent for agent in workflow.agents if agent != coordinator)]
+    agents += [s for s in dict.fromkeys(s for job in workflow.jobs for s in job.standby) if s not in agents]
     entries: dict[str, list[dict[str, Any]]] = {agent: [] for agent in agents}
     start: dict[str, Any] = {"job": APPL_START, "virtual": True}
     if workflow.overlap is not None:  # the coordinator decides when a generation starts
@@ -136,6 +142,8 @@ def translate(workflow: Workflow) -> Plan:
         if (named := calendars.of(workflow, job)) is not None:  # whole: the agent needs nothing else
             definition["calendar"] = named.record()
         entries[job.agent].append({**definition, "after": after, "agents": signers})
+        for standby in job.standby:  # a passive copy: held until its standby takes the job over
+            entries[standby].append({**definition, "after": after, "agents": signers, "primary": job.agent})
     end_signers = {job: placed[job] for job in ends}
     end = {"job": APPL_END, "virtual": True, "graph": graph, "agents": end_signers}
     if workflow.deadline is not None:  # the generation's: the coordinator watches it
