@@ -255,8 +255,11 @@ def handed_over(agent: Agent, event: HandedOver, now: float) -> list[Effect]:
                 effects.append(Stop(run, kill=True))  # fenced by its lease already, unless it
                 # ran in this process's own time: not a second longer
         for owner_key, owner in list(agent.owners.items()):
-            if owner.workflow == workflow and owner.job == job and owner_key in agent.wanted:
-                del agent.wanted[owner_key]
+            if owner.workflow == workflow and owner.job == job:
+                del agent.owners[owner_key]  # a late delivery for it finds no owner: dropped
+                agent.wanted.pop(owner_key, None)
+                for deployment in agent.deployments.values():
+                    deployment.keys.discard(owner_key)
                 effects.append(Withdraw(owner_key))
     for workflow, gid in sorted(touched):
         effects += publishing.over_here(agent, workflow, gid, now)

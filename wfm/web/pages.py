@@ -13,7 +13,7 @@ from html import escape
 from typing import Any
 
 from wfm.monitor import Generation, Monitor
-from wfm.operations import generation_record
+from wfm.operations import generation_record, taken_over
 from wfm.triggers import check_workflow, parse_date
 from wfm.web import holding
 from wfm.web.svg import Bar, Edge, Node, Series, dag_svg, gantt_svg, graph_svg, line_chart_svg
@@ -569,7 +569,7 @@ def run(
         f'<section class="generation" data-workflow="{_a(g.workflow)}" data-gid="{_a(g.gid)}"'
         f' data-outcome="{_a(outcome)}"><h2>{escape(g.workflow)} <code>{escape(g.gid)}</code>'
         f' {escape(g.date or "")} <span class="outcome state-{_slug(outcome)}">{escape(outcome)}</span>'
-        f"{escape(detail)}</h2>{_params(g)}{_missed(g)}{_actions(g, order, outcome)}"
+        f"{escape(detail)}</h2>{_params(g)}{_missed(g)}{_taken(g)}{_actions(g, order, outcome)}"
         f"{holding.controls(not g.ended and outcome not in (STARTING, NOT_STARTED), order, states)}"
         "<p>Click a job for its log.</p>"
         f'<div class="pictures">{_dag(definition, states, running, now)}{gantt_svg(bars)}'
@@ -593,6 +593,16 @@ def _missed(generation: Generation) -> str:
         return ""
     names = ", ".join("the generation" if job == "APPL_END" else job for job in generation.missed)
     return f'<p class="deadline-missed">Deadline missed: {escape(names)}</p>'
+
+
+def _taken(generation: Generation) -> str:
+    """The jobs a standby agent ran, taken over from their own (docs/workflows.md, Standby
+    agents), nothing if none."""
+    taken = taken_over(generation)
+    if not taken:
+        return ""
+    shown = "; ".join(f"{job} from {who}" for job, who in taken.items())
+    return f'<p class="taken-over">Taken over: {escape(shown)}</p>'
 
 
 def _actions(generation: Generation, jobs: Sequence[str], outcome: str) -> str:
