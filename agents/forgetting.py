@@ -51,6 +51,8 @@ def _end(agent: Agent, workflow: str, gid: str, at: float) -> list[Pending]:
     dropped = [p for p in agent.pending if (p.run.workflow, p.run.gid) == (workflow, gid)]
     agent.pending = [p for p in agent.pending if (p.run.workflow, p.run.gid) != (workflow, gid)]
     agent.held = [r for r in agent.held if (r.workflow, r.gid) != (workflow, gid)]  # agents.conditions
+    for held in [k for k in agent.standing_by if k[:2] == (workflow, gid)]:  # agents.standby
+        del agent.standing_by[held]
     agent.ended[workflow, gid] = at
     while len(agent.ended) > MAX_ENDED:  # memory and snapshot stay bounded at any rate
         agent.ended.popitem(last=False)

@@ -8,6 +8,7 @@ outcome, answered to ``wfm runs`` and reused by ``wfm rerun --from`` (:mod:`agen
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from agents import forgetting
@@ -62,9 +63,12 @@ def over_here(agent: Agent, workflow: str, gid: str, now: float) -> list[Effect]
     deployment = agent.deployments.get((workflow, generation.version))
     if deployment is None or not deployment.ends_here or not deployment.complete:
         return []
-    if len(generation.jobs) < len(deployment.jobs):  # one has not even started: no scan of
+    jobs: Collection[str] = deployment.jobs.keys()
+    if agent.handed:  # a job handed over to a standby (agents.standby) is not this agent's to end
+        jobs = [job for job in deployment.jobs if (workflow, job) not in agent.handed]
+    if len(generation.jobs) < len(jobs):  # one has not even started: no scan of
         return []  # them all at every job's end (quadratic in a 1,000-job workflow)
-    if any(generation.jobs.get(job) != "done" for job in deployment.jobs):
+    if any(generation.jobs.get(job) != "done" for job in jobs):
         return []
     return forgetting.forget(agent, workflow, gid, generation.version, now)
 

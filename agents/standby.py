@@ -163,7 +163,9 @@ def wanted(agent: Agent, now: float) -> dict[str, tuple[str, float]]:
     firing held longer than their takeover (a primary that runs a job that long is asked about
     needlessly: the broker refuses while it is connected)."""
     asked: dict[str, tuple[str, float]] = {}
-    for (workflow, _, job), (version, _, since) in agent.standing_by.items():
+    for (workflow, gid, job), (version, _, since) in agent.standing_by.items():
+        if (workflow, gid) not in agent.generations:
+            continue  # forgotten (--keep-days): nothing of it is run any more
         deployment = agent.deployments.get((workflow, version))
         info = None if deployment is None else deployment.jobs.get(job)
         if info is None or info.primary is None or (workflow, job) in agent.took_over:

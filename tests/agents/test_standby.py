@@ -173,3 +173,13 @@ def test_a_held_standby_copy_is_not_busy_in_runs_answers() -> None:
     reply = answer_query(b, query("b", "RUNS", "r1", {"workflow": "W", "gid": "", "limit": 10}))
     assert reply is not None and '"standby"' not in str(reply["content"])
     assert JOBSTATUS  # (the class the copies follow)
+
+
+def test_the_primary_ends_its_generations_without_the_job_handed_over() -> None:
+    a, version = deployed("a")
+    a.handle(HandedOver(((KEY, "b-1", T0),)), T0)
+    run = starts(fire(a, version, "g5", "K", now=T0 + 1))
+    assert run == [("g5", "K")]
+    k = a.running["W", "g5", "K"]
+    a.handle(Finished(k, Result(True, "exit 0", T0, 1.0)), T0 + 2)
+    assert ("W", "g5") not in a.generations and ("W", "g5") in a.ended  # over here: K was its last
