@@ -33,7 +33,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from agents import firing, publishing, refusals
+from agents import publishing, refusals
 from agents.envelope import JobInfo, Registration
 from agents.events import Effect, HandedOver, Register, Stop, TakenOver, Withdraw
 from agents.generations import GenerationState
@@ -177,6 +177,8 @@ def wanted(agent: Agent, now: float) -> dict[str, tuple[str, float]]:
 
 def taken(agent: Agent, event: TakenOver, now: float) -> list[Effect]:
     """The broker granted ``event.key``: the job is this agent's now; its held firings run."""
+    from agents import firing  # (firing imports this module: a cycle)
+
     workflow, job = parse_key(event.key)
     if (workflow, job) in agent.took_over:
         return []
