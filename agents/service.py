@@ -71,6 +71,7 @@ from broker.throttle import LogThrottle
 from workflow_messages import JOBSTATUS, ack_advertisement, control_subscription
 from workflow_messages.alerts import alert_advertisement, job_alert
 from workflow_messages.deadlines import alert_quality
+from workflow_messages.jobstate import JOBSTATE, state_advertisement
 from workflow_messages.operations import answer, answer_advertisement, query_subscription
 from workflow_messages.pools import POOL
 from workflow_messages.signature import Author
@@ -305,7 +306,7 @@ class AgentService:
                     await self.prune_due.wait()
 
     def _signed(self, publication: Publication) -> Publication:
-        if self.author is None or publication.cls not in (JOBSTATUS, POOL):
+        if self.author is None or publication.cls not in (JOBSTATUS, JOBSTATE, POOL):
             return publication
         return self.author.sign_publication(publication)
 
@@ -359,6 +360,8 @@ class AgentService:
         await self._own(client, "answers", client.advertise(answers, name="answers"))
         alerts = alert_advertisement(self.agent.name)
         await self._own(client, "alerts", client.advertise(alerts, name="alerts"))
+        states = state_advertisement(self.agent.name)
+        await self._own(client, "states", client.advertise(states, name="states"))
         queries = query_subscription()
         await self._own(client, "queries", client.subscribe(queries, own_queue=False, name="queries"))
         self.client = self.registering.client = client

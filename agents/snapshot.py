@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import asdict, astuple
 from typing import TYPE_CHECKING, Any
 
-from agents import catalogue, conditions, pools
+from agents import catalogue, conditions, live, pools
 from agents.approvals import Awaiting
 from agents.commands import DeploymentCommand, read_command
 from agents.envelope import Control
@@ -71,6 +71,7 @@ def snapshot(agent: Agent) -> dict[str, Any]:
             else {}
         ),
         **pools.snapshot(agent),  # only when the agent keeps or asks for a pool's slots
+        **live.snapshot(agent),  # only while a job is held, waiting, awaiting or queued
     }
 
 
@@ -104,6 +105,7 @@ def restore(agent: Agent, saved_state: dict[str, Any]) -> None:
         awaiting = Awaiting(Run(**run), since)
         agent.approvals[awaiting.run.workflow, awaiting.run.gid, awaiting.run.job] = awaiting
     pools.restore(agent, saved_state.get("pools"))
+    live.restore(agent, saved_state)
 
 
 def _reapply(agent: Agent, control: Control) -> None:
