@@ -50,7 +50,7 @@ def install(agent: Agent, plan: Plan = PLAN) -> list[Effect]:
 
 
 def published(effects: list[Effect]) -> list[Publication]:
-    """What ``effects`` publish but the states of jobs not ended (:func:`states`: tests/agents/test_live.py)."""
+    """What ``effects`` publish, but the states of jobs not ended (:func:`states`)."""
     return [e.publication for e in effects if isinstance(e, Emit) and e.publication.cls != JOBSTATE]
 
 
