@@ -64,7 +64,7 @@ def _current(agent: Agent) -> dict[Key, tuple[str, Why]]:
         found[run.workflow, run.gid, run.job] = (HELD, partial(_conditions, agent, run))
     for key, awaiting in agent.approvals.items():
         found[key] = (AWAITING, partial(_approval, agent, awaiting.run))
-    for pending in agent.pending:
+    for pending in agent.pending if agent.holds or agent.asking else ():  # (no scan of a long queue)
         run = pending.run
         key = (run.workflow, run.gid, run.job)
         rule = _hold(agent, *key)
