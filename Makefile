@@ -56,9 +56,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check broker workflow_messages agents wfm tests benchmarks
 	$(BIN)/mypy
 
-# The embedded default end to end: wfm up, PAYROLL triggered for today and for next Friday, one
-# monitor (on B3, the far end of the line) until both generations end; then wfm up is stopped.
-# The monitor subscribes before the triggers: it sees only what happens after it subscribes.
+# The embedded default end to end: wfm up, SETTLEMENT triggered for next Friday (its Transfer waits
+# for PAYROLL's JobD of the same date: the monitor shows it HELD), then PAYROLL for today and for next
+# Friday, one monitor (on B3, the far end of the line) until the three generations end; then wfm up
+# is stopped. The monitor subscribes before the triggers: it sees only what happens after it subscribes.
 # Everything runs over TLS: the triggers and the monitor use the identity wfm up prints.
 DEMO_PORT ?= 7100
 demo: $(STAMP)
@@ -71,8 +72,10 @@ demo: $(STAMP)
 	export WFM_BROKER=socket://127.0.0.1:$(DEMO_PORT)/B1; \
 	run=$$(date +%Y%m%d-%H%M%S); \
 	friday=$$($(BIN)/python -c 'import datetime as d; t = d.date.today(); print(t + d.timedelta((4 - t.weekday()) % 7 or 7))'); \
-	$(BIN)/wfm monitor PAYROLL --gid $$run-today --gid $$run-friday --timeout 120 \
+	$(BIN)/wfm monitor --gid $$run-settle --gid $$run-today --gid $$run-friday --timeout 120 \
 		--broker socket://127.0.0.1:$$(($(DEMO_PORT) + 2))/B3 & monitor=$$!; \
+	sleep 2; \
+	$(BIN)/wfm trigger SETTLEMENT --gid $$run-settle --date $$friday --param CURRENCY=USD > /dev/null; \
 	sleep 2; \
 	$(BIN)/wfm trigger PAYROLL --gid $$run-today --date $$(date +%F) > /dev/null; \
 	$(BIN)/wfm trigger PAYROLL --gid $$run-friday --date $$friday > /dev/null; \

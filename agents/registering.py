@@ -37,6 +37,7 @@ OWN = {  # the names of the agent's own requests: what each is, in a refusal
     "control": "control subscription",
     "answers": "advertisement of its answers",
     "alerts": "advertisement of its alerts",
+    "states": "advertisement of its jobs' states",
     "queries": "query subscription",
 }
 OWN_KEYS = {"control": CONTROL, "queries": QUERY}  # the own subscriptions whose deliveries it reads

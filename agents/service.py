@@ -77,6 +77,7 @@ from broker.transport.tls import client_id as client_id_of
 from workflow_messages import JOBSTATUS, ack_advertisement, control_subscription
 from workflow_messages.alerts import ALERT, alert_advertisement, job_alert
 from workflow_messages.deadlines import alert_quality
+from workflow_messages.jobstate import JOBSTATE, state_advertisement
 from workflow_messages.operations import answer, answer_advertisement, query_subscription
 from workflow_messages.pools import POOL
 from workflow_messages.signature import Author
@@ -121,6 +122,9 @@ class AgentService:
         # the delivery behind each queued event: done (its broker may forget it) once journaled
         self.behind: dict[int, Delivery] = {}
         self.outbox: list[Publication] = []  # publications made before the first connection
+        # whether the broker took the advertisement of the jobs' states (JOBSTATE): one whose ACL
+        # predates them refuses it, and the agent then runs on without publishing them
+        self.states_advertised = True
         self.runs: set[asyncio.Task[None]] = set()
         self.leases: dict[Run, float] = {}  # the lease last written for each run in a pool
         self.unsynced_since: float | None = None  # when the oldest record not fsync'd was handled
@@ -478,7 +482,7 @@ class AgentService:
                     await self.prune_due.wait()
 
     def _signed(self, publication: Publication) -> Publication:
-        if self.author is None or publication.cls not in (JOBSTATUS, POOL):
+        if self.author is None or publication.cls not in (JOBSTATUS, JOBSTATE, POOL):
             return publication
         return self.author.sign_publication(publication)
 
@@ -489,6 +493,8 @@ class AgentService:
         client = self.client
         if client is None:
             self.outbox.append(publication)
+            return
+        if publication.cls == JOBSTATE and not self.states_advertised:
             return
         alert = job_alert(publication)
         try:
@@ -533,6 +539,7 @@ class AgentService:
         await self._own(client, "answers", client.advertise(answers, name="answers"))
         alerts = alert_advertisement(self.agent.name)
         await self._own(client, "alerts", client.advertise(alerts, name="alerts"))
+        await self._advertise_states(client)
         queries = query_subscription()
         await self._own(client, "queries", client.subscribe(queries, own_queue=False, name="queries"))
         self.client = self.registering.client = client
@@ -548,6 +555,23 @@ class AgentService:
     def _created(self, client: Client) -> None:
         self.any_client = client
         client.connection.noted = standby.noted(self.agent)
+
+    async def _advertise_states(self, client: Client) -> None:
+        """The advertisement of the jobs' states, which only monitors read: refused (an ACL older
+        than them), the agent goes on without publishing them, as an older agent would."""
+        try:
+            await client.advertise(state_advertisement(self.agent.name), name="states")
+            self.states_advertised = True
+        except RefusedError as error:
+            self.states_advertised = False
+            log.warning(
+                "broker %s refused agent %s's %s (%s): the states of its jobs (held, waiting, awaiting"
+                " approval) are not published; let agents publish JOBSTATE as themselves in its ACL",
+                client.broker_id,
+                self.agent.name,
+                OWN["states"],
+                error,
+            )
 
     async def _own(self, client: Client, name: str, request: Awaitable[T]) -> T:
         """One of the agent's own requests: a refusal says which, and whose."""

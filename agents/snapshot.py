@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import asdict, astuple
 from typing import TYPE_CHECKING, Any
 
-from agents import catalogue, conditions, pools, standby
+from agents import catalogue, conditions, live, pools, standby
 from agents.approvals import Awaiting
 from agents.commands import DeploymentCommand, read_command
 from agents.envelope import Control
@@ -72,6 +72,7 @@ def snapshot(agent: Agent) -> dict[str, Any]:
         ),
         **pools.snapshot(agent),  # only when the agent keeps or asks for a pool's slots
         **standby.snapshot(agent),  # only when it holds, took or handed a job over
+        **live.snapshot(agent),  # only while a job is held, waiting, awaiting or queued
     }
 
 
@@ -106,6 +107,7 @@ def restore(agent: Agent, saved_state: dict[str, Any]) -> None:
         agent.approvals[awaiting.run.workflow, awaiting.run.gid, awaiting.run.job] = awaiting
     pools.restore(agent, saved_state.get("pools"))
     standby.restore(agent, saved_state.get("standby"))  # after the deployments, which reset it
+    live.restore(agent, saved_state)
 
 
 def _reapply(agent: Agent, control: Control) -> None:

@@ -15,7 +15,8 @@ coordinator's (:mod:`agents.coordinator`), the run queue (:mod:`agents.run_queue
 published (:mod:`agents.publishing`), forgetting (:mod:`agents.forgetting`), cancel and rerun
 (:mod:`agents.cancel_and_rerun`), holds (:mod:`agents.holds`, :mod:`agents.hold_and_release`),
 approval steps (:mod:`agents.approvals`), what is refused (:mod:`agents.refusals`), the snapshot
-(:mod:`agents.snapshot`) and a workflow's limit on generations at once (:mod:`agents.overlap`).
+(:mod:`agents.snapshot`), a workflow's limit on generations at once (:mod:`agents.overlap`) and
+the states of jobs not ended that it publishes (:mod:`agents.live`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from agents import (
     forgetting,
     hold_and_release,
     holds,
+    live,
     overlap,
     pools,
     refusals,
@@ -142,17 +144,20 @@ class Agent:
         self.standing_by: dict[tuple[str, str, str], standby.Held] = {}
         self.took_over: dict[tuple[str, str], tuple[str, float]] = {}
         self.handed: dict[tuple[str, str], tuple[str, float]] = {}
+        # (workflow, gid, job) -> the JOBSTATE last published of a job held, waiting, awaiting
+        # approval or queued, and since when (agents.live)
+        self.live: dict[tuple[str, str, str], live.Published] = {}
 
     def handle(self, event: Event, now: float) -> list[Effect]:
         effects = forgetting.sweep(self, now) + pools.expire(self, now)
         effects += _EVENTS[type(event)](self, event, now)
-        return (
-            effects
-            + overlap.check(self, now, firing.begin)
+        effects += (
+            overlap.check(self, now, firing.begin)
             + approvals.check(self, now)
             + deadlines.check(self, now)
             + pools.check(self, now)
         )
+        return effects + live.changes(self, now)  # last: the states every check above left
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as JSON-able data: :meth:`restore` on a new agent gives the same state."""

@@ -12,6 +12,7 @@ from broker.language import Atom, Composite, Filter, Publication, Value, Var
 from broker.language.model import combine
 from workflow_messages._build import filter_of, text_value
 from workflow_messages.deadlines import deadline_filter
+from workflow_messages.jobstate import state_filter
 from workflow_messages.names import ACCEPTS, APPL_END, APPL_START, GID, JOBSTATUS, TRIGGER
 from workflow_messages.trigger import trigger_atom
 
@@ -206,7 +207,8 @@ def start_subscription(workflow: str) -> Filter:
 
 def monitor_subscriptions(workflow: str | None, gids: Iterable[str] = ()) -> list[Filter]:
     """The Triggers and job statuses the monitor follows: of ``workflow`` (or of every workflow),
-    of each of ``gids`` (or of every generation); and the alerts of missed deadlines."""
+    of each of ``gids`` (or of every generation); the alerts of missed deadlines; and the states
+    of jobs not ended (:mod:`workflow_messages.jobstate`)."""
     scope: dict[str, Value | Var] = {} if workflow is None else {"applname": workflow}
     scopes = [{**scope, "GID": gid} for gid in gids] or [scope]
     return [
@@ -216,4 +218,5 @@ def monitor_subscriptions(workflow: str | None, gids: Iterable[str] = ()) -> lis
             for each in scopes
         ),
         *(deadline_filter(each) for each in scopes),
+        *(state_filter(each) for each in scopes),
     ]

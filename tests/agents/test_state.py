@@ -32,6 +32,7 @@ from tests.signing import DEPLOYER, signed, signed_trigger
 from wfm.workflow import After, Job, Plan, Workflow, load, translate
 from wfm.workflow.translate import encode
 from workflow_messages import job_status
+from workflow_messages.jobstate import JOBSTATE
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
 PLAN = translate(load(WORKFLOWS / "payroll.xml"))
@@ -49,7 +50,17 @@ def install(agent: Agent, plan: Plan = PLAN) -> list[Effect]:
 
 
 def published(effects: list[Effect]) -> list[Publication]:
-    return [e.publication for e in effects if isinstance(e, Emit)]
+    """What ``effects`` publish, but the states of jobs not ended (:func:`states`)."""
+    return [e.publication for e in effects if isinstance(e, Emit) and e.publication.cls != JOBSTATE]
+
+
+def states(effects: list[Effect]) -> list[tuple[str, str, str, str]]:
+    """The JOBSTATEs ``effects`` publish: (job, gid, state, reason)."""
+    return [
+        (str(p["jobname"]), str(p["GID"]), str(p["state"]), str(p["reason"]))
+        for e in effects
+        if isinstance(e, Emit) and (p := e.publication).cls == JOBSTATE
+    ]
 
 
 def runs(effects: list[Effect]) -> list[Run]:

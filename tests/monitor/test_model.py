@@ -231,3 +231,60 @@ def test_a_missed_deadline_is_marked_on_its_job_and_generation() -> None:
     console.print(render(model))
     text = console.export_text()
     assert "deadline missed: JobB, the generation" in text and "1h06m late" in text
+
+
+def live(gid: str, job: str, state: str, reason: str = "", since: float = 10.0) -> dict[str, Value]:
+    """A JOBSTATE: where a job not ended stands (workflow_messages.jobstate)."""
+    return {
+        "class": "JOBSTATE",
+        "applname": "PAYROLL",
+        "jobname": job,
+        "GID": gid,
+        "state": state,
+        "reason": reason,
+        "agentname": "agentB",
+        "since": since,
+    }
+
+
+def test_a_job_state_shows_until_its_status_which_it_never_replaces() -> None:
+    model = Monitor(["g1"])
+    model.receive(trig("g1"))
+    event = model.receive(live("g1", "JobB", "HELD", "on hold: job JobB of PAYROLL"))
+    assert event is not None and event.record() == {
+        "workflow": "PAYROLL",
+        "gid": "g1",
+        "job": "JobB",
+        "status": "HELD",
+        "detail": "on hold: job JobB of PAYROLL",
+        "agentname": "agentB",
+        "since": 10.0,
+        "live": True,
+    }
+    jobs = model.generations["PAYROLL", "g1"].jobs
+    assert (jobs["JobB"].status, jobs["JobB"].live, jobs["JobB"].started) == ("HELD", True, 10.0)
+    assert model.receive(live("g1", "JobB", "HELD", "on hold: job JobB of PAYROLL")) is None  # twice
+    assert model.receive(live("g1", "JobB", "AWAITING", since=9.0)) is None  # began before: stale
+    assert model.receive(live("g1", "JobB", "RUNNING", since=11.0)) is not None
+    assert jobs["JobB"].status == "RUNNING"
+    model.receive(status("g1", "JobB", "SUCCESS", "exit 0", attempt=1, started=11.0, duration=1.0))
+    assert model.receive(live("g1", "JobB", "HELD", since=12.0)) is None  # a status is final
+    assert model.receive(live("g1", "JobC", "HELD", since=12.0)) is not None
+    model.receive(status("g1", "JobC", "NORUN", "cancelled"))  # attempt 0 still ends it
+    assert (jobs["JobB"].status, jobs["JobC"].status) == ("SUCCESS", "NORUN")
+    assert not model.done  # states never end a generation
+    assert model.receive(live("g1", "APPL_END", "HELD")) is None
+    assert model.receive({**live("g1", "JobD", "DANCING")}) is None  # not a state: ignored
+
+
+def test_render_shows_a_held_job_and_a_queued_generation() -> None:
+    model = Monitor()
+    model.receive(trig("g1"))
+    model.receive(live("g1", "JobB", "HELD", "waiting for LEDGER.Close"))
+    model.receive(live("g2", "APPL_START", "QUEUED", "waiting its turn: max-active 1 generations run"))
+    console = Console(width=200, record=True)
+    console.print(render(model))
+    text = console.export_text()
+    assert "HELD" in text and "waiting for LEDGER.Close" in text
+    assert "PAYROLL  g2    queued" in text and "waiting its turn" in text
+    assert generation_record(model.generations["PAYROLL", "g2"])["status"] == "QUEUED"

@@ -173,3 +173,38 @@ def test_the_workflows_page_says_what_is_on_hold(tmp_path: Path) -> None:
     board, _ = holding(tmp_path)
     page = client(board).get("/fragment/workflows").text
     assert '<span class="on-hold">on hold: every job in g9; JobB</span>' in page
+
+
+def test_the_states_agents_publish_show_live_without_asking_them(tmp_path: Path) -> None:
+    """JOBSTATEs followed live (workflow_messages.jobstate): the grid, the DAG and the timeline
+    show a job held or awaiting approval, with why, before any answer of the agents says so."""
+    board = dashboard(tmp_path)
+    board.runs_error = None
+    board.session = agents = Agents()
+    asyncio.run(board.ask_agents(agents, {"PAYROLL"}))
+    board.monitor.receive({"class": "Trigger", "applname": "PAYROLL", "GID": "g1", "schedule": "2026.11.23"})
+    board.monitor.receive(status("APPL_START", "SUCCESS", started=100.0))
+    for job, state, reason in (
+        ("JobA", "AWAITING", "awaiting approval by operator (wfm approve)"),
+        ("JobB", "HELD", "on hold: job JobB of PAYROLL"),
+    ):
+        board.monitor.receive(
+            {
+                "class": "JOBSTATE",
+                "applname": "PAYROLL",
+                "jobname": job,
+                "GID": "g1",
+                "state": state,
+                "reason": reason,
+                "agentname": "agentA",
+                "since": 101.0,
+            }
+        )
+    web = client(board)
+    grid = web.get("/fragment/runs").text
+    assert 'class="cell state-HELD" data-job="JobB" title="JobB: HELD (on hold: job JobB of PAYROLL)"' in grid
+    page = web.get("/fragment/run", params=RUN).text
+    assert 'data-job="JobB" data-state="HELD"' in page and "HELD: on hold: job JobB of PAYROLL" in page
+    assert 'data-action="approve" data-approval-job="JobA"' in page
+    board.monitor.receive(status("JobB", "SUCCESS", started=102.0, duration=1.0))
+    assert 'data-job="JobB" data-state="SUCCESS"' in web.get("/fragment/run", params=RUN).text

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 from pathlib import Path
 
 from tests.agents.test_processes import STEP, Overlay, overlay
@@ -86,3 +87,57 @@ def test_held_and_awaiting_approval_over_kill_9_run_once_when_released_and_appro
     }
     assert overlay.statuses["SHIP", "g1"]["SignOff"]["detail"] == approved["detail"]
     assert overlay.records("SHIP", "g1") == {"Build": 1, "Ship": 1}
+
+
+def test_wfm_monitor_shows_a_job_awaiting_approval_and_a_held_one_live_then_their_end(
+    overlay: Overlay, tmp_path: Path
+) -> None:
+    """The states agents publish (JOBSTATE) reach a ``wfm monitor -o json`` started before the
+    trigger: SignOff AWAITING, Ship HELD then RUNNING once released, and each job's status last."""
+    ship = tmp_path / "ship.xml"
+    ship.write_text(SHIP)
+    overlay.deploy(ship)
+    lines(wfm(overlay, "hold", "SHIP", "--job", "Ship", "-o", "json"))
+    command = [WFM, "monitor", "SHIP", "--gid", "g1", "-o", "json", "--timeout", "60"]
+    monitor = subprocess.Popen(
+        [*command, "--broker", str(overlay.uris["B3"])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: list[dict[str, object]] = []
+    said: list[str] = []
+    readers = [
+        threading.Thread(target=lambda: seen.extend(json.loads(line) for line in monitor.stdout or ())),
+        threading.Thread(target=lambda: said.extend(monitor.stderr or ())),
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        wait_for(lambda: any("waiting for generation g1" in line for line in said), "the monitor subscribed")
+        overlay.trigger("SHIP", ["g1"])
+
+        def shown(job: str, status: str) -> bool:
+            return any((r["job"], r["status"]) == (job, status) for r in seen)
+
+        wait_for(lambda: shown("SignOff", "AWAITING"), "SignOff awaiting approval, in the monitor")
+        lines(wfm(overlay, "approve", "SHIP", "SignOff", "g1", "-o", "json"))
+        wait_for(lambda: shown("Ship", "HELD"), "Ship held, in the monitor")
+        assert not shown("Ship", "SUCCESS")
+        lines(wfm(overlay, "release", "SHIP", "--job", "Ship", "-o", "json"))
+        assert monitor.wait(60) == 0, "".join(said)
+    finally:
+        if monitor.poll() is None:
+            monitor.kill()
+        for reader in readers:
+            reader.join(10)
+        for pipe in (monitor.stdout, monitor.stderr):
+            if pipe is not None:
+                pipe.close()
+    ship_lines = [(r["status"], r.get("live", False)) for r in seen if r["job"] == "Ship"]
+    assert ship_lines == [("HELD", True), ("RUNNING", True), ("SUCCESS", False)]
+    [held] = [r for r in seen if r["job"] == "Ship" and r["status"] == "HELD"]
+    assert (held["detail"], held["agentname"]) == ("on hold: job Ship of SHIP", "agentC")
+    signoff = [r["status"] for r in seen if r["job"] == "SignOff"]
+    assert signoff == ["AWAITING", "SUCCESS"]
+    assert [r["status"] for r in seen if r["job"] == "APPL_END"] == ["SUCCESS"]

@@ -39,7 +39,7 @@ def _classes(ctx: click.Context, param: click.Parameter, value: tuple[str, ...])
     multiple=True,
     callback=_classes,
     metavar="CLASS",
-    help="A class to keep (repeatable; default: Trigger, JOBSTATUS, AGENT_CTL).",
+    help="A class to keep (repeatable; default: Trigger, JOBSTATUS, AGENT_CTL, ALERT, JOBSTATE).",
 )
 @click.option(
     "--spark-master",

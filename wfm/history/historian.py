@@ -75,7 +75,8 @@ __all__ = ["DEFAULT_CLASSES", "RecorderService"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CLASSES = ("Trigger", "JOBSTATUS", "AGENT_CTL", "ALERT")  # ALERT: failures and missed deadlines
+# ALERT: failures and missed deadlines; JOBSTATE: jobs held, waiting, awaiting approval or queued
+DEFAULT_CLASSES = ("Trigger", "JOBSTATUS", "AGENT_CTL", "ALERT", "JOBSTATE")
 ANSWERED_LIMIT = 10_000  # ids of answered queries whose repeats (an asker asks while it listens) are ignored
 
 T = TypeVar("T")

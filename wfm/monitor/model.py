@@ -8,6 +8,11 @@ status arriving after APPL_END still updates its job. A job on a branch not take
 with ``[skipped,1]``: its state is NORUN, as in the history and the reports, with ``skipped`` set
 (and its detail says why); so are jobs named as skipped in APPL_END's detail (an agent of an older
 version published nothing for them).
+
+A job not ended may also have a state its agent published as a JOBSTATE
+(:mod:`workflow_messages.jobstate`: HELD, AWAITING, WAITING, QUEUED, RUNNING), kept as the job's
+state with ``live`` set until its status comes: any status supersedes it, it never supersedes a
+status, and of two states the one that began later (``since``) wins.
 """
 
 from __future__ import annotations
@@ -30,10 +35,13 @@ from workflow_messages import (
 )
 from workflow_messages.alerts import ALERT
 from workflow_messages.deadlines import DEADLINE
+from workflow_messages.jobstate import JOBSTATE, LIVE, parse_job_state
 
 __all__ = ["Generation", "JobState", "Monitor", "StatusEvent"]
 
 _CORE = ("class", "applname", "jobname", "GID", "status", "detail")  # the rest are extras
+_LIVE_CORE = ("class", "applname", "jobname", "GID", "state", "reason")
+LIVE_ATTEMPT = -2  # a live state's attempt: below every status's (a named skip's -1 included)
 
 
 @dataclass
@@ -48,6 +56,18 @@ class JobState:
     duration: float | None = None
     attempt: int = 0
     skipped: bool = False
+    live: bool = False  # a JOBSTATE's (``started``: since when), not a status: the job has not ended
+
+    @property
+    def ended(self) -> bool:
+        """Whether this is a job's end (a status), not a state on the way there."""
+        return not self.live and not _unended(self.status)
+
+
+def _unended(status: str) -> bool:
+    """The words of a job not ended: a JOBSTATE's, or the agents' answer to RUNS as wfm runs feeds
+    it in (``WAITING FOR POOL DB``)."""
+    return status in LIVE or status.startswith("WAITING ")
 
 
 @dataclass
@@ -130,6 +150,8 @@ class Monitor:
                 if job not in missed:
                     missed.append(job)
             return None
+        if attributes.get("class") == JOBSTATE:
+            return self._live(workflow, gid, attributes)
         parsed = parse_job_status(attributes)
         if attributes.get("class") != JOBSTATUS or parsed is None:
             return None
@@ -146,6 +168,24 @@ class Monitor:
         extras = {k: v for k, v in attributes.items() if k not in _CORE}
         params = self.generations[workflow, gid].params or None
         return StatusEvent(workflow, gid, parsed.job, parsed.status, parsed.detail, extras, params)
+
+    def _live(self, workflow: str, gid: str, attributes: Mapping[str, Value]) -> StatusEvent | None:
+        """A JOBSTATE: the job's state until its status comes."""
+        parsed = parse_job_state(attributes)
+        if parsed is None or parsed.job == APPL_END:  # (a generation's end is a status only)
+            return None
+        generation = self._generation(workflow, gid)
+        state = JobState(parsed.state, parsed.reason, parsed.since, attempt=LIVE_ATTEMPT, live=True)
+        known = generation.jobs.get(parsed.job)
+        if known == state or (known is not None and known.ended):
+            return None
+        before = known.started if known is not None and known.live else None
+        if parsed.since is not None and before is not None and parsed.since < before:
+            return None  # an earlier state that took a longer way
+        generation.jobs[parsed.job] = state
+        extras = {**{k: v for k, v in attributes.items() if k not in _LIVE_CORE}, "live": True}
+        params = generation.params or None
+        return StatusEvent(workflow, gid, parsed.job, parsed.state, parsed.reason, extras, params)
 
     def _generation(self, workflow: str, gid: str) -> Generation:
         key = (workflow, gid)

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from wfm.monitor.model import Generation, JobState, Monitor
 from workflow_messages import APPL_END, APPL_START, EXPIRED, FAILURE, NORUN, SUCCESS
+from workflow_messages.jobstate import AWAITING, HELD, QUEUED, RUNNING, WAITING
 from workflow_messages.overlap import SKIPPED
 
 __all__ = ["STYLES", "render"]
@@ -17,6 +18,8 @@ __all__ = ["STYLES", "render"]
 # EXPIRED: APPL_END of a generation whose Trigger came too late to start it (nothing ran);
 # SKIPPED: of one beyond its workflow's max-active, with overlap="skip" (nothing ran either)
 STYLES = {SUCCESS: "green", FAILURE: "bold red", NORUN: "dim", EXPIRED: "magenta", SKIPPED: "magenta"}
+# the states of jobs not ended that their agents publish (JOBSTATE): what waits for someone stands out
+STYLES |= {HELD: "bold yellow", AWAITING: "bold yellow", WAITING: "cyan", QUEUED: "cyan", RUNNING: "cyan"}
 SKIPPED_STYLE = "yellow"  # a NORUN on a branch not taken (its detail says why)
 MISSED_STYLE = "bold magenta"  # a job (or the generation) past its deadline
 
@@ -32,7 +35,10 @@ def section(generation: Generation) -> Group:
     of job, state (coloured), start, duration and detail. The heading is not the table's title: a
     title wraps at the width of the table, and APPL_END's detail can be longer. A detail too long
     for its column is folded, never cut: it ends with the path of the job's log."""
-    if generation.end is None:
+    start = generation.jobs.get(APPL_START)
+    if generation.end is None and start is not None and start.live and start.status == QUEUED:
+        state = Text("queued", style="cyan")  # behind its workflow's max-active (APPL_START's reason)
+    elif generation.end is None:
         state = Text("running", style="cyan")
     else:
         state = Text(generation.end.status, style=STYLES.get(generation.end.status, ""))

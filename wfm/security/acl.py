@@ -12,7 +12,7 @@ are this layer's. The defaults follow the roles of ``wfm certs``:
   generation started;
 * an **agent** may subscribe only to its own AGENT_CTL envelopes, to job statuses and triggers (its
   jobs' composite subscriptions), to queries and to the pool messages addressed to it, and publish
-  statuses, acknowledgements, answers, alerts and pool messages only as itself;
+  statuses, their jobs' states, acknowledgements, answers, alerts and pool messages only as itself;
 * a **historian** subscribes to anything and publishes history answers only;
 * a **monitor** (``wfm monitor``, ``wfm history --broker``, ``wfm workflows``, ``wfm runs``,
   ``wfm logs``) subscribes to anything, and publishes only its own history questions and queries
@@ -37,6 +37,7 @@ from pathlib import Path
 from broker.client.acks import ACK_CLASS as ACK
 from broker.routing.acl import AccessPolicy, AccessPolicyError
 from workflow_messages.alerts import ALERT
+from workflow_messages.jobstate import JOBSTATE
 from workflow_messages.names import (
     AGENT_ACK,
     AGENT_ANSWER,
@@ -64,6 +65,7 @@ _CONTROL = [
             HISTORY_RESULT,
             ALERT,
             POOL,
+            JOBSTATE,
         )
     ),
     f"[class,eq,{HISTORY_QUERY}],[asker,neq,$IDENTITY]",  # a history question as anyone else
@@ -96,6 +98,7 @@ publish = [
     "[class,eq,{AGENT_ANSWER}],[agentname,eq,$IDENTITY]",
     "[class,eq,{ALERT}],[agentname,eq,$IDENTITY]",
     "[class,eq,{POOL}],[agentname,eq,$IDENTITY]",
+    "[class,eq,{JOBSTATE}],[agentname,eq,$IDENTITY]",
 ]
 subscribe = [
     "[class,eq,{AGENT_CTL}],[agentname,eq,$IDENTITY]",

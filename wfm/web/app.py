@@ -244,7 +244,8 @@ class Dashboard:
 
     async def ask_running(self, session: Any) -> None:
         """What the jobs of the generations not ended are doing (queued, running, waiting for a
-        retry): the agents publish a status only at a job's end, so they are asked, as ``wfm runs``
+        retry): the agents publish a status only at a job's end, and a state (JOBSTATE, followed
+        live) only for a job held, waiting or awaiting approval, so they are asked, as ``wfm runs``
         asks them; and the attempt of each job newly seen running (from its log's attempts)."""
         for workflow, generations in self.unended().items():
             before = _states(generations)

@@ -484,9 +484,10 @@ def runs(
             for job in order:
                 state = g.jobs.get(job)
                 status = state.status if state is not None else ""
+                why = f" ({state.detail})" if state is not None and state.live and state.detail else ""
                 cells.append(
                     f'<td class="cell state-{_a(status or "none")}" data-job="{_a(job)}"'
-                    f' title="{_a(job)}: {_a(status or "not yet")}"></td>'
+                    f' title="{_a(job)}: {_a(status or "not yet")}{_a(why)}"></td>'
                 )
             rows.append(
                 f'<tr class="run" data-workflow="{_a(g.workflow)}" data-gid="{_a(g.gid)}"'
@@ -554,10 +555,15 @@ def run(
         if state is None:
             bars.append(Bar(job, "waiting"))
             continue
+        if state.live and state.status != RUNNING:  # its agent's JOBSTATE: held, waiting, awaiting
+            bars.append(Bar(job, state.status, note=state.detail))
+            continue
         if state.status != RUNNING:
             bars.append(Bar(job, state.status, state.started, state.duration))
             continue
         attempt, started = live.attempts.get((g.workflow, g.gid, job), (0, None))
+        if started is None and state.live:  # its agent said when it started (JOBSTATE RUNNING)
+            started = state.started
         if started is None:  # not asked yet, or an agent that records no start: since it was ready
             started = ready_at(g, definition, job)
         facts = [*([f"attempt {attempt}"] if attempt else []), agents.get(job, "?")]

@@ -245,12 +245,14 @@ def _link_rate(a: str, b: str, rates: tuple[float | None, float | None], middle:
 @dataclass(frozen=True, slots=True)
 class Bar:
     """One row of a timeline: a job that ran from ``start`` for ``duration`` seconds (epoch
-    seconds; None: it did not run, e.g. NORUN), ended in ``state``."""
+    seconds; None: it did not run, e.g. NORUN), ended in ``state``; ``note`` says more of a job
+    that has not run (what a held job waits for)."""
 
     job: str
     state: str
     start: float | None = None
     duration: float | None = None
+    note: str = ""
 
 
 def gantt_svg(bars: Sequence[Bar], width: int = 640) -> str:
@@ -272,7 +274,8 @@ def gantt_svg(bars: Sequence[Bar], width: int = 640) -> str:
             f'<text x="4" y="{y + 15}" class="name">{escape(bar.job)}</text>'
         )
         if bar.start is None:
-            out.append(f'<text x="{label}" y="{y + 15}" class="note">{escape(bar.state)}</text>')
+            note = escape(bar.state) + (f": {escape(bar.note)}" if bar.note else "")
+            out.append(f'<text x="{label}" y="{y + 15}" class="note">{note}</text>')
         else:
             x = label + (bar.start - first) * scale
             w = max((bar.duration or 0.0) * scale, 2.0)
