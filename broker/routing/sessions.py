@@ -17,9 +17,11 @@ that a quiet broker expires sessions too.
 
 A client may also declare who may take its session over (``Standby``, ``TakeOver``: the standby
 agents of ``docs/workflows.md``). What it declared (:class:`Declared`) outlives its session: the
-link's going down is the clock of a takeover, and a grant ends the session at once and stays as
-a tombstone, so that the client's next hello is refused until it says it knows (``Hello.noted``,
-:meth:`Sessions.handed_over`). Nothing here is looked at on a publication's way.
+link's going down is the clock of a takeover, and a grant stays as a tombstone, so that the
+client's next hello is refused until it says it knows (``Hello.noted``,
+:meth:`Sessions.handed_over`). The grant leaves the session itself for its grace period: what it
+holds for the client's other keys is delivered if the client comes back in time. Nothing here is
+looked at on a publication's way.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ HANDED_OVER = "handed over: "
 class Declared:
     """What a client declared may be taken over: key -> (identities, takeover seconds); ``left``
     when its link went down (None while it is up); ``grants``, key -> (who, when), what was
-    taken over (its session ended then)."""
+    taken over."""
 
     keys: dict[str, tuple[tuple[str, ...], float]]
     left: float | None = None
@@ -113,6 +115,8 @@ class Sessions(Stateful):
             self.away.pop(hop, None)
             if declared is not None:
                 declared.left = None
+                if declared.grants:  # back, having noted the handover (the adapter let it in
+                    del self.declared[hop]  # only then): the tombstone goes, it declares again
             log.info("client %s came back", hop)
             return self.custody.resume(hop, up.resume)
         if declared is not None:  # a new session: it declares again (the adapter let it in only
@@ -285,10 +289,8 @@ class Sessions(Stateful):
             now - (declared.left or now),
             after,
         )
-        if primary not in self.tables.clients:  # its grace was over: withdrawn then
-            return None, []
-        self.away.pop(primary, None)
-        return None, self._withdraw_client(primary)
+        return None, []  # its session stays for its grace: what it holds for the primary's other
+        # keys (and for those of this key, which it drops) is delivered if it comes back in time
 
     def handed_over(self, hop: str, noted: str) -> str | None:
         """Why client ``hop``'s hello is refused, if it is: its session was handed over and the
