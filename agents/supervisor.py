@@ -363,9 +363,11 @@ class Command:
         "waiters",
     )
 
-    def __init__(self, log: str, pid: int, started: float, timeout: float | None) -> None:
+    def __init__(self, log: str, pid: int, started: float, timeout: float | None, clock: float) -> None:
+        """``clock``: the monotonic time just before it was spawned, which its duration and
+        timeout run from (not after its record was written)."""
         self.log, self.pid, self.started, self.timeout = log, pid, started, timeout
-        self.clock = time.monotonic()
+        self.clock = clock
         self.deadline = None if timeout is None else self.clock + timeout
         self.timed_out = False
         self.lease = read_lease(log)
@@ -641,7 +643,7 @@ class Daemon:
         except OSError as error:
             self._answer(waiter, {"error": f"cannot create its log: {error.strerror}"})
             return
-        started = time.time()
+        started, clock = time.time(), time.monotonic()
         try:
             pid = _spawn(request, env, output)
         except OSError as error:
@@ -657,7 +659,7 @@ class Daemon:
             self.records.append(folder, [record], sync=False)
         except OSError as error:
             _complain(f"cannot record the process group of {request.log} (not cancellable): {error.strerror}")
-        command = Command(request.log, pid, started, request.timeout)
+        command = Command(request.log, pid, started, request.timeout, clock)
         command.waiters.append(waiter)
         self.commands[request.log] = self.children[pid] = command  # before its SIGCHLD is handled
 
