@@ -24,9 +24,10 @@ browser:
 # In parallel (pytest-xdist), on TEST_WORKERS processes; each that runs a Spark test starts its own
 # SparkSession (tests/history/conftest.py). Not --dist loadgroup: under pytest 9, pytest-xdist 3.8
 # cannot name a test by its xdist_group (it sets item._nodeid, which pytest 9 no longer reads).
+# --durations: the 25 slowest, printed at every run, to keep the suite within its 15 minutes.
 TEST_WORKERS ?= 2
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
