@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agents import standby
 from agents.conditions import waiting_for
 from agents.holds import on_hold, shown
 from agents.state import Agent
@@ -132,7 +133,7 @@ def _deployments(agent: Agent, command_limit: int | None = None) -> list[dict[st
                 "workflow": workflow,
                 "version": version,
                 "current": agent.current(workflow) == version,
-                "coordinator": end is not None,
+                "coordinator": end is not None and not standby.passive(agent, end),  # (a copy: no)
                 "graph": end.graph if end is not None else None,
                 "jobs": jobs,
                 "params": records(deployment.params),
