@@ -37,9 +37,11 @@ from agents import forgetting, publishing, refusals
 from agents.envelope import JobInfo, Registration
 from agents.events import Effect, HandedOver, Register, Stop, TakenOver, Withdraw
 from agents.generations import GenerationState
-from broker.language import Filter, Publication
+from broker.language import Filter, Publication, Value, Var
 from workflow_messages import APPL_END, APPL_START, JOBSTATUS, parse_job_status
 from workflow_messages._build import filter_of
+from workflow_messages.alerts import ALERT
+from workflow_messages.deadlines import deadline_filter
 from workflow_messages.standby import key, parse_key
 
 if TYPE_CHECKING:
@@ -112,7 +114,9 @@ def handed_jobs(agent: Agent) -> set[tuple[str, str]]:
 
 def sync(agent: Agent) -> list[Effect]:
     """The status subscriptions of the passive copies deployed here, in line with the catalogue
-    (not APPL_START's: every agent follows those already, ``agents.coordinator``)."""
+    (not APPL_START's: every agent follows those already, ``agents.coordinator``), and those of
+    the alerts of their deadlines: an alert the primary published is not published again here
+    once the standby took the job over."""
     wanted: dict[str, Registration] = {}
     for (workflow, _), deployment in agent.deployments.items():
         for info in deployment.jobs.values():
@@ -121,6 +125,11 @@ def sync(agent: Agent) -> list[Effect]:
             if info.job != APPL_START:
                 wanted[f"{KEY}{workflow} {info.job}"] = Registration(
                     "SUBSCRIBE", filter=_followed(workflow, info.job)
+                )
+            if info.deadline is not None:
+                scope: dict[str, Value | Var] = {"applname": workflow, "jobname": info.job}
+                wanted[f"{KEY}{workflow} {info.job} deadline"] = Registration(
+                    "SUBSCRIBE", filter=deadline_filter(scope)
                 )
     effects: list[Effect] = []
     for name in [k for k in agent.wanted if k.startswith(KEY) and k not in wanted]:
@@ -153,6 +162,9 @@ def delivered(agent: Agent, publications: tuple[Publication, ...], now: float) -
     """Statuses of a job this agent is a standby of (:data:`KEY`)."""
     effects: list[Effect] = []
     for publication in publications:
+        if publication.cls == ALERT:
+            _alerted(agent, publication)
+            continue
         status = parse_job_status(publication)
         if status is None:
             continue
@@ -172,6 +184,22 @@ def delivered(agent: Agent, publications: tuple[Publication, ...], now: float) -
             agent, status.workflow, status.gid, status.job, str(publication.get("version")), now
         )
     return effects
+
+
+def _alerted(agent: Agent, alert: Publication) -> None:
+    """A deadline's alert of a job this agent is a standby of: the generation knows it was
+    alerted (``missed``), so that once the job is taken over here no second alert goes out."""
+    workflow, job, gid = (str(alert.get(name)) for name in ("applname", "jobname", "GID"))
+    infos = [
+        info
+        for (w, _), d in agent.deployments.items()
+        if w == workflow and (info := d.jobs.get(job)) is not None and info.primary is not None
+    ]
+    if not infos or alert.get("agentname") not in (infos[0].primary, *infos[0].standby):
+        return  # (not the job's agent's, or a standby's: an alert nobody here would have made)
+    generation = agent.generations.get((workflow, gid))
+    if generation is not None and job not in generation.missed:
+        generation.missed.append(job)
 
 
 def followed(agent: Agent, workflow: str, gid: str, job: str, version: str, now: float) -> list[Effect]:

@@ -1,7 +1,8 @@
 """The coordinator's standbys (``agents.standby``): APPL_START and APPL_END go with the first start
 job's standbys as passive copies under that job's key; a standby that takes the job over starts
 the generations whose Triggers it held, ends those whose end it held, and counts the workflow's
-limit on generations at once; the primary handed over publishes neither any more."""
+limit on generations at once; the primary handed over publishes neither any more. And deadlines:
+whoever runs a job watches it, and a deadline the primary alerted is not alerted again."""
 
 from __future__ import annotations
 
@@ -12,16 +13,20 @@ from agents.events import (
     Delivered,
     Effect,
     Emit,
+    Finished,
     HandedOver,
     Incoming,
+    Result,
     Start,
     TakenOver,
+    TimePassed,
 )
 from agents.state import Agent
 from broker.language import Publication, parse_filter
 from tests.signing import signed, signed_trigger
 from wfm.workflow import loads, translate
 from workflow_messages import APPL_END, APPL_START, job_status
+from workflow_messages.deadlines import deadline_alert
 
 COORDINATED = """<workflow name="V" max-active="1" overlap="queue" deadline="1h">
   <job name="S" agent="a" standby="b" takeover="30s" deadline="10m"><command>s</command></job>
@@ -179,3 +184,64 @@ def test_a_generation_whose_end_came_while_held_is_not_started_again() -> None:
     effects = b.handle(TakenOver(KEY, "a", T0 + 40), T0 + 40)
     assert published(effects, APPL_START) == [] and published(effects, APPL_END) == []
     assert trigger(b, "g1", T0 + 41) == []  # and a Trigger of it delivered again: a duplicate
+
+
+# deadlines --------------------------------------------------------------------------------------
+
+
+def alerts(effects: list[Effect]) -> list[tuple[str, str, str]]:
+    return [
+        (str(e.publication["jobname"]), str(e.publication["GID"]), str(e.publication["agentname"]))
+        for e in effects
+        if isinstance(e, Emit) and e.publication.cls == "ALERT"
+    ]
+
+
+def fire_s(agent: Agent, version: str, gid: str, now: float) -> list[Effect]:
+    start = status(version, gid, APPL_START)
+    return agent.handle(
+        Delivered(composite(agent, "S"), (signed_trigger("V", gid, "2026.11.23", at=now), start)), now
+    )
+
+
+def test_the_standby_watches_the_deadlines_of_what_it_took_over_and_alerts_each_once() -> None:
+    b, version = deployed("b")
+    for gid in ("g1", "g2"):
+        trigger(b, gid)
+        heard(b, version, gid, APPL_START, T0)
+        fire_s(b, version, gid, T0 + 1)  # held: a runs S
+    # held, b alerts nothing: a watches S's deadline (10 minutes) and the generation's (1 hour)
+    assert alerts(b.handle(TimePassed(), T0 + 601)) == []
+    # a alerted g1's deadline before it froze: b heard it
+    a_alert = deadline_alert("V", "S", "g1", "10m", T0, T0 + 600, "a")
+    b.handle(Delivered(f"{standby.KEY}V S deadline", (a_alert,)), T0 + 602)
+    assert b.generations["V", "g1"].missed == ["S"]
+    effects = b.handle(TakenOver(KEY, "a", T0 + 640), T0 + 640)
+    assert alerts(effects) == [("S", "g2", "b")]  # g1's was alerted: not again
+    assert alerts(b.handle(TimePassed(), T0 + 641)) == []
+    # the generation's own deadline is the coordinator's, b's now
+    assert alerts(b.handle(TimePassed(), T0 + 3601)) == [
+        (APPL_END, "g1", "b"),
+        (APPL_END, "g2", "b"),
+    ]
+
+
+def test_an_alert_from_no_agent_of_the_job_is_not_taken_for_the_primarys() -> None:
+    b, version = deployed("b")
+    trigger(b, "g1")
+    heard(b, version, "g1", APPL_START, T0)
+    forged = deadline_alert("V", "S", "g1", "10m", T0, T0 + 600, "c")
+    b.handle(Delivered(f"{standby.KEY}V S deadline", (forged,)), T0 + 601)
+    assert b.generations["V", "g1"].missed == []
+
+
+def test_the_primary_handed_over_alerts_no_deadline_of_the_job_nor_of_the_generation() -> None:
+    a, version = deployed("a")
+    trigger(a, "g1")
+    effects = fire_s(a, version, "g1", T0 + 1)
+    (run,) = [e.run for e in effects if isinstance(e, Start)]
+    a.handle(HandedOver(((KEY, "b-1", T0 + 40),)), T0 + 50)
+    assert a.handle(Finished(run, Result(False, "killed", T0, 1.0)), T0 + 51) == []
+    heard(a, version, "g2", APPL_START, T0 + 60, by="b")  # b started g2: a's K runs in it
+    assert ("V", "g1") in a.generations and ("V", "g2") in a.generations  # K not done in either
+    assert alerts(a.handle(TimePassed(), T0 + 60 + 3601)) == []
