@@ -24,6 +24,7 @@ from agents.events import (
 from agents.state import Agent
 from broker.language import Publication, parse_filter
 from tests.signing import signed, signed_trigger
+from wfm.security.acl import load_policy
 from wfm.workflow import loads, translate
 from workflow_messages import APPL_END, APPL_START, job_status
 from workflow_messages.deadlines import deadline_alert
@@ -245,3 +246,10 @@ def test_the_primary_handed_over_alerts_no_deadline_of_the_job_nor_of_the_genera
     heard(a, version, "g2", APPL_START, T0 + 60, by="b")  # b started g2: a's K runs in it
     assert ("V", "g1") in a.generations and ("V", "g2") in a.generations  # K not done in either
     assert alerts(a.handle(TimePassed(), T0 + 60 + 3601)) == []
+
+
+def test_an_agent_may_follow_the_deadlines_alerts_by_the_default_access_rules() -> None:
+    b, _ = deployed("b")
+    followed = b.wanted[f"{standby.KEY}V S deadline"].filter
+    assert followed is not None and load_policy().may_subscribe("b", "agent", followed) is None
+    assert f"{standby.KEY}V {APPL_END} deadline" in b.wanted  # the generation's, with APPL_END
