@@ -175,6 +175,7 @@ def test_the_primary_handed_over_publishes_no_start_or_end_and_drops_what_waits_
     late = Delivered(starting, (signed_trigger("V", "g3", "2026.11.23", at=T0 + 51),))
     assert a.handle(late, T0 + 51) == []  # a Trigger delivered late: nothing
     assert standby.declarations(a) == {} and standby.noted(a) == KEY
+    assert [d["coordinator"] for d in _deployments(a)] == [False]  # b is, for wfm workflows
 
 
 def test_a_generation_whose_end_came_while_held_is_not_started_again() -> None:
