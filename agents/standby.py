@@ -25,6 +25,11 @@ On the primary:
   what was taken over. It drops the unfinished runs of those jobs without a status (the adapter
   took their statuses out of its outbox first), withdraws their registrations, ignores their
   firings, and serves its other jobs on a fresh session, until a new deployment of the workflow.
+
+The coordinator's virtual jobs go with its first start job (``JobInfo.goes_with``, :func:`keyed`):
+the standbys of that job hold APPL_START's firings (Triggers) and APPL_END's too, under that job's
+key; a standby granted it starts and ends those generations and is the coordinator from then on;
+the primary handed over publishes neither any more.
 """
 
 from __future__ import annotations

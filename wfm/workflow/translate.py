@@ -8,7 +8,10 @@ nothing in the envelope is parsed but JSON, and an agent costs one envelope, one
 and one acknowledgement, whatever its number of jobs. The coordinator (the agent of the first start
 job) also runs the virtual jobs: APPL_START fires on the trigger; APPL_END on the statuses of the
 end jobs (every job publishes one in every generation, a skip status on a branch not taken), and
-its entry carries the graph from which the coordinator names the failed and skipped jobs.
+its entry carries the graph from which the coordinator names the failed and skipped jobs. When the
+first start job has standby agents, both virtual jobs go with it: they carry its standbys and
+takeover (``with``: the job), each standby gets them as passive copies, and the DEPLOY's
+``coordinator`` names the coordinator and its standbys (docs/workflows.md, "Standby agents").
 """
 
 from __future__ import annotations
