@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agents import forgetting, overlap, publishing, refusals
+from agents import forgetting, overlap, publishing, refusals, standby
 from agents.events import Effect, Emit
 from agents.generations import NOT_RUN, GenerationState
 from broker.language import Publication
@@ -43,14 +43,18 @@ def status(agent: Agent, publication: Publication, now: float) -> list[Effect]:
         return []
     if job == APPL_START and parsed.status == CANCELLED:  # the coordinator replaced it (overlap)
         return overlap.replaced(agent, workflow, version, gid, now)
+    effects: list[Effect] = []
     if job == APPL_START:
         agent.generations.setdefault((workflow, gid), GenerationState(since=now)).version = version
+        start = deployment.jobs.get(APPL_START)
+        if start is not None and start.primary is not None:  # a standby's copy of it: answered
+            effects = standby.followed(agent, workflow, gid, APPL_START, version, now)
     generation = agent.generations.get((workflow, gid))
     if generation is None or generation.version != version:
-        return []
+        return effects
     generation.statuses.setdefault(job, parsed.status)
     generation.cancelled_upstream |= parsed.cancelled
-    return end_if_over(agent, workflow, gid, generation, now)
+    return effects + end_if_over(agent, workflow, gid, generation, now)
 
 
 def end_if_over(

@@ -10,6 +10,11 @@ whether the job has published its status (``jobs[job] == "done"``). No message i
 generation. A job that ends on time, a generation cancelled (here or upstream) or over here
 (forgotten: expired, ended) has no alert.
 
+A job with standby agents (the coordinator's APPL_END with its first start job's) is watched by
+whoever runs it: its agent, until it was handed over; the standby that took it over from then on,
+the runs it took over included (:mod:`agents.standby`). A standby follows the deadlines' alerts of
+the copies it holds (``missed``): one the primary published is not published again.
+
 Checked after every event (:meth:`agents.state.Agent.handle`, the adapter's one-second ticks
 included), like :func:`agents.forgetting.sweep`: the event whose check published an alert is
 journaled with its time, the alert is remembered in the generation (``missed``, in the snapshot),
@@ -23,7 +28,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from agents import publishing
+from agents import publishing, standby
 from agents.events import Effect, Emit
 from workflow_messages.deadlines import Deadline, deadline_alert, parse_deadline
 
@@ -37,9 +42,11 @@ __all__ = ["check"]
 def check(agent: Agent, now: float) -> list[Effect]:
     """The alerts of the deadlines missed by ``now`` and not alerted yet."""
     watched = {
-        key: jobs
+        key: mine
         for key, deployment in agent.deployments.items()
-        if deployment.complete and (jobs := _watched(agent.name, *key, deployment))
+        if deployment.complete
+        and (jobs := _watched(agent.name, *key, deployment))
+        and (mine := _mine(agent, deployment, jobs))
     }
     if not watched:  # most agents, at most events: no scan of the generations
         return []
@@ -63,6 +70,20 @@ def check(agent: Agent, now: float) -> list[Effect]:
     return effects
 
 
+def _mine(
+    agent: Agent, deployment: Deployment, jobs: tuple[tuple[str, Deadline], ...]
+) -> tuple[tuple[str, Deadline], ...]:
+    """Those of ``jobs`` this agent runs: not a standby's copy it has not taken over (its
+    primary watches), nor a job it handed over (its standby does, :mod:`agents.standby`)."""
+    if not agent.handed and not any(deployment.jobs[job].primary for job, _ in jobs):
+        return jobs  # (most agents: nothing of standbys)
+    return tuple(
+        (job, deadline)
+        for job, deadline in jobs
+        if not standby.passive(agent, info := deployment.jobs[job]) and not standby.ignored(agent, info)
+    )
+
+
 # (agent, workflow, version, jobs) -> the jobs with a deadline: a complete version's jobs do not
 # change, and most versions have none, so an event costs a lookup per generation, not a scan
 _WATCHED: dict[tuple[str, str, str, int], tuple[tuple[str, Deadline], ...]] = {}
@@ -79,7 +100,7 @@ def _watched(
         watched = _WATCHED[key] = tuple(
             (job, _parsed(info.deadline))
             for job, info in deployment.jobs.items()
-            if info.deadline is not None and info.primary is None  # a standby's copy: its primary watches
+            if info.deadline is not None  # (a standby's copy too, watched once taken over: _mine)
         )
     return watched
 

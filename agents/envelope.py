@@ -114,6 +114,9 @@ class JobInfo:
     standby: tuple[str, ...] = ()
     takeover: float = 0.0
     primary: str | None = None
+    # APPL_START's and APPL_END's of a coordinator whose first start job has standbys: that job,
+    # whose takeover they go with (its standbys, its takeover, its key at the broker)
+    goes_with: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +311,8 @@ def _jobinfo(workflow: str, version: str, job: str, data: dict[str, Any]) -> Job
             agents=agents,
             deadline=deadline,
             overlap=overlap,
+            **_standby(data),
+            **_goes_with(data),
         )
     command, words, retries = data.get("command"), data.get("schedule", ["daily"]), data.get("retries", 0)
     timeout = data.get("timeout")
@@ -375,6 +380,16 @@ def _standby(data: dict[str, Any]) -> dict[str, Any]:
     if primary is not None:
         check_name(primary, "JOBINFO primary")
     return {"standby": tuple(standby), "takeover": float(takeover), "primary": primary}
+
+
+def _goes_with(data: dict[str, Any]) -> dict[str, Any]:
+    """A virtual job's ``with``: the start job whose standbys and takeover it has; {} if none."""
+    job = data.get("with")
+    if job is None:
+        return {}
+    if not data.get("standby"):
+        raise ValueError("JOBINFO with needs standby")
+    return {"goes_with": check_name(job, "JOBINFO with")}
 
 
 def firing_date(publications: tuple[Publication, ...]) -> dt.date:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from agents import forgetting
+from agents import forgetting, standby
 from agents.events import Effect, Emit, Result, Run
 from agents.generations import GenerationState
 from broker.language import Publication
@@ -65,7 +65,7 @@ def over_here(agent: Agent, workflow: str, gid: str, now: float) -> list[Effect]
         return []
     jobs: Collection[str] = deployment.jobs.keys()
     if agent.handed:  # a job handed over to a standby (agents.standby) is not this agent's to end
-        jobs = [job for job in deployment.jobs if (workflow, job) not in agent.handed]
+        jobs = [job for job, info in deployment.jobs.items() if not standby.ignored(agent, info)]
     if len(generation.jobs) < len(jobs):  # one has not even started: no scan of
         return []  # them all at every job's end (quadratic in a 1,000-job workflow)
     if any(generation.jobs.get(job) != "done" for job in jobs):

@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agents import standby
 from agents.conditions import waiting_for
+from agents.envelope import JobInfo
 from agents.holds import on_hold, shown
 from agents.state import Agent
 from broker.language import Publication
@@ -132,7 +134,7 @@ def _deployments(agent: Agent, command_limit: int | None = None) -> list[dict[st
                 "workflow": workflow,
                 "version": version,
                 "current": agent.current(workflow) == version,
-                "coordinator": end is not None,
+                "coordinator": end is not None and _coordinates(agent, end),
                 "graph": end.graph if end is not None else None,
                 "jobs": jobs,
                 "params": records(deployment.params),
@@ -141,6 +143,12 @@ def _deployments(agent: Agent, command_limit: int | None = None) -> list[dict[st
             }
         )
     return sorted(found, key=lambda deployment: not deployment["current"])  # stable: by name then
+
+
+def _coordinates(agent: Agent, end: JobInfo) -> bool:
+    """Whether this agent runs APPL_END: not a standby's copy it has not taken over, nor one it
+    handed over with its first start job (:mod:`agents.standby`)."""
+    return not standby.passive(agent, end) and not standby.ignored(agent, end)
 
 
 def _runs(agent: Agent, workflow: str, prefix: str, limit: int) -> list[dict[str, Any]]:

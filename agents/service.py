@@ -407,7 +407,7 @@ class AgentService:
     def _discard_handed(self) -> None:
         """Take every status (and alert) of a job handed over out of what the client would send:
         the state machine publishes none of them any more, and the standby runs those runs."""
-        keys = {standby_key(workflow, job) for workflow, job in self.agent.handed}
+        keys = {standby_key(workflow, job) for workflow, job in standby.handed_jobs(self.agent)}
 
         def unwanted(publication: Publication) -> bool:
             if publication.cls not in (JOBSTATUS, ALERT):

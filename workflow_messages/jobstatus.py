@@ -5,11 +5,13 @@ monitor).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from broker.language import Atom, Composite, Filter, Publication, Value, Var
+from broker.language import Atom, Composite, Filter, Predicate, Publication, Value, Var
 from broker.language.model import combine
+from broker.language.regex import REGEX
 from workflow_messages._build import filter_of, text_value
 from workflow_messages.deadlines import deadline_filter
 from workflow_messages.jobstate import state_filter
@@ -192,11 +194,18 @@ def generation_end(workflow: str, coordinator: str = "") -> Filter:
     """APPL_END of the generation bound to ``$S$X``: the overlay then forgets that generation's
     join state (the ``clear`` of every composite subscription). With the ``coordinator`` named,
     only its APPL_END clears, which an edge broker takes from that identity (or a deployer) only:
-    another agent's key cannot make every broker forget a running generation."""
+    another agent's key cannot make every broker forget a running generation. Several names,
+    space-separated (the coordinator and its standbys, any of which may end a generation): the
+    APPL_END of any of them, by one anchored pattern."""
     equal: dict[str, Value | Var] = {"applname": workflow, "jobname": APPL_END, "GID": GID}
-    if coordinator:
-        equal["agentname"] = coordinator
-    return filter_of(JOBSTATUS, equal)
+    names = coordinator.split()
+    if len(names) == 1:
+        equal["agentname"] = names[0]
+    found = filter_of(JOBSTATUS, equal)
+    if len(names) < 2:
+        return found
+    pattern = "^(?:" + "|".join(re.escape(name) for name in names) + ")$"
+    return Filter(JOBSTATUS, (*found.predicates, Predicate("agentname", REGEX, pattern)))
 
 
 def start_subscription(workflow: str) -> Filter:

@@ -168,3 +168,76 @@ def test_a_standby_takes_over_a_frozen_host_once_and_the_host_woken_publishes_no
     assert [json.loads(line).get("taken_over") for line in shown.stdout.splitlines()] == [
         {"Work": "agentA by agentB"}
     ] * 2, shown.stderr
+
+
+COORDINATED = f"""<workflow name="COORD">
+  <job name="Start" agent="agentA" standby="agentB" takeover="{TAKEOVER:g}s">
+    <command>echo "$WFM_GID $WFM_AGENT_HOST" >> "$WFM_OUTPUT/Start.txt"</command>
+  </job>
+  <job name="Next" agent="agentC">
+    <after job="Start"/><command>echo "$WFM_GID" >> "$WFM_OUTPUT/Next.txt"</command>
+  </job>
+</workflow>
+"""
+
+
+def test_the_coordinators_standby_starts_and_ends_a_generation_triggered_while_its_host_is_frozen(
+    hosts: Hosts, tmp_path: Path
+) -> None:
+    """agentA coordinates COORD (its first start job, Start, has the standby agentB). Its host
+    freezes while idle; a generation triggered then is started, run and ended by agentB, once;
+    agentA woken publishes nothing of it, and the next generation is agentB's from start to end."""
+    hosts.output.mkdir(parents=True)
+    definition = tmp_path / "coordinated.xml"
+    definition.write_text(COORDINATED)
+    hosts.deploy(definition)
+    hosts.trigger("COORD", ["g1"], MONDAY)
+    hosts.wait_end("COORD", ["g1"], timeout=10)
+
+    supervisor = int((hosts.tmp / "agentA" / "supervisor.lock").read_text().split()[0])
+    os.kill(supervisor, signal.SIGSTOP)
+    hosts.agents["agentA"].send_signal(signal.SIGSTOP)
+    frozen = time.monotonic()
+    hosts.trigger("COORD", ["g2"], MONDAY)
+    hosts.wait_end("COORD", ["g2"], timeout=1 + TAKEOVER + 8)
+    assert time.monotonic() - frozen >= TAKEOVER  # the broker waited for the takeover
+
+    os.kill(supervisor, signal.SIGCONT)
+    hosts.agents["agentA"].send_signal(signal.SIGCONT)
+    log = hosts.tmp / "agentA.log"
+    wait_for(lambda: "handed over to agentB" in log.read_text(), "agentA learns the handover", timeout=10)
+    wait_for(lambda: "reconnected" in log.read_text().split("handed over to")[-1], "agentA back", 10)
+    time.sleep(0.5)
+    hosts.trigger("COORD", ["g3"], MONDAY)
+    hosts.wait_end("COORD", ["g3"], timeout=10)
+    hosts.collect(1.0)  # anything agentA would still say
+
+    def published(gid: str) -> list[tuple[str, str]]:
+        return sorted(
+            (str(p["jobname"]), str(p["agentname"]))
+            for p in hosts.received
+            if p["applname"] == "COORD" and p["GID"] == gid
+        )
+
+    assert published("g1") == [
+        ("APPL_END", "agentA"),
+        ("APPL_START", "agentA"),
+        ("Next", "agentC"),
+        ("Start", "agentA"),
+    ]
+    for gid in ("g2", "g3"):  # each once, and not one of agentA's
+        assert published(gid) == [
+            ("APPL_END", "agentB"),
+            ("APPL_START", "agentB"),
+            ("Next", "agentC"),
+            ("Start", "agentB"),
+        ], gid
+        assert hosts.states("COORD", gid) == dict.fromkeys(
+            ("APPL_START", "Start", "Next", "APPL_END"), "SUCCESS"
+        )
+    assert (hosts.output / "Start.txt").read_text().split("\n")[:-1] == [
+        "g1 agentA",
+        "g2 agentB",
+        "g3 agentB",
+    ]
+    assert sorted((hosts.output / "Next.txt").read_text().split()) == ["g1", "g2", "g3"]

@@ -11,7 +11,8 @@ are this layer's. The defaults follow the roles of ``wfm certs``:
 * a **scheduler** (``wfm schedule``) publishes Triggers only, and reads the statuses that say a
   generation started;
 * an **agent** may subscribe only to its own AGENT_CTL envelopes, to job statuses and triggers (its
-  jobs' composite subscriptions), to queries and to the pool messages addressed to it, and publish
+  jobs' composite subscriptions), to queries, to the pool messages addressed to it and to the
+  deadlines' alerts (a standby follows those of the jobs it may take over), and publish
   statuses, their jobs' states, acknowledgements, answers, alerts and pool messages only as itself;
 * a **historian** subscribes to anything and publishes history answers only;
 * a **monitor** (``wfm monitor``, ``wfm history --broker``, ``wfm workflows``, ``wfm runs``,
@@ -37,6 +38,7 @@ from pathlib import Path
 from broker.client.acks import ACK_CLASS as ACK
 from broker.routing.acl import AccessPolicy, AccessPolicyError
 from workflow_messages.alerts import ALERT
+from workflow_messages.deadlines import DEADLINE
 from workflow_messages.jobstate import JOBSTATE
 from workflow_messages.names import (
     AGENT_ACK,
@@ -106,6 +108,7 @@ subscribe = [
     "[class,eq,{JOBSTATUS}]",
     "[class,eq,{TRIGGER}]",
     "[class,eq,{AGENT_QUERY}]",
+    "[class,eq,{ALERT}],[status,eq,{DEADLINE}]",
 ]
 
 [roles.historian]

@@ -8,7 +8,10 @@ nothing in the envelope is parsed but JSON, and an agent costs one envelope, one
 and one acknowledgement, whatever its number of jobs. The coordinator (the agent of the first start
 job) also runs the virtual jobs: APPL_START fires on the trigger; APPL_END on the statuses of the
 end jobs (every job publishes one in every generation, a skip status on a branch not taken), and
-its entry carries the graph from which the coordinator names the failed and skipped jobs.
+its entry carries the graph from which the coordinator names the failed and skipped jobs. When the
+first start job has standby agents, both virtual jobs go with it: they carry its standbys and
+takeover (``with``: the job), each standby gets them as passive copies, and the DEPLOY's
+``coordinator`` names the coordinator and its standbys (docs/workflows.md, "Standby agents").
 """
 
 from __future__ import annotations
@@ -105,8 +108,14 @@ PART_LIMIT = 128 * 1024  # characters of one DEPLOY content: a frame (1 MiB) hol
 def translate(workflow: Workflow) -> Plan:
     """The deployment plan of ``workflow``; equal definitions give equal plans."""
     name, version, coordinator = workflow.name, workflow.version(), workflow.coordinator
+    # the coordinator's virtual jobs go with its first start job: to that job's standbys too, as
+    # passive copies under the same takeover (one grant makes a standby the job's agent and the
+    # coordinator at once: agents.standby)
+    first = next(job for job in workflow.jobs if not job.after)
+    coordinators = " ".join((coordinator, *first.standby))
     # the coordinator signs every generation's APPL_START and APPL_END: each agent is told who
-    base: dict[str, Any] = {"workflow": name, "version": version, "coordinator": coordinator}
+    # (with its standbys, space-separated: any of them may have taken it over)
+    base: dict[str, Any] = {"workflow": name, "version": version, "coordinator": coordinators}
     if workflow.source is not None:  # commands run in the workflow file's directory
         base["cwd"] = posixpath.dirname(workflow.source)
     if workflow.params:  # every agent checks a Trigger's parameters and fills in their defaults
@@ -122,7 +131,7 @@ def translate(workflow: Workflow) -> Plan:
     # whose signature a job's statuses carry: its agent's, or one of its standbys' (who may have
     # taken it over), space-separated
     placed = {
-        APPL_START: coordinator,
+        APPL_START: coordinators,
         **{job.name: " ".join((job.agent, *job.standby)) for job in workflow.jobs},
     }
     waited_for = {pred for edges in graph.values() for pred, _ in edges}
@@ -133,6 +142,10 @@ def translate(workflow: Workflow) -> Plan:
     start: dict[str, Any] = {"job": APPL_START, "virtual": True}
     if workflow.overlap is not None:  # the coordinator decides when a generation starts
         start["overlap"] = workflow.overlap.record()
+    # with standbys: which job's takeover the virtual jobs go with, and that job's standbys
+    bound = {"with": first.name, "standby": list(first.standby), "takeover": first.takeover_seconds()}
+    if first.standby:
+        start.update(bound)
     entries[coordinator].append(start)
     for job in workflow.jobs:
         definition = job.definition()
@@ -148,7 +161,12 @@ def translate(workflow: Workflow) -> Plan:
     end = {"job": APPL_END, "virtual": True, "graph": graph, "agents": end_signers}
     if workflow.deadline is not None:  # the generation's: the coordinator watches it
         end["deadline"] = workflow.deadline
+    if first.standby:
+        end.update(bound)
     entries[coordinator].append(end)
+    for standby in first.standby:  # passive copies, as of the first start job
+        entries[standby][:0] = [{**start, "primary": coordinator}]
+        entries[standby].append({**end, "primary": coordinator})
     envelopes = [
         Envelope(agent, "DEPLOY", content, "*")
         for agent in agents
