@@ -37,9 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from agents import refusals, run_queue
 from agents.envelope import Registration
-from agents.events import Effect, Emit, Register, Run, Stop, Withdraw
+from agents.events import Effect, Emit, Register, Run, Stop
 from agents.holds import held
 from agents.trust import Refusal
+from agents.wanted import reconcile
 from broker.language import Publication
 from workflow_messages import parse_job_status
 from workflow_messages.pools import (
@@ -130,14 +131,7 @@ def sync(agent: Agent) -> list[Effect]:
         wanted[f"{KEY}status {workflow} {job}"] = Registration(
             "SUBSCRIBE", filter=release_subscription(workflow, job)
         )
-    effects: list[Effect] = []
-    for key in [k for k in agent.wanted if k.startswith(KEY) and k not in wanted]:
-        del agent.wanted[key]
-        effects.append(Withdraw(key))
-    for key, registration in wanted.items():
-        if agent.wanted.get(key) != registration:
-            agent.wanted[key] = registration
-            effects.append(Register(key, registration))
+    effects = reconcile(agent, KEY, wanted)
     effects.sort(key=lambda e: not (isinstance(e, Register) and e.registration.command == "ADVERTISE"))
     return effects
 

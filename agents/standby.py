@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 from agents import forgetting, publishing, refusals
 from agents.envelope import JobInfo, Registration
-from agents.events import Effect, HandedOver, Register, Stop, TakenOver, Withdraw
+from agents.events import Effect, HandedOver, Stop, TakenOver, Withdraw
 from agents.generations import GenerationState
+from agents.wanted import reconcile
 from broker.language import Filter, Publication, Value, Var
 from workflow_messages import APPL_END, APPL_START, JOBSTATUS, parse_job_status
 from workflow_messages._build import filter_of
@@ -136,15 +137,7 @@ def sync(agent: Agent) -> list[Effect]:
                 wanted[f"{KEY}{workflow} {info.job} deadline"] = Registration(
                     "SUBSCRIBE", filter=deadline_filter(scope)
                 )
-    effects: list[Effect] = []
-    for name in [k for k in agent.wanted if k.startswith(KEY) and k not in wanted]:
-        del agent.wanted[name]
-        effects.append(Withdraw(name))
-    for name, registration in wanted.items():
-        if agent.wanted.get(name) != registration:
-            agent.wanted[name] = registration
-            effects.append(Register(name, registration))
-    return effects
+    return reconcile(agent, KEY, wanted)
 
 
 def _followed(workflow: str, job: str) -> Filter:
