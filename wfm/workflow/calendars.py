@@ -25,7 +25,22 @@ from workflow_messages.named_calendars import MAX_HOLIDAYS, NamedCalendar, parse
 if TYPE_CHECKING:
     from wfm.workflow.model import Job, Workflow
 
-__all__ = ["lines", "listing", "of", "problems", "read"]
+__all__ = ["lines", "listing", "of", "problems", "read", "weekdays_of"]
+
+
+def weekdays_of(
+    element: etree._Element, attribute: str, label: str, found: list[Problem], word: str = "schedule word"
+) -> frozenset[int]:
+    """The weekdays ``attribute`` of ``element`` names (every day without it); one it cannot read
+    is reported at the element's line, calling its words ``word``, and every day taken instead."""
+    text = element.get(attribute)
+    if text is None:
+        return DAILY
+    try:
+        return parse_weekdays(text)
+    except ValueError as error:
+        found.append(Problem(element.sourceline, f"{label}: {str(error).replace('schedule word', word)}"))
+        return DAILY
 
 
 def read(element: etree._Element, found: list[Problem], folder: Path | None = None) -> NamedCalendar:
@@ -36,13 +51,7 @@ def read(element: etree._Element, found: list[Problem], folder: Path | None = No
     the current directory)."""
     name, line = element.get("name"), element.sourceline
     label = f"calendar {name!r}"
-    weekdays = DAILY
-    text = element.get("days")
-    if text is not None:
-        try:
-            weekdays = parse_weekdays(text)
-        except ValueError as error:
-            found.append(Problem(line, f"{label}: {str(error).replace('schedule word', 'day word')}"))
+    weekdays = weekdays_of(element, "days", label, found, "day word")
     holidays: dict[date, int | None] = {}
     for holiday in element.iterchildren("holiday"):
         try:

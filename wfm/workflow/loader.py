@@ -24,7 +24,6 @@ from wfm.workflow import calendars, conditions, overlap
 from wfm.workflow.checks import DEFAULT_PRIORITY, PRIORITY_RULE, RETRIES_RULE, TIMEOUT_RULE
 from wfm.workflow.errors import DefinitionError, Problem
 from wfm.workflow.model import After, Job, Param, Pool, Workflow
-from workflow_messages import DAILY, parse_weekdays
 from workflow_messages.approvals import DEFAULT_ROLES, approval_roles
 from workflow_messages.params import parse_value
 from workflow_messages.pools import DEFAULT_LEASE, LEASE_RULE, SLOTS_RULE
@@ -221,13 +220,7 @@ def _job(element: etree._Element, problems: list[Problem]) -> Job:
     that the rest of the workflow is still checked."""
     name, line = element.get("name"), element.sourceline
     label = f"job {name!r}"
-    weekdays = DAILY
-    text = element.get("schedule")
-    if text is not None:
-        try:
-            weekdays = parse_weekdays(text)
-        except ValueError as error:
-            problems.append(Problem(line, f"{label}: {error}"))
+    weekdays = calendars.weekdays_of(element, "schedule", label, problems)
     timeout: float | None = _number(element, "timeout", _positive, float, None, TIMEOUT_RULE, label, problems)
     retries = _number(element, "retries", _RETRIES.match, int, 0, RETRIES_RULE, label, problems)
     priority = _number(
