@@ -16,6 +16,7 @@ from cryptography import x509
 
 import wfm.certs
 from broker.client import Client, ConnectError
+from broker.client.reconnect import ConnectionEvent
 from broker.clock import ManualClock
 from broker.errors import LinkClosed, LocalError
 from broker.messages import Hello, Ping, Pong, Refuse
@@ -95,9 +96,18 @@ def test_a_running_broker_refuses_a_revoked_client_and_cuts_its_link(directory: 
         link = await linked_as(b1, alice, "alice")
         # a client that stays, and tries once to come back (refused as revoked): a reconnection
         # still in its TLS handshake when the client closes would be a peer hanging up, which the
-        # broker cannot tell from one that does not trust it (``tls_refused``)
+        # broker cannot tell from one that does not trust it (``tls_refused``), so the client is
+        # closed only once it gave up (its ``closed`` event)
         once = Backoff(attempts=1)
-        async with await Client.connect(b1, "before", tls=alice, backoff=once, timeout=15) as before:
+        gave_up = asyncio.Event()
+
+        def event(happened: ConnectionEvent) -> None:
+            if happened.kind == "closed":
+                gave_up.set()
+
+        async with await Client.connect(
+            b1, "before", tls=alice, backoff=once, timeout=15, on_event=event
+        ) as before:
             assert "revoked alice (serial" in await revoking(directory, "alice")
             said = await asyncio.wait_for(link, 10)
             assert any(isinstance(s, Refuse) and s.reason == "certificate alice is revoked" for s in said), (
@@ -108,6 +118,7 @@ def test_a_running_broker_refuses_a_revoked_client_and_cuts_its_link(directory: 
                 # handshake and say why it refused (a client that gives up first is a plain TLS failure)
                 await Client.connect(b1, "after", tls=Identity(directory, "alice"), timeout=15)
             assert before.id == "alice:before"
+            await asyncio.wait_for(gave_up.wait(), 30)
         async with await Client.connect(b1, tls=deployer) as ops:  # everyone else is still served
             await ops.status()
 
