@@ -95,6 +95,12 @@ EVENTS_LIMIT = 10_000  # events waiting for the loop; past it, the reader waits 
 SYNC_LAG = 1.0  # seconds the records of runs' ends may wait for an fsync (``_ends_only``)
 
 
+def client_name(agent: str) -> str:
+    """The client id agent ``agent`` connects under, the same across its restarts (its broker
+    resumes its session by it); with TLS the broker scopes it by the certificate's name."""
+    return f"{agent}-1"
+
+
 class AgentService:
     """Runs ``agent`` against the broker at ``uri`` until :meth:`stop`."""
 
@@ -337,11 +343,11 @@ class AgentService:
     def _identity(self, agent: str) -> str:
         """How the broker knows agent ``agent``'s client: its certificate's name with TLS, else
         its client id (``{agent}-1``, as every agent connects)."""
-        return agent if getattr(self.uri, "tls", None) is not None else f"{agent}-1"
+        return agent if getattr(self.uri, "tls", None) is not None else client_name(agent)
 
     def _client_id(self, agent: str) -> str:
         """The client id agent ``agent`` connects under (the broker's name for its session)."""
-        own = f"{agent}-1"
+        own = client_name(agent)
         return client_id_of(agent, own) if getattr(self.uri, "tls", None) is not None else own
 
     def _standby(self) -> None:
@@ -524,7 +530,7 @@ class AgentService:
         withdrew while the link was down is reconciled at each reconnection."""
         client = await Client.connect(
             self.uri,
-            f"{self.agent.name}-1",
+            client_name(self.agent.name),
             retry_on_failed_connect=True,
             created=self._created,
             backoff=DAEMON_BACKOFF,
