@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partialmethod
 from types import MappingProxyType
-from typing import Union
+from typing import Any, Union
 
 from broker.language.operators import (
     ALL_OPERATORS,
@@ -36,6 +37,7 @@ from broker.language.values import (
     is_number,
     normalize_number,
 )
+from broker.records import Frozen
 
 __all__ = [
     "MAX_DEPTH",
@@ -63,12 +65,15 @@ MAX_DEPTH = 32
 
 
 def normalize_value(value: Value) -> Value:
-    kind = type(value)
-    if kind is int and -MAX_EXACT <= value <= MAX_EXACT:  # type: ignore[operator]
-        return value  # the common cases first: publications carry many of these
-    if kind is str and "\n" not in value and "\r" not in value and not ("'" in value and '"' in value):  # type: ignore[operator]
-        return value
-    if kind is float and -MAX_EXACT <= value <= MAX_EXACT and not value.is_integer():  # type: ignore[operator, union-attr]
+    # the common cases first: publications carry many of these. Each compares its own type (type
+    # ... is, which narrows): compiled, an int compared as ``int | float`` is compared as a float
+    if type(value) is int:
+        if -MAX_EXACT <= value <= MAX_EXACT:
+            return value
+    elif type(value) is str:
+        if "\n" not in value and "\r" not in value and not ("'" in value and '"' in value):
+            return value
+    elif type(value) is float and -MAX_EXACT <= value <= MAX_EXACT and not value.is_integer():
         return value  # finite (NaN fails the comparison), in range, not integral: kept as it is
     if isinstance(value, str):
         return check_string(value)
@@ -109,7 +114,8 @@ class Publication(Mapping[str, Value]):
     def __init__(self, cls: str, attributes: Mapping[str, Value] | Iterable[tuple[str, Value]] = ()):
         kind = type(attributes)  # a list or a dict: no ABC check (slow) for those
         mapping = kind is dict or (kind is not list and isinstance(attributes, Mapping))
-        items: Iterable[tuple[str, Value]] = attributes.items() if mapping else attributes  # type: ignore[union-attr, assignment]
+        # Any: the codec passes [name, value] lists, which compiled code would refuse as tuples
+        items: Iterable[Any] = attributes.items() if mapping else attributes  # type: ignore[union-attr]
         attrs: dict[str, Value] = {}
         for name, value in items:  # the hot path of every broker and client: one set lookup a name
             if name not in _GOOD_NAMES:
@@ -123,9 +129,6 @@ class Publication(Mapping[str, Value]):
             attrs = {name: attrs[name] for name in names}
         object.__setattr__(self, "_attrs", attrs)
         object.__setattr__(self, "_hash", None)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("Publication is immutable")
 
     def __reduce__(self) -> tuple[type[Publication], tuple[str, dict[str, Value]]]:
         """Pickled (a broker's snapshot) as its class and attributes: the cached hash stays
@@ -169,6 +172,16 @@ class Publication(Mapping[str, Value]):
         return f"Publication({str(self)!r})"
 
 
+def _immutable(self: Publication, name: str, value: object) -> None:
+    raise AttributeError("Publication is immutable")
+
+
+# Set after the class, not defined in it: mypyc compiles no ``__setattr__`` of a class that
+# inherits a Python class (``Mapping``), and a Publication must stay a Mapping to type checkers.
+# A partialmethod, as a compiled function is no descriptor: it would not get ``self``.
+Publication.__setattr__ = partialmethod(_immutable)  # type: ignore[method-assign, assignment]
+
+
 def _class_name(cls: str) -> str:
     if not isinstance(cls, str):
         raise ValueError(f"class must be a string, not {cls!r}")
@@ -176,7 +189,7 @@ def _class_name(cls: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Predicate:
+class Predicate(Frozen):
     """``[attribute,op,value]``: the pairing of operator and value is checked here."""
 
     attribute: str
@@ -220,7 +233,7 @@ class Predicate:
 
 
 @dataclass(frozen=True, slots=True)
-class Filter:
+class Filter(Frozen):
     """A subscription or advertisement: ``[class,eq,C]`` and at most one predicate per attribute.
 
     Predicates are kept sorted by attribute, which is their canonical order.
@@ -265,7 +278,7 @@ Composite = Union["Atom", "And", "Or", "Sequence", "Times"]
 
 
 @dataclass(frozen=True, slots=True)
-class Atom:
+class Atom(Frozen):
     """One filter inside a composite subscription."""
 
     filter: Filter
@@ -307,14 +320,16 @@ def _depth(operands: Iterable[Composite]) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class _Commutative:
+class _Commutative(Frozen):
     """``&`` and ``||``: associative, commutative and idempotent, so operands are flattened,
     de-duplicated and sorted by canonical text."""
 
     operands: tuple[Composite, ...]
     depth: int = field(init=False, repr=False, compare=False, hash=False, default=0)
 
-    symbol = ""
+    @property
+    def symbol(self) -> str:  # a property, not a class attribute: mypyc's classes fix those
+        return ""
 
     def __post_init__(self) -> None:
         flat = _flatten(type(self), self.operands)
@@ -333,15 +348,19 @@ class _Commutative:
 
 
 class And(_Commutative):
-    symbol = "&"
+    @property
+    def symbol(self) -> str:
+        return "&"
 
 
 class Or(_Commutative):
-    symbol = "||"
+    @property
+    def symbol(self) -> str:
+        return "||"
 
 
 @dataclass(frozen=True, slots=True)
-class Sequence:
+class Sequence(Frozen):
     """``{S1};{S2}``: fires when a publication matching S2 arrives after one matching S1."""
 
     operands: tuple[Composite, ...]
@@ -363,7 +382,7 @@ class Sequence:
 
 
 @dataclass(frozen=True, slots=True)
-class Times:
+class Times(Frozen):
     """``Times({S},N,ATTR,STEP)``: N publications matching S whose ATTR changes by STEP each time."""
 
     operand: Composite

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+from broker.records import Frozen
+
 __all__ = [
     "MAX_EXACT",
     "MAX_TIME_OFFSET",
@@ -58,7 +60,8 @@ def normalize_number(value: Number) -> Number:
             raise ValueError(f"{value!r} is not a finite number")
         if value.is_integer():
             value = int(value)
-    if abs(value) > MAX_EXACT:
+    # an int compared as an int: compiled, ``abs()`` of an ``int | float`` is a float
+    if (isinstance(value, int) and not -MAX_EXACT <= value <= MAX_EXACT) or abs(value) > MAX_EXACT:
         raise ValueError(f"number {format_number(value)} is out of range (at most 2**53 in magnitude)")
     return value
 
@@ -100,7 +103,7 @@ def format_string(value: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Var:
+class Var(Frozen):
     """A composite-subscription variable: ``$S$X`` binds strings, ``$I$X`` ints, ``$F$X`` numbers."""
 
     kind: str
@@ -123,7 +126,7 @@ class Var:
 
 
 @dataclass(frozen=True, slots=True)
-class TimeRef:
+class TimeRef(Frozen):
     """A point in time, either ``now`` plus an offset in seconds or an absolute UTC instant.
 
     Relative references stay relative in the model (their canonical text is ``now-2h``); whoever
