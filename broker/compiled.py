@@ -44,7 +44,6 @@ MODULES = (
     "broker.matching.matcher",
     "broker.routing.snapshots",
     "broker.routing.backlog",
-    "broker.routing.forwarding",
     "broker.routing.tables",
     "broker.routing.custody",
     "broker.routing.publishers",

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import TypeGuard
 
 from broker.records import Frozen
 
@@ -46,12 +47,12 @@ MAX_TIME_OFFSET = 365_000 * 86400
 _OFFSET_RULE = f"a relative time must be whole seconds within {MAX_TIME_OFFSET // 86400}d of now"
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[Number]:
     """True for int and float but not bool (a bool is no value of this language)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def normalize_number(value: Number) -> Number:
+def normalize_number(value: object) -> Number:
     """Check range and finiteness; integral floats become ints."""
     if not is_number(value):
         raise ValueError(f"{value!r} is not a number")
@@ -80,7 +81,7 @@ def format_number(value: Number) -> str:
     return format(Decimal(repr(value)), "f")
 
 
-def check_name(name: str, what: str = "name") -> str:
+def check_name(name: object, what: str = "name") -> str:
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise ValueError(f"{name!r} is not a valid {what}")
     return name

@@ -140,6 +140,7 @@ def weight(message: Message) -> int:
     return 256  # routing state: a filter or a composite
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # as Router, which holds it
 class Custody(Stateful):
     STATE = ("channels", "taken_adverts", "opened")
 

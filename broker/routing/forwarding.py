@@ -22,10 +22,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Literal
 
-from mypy_extensions import mypyc_attr
-
 from broker.language.model import Filter
-from broker.records import Frozen
 
 __all__ = ["COVERING_MODES", "ROUTING_MODES", "Forwarding", "Twins"]
 
@@ -36,7 +33,6 @@ ROUTING_MODES = ("filter", "flooding")
 Action = tuple[Literal["send", "retract"], str, Filter]
 
 
-@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # see broker.records
 class Forwarding:
     def __init__(self, mode: str, covers: Callable[[Filter, Filter], bool]) -> None:
         if mode not in COVERING_MODES:
@@ -175,7 +171,7 @@ class Twins:
 
 
 @dataclass(frozen=True, slots=True)
-class StandInGroup(Frozen):
+class StandInGroup:
     """The key of a group of stand-ins in ``Twins`` (a lasting subscription's group is keyed by
     its filter itself, as snapshots keep them)."""
 
