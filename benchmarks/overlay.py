@@ -637,10 +637,6 @@ def loop_rows(count: int, repeat: int) -> dict[str, Any]:
     return result
 
 
-if __name__ == "__main__":
-    main()
-
-
 def build_rows(count: int, repeat: int) -> dict[str, Any]:
     """The brokers' hot path compiled against their pure Python (``WFM_PURE=1`` in the broker
     processes), the two taking turns each round: through one broker (1,000 other subscriptions)
@@ -677,3 +673,7 @@ def build_rows(count: int, repeat: int) -> dict[str, Any]:
         )
         result[f"compiled_{KEYS[name]}"] = {"compiled": fast, "pure": slow, "ratio": round(ratio, 3)}
     return result
+
+
+if __name__ == "__main__":
+    main()
