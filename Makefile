@@ -8,7 +8,11 @@ STAMP  := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The modules setup.py compiles (broker/compiled.py): the install is made again when one changes,
+# so the compiled build is never stale (a stale one is not loaded: broker/compiled.py).
+HOT := $(shell sed -n 's/^    "\(broker\.[a-z_.]*\)",$$/\1/p' broker/compiled.py | tr . / | sed 's/$$/.py/')
+
+$(STAMP): pyproject.toml setup.py broker/compiled.py $(HOT)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
@@ -24,10 +28,18 @@ browser:
 # In parallel (pytest-xdist), on TEST_WORKERS processes; each that runs a Spark test starts its own
 # SparkSession (tests/history/conftest.py). Not --dist loadgroup: under pytest 9, pytest-xdist 3.8
 # cannot name a test by its xdist_group (it sets item._nodeid, which pytest 9 no longer reads).
+# The suite runs on the build the install made: the broker's hot path compiled with mypyc where a C
+# compiler was found, unless WFM_PURE=1 (setup.py); tests/test_build.py fails if another is loaded.
+# Then the tests of the compiled modules run again on their pure Python (WFM_PURE=1 at run time
+# loads the .py files beside the compiled ones): about a minute.
 # --durations: the 25 slowest, printed at every run, to keep the suite within its 15 minutes.
 TEST_WORKERS ?= 2
+PURE_TESTS := tests/test_build.py tests/language tests/matching tests/routing tests/messages \
+	$(wildcard tests/transport/test_codec*.py)
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25
+	WFM_EXPECT_BUILD=$$(test -f broker/_hot.digest && echo compiled || echo pure) \
+		$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25
+	WFM_PURE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(PURE_TESTS)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
@@ -102,4 +114,5 @@ demo-sites: $(STAMP)
 	wait $$monitor
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis broker/_hot.digest
+	find broker -name '*.so' -delete

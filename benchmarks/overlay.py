@@ -13,6 +13,9 @@ one or more subscribers (multiprocessing). Figures:
   a CA made for the run), against the plain figures of the same run (``--tls-only``: just these);
 * with ``--loops`` (only these): the first and the last with the broker and our clients on uvloop
   against the standard loop (``WFM_LOOP``, :mod:`broker.loops`), rounds alternating.
+* with ``--builds`` (only these): the first three and the last with the brokers' hot path compiled
+  against their pure Python (``WFM_PURE=1``, :mod:`broker.compiled`), rounds alternating; our
+  clients run the build this process loaded (they are forked from it).
 
 Redis (``PUBLISH``/``SUBSCRIBE``) and NATS (core subjects) get the same shapes (one server each;
 a chain does not exist there, so the 3-broker figure is compared with the single server), messages
@@ -43,7 +46,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from broker import loops
+from broker import compiled, loops
 from broker.client import BrokerList, Client
 from broker.client.reconnect import brokers as broker_list
 from broker.language import Publication
@@ -508,8 +511,15 @@ def main() -> None:
     parser.add_argument(
         "--loops", action="store_true", help="only uvloop against the standard loop, 1 broker"
     )
+    parser.add_argument(
+        "--builds", action="store_true", help="only the brokers compiled against their pure Python"
+    )
     args = parser.parse_args()
     count = args.count
+    if args.builds:
+        rows = build_rows(count, args.repeat)
+        print("RESULT " + json.dumps({"benchmark": "overlay", "cores": os.cpu_count(), **rows}))
+        return
     if args.loops:
         rows = loop_rows(count, args.repeat)
         print("RESULT " + json.dumps({"benchmark": "overlay", "cores": os.cpu_count(), **rows}))
@@ -624,6 +634,44 @@ def loop_rows(count: int, repeat: int) -> dict[str, Any]:
             flush=True,
         )
         result[f"uvloop_{KEYS[name]}"] = {"uvloop": uv, "asyncio": standard, "ratio": round(ratio, 3)}
+    return result
+
+
+def build_rows(count: int, repeat: int) -> dict[str, Any]:
+    """The brokers' hot path compiled against their pure Python (``WFM_PURE=1`` in the broker
+    processes), the two taking turns each round: through one broker (1,000 other subscriptions)
+    and a chain of three, throughput ratio compiled/pure (higher is better), p99 latency ratio
+    (lower is better) and the CPU per publication of each."""
+    if compiled.BUILD != "compiled":
+        raise SystemExit("overlay.py --builds: this install has no compiled build (see setup.py)")
+    shapes = {
+        "1 broker, 1 subscriber": (1, count, 0.0),
+        "1 broker, 10 subscribers": (1, count // 5, 0.0),
+        "latency at 1,000/s": (1, 3000, 1000.0),
+        "3 brokers, 1 subscriber": (3, count, 0.0),
+    }
+    builds = {"compiled": "0", "pure": "1"}
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {b: {name: [] for name in shapes} for b in builds}
+    for _ in range(repeat):
+        for build, pure in builds.items():
+            os.environ[compiled.ENV] = pure  # the broker processes inherit it
+            with brokers(1) as (b1,), other_subscriptions(b1, 1000), brokers(3) as chain:
+                for name, (size, n, rate) in shapes.items():
+                    pub_uri, sub_uri = (chain[0], chain[-1]) if size == 3 else (b1, b1)
+                    subscribers = 10 if "10 subscribers" in name else 1
+                    runs[build][name].append(measure_ours(pub_uri, sub_uri, n, subscribers, rate))
+    os.environ.pop(compiled.ENV)
+    result: dict[str, Any] = {}
+    for name in shapes:
+        latency = name.startswith("latency")
+        fast, slow = median_row(runs["compiled"][name]), median_row(runs["pure"][name])
+        ratio = _ratio(fast, slow, latency)
+        print(
+            f"{name + ', compiled':26} ours {_figure(fast, latency):30} pure {_figure(slow, latency):30}"
+            f" ratio {ratio:.2f}" + ("" if latency else f"; CPU compiled {_cpu(fast)}, pure {_cpu(slow)}"),
+            flush=True,
+        )
+        result[f"compiled_{KEYS[name]}"] = {"compiled": fast, "pure": slow, "ratio": round(ratio, 3)}
     return result
 
 

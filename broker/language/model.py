@@ -7,11 +7,11 @@ object back. The parser only adds positions to the errors raised here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import Union
+from typing import Any, Final, TypeVar, Union, overload
 
 from broker.language.operators import (
     ALL_OPERATORS,
@@ -36,6 +36,7 @@ from broker.language.values import (
     is_number,
     normalize_number,
 )
+from broker.records import Frozen
 
 __all__ = [
     "MAX_DEPTH",
@@ -53,6 +54,7 @@ __all__ = [
     "composite_variables",
     "format_value",
     "normalize_value",
+    "predicate_value",
 ]
 
 CLASS = "class"
@@ -62,13 +64,16 @@ CLASS = "class"
 MAX_DEPTH = 32
 
 
-def normalize_value(value: Value) -> Value:
-    kind = type(value)
-    if kind is int and -MAX_EXACT <= value <= MAX_EXACT:  # type: ignore[operator]
-        return value  # the common cases first: publications carry many of these
-    if kind is str and "\n" not in value and "\r" not in value and not ("'" in value and '"' in value):  # type: ignore[operator]
-        return value
-    if kind is float and -MAX_EXACT <= value <= MAX_EXACT and not value.is_integer():  # type: ignore[operator, union-attr]
+def normalize_value(value: object) -> Value:
+    # the common cases first: publications carry many of these. Each compares its own type (type
+    # ... is, which narrows): compiled, an int compared as ``int | float`` is compared as a float
+    if type(value) is int:
+        if -MAX_EXACT <= value <= MAX_EXACT:
+            return value
+    elif type(value) is str:
+        if "\n" not in value and "\r" not in value and not ("'" in value and '"' in value):
+            return value
+    elif type(value) is float and -MAX_EXACT <= value <= MAX_EXACT and not value.is_integer():
         return value  # finite (NaN fails the comparison), in range, not integral: kept as it is
     if isinstance(value, str):
         return check_string(value)
@@ -78,9 +83,9 @@ def normalize_value(value: Value) -> Value:
 _GOOD_NAMES: set[str] = set()  # attribute names a publication may have, checked: publications repeat them
 
 
-def _attribute_name(name: str) -> None:
+def _attribute_name(value: object) -> None:
     """Refuse a name that is not an attribute name of a publication; remember a good one."""
-    check_name(name, "attribute name")
+    name = check_name(value, "attribute name")
     if name == CLASS:
         raise ValueError("'class' must be the first attribute and appear once")
     if name == TIME_ATTRIBUTE:
@@ -97,7 +102,21 @@ def format_value(value: Value | Var | TimeRef) -> str:
     return format_number(value)
 
 
-class Publication(Mapping[str, Value]):
+# True only while mypyc compiles this module (setup.py gives mypy --always-true COMPILING; the
+# project's mypy settings --always-false): compiled, a Publication inherits no Python class, as
+# mypyc makes a native class of nothing else (one that inherits Mapping it makes a Python class,
+# whose slots mypyc 2.4 lays out wrongly: the cycle collector crashes on them). It is registered
+# as a Mapping instead, and writes out what Mapping would mix in; to type checkers and in the
+# pure build it is a Mapping by inheritance, with the same methods.
+COMPILING: Final = not __file__.endswith(".py")  # so also at run time: this module is compiled
+if COMPILING:  # noqa: SIM108 (a statement: mypy skips the branch --always-false makes unreachable)
+    _Base = object
+else:
+    _Base = Mapping[str, Value]
+_T = TypeVar("_T")
+
+
+class Publication(_Base):
     """An event: a class and attribute values. ``p["class"] == p.cls``; iteration starts at class."""
 
     __slots__ = ("_attrs", "_hash", "cls")
@@ -109,7 +128,8 @@ class Publication(Mapping[str, Value]):
     def __init__(self, cls: str, attributes: Mapping[str, Value] | Iterable[tuple[str, Value]] = ()):
         kind = type(attributes)  # a list or a dict: no ABC check (slow) for those
         mapping = kind is dict or (kind is not list and isinstance(attributes, Mapping))
-        items: Iterable[tuple[str, Value]] = attributes.items() if mapping else attributes  # type: ignore[union-attr, assignment]
+        # Any: the codec passes [name, value] lists, which compiled code would refuse as tuples
+        items: Iterable[Any] = attributes.items() if mapping else attributes  # type: ignore[union-attr]
         attrs: dict[str, Value] = {}
         for name, value in items:  # the hot path of every broker and client: one set lookup a name
             if name not in _GOOD_NAMES:
@@ -123,9 +143,6 @@ class Publication(Mapping[str, Value]):
             attrs = {name: attrs[name] for name in names}
         object.__setattr__(self, "_attrs", attrs)
         object.__setattr__(self, "_hash", None)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("Publication is immutable")
 
     def __reduce__(self) -> tuple[type[Publication], tuple[str, dict[str, Value]]]:
         """Pickled (a broker's snapshot) as its class and attributes: the cached hash stays
@@ -144,6 +161,30 @@ class Publication(Mapping[str, Value]):
     def __len__(self) -> int:
         return len(self._attrs) + 1
 
+    def __contains__(self, name: object) -> bool:
+        return name == CLASS or name in self._attrs
+
+    @overload
+    def get(self, name: str, /) -> Value | None: ...
+    @overload
+    def get(self, name: str, /, default: Value | _T) -> Value | _T: ...
+    def get(self, name: str, /, default: object = None) -> object:
+        if name == CLASS:
+            return self.cls
+        return self._attrs.get(name, default)
+
+    def keys(self) -> KeysView[str]:
+        return KeysView(self)
+
+    def items(self) -> ItemsView[str, Value]:
+        return ItemsView(self)
+
+    def values(self) -> ValuesView[Value]:
+        return ValuesView(self)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Publication is immutable")
+
     @property
     def fields(self) -> Mapping[str, Value]:
         """The attributes other than class, read-only and sorted by name (the matcher's view)."""
@@ -153,6 +194,11 @@ class Publication(Mapping[str, Value]):
         if not isinstance(other, Publication):
             return NotImplemented
         return self.cls == other.cls and self._attrs == other._attrs
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, Publication):
+            return NotImplemented
+        return not (self.cls == other.cls and self._attrs == other._attrs)
 
     def __hash__(self) -> int:
         if self._hash is None:
@@ -169,14 +215,52 @@ class Publication(Mapping[str, Value]):
         return f"Publication({str(self)!r})"
 
 
-def _class_name(cls: str) -> str:
+Mapping.register(Publication)  # what the compiled Publication is, not by inheritance (above)
+
+
+def _class_name(cls: object) -> str:
     if not isinstance(cls, str):
         raise ValueError(f"class must be a string, not {cls!r}")
     return cls
 
 
+def predicate_value(attribute: object, op: object, value: object) -> Value | Var | TimeRef:
+    """The value of a predicate ``[attribute,op,value]``, canonical, or ValueError saying why
+    there is no such predicate. A Predicate runs it on its fields; the wire codec runs it first
+    on what it received, of any type, as a compiled Predicate refuses a field of another type
+    than declared (a TypeError) before it could say what is wrong."""
+    check_name(attribute, "attribute name")
+    if op not in ALL_OPERATORS:
+        raise ValueError(f"unknown operator '{op}'")
+    if attribute == TIME_ATTRIBUTE:
+        if op not in TIME_OPERATORS or not isinstance(value, TimeRef):
+            raise ValueError(
+                "'time' takes < <= > >= with now, now-2h, now+30m or a quoted ISO-8601 timestamp"
+            )
+        return value
+    if isinstance(value, TimeRef):
+        raise ValueError(f"a time value is only allowed for 'time', not '{attribute}'")
+    if isinstance(value, Var):
+        wanted = VARIABLE_OPERATORS[value.kind]
+        if op != wanted:
+            raise ValueError(f"variable {value} needs the operator '{wanted}', not '{op}'")
+        return value
+    if op == PRESENT:
+        # Only the type of the value matters; a fixed representative keeps the text canonical.
+        if not isinstance(value, str):
+            normalize_number(value)
+        return "" if isinstance(value, str) else 0
+    if op in STRING_OPERATORS and not isinstance(value, str):
+        raise ValueError(f"string operator '{op}' needs a string value, not the number {value}")
+    if op in NUMERIC_OPERATORS and not is_number(value):
+        raise ValueError(f"numeric operator '{op}' needs a number, not the string '{value}'")
+    if op == REGEX:
+        check_pattern(value)  # type: ignore[arg-type]
+    return normalize_value(value)
+
+
 @dataclass(frozen=True, slots=True)
-class Predicate:
+class Predicate(Frozen):
     """``[attribute,op,value]``: the pairing of operator and value is checked here."""
 
     attribute: str
@@ -184,43 +268,14 @@ class Predicate:
     value: Value | Var | TimeRef
 
     def __post_init__(self) -> None:
-        check_name(self.attribute, "attribute name")
-        value, op = self.value, self.op
-        if op not in ALL_OPERATORS:
-            raise ValueError(f"unknown operator '{op}'")
-        if self.attribute == TIME_ATTRIBUTE:
-            if op not in TIME_OPERATORS or not isinstance(value, TimeRef):
-                raise ValueError(
-                    "'time' takes < <= > >= with now, now-2h, now+30m or a quoted ISO-8601 timestamp"
-                )
-            return
-        if isinstance(value, TimeRef):
-            raise ValueError(f"a time value is only allowed for 'time', not '{self.attribute}'")
-        if isinstance(value, Var):
-            wanted = VARIABLE_OPERATORS[value.kind]
-            if op != wanted:
-                raise ValueError(f"variable {value} needs the operator '{wanted}', not '{op}'")
-            return
-        if op == PRESENT:
-            # Only the type of the value matters; a fixed representative keeps the text canonical.
-            object.__setattr__(self, "value", "" if isinstance(value, str) else 0)
-            if not isinstance(value, str):
-                normalize_number(value)
-            return
-        if op in STRING_OPERATORS and not isinstance(value, str):
-            raise ValueError(f"string operator '{op}' needs a string value, not the number {value}")
-        if op in NUMERIC_OPERATORS and not is_number(value):
-            raise ValueError(f"numeric operator '{op}' needs a number, not the string '{value}'")
-        if op == REGEX:
-            check_pattern(value)  # type: ignore[arg-type]
-        object.__setattr__(self, "value", normalize_value(value))
+        object.__setattr__(self, "value", predicate_value(self.attribute, self.op, self.value))
 
     def __str__(self) -> str:
         return f"[{self.attribute},{self.op},{format_value(self.value)}]"
 
 
 @dataclass(frozen=True, slots=True)
-class Filter:
+class Filter(Frozen):
     """A subscription or advertisement: ``[class,eq,C]`` and at most one predicate per attribute.
 
     Predicates are kept sorted by attribute, which is their canonical order.
@@ -265,7 +320,7 @@ Composite = Union["Atom", "And", "Or", "Sequence", "Times"]
 
 
 @dataclass(frozen=True, slots=True)
-class Atom:
+class Atom(Frozen):
     """One filter inside a composite subscription."""
 
     filter: Filter
@@ -307,14 +362,16 @@ def _depth(operands: Iterable[Composite]) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class _Commutative:
+class _Commutative(Frozen):
     """``&`` and ``||``: associative, commutative and idempotent, so operands are flattened,
     de-duplicated and sorted by canonical text."""
 
     operands: tuple[Composite, ...]
     depth: int = field(init=False, repr=False, compare=False, hash=False, default=0)
 
-    symbol = ""
+    @property
+    def symbol(self) -> str:  # a property, not a class attribute: mypyc's classes fix those
+        return ""
 
     def __post_init__(self) -> None:
         flat = _flatten(type(self), self.operands)
@@ -333,15 +390,19 @@ class _Commutative:
 
 
 class And(_Commutative):
-    symbol = "&"
+    @property
+    def symbol(self) -> str:
+        return "&"
 
 
 class Or(_Commutative):
-    symbol = "||"
+    @property
+    def symbol(self) -> str:
+        return "||"
 
 
 @dataclass(frozen=True, slots=True)
-class Sequence:
+class Sequence(Frozen):
     """``{S1};{S2}``: fires when a publication matching S2 arrives after one matching S1."""
 
     operands: tuple[Composite, ...]
@@ -363,7 +424,7 @@ class Sequence:
 
 
 @dataclass(frozen=True, slots=True)
-class Times:
+class Times(Frozen):
     """``Times({S},N,ATTR,STEP)``: N publications matching S whose ATTR changes by STEP each time."""
 
     operand: Composite

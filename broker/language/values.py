@@ -13,6 +13,9 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import TypeGuard
+
+from broker.records import Frozen
 
 __all__ = [
     "MAX_EXACT",
@@ -44,12 +47,12 @@ MAX_TIME_OFFSET = 365_000 * 86400
 _OFFSET_RULE = f"a relative time must be whole seconds within {MAX_TIME_OFFSET // 86400}d of now"
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[Number]:
     """True for int and float but not bool (a bool is no value of this language)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def normalize_number(value: Number) -> Number:
+def normalize_number(value: object) -> Number:
     """Check range and finiteness; integral floats become ints."""
     if not is_number(value):
         raise ValueError(f"{value!r} is not a number")
@@ -58,7 +61,8 @@ def normalize_number(value: Number) -> Number:
             raise ValueError(f"{value!r} is not a finite number")
         if value.is_integer():
             value = int(value)
-    if abs(value) > MAX_EXACT:
+    # an int compared as an int: compiled, ``abs()`` of an ``int | float`` is a float
+    if (isinstance(value, int) and not -MAX_EXACT <= value <= MAX_EXACT) or abs(value) > MAX_EXACT:
         raise ValueError(f"number {format_number(value)} is out of range (at most 2**53 in magnitude)")
     return value
 
@@ -77,7 +81,7 @@ def format_number(value: Number) -> str:
     return format(Decimal(repr(value)), "f")
 
 
-def check_name(name: str, what: str = "name") -> str:
+def check_name(name: object, what: str = "name") -> str:
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise ValueError(f"{name!r} is not a valid {what}")
     return name
@@ -100,7 +104,7 @@ def format_string(value: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Var:
+class Var(Frozen):
     """A composite-subscription variable: ``$S$X`` binds strings, ``$I$X`` ints, ``$F$X`` numbers."""
 
     kind: str
@@ -123,7 +127,7 @@ class Var:
 
 
 @dataclass(frozen=True, slots=True)
-class TimeRef:
+class TimeRef(Frozen):
     """A point in time, either ``now`` plus an offset in seconds or an absolute UTC instant.
 
     Relative references stay relative in the model (their canonical text is ``now-2h``); whoever

@@ -4,7 +4,8 @@
 ``match(p)`` promised to outside users (docs/matching.md), which reads the system clock.
 """
 
-from broker.matching.matcher import CountingMatcher, Matcher
+from broker.matching.clocked import Matcher
+from broker.matching.matcher import CountingMatcher
 from broker.matching.oracle import LinearMatcher, matches
 
 __all__ = ["CountingMatcher", "LinearMatcher", "Matcher", "matches"]

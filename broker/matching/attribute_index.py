@@ -17,12 +17,14 @@ import math
 from typing import Any
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from broker.language.model import Predicate
 from broker.language.operators import PRESENT
 from broker.language.regex import REGEX, PatternSet, Search, encoded, literal_prefix, searcher
 from broker.language.values import Value, Var
 from broker.matching.bounds import Bounds
+from broker.records import Slotted
 
 __all__ = ["AttributeIndex", "Found"]
 
@@ -40,7 +42,7 @@ class Found:
         self.fail: Parts = []  # sorted predicates not satisfied
 
 
-class Slots:
+class Slots(Slotted):
     """A growable int64 array: O(1) amortised append, and a view of the live part for counting.
 
     Buckets are NumPy arrays rather than lists because the matcher concatenates them, and
@@ -66,7 +68,8 @@ class Slots:
         return self.size
 
 
-class _Texts:
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # see broker.records
+class _Texts(Slotted):
     """``str-prefix``, ``str-postfix`` or ``str-contains``: a sorted index of the texts, their
     distinct values and lengths.
 
@@ -113,7 +116,8 @@ class _Texts:
 SET_MIN = 16
 
 
-class _Level:
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # see broker.records
+class _Level(Slotted):
     """Consecutive unanchored patterns of ``_Regexes``, ``start`` to ``end``, in one PatternSet (or
     searched one by one when RE2 could not build it: ``merges`` is then false)."""
 
@@ -125,7 +129,7 @@ class _Level:
         self.merges = self.set is not None
 
 
-class _Regexes:
+class _Regexes(Slotted):
     """``str-regex``: the slots of each distinct pattern. A string value is encoded once and searched
     with the patterns it may match (RE2, linear in the value); the slots of those that match are
     satisfied.
@@ -230,7 +234,7 @@ class _Regexes:
                         pos.append(slots.view())
 
 
-class _Family:
+class _Family(Slotted):
     """The predicates of one value type: sorted keys for equality and order, a list for presence.
 
     Equality is a sorted index too (a bucket is a run of equal keys, found by two bisections) rather
@@ -264,7 +268,7 @@ class _Family:
             self.upper_strict.split_above(value, False, found.sat, found.fail)
 
 
-class AttributeIndex:
+class AttributeIndex(Slotted):
     __slots__ = ("bounds", "by_type", "integers", "numbers", "strings", "texts")
 
     def __init__(self) -> None:

@@ -23,6 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from mypy_extensions import mypyc_attr
+
+from broker.records import Slotted
 
 __all__ = ["Bounds"]
 
@@ -30,7 +33,8 @@ _NO_SLOTS = np.empty(0, dtype=np.int64)
 STRING_COST = 16  # a string entry's merge costs about as much as this many numbers' (docs/matching.md)
 
 
-class Bounds:
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # see broker.records
+class Bounds(Slotted):
     __slots__ = ("keys", "numeric", "pending_keys", "pending_slots", "slots")
 
     def __init__(self, numeric: bool) -> None:

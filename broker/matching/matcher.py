@@ -21,9 +21,10 @@ Removal is O(1): the slot is marked dead (its needed count becomes one no count 
 its index entries are left behind. When dead slots outnumber live ones the class's indexes are
 rebuilt from the live filters, so memory and time stay proportional to what is live.
 
-The counting matcher does no I/O and reads no clock: ``now`` is an argument. Only ``Matcher``, the
-name outside users are promised (``m.match(p)``, docs/matching.md), reads the system clock when it is not
-given the time; the router uses ``CountingMatcher``, so it cannot forget its clock.
+The counting matcher does no I/O and reads no clock: ``now`` is an argument. Only ``Matcher``
+(``clocked``), the name outside users are promised (``m.match(p)``, docs/matching.md), reads the
+system clock when it is not given the time; the router uses ``CountingMatcher``, so it cannot
+forget its clock.
 
 ``CountingMatcher.match`` answers a list of ids (each once), not a set: at thousands of matches,
 hashing the ids into a set costs more than the whole match before it, and the router only iterates
@@ -32,18 +33,18 @@ the answer. ``Matcher.match`` returns the set docs/matching.md promises.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection, Hashable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from broker.language.model import Filter, Predicate, Publication
 from broker.language.operators import TIME_ATTRIBUTE, holds
 from broker.language.values import Value
 from broker.matching.attribute_index import AttributeIndex, Found
 
-__all__ = ["CountingMatcher", "Matcher"]
+__all__ = ["CountingMatcher"]
 
 _DEAD = -1  # a needed count no count reaches (counts are never negative)
 _SMALL = 128  # fewer satisfied predicates than this: count in a dict, NumPy's fixed cost is higher
@@ -140,7 +141,7 @@ class _ClassIndex:
         if self.always:
             hits = [*hits, *self.always]
         if self.timed:
-            hits = [s for s in hits if s not in self.timed or self._in_time(s, now)]
+            hits = [s for s in hits if s not in self.timed or self._in_time(int(s), now)]  # NumPy's ints
         if len(hits) < _SMALL:
             ids = self.ids
             return [ids[s] for s in hits]
@@ -187,6 +188,7 @@ class _ClassIndex:
         return all(holds(p.op, p.value, now, now) for p in self.timed[slot])
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # ``clocked.Matcher``, which is not compiled
 class CountingMatcher:
     """Subscriptions by id; ``match`` returns the ids whose filter a publication satisfies, each
     once, as a list (see the module's docstring for why not a set).
@@ -252,11 +254,3 @@ class CountingMatcher:
 
     def __iter__(self) -> Iterator[Hashable]:
         return iter(self._class_of)
-
-
-class Matcher(CountingMatcher):
-    """The matcher of docs/matching.md, whose ``m.match(p)`` outside users call: a publication matched without
-    ``now`` is one published now, by the system clock."""
-
-    def match(self, publication: Publication, now: float | None = None) -> set[Hashable]:
-        return set(super().match(publication, time.time() if now is None else now))

@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Final
 
 from broker.errors import ParseError
+from broker.records import Frozen
 
 __all__ = [
     "CLIENT_SESSION_DIGITS",
@@ -59,7 +60,7 @@ def client_session(now: float, salt: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class ClientRef:
+class ClientRef(Frozen):
     """A client's ref for one of its requests: its number (or the name it gives a request it makes
     again after a restart) and, for a publication, the session the client named itself
     (``<n>@<session>``). That session outlives a reconnection, so a re-sent publication keeps its
@@ -90,7 +91,7 @@ class ClientRef:
 
 
 @dataclass(frozen=True, slots=True)
-class OverlayId:
+class OverlayId(Frozen):
     """A client's ref made overlay-wide by its edge broker, so that two clients never collide."""
 
     broker: str
@@ -122,7 +123,7 @@ def publisher_of(publication_id: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class PublicationId:
+class PublicationId(Frozen):
     """A publication's overlay-wide id. ``session`` is when its client connected (ms, hex): a
     client that reconnects under the same name counts its refs from 1 again, and the historians
     and the history/live seam tell publications apart by id. A client that re-sends after a
@@ -142,7 +143,7 @@ _LOCAL_ID = re.compile(r"(.+)~([1-9][0-9]*)")
 
 
 @dataclass(frozen=True, slots=True, order=True)
-class LocalId:
+class LocalId(Frozen):
     """What a broker names for itself: a composite detection (the id it travels under to the
     neighbour that detects it) or the subscription of a clear condition. Ordered as made."""
 
@@ -162,7 +163,7 @@ class LocalId:
 
 
 @dataclass(frozen=True, slots=True, order=True)
-class PartId:
+class PartId(Frozen):
     """Part ``leaf`` of a detection of this broker: the subscription of one of its atoms, or the
     remote part it joins (see ``detection`` for how leaves are numbered)."""
 

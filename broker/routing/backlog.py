@@ -30,7 +30,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from broker.messages import Message
+from broker.records import Slotted
 from broker.routing.snapshots import restore_slots
 
 __all__ = ["FAIR_EVERY", "WINDOW", "WINDOW_BYTES", "Lanes"]
@@ -40,8 +43,9 @@ WINDOW_BYTES = 1 << 20  # about that much publication content carried and not ta
 FAIR_EVERY = 10  # one turn in this many goes to the message waiting longest, whatever its priority
 
 
+@mypyc_attr(serializable=True)  # unpickled without its __init__, as in Python
 @dataclass(slots=True)
-class Lanes:
+class Lanes(Slotted):
     """Data waiting between two barriers: priority -> ticket -> (message, weight), each lane in
     ticket order (tickets count the channel's arrivals, so the lowest is the oldest). Only
     lanes with something in them are kept."""

@@ -45,6 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from broker.language.model import Publication
 from broker.messages import (
     CARRIED,
@@ -59,6 +61,7 @@ from broker.messages import (
     Took,
     publication_weight,
 )
+from broker.records import Slotted
 from broker.routing.backlog import FAIR_EVERY, WINDOW, WINDOW_BYTES, Lanes
 from broker.routing.snapshots import Stateful, restore_slots
 from broker.routing.tables import Output
@@ -78,8 +81,9 @@ CHECK_FIT_ABOVE = 1 << 18  # the weight of a message that may not fit in a frame
 REINDEX_AT = 1024  # entries of expiring messages kept before the first look for those taken
 
 
+@mypyc_attr(serializable=True)  # unpickled without its __init__, as in Python
 @dataclass(slots=True)
-class Channel:
+class Channel(Slotted):
     """One peer's link: what we hold for it and how far we took what it sent us."""
 
     name: str  # ours: the peer names it in its hello to resume this channel
@@ -136,6 +140,7 @@ def weight(message: Message) -> int:
     return 256  # routing state: a filter or a composite
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # as Router, which holds it
 class Custody(Stateful):
     STATE = ("channels", "taken_adverts", "opened")
 

@@ -26,6 +26,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
+from mypy_extensions import mypyc_attr
+
 from broker.errors import LocalError
 from broker.language.model import Publication
 from broker.matching import matcher
@@ -93,6 +95,10 @@ def _nothing_more(full: bool) -> dict[str, Any]:
     return {}
 
 
+# serializable: logs of formats before 11 pickled the router itself (they are refused, naming their
+# format, which takes unpickling them); interpreted subclasses: so that Router(...) from Python
+# runs __init__ (broker.records)
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)
 class Router:
     def __init__(
         self,
@@ -134,10 +140,13 @@ class Router:
         # what the process around the router adds to each status it answers (its address, its
         # links' counters), given whether the asker may see detail; not part of the state
         self.process_status: Callable[[bool], dict[str, Any]] = _nothing_more
+        # the entry point, an attribute: one router's may be replaced (a test's deaf broker), which
+        # a method of a compiled class cannot be
+        self.handle: Callable[[Message, str, float], Output] = self._handle
 
     # the one entry point ------------------------------------------------------------------------
 
-    def handle(self, message: Message, hop: str, now: float) -> Output:
+    def _handle(self, message: Message, hop: str, now: float) -> Output:
         """Feed one message that arrived from ``hop`` at ``now`` (epoch seconds); returns what to
         send where, in order. Sessions whose grace period is over go first; what needs custody
         is carried, and held for a peer that is away."""

@@ -19,9 +19,12 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, ClassVar
 
+from mypy_extensions import mypyc_attr
+
 __all__ = ["Stateful", "restore_slots"]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (broker.compiled); some parts are not
 class Stateful:
     STATE: ClassVar[tuple[str, ...]]
 

@@ -23,11 +23,13 @@ the hop ``DETECTOR``. Kept apart so that each of the three reads on its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+
+from mypy_extensions import mypyc_attr
 
 from broker.language.model import Filter, Publication
 from broker.matching.matcher import CountingMatcher
 from broker.messages import DETECTOR, Advertise, Hop, Message, Subscribe, Unadvertise, Unsubscribe
+from broker.records import Slotted
 from broker.routing.filter_index import FilterIndex
 from broker.routing.forwarding import ROUTING_MODES, Action, Forwarding, Twins
 from broker.routing.placement import HERE, Source
@@ -37,13 +39,13 @@ from broker.routing.snapshots import Stateful
 __all__ = ["Output", "Tables"]
 
 Output = list[tuple[str, Message]]  # what to send where, in order
-H = TypeVar("H", bound=Hop)
 
 
+@mypyc_attr(serializable=True)  # unpickled without its __init__, as in Python
 @dataclass(slots=True)
-class Entry(Generic[H]):
+class Entry(Slotted):  # not Generic in the hop's type: mypyc cannot make a generic dataclass with slots
     filter: Filter
-    hop: H  # where it came from
+    hop: Hop  # where it came from (a str for an advertisement)
     ttl: int
     forward: bool = True  # a subscription sent on towards advertisements (False: a stand-in kept here)
     # a stand-in (see ``stand_in``): what fits this advertisement matches it here, not ``filter``
@@ -74,8 +76,8 @@ class Tables(Stateful):
         self.routing = routing
         self.neighbors: set[str] = set()
         self.clients: set[str] = set()
-        self.srt: dict[str, Entry[str]] = {}
-        self.prt: dict[str, Entry[Hop]] = {}
+        self.srt: dict[str, Entry] = {}
+        self.prt: dict[str, Entry] = {}
         self.matcher = CountingMatcher()
         self.srt_index: FilterIndex[str] = FilterIndex()  # advertisements a subscription may overlap
         self.prt_index: FilterIndex[str] = FilterIndex()  # subscriptions an advertisement may overlap
@@ -191,7 +193,7 @@ class Tables(Stateful):
                 out += self._want(neighbor, sub_id, entry)
         return out
 
-    def _want(self, neighbor: str, sub_id: str, entry: Entry[Hop]) -> Output:
+    def _want(self, neighbor: str, sub_id: str, entry: Entry) -> Output:
         """The subscription towards ``neighbor``, or held back (``forwarding``); flooding, neither."""
         if self.routing == "flooding":
             return []
@@ -203,10 +205,12 @@ class Tables(Stateful):
         if entry_id in self.srt:
             entry = self.srt.pop(entry_id)
             self.srt_index.remove(entry_id)
-            if entry.hop in self.hop_adverts:
-                self.hop_adverts[entry.hop].remove(entry_id)
-            if self.last_fit.get(entry.hop, ("",))[0] == entry_id:
-                del self.last_fit[entry.hop]
+            hop = entry.hop
+            assert isinstance(hop, str)  # an advertisement comes from a client or a neighbour
+            if hop in self.hop_adverts:
+                self.hop_adverts[hop].remove(entry_id)
+            if self.last_fit.get(hop, ("",))[0] == entry_id:
+                del self.last_fit[hop]
             for neighbor in sorted(self.neighbors):
                 out += self._apply(neighbor, self.advertisements.unwant(neighbor, entry_id), True)
             if entry.hop in self.neighbors:  # subscriptions that only this advertisement drew that way

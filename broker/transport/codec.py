@@ -67,7 +67,18 @@ import msgspec
 
 from broker.errors import BadMessage, FrameTooLarge
 from broker.language import MAX_DEPTH, Policy
-from broker.language.model import And, Atom, Composite, Filter, Or, Predicate, Publication, Sequence, Times
+from broker.language.model import (
+    And,
+    Atom,
+    Composite,
+    Filter,
+    Or,
+    Predicate,
+    Publication,
+    Sequence,
+    Times,
+    predicate_value,
+)
 from broker.language.values import TimeRef, Var
 from broker.messages import (
     CARRIED,
@@ -358,7 +369,12 @@ def _to_publication(array: object) -> Publication:
     for pair in pairs:  # inline, not _to_pair: every publication that crosses a link comes here
         if type(pair) is not list or len(pair) != 2:
             raise ValueError("an attribute of a publication must be an array [name, value]")
+    if type(cls) is not str:  # the model's refusal, before a compiled type check
+        raise ValueError(f"class must be a string, not {cls!r}")
     return Publication(cls, pairs)
+
+
+_PREDICATE_VALUES = (int, float, str, Var, TimeRef)  # the types a Predicate's value has
 
 
 def _to_filter(array: object) -> Filter:
@@ -376,6 +392,8 @@ def _to_filter(array: object) -> Filter:
             raise ValueError(f"an operator must be a string, not {type(op).__name__}")
         if type(value) is list:
             value = _to_tagged_value(value)
+        if type(attribute) is not str or type(value) not in _PREDICATE_VALUES:
+            predicate_value(attribute, op, value)  # the model's refusal, before a compiled type check
         predicates.append(Predicate(attribute, op, value))
     return Filter(cls, tuple(predicates))
 
