@@ -16,6 +16,10 @@ one or more subscribers (multiprocessing). Figures:
 * with ``--builds`` (only these): the first three and the last with the brokers' hot path compiled
   against their pure Python (``WFM_PURE=1``, :mod:`broker.compiled`), rounds alternating; our
   clients run the build this process loaded (they are forked from it).
+* with ``--floor`` (only these): through one server, 1 publisher and 1 subscriber, ``wfm broker``
+  against ``benchmarks/relay.py``, a server that speaks our protocol to our clients and does nothing
+  else (without the codec, and with it), and against Redis and NATS, rounds alternating: the floor
+  of this design, what the codec costs, and what routing, matching and custody cost on top.
 
 Redis (``PUBLISH``/``SUBSCRIBE``) and NATS (core subjects) get the same shapes (one server each;
 a chain does not exist there, so the 3-broker figure is compared with the single server), messages
@@ -55,6 +59,7 @@ from broker.transport.uri import BrokerURI
 from wfm.certs import init, issue
 
 WFM = str(Path(sys.executable).with_name("wfm"))
+RELAY = str(Path(__file__).with_name("relay.py"))
 PAYLOAD = "x" * 64
 CLASS = "bench"
 
@@ -120,6 +125,24 @@ def certificates(count: int) -> Iterator[Path]:
             issue(certs, f"B{i + 1}", "broker")
         issue(certs, "alice", "client")
         yield certs
+
+
+@contextmanager
+def relay(codec: bool) -> Iterator[BrokerList]:
+    """A ``benchmarks/relay.py`` process (``codec``: decoding and encoding every frame), reached
+    as broker R1; it runs the build this process would (``WFM_PURE`` and ``PYTHONPATH`` are
+    inherited)."""
+    uri = BrokerURI("127.0.0.1", free_port(), "R1")
+    args = [sys.executable, RELAY, "--uri", str(uri), *(["--codec"] if codec else [])]
+    proc = subprocess.Popen(args, stderr=subprocess.DEVNULL)
+    reach = broker_list(uri)
+    SERVERS[str(reach)] = [proc.pid]
+    try:
+        asyncio.run(_wait_linked([reach]))
+        yield reach
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 async def _wait_linked(uris: list[BrokerList]) -> None:
@@ -514,8 +537,15 @@ def main() -> None:
     parser.add_argument(
         "--builds", action="store_true", help="only the brokers compiled against their pure Python"
     )
+    parser.add_argument(
+        "--floor", action="store_true", help="only the broker against a relay of our protocol, 1 broker"
+    )
     args = parser.parse_args()
     count = args.count
+    if args.floor:
+        rows = floor_rows(count, args.repeat)
+        print("RESULT " + json.dumps({"benchmark": "overlay", "cores": os.cpu_count(), **rows}))
+        return
     if args.builds:
         rows = build_rows(count, args.repeat)
         print("RESULT " + json.dumps({"benchmark": "overlay", "cores": os.cpu_count(), **rows}))
@@ -672,6 +702,79 @@ def build_rows(count: int, repeat: int) -> dict[str, Any]:
             flush=True,
         )
         result[f"compiled_{KEYS[name]}"] = {"compiled": fast, "pure": slow, "ratio": round(ratio, 3)}
+    return result
+
+
+FLOOR = {"relay": "relay", "relay+codec": "relay_codec", "ours": "ours"}  # the variant's RESULT key
+
+
+def floor_rows(count: int, repeat: int) -> dict[str, Any]:
+    """Through one server, 1 publisher and 1 subscriber (our clients, as in the one-broker
+    figure): ``relay`` (``benchmarks/relay.py``: our protocol, the publication never decoded, no
+    routing), ``relay+codec`` (the same, every frame decoded and encoded by the codec), ``ours``
+    (``wfm broker`` with 1,000 other subscriptions) and the peers (Redis, NATS, 1,000 other
+    subscriptions each), taking turns each round, median of ``repeat`` rounds. Each variant's
+    throughput and CPU per publication of the server, the publisher and the subscriber, and what
+    the cores allow: ``cores`` / the CPU all three processes spend per publication. The server's
+    CPU differences: the codec's (``relay+codec`` - ``relay``), and routing, matching and
+    custody's (``ours`` - ``relay+codec``)."""
+    runs: dict[str, list[dict[str, float]]] = {}
+    with ExitStack() as stack:
+        peers: dict[str, int] = {}
+        for peer, (command, module, (_, _, holder_of)) in PEERS.items():
+            port = stack.enter_context(peer_server(command, module))
+            if port is not None:
+                stack.enter_context(other_subscriptions(port, 1000, holder_of))
+                peers[peer] = port
+        servers = {
+            "relay": stack.enter_context(relay(codec=False)),
+            "relay+codec": stack.enter_context(relay(codec=True)),
+        }
+        (servers["ours"],) = stack.enter_context(brokers(1))
+        stack.enter_context(other_subscriptions(servers["ours"], 1000))
+        for _ in range(repeat):
+            for name, target in servers.items():
+                runs.setdefault(name, []).append(measure_ours(target, target, count))
+            for peer, port in peers.items():
+                subscriber, publisher, _ = PEERS[peer][2]
+                runs.setdefault(peer, []).append(measure(subscriber, publisher, port, count))
+    cores = os.cpu_count() or 1
+    rows = {name: median_row(rounds) for name, rounds in runs.items()}
+    missing = "missing: no server or no client package"
+    baselines = {peer: "pub/sub" if peer in peers else missing for peer in PEERS}
+    floor = {"count": count, "repeat": repeat, "build": compiled.BUILD, "baselines": baselines}
+    result: dict[str, Any] = {"floor": floor}
+    for name, row in rows.items():
+        spent = sum(row.get(f"{who}_cpu_us", 0.0) for who in ("server", "publisher", "subscriber"))
+        row["all_cpu_us"] = round(spent, 1)
+        row["cores_allow_per_second"] = round(cores / spent * 1e6) if spent else 0
+        print(
+            f"{'floor, ' + name:26} {_figure(row, False):12} CPU server/publisher/subscriber {_cpu(row)}:"
+            f" all {spent:.1f} us, {cores} cores allow {row['cores_allow_per_second']:,}/s",
+            flush=True,
+        )
+        result["floor"][FLOOR.get(name, name)] = row
+    relay_, codec_, ours = rows["relay"], rows["relay+codec"], rows["ours"]
+    figures: dict[str, float] = {
+        "codec_us": codec_["server_cpu_us"] - relay_["server_cpu_us"],
+        "routing_custody_matching_us": ours["server_cpu_us"] - codec_["server_cpu_us"],
+        "ratio_ours_relay": ours["per_second"] / relay_["per_second"],
+        "ratio_ours_relay_codec": ours["per_second"] / codec_["per_second"],
+    }
+    for peer in peers:
+        figures[f"ratio_relay_{peer}"] = relay_["per_second"] / rows[peer]["per_second"]
+        figures[f"ratio_relay_codec_{peer}"] = codec_["per_second"] / rows[peer]["per_second"]
+        figures[f"ratio_ours_{peer}"] = ours["per_second"] / rows[peer]["per_second"]
+    result["floor"].update({key: round(value, 3) for key, value in figures.items()})
+    against = "".join(f", {figures[f'ratio_relay_{peer}']:.2f}x {peer}" for peer in peers)
+    print(
+        f"{'floor':26} relay {relay_['per_second']:,.0f}/s{against}; the codec costs the server"
+        f" {figures['codec_us']:.1f} us, routing, matching and custody"
+        f" {figures['routing_custody_matching_us']:.1f} us more;"
+        f" ours/relay {figures['ratio_ours_relay']:.2f},"
+        f" ours/relay+codec {figures['ratio_ours_relay_codec']:.2f}",
+        flush=True,
+    )
     return result
 
 
