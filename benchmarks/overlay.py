@@ -200,11 +200,11 @@ def our_publisher(uri: BrokerList, count: int, rate: float, subscribers: int, re
             # only now; publishing earlier would (rightly) not reach them.
             while (await client.status())["subscriptions"] < subscribers:  # type: ignore[operator]
                 await asyncio.sleep(0.02)
-            start = time.time()
+            start, cpu_start = time.time(), time.process_time()
             async for i in paced(start, count, rate):
                 client.publish_nowait(Publication(CLASS, {"seq": i, "t": time.time(), "pad": PAYLOAD}))
             await client.publish(Publication(CLASS, {"seq": -1, "t": time.time(), "pad": PAYLOAD}))
-            results.put({"start": start})
+            results.put({"start": start, "cpu_start": cpu_start})
 
     loops.run(run(), loops.loop_factory(loops.chosen()))
 
@@ -253,7 +253,7 @@ def measure(
     ctx = mp.get_context("spawn")
     ready, results = ctx.Queue(), ctx.Queue()
     subs = [
-        ctx.Process(target=_with_cpu, args=(subscriber, target, count, ready, results))
+        ctx.Process(target=_subscriber_with_cpu, args=(subscriber, target, count, ready, results))
         for _ in range(subscribers)
     ]
     for p in subs:
@@ -283,31 +283,67 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def cpu_seconds(pids: list[int]) -> float | None:
-    """User and system CPU seconds of these processes so far (Linux's /proc), None elsewhere."""
+    """CPU seconds of these processes so far (Linux's /proc), None elsewhere: the time their
+    threads ran, in nanoseconds (``schedstat``; a thread that ended is not counted, and the servers
+    measured keep theirs), else user and system time in clock ticks (10 ms: half a microsecond a
+    publication over 20,000, too coarse for a server that spends a few)."""
+    if not pids:
+        return None
+    try:
+        nanoseconds = 0
+        for pid in pids:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                nanoseconds += int((task / "schedstat").read_text().split()[0])
+        return nanoseconds / 1e9
+    except (OSError, IndexError, ValueError):
+        pass
     try:
         total = 0
         for pid in pids:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])
-        return total / _CLOCK_TICKS if pids else None
+        return total / _CLOCK_TICKS
     except (OSError, IndexError, ValueError):
         return None
 
 
 class _Cpu:
-    """A results queue that adds the CPU seconds its process spent since it was made."""
+    """A results queue that adds the CPU seconds its process spent since it was made, or since
+    its role's mark: a subscriber's once subscribed (``_Ready``), a publisher's at its first
+    publication (``cpu_start`` in its result), so that importing a peer's client package and
+    connecting do not count as CPU per publication."""
 
     def __init__(self, queue: Any) -> None:
         self.queue = queue
         self.start = time.process_time()
 
     def put(self, item: Any) -> None:
-        self.queue.put({**item, "cpu": time.process_time() - self.start} if isinstance(item, dict) else item)
+        if isinstance(item, dict):
+            item = {**item}
+            item["cpu"] = time.process_time() - item.pop("cpu_start", self.start)
+        self.queue.put(item)
+
+
+class _Ready:
+    """A subscriber's ready queue: once it says it is subscribed, its CPU counts from then."""
+
+    def __init__(self, queue: Any, cpu: _Cpu) -> None:
+        self.queue, self.cpu = queue, cpu
+
+    def put(self, item: Any) -> None:
+        self.cpu.start = time.process_time()
+        self.queue.put(item)
 
 
 def _with_cpu(role: Any, *args: Any) -> None:
-    """Run a subscriber or publisher (``role``) whose results say what CPU it spent."""
+    """Run a publisher (``role``) whose result says what CPU it spent."""
     role(*args[:-1], _Cpu(args[-1]))
+
+
+def _subscriber_with_cpu(role: Any, target: Any, count: int, ready: Any, results: Any) -> None:
+    """Run a subscriber (``role``) whose result says what CPU it spent once subscribed."""
+    cpu = _Cpu(results)
+    role(target, count, _Ready(ready, cpu), cpu)
 
 
 def measure_ours(
@@ -355,7 +391,7 @@ def redis_publisher(port: int, count: int, rate: float, subscribers: int, result
     client = redis.Redis(port=port)
     while client.pubsub_numsub(CLASS)[0][1] < subscribers:
         time.sleep(0.02)
-    start = time.time()
+    start, cpu_start = time.time(), time.process_time()
     pipe = client.pipeline(transaction=False)
     for i in range(count):
         if rate:
@@ -367,7 +403,7 @@ def redis_publisher(port: int, count: int, rate: float, subscribers: int, result
         if rate or i % 200 == 199:
             pipe.execute()
     pipe.execute()
-    results.put({"start": start})
+    results.put({"start": start, "cpu_start": cpu_start})
 
 
 def redis_holder(port: int, count: int, ready: Any, stop: Any) -> None:
@@ -412,11 +448,11 @@ def nats_publisher(port: int, count: int, rate: float, subscribers: int, results
 
     async def run() -> None:
         client = await nats.connect(f"nats://127.0.0.1:{port}")
-        start = time.time()
+        start, cpu_start = time.time(), time.process_time()
         async for i in paced(start, count, rate):
             await client.publish(CLASS, _peer_message(i))
         await client.flush()
-        results.put({"start": start})
+        results.put({"start": start, "cpu_start": cpu_start})
         await client.close()
 
     asyncio.run(run())
