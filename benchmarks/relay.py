@@ -118,8 +118,8 @@ class Relay:
                             return
                     else:
                         handle(peer, payload)
-        except (ConnectionError, OSError, BadMessage):
-            pass
+        except (ConnectionError, OSError, BadMessage, ValueError):  # msgspec's DecodeError too
+            pass  # a peer gone, or one that is not our client: this relay serves only the benchmark
         finally:
             if peer is not None:
                 self.peers.remove(peer)
