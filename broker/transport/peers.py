@@ -135,8 +135,10 @@ class Peers:
             link.send(
                 Refuse("", f"a {type(item).__name__} is for the brokers of a site, and this link is not")
             )
-        elif self.cancels is not None and (type(item) is Cancel or type(item) is Carry):
-            vouched = self._vouched(link, hop, item, client)
+        elif self.cancels is not None and (
+            type(item) is Cancel or (type(item) is Carry and type(item.message) is Cancel)
+        ):
+            vouched = self._vouched(link, hop, item, client)  # type: ignore[arg-type]
             if vouched is not None:
                 self.driver.feed(vouched, hop)
         else:
@@ -145,13 +147,11 @@ class Peers:
     def _vouched(
         self, link: Link, hop: str, item: Cancel | Carry, client: str | None
     ) -> Cancel | Carry | None:
-        """``item`` with any cancel in it named for whoever signed it (``broker.transport.cancels``):
+        """A cancel, or a carried one, named for whoever signed it (``broker.transport.cancels``):
         a client's signed by anyone else, or not signed, is refused (None); a neighbour's that
         does not verify is named for nobody."""
         cancel = item.message if type(item) is Carry else item
-        if type(cancel) is not Cancel:
-            return item
-        assert self.cancels is not None
+        assert type(cancel) is Cancel and self.cancels is not None
         try:
             signer = self.cancels.signer(cancel, self.clock.time())
             if client is not None and signer != client:
