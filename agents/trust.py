@@ -40,21 +40,19 @@ Everything this decides on is in the envelope, the agent's configuration and its
 from __future__ import annotations
 
 import base64
-import functools
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from broker.errors import LocalError
 from broker.language import Publication
+from broker.transport.certificates import Uncertified, common_name, vouched
 from broker.transport.revocation import Revocations
 from workflow_messages.operations import OPERATIONS
 from workflow_messages.signature import (
@@ -267,30 +265,19 @@ def certified(
     """Who ``certificate`` names, if ``ca`` issued it, it is valid ``now``, its role is one of
     ``roles`` (None: any) and ``revocations`` (``wfm certs revoke``) do not list it; else
     :class:`Refusal` of kind ``signer`` (``revoked`` for a revoked one)."""
-    names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    name = str(names[0].value) if names else fingerprint(certificate.public_key())  # type: ignore[arg-type]
+    name = common_name(certificate) or fingerprint(certificate.public_key())  # type: ignore[arg-type]
     units = certificate.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
     found = Certified(name, ", ".join(str(unit.value) for unit in units))
     who = str(found)
-    if not _issued_by(certificate, ca):
-        raise Refusal("signer", who, f"{name}'s certificate was not issued by this CA")
-    at = datetime.fromtimestamp(now, UTC)
-    if not certificate.not_valid_before_utc <= at <= certificate.not_valid_after_utc:
-        raise Refusal("signer", who, f"{name}'s certificate is not valid now (expired or not yet valid)")
+    try:
+        vouched(certificate, ca, now, name)
+    except Uncertified as error:
+        raise Refusal("signer", who, str(error)) from None
     if roles is not None and (len(units) != 1 or found.role not in roles):
         raise Refusal("signer", who, f"{name} has role {found.role or 'none'}, not {' or '.join(roles)}")
     if revocations is not None and revocations.revoked(certificate):
         raise Refusal("revoked", who, f"{name}'s certificate is revoked (wfm certs revoke)")
     return found
-
-
-@functools.lru_cache(maxsize=256)  # a signature check per message: each certificate's once
-def _issued_by(certificate: x509.Certificate, ca: x509.Certificate) -> bool:
-    try:
-        certificate.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
 
 
 def identity_author(directory: Path, name: str) -> Author:

@@ -42,6 +42,7 @@ def record(delivery: Delivery) -> dict[str, Any]:
         "agent": fields.get("agentname"),
         "time": delivery.time,
         "priority": delivery.qos.priority,
+        "expires": delivery.qos.expires,  # None: it never expires
         "publication_id": delivery.id,
     }
 

@@ -83,6 +83,7 @@ from broker.messages import (
     WireMessage,
     client_session,
 )
+from broker.transport.cancels import signed
 from broker.transport.link import Link
 from broker.transport.tls import Identity
 from broker.transport.tls import client_id as client_id_of
@@ -470,9 +471,12 @@ class Client(Stream):
     async def cancel(self, mid: str) -> str:
         """Cancel the retained publication ``mid`` names (its publisher's id for it, or its
         publication id) wherever it is kept, if its cancel policy lets this client's identity;
-        returns the cancel's id once the broker took it (not whether anything was kept)."""
+        returns the cancel's id once the broker took it (not whether anything was kept). With
+        TLS the cancel is signed with the identity's key (``broker.transport.cancels``), which
+        is how every broker knows who cancels."""
         ref = self.refs.next()
-        return str(await self.asking.ask(Cancel(ref, mid), ref))
+        cancel = Cancel(ref, mid) if self.tls is None else signed(self.tls, ref, mid, self.clock.time())
+        return str(await self.asking.ask(cancel, ref))
 
     async def ack(self, delivery: Delivery) -> None:
         """Acknowledge ``delivery``, whose publisher asked for it (``ack=client``): an ``ACK``

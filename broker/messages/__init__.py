@@ -33,6 +33,7 @@ from broker.messages.ids import (
     publisher_of,
 )
 from broker.messages.overlay import (
+    CANCEL_SKEW,
     CARRIED,
     DEFAULT_TTL,
     MAX_PULL,
@@ -71,6 +72,7 @@ from broker.messages.session import Hello, Ping, Pong, WireMessage
 
 __all__ = [
     "ACKS",
+    "CANCEL_SKEW",
     "CARRIED",
     "CLIENT_SESSION_DIGITS",
     "DEFAULT_QOS",

@@ -27,6 +27,7 @@ from broker.language.values import Value, check_name
 from broker.messages.qos import DEFAULT_QOS, Qos
 
 __all__ = [
+    "CANCEL_SKEW",
     "DEFAULT_TTL",
     "MAX_PULL",
     "Ack",
@@ -60,6 +61,12 @@ __all__ = [
 ]
 
 DEFAULT_TTL = 32  # hops a message may travel: bounds the damage of a misconfigured cyclic overlay
+MAX_SIGNER = 4096  # bytes of a signed cancel's certificate (``wfm certs`` makes about 600)
+MAX_SIGNATURE = 160  # bytes of its signature (a DER ECDSA P-256 signature is at most 72)
+# seconds the clocks of a client that signs a cancel and of the brokers may disagree: a signed
+# cancel dated further ahead of a broker's clock is refused, and one cancels only the retained
+# publications accepted before it was signed, or less than this after (``retained``)
+CANCEL_SKEW = 60.0
 
 
 # The checks below run for every message built, decoded or not: each takes the common case
@@ -357,13 +364,22 @@ class Retained:
 class Cancel:
     """Cancel a retained publication named by its publisher's id for it (``Qos.mid``) or its
     overlay-wide id. From a client ``id`` is its ref; between brokers, which flood it, ``id`` is
-    overlay-wide and ``by`` the identity of the client that asked, as its edge broker knew it
-    (its certificate's name): the retained publication's cancel policy is checked against it."""
+    overlay-wide and ``by`` the identity of the client that asked: the retained publication's
+    cancel policy is checked against it.
+
+    With TLS the client signs it (``broker.transport.cancels``): ``at`` when (epoch seconds, its
+    clock), ``signer`` its certificate (DER) and ``signature`` its ECDSA signature over the
+    message id and ``at``. The signature travels with the cancel, and every broker that takes
+    one sets ``by`` to whoever signed it, not to what a neighbour says; so a broker cannot cancel
+    in another's name. A cancel is signed or not: all three, or none."""
 
     id: str
     mid: str
     by: str = ""
     ttl: int = DEFAULT_TTL
+    at: float | None = None
+    signer: bytes = b""
+    signature: bytes = b""
 
     def __post_init__(self) -> None:
         _text(self.id, "cancel id")
@@ -371,6 +387,20 @@ class Cancel:
         if type(self.by) is not str or len(self.by) > 512:
             raise ValueError("who cancels is a string of at most 512 characters")
         _ttl(self.ttl)
+        if self.at is None and not self.signer and not self.signature:
+            return
+        _time(self.at)
+        if type(self.signer) is not bytes or not 0 < len(self.signer) <= MAX_SIGNER:
+            raise ValueError(f"a signed cancel's certificate is 1 to {MAX_SIGNER} bytes")
+        if type(self.signature) is not bytes or not 0 < len(self.signature) <= MAX_SIGNATURE:
+            raise ValueError(f"a signed cancel's signature is 1 to {MAX_SIGNATURE} bytes")
+
+    @property
+    def signed(self) -> bool:
+        return self.at is not None
+
+    def __setstate__(self, state: list[object]) -> None:
+        _set_fields(self, state)  # one held in custody before cancels were signed: unsigned
 
 
 @dataclass(frozen=True, slots=True)
@@ -485,7 +515,16 @@ class Carry:
 
     seq: int
     message: (
-        Advertise | Unadvertise | Subscribe | CompositeSubscribe | Unsubscribe | Publish | Notify | Deliver
+        Advertise
+        | Unadvertise
+        | Subscribe
+        | CompositeSubscribe
+        | Unsubscribe
+        | Publish
+        | Notify
+        | Deliver
+        | Retained
+        | Cancel
     )
 
     def __post_init__(self) -> None:

@@ -17,9 +17,11 @@ client drops by id a copy of what it already has.
 Expiry (``Qos.expires``) ends a retained publication, and every copy, the moment the router's
 clock passes it. A ``Cancel`` (naming the publisher's id for it, ``Qos.mid``, or its overlay-wide
 id) is flooded to every broker, and each drops what it keeps of the publication if its cancel
-policy allows the identity the canceller's edge broker vouched for: ``any``, or ``originator``
-and the publisher's own. An identity is a client's name up to its first ``:`` (a certificate's
-name holds none, and a client with a certificate is named for it, or ``NAME:SUFFIX``).
+policy allows the canceller (``Cancel.by``): ``any``, or ``originator`` and the publisher's own
+identity. An identity is a client's name up to its first ``:`` (a certificate's name holds
+none, and a client with a certificate is named for it, or ``NAME:SUFFIX``). With TLS the
+canceller is whoever signed the cancel, checked by each broker's adapter before the cancel gets
+here (``broker.transport.cancels``); without, the name its edge broker gave it.
 
 Under flooding no subscription travels, so a subscriber gets retained publications only from its
 own broker's copies: those of publications flooded after the retained store existed.
@@ -34,7 +36,7 @@ from typing import Any
 
 from broker.language.model import Filter, Predicate, Publication
 from broker.matching.oracle import matches
-from broker.messages import DEFAULT_TTL, Cancel, Deliver, Qos, Retained, publisher_of
+from broker.messages import CANCEL_SKEW, DEFAULT_TTL, Cancel, Deliver, Qos, Retained, publisher_of
 from broker.routing.snapshots import Stateful
 from broker.routing.tables import Output, Tables
 
@@ -157,12 +159,18 @@ class Retention(Stateful):
         return [(hop, message)]
 
     def cancel(self, message: Cancel) -> Output:
-        """Drop what ``message`` names, if its cancel policy lets ``message.by`` cancel it."""
+        """Drop what ``message`` names, if its cancel policy lets ``message.by`` cancel it: any
+        cancel, or one by its publisher's identity; a signed one only if the publication was
+        accepted before it was signed (within ``CANCEL_SKEW``: see ``broker.transport.cancels``),
+        so a signed cancel replayed later misses a publication published again under its id."""
         out: Output = []
         for pub_id, kept in list(self.kept.items()):
             if message.mid not in (pub_id, kept.qos.mid):
                 continue
-            if kept.qos.cancel == "any" or identity(publisher_of(pub_id)) == message.by:
+            if kept.qos.cancel == "any" or (
+                identity(publisher_of(pub_id)) == message.by
+                and (message.at is None or kept.time <= message.at + CANCEL_SKEW)
+            ):
                 self.counters["retained.cancelled"] += 1
                 out += self._drop(pub_id)
             else:

@@ -473,10 +473,14 @@ class Router:
 
     def _client_cancels(self, message: Cancel, hop: str, now: float) -> Output:
         """A client cancels a retained publication: everywhere, as the identity its certificate
-        gives (its name without one), whatever it claims."""
+        gives (its name without one), whatever it claims; its signature, if any (which the
+        adapter checked, ``broker.transport.cancels``), goes with it for the other brokers."""
         cancel_id = str(OverlayId(self.id, hop, message.id))
         by = self.sessions.peers[hop][0] or identity(hop)
-        return [(hop, Ack(message.id, cancel_id)), *self._cancel(Cancel(cancel_id, message.mid, by), "")]
+        overlay = Cancel(
+            cancel_id, message.mid, by, DEFAULT_TTL, message.at, message.signer, message.signature
+        )
+        return [(hop, Ack(message.id, cancel_id)), *self._cancel(overlay, "")]
 
     def _cancelled(self, message: Cancel, hop: str, now: float) -> Output:
         if message.id in self.seen:
@@ -488,7 +492,15 @@ class Router:
         self.seen[message.id] = None
         if len(self.seen) > SEEN_PUBLICATIONS:  # bounded like the publications' ids
             self.seen.popitem(last=False)
-        onward = Cancel(message.id, message.mid, message.by, message.ttl - 1)
+        onward = Cancel(
+            message.id,
+            message.mid,
+            message.by,
+            message.ttl - 1,
+            message.at,
+            message.signer,
+            message.signature,
+        )
         return self.retention.cancel(message) + [(n, onward) for n in sorted(self.tables.neighbors - {hop})]
 
     def _client_declares(self, message: Standby, hop: str, now: float) -> Output:

@@ -15,7 +15,7 @@ Unsubscribe           ``unsub``       id
 Publish               ``pub``         id, publication, ttl, ack, time or nil[, qos]
 Deliver               ``deliver``     [subscription ids], publication, id, time[, qos]
 Retained              ``retained``    subscription id, publication, id, time, qos
-Cancel                ``cancel``      id, message id, by, ttl
+Cancel                ``cancel``      id, message id, by, ttl[, at, signer, signature]
 Notify                ``notify``      subscription id, [publications], [[name, value], ...][, priority]
 Ack                   ``ack``         ref, id
 Refuse                ``refuse``      ref, reason
@@ -199,7 +199,14 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
         *(() if m.qos is DEFAULT_QOS else (_qos(m.qos),)),
     ],
     Retained: lambda m: ["retained", m.subscription, _publication(m.publication), m.id, m.time, _qos(m.qos)],
-    Cancel: lambda m: ["cancel", m.id, m.mid, m.by, m.ttl],
+    Cancel: lambda m: [
+        "cancel",
+        m.id,
+        m.mid,
+        m.by,
+        m.ttl,
+        *(() if m.at is None else (m.at, m.signer, m.signature)),
+    ],
     Deliver: lambda m: [
         "deliver",
         m.subscriptions,
@@ -531,7 +538,7 @@ def _to_entries(array: object) -> tuple[Entry, ...]:
 # The other lengths a message's array may have: a Hello without custody or with a site, a
 # CompositeSubscribe with a policy (the default one is left out, so such a frame reads as it did
 # before policies) and a priority, a Notify with a priority, a StatusRequest without detail, a
-# Publish or Deliver with a quality of service.
+# Publish or Deliver with a quality of service, a Cancel signed.
 _OTHER_LENGTHS: dict[str, tuple[int, ...]] = {
     "hello": (4, 8, 9),
     "csub": (6, 7),
@@ -539,6 +546,7 @@ _OTHER_LENGTHS: dict[str, tuple[int, ...]] = {
     "statreq": (2,),
     "pub": (7,),  # with a quality of service other than the default
     "sub": (5,),  # with a lease
+    "cancel": (8,),  # signed
     "deliver": (6,),
 }
 

@@ -4,7 +4,9 @@ when silent.
 Frames go to the router (through its driver) except the link's own: ``Ping`` is answered here,
 and a frame that is not a message is answered with ``Refuse``, counted and logged (once a minute
 per peer), while the link goes on. A peer that breaks framing cannot be trusted any more and is
-disconnected; one too slow to read what it is sent too (``link.SLOW_CONSUMER``).
+disconnected; one too slow to read what it is sent too (``link.SLOW_CONSUMER``). With TLS a
+cancel's signature is checked here, before the router sees (and the log records) it
+(``broker.transport.cancels``).
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from dataclasses import replace
 
 from broker.clock import Clock
 from broker.errors import BadMessage, ProtocolError
 from broker.messages import (
     Append,
     AppendReply,
+    Cancel,
+    Carry,
     Hello,
     InstallSnapshot,
     LinkDown,
@@ -30,6 +35,7 @@ from broker.messages import (
     VoteRequest,
 )
 from broker.throttle import LogThrottle
+from broker.transport.cancels import CancelCheck
 from broker.transport.driver import RouterDriver
 from broker.transport.link import SLOW_CONSUMER, Link
 from broker.transport.tls import Peer
@@ -50,6 +56,7 @@ class Peers:
         counters: Counter[str],
         log: logging.LoggerAdapter[logging.Logger],
         clock: Clock,
+        cancels: CancelCheck | None = None,
     ) -> None:
         self.links = links
         self.driver = driver
@@ -59,6 +66,8 @@ class Peers:
         self.log = log
         self.clock = clock
         self.bad_message_log = LogThrottle()
+        self.cancels = cancels  # with TLS: who signed a cancel
+        self.cancel_log = LogThrottle()
 
     async def serve(self, link: Link, hop: str, hello: Hello, sent: Hello, who: Peer | None) -> None:
         """Run an established link until it ends; the router hears of it coming and going (with
@@ -86,7 +95,8 @@ class Peers:
         identity, role = (who.name, who.role) if who is not None else ("", "")
         self.driver.feed(LinkUp(hello.kind == "broker", hello.epoch, resume, identity, role, name=ours), hop)
         try:
-            await link.read_all(lambda item: self._handle(link, hop, item))
+            client = None if hello.kind == "broker" else identity
+            await link.read_all(lambda item: self._handle(link, hop, item, client))
         except ProtocolError as error:  # framing is broken: the stream cannot be trusted any more
             self.counters["bad_frames"] += 1
             self.log.warning("%s broke framing: %s", hop, error)
@@ -104,7 +114,8 @@ class Peers:
                 self.driver.feed(LinkDown(), hop)
                 self.driver.forget_gone()
 
-    def _handle(self, link: Link, hop: str, item: object) -> None:
+    def _handle(self, link: Link, hop: str, item: object, client: str | None) -> None:
+        """One frame of ``hop``'s link: a client's of identity ``client``, or (None) a broker's."""
         if isinstance(item, BadMessage):
             self.counters["bad_messages"] += 1
             unlogged = self.bad_message_log.admit(hop, self.clock.monotonic())
@@ -124,8 +135,46 @@ class Peers:
             link.send(
                 Refuse("", f"a {type(item).__name__} is for the brokers of a site, and this link is not")
             )
+        elif self.cancels is not None and (
+            type(item) is Cancel or (type(item) is Carry and type(item.message) is Cancel)
+        ):
+            vouched = self._vouched(link, hop, item, client)  # type: ignore[arg-type]
+            if vouched is not None:
+                self.driver.feed(vouched, hop)
         else:
             self.driver.feed(item, hop)  # type: ignore[arg-type]
+
+    def _vouched(
+        self, link: Link, hop: str, item: Cancel | Carry, client: str | None
+    ) -> Cancel | Carry | None:
+        """A cancel, or a carried one, named for whoever signed it (``broker.transport.cancels``):
+        a client's signed by anyone else, or not signed, is refused (None); a neighbour's that
+        does not verify is named for nobody."""
+        cancel = item.message if type(item) is Carry else item
+        assert type(cancel) is Cancel and self.cancels is not None
+        try:
+            signer = self.cancels.signer(cancel, self.clock.time())
+            if client is not None and signer != client:
+                raise ValueError(f"the cancel is signed by {signer}, not by this client's identity {client}")
+        except ValueError as error:
+            signer, why = "", str(error)
+            counter = "cancel_refused" if client is not None else "cancel_unverified"
+            self.counters[counter] += 1
+            if (unlogged := self.cancel_log.admit(hop, self.clock.monotonic())) is not None:
+                more = f" ({unlogged} more not logged since the last)" if unlogged else ""
+                self.log.warning(
+                    "%s's cancel of %s is not %s: %s%s",
+                    hop,
+                    cancel.mid,
+                    "taken" if client else "vouched for",
+                    why,
+                    more,
+                )
+            if client is not None:
+                link.send(Refuse(cancel.id, why))
+                return None
+        named = replace(cancel, by=signer)
+        return replace(item, message=named) if type(item) is Carry else named
 
     async def heartbeats(self) -> None:
         """Ping links that were quiet for ``heartbeat`` seconds; close those silent for ``dead_after``."""

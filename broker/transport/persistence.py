@@ -39,7 +39,9 @@ a backlog's slots (``WINDOW_SLOT``) says so, and its log is replayed with window
 development, so 13 reads 11 too. Composite subscriptions and their notifications gained a priority, and
 a detection (``broker.routing.composites``) its requesters' priorities, within format 12: one
 pickled without them comes back with the default priority (4) for everything, which is what
-it had, so neither replaying the same records nor the peers' seqs change.
+it had, so neither replaying the same records nor the peers' seqs change. Cancels gained a
+signature within format 13 (``broker.transport.cancels``): one pickled or logged without it
+is unsigned, which is what it was.
 
 **What an upgrade tells the neighbours.** The state an older version left may be out of step
 with what its neighbours have of it, and nothing in it tells: older brokers let a neighbour's

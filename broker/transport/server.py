@@ -35,6 +35,7 @@ from broker.routing.router import Router
 from broker.sites.member import SiteConfig, SiteDriver, SiteMember
 from broker.transport.admission import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS
 from broker.transport.backoff import Backoff
+from broker.transport.cancels import CancelCheck
 from broker.transport.codec import carriable
 from broker.transport.dialer import dial
 from broker.transport.driver import RouterDriver
@@ -164,7 +165,10 @@ class RouterService:
                 self._step_down,
                 self._serving,
             )
-        self.peers = Peers(self.links, self.driver, heartbeat, dead_after, self.counters, self.log, clock)
+        cancels = None if tls is None else CancelCheck(tls.revocations)  # who signed a cancel
+        self.peers = Peers(
+            self.links, self.driver, heartbeat, dead_after, self.counters, self.log, clock, cancels
+        )
         self.gate = Gate(
             tls, queue_limit, self.counters, self.log, clock, max_handshakes, max_handshakes_per_address
         )

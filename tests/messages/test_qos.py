@@ -9,7 +9,7 @@ import msgpack
 import pytest
 
 from broker.language import Publication
-from broker.messages import DEFAULT_QOS, Deliver, Publish, Qos
+from broker.messages import DEFAULT_QOS, Cancel, Deliver, Publish, Qos
 from broker.messages.qos import parse_duration
 from broker.transport import BadMessage, decode
 
@@ -78,3 +78,15 @@ def test_a_message_pickled_before_it_had_a_quality_of_service_has_the_default(ki
     older = rebuild(*args)
     older.__setstate__(list(state)[:-1])  # as the version before pickled it
     assert older == message and older.qos is DEFAULT_QOS
+
+
+def test_a_cancel_pickled_before_cancels_were_signed_is_unsigned() -> None:
+    """Held in custody in a snapshot of the version before (four fields): it comes back with no
+    signature, which is what it was, and a signed one keeps its own."""
+    message = Cancel("B1/c/1", "a1", "c")
+    rebuild, args, state = message.__reduce_ex__(pickle.HIGHEST_PROTOCOL)[:3]
+    older = rebuild(*args)
+    older.__setstate__(list(state)[:4])
+    assert older == message and not older.signed
+    signed = Cancel("B1/c/2", "a1", "c", at=1.7e9, signer=b"cert", signature=b"sig")
+    assert pickle.loads(pickle.dumps(signed)) == signed and signed.signed

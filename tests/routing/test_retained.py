@@ -4,8 +4,12 @@ cancelled as their policy allows; across a crash of the broker that keeps them."
 
 from __future__ import annotations
 
-from broker.messages import Qos
+import pytest
+
+from broker.language import Publication, parse_filter
+from broker.messages import CANCEL_SKEW, Advertise, Cancel, LinkUp, Publish, Qos
 from broker.routing.retained import KEEPER
+from broker.routing.router import Router
 from broker.sim import Overlay
 
 ALERT = "[class,eq,ALERT],[job,isPresent,''],[level,isPresent,0]"
@@ -85,3 +89,32 @@ def test_the_keeper_keeps_them_through_a_crash() -> None:
     later = overlay.add_client("later", "B3")
     later.subscribe("[class,eq,ALERT]")
     assert later.take() == ["[class,ALERT],[job,load],[level,2]"]
+
+
+@pytest.mark.parametrize(
+    ("signed_at", "cancelled"),
+    [
+        (10000.0 - 3600, False),
+        (10000.0 - CANCEL_SKEW - 1, False),
+        (10000.0 - CANCEL_SKEW + 1, True),
+        (10900.0, True),
+    ],
+)
+def test_a_signed_cancel_ends_only_what_was_published_before_it_was_signed(
+    signed_at: float, cancelled: bool
+) -> None:
+    """A signature says who cancels and when, not which publication: its publisher may use the
+    message id again. So a signed cancel (the adapter checked it: the router takes it as it
+    comes) ends a publication accepted before it was signed, within ``CANCEL_SKEW`` of clock
+    skew, and a cancel signed an hour before the publication, which a broker that kept it could
+    replay, ends nothing."""
+    router = Router("B1")
+    router.handle(LinkUp(False), "agent", 10000.0)
+    router.handle(LinkUp(True), "B2", 10000.0)
+    router.handle(Advertise("a", parse_filter(ALERT)), "agent", 10000.0)
+    alert = Publication("ALERT", {"job": "load", "level": 2})
+    router.handle(Publish("p", alert, qos=Qos(retain=True, mid="a1")), "agent", 10000.0)
+    cancel = Cancel("B2/agent/c", "a1", "agent", at=signed_at, signer=b"cert", signature=b"sig")
+    router.handle(cancel, "B2", 20000.0)
+    assert router.counters["retained.cancelled" if cancelled else "retained.cancel_refused"] == 1
+    assert (router.status()["retained"] == 0) is cancelled

@@ -10,7 +10,7 @@ import struct
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -232,6 +232,48 @@ def test_a_publication_crosses_from_one_site_to_another_and_survives_both_leader
         finally:
             for service in (*root, *child):
                 if service.site is not None and service.site.disk is not None:
+                    await service.stop()
+
+    run(scenario(), timeout=60)
+
+
+def test_a_retained_publication_kept_by_a_site_outlives_the_site_s_leader(tmp_path: Path) -> None:
+    """Site C keeps a retained alert (its keeper: the publication entered the overlay there) whose
+    publisher has gone. C's leader stops, another of C's brokers leads, from the state the site
+    replicated; subscribers that come after, at C and at site R (drawn to C by the alert's
+    advertisement), get it once each."""
+
+    async def scenario() -> None:
+        root, child = two_sites(tmp_path)
+        for service in (*root, *child):
+            await service.start()
+
+        def linked() -> bool:
+            c, r = serving(child), serving(root)
+            return c is not None and r is not None and "R" in c.links and "C" in r.links
+
+        try:
+            await until(linked, what="two leaders and the site link")
+            publisher = await Client.connect(brokers_of(child), "agent", **FAST)  # type: ignore[arg-type]
+            await publisher.advertise("[class,eq,ALERT],[job,isPresent,'']")
+            pub_id = await publisher.publish("[class,ALERT],[job,load]", Qos(retain=True, mid="a1"))
+            await publisher.close()  # gone for good: the site keeps its alert
+            first = serving(child)
+            assert first is not None and first.router.retention.kept[pub_id].keeper
+            await first.stop()
+            await until(lambda: linked() and serving(child) is not first, timeout=10, what="C led again")
+            leader = serving(child)
+            assert leader is not None and leader.router.retention.kept[pub_id].keeper
+            for name, at in (("operator", child), ("far", root)):
+                async with await Client.connect(brokers_of(at), name, **FAST) as late:  # type: ignore[arg-type]
+                    stream = await late.subscribe("[class,eq,ALERT]")
+                    got = [(await stream.next(timeout=10)).id]
+                    with suppress(TimeoutError):
+                        got.append((await stream.next(timeout=1.0)).id)
+                    assert got == [pub_id], name
+        finally:
+            for service in (*root, *child):
+                if service._server is not None:
                     await service.stop()
 
     run(scenario(), timeout=60)

@@ -23,6 +23,7 @@ from broker.messages import (
     Append,
     AppendReply,
     Bye,
+    Cancel,
     Carry,
     Deliver,
     Entry,
@@ -55,6 +56,7 @@ WIRE_TYPES = (
     Unsubscribe,
     Publish,
     Deliver,
+    Cancel,
     Ack,
     Refuse,
     StatusRequest,
@@ -107,6 +109,8 @@ EXAMPLES = [
     Publish("b2/c3/8", PUBLICATION, 5, False, 1.7e9, Qos(0, None, 1.7e9 + 30, False, True, "receipt", "x")),
     Deliver(("b1/c1/s1",), PUBLICATION, "b2/c3/8", 1.7e9, Qos(priority=1, expires=1.7e9 + 30)),
     Publish("3@s", PUBLICATION, ack=False, qos=Qos(persistent=False)),  # non-persistent: bare
+    Cancel("c1", "alert-1"),
+    Cancel("B1/alice/c2", "B1/alice/7@s", "alice", 31, 1.7e9, b"\x30\x82cert", b"\x30\x45sig"),  # signed
     Deliver(("b1/c1/s1",), PUBLICATION, "b2/c3/9", 1.7e9, Qos(persistent=False)),
     Ack("r1", "b1/c1/r1"),
     Refuse("", "bad frame: not msgpack"),
@@ -131,6 +135,7 @@ EXAMPLES = [
     Hello("broker", "b2", epoch="e1:3", peer_epoch="e2:1", took=17),
     Carry(5, Publish("B1/c/1@s", PUBLICATION, ttl=7, time=1.7e9)),
     Carry(1, Subscribe("B1/c/2", parse_filter("[class,eq,a]"))),
+    Carry(2, Cancel("B1/alice/c3", "alert-1", "alice")),
     Took(2**63 - 1),
     Ping(),
     Pong(),
@@ -420,6 +425,24 @@ GOOD_FILTER = ["stock", [["price", ">", 1]]]
         (pack(["install", 2, "a", 5, 1, "text"]), "bad InstallSnapshot: a snapshot's data must be bytes"),
         (pack(["install", 2, "a", 0, 0, b""]), "bad InstallSnapshot: a snapshot stands for entries 1"),
         (pack(["install", 2, "a", 5, 3, b""]), "bad InstallSnapshot: a snapshot's last term must be"),
+        (pack(["cancel", "c", "a1", "", 32, 1.7e9]), "bad Cancel: expected 4 fields, got 5"),
+        (pack(["cancel", "c", "a1", "", 32, "now", b"c", b"s"]), "bad Cancel: time must be epoch seconds"),
+        (
+            pack(["cancel", "c", "a1", "", 32, 1.7e9, "cert", b"s"]),
+            "bad Cancel: a signed cancel's certificate is 1 to 4096 bytes",
+        ),
+        (
+            pack(["cancel", "c", "a1", "", 32, 1.7e9, b"c" * 4097, b"s"]),
+            "bad Cancel: a signed cancel's certificate is 1 to 4096 bytes",
+        ),
+        (
+            pack(["cancel", "c", "a1", "", 32, 1.7e9, b"c", b""]),
+            "bad Cancel: a signed cancel's signature is 1 to 160 bytes",
+        ),
+        (
+            pack(["cancel", "c", "a1", "", 32, None, b"c", b"s"]),
+            "bad Cancel: time must be epoch seconds",
+        ),
         (pack(["pub", "p1", GOOD_PUB]), "bad Publish: expected 5 fields, got 2"),
         (pack(["pub", "p1", GOOD_PUB, 5, True]), "bad Publish: expected 5 fields, got 4"),
         (pack(["pub", "p1", GOOD_PUB, 5, 1, None]), "bad Publish: ack must be true or false"),

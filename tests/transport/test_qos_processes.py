@@ -1,7 +1,8 @@
 """Quality of service over three ``wfm broker`` processes with logs (B1 - B2 - B3): priority under
 a backlog checked for inversions, time to live expiring in a durable session and across a kill -9,
 a retained alert reaching an operator who comes later on another broker and its acks, cancel by
-identity under both policies, and a regex that would make a backtracking engine hang."""
+identity under both policies (plain, and over TLS, where who cancels is who signed), and a regex
+that would make a backtracking engine hang."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from pathlib import Path
 
 from broker.client import Client, Delivery, Qos
 from broker.routing.backlog import FAIR_EVERY, WINDOW
+from broker.transport.tls import Identity
+from broker.transport.uri import BrokerURI
 from tests.client.test_reconnect import FAST
-from tests.processes import status
+from tests.processes import brokers, status, watcher
 from tests.transport.harness import run, until
 from tests.transport.test_persistence import Line, line
 
@@ -177,6 +180,54 @@ def test_cancel_follows_the_policy_by_identity(tmp_path: Path) -> None:
                 assert await later(brokers, "third") == set()
 
     run(scenario(), timeout=120)
+
+
+def test_over_tls_a_cancel_is_its_signer_s_whatever_the_client_calls_itself(certs: Path) -> None:
+    """Three ``wfm broker --tls`` processes: alice publishes at B1 ``x`` (only she may cancel it)
+    and ``y`` (anyone may). The operator's certificate in a client that calls itself ``alice``,
+    at B3, cancels both: it is ``operator:alice``, and its signature is the operator's, so ``x``
+    stays and ``y`` goes. Then alice cancels ``x`` from another process at B3, two brokers away
+    from where she published: her signature is checked at each broker, and ``x`` goes."""
+    alice, operator = Identity(certs, "alice"), Identity(certs, "operator")
+
+    async def kept(b2: BrokerURI, name: str) -> set[str]:
+        async with await Client.connect(b2, name, tls=operator, backoff=FAST) as late:
+            stream = await late.subscribe("[class,eq,NOTICE]")
+            found: set[str] = set()
+            while True:
+                try:
+                    found.add((await stream.next(timeout=1.0)).qos.mid)
+                except TimeoutError:
+                    return found
+
+    async def scenario(uris: dict[str, BrokerURI]) -> dict[str, object]:
+        keeper = await Client.connect(uris["B1"], "keeper", tls=alice, backoff=FAST)
+        impostor = await Client.connect(uris["B3"], "alice", tls=operator, backoff=FAST)
+        again = await Client.connect(uris["B3"], "later", tls=alice, backoff=FAST)
+        try:
+            assert impostor.id == "operator:alice"
+            await keeper.advertise("[class,eq,NOTICE],[n,>,0]")
+            await keeper.publish("[class,NOTICE],[n,1]", Qos(retain=True, mid="x"))
+            await keeper.publish("[class,NOTICE],[n,2]", Qos(retain=True, mid="y", cancel="any"))
+            assert await kept(uris["B2"], "first") == {"x", "y"}
+            await impostor.cancel("x")
+            await impostor.cancel("y")
+            await asyncio.sleep(0.5)
+            assert await kept(uris["B2"], "second") == {"x"}
+            await again.cancel("x")
+            await asyncio.sleep(0.5)
+            assert await kept(uris["B2"], "third") == set()
+            return status(uris["B1"], watcher(certs))
+        finally:
+            for client in (keeper, impostor, again):
+                await client.close()
+
+    with brokers({"B1": [], "B2": ["B1"], "B3": ["B2"]}, certs=certs) as uris:
+        report = run(scenario(uris), timeout=120)
+    counters = report["counters"]
+    assert isinstance(counters, dict)
+    assert counters["retained.cancel_refused"] == 1 and counters["retained.cancelled"] == 2
+    assert "link.cancel_unverified" not in counters  # every signature held
 
 
 def test_a_pattern_that_hangs_a_backtracking_engine_is_answered_at_once(tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ dashboard, gone from another."""
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from broker.client import Client, Delivery
@@ -50,6 +52,36 @@ def test_the_page_lists_each_alert_with_its_button_and_escapes_its_detail(tmp_pa
     assert web.post("/api/alerts/ack", json={}).json() == {"error": 'give {"id": ALERT}'}
     board.alert_board.alerts.clear()
     assert "no alert waits for an acknowledgement" in web.get("/fragment/alerts").text
+
+
+def test_the_page_shows_each_alert_s_priority_expiry_and_publication_id(tmp_path: Path) -> None:
+    """Beside what it says: its priority, when it expires (never, or in how long, the time in
+    the title) and its publication id (the id cell's title); one whose time to live has run out
+    is neither listed nor kept (the overlay no longer keeps it either)."""
+    board = dashboard(tmp_path)
+    now = time.time()
+    lasting = replace(alert_delivery(), qos=replace(alert_delivery().qos, expires=None))
+    expiring = replace(
+        lasting, id="B1/agentB-1/2@s", time=now, qos=replace(lasting.qos, mid="A.B.g2", expires=now + 3600)
+    )
+    gone = replace(lasting, id="B1/agentB-1/3@s", qos=replace(lasting.qos, mid="A.B.g3", expires=now - 1))
+    for alert in (lasting, expiring, gone):
+        board.alert_board.alerts[alert.id] = alert
+    board.alert_board.error = None
+    web = client(board)
+    page = web.get("/fragment/alerts").text
+    assert "<th>priority</th>" in page and "<th>expires</th>" in page
+    rows = {row.split('"')[0]: row for row in page.split('data-alert="')[1:]}
+    assert set(rows) == {"PAYROLL.JobB.g1", "A.B.g2"}
+    assert '<td title="publication B1/agentB-1/1@s">PAYROLL.JobB.g1</td>' in rows["PAYROLL.JobB.g1"]
+    assert '<td class="number">8</td>' in rows["PAYROLL.JobB.g1"]
+    assert "<td>never</td>" in rows["PAYROLL.JobB.g1"]
+    assert ">in 60 min</td>" in rows["A.B.g2"] or ">in 59 min</td>" in rows["A.B.g2"]
+    assert " UTC" in rows["A.B.g2"].split(">in ")[0]  # the time it expires, in the cell's title
+    listed = {a["id"]: a for a in web.get("/api/alerts").json()["alerts"]}
+    assert (listed["PAYROLL.JobB.g1"]["expires"], listed["A.B.g2"]["expires"]) == (None, now + 3600)
+    assert listed["A.B.g2"]["publication_id"] == "B1/agentB-1/2@s" and listed["A.B.g2"]["priority"] == 8
+    assert gone.id not in board.alert_board.alerts
 
 
 def test_an_alert_acknowledged_on_one_dashboard_leaves_the_other() -> None:

@@ -6,6 +6,7 @@ Acknowledge button."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,8 +54,12 @@ class AlertBoard:
             if self.alerts.pop(str(ack.publication.get("id")), None) is not None:
                 changed()
 
-    def records(self) -> list[dict[str, Any]]:
-        """The alerts, the newest first."""
+    def records(self, now: float | None = None) -> list[dict[str, Any]]:
+        """The alerts, the newest first; one whose time to live has run out (the overlay no longer
+        keeps it, and it would be delivered to no one) is forgotten, not shown."""
+        now = time.time() if now is None else now
+        for gone in [pub_id for pub_id, d in self.alerts.items() if d.qos.expired(now)]:
+            del self.alerts[gone]
         return sorted((record(d) for d in self.alerts.values()), key=lambda r: -float(r["time"]))
 
     async def acknowledge(self, wanted: str) -> dict[str, Any]:

@@ -253,22 +253,39 @@ def broker_detail(status: Mapping[str, Any]) -> str:
 
 
 def alerts(records: Sequence[Mapping[str, Any]], error: str | None = None) -> str:
-    """The alerts of failed jobs not acknowledged yet, the newest first, each with its button."""
+    """The alerts of failed jobs not acknowledged yet, the newest first, each with its button and
+    its quality of service: priority, when it expires (if it does) and its publication id (the
+    id cell's title, beside the id the alert is named by)."""
     parts = [problem(error)] if error else []
     if not records:
         return "".join(parts) + "<p>no alert waits for an acknowledgement</p>"
     now = time.time()
     rows = "".join(
-        f'<tr class="alert" data-alert="{_a(str(r["id"]))}"><td>{escape(str(r["id"]))}</td>'
+        f'<tr class="alert" data-alert="{_a(str(r["id"]))}">'
+        f'<td title="publication {_a(str(r["publication_id"]))}">{escape(str(r["id"]))}</td>'
         f"<td>{escape(str(r['workflow']))}</td><td>{escape(str(r['job']))}</td>"
         f"<td>{escape(str(r['gid']))}</td><td>{escape(str(r['status']))}</td>"
-        f"<td>{max(0.0, now - float(r['time'])):.0f} s ago</td><td>{escape(str(r['detail'] or ''))}</td>"
+        f'<td class="number">{int(r["priority"])}</td>'
+        f"<td>{max(0.0, now - float(r['time'])):.0f} s ago</td>{_expires(r['expires'], now)}"
+        f"<td>{escape(str(r['detail'] or ''))}</td>"
         f'<td><button data-ack="{_a(str(r["id"]))}">Acknowledge</button></td></tr>'
         for r in records
     )
-    names = ("id", "workflow", "job", "gid", "status", "age", "detail", "")
+    names = ("id", "workflow", "job", "gid", "status", "priority", "age", "expires", "detail", "")
     head = "<tr>" + "".join(f"<th>{name}</th>" for name in names) + "</tr>"
     return "".join(parts) + f'<table class="alerts">{head}{rows}</table>'
+
+
+def _expires(expires: float | None, now: float) -> str:
+    """When an alert's time to live ends: never, or in how long (the UTC time in its title)."""
+    if expires is None:
+        return "<td>never</td>"
+    at = datetime.fromtimestamp(float(expires), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    left = max(0.0, float(expires) - now)
+    within = (
+        f"{left:.0f} s" if left < 120 else f"{left / 60:.0f} min" if left < 7200 else f"{left / 3600:.1f} h"
+    )
+    return f'<td title="{at}">in {within}</td>'
 
 
 def workflows(definitions: Sequence[Mapping[str, Any]], agents_error: str | None = None) -> str:
