@@ -63,7 +63,6 @@ from broker.messages.overlay import (
     Took,
     Unadvertise,
     Unsubscribe,
-    publication_weight,
     request_ref,
 )
 from broker.messages.qos import ACKS, DEFAULT_QOS, Qos
@@ -127,7 +126,6 @@ __all__ = [
     "VoteRequest",
     "WireMessage",
     "client_session",
-    "publication_weight",
     "publisher_of",
     "request_ref",
 ]
