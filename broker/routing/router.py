@@ -436,11 +436,11 @@ class Router:
         # a ref "<n>@<session>" names the client's own session, which outlives a reconnection:
         # a re-sent publication keeps its id, and a copy that got through already is not routed
         # again (``publishers``: a client counts its publications in the order it sends them)
-        ref = ClientRef.parse(message.id)
-        pub_id = str(PublicationId(self.id, hop, ref.name, ref.session or self.sessions.started[hop]))
-        number = int(ref.name) if ref.session and ref.name.isdigit() else None
+        name, session = ClientRef.split(message.id)
+        pub_id = PublicationId.text(self.id, hop, name, session or self.sessions.started[hop])
+        number = int(name) if session and name.isdigit() else None
         if (
-            self.publishers.routed_before(hop, ref.session, number)
+            self.publishers.routed_before(hop, session, number)
             if number is not None
             else pub_id in self.seen  # a ref the client did not count: the recent ones
         ):
@@ -452,7 +452,7 @@ class Router:
         else:
             routed = self._route(pub_id, publication, hop, DEFAULT_TTL, now, now, qos)
         if number is not None and qos.persistent:  # a non-persistent one is never sent again
-            self.publishers.routed(hop, ref.session, number, now)
+            self.publishers.routed(hop, session, number, now)
         if qos.retain:  # kept here for subscriptions made later
             routed += self.retention.keep(pub_id, publication, now, qos)
         return [(hop, Ack(message.id, pub_id)), *routed] if message.ack else routed
