@@ -64,7 +64,6 @@ from broker.messages.overlay import (
     Took,
     Unadvertise,
     Unsubscribe,
-    publication_weight,
     request_ref,
 )
 from broker.messages.qos import ACKS, DEFAULT_QOS, Qos
@@ -129,7 +128,6 @@ __all__ = [
     "VoteRequest",
     "WireMessage",
     "client_session",
-    "publication_weight",
     "publisher_of",
     "request_ref",
 ]

@@ -75,8 +75,14 @@ class ClientRef(Frozen):
     @classmethod
     def parse(cls, text: str) -> ClientRef:
         """The parts of ``<name>`` or ``<name>@<session>``; a name holds no ``@``."""
+        return cls(*cls.split(text))
+
+    @staticmethod
+    def split(text: str) -> tuple[str, str]:
+        """``parse``'s parts, name and session, without the record: an edge broker reads them
+        from every publication's ref, and making a frozen record costs more than the split."""
         name, _, session = text.partition("@")
-        return cls(name, session)
+        return name, session
 
     @property
     def number(self) -> int:
@@ -136,7 +142,13 @@ class PublicationId(Frozen):
     session: str
 
     def __str__(self) -> str:
-        return f"{self.broker}/{self.client}/{self.ref}@{self.session}"
+        return self.text(self.broker, self.client, self.ref, self.session)
+
+    @staticmethod
+    def text(broker: str, client: str, ref: str, session: str) -> str:
+        """The id as it goes into messages, without the record: an edge broker names every
+        publication, and making a frozen record costs more than the text."""
+        return f"{broker}/{client}/{ref}@{session}"
 
 
 _LOCAL_ID = re.compile(r"(.+)~([1-9][0-9]*)")

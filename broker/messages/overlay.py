@@ -56,7 +56,6 @@ __all__ = [
     "Took",
     "Unadvertise",
     "Unsubscribe",
-    "publication_weight",
     "request_ref",
 ]
 
@@ -226,15 +225,6 @@ class CompositeSubscribe:
 
     def __setstate__(self, state: list[object]) -> None:
         _set_fields(self, state)  # one pickled before priorities has the default
-
-
-def publication_weight(publication: Publication) -> int:
-    """What a publication costs, roughly, without writing it out: custody bounds what it holds
-    by this and a cumulative firing what it gathers, and it runs for every message sent."""
-    size = 64
-    for name, v in publication.fields.items():  # a loop, not sum() of a generator: faster
-        size += len(name) + (len(v) if isinstance(v, str) else 8)
-    return size
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,7 +59,6 @@ from broker.messages import (
     Publish,
     Retained,
     Took,
-    publication_weight,
 )
 from broker.records import Slotted
 from broker.routing.backlog import FAIR_EVERY, WINDOW, WINDOW_BYTES, Lanes
@@ -134,9 +133,9 @@ def priority(message: Message) -> int:
 def weight(message: Message) -> int:
     kind = type(message)
     if kind is Deliver or kind is Publish or kind is Retained:
-        return publication_weight(message.publication)  # type: ignore[union-attr]
+        return message.publication.weight()  # type: ignore[union-attr]
     if isinstance(message, Notify):
-        return sum(publication_weight(p) for p in message.publications)
+        return sum(p.weight() for p in message.publications)
     return 256  # routing state: a filter or a composite
 
 

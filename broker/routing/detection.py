@@ -45,7 +45,6 @@ from itertools import count
 
 from broker.language.model import Atom, Composite, Or, Policy, Publication, Sequence, Times
 from broker.language.values import Value, Var
-from broker.messages import publication_weight
 
 __all__ = ["Bindings", "Detector", "Match", "Path", "operands"]
 
@@ -57,7 +56,7 @@ Path = tuple[int, ...]
 # stops here, not a broker.
 SEARCH_LIMIT = 100_000
 # What one cumulative firing gathers at most: its Notify must fit in a frame (1 MiB, of which
-# publication_weight's estimate may undercount a third) with room for the bindings.
+# ``Publication.weight``'s estimate may undercount a third) with room for the bindings.
 MAX_FIRING_PUBLICATIONS = 1_000
 MAX_FIRING_WEIGHT = 512 << 10
 
@@ -96,7 +95,7 @@ def _agrees(bindings: Bindings, wanted: dict[str, Value]) -> bool:
 
 
 def _weight(match: Match) -> int:
-    return sum(publication_weight(p) for p in match.publications)
+    return sum(p.weight() for p in match.publications)
 
 
 @dataclass(slots=True)

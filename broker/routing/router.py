@@ -152,11 +152,22 @@ class Router:
         is carried, and held for a peer that is away."""
         if unlogged(message):
             return self._unlogged(message, hop, now)
-        self.custody.expire(now)
-        out = self.sessions.expire(now) + self.retention.expire(now) + self._lapsed(now)
+        out = self._expire(now) if self._due(now) else []
         out += self._dispatch(message, hop, now)
         out += self.stand_ins.update(message, hop, out, now)
         return self.custody.carry(out + self._tooks(message, hop), now)
+
+    def _due(self, now: float) -> bool:
+        """Whether anything may be due by ``now``: a session away, or an expiry passed. Mostly
+        nothing is, and this costs less than asking each part (``_expire``)."""
+        expiry = self.next_expiry()
+        return bool(self.sessions.away) or (expiry is not None and expiry <= now)
+
+    def _expire(self, now: float) -> Output:
+        """What time made due by ``now``: messages held or retained that expired, sessions whose
+        grace period is over, leases that ran out."""
+        self.custody.expire(now)
+        return self.sessions.expire(now) + self.retention.expire(now) + self._lapsed(now)
 
     def _unlogged(self, message: Publish, hop: str, now: float) -> Output:
         """A non-persistent publication (``unlogged``): routed by the state as it is, and
@@ -436,11 +447,11 @@ class Router:
         # a ref "<n>@<session>" names the client's own session, which outlives a reconnection:
         # a re-sent publication keeps its id, and a copy that got through already is not routed
         # again (``publishers``: a client counts its publications in the order it sends them)
-        ref = ClientRef.parse(message.id)
-        pub_id = str(PublicationId(self.id, hop, ref.name, ref.session or self.sessions.started[hop]))
-        number = int(ref.name) if ref.session and ref.name.isdigit() else None
+        name, session = ClientRef.split(message.id)
+        pub_id = PublicationId.text(self.id, hop, name, session or self.sessions.started[hop])
+        number = int(name) if session and name.isdigit() else None
         if (
-            self.publishers.routed_before(hop, ref.session, number)
+            self.publishers.routed_before(hop, session, number)
             if number is not None
             else pub_id in self.seen  # a ref the client did not count: the recent ones
         ):
@@ -452,7 +463,7 @@ class Router:
         else:
             routed = self._route(pub_id, publication, hop, DEFAULT_TTL, now, now, qos)
         if number is not None and qos.persistent:  # a non-persistent one is never sent again
-            self.publishers.routed(hop, ref.session, number, now)
+            self.publishers.routed(hop, session, number, now)
         if qos.retain:  # kept here for subscriptions made later
             routed += self.retention.keep(pub_id, publication, now, qos)
         return [(hop, Ack(message.id, pub_id)), *routed] if message.ack else routed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker.language import ParseError
-from broker.messages import LocalId, OverlayId, PartId, PublicationId
+from broker.messages import ClientRef, LocalId, OverlayId, PartId, PublicationId
 
 PRINTED = [
     (OverlayId("B1", "agent-1", "7"), "B1/agent-1/7"),
@@ -53,3 +53,16 @@ def test_overlay_ids_parse_from_their_text(text: str, parts: tuple[str, str, str
 def test_overlay_id_parse_refuses_other_text(text: str) -> None:
     with pytest.raises(ParseError, match="expected <broker>/<client>/<ref>"):
         OverlayId.parse(text)
+
+
+@pytest.mark.parametrize("text", ["7@0192f3a4b5c6deadbeef", "7", "name@", "a@b@c"])
+def test_a_client_ref_splits_as_it_parses(text: str) -> None:
+    """The router splits every publication's ref without the record: the same parts."""
+    ref = ClientRef.parse(text)
+    assert ClientRef.split(text) == (ref.name, ref.session)
+    assert str(ref) == text.rstrip("@")
+
+
+def test_a_publication_id_has_the_same_text_without_the_record() -> None:
+    record = PublicationId("B1", "a/b", "7", "18f3a")
+    assert PublicationId.text("B1", "a/b", "7", "18f3a") == str(record) == "B1/a/b/7@18f3a"

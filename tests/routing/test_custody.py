@@ -8,8 +8,9 @@ import random
 
 import pytest
 
-from broker.language import parse_publication
+from broker.language import Publication, parse_publication
 from broker.messages import Carry, Deliver, LinkUp, Publish, Took
+from broker.routing.custody import weight
 from broker.routing.router import Router
 from broker.sim import Overlay
 from tests.routing.test_sessions import JOIN
@@ -317,3 +318,12 @@ def test_crashes_and_flaps_under_random_interleaving_lose_and_duplicate_nothing(
             mine = [k for src, k in keys if src == name]
             assert mine == sorted(mine), f"{subscriber.name} got {name}'s out of order"
     assert all(isinstance(d, Deliver) for s in subscribers for d in s.deliveries)
+
+
+def test_custody_weighs_a_publication_by_its_names_and_strings() -> None:
+    """What bounds what a channel holds: 64, and for each attribute its name's length and its
+    string's length (8 for a number)."""
+    publication = Publication("c", {"seq": 1, "pad": "x" * 10, "t": 2.5})
+    expected = 64 + (3 + 8) + (3 + 10) + (1 + 8)
+    assert publication.weight() == expected
+    assert weight(Deliver(("s",), publication)) == weight(Publish("p", publication)) == expected
