@@ -68,10 +68,12 @@ def brokers(
     finally:
         for proc in procs.values():
             proc.terminate()
+        # every broker's pipe read and closed before any is judged: a failed assertion must not
+        # leave the others' pipes to the garbage collector (a ResourceWarning in a later test)
+        errors = {name: proc.communicate(timeout=10)[1] for name, proc in procs.items()}
         for name, proc in procs.items():
-            _, err = proc.communicate(timeout=10)
-            assert proc.returncode == 0, f"{name} exited with {proc.returncode}: {err[-2000:]}"
-            assert "Traceback" not in err, err
+            assert proc.returncode == 0, f"{name} exited with {proc.returncode}: {errors[name][-2000:]}"
+            assert "Traceback" not in errors[name], errors[name]
 
 
 def _linked(uri: BrokerURI, neighbours: set[str], tls: Identity | None) -> bool:
