@@ -26,14 +26,16 @@ browser:
 		echo "chromium not installed: the browser tests (-m browser) skip"
 
 # In parallel (pytest-xdist), on TEST_WORKERS processes; each that runs a Spark test starts its own
-# SparkSession (tests/history/conftest.py). Not --dist loadgroup: under pytest 9, pytest-xdist 3.8
+# SparkSession (tests/history/conftest.py). Three on two cores: on two workers the suite kept
+# the cores busy only 60 % of the time (user+sys 20 min in 17 of wall), waiting on processes, JVMs
+# and timers. Not --dist loadgroup: under pytest 9, pytest-xdist 3.8
 # cannot name a test by its xdist_group (it sets item._nodeid, which pytest 9 no longer reads).
 # The suite runs on the build the install made: the broker's hot path compiled with mypyc where a C
 # compiler was found, unless WFM_PURE=1 (setup.py); tests/test_build.py fails if another is loaded.
 # Then the tests of the compiled modules run again on their pure Python (WFM_PURE=1 at run time
 # loads the .py files beside the compiled ones): about a minute.
 # --durations: the 25 slowest, printed at every run, to keep the suite within its 15 minutes.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 PURE_TESTS := tests/test_build.py tests/language tests/matching tests/routing tests/messages \
 	$(wildcard tests/transport/test_codec*.py)
 test: $(STAMP) browser

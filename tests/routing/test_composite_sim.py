@@ -315,11 +315,13 @@ def test_workflow_shape_never_joins_two_generations() -> None:
     assert detected_at(overlay) == {"B1": 1}
 
 
-def test_memory_stays_flat_over_ten_thousand_generations() -> None:
+def test_memory_stays_flat_over_thousands_of_generations() -> None:
+    """The join state is back to nothing after every generation (``peak``): a leak shows at the
+    second generation, so two thousand are plenty."""
     overlay, jobs, trigger, agent = workflow_overlay()
     centre = overlay.routers["B1"]
     peak = 0
-    for g in range(10_000):
+    for g in range(2_000):
         gid = f"g{g}"
         trigger.publish(f"[class,Trigger],[applname,PAYROLL],[GID,{gid}]")
         jobs.publish(f"[class,JOBSTATUS],[applname,PAYROLL],[jobname,JobA],[GID,{gid}],[status,SUCCESS]")
