@@ -2,7 +2,8 @@
 
 ``make test`` says which build it installed (``WFM_EXPECT_BUILD``): the suite must run on it,
 never on a stale or partial one; ``WFM_PURE=1`` must load the Python even beside compiled files.
-A broker's log written by one build is read by the other (``broker.records``).
+A broker's log written by one build is read by the other (``broker.records``). A machine without
+a C compiler gets the pure package.
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
+import shutil
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +84,35 @@ def test_a_pickle_of_either_build_is_read_by_the_other() -> None:
     back = pickle.loads(out.stdout)
     assert back[:3] == records[:3]
     assert Router.restore(back[3]).snapshot().keys() == records[3].keys()
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="not a git checkout")
+def test_a_machine_without_a_c_compiler_builds_the_pure_package(tmp_path: Path) -> None:
+    """``pip wheel`` of the project's files (a copy: the build removes compiled files it cannot
+    make from the tree it runs in) with no compiler to be found: a pure wheel, every module as
+    Python."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
+    source = tmp_path / "source"
+    for name in tracked.stdout.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    env = {k: v for k, v in os.environ.items() if k != compiled.ENV} | {"CC": "/nonexistent/cc"}
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(tmp_path / "out"), str(source)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    said = built.stderr + built.stdout
+    assert "installing the pure Python: no C compiler (/nonexistent/cc not found)" in said
+    [wheel] = (tmp_path / "out").glob("*.whl")
+    assert wheel.name.endswith("-py3-none-any.whl"), wheel.name
+    names = zipfile.ZipFile(wheel).namelist()
+    assert [n for n in names if n.endswith((".so", ".pyd"))] == []
+    assert {compiled.source_path(m, Path()).as_posix() for m in compiled.MODULES} <= set(names)
