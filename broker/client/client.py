@@ -398,7 +398,9 @@ class Client(Stream):
         disk before it is sent (``OutboxError`` if the disk refuses), and stays there until
         acknowledged or refused, even if this wait ends first. ``qos``: its priority, time to
         live and the rest (``Qos``); one that asks for acks subscribes to them first (``receipt``
-        waits for one). Returns the publication's overlay-wide id; a non-persistent one
+        waits for one). Returns the publication's overlay-wide id, or for a repeat of a
+        message id (``qos.mid``) that its broker remembers, the first's: the broker routes it
+        no further (docs/qos.md, Idempotent publishing). A non-persistent one
         (``persistent=False``) returns at once, with its ref (``_publish_bare``)."""
         parsed, qos = _publication(publication), _offered(qos)  # bad input fails before any wait
         if not qos.persistent:
