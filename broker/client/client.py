@@ -280,9 +280,15 @@ class Client(Stream):
             self._full.add,
             lossy,
             name,
-            on_drop=lambda d: self.deliveries.done(d, False),
+            on_drop=self._dropped,
             priority=_priority,
+            expires=_expires,
+            dates=self.clock.time,
         )
+
+    def _dropped(self, delivery: Delivery, caught_up: bool) -> None:
+        """A queue dropped ``delivery`` (lossy and full, or it expired): done with, for its broker."""
+        self.deliveries.done(delivery, caught_up)
 
     # requests -----------------------------------------------------------------------------------
 
@@ -650,6 +656,10 @@ class Client(Stream):
 
 def _priority(delivery: Delivery) -> int:
     return delivery.qos.priority
+
+
+def _expires(delivery: Delivery) -> float | None:
+    return delivery.qos.expires
 
 
 def _filter(value: Filter | str) -> Filter:
