@@ -163,14 +163,14 @@ def test_a_message_id_published_before_the_leader_stopped_is_not_routed_again_af
             first = await alarm.publish("[class,'t'],[n,1]", Qos(mid="a1"))
             assert (await subscription.next(timeout=10)).id == first
             await leader.stop()
-            second = await Client.connect(everyone, "alarm:2", **FAST)  # type: ignore[arg-type]
+            await until(lambda: serving(services) not in (None, leader), what="the next leader")
+            second = await Client.connect(everyone, "alarm:2", retry_on_failed_connect=True, **FAST)  # type: ignore[arg-type]
             await second.advertise("[class,eq,'t'],[n,>,0]")
             assert await second.publish("[class,'t'],[n,1]", Qos(mid="a1")) == first
             await second.publish("[class,'t'],[n,2]", Qos(mid="a2"))
             assert (await subscription.next(timeout=10)).publication["n"] == 2  # not a1 again
             now = serving(services)
-            assert now is not None and now is not leader
-            assert now.router.counters["dropped.duplicate_mid"] == 1
+            assert now is not None and now.router.counters["dropped.duplicate_mid"] == 1
             for client in (alarm, second, subscriber):
                 await client.close()
 
