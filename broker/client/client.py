@@ -281,9 +281,15 @@ class Client(Stream):
             self._full.add,
             lossy,
             name,
-            on_drop=lambda d: self.deliveries.done(d, False),
+            on_drop=self._dropped,
             priority=_priority,
+            expires=_expires,
+            dates=self.clock.time,
         )
+
+    def _dropped(self, delivery: Delivery, caught_up: bool) -> None:
+        """A queue dropped ``delivery`` (lossy and full, or it expired): done with, for its broker."""
+        self.deliveries.done(delivery, caught_up)
 
     # requests -----------------------------------------------------------------------------------
 
@@ -399,7 +405,9 @@ class Client(Stream):
         disk before it is sent (``OutboxError`` if the disk refuses), and stays there until
         acknowledged or refused, even if this wait ends first. ``qos``: its priority, time to
         live and the rest (``Qos``); one that asks for acks subscribes to them first (``receipt``
-        waits for one). Returns the publication's overlay-wide id; a non-persistent one
+        waits for one). Returns the publication's overlay-wide id, or for a repeat of a
+        message id (``qos.mid``) that its broker remembers, the first's: the broker routes it
+        no further (docs/qos.md, Idempotent publishing). A non-persistent one
         (``persistent=False``) returns at once, with its ref (``_publish_bare``)."""
         parsed, qos = _publication(publication), _offered(qos)  # bad input fails before any wait
         if not qos.persistent:
@@ -652,6 +660,10 @@ class Client(Stream):
 
 def _priority(delivery: Delivery) -> int:
     return delivery.qos.priority
+
+
+def _expires(delivery: Delivery) -> float | None:
+    return delivery.qos.expires
 
 
 def _filter(value: Filter | str) -> Filter:

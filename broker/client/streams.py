@@ -93,19 +93,14 @@ class Stream:
         self._handling = ()
 
     async def _take(self, deadline: float | None) -> Delivery:
-        """The next delivery that has not expired, by ``deadline`` (the loop's time)."""
-        client = self._client
+        """The next delivery, by ``deadline`` (the loop's time): never one that expired, which
+        its queue takes out at its expiry (``DeliveryQueue``)."""
         loop = asyncio.get_running_loop()
-        while True:
-            item = await self._queue.get(None if deadline is None else max(0.0, deadline - loop.time()))
-            if item is None:
-                self._queue.put(None)  # the end marker stays for every later reader
-                raise LinkClosed("connection closed")
-            # the clock is read only for a delivery that can expire
-            if item.qos.expires is None or not item.qos.expired(client.clock.time()):
-                return item
-            client.counters["expired"] += 1
-            client.deliveries.done(item, self._queue.queue.empty())
+        item = await self._queue.get(None if deadline is None else max(0.0, deadline - loop.time()))
+        if item is None:
+            self._queue.put(None)  # the end marker stays for every later reader
+            raise LinkClosed("connection closed")
+        return item
 
     def __aiter__(self) -> AsyncIterator[Delivery]:
         return self._iterate()

@@ -126,8 +126,8 @@ class Router:
         self.tables = Tables(covering, advertisement_covering, routing)  # "filter" or "flooding"
         self.composites = Composites(broker_id, self.tables, composite_max_waiting, composite_max_age)
         self.seen: OrderedDict[str, None] = OrderedDict()  # publications routed lately
-        self.publishers = Publishers()  # one number per publisher: its copies are dropped
         self.counters: Counter[str] = Counter()
+        self.publishers = Publishers(self.counters)  # copies and repeats are not routed again
         self.custody = Custody(epoch or broker_id, self.counters)  # the adapter names a fresh epoch
         self.custody.prioritised = ordering != "TOTAL"  # a reordered link would break TOTAL
         self.leases = Leases()  # subscriptions that end unless renewed
@@ -435,10 +435,6 @@ class Router:
         if qos.retain and not qos.persistent:
             self.counters["refused.retain_nonpersistent"] += 1
             return self._refuse(hop, message.id, "a retained publication must be persistent")
-        if qos.retain and self.retention.full():
-            return self._refuse(
-                hop, message.id, f"this broker keeps at most {MAX_RETAINED} retained publications"
-            )
         if not self.tables.conforms(hop, publication):
             self.counters["refused.nonconforming"] += 1
             return self._refuse(hop, message.id, "the publication fits no advertisement of this client")
@@ -450,6 +446,16 @@ class Router:
         name, session = ClientRef.split(message.id)
         pub_id = PublicationId.text(self.id, hop, name, session or self.sessions.started[hop])
         number = int(name) if session and name.isdigit() else None
+        # a message id the publisher chose (``publishers``): a repeat, even from another session
+        # or process of the same identity, is answered with the first's id and routed no further
+        # (a non-persistent publication leaves no state, so no id of its is remembered)
+        who, mid = self._identity(hop), qos.mid if qos.persistent else ""
+        first = self.publishers.first(who, mid, now) if mid else None
+        if first is not None and self.publishers.by_mid:
+            self.counters["dropped.duplicate" if first == pub_id else "dropped.duplicate_mid"] += 1
+            if number is not None:  # handled: a resend of it is a copy whatever is remembered
+                self.publishers.routed(hop, session, number, now)
+            return [(hop, Ack(message.id, first))] if message.ack else []
         if (
             self.publishers.routed_before(hop, session, number)
             if number is not None
@@ -457,6 +463,10 @@ class Router:
         ):
             self.counters["dropped.duplicate"] += 1
             return [(hop, Ack(message.id, pub_id))] if message.ack else []
+        if qos.retain and self.retention.full():
+            return self._refuse(
+                hop, message.id, f"this broker keeps at most {MAX_RETAINED} retained publications"
+            )
         qos = qos.fixed(now)  # its expiry, on this broker's clock, for the whole overlay
         if self.ordering == "TOTAL" and self.parent:
             routed = self._climb(pub_id, publication, DEFAULT_TTL, now, qos)
@@ -464,6 +474,8 @@ class Router:
             routed = self._route(pub_id, publication, hop, DEFAULT_TTL, now, now, qos)
         if number is not None and qos.persistent:  # a non-persistent one is never sent again
             self.publishers.routed(hop, session, number, now)
+        if mid and first is None:
+            self.publishers.named(who, mid, pub_id, now, qos.expires)
         if qos.retain:  # kept here for subscriptions made later
             routed += self.retention.keep(pub_id, publication, now, qos)
         return [(hop, Ack(message.id, pub_id)), *routed] if message.ack else routed
@@ -487,11 +499,21 @@ class Router:
         gives (its name without one), whatever it claims; its signature, if any (which the
         adapter checked, ``broker.transport.cancels``), goes with it for the other brokers."""
         cancel_id = str(OverlayId(self.id, hop, message.id))
-        by = self.sessions.peers[hop][0] or identity(hop)
         overlay = Cancel(
-            cancel_id, message.mid, by, DEFAULT_TTL, message.at, message.signer, message.signature
+            cancel_id,
+            message.mid,
+            self._identity(hop),
+            DEFAULT_TTL,
+            message.at,
+            message.signer,
+            message.signature,
         )
         return [(hop, Ack(message.id, cancel_id)), *self._cancel(overlay, "")]
+
+    def _identity(self, hop: str) -> str:
+        """Who the client ``hop`` is: its certificate's name, or without one its own name up to
+        its first ``:`` (``retained.identity``); never a name it claims in a message."""
+        return self.sessions.peers[hop][0] or identity(hop)
 
     def _cancelled(self, message: Cancel, hop: str, now: float) -> Output:
         if message.id in self.seen:

@@ -41,7 +41,11 @@ a detection (``broker.routing.composites``) its requesters' priorities, within f
 pickled without them comes back with the default priority (4) for everything, which is what
 it had, so neither replaying the same records nor the peers' seqs change. Cancels gained a
 signature within format 13 (``broker.transport.cancels``): one pickled or logged without it
-is unsigned, which is what it was.
+is unsigned, which is what it was. 14 adds the
+publishers' message ids (``Publishers.mids``): a broker of 13 or before routed a publication
+that repeats one, so such a log is replayed routing them all (``Publishers.by_mid``), from a
+state that remembers none, and repeats are answered from then on. Formats 12 and 13
+never left development either, so 14 reads 11 too.
 
 **What an upgrade tells the neighbours.** The state an older version left may be out of step
 with what its neighbours have of it, and nothing in it tells: older brokers let a neighbour's
@@ -82,9 +86,10 @@ __all__ = ["CHECKPOINT_RECORDS", "Fsync", "RouterLog", "dump_state", "load_state
 
 log = logging.getLogger("broker")
 
-SNAPSHOT_FORMAT = 13
-READABLE = (11, 12, 13)  # the formats before, and this one (see the module's docstring)
+SNAPSHOT_FORMAT = 14
+READABLE = (11, 12, 13, 14)  # the formats before, and this one (see the module's docstring)
 WINDOWED = 13  # the first format whose brokers carried a window per channel (``routing.backlog``)
+IDEMPOTENT = 14  # the first whose brokers answered a repeated message id (``routing.publishers``)
 # a slot of a channel with a window: development brokers carried windows under format 12 too
 # (their snapshots name it), and their logs replay with windows like those of 13
 WINDOW_SLOT = b"waiting_weight"
@@ -193,6 +198,7 @@ class RouterLog:
             # everything at once wrote these records: replayed so, each message gets the seq it
             # was sent under (a peer took them so)
             router.custody.window = router.custody.window_bytes = sys.maxsize
+        router.publishers.by_mid = written >= IDEMPOTENT  # as it routed them, repeats included
         quiet = logging.getLogger("broker.routing")
         level = quiet.level
         quiet.setLevel(logging.ERROR)  # what it logged then, it does not log again
@@ -207,6 +213,7 @@ class RouterLog:
         finally:
             quiet.setLevel(level)
             router.custody.window, router.custody.window_bytes = window
+            router.publishers.by_mid = True
         if failed:
             log.warning(
                 "%s: %d logged inputs failed again in the router, as they did live", self.directory, failed
@@ -256,6 +263,8 @@ class RouterLog:
                     "retention": {"kept": {}},
                     "leases": {"held": {}},
                 }
+            if written < IDEMPOTENT:  # before the publishers' message ids
+                state = state | {"publishers": state["publishers"] | {"mids": {}}}
             return Router.restore(state), written
         found = loaded[0] if isinstance(loaded, tuple) and loaded else "an older one"
         raise LocalError(

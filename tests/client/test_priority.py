@@ -1,7 +1,7 @@
 """Priority and pull through brokers and the client library: an urgent publication overtakes a
 backlog built for a subscriber that was paused, on the way and in the subscriber's own queue; a
-subscriber pulls batches with ``fetch`` and goes back to being pushed, with nothing lost or
-repeated, across a reconnection too."""
+subscriber pulls batches with ``fetch`` and goes back to being pushed, or turns from pushed to
+pulling mid-stream, with nothing lost or repeated, across a reconnection too."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ def first(item: tuple[int, int]) -> int:
 
 
 @asynccontextmanager
-async def chain() -> AsyncIterator[tuple[RouterService, Client, Client]]:
-    """B1 - B2 - B3, a publisher of ``t`` at B1 and a subscriber at B3."""
+async def chain(queue_limit: int = 100_000) -> AsyncIterator[tuple[RouterService, Client, Client]]:
+    """B1 - B2 - B3, a publisher of ``t`` at B1 and a subscriber at B3 (its queues full at
+    ``queue_limit``)."""
     b1 = RouterService(uri("B1"), session_grace=60.0)
     b2 = RouterService(uri("B2"), neighbors=[b1.uri], session_grace=60.0)
     b3 = RouterService(uri("B3"), neighbors=[b2.uri], session_grace=60.0)
@@ -36,7 +37,7 @@ async def chain() -> AsyncIterator[tuple[RouterService, Client, Client]]:
         await b.start()
     await until(lambda: len(b2.router.tables.neighbors) == 2, what="the chain linked")
     pub = await Client.connect(b1.uri, "pub")
-    sub = await Client.connect(b3.uri, "sub", backoff=FAST)
+    sub = await Client.connect(b3.uri, "sub", backoff=FAST, queue_limit=queue_limit)
     await pub.advertise("[class,eq,t],[n,>,-1]")
     try:
         yield b3, pub, sub
@@ -109,6 +110,39 @@ def test_a_subscriber_fetches_batches_then_is_pushed_to_with_nothing_lost_or_rep
                 await pub.publish(f"[class,t],[n,{n}]")
             assert [(await sub.next(timeout=5)).publication["n"] for _ in range(5)] == list(range(25, 30))
             assert b3.router.status()["waiting"] == 0
+
+    run(scenario(), timeout=60)
+
+
+def test_a_pushed_subscriber_turns_to_pulling_mid_stream_with_nothing_lost_or_repeated() -> None:
+    """1,000 publications pushed to a subscriber that reads nothing: B3 carried a window, which
+    its client reads beyond its full queue (50) until it stops reading, and keeps the rest. The
+    subscriber turns to pulling with ``fetch(10)``: it gets what was pushed first, then only
+    what it asks for (B3 keeps the others; what was carried and not read yet when it turned
+    comes too, taken for some of what it asked, so it may ask for that many more than it
+    needs), every publication once, in order, ten at most at a time."""
+
+    async def scenario() -> None:
+        total = BACKLOG // 2
+        async with chain(queue_limit=50) as (b3, pub, sub):
+            await sub.subscribe("[class,eq,t]", own_queue=False)
+            await asyncio.sleep(0.2)
+            for n in range(total - 1):
+                pub.publish_nowait(f"[class,t],[n,{n}]")
+            await pub.publish(f"[class,t],[n,{total - 1}]")
+            await until(lambda: sub.stats()["queued"] >= 50, what="the subscriber's queue full")
+            await until(lambda: b3.router.status()["waiting"] == total - WINDOW, what="the rest at B3")
+            unread = WINDOW - sub.deliveries.receipts.received  # carried, and in the socket still
+            got: list[int] = []
+            while len(got) < total:
+                batch = await sub.fetch(10, timeout=5.0)
+                assert 0 < len(batch) <= 10
+                got += [int(d.publication["n"]) for d in batch]  # type: ignore[call-overload]
+                sent = total - b3.router.status()["waiting"]  # pushed, then asked for
+                assert sent <= max(WINDOW, len(got) + 10) + unread
+            assert got == list(range(total))
+            assert await sub.fetch(10, timeout=0.3) == []
+            assert sub.stats()["dropped.duplicates"] == 0 and b3.router.status()["waiting"] == 0
 
     run(scenario(), timeout=60)
 

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from broker.language import Publication, parse_filter
+from broker.language import Publication, parse_filter, parse_publication
 from broker.messages import (
     Advertise,
     Cancel,
@@ -101,6 +101,32 @@ def test_a_cancel_handled_just_before_a_crash_still_reaches_every_copy() -> None
         later.subscribe("[class,eq,ALERT]")
         assert later.take() == []
     assert roaming.refusals == []
+
+
+def test_a_message_id_routed_just_before_a_crash_is_not_routed_again_by_another_process() -> None:
+    """The alarm publishes message id ``a1``; its broker B1 logs it and is killed before the
+    publication left. Back from its log, B1 sends it on once, and when a second process of
+    the same publisher, and the first after its restart without an outbox, publish ``a1`` again,
+    B1 answers each with the first's id: the subscriber at B2 has it once."""
+    overlay = Overlay.line(2, session_grace=600)
+    alarm = overlay.add_client("alarm:1", "B1")
+    alarm.advertise(ALERT)
+    watcher = overlay.add_client("watcher", "B2")
+    watcher.subscribe("[class,eq,ALERT]")
+    handled_then_killed(overlay, "alarm:1", "B1", Publish("9", parse_publication(LOAD), qos=Qos(mid="a1")))
+    overlay.recover("B1")
+    assert watcher.take() == [LOAD]
+    [first] = overlay.routers["B1"].publishers.mids.values()
+    second = overlay.add_client("alarm:2", "B1")
+    second.advertise(ALERT)
+    assert second.publish(LOAD, Qos(mid="a1")) == first[0]
+    overlay.remove_client("alarm:1")
+    restarted = overlay.add_client("alarm:1", "B1")  # a new process: it counts from 1 again
+    restarted.advertise(ALERT)
+    assert restarted.publish(LOAD, Qos(mid="a1")) == first[0]
+    overlay.advance(5)
+    assert watcher.take() == []
+    assert overlay.routers["B1"].counters["dropped.duplicate_mid"] == 2
 
 
 def test_an_away_subscriber_s_priority_backlog_survives_a_crash_urgent_first_after_the_window() -> None:

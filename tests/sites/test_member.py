@@ -148,6 +148,35 @@ def test_the_leader_stopped_mid_stream_loses_repeats_and_reorders_nothing(tmp_pa
     run(scenario(), timeout=60)
 
 
+def test_a_message_id_published_before_the_leader_stopped_is_not_routed_again_after(tmp_path: Path) -> None:
+    """The site replicates the publishers' message ids with the rest of its state: ``alarm:1``
+    publishes ``a1``, the leader stops, and a second process of the same publisher publishing
+    ``a1`` at the next leader is answered with the first's id; the subscriber has it once."""
+
+    async def scenario() -> None:
+        async with serving_site(tmp_path) as (services, leader):
+            everyone = brokers_of(services)
+            subscriber = await Client.connect(everyone, "sub", **FAST)  # type: ignore[arg-type]
+            subscription = await subscriber.subscribe("[class,eq,'t']")
+            alarm = await Client.connect(everyone, "alarm:1", **FAST)  # type: ignore[arg-type]
+            await alarm.advertise("[class,eq,'t'],[n,>,0]")
+            first = await alarm.publish("[class,'t'],[n,1]", Qos(mid="a1"))
+            assert (await subscription.next(timeout=10)).id == first
+            await leader.stop()
+            await until(lambda: serving(services) not in (None, leader), what="the next leader")
+            second = await Client.connect(everyone, "alarm:2", retry_on_failed_connect=True, **FAST)  # type: ignore[arg-type]
+            await second.advertise("[class,eq,'t'],[n,>,0]")
+            assert await second.publish("[class,'t'],[n,1]", Qos(mid="a1")) == first
+            await second.publish("[class,'t'],[n,2]", Qos(mid="a2"))
+            assert (await subscription.next(timeout=10)).publication["n"] == 2  # not a1 again
+            now = serving(services)
+            assert now is not None and now.router.counters["dropped.duplicate_mid"] == 1
+            for client in (alarm, second, subscriber):
+                await client.close()
+
+    run(scenario(), timeout=60)
+
+
 def test_the_leader_routes_a_non_persistent_publication_in_order_without_replicating_it(
     tmp_path: Path,
 ) -> None:

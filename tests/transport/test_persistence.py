@@ -30,6 +30,7 @@ from broker.messages import (
     LinkDown,
     LinkUp,
     Publish,
+    Qos,
     Subscribe,
     Took,
     Unadvertise,
@@ -483,7 +484,7 @@ def test_a_log_older_than_the_format_before_is_refused_in_one_line_naming_its_fo
     with pytest.raises(LocalError) as refused:
         log.restore(lambda: Router("B9"))
     log.close()
-    assert f"(format {written}, this one reads 11 or 12 or 13)" in str(refused.value)
+    assert f"(format {written}, this one reads 11 or 12 or 13 or 14)" in str(refused.value)
     assert "\n" not in str(refused.value)
 
 
@@ -590,9 +591,56 @@ def test_a_log_of_the_format_before_replays_and_is_rewritten_at_once(tmp_path: P
     assert router.id == "B1" and router.status()["subscriptions"] == 1
     log.close()
     snapshot, records = reopened(tmp_path)
-    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 13
-    assert pickle.loads(snapshot)[1]["publishers"] == {"marks": {("pub", "s1"): (7, 5.0)}}
+    assert snapshot is not None and pickle.loads(snapshot)[0] == persistence.SNAPSHOT_FORMAT == 14
+    assert pickle.loads(snapshot)[1]["publishers"] == {"marks": {("pub", "s1"): (7, 5.0)}, "mids": {}}
     assert records == []
+
+
+def _alarm(ref: str) -> tuple[object, str]:
+    """``pub`` publishes ``[class,stock],[n,1]`` under its message id ``a1`` (``ref``: its
+    number and session)."""
+    return Publish(ref, Publication("stock", {"n": 1}), qos=Qos(mid="a1")), "pub"
+
+
+def _answer(router: Router, ref: str, now: float) -> tuple[str | None, list[str]]:
+    """The publication id the router's Ack to ``_alarm(ref)`` names, and the kinds it carried."""
+    message, hop = _alarm(ref)
+    out = router.handle(message, hop, now)  # type: ignore[arg-type]
+    acked = next((m.id for _, m in out if isinstance(m, Ack)), None)
+    return acked, [type(m.message).__name__ for _, m in out if isinstance(m, Carry)]
+
+
+def test_a_broker_restored_from_its_log_answers_a_repeated_message_id_with_the_first(
+    tmp_path: Path,
+) -> None:
+    """The publisher's message ids are the router's state: replayed from the log (no snapshot
+    since), a repeat from a new session of the publisher is answered with the first's id, not
+    delivered again; and so once the log was checkpointed."""
+    log = persistence.RouterLog(tmp_path)
+    router = log.restore(lambda: Router("B1"))
+    _fed(log, router, [*INPUTS, _alarm("1@s1")])
+    first, _ = _answer(router, "1@s1", 9.0)  # its own copy: answered with its id
+    log.close()
+    log = persistence.RouterLog(tmp_path)
+    restored = log.restore(lambda: Router("B9"))
+    assert _answer(restored, "1@s2", 10.0) == (first, [])
+    log.checkpoint(restored)
+    log.close()
+    log = persistence.RouterLog(tmp_path)
+    assert _answer(log.restore(lambda: Router("B9")), "1@s3", 11.0) == (first, [])
+    log.close()
+
+
+def test_a_log_of_a_format_before_message_ids_replays_the_repeats_it_routed(tmp_path: Path) -> None:
+    """A broker of format 13 routed a repeated message id: replayed so (its subscriber's seqs
+    stay as they were), and answered from the restore on, with the first's id."""
+    _written_by_format(tmp_path, 13, Router("B1").snapshot(), [*INPUTS, _alarm("1@s1"), _alarm("1@s2")])
+    log = persistence.RouterLog(tmp_path)
+    router = log.restore(lambda: Router("B9"))
+    log.close()
+    assert router.counters["delivered"] == 2 and router.custody.channels["sub"].next_seq == 3
+    assert _answer(router, "1@s3", 10.0) == ("B1/pub/1@s1", [])
+    assert router.publishers.by_mid
 
 
 def _hand_started(address: BrokerURI, cwd: Path, *options: str) -> subprocess.Popen[str]:

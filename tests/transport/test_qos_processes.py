@@ -1,8 +1,9 @@
 """Quality of service over three ``wfm broker`` processes with logs (B1 - B2 - B3): priority under
 a backlog checked for inversions, time to live expiring in a durable session and across a kill -9,
 a retained alert reaching an operator who comes later on another broker and its acks, cancel by
-identity under both policies (plain, and over TLS, where who cancels is who signed), and a regex
-that would make a backtracking engine hang."""
+identity under both policies (plain, and over TLS, where who cancels is who signed), a message
+id published again after its broker's kill -9, and a regex that would make a backtracking engine
+hang."""
 
 from __future__ import annotations
 
@@ -228,6 +229,35 @@ def test_over_tls_a_cancel_is_its_signer_s_whatever_the_client_calls_itself(cert
     assert isinstance(counters, dict)
     assert counters["retained.cancel_refused"] == 1 and counters["retained.cancelled"] == 2
     assert "link.cancel_unverified" not in counters  # every signature held
+
+
+def test_a_repeated_message_id_is_answered_with_the_first_across_a_kill(tmp_path: Path) -> None:
+    """``alarm:1`` publishes message id ``a1`` at B1, which is killed -9 and restarted from its
+    log; a second process of the same publisher publishes ``a1`` again there: answered with the
+    first's id, not routed. Another publisher's ``a1`` is its own: the watcher at B3 has each
+    once."""
+
+    async def scenario() -> None:
+        with line(tmp_path) as brokers:
+            async with clients(brokers, ("watcher", "B3"), ("alarm:1", "B1")) as (watcher, alarm):
+                alerts = await watcher.subscribe("[class,eq,ALERT]")
+                await alarm.advertise("[class,eq,ALERT],[n,>,0]")
+                await asyncio.sleep(0.3)
+                first = await alarm.publish("[class,ALERT],[n,1]", Qos(mid="a1"))
+                assert (await alerts.next(timeout=10)).id == first
+                brokers.kill("B1")
+                brokers.start("B1")
+                brokers.linked()
+                async with clients(brokers, ("alarm:2", "B1"), ("other", "B1")) as (second, other):
+                    for publisher in (second, other):
+                        await publisher.advertise("[class,eq,ALERT],[n,>,0]")
+                    assert await second.publish("[class,ALERT],[n,1]", Qos(mid="a1")) == first
+                    await other.publish("[class,ALERT],[n,2]", Qos(mid="a1"))
+                    assert (await alerts.next(timeout=10)).publication["n"] == 2
+                    counters = status(brokers.uris["B1"])["counters"]
+                    assert counters["dropped.duplicate_mid"] == 1  # type: ignore[index]
+
+    run(scenario(), timeout=120)
 
 
 def test_a_pattern_that_hangs_a_backtracking_engine_is_answered_at_once(tmp_path: Path) -> None:

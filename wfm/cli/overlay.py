@@ -420,7 +420,8 @@ def client(broker_uri: Brokers, client_id: str | None, linger: float, output: st
                      publish: a priority (4 by default; higher ones
                      overtake lower ones waiting anywhere), a time to live
                      (30s, 5m, 2h: never delivered after it), an id of
-                     your own, shown to subscribers, an ack asked of them
+                     your own, shown to subscribers (published again, it
+                     is not routed again), an ack asked of them
                      (printed on stderr as it comes: "receipt ID by
                      CLIENT"); retain: kept and sent to subscriptions made
                      later until it expires or is cancelled (by its

@@ -69,6 +69,7 @@ BROKER_GAUGES = {
     "waiting": "Messages in custody waiting to be sent (a link's backlog, a paused or pulling subscriber).",
     "stand_ins": "Stand-in requests made for neighbours' advertisements.",
     "publishers": "Publishers whose sequence numbers this broker keeps (duplicate detection).",
+    "mids": "Publishers' own message ids this broker remembers (idempotent publishing).",
     "retained": "Retained publications kept for later subscriptions.",
     "leases": "Subscriptions and advertisements held under a lease.",
 }
