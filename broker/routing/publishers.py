@@ -45,8 +45,10 @@ class Publishers(Stateful):
 
     STATE = ("marks", "mids")
 
-    def __init__(self, counters: Counter[str]) -> None:
-        self.counters = counters
+    def __init__(self, counters: Counter[str] | None = None) -> None:
+        # the router's counters; a default, because a compiled (mypyc) class is unpickled by
+        # calling it without arguments (a router pickled whole: the logs of format 10 and before)
+        self.counters: Counter[str] = Counter() if counters is None else counters
         self.marks: dict[tuple[str, str], tuple[int, float]] = {}  # -> (highest number, when)
         self.mids: dict[tuple[str, str], tuple[str, float]] = {}  # -> (publication id, until when)
         # whether a repeated message id is dropped: not while a log of a format before message
