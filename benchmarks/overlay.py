@@ -689,18 +689,7 @@ def loop_rows(count: int, repeat: int) -> dict[str, Any]:
                 for name, (n, rate) in shapes.items():
                     runs[loop][name].append(measure_ours(b1, b1, n, rate=rate))
     os.environ.pop(loops.ENV)
-    result: dict[str, Any] = {}
-    for name in shapes:
-        latency = name.startswith("latency")
-        uv, standard = median_row(runs["uvloop"][name]), median_row(runs["asyncio"][name])
-        ratio = _ratio(uv, standard, latency)
-        print(
-            f"{name + ', uvloop':26} ours {_figure(uv, latency):30} asyncio {_figure(standard, latency):30}"
-            f" ratio {ratio:.2f}" + ("" if latency else f"; CPU uvloop {_cpu(uv)}, asyncio {_cpu(standard)}"),
-            flush=True,
-        )
-        result[f"uvloop_{KEYS[name]}"] = {"uvloop": uv, "asyncio": standard, "ratio": round(ratio, 3)}
-    return result
+    return _compared(runs, "uvloop", "asyncio")
 
 
 def build_rows(count: int, repeat: int) -> dict[str, Any]:
@@ -727,17 +716,23 @@ def build_rows(count: int, repeat: int) -> dict[str, Any]:
                     subscribers = 10 if "10 subscribers" in name else 1
                     runs[build][name].append(measure_ours(pub_uri, sub_uri, n, subscribers, rate))
     os.environ.pop(compiled.ENV)
+    return _compared(runs, "compiled", "pure")
+
+
+def _compared(runs: dict[str, dict[str, list[dict[str, float]]]], new: str, old: str) -> dict[str, Any]:
+    """Each shape's median under ``new`` against ``old`` (the keys of ``runs``), printed, and
+    the result's entries: throughput ratio new/old, p99 latency ratio, CPU per publication."""
     result: dict[str, Any] = {}
-    for name in shapes:
+    for name in runs[new]:
         latency = name.startswith("latency")
-        fast, slow = median_row(runs["compiled"][name]), median_row(runs["pure"][name])
-        ratio = _ratio(fast, slow, latency)
+        ours, theirs = median_row(runs[new][name]), median_row(runs[old][name])
+        ratio = _ratio(ours, theirs, latency)
         print(
-            f"{name + ', compiled':26} ours {_figure(fast, latency):30} pure {_figure(slow, latency):30}"
-            f" ratio {ratio:.2f}" + ("" if latency else f"; CPU compiled {_cpu(fast)}, pure {_cpu(slow)}"),
+            f"{name + ', ' + new:26} ours {_figure(ours, latency):30} {old} {_figure(theirs, latency):30}"
+            f" ratio {ratio:.2f}" + ("" if latency else f"; CPU {new} {_cpu(ours)}, {old} {_cpu(theirs)}"),
             flush=True,
         )
-        result[f"compiled_{KEYS[name]}"] = {"compiled": fast, "pure": slow, "ratio": round(ratio, 3)}
+        result[f"{new}_{KEYS[name]}"] = {new: ours, old: theirs, "ratio": round(ratio, 3)}
     return result
 
 
