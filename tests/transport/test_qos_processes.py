@@ -150,6 +150,18 @@ def test_a_retained_alert_reaches_an_operator_later_on_another_broker_and_acks_c
     run(scenario(), timeout=120)
 
 
+async def _retained(client: Client, filter_: str) -> set[str]:
+    """The message ids of what a new subscription of ``client`` is sent (the retained
+    publications kept for it), once a second passes without another."""
+    stream = await client.subscribe(filter_)
+    found: set[str] = set()
+    while True:
+        try:
+            found.add((await stream.next(timeout=1.0)).qos.mid)
+        except TimeoutError:
+            return found
+
+
 def test_cancel_follows_the_policy_by_identity(tmp_path: Path) -> None:
     """``x`` may be cancelled by its publisher only, ``y`` by anyone: mallory's cancel of ``x``
     leaves it kept, of ``y`` ends it; the publisher's cancel of ``x`` ends it. A subscriber that
@@ -157,13 +169,7 @@ def test_cancel_follows_the_policy_by_identity(tmp_path: Path) -> None:
 
     async def later(brokers: Line, name: str) -> set[str]:
         async with clients(brokers, (name, "B2")) as (late,):
-            stream = await late.subscribe("[class,eq,ALERT]")
-            found: set[str] = set()
-            while True:
-                try:
-                    found.add((await stream.next(timeout=1.0)).qos.mid)
-                except TimeoutError:
-                    return found
+            return await _retained(late, "[class,eq,ALERT]")
 
     async def scenario() -> None:
         with line(tmp_path) as brokers:
@@ -193,13 +199,7 @@ def test_over_tls_a_cancel_is_its_signer_s_whatever_the_client_calls_itself(cert
 
     async def kept(b2: BrokerURI, name: str) -> set[str]:
         async with await Client.connect(b2, name, tls=operator, backoff=FAST) as late:
-            stream = await late.subscribe("[class,eq,NOTICE]")
-            found: set[str] = set()
-            while True:
-                try:
-                    found.add((await stream.next(timeout=1.0)).qos.mid)
-                except TimeoutError:
-                    return found
+            return await _retained(late, "[class,eq,NOTICE]")
 
     async def scenario(uris: dict[str, BrokerURI]) -> dict[str, object]:
         keeper = await Client.connect(uris["B1"], "keeper", tls=alice, backoff=FAST)
