@@ -1,6 +1,6 @@
 """Quality of service over three ``wfm broker`` processes with logs (B1 - B2 - B3): priority under
-a backlog checked for inversions, time to live expiring in a durable session and across a kill -9,
-a retained alert reaching an operator who comes later on another broker and its acks, cancel by
+a backlog checked for inversions, time to live expiring in a durable session and across a kill -9
+and while held between brokers for a frozen one, a retained alert reaching an operator who comes later on another broker and its acks, cancel by
 identity under both policies (plain, and over TLS, where who cancels is who signed), a message
 id published again after its broker's kill -9, and a regex that would make a backtracking engine
 hang."""
@@ -8,10 +8,13 @@ hang."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+
+import pytest
 
 from broker.client import Client, Delivery, Qos
 from broker.routing.backlog import FAIR_EVERY, WINDOW
@@ -114,6 +117,37 @@ def test_what_expires_in_a_durable_session_is_never_delivered_across_a_kill(tmp_
                 await asyncio.sleep(0.3)
                 assert back.stats()["queued"] == 0 and back.stats().get("expired", 0) == 0
                 await back.close()
+
+    run(scenario(), timeout=180)
+
+
+def test_what_expires_held_between_brokers_is_removed_there_and_never_delivered(tmp_path: Path) -> None:
+    """B3 is frozen (SIGSTOP) with a subscriber on it: B2 loses the link and holds what comes
+    from B1 for it, five publications living one second and five an hour. The short ones leave
+    B2's hold at their expiry, while B3 is still frozen (counted there); B3 thawed, the subscriber
+    gets the five others only, in order."""
+
+    async def scenario() -> None:
+        with line(tmp_path) as brokers:
+            async with clients(brokers, ("pub", "B1"), ("sub", "B3")) as (pub, sub):
+                stream = await sub.subscribe("[class,eq,t]")
+                await pub.advertise("[class,eq,t],[n,>,-1]")
+                await asyncio.sleep(0.3)
+                brokers.procs["B3"].send_signal(signal.SIGSTOP)
+                try:
+                    await until(lambda: "B3" not in status(brokers.uris["B2"])["neighbors"], 30, "B3 lost")  # type: ignore[operator]
+                    for n in range(10):
+                        await pub.publish(f"[class,t],[n,{n}]", Qos(ttl=1.0 if n % 2 else 3600.0))
+                    await until(lambda: held(brokers, "B2", "held_for_away") == 10, 30, "held at B2")
+                    await until(lambda: held(brokers, "B2", "held_for_away") == 5, 10, "expired at B2")
+                    counters = status(brokers.uris["B2"])["counters"]
+                    assert counters["expired.held"] == 5  # type: ignore[index]
+                finally:
+                    brokers.procs["B3"].send_signal(signal.SIGCONT)
+                got = [int((await stream.next(timeout=30)).publication["n"]) for _ in range(5)]  # type: ignore[call-overload]
+                assert got == [0, 2, 4, 6, 8]
+                with pytest.raises(TimeoutError):
+                    await stream.next(timeout=1.0)
 
     run(scenario(), timeout=180)
 
