@@ -14,7 +14,7 @@
    after it. Baseline: the election timeout (a follower waits one to two of them before it
    stands), so the ratio says how much of the gap is the wait the protocol asks for.
 
-Usage: python benchmarks/sites.py [--seeds 8000] [--first-seed 100000] [--jobs N]. Prints one
+Usage: python benchmarks/sites.py [--seeds 4000] [--first-seed 100000] [--jobs N]. Prints one
 RESULT line per figure, with the cores and the load average (1 minute) before and after.
 """
 
@@ -111,7 +111,7 @@ def failover_gap(seed: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--seeds", type=int, default=8000, help="sites of three (and a fifth as many of five)"
+        "--seeds", type=int, default=4000, help="sites of three (and a fifth as many of five)"
     )
     parser.add_argument("--first-seed", type=int, default=100_000, help="the suite runs seeds from 0")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")

@@ -16,16 +16,17 @@ of them fails the benchmark (exit 1) after printing its RESULT line.
    have them all (throughput), then ``--latency-count`` at ``--rate`` a second (publish to
    delivery, p50 and p99, local and across the root), under NO, FIFO and TOTAL; baseline: the
    same four clients on ONE unreplicated broker, and (for what replication alone costs) the tree
-   of three unreplicated brokers, in the same run. The FIFO run's history is also checked as
-   TOTAL: its subscribers see the two publishers interleaved differently, so the order check
-   finds cycles there, which shows it can fail.
+   of three unreplicated brokers, in the same run: ``--rounds`` rounds, each running every
+   configuration once, each figure the median of its rounds. The FIFO run's history is also
+   checked as TOTAL: its subscribers see the two publishers interleaved differently, so the
+   order check finds cycles there, which shows it can fail.
 2. One leaf: P1 and S1 both on site1, under FIFO (nothing leaves site1), TOTAL (every
    publication climbs to the root to be ordered and comes back) and ``RoutingPolicy flooding``
-   (every publication goes to every site). Copies: the frames each site link carried, per
-   publication, read from the serving brokers' status (acknowledgements and pings included).
+   (every publication goes to every site). Copies: what each site link carried in custody, per
+   publication, counted where it arrived (``in.Carry``). In ``--rounds`` rounds as above.
    An advertiser A2 on site2 advertises what P1 does and publishes nothing: under TOTAL, S1's
    subscription reaches the root only on its way to an advertisement beyond site1, and without
-   one the root, having no subscription from site1, drops what climbed (docs/sites.md).
+   one the root, having no subscription from site1, drops what climbed (docs/performance.md).
 3. Delivery gap: P1 on site1 publishing every 10 ms; a subscriber on every site; each site's
    leader in turn is killed -9 (``--kills`` per site), restarted a second later as ``wfm up``
    restarts it; per kill and subscriber, the longest wait between two deliveries around the
@@ -37,8 +38,8 @@ of them fails the benchmark (exit 1) after printing its RESULT line.
 
 Each RESULT line says the cores, the build of the broker's hot path and the load average before
 and after (the machine may be shared). Usage: python benchmarks/sites_overlay.py [--count 4000]
-[--latency-count 1000] [--rate 200] [--rounds 2] [--kills 4] [--election-timeout 0.5] [--backlog 100000]
-[--only orderings|leaf|gap|backlog].
+[--latency-count 1000] [--rate 200] [--rounds 2] [--kills 4] [--election-timeout 0.5]
+[--backlog 100000] [--only orderings|leaf|gap|backlog].
 """
 
 from __future__ import annotations
@@ -154,6 +155,16 @@ class Overlay:
 
     def leader(self, site: str) -> str:
         return str(self.status(site)["site"]["member"])
+
+    def elections(self) -> dict[str, int]:
+        """Leaders each replicated site elected after its first (from the brokers' logs): one
+        per leader killed, and any more are elections a stalled leader caused."""
+        counted: dict[str, int] = {}
+        for process in self.topology.of_role("broker"):
+            if self.topology.site_of(process.name) is not None:
+                text = (self.home / f"{process.name}.log").read_text(errors="replace")
+                counted[process.site] = counted.get(process.site, -1) + text.count(" leads (term ")
+        return counted
 
     def kill(self, name: str) -> None:
         process = self.processes[name]
@@ -616,13 +627,12 @@ def leaf(count: int, latency_count: int, rate: float, rounds: int) -> None:
 
 
 def gaps_around(arrivals: list[float], kill: float, until: float) -> float:
-    """The longest wait between two deliveries from the last before ``kill`` to the first after
-    ``until`` (the next kill, or the end)."""
+    """The longest wait between two deliveries that ends after ``kill`` and by ``until`` (the
+    next kill, or the end): each wait is a kill's, the last before it ended. If nothing arrived
+    by then, the wait to the first delivery after ``kill``, whenever it came."""
     before = [at for at in arrivals if at <= kill][-1:]
-    during = [at for at in arrivals if kill < at <= until]
-    after = [at for at in arrivals if at > until][:1]
-    times = before + during + after
-    return max((b - a for a, b in itertools.pairwise(times)), default=float("inf"))
+    during = [at for at in arrivals if kill < at <= until] or [at for at in arrivals if at > kill][:1]
+    return max((b - a for a, b in itertools.pairwise(before + during)), default=float("inf"))
 
 
 def gap(kills: int, election_timeout: float, spacing: float = 4.0, rate: float = 100.0) -> None:
@@ -645,6 +655,7 @@ def gap(kills: int, election_timeout: float, spacing: float = 4.0, rate: float =
                 running.launch(name)
 
         run = clients(running, {"P1": "site1"}, subscribers, [(count, rate)], during=faults)
+        elections = running.elections()
     report = run.report("FIFO")
     verdict("gap", report)
     per: dict[str, dict[str, object]] = {}
@@ -677,6 +688,8 @@ def gap(kills: int, election_timeout: float, spacing: float = 4.0, rate: float =
         "target_max_s": 2.0,
         "baseline_election_timeout_s": election_timeout,
         "ratio_max": round(worst_max / election_timeout, 2),
+        "kills_per_site": {site: order.count(site) for site in sorted(set(order))},
+        "elections_per_site": elections,
         **checked(report),
         "load_before": before["load"],
         **environment(),
