@@ -1,9 +1,9 @@
 """Quality of service over three ``wfm broker`` processes with logs (B1 - B2 - B3): priority under
 a backlog checked for inversions, time to live expiring in a durable session and across a kill -9
-and while held between brokers for a frozen one, a retained alert reaching an operator who comes later on another broker and its acks, cancel by
-identity under both policies (plain, and over TLS, where who cancels is who signed), a message
-id published again after its broker's kill -9, and a regex that would make a backtracking engine
-hang."""
+and while held between brokers for a frozen one, a retained alert reaching an operator who comes
+later on another broker and its acks, cancel by identity under both policies (plain, and over
+TLS, where who cancels is who signed), a message id published again after its broker's kill -9,
+and a regex that would make a backtracking engine hang."""
 
 from __future__ import annotations
 
