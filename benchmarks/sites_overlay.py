@@ -24,9 +24,9 @@ of them fails the benchmark (exit 1) after printing its RESULT line.
    publication climbs to the root to be ordered and comes back) and ``RoutingPolicy flooding``
    (every publication goes to every site). Copies: what each site link carried in custody, per
    publication, counted where it arrived (``in.Carry``). In ``--rounds`` rounds as above.
-   An advertiser A2 on site2 advertises what P1 does and publishes nothing: under TOTAL, S1's
-   subscription reaches the root only on its way to an advertisement beyond site1, and without
-   one the root, having no subscription from site1, drops what climbed (docs/performance.md).
+   An advertiser A2 on site2 advertises what P1 does and publishes nothing, so that S1's
+   subscription travels beyond site1 under FIFO too (under TOTAL it climbs to the root in any
+   case, as every publication does: docs/sites.md).
 3. Delivery gap: P1 on site1 publishing every 10 ms; a subscriber on every site; each site's
    leader in turn is killed -9 (``--kills`` per site), restarted a second later as ``wfm up``
    restarts it; per kill and subscriber, the longest wait between two deliveries around the

@@ -123,7 +123,8 @@ class Router:
         self.parent = parent  # the hop towards the root; "" at the root
         self.policy = policy  # who may do what (``acl``); None: everyone everything
         self.refusal_log = LogThrottle(burst=1)
-        self.tables = Tables(covering, advertisement_covering, routing)  # "filter" or "flooding"
+        upward = parent if ordering == "TOTAL" else ""
+        self.tables = Tables(covering, advertisement_covering, routing, upward)  # "filter" or "flooding"
         self.composites = Composites(broker_id, self.tables, composite_max_waiting, composite_max_age)
         self.seen: OrderedDict[str, None] = OrderedDict()  # publications routed lately
         self.counters: Counter[str] = Counter()

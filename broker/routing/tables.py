@@ -69,11 +69,19 @@ class Tables(Stateful):
     )
 
     def __init__(
-        self, covering: str = "off", advertisement_covering: bool = False, routing: str = "filter"
+        self,
+        covering: str = "off",
+        advertisement_covering: bool = False,
+        routing: str = "filter",
+        upward: str = "",
     ) -> None:
         if routing not in ROUTING_MODES:
             raise ValueError(f"routing must be one of {', '.join(ROUTING_MODES)}, not {routing!r}")
         self.routing = routing
+        # under TOTAL ordering, the hop towards the root ("" otherwise, and at the root): every
+        # publication comes down from it, wherever it was published (a subscriber's own leaf
+        # too), so a subscription goes there if it overlaps any advertisement at all
+        self.upward = upward
         self.neighbors: set[str] = set()
         self.clients: set[str] = set()
         self.srt: dict[str, Entry] = {}
@@ -155,11 +163,12 @@ class Tables(Stateful):
         out: Output = []
         for neighbor in sorted(self.neighbors - {hop}):
             out += self._apply(neighbor, self.advertisements.want(neighbor, adv_id, advertisement), True)
-        if hop in self.neighbors:  # subscriptions waiting for this direction can now go there
+        # subscriptions waiting for this direction can now go there (and upward, under TOTAL)
+        for towards in sorted({hop, self.upward} & self.neighbors):
             for sub_id in sorted(self.prt_index.candidates(advertisement)):
                 entry = self.prt[sub_id]
-                if entry.hop != hop and entry.forward and overlaps(entry.filter, advertisement):
-                    out += self._want(hop, sub_id, entry)
+                if entry.hop != towards and entry.forward and overlaps(entry.filter, advertisement):
+                    out += self._want(towards, sub_id, entry)
         return out
 
     def subscribe(self, sub_id: str, subscription: Filter, hop: Hop, ttl: int) -> Output:
@@ -213,16 +222,17 @@ class Tables(Stateful):
                 del self.last_fit[hop]
             for neighbor in sorted(self.neighbors):
                 out += self._apply(neighbor, self.advertisements.unwant(neighbor, entry_id), True)
-            if entry.hop in self.neighbors:  # subscriptions that only this advertisement drew that way
+            # subscriptions that only this advertisement drew that way (or upward, under TOTAL)
+            for towards in sorted({hop, self.upward} & self.neighbors):
                 drawn = [
                     sub_id
                     for sub_id in sorted(self.prt_index.candidates(entry.filter))
-                    if self.subscriptions.wants(entry.hop, sub_id)
+                    if self.subscriptions.wants(towards, sub_id)
                     and overlaps(self.prt[sub_id].filter, entry.filter)
                 ]
                 for sub_id in drawn:
-                    if not self._routes_to(self.prt[sub_id].filter, entry.hop):
-                        out += self._apply(entry.hop, self.subscriptions.unwant(entry.hop, sub_id), False)
+                    if not self._routes_to(self.prt[sub_id].filter, towards):
+                        out += self._apply(towards, self.subscriptions.unwant(towards, sub_id), False)
         elif entry_id in self.prt:
             removed = self.prt.pop(entry_id)
             self.prt_index.remove(entry_id)
@@ -287,9 +297,11 @@ class Tables(Stateful):
         return HERE  # local clients, more than one direction, or no advertisement yet
 
     def _routes_to(self, subscription: Filter, neighbor: str) -> bool:
-        """Is there an advertisement learned from ``neighbor`` that the subscription overlaps?"""
+        """Is there an advertisement learned from ``neighbor`` that the subscription overlaps?
+        Upward under TOTAL, any advertisement: what it covers comes down from there."""
+        anywhere = neighbor == self.upward
         return any(
-            self.srt[i].hop == neighbor and overlaps(subscription, self.srt[i].filter)
+            (anywhere or self.srt[i].hop == neighbor) and overlaps(subscription, self.srt[i].filter)
             for i in self.srt_index.candidates(subscription)
         )
 

@@ -60,3 +60,32 @@ def test_the_ordering_survives_a_snapshot_and_is_checked() -> None:
     assert (Router.restore(older).ordering, Router.restore(older).parent) == ("FIFO", "")
     with pytest.raises(ValueError, match="ordering must be one of NO, FIFO, TOTAL"):
         Router("B1", ordering="CAUSAL")
+
+
+@pytest.mark.parametrize("subscribed_first", [True, False])
+@pytest.mark.parametrize("ordering", ["FIFO", "TOTAL"])
+def test_a_subscriber_on_its_publisher_s_own_leaf_gets_everything(
+    ordering: str, subscribed_first: bool
+) -> None:
+    """B3 - B2 - B1 (the root): publisher and subscriber both at B3, nothing advertised beyond.
+    Under TOTAL the publications climb to B1 and come down in its order, so the subscription
+    must have climbed too (before, it stayed with the advertisement it overlaps, at B3, and the
+    root dropped every publication); withdrawn, it leaves the way up as well."""
+    overlay = Overlay.line(3, ordering=ordering, parents={"B2": "B1", "B3": "B2"})
+    publisher, subscriber = overlay.add_client("p", "B3"), overlay.add_client("s", "B3")
+    sub_ids = []
+    steps = [
+        lambda: sub_ids.append(subscriber.subscribe("[class,eq,t]")),
+        lambda: publisher.advertise("[class,eq,t],[n,>,0]"),
+    ]
+    for step in steps if subscribed_first else reversed(steps):
+        step()
+        overlay.run()
+    for n in range(1, 6):
+        publisher.publish(f"[class,t],[n,{n}]")
+    overlay.run()
+    assert [p.split(",[n,")[1].rstrip("]") for p in subscriber.received()] == ["1", "2", "3", "4", "5"]
+    assert bool(overlay.routers["B1"].tables.prt) is (ordering == "TOTAL")
+    subscriber.unsubscribe(sub_ids[0])
+    overlay.run()
+    assert overlay.routers["B1"].tables.prt == {} and overlay.routers["B2"].tables.prt == {}
