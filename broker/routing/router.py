@@ -450,7 +450,8 @@ class Router:
         # a message id the publisher chose (``publishers``): a repeat, even from another session
         # or process of the same identity, is answered with the first's id and routed no further
         # (a non-persistent publication leaves no state, so no id of its is remembered)
-        who, mid = self._identity(hop), qos.mid if qos.persistent else ""
+        mid = qos.mid if qos.persistent else ""
+        who = self._identity(hop) if mid else ""  # asked only of a publication that names an id
         first = self.publishers.first(who, mid, now) if mid else None
         if first is not None and self.publishers.by_mid:
             self.counters["dropped.duplicate" if first == pub_id else "dropped.duplicate_mid"] += 1
