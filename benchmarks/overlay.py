@@ -517,6 +517,18 @@ PEERS = {
 }
 
 
+def started_peers(stack: ExitStack) -> dict[str, int]:
+    """Each peer whose server is installed, started for the length of ``stack`` with 1,000 other
+    subscriptions held on it: its name -> its port."""
+    peers: dict[str, int] = {}
+    for peer, (command, module, (_, _, holder_of)) in PEERS.items():
+        port = stack.enter_context(peer_server(command, module))
+        if port is not None:
+            stack.enter_context(other_subscriptions(port, 1000, holder_of))
+            peers[peer] = port
+    return peers
+
+
 def _summarise(collected: list[dict[str, Any]], count: int) -> dict[str, float]:
     start = next(c["start"] for c in collected if "start" in c)
     receivers = [c for c in collected if "last" in c]
@@ -601,12 +613,7 @@ def main() -> None:
     }
     rounds: dict[str, dict[str, list[dict[str, float]]]] = {name: {} for name in shapes}
     with ExitStack() as stack:
-        peers: dict[str, int] = {}
-        for peer, (command, module, (_, _, holder_of)) in PEERS.items():
-            port = stack.enter_context(peer_server(command, module))
-            if port is not None:
-                stack.enter_context(other_subscriptions(port, 1000, holder_of))
-                peers[peer] = port
+        peers = started_peers(stack)
         with brokers(1) as (b1,), other_subscriptions(b1, 1000), brokers(3) as chain:
             for _ in range(args.repeat):
                 for name, (n, subscribers, rate) in shapes.items():
@@ -751,12 +758,7 @@ def floor_rows(count: int, repeat: int) -> dict[str, Any]:
     custody's (``ours`` - ``relay+codec``)."""
     runs: dict[str, list[dict[str, float]]] = {}
     with ExitStack() as stack:
-        peers: dict[str, int] = {}
-        for peer, (command, module, (_, _, holder_of)) in PEERS.items():
-            port = stack.enter_context(peer_server(command, module))
-            if port is not None:
-                stack.enter_context(other_subscriptions(port, 1000, holder_of))
-                peers[peer] = port
+        peers = started_peers(stack)
         servers = {
             "relay": stack.enter_context(relay(codec=False)),
             "relay+codec": stack.enter_context(relay(codec=True)),
