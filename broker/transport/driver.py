@@ -17,11 +17,11 @@ import contextlib
 import logging
 import secrets
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from broker.clock import Clock
 from broker.errors import LocalError, ProtocolError
-from broker.messages import Carry, Hello, LinkDown, Message, Tick, Took
+from broker.messages import Carry, Deliver, Hello, LinkDown, Message, Publish, Tick, Took
 from broker.routing.router import Router, unlogged
 from broker.routing.tables import Output
 from broker.throttle import LogThrottle
@@ -63,6 +63,8 @@ class RouterDriver:
         self._announced: dict[str, str] = {}  # hop -> the name our hello gave a new channel
         self._taken: dict[str, tuple[str, int]] = {}  # hop -> its channel, last Took sent (logged)
         self._input_seen = asyncio.Event()  # cleared by the settling task (settle_when_quiet)
+        # told of each publication sent on to a broker or a client (``broker.transport.trace``)
+        self.trace: Callable[[str, Publish | Deliver], None] | None = None
 
     def restore(self, log_file: RouterLog) -> None:
         """The router as it was, configured as this process was told; every link it had is down
@@ -137,8 +139,14 @@ class RouterDriver:
             try:  # the router never emits LinkUp/LinkDown; a message for a link that went is counted
                 if link is None or not link.send(out):  # type: ignore[arg-type]
                     self.counters["dropped.link_gone"] += 1
+                    continue
             except (ProtocolError, TypeError) as error:  # it cannot be encoded: the next one can
                 self._unsendable(target, out, error)
+                continue
+            if self.trace is not None and kind is Carry:
+                carried = out.message  # type: ignore[union-attr]
+                if type(carried) is Publish or type(carried) is Deliver:
+                    self.trace(target, carried)
 
     def _unsendable(self, target: str, message: object, error: Exception) -> None:
         """A message that cannot be encoded (too large for a frame: a composite's firing of many

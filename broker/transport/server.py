@@ -46,6 +46,7 @@ from broker.transport.network import TCP, Accepted, Listening, Network
 from broker.transport.peers import Peers
 from broker.transport.persistence import CHECKPOINT_RECORDS, Fsync, RouterLog
 from broker.transport.tls import Identity, Peer
+from broker.transport.trace import ForwardingTrace
 from broker.transport.uri import BrokerURI
 
 __all__ = ["REDIAL", "SENT_ON_RETRY", "RouterService", "loopback"]
@@ -96,6 +97,7 @@ class RouterService:
         routing: str = "filter",
         ordering: str = "FIFO",
         parent: str = "",
+        trace: Path | None = None,
     ) -> None:
         if any(n.id == uri.id for n in neighbors):
             raise ValueError(f"broker {uri.id} cannot be its own neighbour")
@@ -165,6 +167,8 @@ class RouterService:
                 self._step_down,
                 self._serving,
             )
+        self.trace = None if trace is None else ForwardingTrace(trace, clock, self.counters, self.log)
+        self.driver.trace = self.trace
         cancels = None if tls is None else CancelCheck(tls.revocations)  # who signed a cancel
         self.peers = Peers(
             self.links, self.driver, heartbeat, dead_after, self.counters, self.log, clock, cancels
@@ -237,6 +241,8 @@ class RouterService:
             self.log_file.close()
         if self.site is not None:
             self.site.close()
+        if self.trace is not None:
+            self.trace.close()
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)

@@ -1,25 +1,13 @@
-"""SESDAD's event lines, and the BroEvents inferred from where a publication went in and where it
-was delivered (no processes: the runner's inputs, by hand)."""
+"""SESDAD's event lines, and the BroEvents read from the brokers' forwarding traces (files
+written by hand here; a broker writing one: tests/transport/test_trace.py)."""
 
 from __future__ import annotations
 
-from wfm.puppet.events import Forwarding, bro_event, pub_event, sub_event
-from wfm.topology import parse_topology
+import json
+from pathlib import Path
 
-# site0 is the root; site1 and site2 hang off it; site3 off site1; site1 has a second broker
-TREE = parse_topology(
-    "Site site0 Parent none\nSite site1 Parent site0\nSite site2 Parent site0\nSite site3 Parent site1\n"
-    + "".join(
-        f"Process {name} Is broker On {site} URL tcp://127.0.0.1:{port}/broker\n"
-        for name, site, port in [
-            ("b0", "site0", 4000),
-            ("b1", "site1", 4001),
-            ("b1x", "site1", 4002),
-            ("b2", "site2", 4003),
-            ("b3", "site3", 4004),
-        ]
-    )
-)
+from wfm.puppet.events import Traces, bro_event, pub_event, sub_event
+from wfm.puppet.topics import CLASS
 
 
 def test_the_seed_formats() -> None:
@@ -31,33 +19,47 @@ def test_the_seed_formats() -> None:
     assert sub_event("sub0", "publisher0", "/edu/ulisboa", 3) == "SubEvent sub0, publisher0, /edu/ulisboa, 3"
 
 
-def test_paths_follow_the_tree() -> None:
-    forwarding = Forwarding(TREE)
-    assert forwarding.path("b2", "b3") == ("b2", "b0", "b1", "b3")
-    assert forwarding.path("b1x", "b2") == ("b1x", "b0", "b2")  # every broker of a site dials its parent site
-    assert forwarding.path("b0", "b0") == ("b0",)
-    assert forwarding.path("b0", "nobody") == ()
+def line(publisher: str, topic: str, seq: object, cls: str = CLASS) -> bytes:
+    attributes = {"class": cls, "publisher": publisher, "seq": seq, "topic": topic}
+    traced = {"t": 1.0, "to": "b1", "id": "x", "publication": "-", "attributes": attributes}
+    return json.dumps(traced).encode() + b"\n"
 
 
-def test_each_broker_forwarding_a_publication_is_told_once() -> None:
-    forwarding = Forwarding(TREE)
-    assert forwarding.published("p", 1, "b2") == []  # no delivery yet: no forwarding known
-    assert forwarding.delivered("p", 1, "b3") == ["b2", "b0", "b1", "b3"]
-    assert forwarding.delivered("p", 1, "b1") == []  # on the way already told
-    assert forwarding.delivered("p", 1, "b1x") == ["b1x"]
-    assert forwarding.delivered("p", 1, "b3") == []  # a duplicate delivery forwards nothing new
+def test_each_forwarding_is_told_once_as_the_traces_grow(tmp_path: Path) -> None:
+    files = {"b0": tmp_path / "b0.jsonl", "b1": tmp_path / "b1.jsonl"}
+    traces = Traces(files)
+    assert traces.read() == []  # no broker has written yet
+    files["b0"].write_bytes(line("p", "/a", 1) + line("p", "/a", 2))
+    assert traces.read() == [("b0", "p", "/a", 1), ("b0", "p", "/a", 2)]
+    with files["b0"].open("ab") as b0:
+        b0.write(line("p", "/a", 1))  # sent again after a reconnection: told once
+    files["b1"].write_bytes(line("p", "/a", 1))  # another broker on the way: its own BroEvent
+    assert traces.read() == [("b1", "p", "/a", 1)]
+    assert traces.read() == []
 
 
-def test_a_delivery_heard_before_its_publication() -> None:
-    """The subscriber's report can come first: its brokers are told when the publisher's does."""
-    forwarding = Forwarding(TREE)
-    assert forwarding.delivered("p", 7, "b3") == []
-    assert forwarding.delivered("p", 7, "b2") == []
-    assert forwarding.published("p", 7, "b1") == ["b1", "b3", "b0", "b2"]
-    assert forwarding.published("p", 8, "b1") == []  # another publication: nothing waits for it
+def test_a_line_being_written_waits_for_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "b0.jsonl"
+    whole = line("p", "/a", 3)
+    path.write_bytes(whole[:20])
+    traces = Traces({"b0": path})
+    assert traces.read() == []
+    with path.open("ab") as file:
+        file.write(whole[20:])
+    assert traces.read() == [("b0", "p", "/a", 3)]
 
 
-def test_an_unknown_broker_forwards_nothing() -> None:
-    forwarding = Forwarding(TREE)
-    forwarding.published("p", 1, "elsewhere")
-    assert forwarding.delivered("p", 1, "b0") == []
+def test_what_is_not_a_puppet_publication_is_skipped(tmp_path: Path) -> None:
+    """Other publications (an agent's), a torn line (a broker killed while writing it: restarted,
+    it starts a new line), and attributes of the wrong types are counted, not told."""
+    path = tmp_path / "b0.jsonl"
+    path.write_bytes(
+        line("p", "/a", 1, cls="JOBSTATUS")
+        + b'{"t": 1.0, "to": "b1", "attr\n'
+        + line("p", "/a", 2)  # the restarted broker's first line, after the torn one
+        + line("p", "/a", "3")
+        + b"[]\n"
+    )
+    traces = Traces({"b0": path})
+    assert traces.read() == [("b0", "p", "/a", 2)]
+    assert traces.skipped == 4

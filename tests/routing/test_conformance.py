@@ -85,7 +85,7 @@ class MemoryBackend:
     loop of their own, linked by memory stream pairs: no socket, no port, no process. Its clients
     speak frames as ``Client`` does: a hello, requests answered by ref, a Took for what is carried."""
 
-    def __init__(self, routing: str = "filter") -> None:
+    def __init__(self, routing: str = "filter", traces: Path | None = None) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="memory overlay", daemon=True)
         self.thread.start()
@@ -98,6 +98,7 @@ class MemoryBackend:
                 covering="active",
                 network=self.network,
                 routing=routing,
+                trace=None if traces is None else traces / f"{name}.jsonl",
             )
             for name, uri in self.uris.items()
         ]

@@ -159,6 +159,15 @@ from wfm.topology import load_topology
     help="Inputs between two snapshots of the broker's state; fewer make a restart replay less, "
     "and cost a snapshot's write more often; not with --memory.",
 )
+@click.option(
+    "--trace-forwarding",
+    "trace",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Append a JSON line to this file for each publication the broker sends on to another "
+    "broker or delivers to a client (when, to whom, its id and content): what SESDAD's "
+    "BroEvent logs (wfm puppet at LoggingLevel full). Off by default: it costs a write each.",
+)
 @acl_option
 @tls_options
 @click.option(
@@ -190,6 +199,7 @@ def broker(
     memory: bool,
     fsync: Fsync,
     checkpoint_every: int,
+    trace: Path | None,
     acl: Path | None,
     tls: Identity | None,
     insecure: bool,
@@ -240,6 +250,7 @@ def broker(
             routing=placed.routing,
             ordering=placed.ordering,
             parent=placed.parent,
+            trace=trace,
         )
     except LogInUse as error:
         raise click.ClickException(
@@ -248,6 +259,10 @@ def broker(
         ) from None
     except ValueError as error:
         raise click.ClickException(str(error)) from None
+    except OSError as error:
+        if trace is None or error.filename not in (str(trace), str(trace.parent)):
+            raise
+        raise click.ClickException(f"cannot open --trace-forwarding {trace}: {error.strerror}") from None
     # Messages make short-lived objects by the thousand a second, nearly all freed by their
     # count; the default threshold (700) would run the cycle collector every few dozen
     # publications over the tables (docs/performance.md, Overlay).

@@ -109,7 +109,8 @@ def puppet(
     Wait MS [ms]  Status
 
     Every process of the topology is started first, and stopped at the end (or on Ctrl-C).
-    With the topology's LoggingLevel full, the log has BroEvent lines too."""
+    With the topology's LoggingLevel full, the log has BroEvent lines too: each broker reports
+    what it forwarded (wfm broker --trace-forwarding)."""
     from_stdin = interactive or script == Path("-")
     if script is None and not from_stdin:
         raise click.UsageError("give a SCRIPT, or --console (or '-') to type commands")

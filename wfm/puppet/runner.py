@@ -12,8 +12,7 @@ The log is one list, appended under one lock with the time read under that lock,
 time order: the commands, with the script's syntax, and what the workers report
 (``PubEvent``, ``SubEvent`` in SESDAD's format, ``Status``, ``Error``), plus ``Exited NAME
 STATUS`` for a process that died without being told to. With the topology's ``LoggingLevel
-full``, ``BroEvent`` lines too, inferred from where publications went in and came out
-(:mod:`.events` says how, and what that cannot see).
+full``, ``BroEvent`` lines too, from what each broker reports it forwarded (:mod:`.events`).
 
 A script is run by :meth:`Puppet.run`; the console feeds :meth:`Puppet.do` one command at a time.
 """
@@ -37,7 +36,7 @@ from typing import IO
 from broker.client import BlockingClient, ConnectError, NoAnswer
 from broker.errors import LocalError
 from wfm.puppet.checker import Published, Received, Report, Window, check
-from wfm.puppet.events import Forwarding, bro_event, pub_event, sub_event
+from wfm.puppet.events import Traces, bro_event, pub_event, sub_event
 from wfm.puppet.script import Command, Publish, Signal, Status, Subscribe, Wait
 from wfm.topology import Process, Topology
 from wfm.up import WFM, linked
@@ -47,6 +46,7 @@ __all__ = ["Entry", "Puppet", "PuppetError", "Settings"]
 WORKER = [sys.executable, "-m", "wfm.puppet.worker"]
 MARK = "WFM_PUPPET"  # in every child's environment: the run's directory (to find strays, say)
 ANSWER = 5.0  # seconds to wait for a worker's acknowledgement of an order before going on
+TRACE_POLL = 0.02  # seconds between two looks at the brokers' forwarding traces (LoggingLevel full)
 
 
 class PuppetError(LocalError):
@@ -166,8 +166,12 @@ class Puppet:
         self._outstanding: dict[str, int] = defaultdict(int)  # Publish orders not done, per publisher
         self._lock = threading.Condition()
         self._start = time.monotonic()
+        self._closing = threading.Event()
         self._last_delivery = 0.0  # seconds since the start, as now() and the log
         self._last_progress = 0.0
+        full = topology.logging_level == "full"
+        brokers = [p.name for p in topology.of_role("broker")]
+        self.traces = Traces({b: home / "trace" / f"{b}.jsonl" for b in brokers}) if full else None
         self.members = {
             p.name: Member(p, self._argv(p), home / "logs" / f"{p.name}.log") for p in topology.processes
         }
@@ -176,7 +180,6 @@ class Puppet:
         self._hit: dict[str, str] = {}  # replicated site -> the broker its last Crash/Freeze hit
         self._readers: list[threading.Thread] = []
         self._advertised: set[tuple[str, str]] = set()  # (publisher, topic) its broker acknowledged
-        self.forwarding = Forwarding(self.topology) if self.topology.logging_level == "full" else None
 
     # the log --------------------------------------------------------------------------------------
 
@@ -198,6 +201,8 @@ class Puppet:
             neighbours = [a for uri in self.topology.neighbours(p.name) for a in ("--neighbor", str(uri))]
             grace = ["--session-grace", str(self.settings.session_grace)]
             data = ["--data", str(self.home / "state" / p.name)]  # a restart comes back from its log
+            if self.traces is not None:
+                data += ["--trace-forwarding", str(self.traces.files[p.name])]
             return [
                 *WFM,
                 "broker",
@@ -231,6 +236,10 @@ class Puppet:
         brokers = [m for m in self.members.values() if m.process.role == "broker"]
         for member in brokers:
             self._launch(member)
+        if self.traces is not None:
+            reader = threading.Thread(target=self._read_traces, name="read-traces", daemon=True)
+            reader.start()
+            self._readers.append(reader)
         deadline = time.monotonic() + self.settings.start_timeout
         for name, (serving, expected) in self._routers.items():
             while not linked(serving, expected):
@@ -261,6 +270,7 @@ class Puppet:
 
     def close(self) -> None:
         """Stop every process: workers and agents first, brokers last; SIGKILL after 5 s."""
+        self._closing.set()
         ordered = sorted(self.members.values(), key=lambda m: m.process.role == "broker")
         for member in ordered:
             if member.running:
@@ -306,14 +316,8 @@ class Puppet:
                 t = self.record(pub_event(name, topic, seq), publisher=name, topic=topic, seq=seq)
                 self.published.append(Published(name, seq, topic, t))
                 self._last_progress = t
-                if self.forwarding is not None and event.get("broker"):
-                    forwarded = self.forwarding.published(name, seq, str(event["broker"]))
-                    self._forwarded(forwarded, name, topic, seq)
             elif kind == "sub":
                 publisher, topic, seq = str(event["publisher"]), str(event["topic"]), int(event["seq"])  # type: ignore[call-overload]
-                if self.forwarding is not None and event.get("broker"):
-                    forwarded = self.forwarding.delivered(publisher, seq, str(event["broker"]))
-                    self._forwarded(forwarded, publisher, topic, seq)
                 t = self.record(
                     sub_event(name, publisher, topic, seq),
                     subscriber=name,
@@ -335,10 +339,18 @@ class Puppet:
                 self.record(f"Error {name}: {event['message']}")
             self._lock.notify_all()
 
-    def _forwarded(self, brokers: list[str], publisher: str, topic: str, seq: int) -> None:
-        for broker in brokers:
-            line = bro_event(broker, publisher, topic, seq)
-            self.record(line, broker=broker, publisher=publisher, topic=topic, seq=seq)
+    def _read_traces(self) -> None:
+        """Log a BroEvent for each publication a broker reports it forwarded, as the reports come
+        (every ``TRACE_POLL`` seconds), until the puppet closes."""
+        while not self._closing.wait(TRACE_POLL):
+            self._forwarded()
+
+    def _forwarded(self) -> None:
+        assert self.traces is not None
+        with self._lock:  # one reader at a time: the traces' thread, and finish()
+            for broker, publisher, topic, seq in self.traces.read():
+                line = bro_event(broker, publisher, topic, seq)
+                self.record(line, broker=broker, publisher=publisher, topic=topic, seq=seq)
 
     def _await_answer(self, member: Member, kind: str, topic: str) -> bool:
         deadline = time.monotonic() + ANSWER
@@ -518,6 +530,8 @@ class Puppet:
                 self._lock.wait(0.05)
             windows = [*self.windows, *(Window(s, p, t) for (s, p), t in self._open.items())]
             published, received = list(self.published), list(self.received)
+        if self.traces is not None:
+            self._forwarded()  # what the brokers wrote since the traces' thread last looked
         self._exited()
         return check(published, received, windows, self.settings.settle, self.topology.ordering)
 
