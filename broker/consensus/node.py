@@ -15,7 +15,8 @@ The log does not grow forever: once the adapter has applied up to an index it ma
 its state machine's snapshot there (``compact``); the entries up to it are dropped and the
 snapshot stands for them, on the node and on the disk (``SiteLog.compact``). A follower that
 lacks entries the leader no longer keeps is sent the snapshot instead (``InstallSnapshot``, one
-at a time, again only if unanswered for ``snapshot_timeout``).
+at a time, again only if unanswered for ``snapshot_timeout`` after the last of it went out:
+``snapshot_sending``).
 
 Safety beyond the paper's core, each against a failure the mature systems had:
 
@@ -278,6 +279,23 @@ class Node:
         self.snapshot = Snapshot(index, term, data)
         self.log.compact(index, term)
         return self.snapshot
+
+    def snapshot_sending(self, peer: str, term: int, index: int, now: float) -> bool:
+        """The adapter sends a large snapshot piece by piece as the link drains, which may take
+        longer than ``snapshot_timeout``: it tells the node as each piece (up to ``index``, sent
+        in ``term``) goes out to ``peer``. Whether it is still wanted: this node leads in
+        ``term``, the snapshot is the last it sent ``peer``, and ``peer`` has not answered that
+        it holds it. If so, its resend waits ``snapshot_timeout`` from now: the timeout counts
+        from the last piece that went out, not from the first (see docs/sites.md)."""
+        self._now = now
+        self._check_quorum(now)
+        follower = self.followers.get(peer)
+        if self.role is not Role.LEADER or term != self.term or follower is None:
+            return False
+        if follower.snapshot != index or follower.match >= index:
+            return False
+        follower.snapshot_due = max(follower.snapshot_due, now + self.config.snapshot_timeout)
+        return True
 
     @property
     def leads(self) -> bool:

@@ -208,15 +208,29 @@ class Piece:
     """A part of a frame too large to be one: a site's state outgrows a frame as its router
     fills (its filter of recent publication ids alone takes a few MiB), and a member behind the
     leader's compaction point must still be sent it. The pieces of one message follow each
-    other on a member link, the last one without ``more``; other links refuse them."""
+    other on a member link, each saying where its bytes go (``at``) in the ``total`` bytes of
+    the message's payload: a piece at 0 starts a message (what was read of an earlier one is
+    dropped: its sender gave it up), any other must go on where the last one ended, so a lost,
+    repeated or forged piece is seen and never put into a message. Other links refuse them."""
 
+    total: int
+    at: int
     data: bytes
-    more: bool
 
     def __post_init__(self) -> None:
+        _count(self.total, "a piece's total")
+        _count(self.at, "a piece's place")
         if type(self.data) is not bytes or not self.data:
             raise ValueError("a piece carries some bytes of a frame")
-        _flag(self.more, "more")
+        if self.at + len(self.data) > self.total:
+            raise ValueError(
+                f"a piece ends at {self.at + len(self.data)}, past its message's {self.total} bytes"
+            )
+
+    @property
+    def last(self) -> bool:
+        """Whether it ends its message."""
+        return self.at + len(self.data) == self.total
 
 
 def sender_of(message: ConsensusMessage) -> str:

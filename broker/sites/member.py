@@ -24,8 +24,9 @@ Every ``COMPACT_EVERY`` applied entries a member snapshots its state (``SiteStat
 its log keeps only the entries after it (``Node.compact``, ``SiteLog.compact``), so a restart
 restores the snapshot and replays a bounded tail. A leader compacts only once every other member
 holds what it applied, unless its log has grown past ``COMPACT_FORCE`` entries: a member behind
-the snapshot is sent the snapshot (``InstallSnapshot``), in ``Piece``s when it outgrows a frame:
-each member link puts the pieces it reads back together, up to ``MAX_ASSEMBLED`` bytes.
+the snapshot is sent the snapshot (``InstallSnapshot``), in ``Piece``s when it outgrows a frame,
+written as the link drains (``broker.sites.pieces``): each member link puts the pieces it reads
+back together, up to ``MAX_ASSEMBLED`` bytes.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import Any
 from broker.clock import Clock
 from broker.consensus import Config, ConsensusMessage, Entry, Node, NotLeader, SiteLog
 from broker.durable.offload import Offload
-from broker.errors import BadMessage, FrameTooLarge, ProtocolError
+from broker.errors import FrameTooLarge, ProtocolError
 from broker.messages import (
     Append,
     AppendReply,
@@ -59,14 +60,15 @@ from broker.messages import (
     Refuse,
     VoteReply,
     VoteRequest,
+    WireMessage,
 )
 from broker.routing.router import unlogged
 from broker.sites.inputs import Input, MemberDown, decode_input, encode_input
+from broker.sites.pieces import Assembly, Outbox
 from broker.sites.state import SiteState
-from broker.transport.codec import decode, in_pieces
 from broker.transport.driver import RouterDriver
 from broker.transport.handshake import ELSEWHERE, elsewhere
-from broker.transport.link import Link
+from broker.transport.link import SLOW_CONSUMER, Link
 from broker.transport.uri import BrokerURI
 
 __all__ = ["SiteConfig", "SiteDriver", "SiteMember"]
@@ -171,7 +173,9 @@ class SiteMember:
         self.step_down = step_down  # closes every client and site link, with a reason
         self.on_serving = serving  # this broker serves from now on: it may dial other sites at once
         self.links: dict[str, Link] = {}  # member -> its link
-        self.assembling: dict[Link, bytearray] = {}  # the pieces read so far of a large message
+        self.directory = directory
+        self.assembling: dict[Link, Assembly] = {}  # the pieces read so far of a large message
+        self.outboxes: dict[Link, Outbox] = {}  # the large messages on their way, as pieces
         self.binding = _Binding(live)
         driver.links = self.binding.bound
         driver.member = self
@@ -306,14 +310,22 @@ class SiteMember:
             await link.flush_and_close(str(error))
         finally:
             await link.wait_closed()
-            self.assembling.pop(link, None)
+            if (assembly := self.assembling.pop(link, None)) is not None:
+                assembly.close()
+                self.counters["site.pieces_dropped"] += assembly.dropped
+            if (outbox := self.outboxes.pop(link, None)) is not None:
+                outbox.close()
+            if link.closed is not None and link.closed.startswith(SLOW_CONSUMER):
+                self.counters["slow_consumers"] += 1
             if self.links.get(name) is link:
                 del self.links[name]
                 self.log.info("site %s: member %s unlinked: %s", self.config.name, name, link.closed)
 
     def _from_member(self, link: Link, name: str, item: object) -> None:
         if type(item) is Piece:
-            item = self._assemble(link, item)
+            if (assembly := self.assembling.get(link)) is None:
+                assembly = self.assembling[link] = Assembly(self.directory, MAX_ASSEMBLED)
+            item = assembly.take(item)  # ProtocolError for a piece out of place: the link closes
             if item is None:
                 return
         if type(item) in CONSENSUS:
@@ -328,24 +340,6 @@ class SiteMember:
         elif type(item) is not Pong:
             self.counters["bad_messages"] += 1
             link.send(Refuse("", f"a {type(item).__name__} is not for a member link"))
-
-    def _assemble(self, link: Link, piece: Piece) -> object:
-        """The message the pieces read so far make up with ``piece`` if it is the last, else
-        None; a message larger than MAX_ASSEMBLED is not for us: the link is closed."""
-        got = self.assembling.setdefault(link, bytearray())
-        got += piece.data
-        if len(got) > MAX_ASSEMBLED:
-            del self.assembling[link]
-            self.counters["bad_messages"] += 1
-            link.close(f"sent pieces of a message over {MAX_ASSEMBLED} bytes", abort=True)
-            return None
-        if piece.more:
-            return None
-        del self.assembling[link]
-        try:
-            return decode(got)
-        except BadMessage as error:
-            return error
 
     # the log --------------------------------------------------------------------------------------
 
@@ -390,20 +384,41 @@ class SiteMember:
                 await self._compact()
 
     def _send(self, member: str, message: ConsensusMessage) -> None:
+        """``message`` to ``member``: at once if it fits a frame, else streamed in pieces. A
+        snapshot always goes through the link's outbox, which keeps one on its way at a time
+        (and is never encoded whole: see ``broker.sites.pieces``)."""
         link = self.links.get(member)
         if link is None:
             return
-        try:
+        if type(message) is not InstallSnapshot:
             try:
                 link.send(message)
-            except FrameTooLarge:  # a snapshot may outgrow a frame: packed again, in pieces
-                for part in in_pieces(message):
-                    link.send(part)
-        except (ProtocolError, ValueError) as error:  # one that cannot be encoded
-            self.counters["site.unsendable"] += 1
-            self.log.error(
-                "site %s: cannot send %s to %s: %s", self.config.name, type(message).__name__, member, error
-            )
+                return
+            except FrameTooLarge:  # a batch of entries may outgrow a frame too: streamed as well
+                pass
+            except (ProtocolError, ValueError) as error:  # one that cannot be encoded
+                self._unsendable(member, message, error)
+                return
+        if (outbox := self.outboxes.get(link)) is None:
+            wanted = partial(self._wanted, member)
+            outbox = self.outboxes[link] = Outbox(link, wanted, partial(self._unsendable, member))
+        outbox.send(message)
+
+    def _wanted(self, member: str, message: WireMessage) -> bool:
+        """Whether the message streaming to ``member`` is still worth its next piece; a
+        snapshot's resend waits from now (``Node.snapshot_sending``)."""
+        if type(message) is not InstallSnapshot:
+            return True
+        now = self.clock.monotonic()
+        wanted = self.node.snapshot_sending(member, message.term, message.last_index, now)
+        self._changed()
+        return wanted
+
+    def _unsendable(self, member: str, message: WireMessage, error: Exception) -> None:
+        self.counters["site.unsendable"] += 1
+        self.log.error(
+            "site %s: cannot send %s to %s: %s", self.config.name, type(message).__name__, member, error
+        )
 
     def _restore(self, data: bytes) -> None:
         """The site's state from a snapshot (ours at start, or the leader's): the router is a new

@@ -33,7 +33,7 @@ VoteReply             ``voted``       term, voter, granted, pre-vote
 Append                ``append``      term, leader, prev index, prev term, [[term, index, data], ...], commit
 AppendReply           ``appended``    term, follower, success, match
 InstallSnapshot       ``install``     term, leader, last index, last term, data
-Piece                 ``piece``       data, more: a part of a larger frame's payload (member links)
+Piece                 ``piece``       total, at, data: a part of a larger frame's payload (member links)
 ====================  ==============  =====================================================
 
 The five before the last are a site's consensus (``broker.consensus``), between the brokers of
@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -127,7 +127,7 @@ __all__ = [
 ]
 
 MAX_FRAME = 1 << 20  # bytes of payload; a larger prefix means a broken or hostile peer
-PIECE = MAX_FRAME - 16  # bytes of a larger payload per Piece: with its tag and flag, a frame
+_PIECE_FIELDS = 32  # bytes a Piece's frame takes beside its data: its tag, total, place, bin header
 
 _HEADER = struct.Struct(">I")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -248,7 +248,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     ],
     AppendReply: lambda m: ["appended", m.term, m.follower, m.success, m.match],
     InstallSnapshot: lambda m: ["install", m.term, m.leader, m.last_index, m.last_term, m.data],
-    Piece: lambda m: ["piece", m.data, m.more],
+    Piece: lambda m: ["piece", m.total, m.at, m.data],
 }
 
 
@@ -297,15 +297,46 @@ def carriable(message: object) -> bool:
     return len(payload) <= MAX_FRAME
 
 
-def in_pieces(message: WireMessage) -> list[WireMessage]:
-    """``message`` itself if it fits a frame, else its payload cut into ``Piece``s that do
-    (``decode`` takes the payload the pieces make up again). For member links only: no other
-    link takes pieces."""
-    payload = _payload(message)
-    if len(payload) <= MAX_FRAME:
-        return [message]
-    cuts = range(0, len(payload), PIECE)
-    return [Piece(payload[at : at + PIECE], at + PIECE < len(payload)) for at in cuts]
+def in_pieces(message: WireMessage) -> Iterator[WireMessage]:
+    """``message`` itself if it fits a frame, else its payload cut into ``Piece``s that do, each
+    made as it is taken (a sender writes them as its link drains: ``broker.sites.pieces``).
+    For member links only: no other link takes pieces."""
+    head, body = _parts(message)
+    total = len(head) + len(body)
+    if total <= MAX_FRAME:
+        yield message
+        return
+    size = MAX_FRAME - _PIECE_FIELDS
+    for at in range(0, total, size):
+        end = min(at + size, total)
+        if at >= len(head):
+            data = body[at - len(head) : end - len(head)]
+        else:
+            data = head[at:end] + body[: max(0, end - len(head))]
+        yield Piece(total, at, data)
+
+
+def _parts(message: WireMessage) -> tuple[bytes, bytes]:
+    """``message``'s payload as two parts, the second a snapshot's state as it is (not copied
+    into the payload: a large state is not held twice, once as itself and once encoded)."""
+    if type(message) is not InstallSnapshot:
+        return _payload(message), b""
+    data = message.data
+    empty = _payload(
+        InstallSnapshot(message.term, message.leader, message.last_index, message.last_term, b"")
+    )
+    assert empty.endswith(_EMPTY_BIN), "msgpack writes an empty byte string as bin 8 of length 0"
+    size = len(data)
+    if size < 1 << 8:
+        header = b"\xc4" + size.to_bytes(1, "big")
+    elif size < 1 << 16:
+        header = b"\xc5" + size.to_bytes(2, "big")
+    else:
+        header = b"\xc6" + size.to_bytes(4, "big")
+    return empty[: -len(_EMPTY_BIN)] + header, data
+
+
+_EMPTY_BIN = b"\xc4\x00"
 
 
 def _payload(message: WireMessage) -> bytes:
@@ -513,7 +544,7 @@ _DECODERS: dict[str, tuple[str, int, Callable[[list[Any]], WireMessage]]] = {
     "append": ("Append", 7, lambda a: Append(a[1], a[2], a[3], a[4], _to_entries(a[5]), a[6])),
     "appended": ("AppendReply", 5, lambda a: AppendReply(*a[1:])),
     "install": ("InstallSnapshot", 6, lambda a: InstallSnapshot(*a[1:])),
-    "piece": ("Piece", 3, lambda a: Piece(a[1], a[2])),
+    "piece": ("Piece", 4, lambda a: Piece(a[1], a[2], a[3])),
 }
 
 

@@ -69,6 +69,8 @@ class Link:
         self.pending: list[WireMessage | BadMessage] = []  # read along with the handshake
         self.peer: Hello | None = None  # the peer's hello, once the handshake is done
         self._wakeup = asyncio.Event()
+        self._writing = False  # frames taken off the queue, their drain not returned yet
+        self._drained = asyncio.Event()  # set when a drain returns, and when the link closes
         self.closed: str | None = None
         self.last_received = self.last_sent = self.clock.monotonic()
         self.sent_frames = 0
@@ -97,6 +99,16 @@ class Link:
     def buffered(self) -> int:
         """Bytes queued for the peer and not written into its socket yet."""
         return self._queued_bytes + self._transport_backlog()
+
+    async def writable(self, limit: int) -> bool:
+        """Until at most ``limit`` bytes wait for the peer, or none is being written (the
+        transport then holds at most its high-water mark): a sender of a long stream writes a
+        piece as the peer reads, so the stream never nears ``queue_limit`` whatever its size.
+        False once the link is closed."""
+        while self.closed is None and (self._queue or self._writing) and self.buffered() > limit:
+            self._drained.clear()
+            await self._drained.wait()
+        return self.closed is None
 
     def _transport_backlog(self) -> int:
         transport = getattr(self.writer, "transport", None)
@@ -148,11 +160,14 @@ class Link:
                     await self._wakeup.wait()
                     continue
                 frames, self._queue, self._queued_bytes = self._queue, [], 0
+                self._writing = True
                 self.writer.write(b"".join(frames))
                 self.sent_frames += len(frames)
                 self.last_sent = self.clock.monotonic()
                 self._transport_bytes = self._transport_backlog()
                 await self.writer.drain()
+                self._writing = False
+                self._drained.set()
         except (ConnectionError, OSError) as error:
             self.close(f"write failed: {error}")
         except asyncio.CancelledError:
@@ -166,6 +181,7 @@ class Link:
         self.closed = reason
         log.debug("link %s closed: %s", self.name, reason)
         self._wakeup.set()
+        self._drained.set()
         transport = getattr(self.writer, "transport", None)
         if abort:
             self.discarded_frames += len(self._queue)

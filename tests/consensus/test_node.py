@@ -343,6 +343,52 @@ def test_a_leader_sends_one_snapshot_at_a_time_and_again_only_when_it_timed_out(
     assert [m for m in said if isinstance(m, InstallSnapshot)] == [InstallSnapshot(1, "a", 4, 1, b"state@4")]
 
 
+def test_a_snapshot_streaming_longer_than_its_timeout_is_sent_again_only_once_its_pieces_stop() -> None:
+    """A large state goes out piece by piece as the link drains (``broker.sites.pieces``), for
+    longer than ``snapshot_timeout``: the adapter tells the node as each piece goes, and the
+    resend waits the timeout from the last one; once the follower holds the snapshot, or the
+    node no longer leads in the snapshot's term, its stream is not wanted any more."""
+    site = Cluster()
+    site.elect("a")
+    site.cut = {"c"}
+    for number in range(3):
+        site.propose("a", b"%d" % number)
+        site.deliver_all()
+    site.compact("a")
+    site.cut = set()
+    site.now += H
+    site.nodes["a"].tick(site.now)
+    site.carry_out("a")
+    site.deliver(target="c", sender="a")  # a heartbeat c refuses: it lacks entries 2..4
+    site.deliver(target="a", sender="c")  # so a sends its snapshot, whose pieces start out
+    assert [m for s, t, m in site.wire if t == "c"] == [InstallSnapshot(1, "a", 4, 1, b"state@4")]
+    site.wire = [m for m in site.wire if m[1] != "c"]
+    leader = site.nodes["a"]
+
+    def said_to_c(streaming: bool) -> list[ConsensusMessage]:
+        if streaming:  # a piece went out
+            assert leader.snapshot_sending("c", 1, 4, site.now)
+        site.heartbeat_without("c")
+        said = [m for s, t, m in site.wire if t == "c"]
+        site.wire = [m for m in site.wire if m[1] != "c"]
+        return said
+
+    timeout = leader.config.snapshot_timeout
+    said = [m for _ in range(int(3 * timeout / H)) for m in said_to_c(streaming=True)]
+    assert len(said) > 30 and not any(isinstance(m, InstallSnapshot) for m in said)  # heartbeats only
+    said = [m for _ in range(int(timeout / H) - 2) for m in said_to_c(streaming=False)]  # the last piece
+    assert not any(isinstance(m, InstallSnapshot) for m in said)  # c is given the timeout to answer
+    said = [m for _ in range(4) for m in said_to_c(streaming=False)]
+    assert [m for m in said if isinstance(m, InstallSnapshot)] == [InstallSnapshot(1, "a", 4, 1, b"state@4")]
+    assert not leader.snapshot_sending("c", 1, 3, site.now)  # not the snapshot on its way
+    assert not leader.snapshot_sending("b", 1, 4, site.now)  # b needs none
+    leader.handle("c", AppendReply(1, "c", True, 4), site.now)  # c holds it
+    assert not leader.snapshot_sending("c", 1, 4, site.now)
+    assert leader.followers["c"].snapshot_due == -float("inf")
+    leader.handle("b", AppendReply(2, "b", False, 0), site.now)  # a newer term: a no longer leads
+    assert not leader.leads and not leader.snapshot_sending("c", 1, 4, site.now)
+
+
 def test_a_snapshot_whose_answer_is_lost_is_known_installed_from_the_next_heartbeat() -> None:
     site = Cluster()
     site.elect("a")

@@ -9,7 +9,7 @@ import random
 import struct
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
@@ -34,13 +34,15 @@ from broker.messages import (
     Subscribe,
     VoteReply,
     VoteRequest,
+    WireMessage,
 )
-from broker.sites import member
+from broker.sites import member, pieces
 from broker.sites.inputs import decode_input
 from broker.sites.member import SiteConfig
 from broker.transport import codec, server
 from broker.transport.codec import FrameDecoder, decode, encode
 from broker.transport.handshake import ServedElsewhere
+from broker.transport.link import Link
 from broker.transport.server import RouterService
 from broker.transport.uri import BrokerURI
 from tests.transport.harness import run, until, uri
@@ -50,10 +52,12 @@ FAST = {"heartbeat": 0.2, "dead_after": 0.8}
 ONE_FRAME = codec.MAX_FRAME
 
 
-def site(tmp_path: Path, brokers: tuple[str, ...] = ("b1", "b2", "b3")) -> list[RouterService]:
+def site(
+    tmp_path: Path, brokers: tuple[str, ...] = ("b1", "b2", "b3"), **options: object
+) -> list[RouterService]:
     config = SiteConfig("S", tuple(uri(b) for b in brokers), election_timeout=0.3, heartbeat=0.05)
     return [
-        RouterService(member, site=config, data=tmp_path / member.id, session_grace=30.0, **FAST)  # type: ignore[arg-type]
+        RouterService(member, site=config, data=tmp_path / member.id, session_grace=30.0, **FAST, **options)  # type: ignore[arg-type]
         for member in config.members
     ]
 
@@ -65,10 +69,12 @@ def serving(services: list[RouterService]) -> RouterService | None:
 
 
 @asynccontextmanager
-async def serving_site(tmp_path: Path) -> AsyncIterator[tuple[list[RouterService], RouterService]]:
-    """A site of three brokers started, once one of them serves it (its leader); the brokers
-    still running are stopped after."""
-    services = site(tmp_path)
+async def serving_site(
+    tmp_path: Path, **options: object
+) -> AsyncIterator[tuple[list[RouterService], RouterService]]:
+    """A site of three brokers started (with ``options`` for each ``RouterService``), once one
+    of them serves it (its leader); the brokers still running are stopped after."""
+    services = site(tmp_path, **options)
     for service in services:
         await service.start()
     try:
@@ -312,51 +318,142 @@ def test_a_retained_publication_kept_by_a_site_outlives_the_site_s_leader(tmp_pa
     run(scenario(), timeout=60)
 
 
+def small_frames_and_snapshots(monkeypatch: pytest.MonkeyPatch, frame: int = 4096) -> Counter[str]:
+    """Compaction every 20 entries (a leader keeps 30 for a member behind), frames of ``frame``
+    bytes; the pieces sent, by the type of the message they are of."""
+    monkeypatch.setattr(member, "COMPACT_EVERY", 20)
+    monkeypatch.setattr(member, "COMPACT_FORCE", 30)
+    monkeypatch.setattr(codec, "MAX_FRAME", frame)
+    sent = Counter[str]()
+    cut = codec.in_pieces
+
+    def counted(message: WireMessage) -> Iterator[WireMessage]:
+        for part in cut(message):
+            sent[type(message).__name__] += type(part) is Piece
+            yield part
+
+    monkeypatch.setattr(pieces, "in_pieces", counted)
+    return sent
+
+
+async def behind_the_snapshot(
+    tmp_path: Path, services: list[RouterService], leader: RouterService, padding: int = 0, **options: object
+) -> tuple[RouterService, Client]:
+    """A follower stopped while a client subscribes (also ``padding`` times with a filter of a
+    KiB, to grow the state) and publishes 60 publications, which the leader compacts away: it
+    is started again (with ``options``) behind the leader's snapshot."""
+    away = next(s for s in services if s is not leader)
+    assert away.site is not None and leader.site is not None
+    before = away.site.node.log.last_index
+    await away.stop()
+    client = await Client.connect(brokers_of(services), "pub", **FAST)  # type: ignore[arg-type]
+    await client.subscribe("[class,eq,'t']")
+    for n in range(padding):
+        await client.subscribe(f"[class,eq,'t'],[pad,eq,'{n:04}{'x' * 1000}']")
+    await client.advertise("[class,eq,'t'],[n,>,0]")
+    for n in range(1, 61):
+        await client.publish(f"[class,'t'],[n,{n}]")
+    held = leader.site.node.snapshot
+    assert held is not None and held.index > before  # what it missed is gone from every log
+    back = RouterService(away.uri, site=away.site.config, data=tmp_path / away.uri.id, **FAST, **options)  # type: ignore[arg-type]
+    await back.start()
+    services[services.index(away)] = back
+    return back, client
+
+
+async def caught_up(back: RouterService, leader: RouterService) -> None:
+    """Until ``back`` applied what ``leader`` committed, from a snapshot, to the same state (the
+    node counts a snapshot applied once handed out to write: the state is restored after)."""
+    assert back.site is not None and leader.site is not None
+    node, leading = back.site.node, leader.site.node
+
+    def same() -> bool:
+        tables = back.router.status(detail=True)["prt"] == leader.router.status(detail=True)["prt"]
+        return node.applied >= leading.commit and tables
+
+    await until(same, timeout=20, what="the member caught up")
+    assert node.snapshot is not None and leading.snapshot is not None
+    assert node.snapshot.index >= leading.snapshot.index
+    assert back.site.state.attached == leader.site.state.attached
+
+
 @pytest.mark.parametrize("frame", [ONE_FRAME, 4096], ids=["one-frame", "in-pieces"])
 def test_a_member_back_behind_the_snapshot_is_sent_it_and_holds_the_same_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, frame: int
 ) -> None:
     """With frames of 4 KiB, the snapshot (some 20 KiB) goes in pieces, as a busy site's does."""
-    monkeypatch.setattr(member, "COMPACT_EVERY", 20)
-    monkeypatch.setattr(member, "COMPACT_FORCE", 30)
-    monkeypatch.setattr(codec, "MAX_FRAME", frame)
-    monkeypatch.setattr(codec, "PIECE", frame - 16)
-    sent = Counter[str]()
-    pieces = codec.in_pieces
-
-    def counted(message: object) -> list[object]:
-        parts = pieces(message)  # type: ignore[arg-type]
-        sent[type(message).__name__] += len(parts) > 1
-        return parts  # type: ignore[return-value]
-
-    monkeypatch.setattr(member, "in_pieces", counted)
+    sent = small_frames_and_snapshots(monkeypatch, frame)
 
     async def scenario() -> None:
         async with serving_site(tmp_path) as (services, leader):
-            away = next(s for s in services if s is not leader)
-            assert away.site is not None and leader.site is not None
-            before = away.site.node.log.last_index
-            await away.stop()
-            client = await Client.connect(brokers_of(services), "pub", **FAST)  # type: ignore[arg-type]
-            await client.subscribe("[class,eq,'t']")
-            await client.advertise("[class,eq,'t'],[n,>,0]")
-            for n in range(1, 61):
-                await client.publish(f"[class,'t'],[n,{n}]")
-            held = leader.site.node.snapshot
-            assert held is not None and held.index > before  # what it missed is gone from every log
-            back = RouterService(away.uri, site=away.site.config, data=tmp_path / away.uri.id, **FAST)  # type: ignore[arg-type]
-            await back.start()
-            services[services.index(away)] = back
-            assert back.site is not None
-            caught_up = back.site.node
-            await until(lambda: caught_up.applied >= leader.site.node.commit, what="the member caught up")  # type: ignore[union-attr]
-            assert back.site.node.snapshot is not None and back.site.node.snapshot.index >= held.index
-            assert back.router.status(detail=True)["prt"] == leader.router.status(detail=True)["prt"]
-            assert back.site.state.attached == leader.site.state.attached
+            back, client = await behind_the_snapshot(tmp_path, services, leader)
+            await caught_up(back, leader)
             if frame < ONE_FRAME:  # it went in pieces (and so may have a batch of entries)
                 assert sent["InstallSnapshot"] >= 1
             else:
                 assert sum(sent.values()) == 0
+            await client.close()
+
+    run(scenario(), timeout=60)
+
+
+def test_a_snapshot_larger_than_the_link_s_queue_is_streamed_as_the_link_drains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Links that queue 32 KiB at most, and a state of over 100 KiB: queued at once, its pieces
+    would close the member link as a slow consumer, every time, and the member would never
+    catch up. Written as the link drains, at most a quarter of the queue waits at a time."""
+    limit = 32 << 10
+    sent = small_frames_and_snapshots(monkeypatch)
+
+    async def scenario() -> None:
+        async with serving_site(tmp_path, queue_limit=limit) as (services, leader):
+            back, client = await behind_the_snapshot(tmp_path, services, leader, 100, queue_limit=limit)
+            await caught_up(back, leader)
+            assert leader.site is not None and leader.site.node.snapshot is not None
+            assert len(leader.site.node.snapshot.data) > 3 * limit
+            assert sent["InstallSnapshot"] * (4096 - 32) > 3 * limit
+            assert not any(s.counters["slow_consumers"] for s in services)
+            await client.close()
+
+    run(scenario(), timeout=60)
+
+
+def test_a_snapshot_half_sent_by_a_leader_stopped_is_dropped_and_the_next_leader_s_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader's stream stalls after a few pieces (its link takes no more), and the leader is
+    stopped: the member behind drops the half it read when the link ends, never installs it, and
+    is caught up by the next leader's snapshot, streamed whole."""
+    small_frames_and_snapshots(monkeypatch)
+    writable = Link.writable
+    asked = Counter[Link]()
+    stalling: list[RouterService] = []
+
+    async def stalled(link: Link, limit: int) -> bool:
+        asked[link] += 1
+        if asked[link] > 3 and any(s.site is not None and link in s.site.outboxes for s in stalling):
+            await asyncio.Event().wait()  # until the leader stops (and cancels its stream)
+        return await writable(link, limit)
+
+    monkeypatch.setattr(Link, "writable", stalled)
+
+    async def scenario() -> None:
+        async with serving_site(tmp_path) as (services, first):
+            stalling.append(first)
+            back, client = await behind_the_snapshot(tmp_path, services, first, 20)
+            assert back.site is not None
+            assembling = back.site.assembling
+            await until(lambda: any(a._got for a in assembling.values()), what="the first pieces")
+            await asyncio.sleep(0.3)
+            assert any(a._got < a._total for a in assembling.values())  # half a snapshot, stalled
+            assert back.site.node.snapshot is None
+            await first.stop()
+            await until(lambda: serving(services) not in (None, first), what="the next leader")
+            second = serving(services)
+            assert second is not None and second is not back and second.site is not None
+            await caught_up(back, second)
+            assert back.site.counters["site.pieces_dropped"] >= 1
             await client.close()
 
     run(scenario(), timeout=60)
@@ -400,8 +497,7 @@ def test_hostile_frames_on_a_member_link_are_refused_and_the_site_serves_on(
             assert isinstance(replies[0], Hello) and replies[0].id == follower.uri.id
             member_talk = (Refuse, Ping, VoteRequest, VoteReply, Append, AppendReply)
             assert all(isinstance(r, member_talk) for r in replies[1:]), replies
-            for _ in range(3):
-                writer.write(encode(Piece(b"\x00" * 4000, True)))
+            writer.write(encode(Piece(12_000, 0, b"\x00" * 4000)))  # refused at once: 12,000 > 10,000
             await writer.drain()
             while await asyncio.wait_for(reader.read(1 << 16), 10):
                 pass  # until the follower closes the link
@@ -415,6 +511,61 @@ def test_hostile_frames_on_a_member_link_are_refused_and_the_site_serves_on(
             assert all(s._server is not None for s in services)  # no broker fell over
             assert follower.site is not None and follower.site.counters["bad_messages"] >= FLOOD
             assert all(s.site is not None and s.site.node.term < 10**9 for s in services), "a forged term"
+            reading.cancel()
+            await publisher.close()
+            await subscriber.close()
+
+    run(scenario(), timeout=60)
+
+
+def test_a_piece_stream_out_of_order_or_cut_short_closes_its_link_and_installs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone posing as a member sends a follower pieces of a snapshot out of their order (a
+    gap, one again, one before the first, one of another length): each closes that link at
+    once; half of one, then the link's end: the half is dropped. Nothing is installed, and a
+    stream through the site loses and repeats nothing."""
+    monkeypatch.setattr(codec, "MAX_FRAME", 4096)
+
+    async def scenario() -> None:
+        async with serving_site(tmp_path) as (services, leader):
+            everyone = brokers_of(services)
+            publisher, subscriber, got, reading = await stream(everyone, everyone)
+            for n in range(1, 21):
+                await publisher.publish(f"[class,'t'],[n,{n}]")
+            follower = next(s for s in services if s is not leader and s.site is not None)
+            assert follower.site is not None
+            posing_as = next(s.uri.id for s in services if s is not follower and s is not leader)
+            forged = InstallSnapshot(1, posing_as, 10**6, 1, random.Random(7).randbytes(20_000))
+            parts = [p for p in codec.in_pieces(forged) if isinstance(p, Piece)]
+            assert len(parts) == 5
+            moved = Piece(parts[1].total + 1, parts[1].at, parts[1].data)
+
+            async def posing(frames: list[Piece], close: bool) -> None:
+                reader, writer = await asyncio.open_connection(follower.uri.host, follower.uri.port)
+                writer.write(encode(Hello("broker", posing_as, site="S")))
+                for frame in frames:
+                    writer.write(encode(frame))
+                await writer.drain()
+                if not close:
+                    async with asyncio.timeout(10):
+                        while await reader.read(1 << 16):
+                            pass  # until the follower closes the link
+                writer.close()
+                await writer.wait_closed()
+
+            for frames in ([parts[0], parts[2]], [*parts[:2], parts[1]], [parts[1]], [parts[0], moved]):
+                await posing(frames, close=False)
+            assert follower.site.counters["bad_frames"] == 4
+            await posing(parts[:3], close=True)
+            await until(lambda: follower.site.counters["site.pieces_dropped"] >= 4, what="the halves dropped")  # type: ignore[union-attr]
+            assert all(s.site is not None and s.site.node.commit < 10**6 for s in services)
+            assert follower.site.node.snapshot is None
+            for n in range(21, 41):
+                await publisher.publish(f"[class,'t'],[n,{n}]")
+            await until(lambda: len(got) >= 40, timeout=10, what="every publication")
+            await asyncio.sleep(0.3)  # nothing more comes
+            assert got == list(range(1, 41))
             reading.cancel()
             await publisher.close()
             await subscriber.close()

@@ -46,7 +46,16 @@ from broker.messages import (
     VoteReply,
     VoteRequest,
 )
-from broker.transport import MAX_FRAME, BadMessage, FrameDecoder, FrameTooLarge, ProtocolError, decode, encode
+from broker.transport import (
+    MAX_FRAME,
+    BadMessage,
+    FrameDecoder,
+    FrameTooLarge,
+    ProtocolError,
+    codec,
+    decode,
+    encode,
+)
 from broker.transport.codec import in_pieces
 
 WIRE_TYPES = (
@@ -145,7 +154,7 @@ EXAMPLES = [
     Append(3, "S1-a", 9, 3, (), 9),
     AppendReply(3, "S1-b", False, 4),
     InstallSnapshot(3, "S1-a", 120, 2, b"\x00state\xff"),
-    Piece(b"\x93part", True),
+    Piece(9, 4, b"\x93part"),
 ]
 
 
@@ -178,14 +187,50 @@ def test_a_message_larger_than_a_frame_goes_in_pieces_that_make_it_up_again() ->
     """A site's snapshot outgrows a frame: each piece is a frame, and the payload they make up
     is the message's; one that fits stays whole."""
     snapshot = InstallSnapshot(3, "S1-a", 120, 2, random.Random(1).randbytes(2 * MAX_FRAME + 5))
-    pieces = in_pieces(snapshot)
+    pieces = list(in_pieces(snapshot))
     assert len(pieces) == 3 and all(isinstance(p, Piece) for p in pieces)
-    assert [p.more for p in pieces] == [True, True, False]  # type: ignore[union-attr]
+    assert [p.last for p in pieces] == [False, False, True]  # type: ignore[union-attr]
     frames = [encode(p) for p in pieces]  # each fits (encode refuses a frame too large)
     assert decode(b"".join(decode(payload_of(f)).data for f in frames)) == snapshot  # type: ignore[union-attr]
-    assert in_pieces(EXAMPLES[-2]) == [EXAMPLES[-2]]
+    assert list(in_pieces(EXAMPLES[-2])) == [EXAMPLES[-2]]
     with pytest.raises(FrameTooLarge):
         encode(snapshot)
+
+
+@pytest.mark.parametrize("size", [0, 1, 255, 256, 65535, 65536, 300_000])
+def test_a_snapshot_s_pieces_are_its_payload_made_without_encoding_it_whole(
+    monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """The state is sliced as it is into the pieces (a large one is not held twice): they must
+    make up the very payload ``encode`` writes, whatever the length's msgpack header (bin 8, 16,
+    32), and say where each goes."""
+    monkeypatch.setattr(codec, "MAX_FRAME", 4096)
+    snapshot = InstallSnapshot(3, "S1-a", 120, 2, random.Random(size).randbytes(size))
+    payload = codec._payload(snapshot)
+    pieces = list(in_pieces(snapshot))
+    if len(payload) <= 4096:
+        assert pieces == [snapshot]
+        return
+    assert all(type(p) is Piece and len(encode(p)) <= 4096 + 4 for p in pieces)
+    assert [p.at for p in pieces] == list(range(0, len(payload), len(pieces[0].data)))  # type: ignore[union-attr]
+    assert {p.total for p in pieces} == {len(payload)}  # type: ignore[union-attr]
+    assert b"".join(p.data for p in pieces) == payload  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("total", "at", "data", "error"),
+    [
+        (4, 3, b"ab", "past its message's 4 bytes"),
+        (4, -1, b"ab", "place must be a non-negative integer"),
+        (4, 0, b"", "some bytes"),
+        (True, 0, b"a", "total must be a non-negative integer"),
+    ],
+)
+def test_a_piece_that_cannot_be_part_of_its_message_is_refused(
+    total: int, at: int, data: bytes, error: str
+) -> None:
+    with pytest.raises(ValueError, match=error):
+        Piece(total, at, data)
 
 
 @pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: type(m).__name__)

@@ -55,7 +55,7 @@ def test_a_flood_of_hostile_frames_is_refused_counted_and_logged_briefly(
         writer.write(encode(StatusReply("s", {})))  # valid, but not from a client: refused too
         writer.write(encode(VoteRequest(9, "B1", 0, 0)))  # a site's consensus: not on this link
         writer.write(encode(InstallSnapshot(9, "B1", 5, 1, b"state")))  # nor a site's snapshot
-        writer.write(encode(Piece(b"\x93", True)))  # nor a piece of one
+        writer.write(encode(Piece(1, 0, b"\x93")))  # nor a piece of one
         await writer.drain()
         frames = FrameDecoder()
         replies: list[object] = []
