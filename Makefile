@@ -64,6 +64,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/soak.py
 	$(BIN)/python benchmarks/sites.py
 	$(BIN)/python benchmarks/sites_overlay.py
+	$(BIN)/python benchmarks/snapshot_stream.py
 	$(BIN)/python benchmarks/qos.py
 
 lint: $(STAMP)

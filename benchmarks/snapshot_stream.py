@@ -7,10 +7,11 @@ queue limit by default: queued at once, it would close the link as a slow consum
 follower's ``Assembly`` writes the pieces to a file and decodes the message from it. Meanwhile a
 task that sleeps 1 ms at a time measures how late it wakes: the longest stall is the longest the
 broker's other links and clients would wait, both ends' work counted (in a site they run in two
-processes). Prints one JSON line: seconds, MiB/s, the longest stall (and the longest before the
+processes). Then the baseline: the same MiB over a bare loopback asyncio stream. Prints one
+``RESULT`` line: seconds, MiB/s, the longest stall (and the longest before the
 last piece arrived: the decoding of the whole message, one copy of the state, comes after), the
 99th percentile in ms, the stalls over 50 ms, the process's peak resident memory and its growth
-while streaming, and the load average.
+while streaming, the load average, and the baseline's MiB/s and the ratio.
 """
 
 from __future__ import annotations
@@ -93,12 +94,47 @@ async def stream(mib: int, directory: Path) -> dict[str, object]:
     }
 
 
+async def raw(mib: int) -> float:
+    """Seconds to carry ``mib`` MiB over a loopback asyncio stream with nothing else to do: the
+    baseline (the same bytes, the same kind of connection, no framing, pieces or file)."""
+    done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    size = mib << 20
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        left = size
+        while left:
+            left -= len(await reader.read(1 << 20))
+        done.set_result(time.perf_counter())
+        writer.close()
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    chunk = os.urandom(1 << 20)
+    start = time.perf_counter()
+    for _ in range(mib):
+        writer.write(chunk)
+        await writer.drain()
+    elapsed = await done - start
+    writer.close()
+    server.close()
+    await server.wait_closed()
+    return elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=int, default=256, help="MiB of state (default 256)")
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
-        print(json.dumps(asyncio.run(stream(arguments.mib, Path(directory)))))
+        result = asyncio.run(stream(arguments.mib, Path(directory)))
+    baseline = arguments.mib / asyncio.run(raw(arguments.mib))
+    result |= {
+        "baseline": "the same MiB over a bare loopback asyncio stream, same run",
+        "baseline_mib_per_s": round(baseline, 1),
+        "ratio": round(float(result["mib_per_s"]) / baseline, 3),  # type: ignore[arg-type]
+        "cores": os.cpu_count(),
+    }
+    print("RESULT " + json.dumps({"benchmark": "snapshot-stream", **result}))
 
 
 if __name__ == "__main__":
