@@ -310,7 +310,9 @@ def test_a_snapshot_is_answered_only_once_it_is_on_disk() -> None:
     assert node.applied == node.commit == 5 and node.log.last_index == 5
 
 
-def test_a_leader_sends_one_snapshot_at_a_time_and_again_only_when_it_timed_out() -> None:
+def snapshot_on_its_way_to_c() -> Cluster:
+    """A site whose leader a compacted entries 1..4 while c was cut off: a heartbeat c refuses (it
+    lacks entries 2..4) has a send c its snapshot, taken off the wire here."""
     site = Cluster()
     site.elect("a")
     site.cut = {"c"}
@@ -322,10 +324,15 @@ def test_a_leader_sends_one_snapshot_at_a_time_and_again_only_when_it_timed_out(
     site.now += H
     site.nodes["a"].tick(site.now)
     site.carry_out("a")
-    site.deliver(target="c", sender="a")  # a heartbeat c refuses: it lacks entries 2..4
-    site.deliver(target="a", sender="c")  # so a sends its snapshot, which is lost
-    assert [type(m) for s, t, m in site.wire if t == "c"] == [InstallSnapshot]
+    site.deliver(target="c", sender="a")
+    site.deliver(target="a", sender="c")
+    assert [m for s, t, m in site.wire if t == "c"] == [InstallSnapshot(1, "a", 4, 1, b"state@4")]
     site.wire = [m for m in site.wire if m[1] != "c"]
+    return site
+
+
+def test_a_leader_sends_one_snapshot_at_a_time_and_again_only_when_it_timed_out() -> None:
+    site = snapshot_on_its_way_to_c()  # and lost
 
     def said_to_c() -> list[ConsensusMessage]:
         site.heartbeat_without("c")
@@ -348,21 +355,7 @@ def test_a_snapshot_streaming_longer_than_its_timeout_is_sent_again_only_once_it
     longer than ``snapshot_timeout``: the adapter tells the node as each piece goes, and the
     resend waits the timeout from the last one; once the follower holds the snapshot, or the
     node no longer leads in the snapshot's term, its stream is not wanted any more."""
-    site = Cluster()
-    site.elect("a")
-    site.cut = {"c"}
-    for number in range(3):
-        site.propose("a", b"%d" % number)
-        site.deliver_all()
-    site.compact("a")
-    site.cut = set()
-    site.now += H
-    site.nodes["a"].tick(site.now)
-    site.carry_out("a")
-    site.deliver(target="c", sender="a")  # a heartbeat c refuses: it lacks entries 2..4
-    site.deliver(target="a", sender="c")  # so a sends its snapshot, whose pieces start out
-    assert [m for s, t, m in site.wire if t == "c"] == [InstallSnapshot(1, "a", 4, 1, b"state@4")]
-    site.wire = [m for m in site.wire if m[1] != "c"]
+    site = snapshot_on_its_way_to_c()  # its pieces start out
     leader = site.nodes["a"]
 
     def said_to_c(streaming: bool) -> list[ConsensusMessage]:
