@@ -7,6 +7,7 @@ the stream: nothing lost, nothing twice, nothing out of order.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import BlockingClient
+from broker.client import BlockingClient, Client
 from broker.client.reconnect import BrokerList
 from broker.language import Publication
 from tests.processes import wait_for
@@ -118,8 +119,10 @@ class Site:
 
 
 class Stream(threading.Thread):
-    """Publishes ``publications`` in order through one client of the site, ``pace`` seconds apart
-    (each acknowledged before the next: across a failover too)."""
+    """Publishes ``publications`` in order through one client of the site, one every ``pace``
+    seconds without waiting for their acknowledgements (``publish_nowait``): at any moment some
+    are on their way, and a failover finds some routed but not yet acknowledged, which the client
+    sends again."""
 
     def __init__(
         self, site: Site, advertisement: str, publications: Sequence[Publication], pace: float
@@ -131,14 +134,21 @@ class Stream(threading.Thread):
 
     def run(self) -> None:
         try:
-            with BlockingClient(self.site.uris, "stream", timeout=20) as client:
-                client.advertise(self.advertisement)
-                for publication in self.publications:
-                    client.publish(publication)
-                    self.sent += 1
-                    time.sleep(self.pace)
+            asyncio.run(self._publish())
         except BaseException as error:  # reported by the test
             self.error = error
+
+    async def _publish(self) -> None:
+        async with await Client.connect(self.site.uris, "stream", request_timeout=30) as client:
+            await client.advertise(self.advertisement)
+            for publication in self.publications:
+                client.publish_nowait(publication)
+                self.sent += 1
+                await asyncio.sleep(self.pace)
+            deadline = time.monotonic() + 30
+            while client.stats()["unacknowledged"]:
+                assert time.monotonic() < deadline, f"unacknowledged after 30 s: {client.stats()}"
+                await asyncio.sleep(0.05)
 
     def finished(self, timeout: float) -> None:
         self.join(timeout)
@@ -223,7 +233,7 @@ def test_wfm_client_prints_each_publication_once_across_a_kill_and_a_freeze(tmp_
         def printed() -> list[str]:
             return [line.split(" ", 1)[1] for line in site.output("client").splitlines()]
 
-        stream = Stream(site, STATUSES, statuses("g1", 150), 0.02)
+        stream = Stream(site, STATUSES, statuses("g1", 150), 0.0)
         during(stream, [site.kill_leader, site.freeze_leader], lambda: len(printed()))
         wait_for(lambda: len(printed()) >= len(stream.publications), "every publication printed", 20)
         client.stdin.close()  # it lingers half a second, then exits
