@@ -156,13 +156,14 @@ class Stream(threading.Thread):
         assert not self.is_alive(), f"the stream was not published in {timeout:g} s: {self.sent} sent"
 
 
-def during(stream: Stream, faults: Sequence[Callable[[], object]], got: Callable[[], int]) -> None:
-    """Run ``stream``, and each fault once the client has got its share of the stream so far."""
+def during(stream: Stream, faults: Sequence[Callable[[], object]]) -> None:
+    """Run ``stream``, and each fault once its share of the stream has been sent."""
     stream.start()
     total = len(stream.publications)
     for n, fault in enumerate(faults, 1):
         share = total * n // (len(faults) + 1)
-        wait_for(lambda s=share: got() >= s or stream.error is not None, f"{share} of the stream got", 30)
+        wait_for(lambda s=share: stream.sent >= s or not stream.is_alive(), f"{share} of the stream sent", 30)
+        assert stream.is_alive(), f"the stream ended after {stream.sent} publications: {stream.error!r}"
         fault()
     stream.finished(40)
 
@@ -191,8 +192,8 @@ def test_the_historian_stores_each_event_once_across_a_kill_and_a_freeze(tmp_pat
 
         site.probe(STATUSES, statuses("probe", 0)[0], lambda: bool(landed("probe")))
 
-        stream = Stream(site, STATUSES, statuses("g1", 150), 0.02)
-        during(stream, [site.kill_leader, site.freeze_leader], lambda: len(landed()))
+        stream = Stream(site, STATUSES, statuses("g1", 150), 0.04)
+        during(stream, [site.kill_leader, site.freeze_leader])
         expected = [str(p["jobname"]) for p in stream.publications]
         wait_for(lambda: len(landed()) >= len(expected), f"{len(expected)} statuses landed", 20)
         time.sleep(0.5)  # a copy landed late would show
@@ -212,8 +213,8 @@ def test_the_monitor_shows_each_job_status_once_across_a_kill_and_a_freeze(tmp_p
         def shown() -> list[str]:
             return [json.loads(line)["job"] for line in site.output("monitor").splitlines()]
 
-        stream = Stream(site, STATUSES, statuses("g1", 150), 0.02)
-        during(stream, [site.kill_leader, site.freeze_leader], lambda: len(shown()))
+        stream = Stream(site, STATUSES, statuses("g1", 150), 0.04)
+        during(stream, [site.kill_leader, site.freeze_leader])
         assert monitor.wait(20) == 0, site.output("monitor", "err")  # it saw APPL_END: the generation ended
         assert shown() == [str(p["jobname"]) for p in stream.publications]
     finally:
@@ -233,8 +234,8 @@ def test_wfm_client_prints_each_publication_once_across_a_kill_and_a_freeze(tmp_
         def printed() -> list[str]:
             return [line.split(" ", 1)[1] for line in site.output("client").splitlines()]
 
-        stream = Stream(site, STATUSES, statuses("g1", 150), 0.0)
-        during(stream, [site.kill_leader, site.freeze_leader], lambda: len(printed()))
+        stream = Stream(site, STATUSES, statuses("g1", 150), 0.04)
+        during(stream, [site.kill_leader, site.freeze_leader])
         wait_for(lambda: len(printed()) >= len(stream.publications), "every publication printed", 20)
         client.stdin.close()  # it lingers half a second, then exits
         assert client.wait(20) == 0, site.output("client", "err")
