@@ -89,9 +89,12 @@ class Site:
             self.processes.running.remove((self.brokers[broker], process))
 
     def kill_leader(self) -> str:
-        """Kill -9 the site's leader, then start it again (from its log: it comes back a follower)."""
+        """Kill -9 the site's leader, then start it again (from its log: it comes back a follower).
+        A client that connects right after the kill, while the two others elect, is served by
+        their new leader (it does not give up on a site that answers)."""
         leader = self.leader()
         self.signal(leader, signal.SIGKILL)
+        assert self.leader() != leader
         self.processes.start(self.brokers[leader])
         return leader
 
