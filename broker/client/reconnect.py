@@ -142,10 +142,12 @@ async def dial_any(
     (``ServedElsewhere``) is no failure while its site elects (within ``SENT_ON_ROUNDS``): the
     broker it names as the leader is dialled next: at once if it named another than itself and
     the attempt was not itself such a jump, else ``SENT_ON_RETRY`` later (a leader elected serves
-    once caught up; names may be stale). ConnectError naming every broker once
+    once caught up; names may be stale). Nor is a broker that cannot be reached right after
+    another sent us on: one broker of a site down (killed, restarting) while the others elect;
+    the site answers, and serves within a second. ConnectError naming every broker once
     ``backoff.attempts`` attempts have failed; HandedOver at once (``noted`` says what the hello
     says we know of it: see ``Hello.noted``)."""
-    failures = moved = sent_on = 0
+    failures = moved = sent_on = refusals = 0
     waited = 0.0
     errors: dict[BrokerURI, ConnectError] = {}
     ids = [target.id for target in targets]
@@ -177,7 +179,8 @@ async def dial_any(
         except ServedElsewhere as error:  # not a failure while its site elects, within reason
             errors[targets[index]] = error
             sent_on += 1
-            if sent_on % SENT_ON_ROUNDS == 0:
+            refusals += 1
+            if refusals % SENT_ON_ROUNDS == 0:
                 failures += 1
             if error.leader in ids:  # that broker next (itself: elected, it serves soon)
                 named = ids.index(error.leader)
@@ -186,7 +189,8 @@ async def dial_any(
             continue
         except ConnectError as error:
             errors[targets[index]] = error
-            failures += 1
+            if not sent_on:  # else one broker of a site is down while the others elect: no failure
+                failures += 1
             sent_on = 0
             continue
         return index, link, leftovers

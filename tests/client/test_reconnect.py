@@ -396,3 +396,36 @@ def test_a_silent_port_is_named_with_the_reason_with_or_without_tls(tls: bool, r
             server.close()
 
     run(scenario(), timeout=10)
+
+
+def test_a_broker_of_a_site_down_while_the_others_elect_is_no_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One broker of a site killed, the two others electing: a first connection (as many
+    attempts as brokers) waits for their leader rather than give up after three rounds; one
+    whose site never elects gives up all the same, once refused ``SENT_ON_ROUNDS`` times for
+    each attempt."""
+    targets = [BrokerURI("127.0.0.1", 1000 + i, f"D{i}") for i in range(3)]
+    tried: list[str] = []
+    elected_after = 20  # dials
+
+    async def dial(target: BrokerURI, *args: object) -> tuple[str, list[object]]:
+        tried.append(target.id)
+        if target.id == "D0":
+            raise ConnectError("D0 is down")
+        if len(tried) < elected_after:
+            raise ServedElsewhere(f"{target.id} does not serve: it is electing a leader", "")
+        return "link", []
+
+    async def sleep(seconds: float) -> None:
+        pass
+
+    monkeypatch.setattr(reconnect, "dial", dial)
+    first = Backoff(attempts=len(targets))
+    index, link, _ = run(dial_any(targets, "c", 1.0, first, 0, lambda: 0.5, sleep))
+    assert (targets[index].id, link) == (tried[-1], "link") and len(tried) == elected_after
+    elected_after = 10_000
+    tried.clear()
+    with pytest.raises(ConnectError, match="after 3 attempts"):
+        run(dial_any(targets, "c", 1.0, first, 0, lambda: 0.5, sleep))
+    assert len(tried) <= 3 * (reconnect.SENT_ON_ROUNDS * 3 // 2 + 1)
