@@ -24,6 +24,12 @@ Safety beyond the paper's core, each against a failure the mature systems had:
   before it raises its term, so it does not force an election when it comes back.
 - **Leader stickiness**: a broker that heard from a leader within the election timeout neither
   grants nor pre-grants votes; a broker that merely lost its link to the leader cannot depose it.
+- **A closed link is a hint** (``unlinked``): a leader killed -9 closes its connections at
+  once, so its followers stand within half an election timeout, at a random point, instead of
+  after a whole one of silence, and stop defending it; a leader whose links to a majority
+  closed steps down at once. It moves only when an election starts or a leader steps down, and
+  whom a broker that lost the leader too would vote for; it cannot depose a leader a majority
+  still hears (their pre-votes are refused), and safety never depends on it.
 - **Check quorum**: a leader that has not heard from a majority within half the election timeout
   steps down. Followers wait a whole timeout before they elect another, so the two never both
   think they lead. Every entry point looks first, so a leader frozen for seconds that wakes up
@@ -146,6 +152,8 @@ class Node:
     are what its disk held at start; ``applied``, how far the site's state it restored already
     goes (those entries are not handed out to apply again; at least the snapshot's index: the
     adapter restores its state machine from the snapshot)."""
+
+    election_due: float  # when a follower or candidate stands next (``_reset_election``)
 
     def __init__(
         self,
@@ -278,6 +286,35 @@ class Node:
         self.snapshot = Snapshot(index, term, data)
         self.log.compact(index, term)
         return self.snapshot
+
+    def unlinked(self, member: str, term: int, now: float) -> None:
+        """A hint, not a fact: this broker's link to ``member`` closed while it was in ``term``.
+        A broker killed -9 closes its connections at once, but a network blip closes them too,
+        so this changes only when this broker stands or steps down, and whom it defends, never
+        what a vote means. A follower whose leader in ``term`` that is stands at a random point
+        within half an election timeout (random, so that two followers that lost it together do
+        not split the vote) and stops defending it (leader stickiness): a broker that lost it
+        too gets our pre-vote and vote. A leader still heard by a majority is not deposed by
+        it: they refuse the pre-vote. A leader of ``term`` takes that follower as not heard
+        since: one whose links to a majority closed steps down at once, not half an election
+        timeout later. A hint about another term changes nothing, nor one about a broker that
+        is not our leader, or our follower; a frozen leader gives none (it closes nothing): its
+        followers wait out the election timeout."""
+        if member not in self.config.peers:
+            raise ValueError(f"{member} is not a member of the site of {self.config.me}")
+        if type(term) is not int or term < 0:
+            raise ValueError(f"a term must be a non-negative integer, not {term!r}")
+        self._now = now
+        self._check_quorum(now)
+        if term != self.term:
+            return
+        if self.role is Role.LEADER:
+            self.followers[member].heard = -float("inf")
+            self._check_quorum(now)
+        elif self.role is Role.FOLLOWER and self.leader == member:
+            self.heard_leader = -float("inf")
+            soon = now + self.config.election_timeout * self.random() / 2
+            self.election_due = min(self.election_due, soon)
 
     @property
     def leads(self) -> bool:
