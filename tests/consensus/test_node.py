@@ -113,6 +113,42 @@ def test_a_frozen_leader_that_wakes_steps_down_before_it_acts() -> None:
     assert site.nodes["a"].role is Role.FOLLOWER
 
 
+def test_a_leader_that_stalled_steps_down_and_its_followers_elect_it_again_at_once() -> None:
+    """A leader whose process stalled past half an election timeout (its followers fine) steps
+    down on waking, and stands at once (its draw is 0 here) in a new term: its followers, which
+    heard it lately, do not defend it against itself, so the site has a leader again after a
+    round of votes, not after their election timeout."""
+    site = Cluster()
+    site.elect("a")
+    site.propose("a", b"before")
+    site.heartbeat()
+    site.now += E / 2 + 0.01  # a stalls; b and c heard it a heartbeat before
+    site.nodes["a"].tick(site.now)
+    site.carry_out("a")
+    site.deliver_all()
+    assert site.nodes["a"].leads and site.nodes["a"].term == 2
+    site.propose("a", b"after")
+    site.heartbeat()
+    assert [e.data for e in site.applied["c"] if e.data] == [b"before", b"after"]
+
+
+def test_a_leader_back_after_another_was_elected_cannot_win_its_followers_back() -> None:
+    """a froze past the election timeout and b leads term 2: a steps down on waking and stands
+    again at once, but b leads and c follows b (heard lately): both refuse it, b stays."""
+    site = Cluster()
+    site.elect("a")
+    site.cut = {"a"}
+    site.elect("b")
+    site.cut = set()
+    site.heartbeat_without("a")
+    site.nodes["a"].tick(site.now)
+    site.carry_out("a")
+    assert any(m.candidate == "a" for _, _, m in site.wire if isinstance(m, VoteRequest))
+    site.deliver_all()
+    site.heartbeat()
+    assert site.nodes["b"].leads and {n.term for n in site.nodes.values()} == {2}
+
+
 def test_a_leader_that_hears_its_majority_keeps_leading() -> None:
     site = Cluster()
     site.elect("a")
