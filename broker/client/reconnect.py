@@ -143,12 +143,11 @@ async def dial_any(
     neither is a broker that cannot be reached meanwhile (most likely the one that died, which
     is why the site elects): the next is dialled at once until each was asked, then every
     ``SENT_ON_RETRY``, not after a backoff the dead one made grow, so the client is on the new
-    leader soon after it serves. The broker
-    a refusal names as the leader is dialled next: at once if it named another than itself and
-    the attempt was not itself such a jump, else ``SENT_ON_RETRY`` later (a leader elected
-    serves once caught up; names may be stale). ConnectError naming every broker once
-    ``backoff.attempts`` attempts have failed; HandedOver at once (``noted`` says what the hello
-    says we know of it: see ``Hello.noted``)."""
+    leader soon after it serves. The broker a refusal names as the leader is dialled next: at
+    once if it named another than itself and the attempt was not itself such a jump, else
+    ``SENT_ON_RETRY`` later (a leader elected serves once caught up; names may be stale).
+    ConnectError naming every broker once ``backoff.attempts`` attempts have failed; HandedOver
+    at once (``noted`` says what the hello says we know of it: see ``Hello.noted``)."""
     failures = moved = sent_on = 0
     waited = 0.0
     errors: dict[BrokerURI, ConnectError] = {}

@@ -357,12 +357,12 @@ class Node:
     def _ignores_newer(self, message: ConsensusMessage, now: float) -> bool:
         """Whether a message of a newer term leaves our term alone: a pre-vote request (nothing
         is decided by it), a granted pre-vote (the term in it is the one we asked about), and a
-        vote request while our leader is alive (the candidate is cut off from it, we are not)."""
+        vote request while we defend our leader (the candidate is cut off from it, we are not)."""
         if type(message) is VoteRequest:
-            return message.pre_vote or self._leader_alive(now, message.candidate)
+            return message.pre_vote or self._defends_leader(now, message.candidate)
         return type(message) is VoteReply and message.pre_vote and message.granted
 
-    def _leader_alive(self, now: float, candidate: str) -> bool:
+    def _defends_leader(self, now: float, candidate: str) -> bool:
         """Whether we defend a leader against ``candidate`` (leader stickiness): we lead, or we
         heard our leader within the election timeout and the candidate is not that leader (one
         that asks for votes stopped leading: there is no one to defend it from)."""
@@ -372,15 +372,13 @@ class Node:
 
     def _on_vote_request(self, sender: str, request: VoteRequest, now: float) -> None:
         up_to_date = (request.last_term, request.last_index) >= (self.log.last_term, self.log.last_index)
+        open_to_it = up_to_date and not self._defends_leader(now, request.candidate)
         if request.pre_vote:
-            granted = (
-                request.term > self.term and up_to_date and not self._leader_alive(now, request.candidate)
-            )
+            granted = request.term > self.term and open_to_it
             reply = VoteReply(request.term if granted else self.term, self.config.me, granted, True)
         else:
             free = self.vote in (None, request.candidate)
-            alive = self._leader_alive(now, request.candidate)
-            granted = request.term == self.term and free and up_to_date and not alive
+            granted = request.term == self.term and free and open_to_it
             if granted:
                 self.vote = request.candidate
                 self._hard_dirty = True

@@ -318,15 +318,17 @@ class SiteMember:
         election comes forward, and the node is ticked when it is due; if we lead and no longer
         reach a majority, we step down at once."""
         now = self.clock.monotonic()
-        due = self.node.election_due
+        due, followed = self.node.election_due, self.node.leader == name and not self.node.leads
         self.node.unlinked(name, self.node.term, now)
         self._changed()
-        if self.node.election_due < due:
+        if self.node.election_due >= due:
+            return
+        soon = self.node.election_due - now
+        asyncio.get_running_loop().call_later(soon, self._tick)
+        if followed:
             self.counters["site.leader_unlinked"] += 1
-            soon = self.node.election_due - now
             what = "site %s: leader %s unlinked: standing in %.0f ms"
             self.log.info(what, self.config.name, name, 1000 * soon)
-            asyncio.get_running_loop().call_later(soon, self._tick)
 
     def _from_member(self, link: Link, name: str, item: object) -> None:
         if type(item) is Piece:
