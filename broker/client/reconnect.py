@@ -139,15 +139,16 @@ async def dial_any(
     """Dial ``targets`` in turn from ``start``, waiting ``backoff.delay(failures)`` before each
     attempt, until one answers: its index, link and leftovers; while the waits add up to less
     than ``stay`` seconds, the attempts are all at ``start``. A broker of a site that sends us on
-    (``ServedElsewhere``) is no failure while its site elects (within ``SENT_ON_ROUNDS``): the
-    broker it names as the leader is dialled next: at once if it named another than itself and
-    the attempt was not itself such a jump, else ``SENT_ON_RETRY`` later (a leader elected serves
-    once caught up; names may be stale). Nor is a broker that cannot be reached right after
-    another sent us on: one broker of a site down (killed, restarting) while the others elect;
-    the site answers, and serves within a second. ConnectError naming every broker once
-    ``backoff.attempts`` attempts have failed; HandedOver at once (``noted`` says what the hello
-    says we know of it: see ``Hello.noted``)."""
-    failures = moved = sent_on = refusals = 0
+    (``ServedElsewhere``) is no failure while its site elects (within ``SENT_ON_ROUNDS``), and
+    neither is a broker that cannot be reached meanwhile (most likely the one that died, which
+    is why the site elects): the next is dialled at once until each was asked, then every
+    ``SENT_ON_RETRY``, not after a backoff the dead one made grow, so the client is on the new
+    leader soon after it serves. The broker a refusal names as the leader is dialled next: at
+    once if it named another than itself and the attempt was not itself such a jump, else
+    ``SENT_ON_RETRY`` later (a leader elected serves once caught up; names may be stale).
+    ConnectError naming every broker once ``backoff.attempts`` attempts have failed; HandedOver
+    at once (``noted`` says what the hello says we know of it: see ``Hello.noted``)."""
+    failures = moved = sent_on = 0
     waited = 0.0
     errors: dict[BrokerURI, ConnectError] = {}
     ids = [target.id for target in targets]
@@ -159,8 +160,8 @@ async def dial_any(
             delay = 0.0
         elif named is not None:  # a leader not serving yet, or a name right after a jump
             delay = SENT_ON_RETRY
-        elif sent_on:  # a broker of a site sent us on: the next, soon (its site elects a leader)
-            delay = min(delay, SENT_ON_RETRY)
+        elif sent_on:  # a broker of a site sent us on: each at once, then every SENT_ON_RETRY
+            delay = 0.0 if sent_on < len(targets) else SENT_ON_RETRY  # (its site elects a leader)
         elif waited < stay:  # staying: try it often, so it is found soon after it is back
             delay = min(delay, STAY_RETRY, stay - waited)
         await sleep(delay)
@@ -179,8 +180,7 @@ async def dial_any(
         except ServedElsewhere as error:  # not a failure while its site elects, within reason
             errors[targets[index]] = error
             sent_on += 1
-            refusals += 1
-            if refusals % SENT_ON_ROUNDS == 0:
+            if sent_on % SENT_ON_ROUNDS == 0:
                 failures += 1
             if error.leader in ids:  # that broker next (itself: elected, it serves soon)
                 named = ids.index(error.leader)
@@ -189,9 +189,12 @@ async def dial_any(
             continue
         except ConnectError as error:
             errors[targets[index]] = error
-            if not sent_on:  # else one broker of a site is down while the others elect: no failure
+            if not sent_on:
                 failures += 1
-            sent_on = 0
+                continue
+            sent_on += 1  # its site elects: one of its brokers is down, as one sending us on
+            if sent_on % SENT_ON_ROUNDS == 0:
+                failures += 1
             continue
         return index, link, leftovers
     if failures == 1:

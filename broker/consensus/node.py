@@ -23,12 +23,22 @@ Safety beyond the paper's core, each against a failure the mature systems had:
 - **Fixed membership** from the topology: no configuration changes, no joint consensus.
 - **Pre-vote** (Raft thesis 9.6): a broker cut off from its site asks whether it would win
   before it raises its term, so it does not force an election when it comes back.
-- **Leader stickiness**: a broker that heard from a leader within the election timeout neither
-  grants nor pre-grants votes; a broker that merely lost its link to the leader cannot depose it.
+- **Leader stickiness**: a broker that heard from a leader of its term within the election
+  timeout neither grants nor pre-grants votes to another candidate (the leader asking for them
+  has stopped leading: there is no one to defend); a broker that merely lost its link to the
+  leader cannot depose it.
+- **A closed link is a hint** (``unlinked``): a leader killed -9 closes its connections at
+  once, so its followers stand within half an election timeout, at a random point, instead of
+  after a whole one of silence, and stop defending it; a leader whose links to a majority
+  closed steps down at once. It moves only when an election starts or a leader steps down, and
+  whom a broker that lost the leader too would vote for; it cannot depose a leader a majority
+  still hears (their pre-votes are refused), and safety never depends on it.
 - **Check quorum**: a leader that has not heard from a majority within half the election timeout
   steps down. Followers wait a whole timeout before they elect another, so the two never both
   think they lead. Every entry point looks first, so a leader frozen for seconds that wakes up
-  steps down before it acts on anything (a NATS leader kept believing it led for seconds).
+  steps down before it acts on anything (a NATS leader kept believing it led for seconds). It
+  then stands again within half an election timeout: most often it is the one that stalled, and
+  its followers, still its own, vote it back in a new term; followers of another leader refuse.
 - **No-op first**: a new leader commits an entry of its own term before it serves; only then
   does it know everything committed before it (and only entries of its own term are ever
   committed by counting replicas, Raft's figure 8).
@@ -147,6 +157,8 @@ class Node:
     are what its disk held at start; ``applied``, how far the site's state it restored already
     goes (those entries are not handed out to apply again; at least the snapshot's index: the
     adapter restores its state machine from the snapshot)."""
+
+    election_due: float  # when a follower or candidate stands next (``_reset_election``)
 
     def __init__(
         self,
@@ -297,6 +309,34 @@ class Node:
         follower.snapshot_due = max(follower.snapshot_due, now + self.config.snapshot_timeout)
         return True
 
+    def unlinked(self, member: str, term: int, now: float) -> None:
+        """A hint, not a fact: this broker's link to ``member`` closed while it was in ``term``.
+        A broker killed -9 closes its connections at once, but a network blip closes them too,
+        so this changes only when this broker stands or steps down, and whom it defends, never
+        what a vote means. A follower whose leader in ``term`` that is stands at a random point
+        within half an election timeout (random, so that two followers that lost it together do
+        not split the vote) and stops defending it (leader stickiness): a broker that lost it
+        too gets our pre-vote and vote. A leader still heard by a majority is not deposed by
+        it: they refuse the pre-vote. A leader of ``term`` takes that follower as not heard
+        since: one whose links to a majority closed steps down at once, not half an election
+        timeout later. A hint about another term changes nothing, nor one about a broker that
+        is not our leader, or our follower; a frozen leader gives none (it closes nothing): its
+        followers wait out the election timeout."""
+        if member not in self.config.peers:
+            raise ValueError(f"{member} is not a member of the site of {self.config.me}")
+        if type(term) is not int or term < 0:
+            raise ValueError(f"a term must be a non-negative integer, not {term!r}")
+        self._now = now
+        self._check_quorum(now)
+        if term != self.term:
+            return
+        if self.role is Role.LEADER:
+            self.followers[member].heard = -float("inf")
+            self._check_quorum(now)
+        elif self.role is Role.FOLLOWER and self.leader == member:
+            self.heard_leader = -float("inf")
+            self._stand_soon(now)
+
     @property
     def leads(self) -> bool:
         return self.role is Role.LEADER
@@ -305,6 +345,12 @@ class Node:
 
     def _reset_election(self, now: float) -> None:
         self.election_due = now + self.config.election_timeout * (1.0 + self.random())
+
+    def _stand_soon(self, now: float) -> None:
+        """Our election at a random point within half an election timeout, unless it is due
+        sooner: random, so that two brokers that lost their leader together do not split the
+        vote."""
+        self.election_due = min(self.election_due, now + self.config.election_timeout * self.random() / 2)
 
     def _campaign(self, now: float, pre_vote: bool) -> None:
         self._reset_election(now)
@@ -329,22 +375,28 @@ class Node:
     def _ignores_newer(self, message: ConsensusMessage, now: float) -> bool:
         """Whether a message of a newer term leaves our term alone: a pre-vote request (nothing
         is decided by it), a granted pre-vote (the term in it is the one we asked about), and a
-        vote request while our leader is alive (the candidate is cut off from it, we are not)."""
+        vote request while we defend our leader (the candidate is cut off from it, we are not)."""
         if type(message) is VoteRequest:
-            return message.pre_vote or self._leader_alive(now)
+            return message.pre_vote or self._defends_leader(now, message.candidate)
         return type(message) is VoteReply and message.pre_vote and message.granted
 
-    def _leader_alive(self, now: float) -> bool:
-        return self.role is Role.LEADER or now - self.heard_leader < self.config.election_timeout
+    def _defends_leader(self, now: float, candidate: str) -> bool:
+        """Whether we defend a leader against ``candidate`` (leader stickiness): we lead, or we
+        heard our leader within the election timeout and the candidate is not that leader (one
+        that asks for votes stopped leading: there is no one to defend it from)."""
+        if self.role is Role.LEADER:
+            return True
+        return now - self.heard_leader < self.config.election_timeout and candidate != self.leader
 
     def _on_vote_request(self, sender: str, request: VoteRequest, now: float) -> None:
         up_to_date = (request.last_term, request.last_index) >= (self.log.last_term, self.log.last_index)
+        open_to_it = up_to_date and not self._defends_leader(now, request.candidate)
         if request.pre_vote:
-            granted = request.term > self.term and up_to_date and not self._leader_alive(now)
+            granted = request.term > self.term and open_to_it
             reply = VoteReply(request.term if granted else self.term, self.config.me, granted, True)
         else:
             free = self.vote in (None, request.candidate)
-            granted = request.term == self.term and free and up_to_date and not self._leader_alive(now)
+            granted = request.term == self.term and free and open_to_it
             if granted:
                 self.vote = request.candidate
                 self._hard_dirty = True
@@ -376,6 +428,7 @@ class Node:
         if term != self.term:
             self.term, self.vote = term, None
             self._hard_dirty = True
+            self.heard_leader = -float("inf")  # whoever led us led an older term
         self.role, self.leader = Role.FOLLOWER, leader
         self.followers = {}
         self._reset_election(now)
@@ -387,6 +440,10 @@ class Node:
         heard = 1 + sum(now - f.heard < window for f in self.followers.values())
         if heard < self.config.majority:
             self._become_follower(self.term, None, now)
+            # most often it is this broker that stalled (its followers are fine, and still take
+            # it for their leader: they grant it their votes): it stands again soon, in a new
+            # term, rather than leave the site without a leader for an election timeout
+            self._stand_soon(now)
 
     def _fence(self, sender: str, message: ConsensusMessage) -> None:
         """A message of an older term: its sender learns ours (and steps down); nothing else."""

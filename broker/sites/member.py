@@ -320,6 +320,25 @@ class SiteMember:
             if self.links.get(name) is link:
                 del self.links[name]
                 self.log.info("site %s: member %s unlinked: %s", self.config.name, name, link.closed)
+                self._unlinked(name)
+
+    def _unlinked(self, name: str) -> None:
+        """Our link to member ``name`` ended (not replaced by a new one): a hint that it is gone
+        (a broker killed -9 closes its links at once; ``Node.unlinked``). If it led us, our
+        election comes forward, and the node is ticked when it is due; if we lead and no longer
+        reach a majority, we step down at once."""
+        now = self.clock.monotonic()
+        due, followed = self.node.election_due, self.node.leader == name and not self.node.leads
+        self.node.unlinked(name, self.node.term, now)
+        self._changed()
+        if self.node.election_due >= due:
+            return
+        soon = self.node.election_due - now
+        asyncio.get_running_loop().call_later(soon, self._tick)
+        if followed:
+            self.counters["site.leader_unlinked"] += 1
+            what = "site %s: leader %s unlinked: standing in %.0f ms"
+            self.log.info(what, self.config.name, name, 1000 * soon)
 
     def _from_member(self, link: Link, name: str, item: object) -> None:
         if type(item) is Piece:
@@ -352,15 +371,20 @@ class SiteMember:
             if not self.node.leads:  # an election is due when it is, not up to a step later
                 step = min(step, max(0.001, self.node.election_due - self.clock.monotonic()))
             await asyncio.sleep(step)
-            now = self.clock.monotonic()
-            self.node.tick(now)
-            self._changed()
+            now = self._tick()
             for link in list(self.links.values()):
                 if now - link.last_received > dead_after:
                     self.counters["heartbeat_timeouts"] += 1
                     link.close(f"no traffic for {dead_after:g} s", abort=True)
                 elif now - link.last_sent >= self.config.heartbeat:
                     link.send(Ping())
+
+    def _tick(self) -> float:
+        """Time for the node now (when that is)."""
+        now = self.clock.monotonic()
+        self.node.tick(now)
+        self._changed()
+        return now
 
     async def run(self) -> None:
         """Carry out each ``Ready`` in order: write and fsync, send, apply, advance."""

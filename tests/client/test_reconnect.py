@@ -157,6 +157,39 @@ def test_a_broker_of_a_site_that_names_its_leader_sends_the_client_there_at_once
     assert (index, link) == (2, "link")
 
 
+def test_a_client_whose_site_elects_polls_its_brokers_with_no_backoff_from_the_dead_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its broker, the leader, was killed: the client dials the next at once. While the others
+    send it on with no leader to name, it asks each once at once, then one every
+    ``SENT_ON_RETRY``, the dead one included (restarted, it could be elected) and no failure:
+    a refused connection there does not grow the wait, which would find the new leader only
+    a growing backoff after it serves (a third of a second at the third round)."""
+    targets = [BrokerURI("127.0.0.1", 1000 + i, f"D{i}") for i in range(3)]
+    rounds = 4  # rounds of refusals before D2, elected, serves
+    tried: list[tuple[str, float]] = []
+    waits: list[float] = []
+
+    async def dial(target: BrokerURI, *args: object) -> tuple[str, list[object]]:
+        tried.append((target.id, waits[-1]))
+        if target.id == "D0":
+            raise ConnectError("D0 is down")
+        if target.id == "D1" or len(tried) <= 3 * rounds:
+            raise ServedElsewhere(f"{target.id} sends us on: electing")
+        return "link", []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(reconnect, "dial", dial)
+    backoff = Backoff(first=0.1, cap=5.0, attempts=3)
+    index, link, _ = run(dial_any(targets, "c", 1.0, backoff, 1, lambda: 0.5, sleep))
+    retry = reconnect.SENT_ON_RETRY
+    assert [t for t, _ in tried] == ["D1", "D2", "D0"] * rounds + ["D1", "D2"]
+    assert [w for _, w in tried] == [0.0, 0.0, 0.0] + [retry] * (3 * rounds - 1)
+    assert (index, link) == (2, "link")
+
+
 def test_broker_lists_parse_from_text_and_sequences() -> None:
     a, b = "socket://127.0.0.1:1000/B1", "socket://h:2000/B2"
     assert [u.id for u in brokers(f"{a}, {b}")] == ["B1", "B2"]

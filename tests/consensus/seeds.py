@@ -13,7 +13,7 @@ from broker.sim.site import SiteSim
 BATCH = 50  # seeds per test case: a few seconds each, so pytest's durations stay telling
 
 # the trace's faults: what the seed decides before anything else (each chaos step draws them)
-FAULTS = frozenset({"crash", "restart", "freeze", "partition", "heal"})
+FAULTS = frozenset({"crash", "restart", "freeze", "partition", "heal", "blip"})
 
 
 def batches(count: int, size: int = BATCH) -> list[range]:

@@ -113,6 +113,42 @@ def test_a_frozen_leader_that_wakes_steps_down_before_it_acts() -> None:
     assert site.nodes["a"].role is Role.FOLLOWER
 
 
+def test_a_leader_that_stalled_steps_down_and_its_followers_elect_it_again_at_once() -> None:
+    """A leader whose process stalled past half an election timeout (its followers fine) steps
+    down on waking, and stands at once (its draw is 0 here) in a new term: its followers, which
+    heard it lately, do not defend it against itself, so the site has a leader again after a
+    round of votes, not after their election timeout."""
+    site = Cluster()
+    site.elect("a")
+    site.propose("a", b"before")
+    site.heartbeat()
+    site.now += E / 2 + 0.01  # a stalls; b and c heard it a heartbeat before
+    site.nodes["a"].tick(site.now)
+    site.carry_out("a")
+    site.deliver_all()
+    assert site.nodes["a"].leads and site.nodes["a"].term == 2
+    site.propose("a", b"after")
+    site.heartbeat()
+    assert [e.data for e in site.applied["c"] if e.data] == [b"before", b"after"]
+
+
+def test_a_leader_back_after_another_was_elected_cannot_win_its_followers_back() -> None:
+    """a froze past the election timeout and b leads term 2: a steps down on waking and stands
+    again at once, but b leads and c follows b (heard lately): both refuse it, b stays."""
+    site = Cluster()
+    site.elect("a")
+    site.cut = {"a"}
+    site.elect("b")
+    site.cut = set()
+    site.heartbeat_without("a")
+    site.nodes["a"].tick(site.now)
+    site.carry_out("a")
+    assert any(m.candidate == "a" for _, _, m in site.wire if isinstance(m, VoteRequest))
+    site.deliver_all()
+    site.heartbeat()
+    assert site.nodes["b"].leads and {n.term for n in site.nodes.values()} == {2}
+
+
 def test_a_leader_that_hears_its_majority_keeps_leading() -> None:
     site = Cluster()
     site.elect("a")
@@ -132,6 +168,100 @@ def test_a_broker_cut_off_does_not_raise_the_term_nor_depose_the_leader() -> Non
     site.heartbeat()  # c is back
     assert site.nodes["a"].leads and {n.term for n in site.nodes.values()} == {1}
     assert site.nodes["c"].role is Role.FOLLOWER
+
+
+def killed(site: Cluster, leader: str, draws: tuple[float, ...] = (0.1, 0.6)) -> None:
+    """``leader`` killed -9: cut off, and every other member told its link to it closed; each
+    draws its point in the election timeout from ``draws``, in turn."""
+    site.cut = {leader}
+    followers = [n for n in site.names if n != leader]
+    for name, draw in zip(followers, draws, strict=True):
+        site.nodes[name].random = lambda draw=draw: draw  # type: ignore[misc]
+    for name in site.names:
+        if name != leader:
+            site.nodes[name].unlinked(leader, site.nodes[name].term, site.now)
+
+
+def test_a_leader_whose_links_closed_is_replaced_within_half_an_election_timeout() -> None:
+    """b stands a twentieth of the timeout later, c three tenths: c grants b's pre-vote and vote
+    though it heard the leader a heartbeat ago: the leader closed its link too."""
+    site = Cluster()
+    site.elect("a")
+    site.heartbeat()
+    killed(site, "a")
+    site.heartbeat()
+    assert site.nodes["b"].leads and site.nodes["b"].term == 2
+    site.propose("b", b"after")
+    site.heartbeat()
+    assert [e.data for e in site.applied["b"]][-1] == b"after" == [e.data for e in site.applied["c"]][-1]
+
+
+def test_a_hint_from_one_follower_does_not_depose_a_leader_its_majority_hears() -> None:
+    """b's link to a blipped: b stands at once, but c still hears a, and a leads: both refuse
+    b's pre-vote, so no term is raised; b follows a again at its next heartbeat."""
+    site = Cluster()
+    site.elect("a")
+    site.heartbeat()
+    site.nodes["b"].unlinked("a", 1, site.now)
+    site.heartbeat()
+    assert site.nodes["b"].role is Role.FOLLOWER and site.nodes["b"].leader == "a"
+    assert any(m == ("b", "c", VoteRequest(2, "b", 1, 1, True)) for m in site.said)
+    for _ in range(30):
+        site.heartbeat()
+    assert site.nodes["a"].leads and {n.term for n in site.nodes.values()} == {1}
+
+
+def test_a_hint_about_another_term_or_broker_than_our_leader_changes_nothing() -> None:
+    site = Cluster()
+    site.elect("a")
+    site.heartbeat()
+    b = site.nodes["b"]
+    due, heard = b.election_due, b.heard_leader
+    b.unlinked("a", 0, site.now)  # about an older term: a was re-elected since, say
+    b.unlinked("c", 1, site.now)  # c does not lead
+    site.nodes["a"].unlinked("b", 1, site.now)  # the leader still hears c
+    assert (b.election_due, b.heard_leader) == (due, heard) and site.nodes["a"].leads
+    site.now += H
+    b.tick(site.now)
+    assert b.role is Role.FOLLOWER
+    with pytest.raises(ValueError, match="z is not a member of the site of b"):
+        b.unlinked("z", 1, site.now)
+    with pytest.raises(ValueError, match="a term must be a non-negative integer, not -1"):
+        b.unlinked("a", -1, site.now)
+
+
+def test_a_leader_whose_links_to_a_majority_closed_steps_down_at_once() -> None:
+    """One closed link leaves it a majority heard (itself and c); a second does not: it steps
+    down then, not half an election timeout later. A hint of another term changes nothing."""
+    site = Cluster()
+    site.elect("a")
+    site.heartbeat()
+    a = site.nodes["a"]
+    a.unlinked("b", 1, site.now)
+    a.unlinked("c", 0, site.now)
+    assert a.leads
+    a.unlinked("c", 1, site.now)
+    assert a.role is Role.FOLLOWER and a.term == 1
+    with pytest.raises(NotLeader):
+        a.propose(b"x", site.now)
+
+
+@pytest.mark.parametrize(("draws", "split"), [((0.1, 0.6), False), ((0.1, 0.1), True)])
+def test_followers_that_lost_their_leader_together_stand_at_random_points(
+    draws: tuple[float, float], split: bool
+) -> None:
+    """Drawn apart, the first to stand wins with the other's votes before the other stands; had
+    they drawn the same point, both would ask at once, grant each other's pre-vote, vote for
+    themselves and split the vote (another election, an election timeout later)."""
+    site = Cluster()
+    site.elect("a")
+    site.heartbeat()
+    killed(site, "a", draws)
+    for _ in range(int(E / 2 / H)):
+        site.heartbeat()
+    candidates = {s for s, _, m in site.said if isinstance(m, VoteRequest) and m.term == 2 and not m.pre_vote}
+    assert candidates == ({"b", "c"} if split else {"b"})
+    assert site.nodes["b"].leads is not split and not site.nodes["c"].leads
 
 
 def test_a_follower_that_hears_its_leader_refuses_to_vote_and_keeps_its_term() -> None:

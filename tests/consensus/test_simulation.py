@@ -30,7 +30,9 @@ def compact_every(seed: int) -> int:
 # batches, which must all keep the log safe and agree after the faults, most making progress.
 
 
-@pytest.mark.parametrize("seed", range(24))
+# seed 2 leaves no quorum up for most of its 8 s (b1 down, b3 cut off, b2 frozen again and
+# again): it is run in its batch below, where a few such schedules are allowed
+@pytest.mark.parametrize("seed", [seed for seed in range(25) if seed != 2])
 def test_a_site_of_three_keeps_one_log_under_chaos(seed: int) -> None:
     site = SiteSim(3, seed, loss=0.05, duplicates=0.05, sudden=0.02)
     site.chaos(8)
@@ -246,6 +248,49 @@ def test_a_site_keeps_serving_when_its_leader_is_killed() -> None:
     site.settle()
     site.check_converged()
     assert [e.data for e in site.applied.values() if e.data] == [b"before", b"after", b"settled"]
+
+
+def test_the_faults_stop_before_the_site_is_checked() -> None:
+    """``settle`` loses and duplicates nothing more, so the check after it (one leader, one log)
+    holds of a site that works; a network still losing 90 % of the messages would leave it
+    without a leader then (one seed of the campaign once had none at the check, under the 5 %
+    it kept losing, and elected one a second later)."""
+    site = SiteSim(3, seed=1, loss=0.9, duplicates=0.5)
+    site.chaos(2)
+    settled = len(site.trace)
+    site.settle()
+    site.check_converged()
+    assert "lost" not in {kind for _, kind, _ in site.trace[settled:]}
+    assert {what[-1] for _, kind, what in site.trace[settled:] if kind == "send"} == {1}  # copies
+
+
+def test_a_leader_killed_is_replaced_at_once_when_its_links_close() -> None:
+    """Its followers are told their links closed (``Node.unlinked``): the site elects
+    another within half an election timeout and a few messages, not after one of silence."""
+    site = SiteSim(3, seed=7)
+    site.run(2)
+    first = site.leader()
+    assert first is not None
+    site.crash(first)
+    timeout = site.configs[first].election_timeout
+    site.run(timeout / 2 + 0.05)
+    assert site.leader() not in (None, first)
+    assert "unlinked" in {kind for _, kind, _ in site.trace}
+
+
+def test_spurious_hints_depose_no_leader_its_majority_hears() -> None:
+    """Blips of every follower's link to the leader, one at a time, again and again: each
+    follower stands, is refused its pre-vote, and the leader and its term stay."""
+    site = SiteSim(3, seed=2)
+    site.run(2)
+    leader = site.leader()
+    assert leader is not None
+    term = site.brokers[leader].node.term  # type: ignore[union-attr]
+    for round_ in range(20):
+        site.blip(sorted(set(site.brokers) - {leader})[round_ % 2])
+        site.run(0.2)
+    assert site.leader() == leader and {b.node.term for b in site.brokers.values() if b.node} == {term}
+    assert sum(kind == "blip" for _, kind, _ in site.trace) == 20
 
 
 def test_the_checker_reports_two_leaders_in_one_term() -> None:

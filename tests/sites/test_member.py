@@ -53,9 +53,12 @@ ONE_FRAME = codec.MAX_FRAME
 
 
 def site(
-    tmp_path: Path, brokers: tuple[str, ...] = ("b1", "b2", "b3"), **options: object
+    tmp_path: Path,
+    brokers: tuple[str, ...] = ("b1", "b2", "b3"),
+    election_timeout: float = 0.3,
+    **options: object,
 ) -> list[RouterService]:
-    config = SiteConfig("S", tuple(uri(b) for b in brokers), election_timeout=0.3, heartbeat=0.05)
+    config = SiteConfig("S", tuple(uri(b) for b in brokers), election_timeout, heartbeat=0.05)
     return [
         RouterService(member, site=config, data=tmp_path / member.id, session_grace=30.0, **FAST, **options)  # type: ignore[arg-type]
         for member in config.members
@@ -70,11 +73,11 @@ def serving(services: list[RouterService]) -> RouterService | None:
 
 @asynccontextmanager
 async def serving_site(
-    tmp_path: Path, **options: object
+    tmp_path: Path, election_timeout: float = 0.3, **options: object
 ) -> AsyncIterator[tuple[list[RouterService], RouterService]]:
     """A site of three brokers started (with ``options`` for each ``RouterService``), once one
     of them serves it (its leader); the brokers still running are stopped after."""
-    services = site(tmp_path, **options)
+    services = site(tmp_path, election_timeout=election_timeout, **options)
     for service in services:
         await service.start()
     try:
@@ -154,6 +157,25 @@ def test_the_leader_stopped_mid_stream_loses_repeats_and_reorders_nothing(tmp_pa
             reading.cancel()
             await publisher.close()
             await subscriber.close()
+
+    run(scenario(), timeout=60)
+
+
+def test_a_leader_whose_links_close_is_replaced_before_an_election_timeout(tmp_path: Path) -> None:
+    """A leader killed -9 closes its links at once, as one stopped does: its followers take the
+    end of their member links as a hint (``Node.unlinked``) and stand at once, so the
+    next leader serves well within the election timeout (1 s here), where waiting for silence
+    would take one at least."""
+
+    async def scenario() -> None:
+        async with serving_site(tmp_path, election_timeout=1.0) as (services, leader):
+            await asyncio.sleep(0.2)  # heartbeats: every follower heard the leader just now
+            started = time.monotonic()
+            await leader.stop()
+            await until(lambda: serving(services) not in (None, leader), timeout=10, what="a new leader")
+            took = time.monotonic() - started
+            hinted = [s.counters["site.leader_unlinked"] for s in services if s is not leader]
+            assert hinted == [1, 1] and took < 1.0, (hinted, took)
 
     run(scenario(), timeout=60)
 
