@@ -161,13 +161,16 @@ class RouterDriver:
             self.log.error("dropped a %s for %s, it can never be sent: %s%s", kind, target, error, more)
 
     def hello(self, hop: str) -> Hello:
-        """Our hello to ``hop``: the name of our channel with it (a new one's, chosen here and
-        given to the router with ``LinkUp``, so the log has it), the peer's channel we know, and
+        """Our hello to ``hop``: the name of our channel with it (a new one's, chosen here, the
+        same for every hello until a link takes it, and given to the router with ``LinkUp``, so
+        the log has it), the peer's channel we know, and
         the last seq of it we took: with a log, the last ``Took`` we sent, for what we handled
         since may not be in the log yet."""
         name, peer_epoch, took = self.router.custody.greeting(hop)
-        if not name:
-            name = self._announced[hop] = f"{self.router.custody.epoch}:{secrets.token_hex(6)}"
+        if not name:  # one name until a link takes it: the brokers of a site are dialled at once,
+            # and a hello to one that refuses must not rename what the one that serves was told
+            name = self._announced.get(hop) or f"{self.router.custody.epoch}:{secrets.token_hex(6)}"
+            self._announced[hop] = name
         elif self.log_file is not None:
             logged, seq = self._taken.get(hop, ("", 0))
             took = seq if logged == name else 0

@@ -240,3 +240,20 @@ def test_a_link_that_comes_as_its_session_ends_is_not_taken_and_an_ended_session
     clock.advance(1)
     assert driver.session_ends("B3") and "B3" not in driver.router.custody.channels
     assert driver.router.counters["sessions_expired"] == 1 and not driver.session_ends("B3")
+
+
+def test_hellos_to_the_brokers_of_a_site_name_one_new_channel_until_a_link_takes_it() -> None:
+    """A site's brokers are dialled at once (one task each), and only its leader takes the link:
+    a hello to a follower that refuses, sent while the leader's handshake is under way, must not
+    rename the channel the leader was told, or ``Peers.serve`` finds "the channel changed during
+    the handshake", closes the link, and the next try races the same way (under load, for ever:
+    the site link never came up). Once a link takes the name, the next new channel has another."""
+    driver = RouterDriver(Router("C1"), {}, None, Counter(), LOG, ManualClock())
+    to_leader = driver.hello("R")
+    to_follower = driver.hello("R")  # refused: the follower names the leader
+    assert to_follower.epoch == to_leader.epoch
+    assert driver.channel("R") == to_leader.epoch  # what Peers.serve compares with its hello's
+    driver.feed(LinkUp(True, "R.1:1", name=to_leader.epoch), "R")
+    assert driver.hello("R").epoch == to_leader.epoch  # the channel's own name now
+    driver.feed(LinkDown(), "R")
+    assert driver.hello("S").epoch not in (to_leader.epoch, "")  # another hop: a name of its own
