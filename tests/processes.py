@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from broker.client import BlockingClient, ConnectError
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
 from tests.transport.harness import Request, ScriptedBroker, free_port, run
+from wfm.up import Child, Processes
 
 WFM = str(Path(sys.executable).with_name("wfm"))
 
@@ -160,3 +162,13 @@ def against_scripted_broker(
             return process.returncode, err.decode()
 
     return run(scenario(), timeout=40)
+
+
+def signal_child(processes: Processes, child: Child, sig: signal.Signals) -> None:
+    """Send ``sig`` to ``child``, one of ``processes``; killed (SIGKILL), it is waited for and
+    forgotten, so that it can be started again."""
+    process = next(p for c, p in processes.running if c is child)
+    process.send_signal(sig)
+    if sig == signal.SIGKILL:
+        process.wait()
+        processes.running.remove((child, process))

@@ -21,7 +21,7 @@ import pytest
 from broker.client import BlockingClient, Client
 from broker.client.reconnect import BrokerList
 from broker.language import Publication
-from tests.processes import wait_for
+from tests.processes import signal_child, wait_for
 from wfm.history.landing import read_landing, segments
 from wfm.topology import parse_topology
 from wfm.up import WFM, Layout, Processes, broker_children, linked
@@ -82,11 +82,7 @@ class Site:
             return str(client.status()["site"]["member"])  # type: ignore[index]
 
     def signal(self, broker: str, sig: signal.Signals) -> None:
-        process = next(p for c, p in self.processes.running if c is self.brokers[broker])
-        process.send_signal(sig)
-        if sig == signal.SIGKILL:
-            process.wait()
-            self.processes.running.remove((self.brokers[broker], process))
+        signal_child(self.processes, self.brokers[broker], sig)
 
     def kill_leader(self) -> str:
         """Kill -9 the site's leader, then start it again (from its log: it comes back a follower).

@@ -19,7 +19,7 @@ import pytest
 from benchmarks.workflows import AGENTS, chain, xml
 from broker.client import BlockingClient
 from broker.client.reconnect import BrokerList
-from tests.processes import wait_for
+from tests.processes import signal_child, wait_for
 from wfm.topology import parse_topology
 from wfm.triggers import TriggerPublisher
 from wfm.up import WFM, Layout, Processes, agent_children, broker_children, linked
@@ -92,11 +92,7 @@ class Sites:
         wait_for(linked, f"site{n} whole again", timeout=20)
 
     def signal(self, broker: str, sig: signal.Signals) -> None:
-        process = next(p for c, p in self.processes.running if c is self.brokers[broker])
-        process.send_signal(sig)
-        if sig == signal.SIGKILL:
-            process.wait()
-            self.processes.running.remove((self.brokers[broker], process))
+        signal_child(self.processes, self.brokers[broker], sig)
 
     def run(self, gid: str, timeout: float = 30.0) -> None:
         self.trigger.publish("CHAIN", gid, date.today())
