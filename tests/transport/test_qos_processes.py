@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Client, Delivery, Qos
+from broker.client import Client, Delivery, Qos, Subscription
 from broker.routing.backlog import FAIR_EVERY, WINDOW
 from broker.transport.tls import Identity
 from broker.transport.uri import BrokerURI
@@ -37,6 +37,18 @@ async def clients(brokers: Line, *names: tuple[str, str]) -> AsyncIterator[list[
     finally:
         for client in made:
             await client.close()
+
+
+@asynccontextmanager
+async def subscribed(tmp_path: Path) -> AsyncIterator[tuple[Line, Client, Subscription]]:
+    """The line of brokers, a publisher at B1 that advertised class ``t``, and the stream of a
+    subscriber at B3 to it, once the subscription could reach B1."""
+    with line(tmp_path) as brokers:
+        async with clients(brokers, ("pub", "B1"), ("sub", "B3")) as (pub, sub):
+            stream = await sub.subscribe("[class,eq,t]")
+            await pub.advertise("[class,eq,t],[n,>,-1]")
+            await asyncio.sleep(0.3)
+            yield brokers, pub, stream
 
 
 def held(brokers: Line, name: str, key: str) -> int:
@@ -64,16 +76,12 @@ def test_no_priority_inversion_under_a_backlog_beyond_the_fair_share(tmp_path: P
     turns kept for the oldest (one in FAIR_EVERY); within a priority, the publisher's order."""
 
     async def scenario() -> None:
-        with line(tmp_path) as brokers:
-            async with clients(brokers, ("pub", "B1"), ("sub", "B3")) as (pub, sub):
-                stream = await sub.subscribe("[class,eq,t]")
-                await pub.advertise("[class,eq,t],[n,>,-1]")
-                await asyncio.sleep(0.3)
-                for n in range(BACKLOG):
-                    level = 9 if n % 100 == 50 else 5 if n % 37 == 0 else 1
-                    pub.publish_nowait(f"[class,t],[n,{n}]", qos=Qos(priority=level))
-                await until(lambda: held(brokers, "B3", "waiting") > BACKLOG - 3 * WINDOW, 60, "the backlog")
-                got = [await stream.next(timeout=30) for _ in range(BACKLOG)]
+        async with subscribed(tmp_path) as (brokers, pub, stream):
+            for n in range(BACKLOG):
+                level = 9 if n % 100 == 50 else 5 if n % 37 == 0 else 1
+                pub.publish_nowait(f"[class,t],[n,{n}]", qos=Qos(priority=level))
+            await until(lambda: held(brokers, "B3", "waiting") > BACKLOG - 3 * WINDOW, 60, "the backlog")
+            got = [await stream.next(timeout=30) for _ in range(BACKLOG)]
         numbers = [int(d.publication["n"]) for d in got]  # type: ignore[call-overload]
         assert sorted(numbers) == list(range(BACKLOG))  # nothing lost, nothing twice
         for level in (1, 5, 9):
@@ -128,26 +136,22 @@ def test_what_expires_held_between_brokers_is_removed_there_and_never_delivered(
     gets the five others only, in order."""
 
     async def scenario() -> None:
-        with line(tmp_path) as brokers:
-            async with clients(brokers, ("pub", "B1"), ("sub", "B3")) as (pub, sub):
-                stream = await sub.subscribe("[class,eq,t]")
-                await pub.advertise("[class,eq,t],[n,>,-1]")
-                await asyncio.sleep(0.3)
-                brokers.procs["B3"].send_signal(signal.SIGSTOP)
-                try:
-                    await until(lambda: "B3" not in status(brokers.uris["B2"])["neighbors"], 30, "B3 lost")  # type: ignore[operator]
-                    for n in range(10):
-                        await pub.publish(f"[class,t],[n,{n}]", Qos(ttl=1.0 if n % 2 else 3600.0))
-                    await until(lambda: held(brokers, "B2", "held_for_away") == 10, 30, "held at B2")
-                    await until(lambda: held(brokers, "B2", "held_for_away") == 5, 10, "expired at B2")
-                    counters = status(brokers.uris["B2"])["counters"]
-                    assert counters["expired.held"] == 5  # type: ignore[index]
-                finally:
-                    brokers.procs["B3"].send_signal(signal.SIGCONT)
-                got = [int((await stream.next(timeout=30)).publication["n"]) for _ in range(5)]  # type: ignore[call-overload]
-                assert got == [0, 2, 4, 6, 8]
-                with pytest.raises(TimeoutError):
-                    await stream.next(timeout=1.0)
+        async with subscribed(tmp_path) as (brokers, pub, stream):
+            brokers.procs["B3"].send_signal(signal.SIGSTOP)
+            try:
+                await until(lambda: "B3" not in status(brokers.uris["B2"])["neighbors"], 30, "B3 lost")  # type: ignore[operator]
+                for n in range(10):
+                    await pub.publish(f"[class,t],[n,{n}]", Qos(ttl=1.0 if n % 2 else 3600.0))
+                await until(lambda: held(brokers, "B2", "held_for_away") == 10, 30, "held at B2")
+                await until(lambda: held(brokers, "B2", "held_for_away") == 5, 10, "expired at B2")
+                counters = status(brokers.uris["B2"])["counters"]
+                assert counters["expired.held"] == 5  # type: ignore[index]
+            finally:
+                brokers.procs["B3"].send_signal(signal.SIGCONT)
+            got = [int((await stream.next(timeout=30)).publication["n"]) for _ in range(5)]  # type: ignore[call-overload]
+            assert got == [0, 2, 4, 6, 8]
+            with pytest.raises(TimeoutError):
+                await stream.next(timeout=1.0)
 
     run(scenario(), timeout=180)
 
