@@ -25,6 +25,12 @@ def snapshot(index: int, size: int) -> InstallSnapshot:
     return InstallSnapshot(2, "b1", index, 2, random.Random(index).randbytes(size))
 
 
+def linked() -> tuple[Link, Link]:
+    """A leader's end of a member link (queueing at most ``QUEUE`` bytes) and its follower's."""
+    (r1, w1), (r2, w2) = memory_pair()
+    return Link(r1, w1, "to b2", queue_limit=QUEUE), Link(r2, w2, "from b1")
+
+
 def refuse(message: WireMessage, error: Exception) -> None:
     raise AssertionError(f"{message} is unsendable: {error}")
 
@@ -50,8 +56,7 @@ def test_a_message_many_times_the_link_s_queue_goes_through_as_the_peer_reads(
     monkeypatch.setattr(codec, "MAX_FRAME", FRAME)
 
     async def scenario() -> None:
-        (r1, w1), (r2, w2) = memory_pair()
-        sender, reader = Link(r1, w1, "to b2", queue_limit=QUEUE), Link(r2, w2, "from b1")
+        sender, reader = linked()
         outbox = Outbox(sender, lambda message: True, refuse)
         message = snapshot(7, 2 << 20)
         outbox.send(message)
@@ -84,8 +89,7 @@ def test_a_newer_snapshot_replaces_the_one_on_its_way_and_the_other_side_drops_i
     monkeypatch.setattr(codec, "MAX_FRAME", FRAME)
 
     async def scenario() -> None:
-        (r1, w1), (r2, w2) = memory_pair()
-        sender, reader = Link(r1, w1, "to b2", queue_limit=QUEUE), Link(r2, w2, "from b1")
+        sender, reader = linked()
         outbox = Outbox(sender, lambda message: True, refuse)
         old, new = snapshot(5, 200_000), snapshot(9, 100_000)
         outbox.send(old)
@@ -116,8 +120,7 @@ def test_a_stream_no_longer_wanted_stops_and_its_half_goes_with_the_link(
         return asked <= 3
 
     async def scenario() -> None:
-        (r1, w1), (r2, w2) = memory_pair()
-        sender, reader = Link(r1, w1, "to b2", queue_limit=QUEUE), Link(r2, w2, "from b1")
+        sender, reader = linked()
         outbox = Outbox(sender, wanted, refuse)
         outbox.send(snapshot(5, 100_000))
         assembly = Assembly(tmp_path, 1 << 30)
