@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 from collections import Counter
 from pathlib import Path
 from typing import IO
@@ -42,9 +43,12 @@ class ForwardingTrace:
     ) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        with path.open("ab") as file:  # a line torn by a kill stays a line of its own
-            if file.tell() and _last_byte(path) != b"\n":
-                file.write(b"\n")
+        with path.open("a+b") as file:  # a line torn by a kill stays a line of its own
+            end = file.seek(0, os.SEEK_END)
+            if end:
+                file.seek(end - 1)
+                if file.read(1) != b"\n":
+                    file.write(b"\n")  # appended: "a" writes at the end wherever it read
         self._file: IO[str] | None = path.open("a", encoding="utf-8", buffering=1)
         self._clock, self._counters, self._log = clock, counters, log
 
@@ -73,9 +77,3 @@ class ForwardingTrace:
             file, self._file = self._file, None
             with contextlib.suppress(OSError):  # what it could not flush is lost with the trace
                 file.close()
-
-
-def _last_byte(path: Path) -> bytes:
-    with path.open("rb") as file:
-        file.seek(-1, 2)
-        return file.read(1)
