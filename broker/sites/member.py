@@ -68,7 +68,7 @@ from broker.sites.pieces import Assembly, Outbox
 from broker.sites.state import SiteState
 from broker.transport.driver import RouterDriver
 from broker.transport.handshake import ELSEWHERE, elsewhere
-from broker.transport.link import SLOW_CONSUMER, Link
+from broker.transport.link import Link
 from broker.transport.uri import BrokerURI
 
 __all__ = ["SiteConfig", "SiteDriver", "SiteMember"]
@@ -315,7 +315,7 @@ class SiteMember:
                 self.counters["site.pieces_dropped"] += assembly.dropped
             if (outbox := self.outboxes.pop(link, None)) is not None:
                 outbox.close()
-            if link.closed is not None and link.closed.startswith(SLOW_CONSUMER):
+            if link.too_slow:
                 self.counters["slow_consumers"] += 1
             if self.links.get(name) is link:
                 del self.links[name]

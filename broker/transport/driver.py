@@ -163,9 +163,8 @@ class RouterDriver:
     def hello(self, hop: str) -> Hello:
         """Our hello to ``hop``: the name of our channel with it (a new one's, chosen here, the
         same for every hello until a link takes it, and given to the router with ``LinkUp``, so
-        the log has it), the peer's channel we know, and
-        the last seq of it we took: with a log, the last ``Took`` we sent, for what we handled
-        since may not be in the log yet."""
+        the log has it), the peer's channel we know, and the last seq of it we took: with a log,
+        the last ``Took`` we sent, for what we handled since may not be in the log yet."""
         name, peer_epoch, took = self.router.custody.greeting(hop)
         if not name:  # one name until a link takes it: the brokers of a site are dialled at once,
             # and a hello to one that refuses must not rename what the one that serves was told

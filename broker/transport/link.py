@@ -100,6 +100,11 @@ class Link:
         """Bytes queued for the peer and not written into its socket yet."""
         return self._queued_bytes + self._transport_backlog()
 
+    @property
+    def too_slow(self) -> bool:
+        """Whether it was closed because its peer did not read what it was sent."""
+        return self.closed is not None and self.closed.startswith(SLOW_CONSUMER)
+
     async def writable(self, limit: int) -> bool:
         """Until at most ``limit`` bytes wait for the peer, or none is being written (the
         transport then holds at most its high-water mark): a sender of a long stream writes a

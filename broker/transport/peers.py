@@ -4,7 +4,7 @@ when silent.
 Frames go to the router (through its driver) except the link's own: ``Ping`` is answered here,
 and a frame that is not a message is answered with ``Refuse``, counted and logged (once a minute
 per peer), while the link goes on. A peer that breaks framing cannot be trusted any more and is
-disconnected; one too slow to read what it is sent too (``link.SLOW_CONSUMER``). With TLS a
+disconnected; one too slow to read what it is sent too (``Link.too_slow``). With TLS a
 cancel's signature is checked here, before the router sees (and the log records) it
 (``broker.transport.cancels``).
 """
@@ -37,7 +37,7 @@ from broker.messages import (
 from broker.throttle import LogThrottle
 from broker.transport.cancels import CancelCheck
 from broker.transport.driver import RouterDriver
-from broker.transport.link import SLOW_CONSUMER, Link
+from broker.transport.link import Link
 from broker.transport.tls import Peer
 
 __all__ = ["Peers"]
@@ -104,7 +104,7 @@ class Peers:
             await link.flush_and_close(str(error))
         finally:
             await link.wait_closed()
-            if link.closed is not None and link.closed.startswith(SLOW_CONSUMER):
+            if link.too_slow:
                 self.counters["slow_consumers"] += 1
                 self.log.warning("%s disconnected: %s", hop, link.closed)
             self.counters["dropped.unsent"] += link.discarded_frames
