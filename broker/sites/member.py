@@ -308,6 +308,10 @@ class SiteMember:
             self.counters["bad_frames"] += 1
             self.log.warning("member %s broke framing: %s", name, error)
             await link.flush_and_close(str(error))
+        except OSError as error:  # the file a large message is put together in: a full disk
+            self.counters["site.pieces_unwritable"] += 1
+            self.log.error("site %s: cannot keep pieces from %s: %s", self.config.name, name, error)
+            await link.flush_and_close(f"cannot keep what you send: {error.strerror}")
         finally:
             await link.wait_closed()
             if (assembly := self.assembling.pop(link, None)) is not None:

@@ -5,6 +5,7 @@ client to the next leader, and the streams go on with nothing lost, repeated or 
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
 import struct
 import time
@@ -588,6 +589,55 @@ def test_a_piece_stream_out_of_order_or_cut_short_closes_its_link_and_installs_n
             await until(lambda: len(got) >= 40, timeout=10, what="every publication")
             await asyncio.sleep(0.3)  # nothing more comes
             assert got == list(range(1, 41))
+            reading.cancel()
+            await publisher.close()
+            await subscriber.close()
+
+    run(scenario(), timeout=60)
+
+
+def test_pieces_that_cannot_be_kept_on_a_full_disk_close_their_link_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower puts a large message's pieces together in a file: with no space left, the
+    link that carried them is closed (counted, logged; the error no longer escapes the member
+    link's handler, which on a link the follower dialled ended its dial loop), the broker serves
+    on, and the member the link posed as links again."""
+    monkeypatch.setattr(codec, "MAX_FRAME", 4096)
+
+    class Full:
+        def write(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(pieces.tempfile, "TemporaryFile", lambda **_: Full())
+
+    async def scenario() -> None:
+        async with serving_site(tmp_path) as (services, leader):
+            follower = next(s for s in services if s is not leader and s.site is not None)
+            assert follower.site is not None
+            posing_as = next(s.uri.id for s in services if s is not follower and s is not leader)
+            forged = InstallSnapshot(1, posing_as, 10**6, 1, random.Random(7).randbytes(20_000))
+            first = next(p for p in codec.in_pieces(forged) if isinstance(p, Piece))
+            reader, writer = await asyncio.open_connection(follower.uri.host, follower.uri.port)
+            writer.write(encode(Hello("broker", posing_as, site="S")) + encode(first))
+            await writer.drain()
+            async with asyncio.timeout(10):
+                while await reader.read(1 << 16):
+                    pass  # until the follower closes the link
+            writer.close()
+            await writer.wait_closed()
+            assert follower.site.counters["site.pieces_unwritable"] == 1
+            assert follower._server is not None
+            everyone = brokers_of(services)
+            await until(lambda: len(follower.site.links) == 2, what="the member links back")  # type: ignore[union-attr]
+            publisher, subscriber, got, reading = await stream(everyone, everyone)
+            for n in range(1, 11):
+                await publisher.publish(f"[class,'t'],[n,{n}]")
+            await until(lambda: len(got) >= 10, timeout=10, what="every publication")
+            assert got == list(range(1, 11))
             reading.cancel()
             await publisher.close()
             await subscriber.close()
